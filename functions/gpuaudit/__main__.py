@@ -1,0 +1,3 @@
+from gpuaudit.cli import main
+
+main()

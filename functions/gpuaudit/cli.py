@@ -1,0 +1,138 @@
+"""Command line: `gpuaudit audit …` against an account or a world, `gpuaudit demo`.
+
+Exit codes: 0 audited (whatever the findings); 2 bad input, naming what; 3 the account or
+world could not be reached or read. A user error never prints a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.inventory import UnknownCluster
+from gpuaudit.embedded.world import WorldError
+from gpuaudit.model.result import Result
+from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.rules.window import BadWindow
+from gpuaudit.timeutil import parse_time
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 2, 3
+MODES = ("coverage", "incident", "preflight")
+FORMATS = ("md", "json")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Read-only auditor for GPU training clusters on AWS.")
+err = Console(stderr=True)
+
+
+class UserError(Exception):
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _time_arg(value: str | None, flag: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise UserError(f"{flag}: not an ISO-8601 time: {value!r} (e.g. 2026-09-27T10:00:00Z)") from None
+
+
+def _aws_for(world: Path | None, region: str | None) -> Aws:
+    if world is not None:
+        from gpuaudit.embedded.backend import WorldBackend
+        from gpuaudit.embedded.world import load_world
+
+        loaded = load_world(world)
+        backend = WorldBackend(loaded)
+        if region and region != loaded.region:
+            raise UserError(f"--region {region} does not match the world's region {loaded.region}")
+        return Aws(session=backend.session(), region=loaded.region, clock=lambda: loaded.now, sleep=lambda _s: None)
+    import boto3
+
+    session = boto3.Session(region_name=region) if region else boto3.Session()
+    if not session.region_name:
+        raise UserError("no region: pass --region or set AWS_REGION")
+    return Aws(session=session, region=session.region_name)
+
+
+def emit(result: Result, fmt: str, out: Path | None) -> None:
+    text = result.to_json() if fmt == "json" else result.report_markdown
+    if out is not None:
+        out.write_text(text + "\n", encoding="utf-8")
+        err.print(f"wrote {out}")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+@app.command()
+def audit(
+    cluster: Annotated[str, typer.Option(help="Cluster name (HyperPod, ParallelCluster) or a label for --instances")],
+    region: Annotated[Optional[str], typer.Option(help="AWS region (default: the world's, or AWS_REGION)")] = None,
+    mode: Annotated[str, typer.Option(help="coverage | incident | preflight")] = "coverage",
+    since: Annotated[Optional[str], typer.Option(help="Window start, ISO-8601 UTC; alone it runs to now")] = None,
+    until: Annotated[Optional[str], typer.Option(help="Window end, ISO-8601 UTC")] = None,
+    last: Annotated[Optional[str], typer.Option(help="24h | 72h | 7d, ending now")] = None,
+    world: Annotated[Optional[Path], typer.Option(help="Audit a world file instead of an AWS account")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="md | json")] = "md",
+    out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout")] = None,
+    instances: Annotated[Optional[str], typer.Option(help="Self-managed EC2/EKS: comma-separated instance IDs")] = None,
+    run_hours: Annotated[Optional[float], typer.Option(help="Preflight: planned run length in hours")] = None,
+    run_start: Annotated[Optional[str], typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
+    checkpoint_minutes: Annotated[Optional[float], typer.Option(help="Preflight: checkpoint interval")] = None,
+) -> None:
+    """Audit one cluster: coverage proof, node verdicts, root cause or readiness."""
+    try:
+        if mode not in MODES:
+            raise UserError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
+        if fmt not in FORMATS:
+            raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+        if run_hours is not None and run_hours <= 0:
+            raise UserError(f"--run-hours must be positive; got {run_hours}")
+        request = AuditRequest(
+            cluster=cluster, mode=mode, since=_time_arg(since, "--since"),  # type: ignore[arg-type]
+            until=_time_arg(until, "--until"), last=last,
+            instance_ids=[i.strip() for i in instances.split(",") if i.strip()] if instances else [],
+            run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
+        aws = _aws_for(world, region)
+        with err.status(f"auditing {cluster} ({mode})…"):
+            result = run_audit(aws, request)
+        emit(result, fmt, out)
+    except UserError as exc:
+        _fail(str(exc), exc.code)
+    except (WorldError, BadWindow, UnknownCluster) as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except CallFailed as exc:
+        _fail(f"the account could not be read: {exc}", EXIT_UNREACHABLE)
+    except OSError as exc:
+        _fail(f"cannot write output: {exc}", EXIT_UNREACHABLE)
+
+
+def _fail(message: str, code: int) -> None:
+    err.print(f"[bold red]gpuaudit:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    out_dir: Annotated[Path, typer.Option(help="Where to write results and reports")] = Path("out/demo"),
+) -> None:
+    """Run the shipped demo worlds end to end: audit, report, findings table, alert topic."""
+    from gpuaudit.demo import run_demo
+
+    try:
+        run_demo(out_dir, Console())
+    except (WorldError, OSError) as exc:
+        _fail(str(exc), EXIT_UNREACHABLE)
+
+
+def main() -> None:
+    app()

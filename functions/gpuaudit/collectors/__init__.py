@@ -1,0 +1,1 @@
+"""Collectors: the only code that calls AWS. Read-only, paginated to the end, batched."""

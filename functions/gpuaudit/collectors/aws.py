@@ -1,0 +1,101 @@
+"""The AWS port every collector uses: clients from an injected session, call counting,
+bounded retries on throttling, and failures turned into named gaps instead of exceptions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpuaudit.model.evidence import CallCount
+
+THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
+              "LimitExceededException", "RequestThrottled", "SlowDown"}
+# Read-only by construction: the only operation prefixes a collector may call.
+READ_PREFIXES = ("Describe", "List", "Get", "Lookup", "Filter", "Search", "StartQuery", "StopQuery")
+
+
+class CallFailed(Exception):
+    """A read call that could not be completed; `gap` says what was not seen and which call settles it."""
+
+    def __init__(self, service: str, operation: str, code: str, message: str) -> None:
+        super().__init__(f"{service} {operation}: {code}: {message}")
+        self.service, self.operation, self.code, self.message = service, operation, code, message
+
+    @property
+    def gap(self) -> str:
+        return f"Not checked: {self.service} {self.operation} failed ({self.code}: {self.message})"
+
+
+@dataclass
+class Aws:
+    """Clients for one region, the clock, and the running tally of calls."""
+
+    session: boto3.Session
+    region: str
+    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    sleep: Callable[[float], None] = time.sleep
+    max_attempts: int = 4
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    _clients: dict[str, Any] = field(default_factory=dict)
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+            self._clients[service] = self.session.client(service, region_name=self.region, config=config)
+        return self._clients[service]
+
+    def call(self, service: str, operation: str, **params: Any) -> dict[str, Any]:
+        """One read call; throttling is retried with backoff, anything else raises CallFailed."""
+        if not operation.startswith(READ_PREFIXES):
+            raise PermissionError(f"{service} {operation} is not a read call; gpuaudit never mutates")
+        method = getattr(self.client(service), _snake(operation))
+        delay = 0.2
+        for attempt in range(1, self.max_attempts + 1):
+            self.counts[(service, operation)] += 1
+            try:
+                return method(**params)  # type: ignore[no-any-return]
+            except ClientError as err:
+                code = err.response.get("Error", {}).get("Code", "Unknown")
+                message = err.response.get("Error", {}).get("Message", str(err))
+                if code in THROTTLING and attempt < self.max_attempts:
+                    self.sleep(delay)
+                    delay *= 2
+                    continue
+                raise CallFailed(service, operation, code, message) from None
+            except BotoCoreError as err:
+                raise CallFailed(service, operation, type(err).__name__, str(err)) from None
+        raise AssertionError("unreachable")
+
+    def paginate(self, service: str, operation: str, key: str, *, token: str = "NextToken",
+                 out_token: str | None = None, **params: Any) -> Iterator[Any]:
+        """Every item of a listed key across all pages (the collectors' rule: paginate to the end)."""
+        out_token = out_token or token
+        while True:
+            page = self.call(service, operation, **params)
+            yield from page.get(key, [])
+            next_token = page.get(out_token)
+            if not next_token or next_token == params.get(token):
+                return
+            params = {**params, token: next_token}
+
+    def call_counts(self) -> list[CallCount]:
+        return [CallCount(service=s, operation=o, count=n) for (s, o), n in sorted(self.counts.items())]
+
+
+def _snake(operation: str) -> str:
+    out = []
+    for i, ch in enumerate(operation):
+        if ch.isupper() and i and (not operation[i - 1].isupper() or
+                                   (i + 1 < len(operation) and operation[i + 1].islower())):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)

@@ -1,0 +1,193 @@
+"""Control-plane evidence (RULES §4 'ask the control plane', §5 timeline sources 4–8, §8 branches).
+
+Each source is optional: a failed or unsupported call leaves its field None and a named gap.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.model.evidence import (
+    CapacityReservation,
+    CloudTrailEvent,
+    ClusterEvent,
+    Evidence,
+    FileSystemInfo,
+    HealthEvent,
+    InstanceStatusInfo,
+    MetricPeak,
+)
+from gpuaudit.timeutil import parse_time
+
+if TYPE_CHECKING:
+    from gpuaudit.pipeline import AuditRequest
+
+CONTINUOUS_ONLY = "ListClusterEvents not supported (NodeProvisioningMode not Continuous)"
+CLOUDTRAIL_LOOKBACK = timedelta(hours=6)
+CLOUDTRAIL_EVENTS = {
+    "sagemaker.amazonaws.com": ("UpdateCluster", "UpdateClusterSoftware", "BatchReplaceClusterNodes",
+                                "BatchRebootClusterNodes", "BatchDeleteClusterNodes", "StartClusterHealthCheck"),
+    "ec2.amazonaws.com": ("TerminateInstances", "RunInstances"),
+    "fsx.amazonaws.com": ("UpdateFileSystem",),
+}
+FSX_SATURATION = (("NetworkThroughputUtilization", "FileServer"), ("FileServerDiskThroughputUtilization", "FileServer"),
+                  ("DiskIopsUtilization", "StorageTargetId"), ("CPUUtilization", "FileServer"))
+
+
+def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
+    if evidence.cluster.kind.startswith("hyperpod"):
+        _cluster_events(aws, evidence)
+    if evidence.mode in ("incident", "preflight"):
+        _capacity_reservations(aws, evidence)
+    if evidence.mode == "incident":
+        _cloudtrail(aws, evidence)
+        _health(aws, evidence)
+        _instance_status(aws, evidence)
+        _fsx(aws, evidence)
+
+
+def _cluster_events(aws: Aws, evidence: Evidence) -> None:
+    start = evidence.window.start - timedelta(minutes=30)
+    end = min(evidence.window.end + timedelta(minutes=30), evidence.now)
+    try:
+        events = list(aws.paginate("sagemaker", "ListClusterEvents", "Events", ClusterName=evidence.cluster.name,
+                                   EventTimeAfter=start, EventTimeBefore=end))
+    except CallFailed as failed:
+        if failed.code == "ValidationException" and "Continuous" in failed.message:
+            evidence.gaps.append(f"Capability limit: {CONTINUOUS_ONLY}; the control-plane timeline comes from "
+                                 "CloudTrail and node status only")
+        else:
+            evidence.gaps.append(failed.gap + " — HyperPod cluster events not read")
+        return
+    evidence.cluster_events = [
+        ClusterEvent(time=e["EventTime"], event_id=e.get("EventId"), resource_type=e.get("ResourceType"),
+                     instance_id=e.get("InstanceId"), instance_group=e.get("InstanceGroupName"),
+                     description=e.get("Description", "")) for e in events]
+
+
+def _capacity_reservations(aws: Aws, evidence: Evidence) -> None:
+    try:
+        items = list(aws.paginate("ec2", "DescribeCapacityReservations", "CapacityReservations"))
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap + " — capacity reservations not read")
+        return
+    evidence.capacity_reservations = [
+        CapacityReservation(reservation_id=r["CapacityReservationId"], instance_type=r.get("InstanceType", ""),
+                            state=r.get("State", ""), reservation_type=r.get("ReservationType"),
+                            start_date=r.get("StartDate"), end_date=r.get("EndDate"),
+                            total_instance_count=r.get("TotalInstanceCount"),
+                            available_instance_count=r.get("AvailableInstanceCount")) for r in items]
+
+
+def _cloudtrail(aws: Aws, evidence: Evidence) -> None:
+    """By event name, never by instance ID: a HyperPod replace gives the node a new ID (RULES §5.7)."""
+    start = evidence.window.start - CLOUDTRAIL_LOOKBACK
+    found: list[CloudTrailEvent] = []
+    for source, names in CLOUDTRAIL_EVENTS.items():
+        for name in names:
+            try:
+                events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=start, EndTime=evidence.now,
+                                           LookupAttributes=[{"AttributeKey": "EventName", "AttributeValue": name}]))
+            except CallFailed as failed:
+                evidence.gaps.append(failed.gap + f" — CloudTrail {name} events not read")
+                continue
+            found.extend(_trail_event(e) for e in events if e.get("EventSource", source) == source)
+    evidence.cloudtrail = sorted(found, key=lambda e: e.time)
+
+
+def _trail_event(e: dict[str, Any]) -> CloudTrailEvent:
+    try:
+        detail = json.loads(e.get("CloudTrailEvent") or "{}")
+    except json.JSONDecodeError:
+        detail = {}
+    return CloudTrailEvent(
+        time=e["EventTime"], event_name=e.get("EventName", ""), event_source=e.get("EventSource", ""),
+        username=e.get("Username"), resources=[r.get("ResourceName", "") for r in e.get("Resources", []) or []],
+        request_parameters=detail.get("requestParameters") if isinstance(detail.get("requestParameters"), dict) else None,
+        response_elements=detail.get("responseElements") if isinstance(detail.get("responseElements"), dict) else None,
+        error_code=detail.get("errorCode"), error_message=detail.get("errorMessage"))
+
+
+def _health(aws: Aws, evidence: Evidence) -> None:
+    try:
+        events = list(aws.paginate("health", "DescribeEvents", "events", token="nextToken",
+                                   filter={"services": ["EC2", "SAGEMAKER"]}))
+        out = []
+        for e in events:
+            entities = [x.get("entityValue", "") for x in aws.paginate(
+                "health", "DescribeAffectedEntities", "entities", token="nextToken",
+                filter={"eventArns": [e["arn"]]})] if e.get("arn") else []
+            out.append(HealthEvent(arn=e.get("arn"), service=e.get("service"), event_type=e.get("eventTypeCode"),
+                                   category=e.get("eventTypeCategory"), status=e.get("statusCode"),
+                                   start=e.get("startTime"), entities=entities))
+        evidence.health_events = out
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap + " — AWS Health events not read (needs a Business or Enterprise "
+                                          "support plan for the Health API)")
+
+
+def _instance_status(aws: Aws, evidence: Evidence) -> None:
+    ids = [n.instance_id for n in evidence.nodes if n.discovered_by in ("api", "user")
+           and not evidence.cluster.kind.startswith("hyperpod")]
+    if not ids:
+        return
+    try:
+        statuses = list(aws.paginate("ec2", "DescribeInstanceStatus", "InstanceStatuses", InstanceIds=ids,
+                                     IncludeAllInstances=True))
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap + " — EC2 status checks and scheduled events not read")
+        return
+    evidence.instance_status = [
+        InstanceStatusInfo(
+            instance_id=s["InstanceId"], system_status=(s.get("SystemStatus") or {}).get("Status"),
+            instance_status=(s.get("InstanceStatus") or {}).get("Status"),
+            scheduled_events=[f"{e.get('Code')} at {e.get('NotBefore')}: {e.get('Description', '')}"
+                              for e in s.get("Events", []) or []]) for s in statuses]
+
+
+def _fsx(aws: Aws, evidence: Evidence) -> None:
+    try:
+        systems = list(aws.paginate("fsx", "DescribeFileSystems", "FileSystems"))
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap + " — FSx file systems not read; branch C not assessed")
+        return
+    evidence.file_systems = [
+        FileSystemInfo(file_system_id=f["FileSystemId"], file_system_type=f.get("FileSystemType"),
+                       deployment_type=(f.get("LustreConfiguration") or {}).get("DeploymentType"),
+                       storage_type=f.get("StorageType"), dns_name=f.get("DNSName"),
+                       weekly_maintenance=(f.get("LustreConfiguration") or {}).get("WeeklyMaintenanceStartTime"))
+        for f in systems if f.get("FileSystemType") == "LUSTRE"]
+    peaks: list[MetricPeak] = []
+    start, end = evidence.window.start, min(evidence.window.end, evidence.now)
+    try:
+        for fs in evidence.file_systems:
+            for metric, dim in FSX_SATURATION:
+                listed = list(aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace="AWS/FSx",
+                                           MetricName=metric, Dimensions=[{"Name": "FileSystemId",
+                                                                           "Value": fs.file_system_id}]))
+                for m in listed:
+                    dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
+                    if dim not in dims:
+                        continue
+                    peaks.append(_peak(aws, fs.file_system_id, metric, dims, start, end))
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap + " — FSx saturation metrics not read; branch C not assessed")
+        return
+    evidence.fsx_metrics = peaks
+
+
+def _peak(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], start: datetime, end: datetime) -> MetricPeak:
+    out = aws.call("cloudwatch", "GetMetricData", StartTime=start, EndTime=end, MetricDataQueries=[{
+        "Id": "m", "MetricStat": {"Metric": {"Namespace": "AWS/FSx", "MetricName": metric,
+                                             "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()]},
+                                  "Period": 60, "Stat": "Maximum"}}])
+    values = [v for r in out.get("MetricDataResults", []) for v in r.get("Values", [])]
+    return MetricPeak(file_system_id=fs_id, metric=metric, dimensions=dims, statistic="Maximum",
+                      peak=max(values) if values else None,
+                      minutes_at_or_above_90=sum(1 for v in values if v >= 90.0), datapoints=len(values))
+
+
+__all__ = ["collect", "parse_time"]

@@ -1,0 +1,151 @@
+"""Inventory and capability profile (RULES §2): what the cluster is, which nodes it has,
+and what each instance type can do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.model.evidence import CapabilityProfile, ClusterInfo, InstanceGroup, NodeInfo
+from gpuaudit.rules.capability import nvswitch_class
+
+PCLUSTER_TAG = "parallelcluster:cluster-name"
+NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "ValidationException"}
+
+
+class UnknownCluster(LookupError):
+    """No HyperPod cluster, ParallelCluster or instance list matches the name given."""
+
+
+def strip_ml(instance_type: str | None) -> str | None:
+    return instance_type[3:] if instance_type and instance_type.startswith("ml.") else instance_type
+
+
+def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
+                      gaps: list[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
+    if instance_ids:
+        return _self_managed(aws, name, instance_ids)
+    try:
+        described = aws.call("sagemaker", "DescribeCluster", ClusterName=name)
+        return _hyperpod(aws, described, gaps)
+    except CallFailed as failed:
+        if failed.code not in NOT_FOUND:
+            gaps.append(failed.gap + " — HyperPod inventory not read; trying ParallelCluster tags")
+    instances = _instances(aws, Filters=[{"Name": f"tag:{PCLUSTER_TAG}", "Values": [name]}])
+    if instances:
+        return _parallelcluster(aws, name, instances)
+    raise UnknownCluster(
+        f"cluster {name!r} not found in region {aws.region}: no SageMaker HyperPod cluster of that name "
+        f"(DescribeCluster) and no EC2 instance tagged {PCLUSTER_TAG}={name} (DescribeInstances); for "
+        f"self-managed EC2/EKS pass --instances i-…")
+
+
+def _instances(aws: Aws, **params: Any) -> list[dict[str, Any]]:
+    return [i for r in aws.paginate("ec2", "DescribeInstances", "Reservations", **params)
+            for i in r.get("Instances", [])]
+
+
+def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
+    name = described["ClusterName"]
+    orchestrator = described.get("Orchestrator") or {}
+    kind = "hyperpod-eks" if "Eks" in orchestrator else "hyperpod-slurm"
+    groups = []
+    roles: dict[str, str] = {}
+    for g in described.get("InstanceGroups", []):
+        node_type = (g.get("SlurmConfig") or {}).get("NodeType", "Compute" if kind == "hyperpod-eks" else "")
+        role = {"Controller": "controller", "Login": "login", "Compute": "compute"}.get(node_type, "compute")
+        roles[g["InstanceGroupName"]] = role
+        groups.append(InstanceGroup(
+            name=g["InstanceGroupName"], instance_type=strip_ml(g.get("InstanceType")),
+            current_count=g.get("CurrentCount"), target_count=g.get("TargetCount"),
+            on_start_deep_health_checks=list(g.get("OnStartDeepHealthChecks") or []),
+            training_plan_arn=g.get("TrainingPlanArn"), current_image_id=g.get("CurrentImageId"),
+            desired_image_id=g.get("DesiredImageId"),
+            node_role=role if role in ("compute", "controller", "login") else "unknown"))
+    arn = described.get("ClusterArn")
+    vpc = described.get("VpcConfig") or {}
+    cluster = ClusterInfo(
+        name=name, kind=kind, region=aws.region, arn=arn, cluster_id=arn.rsplit("/", 1)[-1] if arn else None,
+        status=described.get("ClusterStatus"), node_recovery=described.get("NodeRecovery"),
+        node_provisioning_mode=described.get("NodeProvisioningMode"), instance_groups=groups,
+        security_group_ids=list(vpc.get("SecurityGroupIds", [])), subnet_ids=list(vpc.get("Subnets", [])))
+    nodes = []
+    for summary in aws.paginate("sagemaker", "ListClusterNodes", "ClusterNodeSummaries", ClusterName=name):
+        status = (summary.get("InstanceStatus") or {}).get("Status", "Unknown")
+        detail = summary
+        if status != "Running":  # RULES §2: DescribeClusterNode for every node not Running
+            try:
+                detail = aws.call("sagemaker", "DescribeClusterNode", ClusterName=name,
+                                  NodeId=summary["InstanceId"])["NodeDetails"]
+            except CallFailed as failed:
+                gaps.append(failed.gap + f" — status detail of {summary['InstanceId']} not read")
+        group = summary.get("InstanceGroupName")
+        nodes.append(NodeInfo(
+            instance_id=summary["InstanceId"], instance_group=group,
+            instance_type=strip_ml(summary.get("InstanceType")), status=status,
+            status_message=((detail.get("InstanceStatus") or {}).get("Message") or None),
+            launch_time=summary.get("LaunchTime"), private_dns=detail.get("PrivateDnsHostname"),
+            role=roles.get(group or "", "compute"),  # type: ignore[arg-type]
+            efa_attached=None))
+    return cluster, nodes
+
+
+def _node_from_instance(instance: dict[str, Any], discovered_by: str = "api") -> NodeInfo:
+    tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+    node_type = tags.get("parallelcluster:node-type")
+    interfaces = instance.get("NetworkInterfaces", [])
+    return NodeInfo(
+        instance_id=instance["InstanceId"], instance_group=tags.get("parallelcluster:queue-name"),
+        instance_type=instance.get("InstanceType"), status=(instance.get("State") or {}).get("Name", "unknown"),
+        launch_time=instance.get("LaunchTime"), private_dns=instance.get("PrivateDnsName") or None,
+        role="head" if node_type == "HeadNode" else "compute",
+        discovered_by=discovered_by,  # type: ignore[arg-type]
+        efa_attached=sum(1 for n in interfaces if n.get("InterfaceType") in ("efa", "efa-only")),
+        capacity_reservation_id=instance.get("CapacityReservationId"), image_id=instance.get("ImageId"))
+
+
+def _parallelcluster(aws: Aws, name: str, instances: list[dict[str, Any]]) -> tuple[ClusterInfo, list[NodeInfo]]:
+    nodes = [_node_from_instance(i) for i in instances]
+    subnets = sorted({i["SubnetId"] for i in instances if i.get("SubnetId")})
+    groups_ = sorted({n.instance_group for n in nodes if n.instance_group})
+    cluster = ClusterInfo(name=name, kind="parallelcluster", region=aws.region, subnet_ids=subnets,
+                          instance_groups=[InstanceGroup(name=g, node_role="compute") for g in groups_])
+    return cluster, nodes
+
+
+def _self_managed(aws: Aws, name: str, instance_ids: list[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
+    try:
+        instances = _instances(aws, InstanceIds=instance_ids)
+    except CallFailed as failed:
+        raise UnknownCluster(f"instances for {name!r} not found: {failed.code}: {failed.message}") from None
+    return ClusterInfo(name=name, kind="ec2", region=aws.region), [_node_from_instance(i, "user") for i in instances]
+
+
+def collect_profiles(aws: Aws, instance_types: set[str], gaps: list[str]) -> dict[str, CapabilityProfile]:
+    """DescribeInstanceTypes for the audited types; a failure leaves the type unverified."""
+    profiles: dict[str, CapabilityProfile] = {}
+    wanted = sorted(t for t in instance_types if t)
+    if not wanted:
+        return profiles
+    try:
+        infos = list(aws.paginate("ec2", "DescribeInstanceTypes", "InstanceTypes", InstanceTypes=wanted))
+    except CallFailed as failed:
+        gaps.append(failed.gap + f" — GPU count and EFA maximum of {', '.join(wanted)} unverified")
+        infos = []
+    for info in infos:
+        gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
+        network = info.get("NetworkInfo") or {}
+        efa = network.get("EfaInfo") or {}
+        nvswitch, fabric_manager = nvswitch_class(info["InstanceType"], sum(g.get("Count", 0) for g in gpus))
+        profiles[info["InstanceType"]] = CapabilityProfile(
+            instance_type=info["InstanceType"], gpu_count=sum(g.get("Count", 0) for g in gpus),
+            gpu_name=" + ".join(f"{g.get('Manufacturer', '')} {g.get('Name', '')}".strip() for g in gpus) or None,
+            efa_supported=network.get("EfaSupported"), max_efa_interfaces=efa.get("MaximumEfaInterfaces"),
+            nvswitch=nvswitch, fabric_manager_expected=fabric_manager)
+    return profiles
+
+
+def node_from_log_stream(instance_id: str, hostname: str | None, group: str | None) -> NodeInfo:
+    """A compute node that no longer appears in DescribeInstances, found by its log streams."""
+    return NodeInfo(instance_id=instance_id, instance_group=group, instance_type=None,
+                    status="terminated", private_dns=hostname, role="compute", discovered_by="log-streams")

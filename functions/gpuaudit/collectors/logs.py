@@ -1,0 +1,302 @@
+"""Log sources and coverage evidence (RULES §3, §4) via Logs Insights, batched per log group.
+
+Per batch of at most 50 groups, three queries, never one per node:
+  kernel-streams  streams with `kernel:` lines over the nodes' lifetimes: count, last line   (b)
+  stream-summary  all lines binned by stream and hour over the padded window, then folded to one
+                  row per stream (live hours, first/last event)                               (a)
+  gpu-lines       NVRM / HMA / NCCL / Fabric Manager lines in the window
+Then one `stream-hours` detail query per 10,000 (stream, hour) rows, only for node streams
+that were not live in every hour: healthy nodes cost nothing extra.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.model.evidence import (
+    ClusterInfo,
+    GpuLine,
+    KernelStream,
+    LogGroupInfo,
+    NodeInfo,
+    QueryRecord,
+    StreamActivity,
+)
+from gpuaudit.collectors.inventory import node_from_log_stream
+from gpuaudit.rules.streams import HMA_PREFIX, PCLUSTER_STREAM, is_hma_group, is_pcluster_group, stream_node_ids
+from gpuaudit.timeutil import floor_hour, hours_between, parse_time
+
+KEYWORDS = ("kernel", "messages", "syslog", "system", "dmesg", "journal", "gpu")
+MAX_GROUPS_PER_QUERY = 50
+MAX_ROWS = 10_000
+FINISHED = {"Complete", "Failed", "Cancelled", "Timeout", "Unknown"}
+
+KERNEL_QUERY = (
+    'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/ '
+    "| stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line by @log, @logStream"
+)
+SUMMARY_QUERY = (
+    "stats count(*) as lines, min(@timestamp) as first, max(@timestamp) as last by @log, @logStream, bin(1h) as hour "
+    "| stats count(*) as live_hours, sum(lines) as total_lines, min(first) as first_event, max(last) as last_event "
+    "by @log, @logStream"
+)
+# GPU evidence (Xid, HMA, NCCL, Fabric Manager) and the ParallelCluster / HyperPod lifecycle strings of
+# RULES §8 that decide between hardware, capacity and bootstrap causes.
+GPU_QUERY = (
+    "filter @message like /NVRM|HealthMonitoringAgentDetectionEvent|NCCL (INFO|WARN)|Fabric ?Manager|"
+    "nvidia-fabricmanager|InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
+    "FaultyInstance|Interruption Warning/ | fields @timestamp, @log, @logStream, @message "
+    "| sort @timestamp asc | limit 10000"
+)
+
+
+def hours_query(streams: Iterable[str]) -> str:
+    """Detail bins for named streams; names are JSON-quoted, so no name can break out of the string."""
+    names = ", ".join(json.dumps(s) for s in sorted(set(streams)))
+    return f"filter @logStream in [{names}] | stats count(*) as lines by @log, @logStream, bin(1h) as hour"
+
+
+@dataclass
+class LogEvidence:
+    log_groups: list[LogGroupInfo]
+    hma_log_group: str | None
+    kernel_streams: list[KernelStream]
+    stream_activity: list[StreamActivity]
+    gpu_lines: list[GpuLine]
+    queries: list[QueryRecord]
+    discovered_nodes: list[NodeInfo]
+    hma_streams: list[str] | None
+
+
+def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[str]) -> list[LogGroupInfo]:
+    """DescribeLogGroups by substring (never prefix only): the cluster name, then each keyword."""
+    found: dict[str, LogGroupInfo] = {}
+    for pattern in (cluster.name, *KEYWORDS):
+        try:
+            for g in aws.paginate("logs", "DescribeLogGroups", "logGroups", token="nextToken",
+                                  logGroupNamePattern=pattern):
+                name = g["logGroupName"]
+                prior = found.get(name)
+                patterns = [*(prior.matched_patterns if prior else []), pattern]
+                found[name] = LogGroupInfo(
+                    name=name, matched_patterns=patterns,
+                    creation_time=parse_time(g["creationTime"]) if g.get("creationTime") else None,
+                    stored_bytes=g.get("storedBytes"))
+        except CallFailed as failed:
+            gaps.append(failed.gap + f" — log groups matching {pattern!r} not listed")
+    return sorted(found.values(), key=lambda g: g.name)
+
+
+def _batches(items: Sequence[str], size: int) -> list[list[str]]:
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def _row(row: list[dict[str, str]]) -> dict[str, str]:
+    return {cell["field"]: cell.get("value", "") for cell in row}
+
+
+def _group_name(log_field: str) -> str:
+    # @log is `<account-id>:<group>`; the account ID stops here and never reaches the result.
+    return log_field.split(":", 1)[1] if ":" in log_field else log_field
+
+
+@dataclass
+class _Pending:
+    purpose: str
+    groups: list[str]
+    start: datetime
+    end: datetime
+    query_id: str | None
+
+
+class InsightsRunner:
+    """Starts queries, polls them with a deadline, stops the ones it gives up on."""
+
+    def __init__(self, aws: Aws, gaps: list[str], poll_seconds: float = 1.0, deadline_s: float = 300.0) -> None:
+        self.aws, self.gaps, self.poll_seconds, self.deadline_s = aws, gaps, poll_seconds, deadline_s
+        self.records: list[QueryRecord] = []
+
+    def start(self, purpose: str, groups: list[str], start: datetime, end: datetime, query: str) -> _Pending:
+        try:
+            qid = self.aws.call("logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
+                                endTime=int(end.timestamp()), queryString=query)["queryId"]
+        except CallFailed as failed:
+            self.gaps.append(failed.gap + f" — {purpose} query over {', '.join(groups)} not run")
+            qid = None
+        return _Pending(purpose, groups, start, end, qid)
+
+    def results(self, pending: _Pending) -> list[dict[str, str]] | None:
+        if pending.query_id is None:
+            return None
+        waited = 0.0
+        while True:
+            try:
+                out = self.aws.call("logs", "GetQueryResults", queryId=pending.query_id)
+            except CallFailed as failed:
+                self.gaps.append(failed.gap + f" — {pending.purpose} results not read")
+                return None
+            status = out.get("status", "Unknown")
+            if status in FINISHED:
+                break
+            if waited >= self.deadline_s:
+                try:
+                    self.aws.call("logs", "StopQuery", queryId=pending.query_id)
+                except CallFailed:
+                    pass  # the gap below already says the query was abandoned
+                self.gaps.append(f"Not checked: logs GetQueryResults — {pending.purpose} query still {status} after "
+                                 f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}; stopped")
+                self._record(pending, f"{status} (abandoned)", 0, 0.0, False)
+                return None
+            self.aws.sleep(self.poll_seconds)
+            waited += self.poll_seconds
+        rows = [_row(r) for r in out.get("results", [])]
+        scanned = float((out.get("statistics") or {}).get("recordsScanned", 0.0))
+        truncated = len(rows) >= MAX_ROWS
+        self._record(pending, status, len(rows), scanned, truncated)
+        if status != "Complete":
+            self.gaps.append(f"Not checked: logs StartQuery — {pending.purpose} query ended {status} over "
+                             f"{', '.join(pending.groups)}")
+            return None
+        return rows
+
+    def _record(self, p: _Pending, status: str, rows: int, scanned: float, truncated: bool) -> None:
+        self.records.append(QueryRecord(purpose=p.purpose, log_groups=p.groups, start=p.start, end=p.end,  # type: ignore[arg-type]
+                                        status=status, rows=rows, records_scanned=scanned, truncated=truncated))
+
+
+def collect_log_evidence(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
+                         *, padded_start: datetime, padded_end: datetime, lifetime_start: datetime,
+                         gpu_start: datetime, gpu_end: datetime, gaps: list[str],
+                         runner: InsightsRunner | None = None) -> LogEvidence:
+    runner = runner or InsightsRunner(aws, gaps)
+    names = [g.name for g in groups]
+    pending = []
+    for batch in _batches(names, MAX_GROUPS_PER_QUERY):
+        pending.append(("kernel", runner.start("kernel-streams", batch, lifetime_start, padded_end, KERNEL_QUERY)))
+        pending.append(("summary", runner.start("stream-summary", batch, padded_start, padded_end, SUMMARY_QUERY)))
+        pending.append(("gpu", runner.start("gpu-lines", batch, gpu_start, gpu_end, GPU_QUERY)))
+
+    kernel: list[KernelStream] = []
+    summary: dict[tuple[str, str], StreamActivity] = {}
+    gpu_lines: list[GpuLine] = []
+    for kind, p in pending:
+        rows = runner.results(p)
+        if rows is None:
+            continue
+        if len(rows) >= MAX_ROWS:
+            gaps.append(f"Visibility gap: the {p.purpose} query over {', '.join(p.groups)} returned the Logs Insights "
+                        f"maximum of {MAX_ROWS} rows; rows beyond it were not read and are not treated as empty")
+        for r in rows:
+            group, stream = _group_name(r.get("@log", "")), r.get("@logStream", "")
+            if kind == "kernel":
+                kernel.append(KernelStream(log_group=group, log_stream=stream, kernel_lines=int(r["kernel_lines"]),
+                                           last_kernel_line=_time(r.get("last_kernel_line"))))
+            elif kind == "summary":
+                summary[(group, stream)] = StreamActivity(
+                    log_group=group, log_stream=stream, lines=int(float(r["total_lines"])),
+                    live_hours=int(r["live_hours"]), first_event=_time(r.get("first_event")),
+                    last_event=_time(r.get("last_event")))
+            else:
+                gpu_lines.append(GpuLine(time=_time(r["@timestamp"]) or padded_start, log_group=group,
+                                         log_stream=stream, message=r.get("@message", "")))
+
+    discovered = discover_vanished_nodes(cluster, nodes, summary.keys())
+    hma_group = next((g for g in names if is_hma_group(g, cluster.name)), None)
+    hma_streams = _hma_streams(aws, hma_group, gaps) if hma_group else None
+    all_nodes = [*nodes, *discovered]
+    kept = {g for (g, s) in list(summary) + [(k.log_group, k.log_stream) for k in kernel]
+            if stream_node_ids(s, all_nodes)}
+    if hma_group:
+        kept.add(hma_group)
+
+    expected = len(hours_between(padded_start, padded_end))
+    kernel_keys = {(k.log_group, k.log_stream) for k in kernel if stream_node_ids(k.log_stream, all_nodes)}
+    need_detail = {key for key in kernel_keys if key in summary and summary[key].live_hours < expected}
+    if hma_group:
+        other_streams = [key for key in summary if key[0] == hma_group and not key[1].startswith(HMA_PREFIX)]
+        if not any(summary[key].live_hours >= expected for key in other_streams):
+            need_detail.update(other_streams)
+    detail = _hour_detail(runner, need_detail, expected, padded_start, padded_end, gaps)
+    activity = [s.model_copy(update={"hour_counts": detail.get(key)}) if key in need_detail else s
+                for key, s in sorted(summary.items()) if key[0] in kept]
+    return LogEvidence(
+        log_groups=groups, hma_log_group=hma_group,
+        kernel_streams=[k for k in kernel if k.log_group in kept],
+        stream_activity=activity, gpu_lines=sorted(gpu_lines, key=lambda g: g.time), queries=runner.records,
+        discovered_nodes=discovered, hma_streams=hma_streams)
+
+
+def _hma_streams(aws: Aws, group: str, gaps: list[str]) -> list[str] | None:
+    """HMA streams exist only for nodes with a detection (RULES §4), so listing them is one small call."""
+    try:
+        return [s["logStreamName"] for s in aws.paginate("logs", "DescribeLogStreams", "logStreams", token="nextToken",
+                                                         logGroupName=group, logStreamNamePrefix=HMA_PREFIX)]
+    except CallFailed as failed:
+        gaps.append(failed.gap + f" — HMA streams of {group} not listed; HMA status Not observable")
+        return None
+
+
+def _hour_detail(runner: InsightsRunner, keys: set[tuple[str, str]], expected_hours: int, start: datetime,
+                 end: datetime, gaps: list[str]) -> dict[tuple[str, str], dict[datetime, int]]:
+    """Per-hour counts for the named streams, partitioned so no query can pass 10,000 rows."""
+    per_query = max(1, MAX_ROWS // max(1, expected_hours))
+    by_group: dict[str, list[str]] = {}
+    for group, stream in sorted(keys):
+        by_group.setdefault(group, []).append(stream)
+    detail: dict[tuple[str, str], dict[datetime, int]] = {}
+    chunks: list[tuple[list[str], list[str]]] = []
+    for group, streams in by_group.items():
+        chunks.extend(([group], chunk) for chunk in _batches(streams, per_query))
+    started = [(chunk, runner.start("stream-hours", groups, start, end, hours_query(chunk)))
+               for groups, chunk in chunks]
+    for chunk, p in started:
+        rows = runner.results(p)
+        if rows is None:
+            continue
+        for stream in chunk:
+            detail[(p.groups[0], stream)] = {}
+        for r in rows:
+            hour = _time(r.get("hour"))
+            if hour is not None:
+                detail.setdefault((_group_name(r.get("@log", "")), r["@logStream"]), {})[floor_hour(hour)] = \
+                    int(r["lines"])
+    return detail
+
+
+def discover_vanished_nodes(cluster: ClusterInfo, nodes: list[NodeInfo],
+                            stream_keys: Iterable[tuple[str, str]]) -> list[NodeInfo]:
+    """ParallelCluster compute nodes that DescribeInstances no longer returns, named by the cluster's
+    own log streams with lines in the padded window (terminated instances drop out within about an hour)."""
+    if cluster.kind != "parallelcluster":
+        return []
+    known = {n.instance_id for n in nodes}
+    found: dict[str, NodeInfo] = {}
+    for group, stream in stream_keys:
+        if not is_pcluster_group(group, cluster.name):
+            continue
+        match = PCLUSTER_STREAM.match(stream)
+        if match and match["iid"] not in known and match["iid"] not in found:
+            found[match["iid"]] = node_from_log_stream(match["iid"], None, None)
+    return sorted(found.values(), key=lambda n: n.instance_id)
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return parse_time(str(value))
+    except ValueError:
+        return None
+
+
+def lifetime_start(nodes: list[NodeInfo], padded_start: datetime, lookback: timedelta) -> datetime:
+    """Kernel-stream identification looks back over node lifetimes (since launch), not just the window."""
+    launches = [n.launch_time for n in nodes if n.launch_time]
+    earliest = min([*launches, padded_start - lookback]) if not launches or len(launches) < len(nodes) else \
+        min(launches)
+    return min(earliest, padded_start)

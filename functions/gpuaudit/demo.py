@@ -1,0 +1,77 @@
+"""`gpuaudit demo`: the shipped demo worlds through the whole pipeline, findings written to a
+DynamoDB table and alerts published to an SNS topic, both in the embedded backend (moto)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.table import Table
+
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.embedded.backend import WorldBackend
+from gpuaudit.embedded.world import load_world
+from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.sinks import write_and_alert
+from gpuaudit.timeutil import parse_time
+
+TABLE = "gpuaudit-findings"
+TOPIC = "gpuaudit-alerts"
+
+
+def demo_worlds() -> list[dict[str, Any]]:
+    folder = resources.files("gpuaudit") / "worlds"
+    manifest = json.loads((folder / "demo.json").read_text(encoding="utf-8"))
+    return [dict(entry, path=str(folder / entry["world"])) for entry in manifest["audits"]]
+
+
+def run_demo(out_dir: Path, console: Console) -> list[Path]:
+    from moto import mock_aws
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with mock_aws():
+        for entry in demo_worlds():
+            world = load_world(entry["path"])
+            backend = WorldBackend(world)
+            session = backend.session()
+            aws = Aws(session=session, region=world.region, clock=lambda w=world: w.now, sleep=lambda _s: None)
+            request = AuditRequest(cluster=entry["cluster"], mode=entry["mode"],
+                                   since=parse_time(entry["since"]) if entry.get("since") else None,
+                                   until=parse_time(entry["until"]) if entry.get("until") else None)
+            result = run_audit(aws, request)
+            console.rule(f"[bold]{entry['title']}")
+            console.print(Markdown(result.report_markdown))
+            ddb, sns = session.client("dynamodb"), session.client("sns")
+            _ensure_table(ddb)
+            topic = sns.create_topic(Name=TOPIC)["TopicArn"]
+            sink = write_and_alert(ddb, TABLE, sns, topic, result, int(world.now.timestamp()))
+            again = write_and_alert(ddb, TABLE, sns, topic, result, int(world.now.timestamp()))
+            stem = out_dir / entry["world"].replace(".world.json", "")
+            Path(f"{stem}.result.json").write_text(result.to_json() + "\n", encoding="utf-8")
+            Path(f"{stem}.report.md").write_text(result.report_markdown + "\n", encoding="utf-8")
+            written += [Path(f"{stem}.result.json"), Path(f"{stem}.report.md")]
+            table = Table(title=f"Sinks (embedded): DynamoDB table {TABLE}, SNS topic {TOPIC}")
+            table.add_column("what")
+            table.add_column("value")
+            table.add_row("items written", str(sink.items_written))
+            table.add_row("alert published", "yes" if sink.published else "no (nothing changed)")
+            table.add_row("alert text", sink.alert or "—")
+            table.add_row("same audit delivered again", "duplicate: nothing written, nothing published"
+                          if again.duplicate and not again.published else "WROTE AGAIN (bug)")
+            table.add_row("result / report", f"{stem}.result.json, {stem}.report.md")
+            console.print(table)
+    return written
+
+
+def _ensure_table(ddb: Any) -> None:
+    if TABLE in ddb.list_tables()["TableNames"]:
+        return
+    ddb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                     AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                           {"AttributeName": "sk", "AttributeType": "S"}],
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}])

@@ -1,0 +1,955 @@
+"""A small CloudWatch Logs Insights evaluator with the real query semantics.
+
+Why it exists: moto's fake Logs Insights ignores `filter` and `stats` and returns raw events, so an
+embedded backend built on moto would let a wrong query look right. The embedded backend hands the
+records of the log groups named in StartQuery to `run_query`, which evaluates the query the way
+Logs Insights does, including its limits:
+
+* time range: startTime and endTime are epoch seconds, both inclusive (the whole end second counts);
+* result cap: never more than 10,000 rows (`MAX_RESULT_ROWS`), extra rows silently dropped, so a
+  caller detects truncation by seeing exactly 10,000 rows; `limit` accepts 1..10,000;
+* StartQuery accepts at most 50 log groups (`MAX_LOG_GROUPS`, enforced by the caller, which knows them);
+* output shape: GetQueryResults `results` rows, values always strings, absent fields omitted.
+
+Supported commands (pipe-separated): `fields`, `filter` (like / not like with /regex/flags or
+"substring", =, !=, <, <=, >, >= , in / not in [...], and, or, not, parentheses), `stats` with
+count(*), count, count_distinct, sum, min, max, avg, earliest, latest `by` fields or bin(<n>s|m|h|d),
+chained stats, `sort`, `limit`. Anything else raises `QueryError` instead of silently returning
+something a real account would not.
+
+Structure: a tokenizer, a recursive-descent parser producing a small frozen AST (`parse_query`), and
+an executor that compiles filters into closures and runs `stats` as one pass of dict accumulation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import reduce
+from operator import attrgetter, itemgetter
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+MAX_RESULT_ROWS = 10_000
+MAX_LOG_GROUPS = 50
+
+_ERROR_QUERY_CHARS = 200
+_DEFAULT_FIELDS = ("@timestamp", "@message", "@logStream", "@log", "@ptr")
+_AGGREGATIONS = frozenset(
+    {"count", "count_distinct", "sum", "min", "max", "avg", "earliest", "latest"}
+)
+_BIN_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}
+_UNSUPPORTED_COMMANDS = frozenset(
+    {"parse", "display", "dedup", "unmask", "pattern", "diff", "anomaly", "unnest", "lookup", "source"}
+)
+
+
+class QueryError(ValueError):
+    """Query form not supported / malformed; message names the query text and the unsupported part."""
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    log_group: str
+    log_stream: str
+    timestamp_ms: int  # event time, epoch ms
+    message: str
+    ingestion_ms: int | None = None
+
+
+@dataclass
+class QueryOutcome:
+    rows: list[list[dict[str, str]]]  # GetQueryResults "results" shape
+    records_scanned: int  # records in the named groups inside [start, end] (what AWS bills/scans)
+    records_matched: int  # records that passed all filters (before stats)
+    bytes_scanned: int  # sum of len(message.encode()) over scanned records
+
+
+def _error(query: str, detail: str) -> QueryError:
+    return QueryError(f"{detail} in Logs Insights query: {query[:_ERROR_QUERY_CHARS]}")
+
+
+# --------------------------------------------------------------------------- values
+
+Value = str | int | float
+
+
+class _Ts(int):
+    """Epoch milliseconds that print as a Logs Insights timestamp.
+
+    An int subclass, so timestamps compare, sort and min/max as times for free, and formatting is
+    deferred to output (at most 10,000 rows) instead of paid per record.
+    """
+
+    __slots__ = ()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NUMBER_RX = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _format_ts(ms: int) -> str:
+    seconds, millis = divmod(ms, 1000)
+    return f"{_EPOCH + timedelta(seconds=seconds):%Y-%m-%d %H:%M:%S}.{millis:03d}"
+
+
+def _text(value: Value) -> str:
+    """The string GetQueryResults shows for a value: integral numbers without `.0`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, _Ts):
+        return _format_ts(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def _num(value: object) -> int | float | None:
+    """Numeric view of a value (numbers, numeric strings); None when not a number."""
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if _NUMBER_RX.fullmatch(text):
+            return int(text) if text.lstrip("+-").isdigit() else float(text)
+    return None
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+_TOKEN_RX = re.compile(
+    r"""
+      (?P<ws>\s+)
+    | (?P<comment>\#[^\n]*)
+    | (?P<pipe>\|)
+    | (?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+    | (?P<regex>/(?:[^/\\\n]|\\.)*/[A-Za-z]*)
+    | (?P<ident>@?[A-Za-z_][A-Za-z0-9_.]*|`[^`\n]*`)
+    | (?P<num>-?\d+(?:\.\d+)?[A-Za-z]*)
+    | (?P<op>!=|=~|<=|>=|=|<|>)
+    | (?P<punct>[(),\[\]*])
+    | (?P<bad>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_STRING_ESCAPE_RX = re.compile(r"\\(.)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str  # ident | str | regex | num | op | punct | pipe
+    text: str  # as written (used in error messages and default output names)
+    value: str  # unquoted string / field name; equals text otherwise
+
+
+def _unescape(body: str) -> str:
+    # Only quotes and backslashes are escapes; other backslashes are kept so "a\.b" stays regex-like.
+    return _STRING_ESCAPE_RX.sub(lambda m: m.group(1) if m.group(1) in "\"'\\" else m.group(0), body)
+
+
+def _tokenize(query: str) -> list[_Tok]:
+    tokens: list[_Tok] = []
+    for match in _TOKEN_RX.finditer(query):
+        kind, text = match.lastgroup or "bad", match.group()
+        if kind in ("ws", "comment"):
+            continue
+        if kind == "bad":
+            if text in "\"'`/":
+                raise _error(query, f"unbalanced {text} at offset {match.start()}")
+            raise _error(query, f"unsupported character {text!r} at offset {match.start()}")
+        value = text
+        if kind == "str":
+            value = _unescape(text[1:-1])
+        elif kind == "ident" and text.startswith("`"):
+            value = text[1:-1]
+        tokens.append(_Tok(kind, text, value))
+    return tokens
+
+
+# --------------------------------------------------------------------------- AST
+
+Scalar = str | int | float  # a literal in a filter
+
+
+@dataclass(frozen=True)
+class Like:
+    field: str
+    pattern: re.Pattern[str] | str  # compiled regex, or a plain substring
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Compare:
+    field: str
+    op: str  # = != < <= > >=
+    value: Scalar
+
+
+@dataclass(frozen=True)
+class In:
+    field: str
+    values: tuple[Scalar, ...]
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # "and" | "or"
+    operands: tuple[Expr, ...]
+
+
+Expr = Like | Compare | In | Not | BoolOp
+
+
+@dataclass(frozen=True)
+class FieldsCmd:
+    items: tuple[tuple[str, str], ...]  # (field, output name)
+
+
+@dataclass(frozen=True)
+class FilterCmd:
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Agg:
+    func: str  # lower-case aggregation name
+    arg: str | None  # None for count(*)
+    name: str  # alias, or the expression text without spaces
+
+
+@dataclass(frozen=True)
+class GroupTerm:
+    field: str | None  # None for a bin
+    bin_ms: int | None
+    name: str
+
+
+@dataclass(frozen=True)
+class StatsCmd:
+    aggs: tuple[Agg, ...]
+    by: tuple[GroupTerm, ...]
+
+
+@dataclass(frozen=True)
+class SortCmd:
+    keys: tuple[tuple[str, bool], ...]  # (field, descending)
+
+
+@dataclass(frozen=True)
+class LimitCmd:
+    n: int
+
+
+Command = FieldsCmd | FilterCmd | StatsCmd | SortCmd | LimitCmd
+
+
+@dataclass(frozen=True)
+class Query:
+    text: str
+    commands: tuple[Command, ...]
+    field_names: frozenset[str]  # every field referenced anywhere (decides whether @ptr is computed)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+class _Parser:
+    """Recursive descent over the tokens of one command (between pipes)."""
+
+    def __init__(self, query: str, tokens: list[_Tok]) -> None:
+        self.query = query
+        self.tokens = tokens
+        self.pos = 0
+        self.fields: set[str] = set()
+
+    # -- cursor helpers
+    def error(self, detail: str) -> QueryError:
+        return _error(self.query, detail)
+
+    def peek(self, ahead: int = 0) -> _Tok | None:
+        index = self.pos + ahead
+        return self.tokens[index] if index < len(self.tokens) else None
+
+    def take(self, what: str) -> _Tok:
+        tok = self.peek()
+        if tok is None:
+            raise self.error(f"expected {what} but the command ended")
+        self.pos += 1
+        return tok
+
+    def at_word(self, *words: str) -> bool:
+        tok = self.peek()
+        return tok is not None and tok.kind == "ident" and tok.text.lower() in words
+
+    def at_punct(self, char: str) -> bool:
+        tok = self.peek()
+        return tok is not None and tok.kind == "punct" and tok.text == char
+
+    def expect_punct(self, char: str) -> None:
+        tok = self.take(f"'{char}'")
+        if tok.kind != "punct" or tok.text != char:
+            raise self.error(f"expected '{char}' but found '{tok.text}'")
+
+    def end(self) -> None:
+        tok = self.peek()
+        if tok is not None:
+            raise self.error(f"unsupported or unexpected token '{tok.text}'")
+
+    def alias(self) -> str | None:
+        if not self.at_word("as"):
+            return None
+        self.pos += 1
+        tok = self.take("an alias")
+        if tok.kind != "ident":
+            raise self.error(f"expected an alias but found '{tok.text}'")
+        return tok.value
+
+    # -- fields
+    def field(self) -> str:
+        """A field name. `count(*)`-style references name a stats output column; other calls are errors."""
+        tok = self.take("a field name")
+        if tok.kind != "ident":
+            raise self.error(f"expected a field name but found '{tok.text}'")
+        if not self.at_punct("("):
+            self.fields.add(tok.value)
+            return tok.value
+        if tok.text.lower() not in _AGGREGATIONS and tok.text.lower() != "bin":
+            raise self.error(f"unsupported function '{tok.text}'")
+        self.pos += 1
+        parts = [tok.text, "("]
+        while not self.at_punct(")"):
+            parts.append(self.take("')'").text)
+        self.pos += 1
+        name = "".join(parts) + ")"
+        self.fields.add(name)
+        return name
+
+    def comma_separated(self, item: Callable[[], _T]) -> list[_T]:
+        items = [item()]
+        while self.at_punct(","):
+            self.pos += 1
+            items.append(item())
+        return items
+
+    # -- commands
+    def fields_cmd(self) -> FieldsCmd:
+        def item() -> tuple[str, str]:
+            name = self.field()
+            return name, self.alias() or name
+
+        return FieldsCmd(tuple(self.comma_separated(item)))
+
+    def filter_cmd(self) -> FilterCmd:
+        return FilterCmd(self.or_expr())
+
+    def sort_cmd(self) -> SortCmd:
+        def key() -> tuple[str, bool]:
+            name = self.field()
+            descending = True  # Logs Insights sorts descending unless told otherwise
+            if self.at_word("asc", "desc"):
+                descending = self.take("asc/desc").text.lower() == "desc"
+            return name, descending
+
+        return SortCmd(tuple(self.comma_separated(key)))
+
+    def limit_cmd(self) -> LimitCmd:
+        tok = self.take("a row count")
+        if tok.kind != "num" or not tok.text.isdigit():
+            raise self.error(f"limit needs a positive integer, found '{tok.text}'")
+        n = int(tok.text)
+        if not 1 <= n <= MAX_RESULT_ROWS:
+            raise self.error(f"limit {n} is outside 1..{MAX_RESULT_ROWS}")
+        return LimitCmd(n)
+
+    def stats_cmd(self) -> StatsCmd:
+        aggs = self.comma_separated(self.aggregation)
+        by: list[GroupTerm] = []
+        if self.at_word("by"):
+            self.pos += 1
+            by = self.comma_separated(self.group_term)
+        return StatsCmd(tuple(aggs), tuple(by))
+
+    def aggregation(self) -> Agg:
+        tok = self.take("an aggregation")
+        func = tok.text.lower()
+        if tok.kind != "ident" or not self.at_punct("("):
+            raise self.error(f"expected an aggregation function but found '{tok.text}'")
+        if func not in _AGGREGATIONS:
+            raise self.error(f"unsupported function '{tok.text}'")
+        self.pos += 1
+        arg: str | None
+        if self.at_punct("*"):
+            if func != "count":
+                raise self.error(f"'{tok.text}(*)' is not supported; only count(*) takes *")
+            self.pos += 1
+            arg, arg_text = None, "*"
+        else:
+            arg = arg_text = self.field()
+        self.expect_punct(")")
+        return Agg(func, arg, self.alias() or f"{tok.text}({arg_text})")
+
+    def group_term(self) -> GroupTerm:
+        tok = self.peek()
+        if tok is not None and tok.kind == "ident" and tok.text.lower() == "bin":
+            next_tok = self.peek(1)
+            if next_tok is not None and next_tok.kind == "punct" and next_tok.text == "(":
+                self.pos += 2
+                period = self.take("a bin period")
+                self.expect_punct(")")
+                text = f"{tok.text}({period.text})"
+                return GroupTerm(None, self.bin_width(period), self.alias() or text)
+        name = self.field()
+        return GroupTerm(name, None, self.alias() or name)
+
+    def bin_width(self, tok: _Tok) -> int:
+        match = re.fullmatch(r"(\d+)([a-z]+)", tok.text) if tok.kind == "num" else None
+        if match is None or match.group(2) not in _BIN_UNITS_MS or int(match.group(1)) == 0:
+            raise self.error(f"unsupported bin period '{tok.text}' (use <n>s, <n>m, <n>h or <n>d)")
+        return int(match.group(1)) * _BIN_UNITS_MS[match.group(2)]
+
+    # -- filter expressions: or < and < not < comparison (and binds tighter than or)
+    def or_expr(self) -> Expr:
+        operands = [self.and_expr()]
+        while self.at_word("or"):
+            self.pos += 1
+            operands.append(self.and_expr())
+        return operands[0] if len(operands) == 1 else BoolOp("or", tuple(operands))
+
+    def and_expr(self) -> Expr:
+        operands = [self.not_expr()]
+        while self.at_word("and"):
+            self.pos += 1
+            operands.append(self.not_expr())
+        return operands[0] if len(operands) == 1 else BoolOp("and", tuple(operands))
+
+    def not_expr(self) -> Expr:
+        if self.at_word("not"):
+            self.pos += 1
+            return Not(self.not_expr())
+        if self.at_punct("("):
+            self.pos += 1
+            inner = self.or_expr()
+            self.expect_punct(")")
+            return inner
+        return self.comparison()
+
+    def comparison(self) -> Expr:
+        name = self.field()
+        negate = False
+        if self.at_word("not"):
+            self.pos += 1
+            negate = True
+            if not self.at_word("like", "in"):
+                raise self.error(f"expected 'like' or 'in' after '{name} not'")
+        tok = self.take(f"an operator after '{name}'")
+        word = tok.text.lower() if tok.kind == "ident" else None
+        if word == "like" or (tok.kind == "op" and tok.text == "=~" and not negate):
+            return Like(name, self.pattern(), negate)
+        if word == "in":
+            return In(name, tuple(self.literal_list()), negate)
+        if tok.kind == "op" and not negate and tok.text != "=~":
+            value = self.literal()
+            if tok.text not in ("=", "!=") and isinstance(value, str):
+                raise self.error(f"'{tok.text}' needs a number, found '{value}'")
+            return Compare(name, tok.text, value)
+        raise self.error(f"unsupported operator '{tok.text}' after '{name}'")
+
+    def pattern(self) -> re.Pattern[str] | str:
+        tok = self.take("a /regex/ or a string")
+        if tok.kind == "str":
+            return tok.value
+        if tok.kind != "regex":
+            raise self.error(f"expected a /regex/ or a string but found '{tok.text}'")
+        close = tok.text.rindex("/")
+        body, flag_text = tok.text[1:close].replace("\\/", "/"), tok.text[close + 1 :]
+        flags = 0
+        for flag in flag_text:
+            if flag not in _REGEX_FLAGS:
+                raise self.error(f"unsupported regex flag '{flag}' in {tok.text}")
+            flags |= _REGEX_FLAGS[flag]
+        try:
+            return re.compile(body, flags)  # compiled once here, never per record
+        except re.error as exc:
+            raise self.error(f"invalid regex {tok.text}: {exc}") from None
+
+    def literal(self) -> Scalar:
+        tok = self.take("a value")
+        if tok.kind == "str":
+            return tok.value
+        if tok.kind == "num" and re.fullmatch(r"-?\d+(?:\.\d+)?", tok.text):
+            return float(tok.text) if "." in tok.text else int(tok.text)
+        raise self.error(f"expected a string or a number but found '{tok.text}'")
+
+    def literal_list(self) -> list[Scalar]:
+        self.expect_punct("[")
+        values: list[Scalar] = []
+        if not self.at_punct("]"):
+            values = self.comma_separated(self.literal)
+        self.expect_punct("]")
+        return values
+
+
+def parse_query(query: str) -> Query:
+    """Parse and validate a query; raises QueryError for any form this evaluator does not support."""
+    tokens = _tokenize(query)
+    if not tokens:
+        raise _error(query, "empty query")
+    segments: list[list[_Tok]] = [[]]
+    for tok in tokens:
+        if tok.kind == "pipe":
+            segments.append([])
+        else:
+            segments[-1].append(tok)
+    commands: list[Command] = []
+    fields: set[str] = set()
+    for segment in segments:
+        if not segment:
+            raise _error(query, "empty command between pipes")
+        head, parser = segment[0], _Parser(query, segment)
+        parser.pos = 1
+        name = head.text.lower() if head.kind == "ident" else ""
+        command: Command
+        if name == "fields":
+            command = parser.fields_cmd()
+        elif name == "filter":
+            command = parser.filter_cmd()
+        elif name == "stats":
+            command = parser.stats_cmd()
+        elif name == "sort":
+            command = parser.sort_cmd()
+        elif name == "limit":
+            command = parser.limit_cmd()
+        elif name in _UNSUPPORTED_COMMANDS:
+            raise _error(query, f"unsupported command '{head.text}'")
+        else:
+            raise _error(query, f"unknown command '{head.text}'")
+        parser.end()
+        commands.append(command)
+        fields |= parser.fields
+    return Query(query, tuple(commands), frozenset(fields))
+
+
+# --------------------------------------------------------------------------- field access
+
+Getter = Callable[[Any], Any]
+Predicate = Callable[[Any], bool]
+
+
+def _absent(_: object) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Acc:
+    """How to read one field from a pipeline item (a LogRecord before stats, a row dict after).
+
+    `raw` is the cheap form used for grouping, sorting and min/max (epoch ms, bare log-group name);
+    `final` turns it into the output value and is order-preserving, so extremes can be taken on raw.
+    """
+
+    raw: Getter
+    final: Callable[[Any], Value] | None  # None: raw already is the value
+    kind: str  # "str": value always a str; "num": raw always an int; "any": anything or None
+    value: Getter  # final(raw(item)), composed once
+
+
+def _acc(raw: Getter, final: Callable[[Any], Value] | None, kind: str) -> _Acc:
+    if final is None:
+        return _Acc(raw, None, kind, raw)
+    finish = final
+
+    def value(item: Any) -> Value | None:
+        got = raw(item)
+        return None if got is None else finish(got)
+
+    return _Acc(raw, final, kind, value)
+
+
+_ABSENT = _acc(_absent, None, "any")
+
+
+class _Env:
+    """Resolves field names to accessors for one pipeline stage; `fields x as y` adds aliases."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, _Acc] = {}
+
+    def field(self, name: str) -> _Acc:
+        return self.aliases.get(name) or self.lookup(name)
+
+    def lookup(self, name: str) -> _Acc:
+        raise NotImplementedError
+
+    def bin(self, width_ms: int) -> _Acc:
+        raise NotImplementedError
+
+
+class _RecordEnv(_Env):
+    """Fields of raw log records (before the first stats)."""
+
+    def __init__(self, account_id: str, ptr_of: dict[int, int]) -> None:
+        super().__init__()
+        log_names: dict[str, str] = {}
+
+        def log_name(group: str) -> str:
+            # Memoised: a filter on @log would otherwise build the same string per record.
+            name = log_names.get(group)
+            if name is None:
+                name = log_names[group] = f"{account_id}:{group}"
+            return name
+
+        def ingestion(record: LogRecord) -> int:
+            return record.timestamp_ms if record.ingestion_ms is None else record.ingestion_ms
+
+        self.fields = {
+            "@message": _acc(attrgetter("message"), None, "str"),
+            "@logStream": _acc(attrgetter("log_stream"), None, "str"),
+            "@log": _acc(attrgetter("log_group"), log_name, "str"),
+            "@timestamp": _acc(attrgetter("timestamp_ms"), _Ts, "num"),
+            "@ingestionTime": _acc(ingestion, _Ts, "num"),
+            "@ptr": _acc(lambda record: ptr_of[id(record)], lambda index: f"ptr-{index}", "num"),
+        }
+
+    def lookup(self, name: str) -> _Acc:
+        # No JSON field discovery: any other field is absent on every record.
+        return self.fields.get(name, _ABSENT)
+
+    def bin(self, width_ms: int) -> _Acc:
+        return _acc(lambda record: record.timestamp_ms // width_ms, lambda k: _Ts(k * width_ms), "num")
+
+
+class _RowEnv(_Env):
+    """Columns of stats output rows; every row holds every column (None when absent)."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        super().__init__()
+        self.columns = list(columns)
+
+    def lookup(self, name: str) -> _Acc:
+        return _acc(itemgetter(name), None, "any") if name in self.columns else _ABSENT
+
+    def bin(self, width_ms: int) -> _Acc:
+        stamp = self.field("@timestamp").raw
+
+        def bucket(row: Any) -> int | None:
+            value = stamp(row)
+            return value // width_ms if isinstance(value, int) else None
+
+        return _acc(bucket, lambda k: _Ts(k * width_ms), "any")
+
+
+# --------------------------------------------------------------------------- filters
+
+
+def _both(a: Predicate, b: Predicate) -> Predicate:
+    return lambda item: a(item) and b(item)
+
+
+def _either(a: Predicate, b: Predicate) -> Predicate:
+    return lambda item: a(item) or b(item)
+
+
+def _negated(inner: Predicate) -> Predicate:
+    return lambda item: not inner(item)
+
+
+def _compile_filter(expr: Expr, env: _Env) -> Predicate:
+    """Turn an expression into a closure, so per-record work is only the comparison itself."""
+    if isinstance(expr, BoolOp):
+        parts = [_compile_filter(operand, env) for operand in expr.operands]
+        return reduce(_both if expr.op == "and" else _either, parts)
+    if isinstance(expr, Not):
+        return _negated(_compile_filter(expr.operand, env))
+    acc = env.field(expr.field)
+    if isinstance(expr, Like):
+        predicate = _like(acc.value, acc.kind == "str", expr.pattern)
+        return _negated(predicate) if expr.negate else predicate
+    if isinstance(expr, In):
+        predicate = _member(acc.value, expr.values)
+        return _negated(predicate) if expr.negate else predicate
+    return _compare(acc.value, expr.op, expr.value)
+
+
+def _like(get: Getter, always_str: bool, pattern: re.Pattern[str] | str) -> Predicate:
+    if isinstance(pattern, str):
+        needle = pattern
+        if always_str:
+            return lambda item: needle in get(item)
+        return lambda item: (value := get(item)) is not None and needle in _text(value)
+    search = pattern.search
+    if always_str:
+        return lambda item: search(get(item)) is not None
+    return lambda item: (value := get(item)) is not None and search(_text(value)) is not None
+
+
+def _equals(get: Getter, literal: Scalar) -> Predicate:
+    if isinstance(literal, str):
+        return lambda item: (value := get(item)) is not None and _text(value) == literal
+    return lambda item: _num(get(item)) == literal  # None (absent / not a number) never equals
+
+
+def _compare(get: Getter, op: str, literal: Scalar) -> Predicate:
+    if op == "=":
+        return _equals(get, literal)
+    if op == "!=":
+        equal = _equals(get, literal)
+        return lambda item: not equal(item)
+    bound = float(literal)
+    tests: dict[str, Callable[[float], bool]] = {
+        "<": lambda n: n < bound,
+        "<=": lambda n: n <= bound,
+        ">": lambda n: n > bound,
+        ">=": lambda n: n >= bound,
+    }
+    test = tests[op]
+    return lambda item: (n := _num(get(item))) is not None and test(n)
+
+
+def _member(get: Getter, literals: tuple[Scalar, ...]) -> Predicate:
+    strings = frozenset(v for v in literals if isinstance(v, str))
+    numbers = frozenset(v for v in literals if not isinstance(v, str))
+
+    def member(item: Any) -> bool:
+        value = get(item)
+        if value is None:
+            return False
+        return _text(value) in strings or (bool(numbers) and _num(value) in numbers)
+
+    return member
+
+
+# --------------------------------------------------------------------------- stats
+
+_NUMBER_TYPES = (int, float, _Ts)
+
+
+def _extreme(values: list[Any], pick: Callable[..., Any]) -> Any:
+    """min/max: numeric when every value is a number (timestamps are), else by displayed text."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    if all(type(v) in _NUMBER_TYPES for v in values):
+        return pick(values)  # keeps a _Ts a _Ts, so it prints as a timestamp
+    numbers = [_num(v) for v in values]
+    if None not in numbers:
+        return pick(numbers)
+    return pick(values, key=_text)
+
+
+def _numbers(values: Iterable[Any]) -> list[int | float]:
+    return [n for n in map(_num, values) if n is not None]
+
+
+def _compile_agg(agg: Agg, env: _Env, on_records: bool) -> Callable[[list[Any]], Value | None]:
+    """An aggregation over the members of one group (records or rows)."""
+    if agg.arg is None:
+        return len
+    acc = env.field(agg.arg)
+    raw, final, value = acc.raw, acc.final, acc.value
+
+    def finish(result: Any) -> Value | None:
+        return result if result is None or final is None else final(result)
+
+    func = agg.func
+    if func == "count":
+        if acc.kind != "any":
+            return len
+        return lambda members: len(members) - list(map(raw, members)).count(None)
+    if func == "count_distinct":
+        # raw is injective (log-group name, epoch ms), so distinct raw == distinct values; exact, not HLL.
+        return lambda members: len(set(map(raw, members)) - {None})
+    if func in ("sum", "avg"):
+
+        def total(members: list[Any]) -> Value | None:
+            numbers = _numbers(map(value, members))
+            if not numbers:
+                return None
+            result = sum(numbers)
+            return result if func == "sum" else result / len(numbers)
+
+        return total
+    if func in ("min", "max"):
+        pick = min if func == "min" else max
+        if acc.kind == "num":
+            return lambda members: finish(pick(map(raw, members))) if members else None
+        return lambda members: finish(_extreme(list(map(raw, members)), pick))
+    # earliest / latest: the field's value on the record with the smallest / largest @timestamp.
+    latest = func == "latest"
+    stamp = env.field("@timestamp").raw
+    if on_records and acc.kind != "any":
+        pick = max if latest else min
+        return lambda members: value(pick(members, key=stamp)) if members else None
+
+    def by_time(members: list[Any]) -> Value | None:
+        best: Any = None
+        best_time: Any = None
+        for member in members:
+            got, when = raw(member), stamp(member)
+            if got is None or when is None:
+                continue
+            if best_time is None or (when > best_time if latest else when < best_time):
+                best, best_time = got, when
+        return finish(best)
+
+    return by_time
+
+
+def _key_function(getters: list[Getter]) -> Getter:
+    # Unrolled for the common arities: this runs once per record on millions of records.
+    if not getters:
+        return lambda item: ()
+    if len(getters) == 1:
+        (a,) = getters
+        return lambda item: (a(item),)
+    if len(getters) == 2:
+        a, b = getters
+        return lambda item: (a(item), b(item))
+    if len(getters) == 3:
+        a, b, c = getters
+        return lambda item: (a(item), b(item), c(item))
+    return lambda item: tuple(g(item) for g in getters)
+
+
+def _rank(component: Any) -> tuple[int, Any]:
+    if component is None:
+        return (0, 0)
+    if isinstance(component, (int, float)):
+        return (1, component)
+    return (2, component)
+
+
+def _sorted_keys(keys: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Group keys ascending. Native tuple order when the types allow it (fast), else None < numbers < text."""
+    key_list = list(keys)
+    try:
+        return sorted(key_list)
+    except TypeError:
+        return sorted(key_list, key=lambda key: tuple(map(_rank, key)))
+
+
+def _run_stats(cmd: StatsCmd, items: list[Any], env: _Env, on_records: bool) -> tuple[list[Any], list[str]]:
+    """One pass buckets the items by group key; aggregations then run per bucket with C-level builtins."""
+    by = [env.bin(t.bin_ms) if t.bin_ms is not None else env.field(t.field or "") for t in cmd.by]
+    key_of = _key_function([acc.raw for acc in by])
+    groups: defaultdict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    for item in items:
+        groups[key_of(item)].append(item)
+
+    aggregations = [_compile_agg(agg, env, on_records) for agg in cmd.aggs]
+    finals = [acc.final for acc in by]
+    names = [t.name for t in cmd.by] + [agg.name for agg in cmd.aggs]
+    rows: list[Any] = []
+    for key in _sorted_keys(groups):
+        members = groups[key]
+        values: list[Any] = [v if f is None or v is None else f(v) for v, f in zip(key, finals)]
+        values += [aggregate(members) for aggregate in aggregations]
+        rows.append(dict(zip(names, values)))
+    return rows, list(dict.fromkeys(names))
+
+
+# --------------------------------------------------------------------------- sort and run
+
+
+def _sort_items(items: list[Any], keys: Sequence[tuple[_Acc, bool]]) -> list[Any]:
+    """Multi-key sort: numeric when every present value is a number, else text; absent values last."""
+    for acc, descending in reversed(keys):  # least significant first; stable sorts compose
+        if acc.kind == "num":
+            items = sorted(items, key=acc.raw, reverse=descending)
+            continue
+        present: list[tuple[Any, Any]] = []
+        absent: list[Any] = []
+        for item in items:
+            value = acc.value(item)
+            if value is None:
+                absent.append(item)
+            else:
+                present.append((value, item))
+        numbers: list[Any] = [_num(value) for value, _ in present]
+        sort_keys = numbers if None not in numbers else [_text(value) for value, _ in present]
+        order = sorted(range(len(present)), key=sort_keys.__getitem__, reverse=descending)
+        items = [present[i][1] for i in order] + absent
+    return items
+
+
+_NEWEST_FIRST = attrgetter("timestamp_ms")
+
+
+def run_query(
+    query: str, records: Iterable[LogRecord], start_s: int, end_s: int, account_id: str
+) -> QueryOutcome:
+    """Evaluate `query` over the records of the queried log groups, within [start_s, end_s] (inclusive)."""
+    parsed = parse_query(query)
+    if end_s < start_s:
+        raise _error(query, f"endTime {end_s} is before startTime {start_s}")
+    low, high = start_s * 1000, end_s * 1000 + 999
+
+    has_stats = any(isinstance(c, StatsCmd) for c in parsed.commands)
+    has_fields = any(isinstance(c, FieldsCmd) for c in parsed.commands)
+    needs_ptr = "@ptr" in parsed.field_names or not (has_stats or has_fields)
+    ptr_of: dict[int, int] = {}
+    if needs_ptr:
+        # @ptr is the record's position in the caller's input, so the caller can resolve it back.
+        items: list[Any] = []
+        for index, record in enumerate(records):
+            if low <= record.timestamp_ms <= high:
+                items.append(record)
+                ptr_of[id(record)] = index
+    else:
+        items = [r for r in records if low <= r.timestamp_ms <= high]
+    scanned = len(items)
+    scanned_bytes = sum(map(len, map(str.encode, map(attrgetter("message"), items))))
+
+    env: _Env = _RecordEnv(account_id, ptr_of)
+    on_records = True
+    ordered = False  # raw records are implicitly newest first until a sort says otherwise
+    matched = scanned
+    display: list[tuple[str, _Acc]] | None = None  # set by `fields`, reset by `stats`
+    columns: list[str] = list(_DEFAULT_FIELDS)  # output when no `fields` follows the last stage
+    for command in parsed.commands:
+        if isinstance(command, FilterCmd):
+            items = list(filter(_compile_filter(command.expr, env), items))
+            if on_records:
+                matched = len(items)
+        elif isinstance(command, FieldsCmd):
+            display = display or []
+            for name, out_name in command.items:
+                acc = env.field(name)
+                display.append((out_name, acc))
+                if out_name != name:
+                    env.aliases[out_name] = acc
+        elif isinstance(command, SortCmd):
+            items = _sort_items(items, [(env.field(name), desc) for name, desc in command.keys])
+            ordered = True
+        elif isinstance(command, LimitCmd):
+            if on_records and not ordered:
+                items = heapq.nlargest(command.n, items, key=_NEWEST_FIRST)  # == stable sort desc, cut
+                ordered = True
+            else:
+                items = items[: command.n]
+        else:
+            items, columns = _run_stats(command, items, env, on_records)
+            env, on_records, display = _RowEnv(columns), False, None
+    if on_records and not ordered:
+        items = heapq.nlargest(MAX_RESULT_ROWS, items, key=_NEWEST_FIRST)
+    items = items[:MAX_RESULT_ROWS]  # the AWS cap, silently, for raw and stats output alike
+
+    if display is None:
+        display = [(name, env.field(name)) for name in columns]
+    getters = [(name, acc.value) for name, acc in display]
+    rows = [
+        [{"field": name, "value": _text(v)} for name, get in getters if (v := get(item)) is not None]
+        for item in items
+    ]
+    return QueryOutcome(rows, scanned, matched, scanned_bytes)

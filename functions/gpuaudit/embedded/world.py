@@ -1,0 +1,222 @@
+"""World files (WORLD-FORMAT.md): load, validate, and expose as an in-memory account.
+
+Validation is strict where a typo would silently empty a section (unknown keys) and
+where a bad value would surface later as a confusing answer (timestamps). Errors name
+the key path, so the CLI can say exactly what is wrong (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.timeutil import parse_time, to_epoch_ms
+
+FORMAT = "gpu-audit-world/1"
+
+SECTIONS: dict[str, set[str]] = {
+    "sagemaker": {"clusters", "training_plans"},
+    "ec2": {
+        "instances", "instance_types", "instance_status", "capacity_reservations",
+        "capacity_block_extension_offerings", "security_groups", "subnets", "route_tables",
+    },
+    "cloudtrail": {"events"},
+    "logs": {"groups"},
+    "cloudwatch": {"metrics", "alarms"},
+    "fsx": {"file_systems"},
+    "events": {"rules"},
+    "health": {"events"},
+    "servicequotas": {"quotas"},
+}
+TOP_LEVEL = {"format", "now", "account_id", "region", "faults", *SECTIONS}
+GROUP_KEYS = {"logGroupName", "streams", "creationTime", "retentionInDays", "metricFilterCount", "arn",
+              "storedBytes", "logGroupClass", "logGroupArn", "kmsKeyId", "dataProtectionStatus"}
+STREAM_KEYS = {"logStreamName", "events", "periodic", "creationTime", "arn", "storedBytes",
+               "firstEventTimestamp", "lastEventTimestamp", "lastIngestionTime", "uploadSequenceToken"}
+
+
+class WorldError(ValueError):
+    """The world file is unreadable, not of this format, or holds a bad key or value."""
+
+
+def _epoch_ms(value: Any, where: str) -> int:
+    if isinstance(value, bool) or value is None:
+        raise WorldError(f"{where}: expected an ISO-8601 UTC time or epoch milliseconds, got {value!r}")
+    try:
+        return to_epoch_ms(parse_time(value))
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        raise WorldError(f"{where}: bad timestamp {value!r} ({exc})") from None
+
+
+@dataclass(frozen=True)
+class Periodic:
+    start_ms: int
+    end_ms: int  # exclusive
+    every_ms: int
+    message: str
+
+    def timestamps(self) -> range:
+        return range(self.start_ms, self.end_ms, self.every_ms)
+
+
+@dataclass
+class Stream:
+    name: str
+    events: list[tuple[int, str]]
+    periodic: list[Periodic]
+    creation_ms: int | None
+    first_ms: int | None = field(init=False)
+    last_ms: int | None = field(init=False)
+    count: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.events.sort(key=lambda e: e[0])
+        firsts = [self.events[0][0]] if self.events else []
+        lasts = [self.events[-1][0]] if self.events else []
+        self.count = len(self.events)
+        for p in self.periodic:
+            stamps = p.timestamps()
+            if len(stamps):
+                firsts.append(stamps[0])
+                lasts.append(stamps[-1])
+                self.count += len(stamps)
+        self.first_ms = min(firsts) if firsts else None
+        self.last_ms = max(lasts) if lasts else None
+
+    def lines(self, start_ms: int | None = None, end_ms: int | None = None) -> Iterator[tuple[int, str]]:
+        """Every line in [start_ms, end_ms], generated lazily (big worlds stay small in memory)."""
+        lo = start_ms if start_ms is not None else -(2**62)
+        hi = end_ms if end_ms is not None else 2**62
+        for ts, msg in self.events:
+            if lo <= ts <= hi:
+                yield ts, msg
+        for p in self.periodic:
+            first = p.start_ms if lo <= p.start_ms else p.start_ms + -(-(lo - p.start_ms) // p.every_ms) * p.every_ms
+            for ts in range(first, min(p.end_ms, hi + 1), p.every_ms):
+                yield ts, p.message
+
+
+@dataclass
+class LogGroup:
+    name: str
+    streams: dict[str, Stream]
+    meta: dict[str, Any]
+
+
+@dataclass
+class World:
+    now: datetime
+    account_id: str
+    region: str
+    data: dict[str, dict[str, list[Any]]]
+    log_groups: dict[str, LogGroup]
+    faults: list[dict[str, Any]]
+    source: str = "<memory>"
+
+    def section(self, service: str, key: str) -> list[Any]:
+        return self.data.get(service, {}).get(key, [])
+
+
+def load_world(path: str | Path) -> World:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorldError(f"cannot read world file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise WorldError(f"world file {path} is not UTF-8: {exc}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorldError(f"world file {path} is not valid JSON (truncated?): {exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno}") from None
+    world = parse_world(raw)
+    world.source = str(path)
+    return world
+
+
+def parse_world(raw: Any) -> World:
+    if not isinstance(raw, dict):
+        raise WorldError("world: top level must be a JSON object")
+    if raw.get("format") != FORMAT:
+        raise WorldError(f"world: 'format' must be {FORMAT!r}, got {raw.get('format')!r}")
+    unknown = sorted(set(raw) - TOP_LEVEL)
+    if unknown:
+        raise WorldError(f"world: unknown top-level key(s) {', '.join(map(repr, unknown))}; "
+                         f"allowed: {', '.join(sorted(TOP_LEVEL))}")
+    for key in ("now", "account_id", "region"):
+        if key not in raw:
+            raise WorldError(f"world: missing required key {key!r}")
+    now = parse_time_or_error(raw["now"], "now")
+    data: dict[str, dict[str, list[Any]]] = {}
+    for section, keys in SECTIONS.items():
+        body = raw.get(section, {})
+        if not isinstance(body, dict):
+            raise WorldError(f"world: {section!r} must be an object")
+        bad = sorted(set(body) - keys)
+        if bad:
+            raise WorldError(f"world: unknown key(s) {', '.join(map(repr, bad))} in {section!r}; "
+                             f"allowed: {', '.join(sorted(keys))}")
+        for key, value in body.items():
+            if not isinstance(value, list):
+                raise WorldError(f"world: {section}.{key} must be a list")
+        data[section] = body
+    groups = _parse_log_groups(data.get("logs", {}).get("groups", []))
+    faults = raw.get("faults", [])
+    if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
+        raise WorldError("world: 'faults' must be a list of objects")
+    for i, fault in enumerate(faults):
+        for key in ("service", "operation"):
+            if not isinstance(fault.get(key), str):
+                raise WorldError(f"world: faults[{i}].{key} must be a string")
+    return World(now=now, account_id=str(raw["account_id"]), region=str(raw["region"]), data=data,
+                 log_groups=groups, faults=[dict(f) for f in faults])
+
+
+def parse_time_or_error(value: Any, where: str) -> datetime:
+    return parse_time(_epoch_ms(value, where))
+
+
+def _parse_log_groups(raw_groups: list[Any]) -> dict[str, LogGroup]:
+    groups: dict[str, LogGroup] = {}
+    for gi, g in enumerate(raw_groups):
+        where = f"logs.groups[{gi}]"
+        if not isinstance(g, dict) or not isinstance(g.get("logGroupName"), str):
+            raise WorldError(f"{where}: needs a string 'logGroupName'")
+        bad = sorted(set(g) - GROUP_KEYS)
+        if bad:
+            raise WorldError(f"{where} ({g['logGroupName']}): unknown key(s) {', '.join(map(repr, bad))}")
+        streams: dict[str, Stream] = {}
+        for si, s in enumerate(g.get("streams", [])):
+            swhere = f"{where}.streams[{si}]"
+            if not isinstance(s, dict) or not isinstance(s.get("logStreamName"), str):
+                raise WorldError(f"{swhere}: needs a string 'logStreamName'")
+            bad = sorted(set(s) - STREAM_KEYS)
+            if bad:
+                raise WorldError(f"{swhere} ({s['logStreamName']}): unknown key(s) {', '.join(map(repr, bad))}")
+            events = []
+            for ei, ev in enumerate(s.get("events", []) or []):
+                if not isinstance(ev, list) or len(ev) != 2 or not isinstance(ev[1], str):
+                    raise WorldError(f"{swhere}.events[{ei}]: expected [timestamp, message]")
+                events.append((_epoch_ms(ev[0], f"{swhere}.events[{ei}][0]"), ev[1]))
+            periodic = []
+            for pi, p in enumerate(s.get("periodic", []) or []):
+                pwhere = f"{swhere}.periodic[{pi}]"
+                if not isinstance(p, dict) or set(p) - {"from", "to", "every_s", "message"}:
+                    raise WorldError(f"{pwhere}: expected keys from, to, every_s, message")
+                every = p.get("every_s")
+                if not isinstance(every, (int, float)) or every <= 0:
+                    raise WorldError(f"{pwhere}.every_s: must be a positive number, got {every!r}")
+                periodic.append(Periodic(_epoch_ms(p.get("from"), f"{pwhere}.from"),
+                                         _epoch_ms(p.get("to"), f"{pwhere}.to"),
+                                         int(every * 1000), str(p.get("message", ""))))
+            creation = s.get("creationTime")
+            streams[s["logStreamName"]] = Stream(
+                s["logStreamName"], events, periodic,
+                _epoch_ms(creation, f"{swhere}.creationTime") if creation is not None else None)
+        meta = {k: v for k, v in g.items() if k not in ("streams",)}
+        groups[g["logGroupName"]] = LogGroup(g["logGroupName"], streams, meta)
+    return groups

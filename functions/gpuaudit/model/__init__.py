@@ -1,0 +1,1 @@
+"""Typed contracts: Evidence (collectors -> rules) and Result (rules -> every consumer)."""

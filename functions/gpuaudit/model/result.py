@@ -1,0 +1,152 @@
+"""The audit result: field names are the contract of OUTPUT-CONTRACT.md."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+from gpuaudit.timeutil import iso
+
+SCHEMA = "gpu-audit-result/1"
+
+XidStatus = Literal["Measured", "Not observable", "No HMA detections"]
+Verdict = Literal["REPLACE", "REBOOT", "LEAVE ALONE", "MONITOR", "NOT OBSERVABLE"]
+XidClass = Literal["application", "hardware", "sympathetic", "informational", "driver-config", "unverified"]
+BranchStatus = Literal["Root cause", "Contributing", "Ruled out", "Not assessed", "UNVERIFIED"]
+CauseLabel = Literal["Proven", "Hypothesis (to validate)"]
+CheckResult = Literal["PASS", "RISK", "FAIL", "UNVERIFIED", "Needs input", "Not checked"]
+Signal = Literal["Observable", "Not observable", "Not applicable"]
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    @field_serializer("*", when_used="json")
+    def _times(self, value: object) -> object:
+        return iso(value) if isinstance(value, datetime) else value
+
+
+class ClusterRef(Out):
+    name: str
+    kind: str
+    region: str
+    arn: str | None = None
+
+
+class WindowOut(Out):
+    start: datetime
+    end: datetime
+    source: str
+    padded_start: datetime | None = None
+    padded_end: datetime | None = None
+
+
+class CoverageRow(Out):
+    log_group: str
+    log_stream: str | None
+    kernel_lines_ever: int | None = None
+    live_hours: int = 0
+    empty_hours: list[datetime] = Field(default_factory=list)
+    first_event: datetime | None = None
+    last_event: datetime | None = None
+    status: XidStatus
+    source_kind: Literal["kernel", "hma"] = "kernel"
+    note: str | None = None
+
+
+class GpuError(Out):
+    time: datetime
+    code: int | None
+    pci: str | None = None
+    class_: XidClass = Field(alias="class")
+    log_group: str
+    log_stream: str
+    message: str
+    count: int = 1
+    last_time: datetime | None = None
+    meaning: str | None = None
+    source: Literal["kernel", "hma"] = "kernel"
+    hma_reason: str | None = None
+
+
+class NodeSignals(Out):
+    nccl: Signal = "Not observable"
+    fabric_manager: Signal = "Not applicable"
+    efa_counters: Signal = "Not observable"
+    gpu_activity: Signal = "Not observable"
+
+
+class NodeResult(Out):
+    instance_id: str
+    instance_group: str | None = None
+    instance_type: str | None = None
+    status: str
+    role: str = "compute"
+    discovered_by: str = "api"
+    gpu_count: int | None = None
+    verdict: Verdict | None = None
+    verdict_evidence: str | None = None
+    xid_status: XidStatus
+    coverage: list[CoverageRow] = Field(default_factory=list)
+    gpu_errors: list[GpuError] = Field(default_factory=list)
+    signals: NodeSignals = Field(default_factory=NodeSignals)
+    efa: str | None = None  # "<attached> of <max>" or "Not observable (...)"
+    nvswitch: str | None = None
+    service_action: str | None = None
+
+
+class Branch(Out):
+    branch: Literal["A", "B", "C", "D", "E", "F"]
+    status: BranchStatus
+    label: CauseLabel | None = None
+    evidence: str
+    confirming_measurement: str | None = None
+
+
+class Check(Out):
+    id: str
+    title: str
+    result: CheckResult
+    evidence: str
+    action: str | None = None
+
+
+class TimelineEntry(Out):
+    time: datetime
+    source: str
+    resource: str
+    event: str
+
+
+class Call(Out):
+    service: str
+    operation: str
+    count: int
+
+
+class Result(Out):
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    audit_id: str
+    mode: str
+    cluster: ClusterRef
+    window: WindowOut
+    generated_at: datetime
+    headline: str
+    confidence: Literal["High", "Medium", "Low"]
+    nodes: list[NodeResult] = Field(default_factory=list)
+    branches: list[Branch] = Field(default_factory=list)
+    checks: list[Check] = Field(default_factory=list)
+    ready: Literal["Yes", "Yes with risks", "No"] | None = None
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+    resources: list[str] = Field(default_factory=list)
+    cluster_state: list[str] = Field(default_factory=list)
+    visibility_gaps: list[str] = Field(default_factory=list)
+    actions: list[str] = Field(default_factory=list)
+    calls: list[Call] = Field(default_factory=list)
+    self_check: str = ""
+    report_markdown: str = ""
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)

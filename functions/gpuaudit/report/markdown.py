@@ -1,0 +1,133 @@
+"""The Markdown report of RULES §11, rendered only from the Result."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.report.redact import redact
+from gpuaudit.report.selfcheck import self_check
+from gpuaudit.timeutil import iso
+
+BRANCH_NAMES = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage (FSx for Lustre)",
+                "D": "GPU communication", "E": "cluster change", "F": "application"}
+
+
+def _t(value: datetime | None) -> str:
+    return iso(value) if value else "—"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ") if text not in (None, "") else "—"
+
+
+def _hours(hours: list[datetime]) -> str:
+    if not hours:
+        return "yes"
+    shown = ", ".join(iso(h)[:13] + "h" for h in hours[:6])
+    more = f" (+{len(hours) - 6} more)" if len(hours) > 6 else ""
+    return f"no — {len(hours)} empty hour(s): {shown}{more}"
+
+
+def _node_line(n: NodeResult) -> str:
+    verdict = n.verdict or "no verdict (no GPU signal)"
+    what = f"**{verdict}** — `{n.instance_id}`"
+    meta = ", ".join(x for x in (n.instance_type or "type unknown", n.instance_group, n.status, n.role) if x)
+    evidence = f": {n.verdict_evidence}" if n.verdict_evidence else ""
+    return f"- {what} ({meta}); Xid status **{n.xid_status}**{evidence}"
+
+
+def render(result: Result) -> str:
+    r = result
+    lines: list[str] = []
+    kind = r.cluster.kind
+    if r.mode == "preflight":
+        lines.append(f"# gpuaudit pre-flight: {r.cluster.name} ({r.cluster.region})")
+    else:
+        lines.append(f"# gpuaudit {r.mode} audit: {r.cluster.name} ({r.cluster.region})")
+    lines += ["", f"- Impact window: {_t(r.window.start)} → {_t(r.window.end)} (source: {r.window.source}); "
+                  f"coverage tested over the padded window {_t(r.window.padded_start)} → {_t(r.window.padded_end)}",
+              f"- Orchestrator: {kind}", f"- Generated: {_t(r.generated_at)}", ""]
+    if r.mode == "preflight" and r.ready:
+        lines += [f"## Ready: {r.ready}", ""]
+    lines += ["## Verdict", "", r.headline, "", f"Confidence: **{r.confidence}**", ""]
+    lines += ["## Node verdicts", ""] + [_node_line(n) for n in r.nodes] + [""]
+    if r.checks:
+        lines += ["## Pre-flight checks", "", "| # | Check | Result | Evidence | Action |", "|---|---|---|---|---|"]
+        order = {"FAIL": 0, "RISK": 1, "UNVERIFIED": 2, "Needs input": 3, "Not checked": 4, "PASS": 5}
+        for c in sorted(r.checks, key=lambda c: (order.get(c.result, 9), int(c.id[1:]))):
+            lines.append(f"| {c.id} | {_cell(c.title)} | **{c.result}** | {_cell(c.evidence)} | {_cell(c.action)} |")
+        lines.append("")
+    if r.timeline:
+        lines += ["## Timeline (UTC)", "", "| Time | Source | Resource | Event |", "|---|---|---|---|"]
+        lines += [f"| {_t(e.time)} | {_cell(e.source)} | {_cell(e.resource)} | {_cell(e.event)} |" for e in r.timeline]
+        lines.append("")
+    lines += ["## Node capability and fabric", "",
+              "| Node | Type | GPUs | EFA attached/max | NVSwitch | Fabric Manager | NCCL transport |",
+              "|---|---|---|---|---|---|---|"]
+    for n in r.nodes:
+        lines.append(f"| `{n.instance_id}` | {_cell(n.instance_type or 'unknown')} | {_cell(n.gpu_count)} | "
+                     f"{_cell(n.efa)} | {_cell(n.nvswitch)} | {_cell(n.signals.fabric_manager)} | "
+                     f"{_cell(n.signals.nccl)} |")
+    lines += ["", "## GPU error log coverage", "",
+              "| Node | Log group | Log stream | First event | Last event | Live across window | Kernel lines ever | "
+              "Xids in window | Status |", "|---|---|---|---|---|---|---|---|---|"]
+    for n in r.nodes:
+        xids = len([e for e in n.gpu_errors if e.code is not None])
+        for c in n.coverage:
+            live = _hours(c.empty_hours) if c.source_kind == "kernel" else "n/a (HMA)"
+            stream = f"`{c.log_stream}`" if c.log_stream else "none"
+            lines.append(f"| `{n.instance_id}` | `{c.log_group}` | {stream} | {_t(c.first_event)} | "
+                         f"{_t(c.last_event)} | {live} | {_cell(c.kernel_lines_ever)} | {xids} | **{c.status}** |")
+    notes = [f"- `{n.instance_id}` · `{c.log_stream or c.log_group}`: {c.note}" for n in r.nodes for c in n.coverage
+             if c.note]
+    if notes:
+        lines += ["", "Coverage notes:", *notes]
+    errors = [(n, e) for n in r.nodes for e in n.gpu_errors]
+    if errors:
+        lines += ["", "## GPU errors", "", "| Node | First | Last | Count | Xid | Class | PCI | Source | Line |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for n, e in errors:
+            label = f"Xid {e.code}" if e.code is not None else "—"
+            if e.meaning:
+                label += f" ({e.meaning})"
+            source = f"`{e.log_group}` / `{e.log_stream}`"
+            if e.hma_reason:
+                source += f" (HMA reason {e.hma_reason})"
+            lines.append(f"| `{n.instance_id}` | {_t(e.time)} | {_t(e.last_time)} | {e.count} | {_cell(label)} | "
+                         f"{e.class_} | {_cell(e.pci)} | {source} | {_cell(e.message[:300])} |")
+    if r.branches:
+        lines += ["", "## Root cause", ""]
+        lines += [f"- Branch {b.branch} ({BRANCH_NAMES[b.branch]}): **{b.status}**"
+                  + (f" — {b.label}" if b.label else "") + f". {b.evidence}"
+                  + (f" Confirming measurement: {b.confirming_measurement}" if b.confirming_measurement else "")
+                  for b in r.branches if b.status in ("Root cause", "Contributing", "UNVERIFIED")]
+        lines += ["", "| Branch | Status | Label | Evidence | Confirming measurement |", "|---|---|---|---|---|"]
+        lines += [f"| {b.branch} — {BRANCH_NAMES[b.branch]} | {b.status} | {_cell(b.label)} | {_cell(b.evidence)} | "
+                  f"{_cell(b.confirming_measurement)} |" for b in r.branches]
+    services = [f"- `{n.instance_id}`: {n.service_action}" for n in r.nodes if n.service_action]
+    lines += ["", "## Cluster state", ""]
+    lines += [f"- {s}" for s in r.cluster_state] or ["- not read"]
+    if services:
+        lines += ["", "What the service itself did:", *services]
+    lines += ["", "## Recommended operator actions (not executed)", ""]
+    lines += [f"{i}. {a}" for i, a in enumerate(r.actions, 1)] or ["- none"]
+    lines += ["", "## Visibility gaps", ""]
+    lines += [f"- {g}" for g in r.visibility_gaps] or ["- none"]
+    calls = ", ".join(f"{c.service} {c.operation} ×{c.count}" for c in r.calls)
+    lines += ["", "## Calls made", "", calls or "none", "", f"**{r.self_check}**", ""]
+    return redact("\n".join(lines))
+
+
+def finalize(result: Result, evidence: Evidence) -> Result:
+    """Self-check (fixing or downgrading what breaks a rule), then render the report from the result."""
+    checked = self_check(result)
+    report = render(checked)
+    return checked.model_copy(update={"report_markdown": redact(report, {_account(evidence)} - {""})})
+
+
+def _account(evidence: Evidence) -> str:
+    arn = evidence.cluster.arn or ""
+    parts = arn.split(":")
+    return parts[4] if len(parts) > 4 else ""

@@ -1,0 +1,1 @@
+"""Rules: pure functions of Evidence. No boto3, no clock, no I/O (ARCHITECTURE.md)."""

@@ -1,0 +1,343 @@
+"""Incident mode (RULES §5, §8): the timeline and the six root-cause branches A–F.
+
+Every branch gets a status. `Ruled out` needs evidence that was read and came back clean;
+what could not be read is `Not assessed`. `Root cause` needs a Proven signal; the leading
+unproven branch is `UNVERIFIED`, labelled Hypothesis, with the measurement that settles it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence
+from gpuaudit.model.result import Branch, NodeResult, TimelineEntry
+from gpuaudit.rules.capability import is_ultraserver
+from gpuaudit.rules.xid import fleet_pattern
+from gpuaudit.timeutil import iso
+
+if TYPE_CHECKING:
+    from gpuaudit.rules.judge import Judged
+
+MARGIN = timedelta(minutes=30)
+TERMINATION_MATCH = timedelta(minutes=10)
+CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",
+                 "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
+NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
+LIFECYCLE = re.compile(r"InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
+                       r"FaultyInstance|Interruption Warning")
+HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
+BRANCH_WORDS = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage", "D": "GPU communication",
+                "E": "cluster change", "F": "application"}
+
+
+def lead_time(instance_type: str | None) -> timedelta:
+    """Capacity Blocks end instances 30 min before EndDate (60 for UltraServers), RULES §8 B / §9."""
+    return timedelta(minutes=60 if is_ultraserver(instance_type) else 30)
+
+
+def last_line(node: NodeResult) -> datetime | None:
+    times = [c.last_event for c in node.coverage if c.last_event and c.source_kind == "kernel"]
+    return max(times) if times else None
+
+
+def relevant_trail(evidence: Evidence) -> list[CloudTrailEvent]:
+    """CloudTrail events about this cluster: by cluster name, by its nodes, or by its launch templates."""
+    ids = {n.instance_id for n in evidence.nodes}
+    name = evidence.cluster.name
+    out = []
+    for e in evidence.cloudtrail or []:
+        params = e.request_parameters or {}
+        text = str(params) + " " + " ".join(e.resources)
+        if params.get("clusterName") in (name, evidence.cluster.arn) or (e.username in ids) or \
+                any(i in text for i in ids) or f"'launchTemplateName': '{name}-" in text:
+            out.append(e)
+    return out
+
+
+@dataclass
+class BlockEnd:
+    reservation: CapacityReservation
+    termination: datetime
+    lead: timedelta
+    nodes: list[str]  # nodes whose lines stop at the termination time
+    failed_launches: list[CloudTrailEvent]
+
+
+def block_ends(j: Judged) -> list[BlockEnd]:
+    ev = j.evidence
+    start, end = ev.window.start - MARGIN, ev.window.end + MARGIN
+    types = {n.instance_type for n in ev.nodes}
+    trail = relevant_trail(ev)
+    found = []
+    for r in ev.capacity_reservations or []:
+        if r.end_date is None or not (start <= r.end_date <= end + timedelta(hours=1)):
+            continue
+        lead = lead_time(r.instance_type)
+        termination = r.end_date - lead
+        stopped = [n.instance_id for n in j.nodes if (t := last_line(n)) and abs(t - termination) <= TERMINATION_MATCH
+                   and n.role == "compute"]
+        failed = [e for e in trail if e.error_message and r.reservation_id in e.error_message]
+        if r.instance_type in types or stopped or failed:
+            found.append(BlockEnd(r, termination, lead, stopped, failed))
+    return found
+
+
+def timeline(j: Judged) -> list[TimelineEntry]:
+    ev = j.evidence
+    start, end = ev.window.start - MARGIN, ev.window.end + MARGIN
+    out: list[TimelineEntry] = []
+
+    def add(time: datetime | None, source: str, resource: str, event: str) -> None:
+        if time is not None and start <= time <= end:
+            out.append(TimelineEntry(time=time, source=source, resource=resource, event=event))
+
+    seen: set[tuple[str, int, str | None]] = set()
+    for iid, lines in j.lines_by_node.items():
+        for p in lines:
+            where = f"{p.line.log_group} / {p.line.log_stream}"
+            if p.hma and p.hma.reason:
+                add(p.line.time, where, iid, f"HMA detection: reason {p.hma.reason}"
+                    + (f", condition {p.hma.condition}" if p.hma.condition else "")
+                    + (f", RepairAction/Recommendation \"{p.hma.repair_action or p.hma.recommendation}\""
+                       if (p.hma.repair_action or p.hma.recommendation) else "")
+                    + (f": {p.hma.message[:200]}" if p.hma.message else ""))
+            elif p.hma and p.hma.err_num is not None:
+                add(p.line.time, where, iid, f"DCGM policy violation {p.hma.condition or ''} ErrNum {p.hma.err_num}")
+            elif p.xid is not None and (iid, p.xid.code, p.xid.pci) not in seen:
+                seen.add((iid, p.xid.code, p.xid.pci))
+                add(p.line.time, where, iid, f"first Xid {p.xid.code} on PCI {p.xid.pci}: {p.xid.raw[:200]}")
+            elif LIFECYCLE.search(p.line.message):
+                add(p.line.time, where, iid, p.line.message[:240])
+    for p in j.unassigned_lines:
+        if LIFECYCLE.search(p.line.message):
+            add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", ev.cluster.name, p.line.message[:240])
+    for n in j.nodes:
+        t = last_line(n)
+        if n.discovered_by == "log-streams" and t is not None:
+            streams = ", ".join(c.log_stream or "" for c in n.coverage if c.last_event == t)
+            add(t, "CloudWatch Logs", n.instance_id, f"last line from the node ({streams}); instance no longer "
+                                                     "returned by DescribeInstances")
+    for h in ev.health_events or []:
+        add(h.start, "AWS Health", ", ".join(h.entities) or (h.service or ""), f"{h.event_type} ({h.status})")
+    for s in ev.instance_status or []:
+        if s.system_status not in (None, "ok") or s.instance_status not in (None, "ok"):
+            add(ev.now if ev.now <= end else None, "EC2 status checks", s.instance_id,
+                f"system {s.system_status}, instance {s.instance_status}")
+    for r in ev.capacity_reservations or []:
+        add(r.end_date, "EC2 capacity reservation", r.reservation_id,
+            f"Capacity Block ends ({r.instance_type}, state {r.state})")
+        if r.end_date:
+            add(r.end_date - lead_time(r.instance_type), "EC2 capacity reservation", r.reservation_id,
+                f"instances on the block are terminated ({int(lead_time(r.instance_type).total_seconds() // 60)} min "
+                "before EndDate)")
+            add(r.end_date - timedelta(minutes=40), "EC2 capacity reservation", r.reservation_id,
+                "Capacity Block Expiration Warning is emitted (40 min before EndDate)")
+    trail_start = ev.window.start - timedelta(hours=6)
+    for e in relevant_trail(ev):
+        if trail_start <= e.time <= end:
+            result = f" → {e.error_code}: {e.error_message}" if e.error_code else ""
+            out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or
+                                     (e.username or ""), event=f"{e.event_name} by {e.username}{result}"))
+    for ce in ev.cluster_events or []:
+        add(ce.time, "HyperPod cluster events", ce.instance_id or ce.instance_group or ev.cluster.name,
+            ce.description)
+    return sorted(out, key=lambda t: (t.time, t.source))
+
+
+def _branch(letter: str, status: str, evidence: str, label: str | None = None,
+            confirming: str | None = None) -> Branch:
+    return Branch(branch=letter, status=status, label=label, evidence=evidence,  # type: ignore[arg-type]
+                  confirming_measurement=confirming)
+
+
+def _accelerated(j: Judged) -> list[NodeResult]:
+    return [n for n in j.nodes if n.gpu_count != 0 and n.role in ("compute", "unknown")]
+
+
+def branch_a(j: Judged) -> Branch:
+    nodes = _accelerated(j)
+    hardware = [n for n in nodes if (r := j.routings.get(n.instance_id)) and r.hardware]
+    failed = [n for n in nodes if n.status == "Failure"]
+    impaired = [s.instance_id for s in j.evidence.instance_status or []
+                if s.system_status == "impaired" or s.instance_status == "impaired"]
+    if hardware:
+        text = "; ".join(f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}" for n in hardware)
+        return _branch("A", "Root cause", f"Hardware-class GPU signal on the node: {text}", "Proven")
+    if failed or impaired:
+        ids = ", ".join([n.instance_id for n in failed] + impaired)
+        return _branch("A", "UNVERIFIED", f"Node status Failure or impaired status check on {ids}, with no "
+                       "hardware-class Xid read", "Hypothesis (to validate)",
+                       "DescribeClusterNode / DescribeInstanceStatus detail and the node's kernel log (`dmesg -T`)")
+    blind = [n.instance_id for n in nodes if n.xid_status == "Not observable"]
+    if blind:
+        return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)
+                       + " for part of the window: hardware cannot be ruled out from the logs; no hardware-class "
+                       "Xid, HMA hardware detection, Failure status or impaired status check was read")
+    clean = ", ".join(f"{n.instance_id} ({n.xid_status}, status {n.status})" for n in nodes)
+    return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}")
+
+
+def branch_b(j: Judged) -> Branch:
+    ev = j.evidence
+    if ev.capacity_reservations is None:
+        return _branch("B", "Not assessed", "capacity reservations could not be read (see visibility gaps)")
+    ends = block_ends(j)
+    if not ends:
+        vanished = [n.instance_id for n in j.nodes if n.discovered_by == "log-streams"]
+        groups_short = [g.name for g in ev.cluster.instance_groups
+                        if g.current_count is not None and g.target_count is not None and g.current_count < g.target_count]
+        if vanished or groups_short:
+            return _branch("B", "Not assessed", "nodes vanished or groups are below target ("
+                           + ", ".join(vanished + groups_short) + ") but no capacity reservation ends near the window")
+        return _branch("B", "Ruled out", f"{len(ev.capacity_reservations)} capacity reservation(s) read; none of the "
+                       "cluster's instance types ends in the window, no node vanished, every group at target")
+    parts = []
+    warned = [p for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
+              if "Interruption Warning" in p.line.message]
+    for b in ends:
+        r = b.reservation
+        parts.append(
+            f"Capacity Block {r.reservation_id} ({r.instance_type}, state {r.state}) EndDate {iso(r.end_date) if r.end_date else '—'}; "
+            f"instances are terminated {int(b.lead.total_seconds() // 60)} min before the end (lead time "
+            f"{int(b.lead.total_seconds() // 60)} min), i.e. at {iso(b.termination)} (Capacity Blocks end at 11:30 UTC, "
+            "termination starts at 11:00 UTC on the last day)")
+        if b.nodes:
+            parts.append(f"the log lines of {', '.join(b.nodes)} stop within {int(TERMINATION_MATCH.total_seconds() // 60)} "
+                         f"min of {iso(b.termination)}")
+        if b.failed_launches:
+            first, last = b.failed_launches[0], b.failed_launches[-1]
+            parts.append(f"{len(b.failed_launches)} RunInstances call(s) from {iso(first.time)} to {iso(last.time)} "
+                         f"failed: {first.error_code}: {first.error_message}")
+    if warned:
+        parts.append("per-instance Capacity Reservation Instance Interruption Warning retained")
+        return _branch("B", "Root cause", "; ".join(parts) + ". Expected lifecycle, not a fault: the finding is the "
+                       "missing plan (no extension, no checkpoint before the end, no alarm on the warning)", "Proven")
+    parts.append("the per-instance Capacity Reservation Instance Interruption Warning event was not retained, so the "
+                 "per-node link is inferred from the EndDate window")
+    return _branch("B", "UNVERIFIED", "; ".join(parts) + ". Expected lifecycle, not a fault: the finding is the "
+                   "missing plan (no extension, no checkpoint before the end, no alarm on the warning)",
+                   "Hypothesis (to validate)",
+                   "an EventBridge archive or rule target holding `Capacity Reservation Instance Interruption Warning` "
+                   "events (source aws.ec2; detail instance-id, instance-termination-time) for these instances")
+
+
+def branch_c(j: Judged) -> Branch:
+    ev = j.evidence
+    if ev.file_systems is None or ev.fsx_metrics is None:
+        return _branch("C", "Not assessed", "FSx file systems or their metrics could not be read (see visibility gaps)")
+    if not ev.file_systems:
+        return _branch("C", "Not assessed", "no FSx for Lustre file system found in the region")
+    with_data = [m for m in ev.fsx_metrics if m.datapoints]
+    fs_ids = ", ".join(f.file_system_id for f in ev.file_systems)
+    if not with_data:
+        return _branch("C", "Not assessed", f"no AWS/FSx saturation datapoints in the window for {fs_ids}: storage "
+                       "cannot be assessed from metrics", None,
+                       "client-side: time a `stat` or small-file open on the mount during the slow period")
+    peaks = "; ".join(f"{m.file_system_id} {m.metric} {m.dimensions} Maximum {m.peak} % "
+                      f"({m.minutes_at_or_above_90} min ≥ 90 %)" for m in with_data)
+    saturated = [m for m in with_data if m.minutes_at_or_above_90 >= 5]
+    if saturated:
+        return _branch("C", "Contributing", f"Saturation ≥ 90 % for 5+ min: {peaks}", "Hypothesis (to validate)",
+                       "client-side: time a `stat` or small-file open on the mount during the slow period, or "
+                       "Lustre client metrics")
+    return _branch("C", "UNVERIFIED", f"Storage not saturated (values as reported, percent): {peaks}. FSx publishes "
+                   "no client latency, so storage is not the root cause on this evidence", "Hypothesis (to validate)",
+                   "client-side: time a `stat` or small-file open on the mount during the slow period")
+
+
+def branch_d(j: Judged) -> Branch:
+    nodes = _accelerated(j)
+    nvlink = [(n.instance_id, e.code) for n in nodes for e in n.gpu_errors if e.code in NVLINK_CODES]
+    socket = [n.instance_id for n in nodes for p in j.lines_by_node.get(n.instance_id, [])
+              if "via NET/Socket/" in p.line.message]
+    if nvlink or socket:
+        text = "; ".join([f"{i}: Xid {c}" for i, c in nvlink] + [f"{i}: NCCL fell back to NET/Socket" for i in socket])
+        return _branch("D", "Contributing", text, "Hypothesis (to validate)",
+                       "EFA counters (`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
+    if not any(n.signals.nccl == "Observable" for n in nodes):
+        return _branch("D", "Not assessed", "no NCCL INFO/WARN lines in any source (layer 1 Not observable); no NVLink "
+                       "Xid read; EFA counters not read. Collect with `NCCL_DEBUG=INFO "
+                       "NCCL_DEBUG_SUBSYS=INIT,NET,P2P,SHM,NVLS NCCL_DEBUG_FILE=/fsx/nccl_%h_%p.log`")
+    return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback; no NVLink Xid")
+
+
+def branch_e(j: Judged) -> Branch:
+    ev = j.evidence
+    changes = [e for e in relevant_trail(ev) if e.event_name in CHANGE_EVENTS and not e.error_code
+               and ev.window.start - timedelta(hours=6) <= e.time <= ev.window.end]
+    image = [g.name for g in ev.cluster.instance_groups
+             if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id]
+    updating = [n.instance_id for n in ev.nodes if n.status == "SystemUpdating"]
+    if changes or image or updating:
+        text = "; ".join([f"{e.event_name} at {iso(e.time)} by {e.username}" for e in changes]
+                         + [f"group {g}: CurrentImageId ≠ DesiredImageId" for g in image]
+                         + [f"{i} SystemUpdating" for i in updating])
+        return _branch("E", "Contributing", text, "Hypothesis (to validate)",
+                       "compare the failure time with the change's completion in the cluster events or CloudTrail")
+    if ev.cloudtrail is None:
+        return _branch("E", "Not assessed", "CloudTrail could not be read (see visibility gaps)")
+    return _branch("E", "Ruled out", "CloudTrail read by event name from 6 h before the window: no UpdateCluster, "
+                   "UpdateClusterSoftware, UpdateFileSystem or Batch*ClusterNodes call for this cluster; images current")
+
+
+def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
+    nodes = _accelerated(j)
+    app = [(n, e) for n in nodes for e in n.gpu_errors if e.class_ == "application"]
+    classes = {n.instance_id: {e.class_ for e in n.gpu_errors} for n in nodes}
+    codes = {n.instance_id: {e.code for e in n.gpu_errors if e.code is not None} for n in nodes}
+    pattern = fleet_pattern(classes, codes, image_changed=any("Image" in b.evidence for b in others if b.branch == "E"))
+    if app:
+        text = "; ".join(f"{n.instance_id}: Xid {e.code} ({e.meaning}) ×{e.count} at {iso(e.time)} in "
+                         f"{e.log_group} / {e.log_stream}" + (f", HMA reason {e.hma_reason}" if e.hma_reason else "")
+                         for n, e in app)
+        if pattern == "F":
+            text += "; application-class Xids on several nodes, no hardware class anywhere"
+        clean = [b for b in others if b.status == "Ruled out"]
+        open_ = [b.branch for b in others if b.status != "Ruled out"]
+        text += ". Ruled out with evidence: " + (", ".join(f"{b.branch}" for b in clean) or "none")
+        if not open_:
+            return _branch("F", "Root cause", text, "Proven")
+        return _branch("F", "UNVERIFIED", text + f"; not yet ruled out: {', '.join(open_)}",
+                       "Hypothesis (to validate)",
+                       "the application owner matches the process and PID in the Xid line to the job running at "
+                       "that time (job logs, exit code) and the change that preceded it")
+    if any(n.xid_status == "Not observable" for n in nodes):
+        return _branch("F", "Not assessed", "no application-class Xid read, but coverage is Not observable on part "
+                       "of the fleet")
+    return _branch("F", "Ruled out", "no application-class Xid on proven coverage")
+
+
+def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
+    a, b, c, d, e = branch_a(j), branch_b(j), branch_c(j), branch_d(j), branch_e(j)
+    f = branch_f(j, [a, b, c, d, e])
+    branches = [a, b, c, d, e, f]
+    by = {x.branch: x for x in branches}
+    root = [x for x in branches if x.status == "Root cause"]
+    actions: list[str] = []
+    if by["B"].status in ("Root cause", "UNVERIFIED", "Contributing"):
+        actions += ["Before a Capacity Block ends: checkpoint ahead of the termination time (EndDate − lead time), "
+                    "extend the block (`aws ec2 describe-capacity-block-extension-offerings`) or buy the next one, "
+                    "and alarm on the `Capacity Block Expiration Warning` EventBridge event",
+                    "Keep `Capacity Reservation Instance Interruption Warning` events (an EventBridge rule to a log "
+                    "group or archive) so the next expiry is proven per instance"]
+    if root:
+        lead = root[0]
+        headline = f"Root cause (Proven): branch {lead.branch}, {BRANCH_WORDS[lead.branch]} — {lead.evidence}"
+    else:
+        leading = next((by[x] for x in HEADLINE_ORDER if by[x].status in ("UNVERIFIED", "Contributing")
+                        and by[x].label == "Hypothesis (to validate)"), None)
+        if leading is not None:
+            headline = (f"Leading hypothesis: branch {leading.branch}, {BRANCH_WORDS[leading.branch]} — "
+                        f"{_first_sentence(leading.evidence)}")
+        else:
+            headline = "Root cause: Not observable — the deciding evidence is missing (see visibility gaps)"
+    return branches, headline, actions
+
+
+def _first_sentence(text: str) -> str:
+    cut = text.split("; ")[0]
+    return cut if cut.endswith(".") else cut + "."

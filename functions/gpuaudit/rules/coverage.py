@@ -1,0 +1,195 @@
+"""Proving coverage (RULES §4): per node and per source, which stream carries the node's
+kernel messages (b), and whether that exact stream was live in every hour of the padded
+window (a). HyperPod HMA status is decided separately: its absence is meaningful only
+while the cluster log group is live.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gpuaudit.model.evidence import Evidence, KernelStream, NodeInfo, StreamActivity
+from gpuaudit.model.result import CoverageRow, XidStatus
+from gpuaudit.rules.streams import HMA_PREFIX, stream_node_ids
+from gpuaudit.rules.window import Padded
+from gpuaudit.timeutil import floor_hour, iso
+
+KERNEL_HINTS = ("system-messages", "syslog", "messages", "kernel", "dmesg", "journal")
+LATE_DELIVERY = timedelta(hours=2)
+COLLECT_ON_NODE = "check the node directly (`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`) and fix log shipping"
+
+
+def is_accelerated(node: NodeInfo, evidence: Evidence) -> bool:
+    """GPU or Trainium node; an unknown type (a vanished node) is audited as one."""
+    if node.instance_type is None:
+        return True
+    if node.instance_type.startswith(("trn", "inf")):
+        return True
+    profile = evidence.profiles.get(node.instance_type)
+    return profile is None or (profile.gpu_count or 0) > 0
+
+
+@dataclass
+class NodeCoverage:
+    rows: list[CoverageRow]
+    xid_status: XidStatus
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamIndex:
+    """Evidence re-keyed by node once, so each node's coverage costs a dict lookup."""
+
+    kernel: dict[str, list[KernelStream]]
+    activity: dict[str, list[StreamActivity]]
+    activity_by_key: dict[tuple[str, str], StreamActivity]
+
+    @classmethod
+    def build(cls, evidence: Evidence, nodes: list[NodeInfo]) -> StreamIndex:
+        kernel: dict[str, list[KernelStream]] = defaultdict(list)
+        activity: dict[str, list[StreamActivity]] = defaultdict(list)
+        for k in evidence.kernel_streams:
+            for iid in stream_node_ids(k.log_stream, nodes):
+                kernel[iid].append(k)
+        for a in evidence.stream_activity:
+            for iid in stream_node_ids(a.log_stream, nodes):
+                activity[iid].append(a)
+        return cls(kernel, activity, {(a.log_group, a.log_stream): a for a in evidence.stream_activity})
+
+
+def expected_hours(node: NodeInfo, pad: Padded) -> list[datetime]:
+    """Hours a node's kernel stream must fill: the padded window, from the node's launch hour on."""
+    hours = pad.hours
+    if node.launch_time is not None:
+        hours = [h for h in hours if h >= floor_hour(node.launch_time)]
+    return hours
+
+
+def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Padded) -> list[datetime] | None:
+    """Hours with no line; None when the per-hour detail was needed but not read."""
+    if activity is None:
+        empty = list(hours)
+    elif activity.hour_counts is not None:
+        empty = [h for h in hours if activity.hour_counts.get(h, 0) == 0]
+    elif activity.live_hours >= len(pad.hours):
+        empty = []
+    else:
+        return None
+    partial = pad.partial_last_hour
+    # The current, partial hour counts as live if it already holds a line; if not, it is not yet late.
+    return [h for h in empty if h != partial]
+
+
+def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None, pad: Padded) -> CoverageRow:
+    hours = expected_hours(node, pad)
+    empty = empty_hours(activity, hours, pad)
+    notes = []
+    if activity is None:
+        notes.append("kernel lines since launch (query b) but no line at all in the padded window: the stream is "
+                     "empty for the window, not a query error")
+    if empty is None:
+        notes.append("per-hour detail could not be read (see visibility gaps); liveness not proven")
+        status: XidStatus = "Not observable"
+        empty = []
+    else:
+        status = "Measured" if k.kernel_lines > 0 and not empty else "Not observable"
+        if empty and empty[-1] == hours[-1] and pad.now - pad.end < LATE_DELIVERY:
+            notes.append("the gap runs to the query time: possibly late delivery, not yet lost")
+    live = len([h for h in hours if h not in set(empty)])
+    return CoverageRow(log_group=k.log_group, log_stream=k.log_stream, kernel_lines_ever=k.kernel_lines,
+                       live_hours=live, empty_hours=empty,
+                       first_event=activity.first_event if activity else None,
+                       last_event=activity.last_event if activity else None, status=status,
+                       note="; ".join(notes) or None)
+
+
+def _other_logs_row(group: str, streams: list[StreamActivity], since: datetime) -> CoverageRow:
+    best = sorted(streams, key=lambda a: (not a.log_stream.endswith(KERNEL_HINTS), -a.lines, a.log_stream))[0]
+    return CoverageRow(
+        log_group=group, log_stream=best.log_stream, kernel_lines_ever=0, live_hours=best.live_hours,
+        first_event=best.first_event, last_event=best.last_event, status="Not observable",
+        note=f"{len(streams)} stream(s) of this group name the node; none held a `kernel:` line since {iso(since)}: "
+             "the pipeline ships other logs, not kernel messages")
+
+
+def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Padded,
+                lifetime_start: datetime) -> list[CoverageRow]:
+    rows = []
+    kernel = index.kernel.get(node.instance_id, [])
+    kernel_keys = {(k.log_group, k.log_stream) for k in kernel}
+    for k in sorted(kernel, key=lambda k: (k.log_group, k.log_stream)):
+        if k.log_group == evidence.hma_log_group:
+            continue
+        rows.append(_kernel_row(node, k, index.activity_by_key.get((k.log_group, k.log_stream)), pad))
+    other: dict[str, list[StreamActivity]] = defaultdict(list)
+    for a in index.activity.get(node.instance_id, []):
+        if a.log_group != evidence.hma_log_group and (a.log_group, a.log_stream) not in kernel_keys:
+            other[a.log_group].append(a)
+    for group, streams in sorted(other.items()):
+        if group not in {k.log_group for k in kernel}:
+            rows.append(_other_logs_row(group, streams, lifetime_start))
+    return rows
+
+
+def hma_group_live(evidence: Evidence, pad: Padded) -> tuple[bool, str]:
+    """Is the HyperPod cluster log group receiving other streams in every hour? (and the proof)"""
+    group = evidence.hma_log_group
+    if group is None:
+        return False, "no HyperPod cluster log group /aws/sagemaker/Clusters/<name>/<id> was found"
+    others = [a for a in evidence.stream_activity if a.log_group == group and not a.log_stream.startswith(HMA_PREFIX)]
+    for a in sorted(others, key=lambda a: -a.live_hours):
+        if a.live_hours >= len(pad.hours):
+            return True, f"cluster log group live in every hour through {a.log_stream}"
+    covered: set[datetime] = set()
+    for a in others:
+        covered.update(h for h, n in (a.hour_counts or {}).items() if n > 0)
+    missing = [h for h in pad.hours if h not in covered and h != pad.partial_last_hour]
+    if others and not missing:
+        return True, "cluster log group live in every hour across " + ", ".join(sorted(a.log_stream for a in others))
+    return False, (f"cluster log group {group} had no line in {len(missing)} hour(s) of the padded window "
+                   f"(first {iso(missing[0])})" if missing else f"cluster log group {group} holds no live stream")
+
+
+def hma_row(node: NodeInfo, evidence: Evidence, pad: Padded, live: tuple[bool, str]) -> CoverageRow:
+    group = evidence.hma_log_group or f"/aws/sagemaker/Clusters/{evidence.cluster.name}/{evidence.cluster.cluster_id}"
+    expected = f"{HMA_PREFIX}{node.instance_group}/{node.instance_id}"
+    is_live, proof = live
+    if evidence.hma_streams is None:
+        return CoverageRow(log_group=group, log_stream=None, status="Not observable", source_kind="hma",
+                           note=f"HMA streams could not be listed; {proof}. Confirm "
+                                "`sagemaker-health-monitoring-agent.service` runs on the node")
+    stream = next((s for s in evidence.hma_streams if s.endswith(f"/{node.instance_id}")), None)
+    activity = next((a for a in evidence.stream_activity if a.log_group == group and a.log_stream == stream), None)
+    if not is_live:
+        return CoverageRow(log_group=group, log_stream=stream, status="Not observable", source_kind="hma",
+                           note=f"{proof}; HMA absence proves nothing. Confirm "
+                                "`sagemaker-health-monitoring-agent.service` runs on the node")
+    if stream is None:
+        return CoverageRow(log_group=group, log_stream=None, status="No HMA detections", source_kind="hma",
+                           note=f"no {expected} stream (HMA creates it only at a node's first detection); {proof}")
+    return CoverageRow(log_group=group, log_stream=stream, status="Measured", source_kind="hma",
+                       live_hours=activity.live_hours if activity else 0,
+                       first_event=activity.first_event if activity else None,
+                       last_event=activity.last_event if activity else None,
+                       note=f"HMA detection stream present; {proof}")
+
+
+def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Padded, lifetime_start: datetime,
+                  hma_live: tuple[bool, str] | None) -> NodeCoverage:
+    rows = kernel_rows(node, evidence, index, pad, lifetime_start)
+    accelerated = is_accelerated(node, evidence)
+    if evidence.cluster.kind.startswith("hyperpod") and accelerated and hma_live is not None:
+        rows.append(hma_row(node, evidence, pad, hma_live))
+    if not rows:
+        searched = ", ".join(g.name for g in evidence.log_groups) or "none found"
+        rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable",
+                                note=f"no stream names this node in the log groups searched: {searched}"))
+    if any(r.status == "Measured" for r in rows):
+        status: XidStatus = "Measured"
+    elif any(r.status == "No HMA detections" for r in rows):
+        status = "No HMA detections"
+    else:
+        status = "Not observable"
+    return NodeCoverage(rows=rows, xid_status=status)

@@ -1,0 +1,280 @@
+"""From Evidence to Result: the whole judgement of one audit, pure (no AWS, no clock)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.result import Call, ClusterRef, NodeResult, Result, TimelineEntry, WindowOut
+from gpuaudit.rules import branches as branch_rules
+from gpuaudit.rules import preflight as preflight_rules
+from gpuaudit.rules.coverage import StreamIndex, hma_group_live, is_accelerated, node_coverage
+from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
+from gpuaudit.rules.streams import stream_node_ids
+from gpuaudit.rules.window import padded
+from gpuaudit.rules.xid import NodeRouting
+from gpuaudit.timeutil import iso
+
+if TYPE_CHECKING:
+    from gpuaudit.pipeline import AuditRequest
+
+TIMELINE_MARGIN = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    xid_overrides: Mapping[int, str] = field(default_factory=dict)
+    run_hours: float | None = None
+    run_start: datetime | None = None
+    checkpoint_minutes: float | None = None
+
+    @classmethod
+    def from_request(cls, request: AuditRequest, xid_overrides: Mapping[int, str] | None = None) -> JudgeConfig:
+        return cls(xid_overrides=dict(xid_overrides or {}), run_hours=request.run_hours,
+                   run_start=request.run_start, checkpoint_minutes=request.checkpoint_minutes)
+
+
+def audit_id(evidence: Evidence) -> str:
+    """Deterministic: the same cluster, region, mode and window give the same id (idempotent sinks)."""
+    key = "|".join([evidence.cluster.name, evidence.cluster.region, evidence.mode, iso(evidence.window.start),
+                    iso(evidence.window.end)])
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+@dataclass
+class Judged:
+    """Intermediate facts shared by the mode-specific rules."""
+
+    evidence: Evidence
+    nodes: list[NodeResult]
+    routings: dict[str, NodeRouting]
+    lines_by_node: dict[str, list[ParsedLine]]
+    unassigned_lines: list[ParsedLine]
+
+
+def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
+    starts = [q.start for q in evidence.queries if q.purpose == "kernel-streams"]
+    return min(starts) if starts else fallback
+
+
+def service_action(node: NodeInfo, evidence: Evidence, routing: NodeRouting | None,
+                   lines: list[ParsedLine]) -> str | None:
+    """What HyperPod/ParallelCluster itself did to the node, distinct from the operator's action (RULES §7)."""
+    parts = []
+    for p in lines:
+        if p.hma and p.hma.reason:
+            did = {"XidUserAppError": "HMA judged it application-caused and took no node action",
+                   "XidHardwareFailure": "HMA flagged hardware failure"}.get(p.hma.reason, "HMA detection")
+            extra = f"; RepairAction/Recommendation: {p.hma.repair_action or p.hma.recommendation}" \
+                if (p.hma.repair_action or p.hma.recommendation) else ""
+            parts.append(f"{did} (reason {p.hma.reason}{', condition ' + p.hma.condition if p.hma.condition else ''}"
+                         f"{extra})")
+            break
+    for e in evidence.cloudtrail or []:
+        if e.event_name.startswith("Batch") and node.instance_id in str(e.request_parameters or {}):
+            parts.append(f"{e.event_name} at {iso(e.time)} (CloudTrail)")
+    for ce in evidence.cluster_events or []:
+        if ce.instance_id == node.instance_id:
+            parts.append(f"cluster event at {iso(ce.time)}: {ce.description}")
+    if evidence.cluster.kind.startswith("hyperpod"):
+        recovery = evidence.cluster.node_recovery or "unknown"
+        if not any("Batch" in p or "cluster event" in p for p in parts):
+            parts.append(f"no reboot or replacement of this node seen; NodeRecovery is {recovery}")
+    elif node.discovered_by == "log-streams":
+        parts.append("instance no longer returned by DescribeInstances (terminated); found by its log streams")
+    return "; ".join(parts) or None
+
+
+def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Result:
+    pad = padded(evidence.window, evidence.now)
+    index = StreamIndex.build(evidence, evidence.nodes)
+    hyperpod = evidence.cluster.kind.startswith("hyperpod")
+    hma_live = hma_group_live(evidence, pad) if hyperpod else None
+    parsed = parse_lines(evidence.gpu_lines)
+    lines_by_node: dict[str, list[ParsedLine]] = defaultdict(list)
+    unassigned = []
+    for p in parsed:
+        owners = stream_node_ids(p.line.log_stream, evidence.nodes)
+        for iid in owners:
+            lines_by_node[iid].append(p)
+        if not owners:
+            unassigned.append(p)
+    life = lifetime_start(evidence, pad.start)
+    nodes: list[NodeResult] = []
+    routings: dict[str, NodeRouting] = {}
+    for node in evidence.nodes:
+        coverage = node_coverage(node, evidence, index, pad, life, hma_live)
+        lines = lines_by_node.get(node.instance_id, [])
+        result, routing = assess_node(node, evidence, coverage, lines, config.xid_overrides,
+                                      evidence.window.start, evidence.window.end, None)
+        result = result.model_copy(update={"service_action": service_action(node, evidence, routing, lines)})
+        if routing is not None:
+            routings[node.instance_id] = routing
+        nodes.append(result)
+    judged = Judged(evidence, nodes, routings, lines_by_node, unassigned)
+
+    gaps = list(evidence.gaps) + coverage_gaps(judged)
+    actions = node_actions(judged)
+    timeline = build_timeline(judged) if evidence.mode == "incident" else gpu_timeline(judged)
+    branches, branch_headline, branch_actions = ([], None, [])
+    checks, ready = [], None
+    if evidence.mode == "incident":
+        branches, branch_headline, branch_actions = branch_rules.assess(judged)
+    if evidence.mode == "preflight":
+        checks, ready = preflight_rules.assess(judged, config)
+        actions += [f"{c.id}: {c.action}" for c in checks if c.action and c.result in ("FAIL", "RISK", "UNVERIFIED")]
+    headline, confidence = headline_for(judged, branch_headline, ready)
+    resources = sorted({evidence.cluster.name, *(n.instance_id for n in nodes),
+                        *(c.log_group for n in nodes for c in n.coverage if c.log_group.startswith("/")),
+                        *(r.reservation_id for r in evidence.capacity_reservations or []),
+                        *(f.file_system_id for f in evidence.file_systems or [])})
+    return Result(
+        audit_id=audit_id(evidence), mode=evidence.mode,
+        cluster=ClusterRef(name=evidence.cluster.name, kind=evidence.cluster.kind, region=evidence.cluster.region,
+                           arn=evidence.cluster.arn),
+        window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,
+                         padded_start=pad.start, padded_end=pad.end),
+        generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
+        checks=checks, ready=ready, timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
+        visibility_gaps=gaps, actions=_unique(actions + branch_actions),
+        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls])
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def coverage_gaps(j: Judged) -> list[str]:
+    gaps = []
+    for n in j.nodes:
+        if n.xid_status != "Not observable" or n.gpu_count == 0:
+            continue
+        rows = "; ".join(f"{r.log_group} / {r.log_stream or 'no stream'}"
+                         + (f" ({len(r.empty_hours)} empty hour(s) from {iso(r.empty_hours[0])})" if r.empty_hours else "")
+                         for r in n.coverage)
+        gaps.append(f"{n.instance_id}: GPU error evidence Not observable — {rows}. Collect on the node: "
+                    "`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`; fix kernel log shipping")
+    searched = {g.name for g in j.evidence.log_groups}
+    used = {r.log_group for n in j.nodes for r in n.coverage}
+    dead = sorted(searched - used)
+    if dead:
+        gaps.append("Candidate log sources with no stream for any audited node in the window (dead or unrelated): "
+                    + ", ".join(dead))
+    for q in j.evidence.queries:
+        if q.status == "Complete" and q.records_scanned == 0 and q.purpose == "stream-summary":
+            gaps.append(f"Logs Insights scanned zero records over {', '.join(q.log_groups)} in the padded window: "
+                        "either the sources are empty in the window or the query is wrong (group, region, time)")
+    return gaps
+
+
+def node_actions(j: Judged) -> list[str]:
+    actions = []
+    for n in j.nodes:
+        routing = j.routings.get(n.instance_id)
+        if n.verdict == "REPLACE":
+            actions.append(f"Replace {n.instance_id}: " + _replace_step(j.evidence, n))
+        elif n.verdict == "REBOOT":
+            actions.append(f"Reboot {n.instance_id}: " + _reboot_step(j.evidence, n))
+        elif n.verdict == "LEAVE ALONE" and routing is not None:
+            who = f" (process {routing.process}, PID {routing.pid})" if routing.process else ""
+            actions.append(f"Leave {n.instance_id} in service; hand the Xid {routing.cause_code}{who} to the "
+                           f"application owner" + (f"; {routing.action_text}" if routing.action_text else ""))
+        elif n.verdict == "MONITOR" and routing is not None and routing.deciding_check:
+            actions.append(f"On {n.instance_id}, run `{routing.deciding_check.split(':')[0]}` before any "
+                           "reboot or replacement")
+        elif n.verdict == "NOT OBSERVABLE":
+            actions.append(f"On {n.instance_id}: `dmesg -T | grep -i nvrm` and `journalctl -k | grep -i xid`; "
+                           "then fix kernel log shipping for this node")
+    return actions
+
+
+def _replace_step(evidence: Evidence, n: NodeResult) -> str:
+    if evidence.cluster.kind.startswith("hyperpod"):
+        return (f"`aws sagemaker batch-replace-cluster-nodes --cluster-name {evidence.cluster.name} "
+                f"--node-ids {n.instance_id}` (Slurm: `scontrol update node=<node> state=fail reason=\"Action:Replace\"`)")
+    return f"drain it in Slurm, then stop/start or terminate {n.instance_id} so the scheduler launches a new one"
+
+
+def _reboot_step(evidence: Evidence, n: NodeResult) -> str:
+    if evidence.cluster.kind.startswith("hyperpod"):
+        return (f"`aws sagemaker batch-reboot-cluster-nodes --cluster-name {evidence.cluster.name} "
+                f"--node-ids {n.instance_id}` (Slurm: `scontrol update node=<node> state=fail reason=\"Action:Reboot\"`)")
+    return f"drain it, then `aws ec2 reboot-instances --instance-ids {n.instance_id}`"
+
+
+def gpu_timeline(j: Judged) -> list[TimelineEntry]:
+    out = []
+    for n in j.nodes:
+        for e in n.gpu_errors:
+            out.append(TimelineEntry(time=e.time, source=f"{e.log_group} / {e.log_stream}", resource=n.instance_id,
+                                     event=f"Xid {e.code} ×{e.count} ({e.class_})"
+                                     + (f", HMA reason {e.hma_reason}" if e.hma_reason else "")))
+    return sorted(out, key=lambda t: t.time)
+
+
+def build_timeline(j: Judged) -> list[TimelineEntry]:
+    return branch_rules.timeline(j)
+
+
+def cluster_state(evidence: Evidence) -> list[str]:
+    c = evidence.cluster
+    lines = []
+    for g in c.instance_groups:
+        if g.current_count is None:
+            continue
+        extra = ""
+        if g.on_start_deep_health_checks or c.kind.startswith("hyperpod"):
+            extra = f", OnStartDeepHealthChecks {g.on_start_deep_health_checks or '[] (none)'}"
+        if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id:
+            extra += f", image update pending ({g.current_image_id} → {g.desired_image_id})"
+        lines.append(f"group `{g.name}` ({g.instance_type}, {g.node_role}): {g.current_count}/{g.target_count} "
+                     f"current/target{extra}")
+    not_running = [f"{n.instance_id} ({n.status}{': ' + n.status_message if n.status_message else ''})"
+                   for n in evidence.nodes if n.status not in ("Running", "running")]
+    lines.append("nodes not Running: " + (", ".join(not_running) if not_running else "none"))
+    if c.kind.startswith("hyperpod"):
+        recovery = c.node_recovery or "not returned"
+        meaning = ("HyperPod reboots or replaces a node it finds faulty" if recovery == "Automatic" else
+                   "nothing replaces a faulty node automatically")
+        lines.append(f"NodeRecovery: {recovery} — {meaning}; a job resumes only with checkpoints plus auto-resume "
+                     "(`srun --auto-resume=1` on HyperPod Slurm)")
+        lines.append(f"NodeProvisioningMode: {c.node_provisioning_mode or 'not set (ListClusterEvents unavailable)'}")
+    return lines
+
+
+def headline_for(j: Judged, branch_headline: str | None, ready: str | None) -> tuple[str, str]:
+    nodes = j.nodes
+    accelerated = [n for n in nodes if n.gpu_count != 0]
+    counts: dict[str, int] = defaultdict(int)
+    for n in accelerated:
+        counts[n.xid_status] += 1
+    coverage = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    verdicts = [f"{n.instance_id} {n.verdict}" for n in nodes if n.verdict and n.verdict != "NOT OBSERVABLE"]
+    blind = [n.instance_id for n in accelerated if n.xid_status == "Not observable"]
+    if branch_headline:
+        head = branch_headline
+    elif ready is not None:
+        head = f"Ready: {ready}."
+    elif verdicts:
+        head = "GPU signals found: " + "; ".join(verdicts) + "."
+    elif blind:
+        head = f"GPU errors cannot be ruled out: coverage Not observable on {', '.join(blind)}."
+    else:
+        head = "No GPU errors in the window, on proven coverage."
+    head += f" Coverage of {len(accelerated)} GPU node(s): {coverage or 'none'}."
+    if not accelerated:
+        confidence = "Low"
+    elif not blind and not j.evidence.gaps:
+        confidence = "High"
+    elif len(blind) < len(accelerated):
+        confidence = "Medium"
+    else:
+        confidence = "Low"
+    if any(is_accelerated(n, j.evidence) for n in j.evidence.nodes) is False:
+        confidence = "Low"
+    return head, confidence

@@ -1,0 +1,133 @@
+"""One node's result: coverage (§4), its GPU errors collapsed (§6), signals, and its verdict (§7)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuaudit.model.evidence import Evidence, GpuLine, NodeInfo
+from gpuaudit.model.result import GpuError, NodeResult, NodeSignals
+from gpuaudit.rules.coverage import NodeCoverage, is_accelerated
+from gpuaudit.rules.hma import HmaDetection, parse_hma
+from gpuaudit.rules.streams import HMA_PREFIX
+from gpuaudit.rules.xid import NodeRouting, NodeXid, XidLine, classify, is_benign, parse_xid, route_node
+
+# Collapsing key: the same fault repeated differs only in timestamps, PIDs and addresses.
+_NOISE = re.compile(r"^\S+\s+\d+\s[\d:]+\s\S+\s|\[\s*\d+\.\d+\]\s*|pid=\S+|0x[0-9a-fA-F_]+|\b\d{3,}\b")
+NCCL = re.compile(r"NCCL (INFO|WARN)")
+FABRIC_MANAGER_STARTED = ('Started "Nvidia Fabric Manager"', "Started NVIDIA fabric manager",
+                          "is usable for NVLink subnet management")
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    line: GpuLine
+    xid: XidLine | None
+    hma: HmaDetection | None
+
+
+def parse_lines(lines: Sequence[GpuLine]) -> list[ParsedLine]:
+    parsed = []
+    for line in lines:
+        if is_benign(line.message):
+            continue
+        hma = parse_hma(line.message) if line.log_stream.startswith(HMA_PREFIX) else None
+        text = hma.message if hma and hma.message else line.message
+        parsed.append(ParsedLine(line, parse_xid(text), hma))
+    return parsed
+
+
+def _normalized(message: str) -> str:
+    return _NOISE.sub("#", message).strip()
+
+
+def collapse(node_lines: Sequence[ParsedLine], overrides: Mapping[int, str] | None,
+             start: datetime, end: datetime) -> list[GpuError]:
+    """One entry per (PCI bus, code, normalized message): a fleet can emit 100,000 identical Xid lines."""
+    entries: dict[tuple[str | None, int | None, str], GpuError] = {}
+    for p in node_lines:
+        if p.xid is None or not (start <= p.line.time <= end):
+            continue
+        if p.hma is not None and p.hma.is_dcgm_echo:
+            continue  # the DCGM policy-violation line repeats the detection's own Xid
+        key = (p.xid.pci, p.xid.code, _normalized(p.xid.raw))
+        found = entries.get(key)
+        if found is not None:
+            entries[key] = found.model_copy(update={"count": found.count + 1, "last_time": p.line.time})
+            continue
+        c = classify(p.xid.code, p.xid.text, overrides)
+        entries[key] = GpuError(
+            time=p.line.time, last_time=p.line.time, code=p.xid.code, pci=p.xid.pci, class_=c.class_,
+            log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.xid.raw,
+            meaning=c.meaning + (f" (class overridden to {c.override} by configuration)" if c.override else "")
+            if c.meaning else (f"unknown code: quoted verbatim, see https://docs.nvidia.com/deploy/xid-errors/"),
+            source="hma" if p.hma else "kernel", hma_reason=p.hma.reason if p.hma else None)
+    return sorted(entries.values(), key=lambda e: e.time)
+
+
+def node_xids(node_lines: Sequence[ParsedLine], end: datetime) -> list[NodeXid]:
+    out = []
+    for p in node_lines:
+        if p.xid is None or p.line.time > end or (p.hma is not None and p.hma.is_dcgm_echo):
+            continue
+        out.append(NodeXid(time=p.line.time, code=p.xid.code, pci=p.xid.pci, text=p.xid.text,
+                           hma_reason=p.hma.reason if p.hma else None,
+                           hma_recommendation=(p.hma.recommendation or p.hma.repair_action) if p.hma else None))
+    return out
+
+
+def signals(lines: Sequence[ParsedLine], fabric_manager_expected: bool) -> NodeSignals:
+    """NCCL and Fabric Manager from the node's lines; EFA counters and GPU activity need metrics this
+    audit does not read yet, so they stay Not observable (a gap, never a clean result)."""
+    nccl = "Observable" if any(NCCL.search(p.line.message) for p in lines) else "Not observable"
+    if not fabric_manager_expected:
+        fm = "Not applicable"
+    else:
+        fm = "Observable" if any(s in p.line.message for p in lines for s in FABRIC_MANAGER_STARTED) else \
+            "Not observable"
+    return NodeSignals(nccl=nccl, fabric_manager=fm)  # type: ignore[arg-type]
+
+
+def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated: bool) -> tuple[str | None, str | None]:
+    if routing is not None and routing.verdict is not None:
+        return routing.verdict, routing.verdict_evidence
+    if routing is not None and routing.hypothesis:
+        # A held verdict (rule 48 split UNVERIFIED): watch the node, run the deciding check before acting.
+        return "MONITOR", (f"Hypothesis (to validate): {routing.verdict_evidence} Deciding check: "
+                           f"{routing.deciding_check}")
+    if routing is not None and routing.cause_code is not None:
+        return "MONITOR", routing.verdict_evidence
+    if coverage.xid_status == "Not observable" and accelerated:
+        where = "; ".join(f"{r.log_group} / {r.log_stream or 'no stream'}: {r.status}" for r in coverage.rows)
+        return "NOT OBSERVABLE", (f"GPU error coverage could not be proven ({where}); check the node directly "
+                                  "(`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`) and fix log shipping")
+    return None, None
+
+
+def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, lines: Sequence[ParsedLine],
+                overrides: Mapping[int, str] | None, window_start: datetime, window_end: datetime,
+                service_action: str | None) -> tuple[NodeResult, NodeRouting | None]:
+    accelerated = is_accelerated(node, evidence)
+    profile = evidence.profiles.get(node.instance_type or "")
+    gpu_errors = collapse(lines, overrides, window_start, window_end)
+    xids = node_xids(lines, window_end)
+    routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides) \
+        if xids else None
+    verdict, evidence_text = verdict_for(routing, coverage, accelerated)
+    if profile is None:
+        efa = "unknown (type not read)" if node.instance_type else "unknown (instance no longer described)"
+    elif node.efa_attached is None:
+        efa = f"Not observable (HyperPod instances live in a service account) of {profile.max_efa_interfaces or 0}"
+    else:
+        efa = f"{node.efa_attached} of {profile.max_efa_interfaces or 0}"
+    return NodeResult(
+        instance_id=node.instance_id, instance_group=node.instance_group, instance_type=node.instance_type,
+        status=node.status, role=node.role, discovered_by=node.discovered_by,
+        gpu_count=profile.gpu_count if profile else None, verdict=verdict,  # type: ignore[arg-type]
+        verdict_evidence=evidence_text, xid_status=coverage.xid_status, coverage=coverage.rows,
+        gpu_errors=gpu_errors,
+        signals=signals(lines, profile.fabric_manager_expected if profile else False),
+        efa=efa, nvswitch=profile.nvswitch if profile else "unverified (type unknown)",
+        service_action=service_action), routing

@@ -1,0 +1,44 @@
+"""Which log streams belong to which node (RULES §3): by instance ID or private DNS name.
+
+Matching is by token boundary, so `ip-10-20-38-23` never matches `ip-10-20-38-230`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gpuaudit.model.evidence import NodeInfo
+
+INSTANCE_ID = re.compile(r"(?<![0-9a-z])i-[0-9a-f]{8,17}(?![0-9a-z])")
+# ParallelCluster 3: `<hostname>.<instance-id>.<log name>` in /aws/parallelcluster/<cluster>-<timestamp>
+PCLUSTER_STREAM = re.compile(r"^(?P<host>[^.]+)\.(?P<iid>i-[0-9a-f]{8,17})\.(?P<log>.+)$")
+HMA_PREFIX = "SagemakerHealthMonitoringAgent/"
+
+
+def node_tokens(node: NodeInfo) -> list[str]:
+    tokens = [node.instance_id]
+    if node.private_dns:
+        tokens.append(node.private_dns)
+    return tokens
+
+
+def stream_node_ids(stream: str, nodes: Iterable[NodeInfo]) -> list[str]:
+    """IDs of the nodes a stream names (usually zero or one)."""
+    found = set(INSTANCE_ID.findall(stream))
+    matched = [n.instance_id for n in nodes if n.instance_id in found]
+    if matched:
+        return matched
+    return [n.instance_id for n in nodes if n.private_dns and _names_host(stream, n.private_dns)]
+
+
+def _names_host(stream: str, dns: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(dns)}(?![\w-])", stream) is not None
+
+
+def is_pcluster_group(group: str, cluster: str) -> bool:
+    return re.fullmatch(rf"/aws/parallelcluster/{re.escape(cluster)}-\d{{12}}", group) is not None
+
+
+def is_hma_group(group: str, cluster: str) -> bool:
+    return group.startswith(f"/aws/sagemaker/Clusters/{cluster}/")

@@ -1,0 +1,783 @@
+"""Xid catalog, parser, classifier and node router (RULES §6 and §7).
+
+Three separate steps, each pure (no boto3, no clock):
+
+- `parse_xid` turns one log message (kernel syslog line, journald text, HMA JSON) into an
+  `XidLine`; `is_benign` filters the two known-harmless lines before counting.
+- `classify` is the one source-agnostic judge: a code and its message text in, an
+  `XidClassification` out. The catalog it reads is data (`data/xid_catalog.json`).
+- `route_node` applies the node-level routing rules to one node's Xids in time order and
+  returns exactly one `NodeRouting`; `fleet_pattern` looks across nodes (branches E, F).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Literal, cast, get_args
+
+from pydantic import ConfigDict, Field, model_validator
+
+from gpuaudit.model.evidence import Frozen
+from gpuaudit.model.result import Verdict, XidClass
+from gpuaudit.timeutil import iso
+
+NvidiaAction = Literal["RESTART_APP", "RESET_GPU", "IGNORE", "RESTART_BM", "RESTART_VM"]
+Memory = Literal["DRAM", "SRAM", "UNVERIFIED"]
+RecoveryAction = Literal["None", "GPU Reset Required", "Node Reboot Required", "Drain P2P", "Drain and Reset"]
+
+CATALOG_PATH = Path(__file__).parent.parent / "data" / "xid_catalog.json"
+CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/"
+
+# RULES §6 rule 48: the one check that settles the DRAM/SRAM split when the log cannot.
+ECC_CHECK = (
+    "nvidia-smi -q -d ECC: SRAM Threshold Exceeded, SRAM Uncorrectable Parity, "
+    "SRAM Uncorrectable SEC-DED, DRAM Uncorrectable"
+)
+SRAM_FLAG_CHECK = "nvidia-smi -q -d ECC: SRAM Threshold Exceeded (Yes → REPLACE, RULES §6 rule 48)"
+GSP_ACTION = "deactivate GSP (a reboot does not stop recurrence)"
+
+XID_CLASSES: frozenset[str] = frozenset(get_args(XidClass))
+
+
+class _Model(Frozen):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+class CatalogEntry(_Model):
+    """One row of the RULES §6 table, one code."""
+
+    code: int
+    meaning: str
+    nvidia_action: NvidiaAction | None
+    class_: XidClass = Field(validation_alias="class", serialization_alias="class")
+    verdict: Verdict | None
+    verdict_if_recurs: Verdict | None
+    action_text: str
+    rule: Literal["48", "154", "NVLink5"] | None = None
+    qualifier_of: int | None = None
+    note: str | None = None
+
+
+class XidCatalog(_Model):
+    source: tuple[str, ...]
+    checked: str
+    codes: tuple[CatalogEntry, ...]
+
+    @model_validator(mode="after")
+    def _one_entry_per_code(self) -> XidCatalog:
+        codes = [entry.code for entry in self.codes]
+        if len(codes) != len(set(codes)):
+            raise ValueError("xid_catalog.json lists a code twice")
+        return self
+
+
+@cache
+def load_catalog() -> XidCatalog:
+    """The catalog, read and validated once per process."""
+    return XidCatalog.model_validate_json(CATALOG_PATH.read_text(encoding="utf-8"))
+
+
+@cache
+def catalog_by_code() -> Mapping[int, CatalogEntry]:
+    return {entry.code: entry for entry in load_catalog().codes}
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class XidLine(_Model):
+    code: int
+    pci: str | None
+    pid: int | None
+    process: str | None
+    text: str  # what follows the code and its separator, verbatim
+    raw: str  # from `NVRM: Xid` to the end of the logical message, verbatim
+
+
+# `NVRM: Xid (PCI:0000:53:00): 31, …`; older drivers omit `PCI:`, some add the function `.0`.
+_XID = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)?\)"
+    r"\s*[:,]?\s*(?P<code>\d+)\b\s*[:,]?\s*"
+)
+_PID = re.compile(r"\bpid=(?:'?<unknown>'?|(?P<pid>\d+))")
+_NAME = re.compile(r"\bname=(?P<name>[^,\s]+)")
+_BUS = re.compile(r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{2}):(?P<device>[0-9a-f]{2})(?:\.[0-7])?$")
+
+
+def _backslashes_before(message: str, index: int) -> int:
+    count = 0
+    while index - count - 1 >= 0 and message[index - count - 1] == "\\":
+        count += 1
+    return count
+
+
+def _message_end(message: str, start: int, after: int) -> int:
+    """Index where the logical message holding the Xid at `start` ends.
+
+    A kernel line ends at its newline. Inside HMA or journald JSON the Xid sits in a string
+    value (`"message":"[ 3246.3] NVRM: Xid …"`, escaped once more when that JSON was itself
+    quoted), so it ends at the quote closing that string: a `"` behind exactly as many
+    backslashes as the quote that opened it.
+    """
+    line_start = message.rfind("\n", 0, start) + 1
+    line_end = message.find("\n", after)
+    line_end = len(message) if line_end < 0 else line_end
+    opening = message.rfind('"', line_start, start)
+    if opening < 0:
+        return line_end
+    depth = _backslashes_before(message, opening)
+    quote = message.find('"', after, line_end)
+    while quote >= 0:
+        if _backslashes_before(message, quote) == depth:
+            return quote - depth
+        quote = message.find('"', quote + 1, line_end)
+    return line_end
+
+
+def _process(text: str) -> tuple[str | None, int | None]:
+    """Process name and PID named in the Xid text; `<unknown>` counts as not named."""
+    pid_match = _PID.search(text)
+    name_match = _NAME.search(text)
+    pid = int(pid_match["pid"]) if pid_match and pid_match["pid"] else None
+    name = name_match["name"].strip("'\"") if name_match else None
+    return (None if name in (None, "", "<unknown>") else name), pid
+
+
+def parse_xid(message: str) -> XidLine | None:
+    """The first Xid in one log message, or None when it holds no `NVRM: Xid` line."""
+    match = _XID.search(message)
+    if match is None:
+        return None
+    end = _message_end(message, match.start(), match.end())
+    text = message[match.end() : end].rstrip()
+    process, pid = _process(text)
+    return XidLine(
+        code=int(match["code"]),
+        pci=match["pci"],
+        pid=pid,
+        process=process,
+        text=text,
+        raw=message[match.start() : end].rstrip(),
+    )
+
+
+def is_benign(message: str) -> bool:
+    """RULES §6: lines filtered before counting (not Xids, not faults)."""
+    if "NVRM: API mismatch" in message:
+        return True
+    # systemd's legacy-path warning about the nvidia-fabricmanager unit's PIDFile=.
+    return "PIDFile=" in message and re.search(r"fabric[-_ ]?manager", message, re.IGNORECASE) is not None
+
+
+def bus_key(pci: str | None) -> str | None:
+    """PCI bus ID reduced to domain:bus:device, lower case, so `0000:53:00.0` == `0000:53:00`."""
+    if pci is None:
+        return None
+    text = pci.strip().lower().removeprefix("pci:")
+    match = _BUS.search(text)
+    if match is None:
+        return text
+    return f"{int(match['domain'] or '0', 16):04x}:{match['bus']}:{match['device']}"
+
+
+# --------------------------------------------------------------------------- classify
+
+
+class XidClassification(_Model):
+    code: int
+    class_: XidClass = Field(validation_alias="class", serialization_alias="class")
+    catalog_class: XidClass | None  # None: the code is not in the catalog
+    meaning: str | None
+    verdict: Verdict | None  # first-occurrence verdict; None: no verdict without more evidence
+    verdict_if_recurs: Verdict | None
+    nvidia_action: NvidiaAction | None
+    action_text: str | None
+    unverified_reason: str | None = None
+    override: XidClass | None = None  # class set by deployment configuration, always named
+    rule: Literal["48", "154", "NVLink5"] | None = None
+    qualifier_of: int | None = None
+    memory: Memory | None = None  # rule 48 (and its qualifiers 171/172)
+    recovery_action: RecoveryAction | None = None  # rule 154
+    subcomponent: str | None = None  # rule NVLink5
+    fatal: bool | None = None  # rule NVLink5
+    link: int | None = None  # rule NVLink5, and Xid 71
+    resolution: Literal["UNVERIFIED"] | None = None  # rule NVLink5: needs NVIDIA's register decode
+    deciding_check: str | None = None
+
+
+# Verdict a class carries when configuration overrides a code's class (§6 verdict column).
+_CLASS_VERDICT: dict[str, Verdict | None] = {
+    "application": "LEAVE ALONE",
+    "hardware": "REBOOT",
+    "sympathetic": None,
+    "informational": "MONITOR",
+    "driver-config": "LEAVE ALONE",
+    "unverified": None,
+}
+
+# Rule 48: the message names the memory that faulted. Both or neither named → undetermined.
+_DRAM_WORDS = re.compile(r"frame ?buffer|\bFB\b|\bDRAM\b|\bHBM\b", re.IGNORECASE)
+_SRAM_WORDS = re.compile(
+    r"\bSRAM\b|\bL1C?\b|\bL2\b|\bLRF\b|\bSHM\b|register file|shared memory|\bSM\b", re.IGNORECASE
+)
+_RECOVERY = re.compile(
+    r"recovery action changed from \S+ \([^)]*\) to (?P<hex>0x[0-9a-f]+)(?: \((?P<name>[^)]*)\))?",
+    re.IGNORECASE,
+)
+_RECOVERY_BY_HEX: dict[int, RecoveryAction] = {
+    0: "None",
+    1: "GPU Reset Required",
+    2: "Node Reboot Required",
+    3: "Drain P2P",
+    4: "Drain and Reset",
+}
+_REBOOT_ACTIONS = ("GPU Reset Required", "Node Reboot Required")
+# NVLink5 lines: `149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 …)`.
+_NVLINK5 = re.compile(r"\b(?P<sub>[A-Z][A-Z0-9_]+)\s+(?P<severity>(?i:non[-_ ]?fatal|fatal))\b")
+_LINK = re.compile(r"\blink\s+(?P<link>\d+)", re.IGNORECASE)
+
+
+def memory_named(text: str) -> Memory:
+    """RULES §6 rule 48: which memory the 48 message names, else UNVERIFIED."""
+    dram, sram = bool(_DRAM_WORDS.search(text)), bool(_SRAM_WORDS.search(text))
+    if dram != sram:
+        return "DRAM" if dram else "SRAM"
+    return "UNVERIFIED"
+
+
+def _override_for(code: int, overrides: Mapping[int, str] | None) -> XidClass | None:
+    value = (overrides or {}).get(code)
+    if value is None:
+        return None
+    if value not in XID_CLASSES:
+        # A mistyped class must not silently reclassify a code; the config loader reports it.
+        raise ValueError(f"Xid {code} override {value!r} is not one of {sorted(XID_CLASSES)}")
+    return cast(XidClass, value)
+
+
+def _unknown(code: int, text: str) -> XidClassification:
+    # RULES §6 "any other": quote verbatim, link the catalog, never guess a verdict.
+    return XidClassification(
+        code=code,
+        class_="unverified",
+        catalog_class=None,
+        meaning=None,
+        verdict=None,
+        verdict_if_recurs=None,
+        nvidia_action=None,
+        action_text=None,
+        unverified_reason=f"Xid {code} is not in the catalog; message verbatim: {text!r}; see {CATALOG_URL}",
+    )
+
+
+def _decode_48(base: XidClassification, text: str) -> XidClassification:
+    memory: Memory = "DRAM" if base.code == 171 else "SRAM" if base.code == 172 else memory_named(text)
+    if base.code != 48:
+        return base.model_copy(update={"memory": memory})  # a qualifier: decided at node level
+    if memory == "DRAM":
+        return base.model_copy(update={"memory": memory, "verdict": "REBOOT", "verdict_if_recurs": "REPLACE"})
+    if memory == "SRAM":
+        return base.model_copy(
+            update={"memory": memory, "verdict": "REBOOT", "deciding_check": SRAM_FLAG_CHECK}
+        )
+    return base.model_copy(
+        update={
+            "memory": memory,
+            "deciding_check": ECC_CHECK,
+            "unverified_reason": "the DRAM/SRAM split could not be determined from the log "
+            "(no Xid 171/172, the message names neither the framebuffer nor an SRAM unit)",
+        }
+    )
+
+
+def _decode_154(base: XidClassification, text: str) -> XidClassification:
+    match = _RECOVERY.search(text)
+    action: RecoveryAction | None = None
+    if match:
+        named = (match["name"] or "").strip()
+        action = next((value for value in _RECOVERY_BY_HEX.values() if value.lower() == named.lower()), None)
+        action = action or _RECOVERY_BY_HEX.get(int(match["hex"], 16))
+    if action is None:
+        return base.model_copy(
+            update={
+                "class_": "unverified",
+                "unverified_reason": f"Xid 154 recovery action not readable; message verbatim: {text!r}",
+            }
+        )
+    reboot = action in _REBOOT_ACTIONS
+    return base.model_copy(
+        update={
+            "recovery_action": action,
+            "class_": "hardware" if reboot else "informational",
+            "verdict": "REBOOT" if reboot else "MONITOR",
+        }
+    )
+
+
+def _decode_nvlink5(base: XidClassification, text: str) -> XidClassification:
+    match = _NVLINK5.search(text)
+    link_match = _LINK.search(text)
+    link = int(link_match["link"]) if link_match else None
+    fatal = None if match is None else match["severity"].lower() == "fatal"
+    where = f"link {link}" if link is not None else "the link"
+    update: dict[str, object] = {
+        "subcomponent": match["sub"] if match else None,
+        "fatal": fatal,
+        "link": link,
+        "resolution": "UNVERIFIED",
+        "unverified_reason": f"precise resolution UNVERIFIED: needs NVIDIA's register decode ({CATALOG_URL})",
+    }
+    if fatal is True:
+        update |= {
+            "verdict": "REBOOT",
+            "verdict_if_recurs": "REPLACE",
+            "deciding_check": f"nvidia-smi nvlink -s: {where} stays down → REBOOT; "
+            f"returns on the same link after the reboot → REPLACE",
+        }
+    elif fatal is False:
+        update["verdict"] = "MONITOR"
+    else:
+        update["deciding_check"] = f"fatal/nonfatal flag not readable: decode the line with {CATALOG_URL}"
+    return base.model_copy(update=update)
+
+
+def classify(code: int, text: str, overrides: Mapping[int, str] | None = None) -> XidClassification:
+    """RULES §6: one code and its message text → class, verdict and the rule-specific decode.
+
+    Source-agnostic: the same call judges a kernel line, a journald record or an HMA event.
+    `overrides` maps a code to a class set by deployment configuration; the result names it
+    in `override` (never silent) and takes that class's verdict instead of the rule's.
+    Raises ValueError for an override that is not an XidClass.
+    """
+    entry = catalog_by_code().get(code)
+    if entry is None:
+        classification = _unknown(code, text)
+    else:
+        classification = XidClassification(
+            code=code,
+            class_=entry.class_,
+            catalog_class=entry.class_,
+            meaning=entry.meaning,
+            verdict=entry.verdict,
+            verdict_if_recurs=entry.verdict_if_recurs,
+            nvidia_action=entry.nvidia_action,
+            action_text=entry.action_text,
+            rule=entry.rule,
+            qualifier_of=entry.qualifier_of,
+        )
+        if entry.rule == "48" or entry.qualifier_of == 48:
+            classification = _decode_48(classification, text)
+        elif entry.rule == "154":
+            classification = _decode_154(classification, text)
+        elif entry.rule == "NVLink5":
+            classification = _decode_nvlink5(classification, text)
+        elif code == 71:
+            link = _LINK.search(text)
+            classification = classification.model_copy(update={"link": int(link["link"]) if link else None})
+    override = _override_for(code, overrides)
+    if override is None or override == classification.class_:
+        return classification
+    return classification.model_copy(
+        update={
+            "class_": override,
+            "override": override,
+            "verdict": _CLASS_VERDICT[override],
+            "verdict_if_recurs": "REPLACE" if override == "hardware" else None,
+            "deciding_check": None,
+            "unverified_reason": "class set to unverified by configuration"
+            if override == "unverified"
+            else None,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- node routing
+
+
+class NodeXid(_Model):
+    """One Xid on one node, from any source (kernel line or HMA detection)."""
+
+    time: datetime
+    code: int
+    pci: str | None = None
+    text: str = ""
+    hma_reason: str | None = None  # e.g. "XidUserAppError", "XidHardwareFailure"
+    hma_recommendation: str | None = None
+
+
+class NodeRouting(_Model):
+    """Exactly one verdict for a node's Xids (RULES §7), with the evidence it rests on.
+
+    `verdict` None means the Xids alone meet no §7 bar: rule 48 with the DRAM/SRAM split
+    undetermined (`hypothesis` True and `deciding_check` names the check; the caller shows
+    MONITOR with the hypothesis, never REPLACE and never REBOOT-as-if-DRAM), an unverified
+    code, or an application Xid on a node that is not Running. `cause_code` is the Xid the
+    verdict rests on. `hardware` is True only for REPLACE or REBOOT on hardware grounds
+    (RULES §7: only then may the headline say "hardware error").
+    """
+
+    verdict: Verdict | None
+    verdict_evidence: str
+    cause_code: int | None = None
+    cause_class: XidClass | None = None
+    pci: str | None = None
+    process: str | None = None
+    pid: int | None = None
+    hypothesis: bool = False
+    deciding_check: str | None = None
+    action_text: str | None = None
+    hardware: bool = False
+
+
+@dataclass(frozen=True)
+class _Xid:
+    event: NodeXid
+    c: XidClassification
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    xid: _Xid
+    verdict: Verdict | None
+    rank: int
+    finding: str  # the bar met, in words, for verdict_evidence
+    hardware: bool = False
+    hypothesis: bool = False
+    deciding_check: str | None = None
+    action_text: str | None = None
+
+
+# Node-level precedence: the more decisive outcome wins, so hardware beats application (the
+# §7 LEAVE ALONE bar needs "no hardware-class Xid") and an unverified code blocks LEAVE ALONE.
+# Ties go to the earliest Xid, the candidate cause (§6).
+_RANK_REPLACE, _RANK_REBOOT, _RANK_HYPOTHESIS, _RANK_MONITOR = 70, 60, 50, 40
+_RANK_NO_VERDICT, _RANK_DRIVER_CONFIG, _RANK_APPLICATION, _RANK_ORPHAN = 30, 20, 10, 0
+
+
+def _outcome(
+    xid: _Xid,
+    verdict: Verdict | None,
+    finding: str,
+    *,
+    hardware: bool = False,
+    hypothesis: bool = False,
+    deciding_check: str | None = None,
+    action_text: str | None = None,
+    rank: int | None = None,
+) -> _Outcome:
+    if rank is None:
+        if hypothesis:
+            rank = _RANK_HYPOTHESIS
+        elif verdict == "LEAVE ALONE":
+            rank = _RANK_DRIVER_CONFIG if xid.c.class_ == "driver-config" else _RANK_APPLICATION
+        else:
+            rank = {"REPLACE": _RANK_REPLACE, "REBOOT": _RANK_REBOOT, "MONITOR": _RANK_MONITOR}.get(
+                verdict or "", _RANK_NO_VERDICT
+            )
+    return _Outcome(xid, verdict, rank, finding, hardware, hypothesis, deciding_check, action_text)
+
+
+def _same_gpu(a: NodeXid, b: NodeXid) -> bool:
+    """Same GPU when the bus IDs agree; an unknown bus ID cannot tell GPUs apart."""
+    return a.pci is None or b.pci is None or bus_key(a.pci) == bus_key(b.pci)
+
+
+def _followed(i: int, xids: Sequence[_Xid]) -> _Xid | None:
+    """RULES §6: a sympathetic Xid follows the latest non-sympathetic Xid before it on its GPU."""
+    return next(
+        (o for o in reversed(xids[:i]) if o.c.class_ != "sympathetic" and _same_gpu(o.event, xids[i].event)),
+        None,
+    )
+
+
+def _rule_48(xid: _Xid, xids: Sequence[_Xid]) -> _Outcome:
+    """RULES §6 rule 48: decide which memory faulted before anything else."""
+    event = xid.event
+    qualifiers = [q.event for q in xids if q.c.qualifier_of == 48 and _same_gpu(q.event, event)]
+    memory, how = xid.c.memory, "the message names it"
+    if qualifiers:
+        # The driver's own qualifier beats reading the text; the nearest one belongs to this 48.
+        nearest = min(qualifiers, key=lambda q: abs((q.time - event.time).total_seconds()))
+        memory, how = ("DRAM" if nearest.code == 171 else "SRAM"), f"Xid {nearest.code} on the node"
+    if memory == "DRAM":
+        return _outcome(
+            xid,
+            "REBOOT",
+            f"rule 48: DRAM ({how}), REBOOT retires the page / activates the "
+            "remapped row; REPLACE if 64 or a remap failure follows or it recurs",
+            hardware=True,
+        )
+    if memory == "SRAM":
+        return _outcome(
+            xid,
+            "REBOOT",
+            f"rule 48: SRAM ({how}), REBOOT and check SRAM Threshold Exceeded",
+            hardware=True,
+            deciding_check=SRAM_FLAG_CHECK,
+        )
+    # Never REPLACE by default, nor REBOOT as if DRAM: a hypothesis with the check that settles it.
+    return _outcome(
+        xid,
+        None,
+        "rule 48: DRAM/SRAM split UNVERIFIED (no Xid 171/172 on the node, the "
+        "message names neither the framebuffer nor an SRAM unit)",
+        hypothesis=True,
+        deciding_check=ECC_CHECK,
+    )
+
+
+def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
+    """One Xid's outcome on its node; None when another Xid on the node speaks for it."""
+    xid = xids[i]
+    event, c = xid.event, xid.c
+    earlier = xids[:i]
+
+    if event.hma_reason == "XidHardwareFailure":  # RULES §7 REPLACE bar (HMA's own judgement)
+        recommendation = (event.hma_recommendation or "").lower()
+        said = f"HMA XidHardwareFailure with recommendation {event.hma_recommendation!r}"
+        if "replace" in recommendation:
+            return _outcome(xid, "REPLACE", said, hardware=True)
+        if "reboot" in recommendation:
+            return _outcome(xid, "REBOOT", said, hardware=True)
+        if c.class_ != "hardware":  # HMA and the catalog disagree: no verdict guessed, no LEAVE ALONE
+            return _outcome(xid, None, f"{said}, while the catalog class is {c.class_}: the sources differ")
+
+    if c.override is not None:
+        hardware = c.class_ == "hardware" and c.verdict in ("REPLACE", "REBOOT")
+        verdict = None if c.verdict == "LEAVE ALONE" and not node_running else c.verdict
+        return _outcome(
+            xid,
+            verdict,
+            f"class overridden to {c.override} by configuration (catalog: {c.catalog_class or 'not listed'})",
+            hardware=hardware,
+        )
+
+    if c.class_ == "sympathetic":
+        # RULES §6: 43/45 follow the Xid before them, which is the candidate cause.
+        if _followed(i, xids) is not None:
+            return None
+        return _outcome(
+            xid, "MONITOR", "sympathetic, and the Xid it follows is not in the window", rank=_RANK_ORPHAN
+        )
+
+    if c.qualifier_of == 48:
+        if any(o.event.code == 48 and _same_gpu(o.event, event) for o in xids):
+            return None  # rule 48 reads it for that Xid 48
+        return _rule_48(xid, xids)  # the 48 itself fell outside the window
+
+    if c.rule == "48":
+        return _rule_48(xid, xids)
+
+    if event.code == 63:
+        before = [
+            o.event
+            for o in earlier
+            if (o.c.rule == "48" or o.c.qualifier_of == 48) and _same_gpu(o.event, event)
+        ]
+        if before:
+            return _outcome(
+                xid,
+                "REBOOT",
+                f"after Xid {before[-1].code} at {iso(before[-1].time)} a row remap is pending",
+                hardware=True,
+            )
+        return _outcome(xid, "MONITOR", "63 alone is never a root cause")
+
+    if c.rule == "NVLink5":
+        flag = {True: "fatal", False: "nonfatal", None: "fatal/nonfatal flag not readable"}[c.fatal]
+        link = c.link if c.link is not None else "not readable"
+        finding = (
+            f"rule NVLink5: {c.subcomponent or 'sub-component not readable'}, {flag}, link {link}; "
+            f"precise resolution UNVERIFIED ({CATALOG_URL})"
+        )
+        if c.fatal:
+            finding += "; REBOOT candidate if the link stays down"
+        return _outcome(
+            xid,
+            c.verdict,
+            finding,
+            hardware=c.fatal is True,
+            hypothesis=c.fatal is None,
+            deciding_check=c.deciding_check,
+        )
+
+    if c.rule == "154":
+        if c.recovery_action is None:
+            return _outcome(xid, None, c.unverified_reason or "rule 154: recovery action not readable")
+        return _outcome(
+            xid, c.verdict, f"rule 154: recovery action {c.recovery_action}", hardware=c.verdict == "REBOOT"
+        )
+
+    if c.class_ == "unverified":
+        return _outcome(
+            xid,
+            None,
+            f"not in the catalog, quoted verbatim: {event.text!r}; see {CATALOG_URL}; no verdict guessed",
+        )
+
+    if c.class_ == "application":
+        source = "HMA reason XidUserAppError; " if event.hma_reason == "XidUserAppError" else ""
+        if not node_running:
+            return _outcome(
+                xid,
+                None,
+                f"{source}application class, but the node is not Running: the "
+                "LEAVE ALONE bar is not met and the Xid does not explain the node's state",
+            )
+        return _outcome(
+            xid, "LEAVE ALONE", f"{source}node Running; no hardware-class Xid", action_text=c.action_text
+        )
+
+    if c.class_ == "driver-config" and c.verdict == "LEAVE ALONE":
+        if not node_running:
+            return _outcome(
+                xid,
+                None,
+                "driver configuration fault, but the node is not Running: the LEAVE ALONE bar is not met",
+            )
+        return _outcome(xid, "LEAVE ALONE", f"driver configuration: {GSP_ACTION}", action_text=GSP_ACTION)
+
+    hardware = c.class_ == "hardware" and c.verdict in ("REPLACE", "REBOOT")
+    disagreement = ""
+    if c.class_ == "hardware" and event.hma_reason == "XidUserAppError":
+        disagreement = "; HMA says XidUserAppError, the catalog says hardware: hardware wins"
+    finding = "first occurrence of a hardware-class Xid" if c.class_ == "hardware" else f"{c.class_} class"
+    return _outcome(xid, c.verdict, finding + disagreement, hardware=hardware, action_text=c.action_text)
+
+
+def _recurrence(xids: Sequence[_Xid], reboot_times: Sequence[datetime]) -> _Outcome | None:
+    """RULES §6/§7: the same hardware-class Xid on the same PCI bus before and after a reboot."""
+    reboots = sorted(reboot_times)
+    for j, later in enumerate(xids):
+        if later.c.class_ != "hardware" or later.event.pci is None or later.c.qualifier_of is not None:
+            continue
+        for first in xids[:j]:
+            if first.event.code != later.event.code or bus_key(first.event.pci) != bus_key(later.event.pci):
+                continue
+            if later.c.rule == "NVLink5" and not (
+                first.c.fatal and later.c.fatal and first.c.link is not None and first.c.link == later.c.link
+            ):
+                continue  # NVLink5: only a fatal error returning on the same link counts
+            reboot = next((r for r in reboots if first.event.time < r < later.event.time), None)
+            if reboot is not None:
+                return _outcome(
+                    later,
+                    "REPLACE",
+                    f"also at {iso(first.event.time)}, before the reboot at "
+                    f"{iso(reboot)}: a hardware-class Xid recurring on the same PCI bus across a "
+                    "reboot",
+                    hardware=True,
+                )
+    return None
+
+
+def route_node(
+    events: Sequence[NodeXid],
+    *,
+    node_running: bool,
+    reboot_times: Sequence[datetime] = (),
+    overrides: Mapping[int, str] | None = None,
+) -> NodeRouting:
+    """RULES §6 routing rules and §7 bars over one node's Xids → exactly one NodeRouting."""
+    if not events:
+        return NodeRouting(
+            verdict=None,
+            verdict_evidence="no Xid on this node in the window; whether that "
+            "means no errors depends on proven log coverage (RULES §4)",
+        )
+    xids = [
+        _Xid(event, _with_hma(event, classify(event.code, event.text, overrides)))
+        for event in sorted(events, key=lambda event: event.time)
+    ]
+    judged = [outcome for i in range(len(xids)) if (outcome := _judge(i, xids, node_running)) is not None]
+    recurring = _recurrence(xids, reboot_times)
+    if recurring is not None:
+        judged.insert(0, recurring)  # the strongest REPLACE evidence, named first among equals
+    best = max(judged, key=lambda outcome: outcome.rank)  # max keeps the first among equals
+    return _routing(best, xids, judged, node_running)
+
+
+def _with_hma(event: NodeXid, c: XidClassification) -> XidClassification:
+    """HMA's XidUserAppError names the class of a code the catalog does not list (RULES §7
+    LEAVE ALONE bar). It never lowers a catalog class: hardware wins over application."""
+    if event.hma_reason == "XidUserAppError" and c.class_ == "unverified" and c.override is None:
+        return c.model_copy(
+            update={"class_": "application", "verdict": "LEAVE ALONE", "unverified_reason": None}
+        )
+    return c
+
+
+def _routing(
+    best: _Outcome, xids: Sequence[_Xid], judged: Sequence[_Outcome], node_running: bool
+) -> NodeRouting:
+    event, c = best.xid.event, best.xid.c
+    process, pid = _process(event.text)
+    where = f" on PCI {event.pci}" if event.pci else " (PCI bus not in the message)"
+    owner = ""
+    if process or pid is not None:
+        owner = f", process {process or '<unknown>'} pid {pid if pid is not None else '<unknown>'}"
+    parts = [
+        f"Xid {event.code} ({c.meaning or 'not in the catalog'}, {c.class_} class){where}{owner}",
+        best.finding,
+    ]
+    followers = sorted(
+        {
+            x.event.code
+            for i, x in enumerate(xids)
+            if x.c.class_ == "sympathetic" and _followed(i, xids) is best.xid
+        }
+    )
+    if followers:
+        parts.append(f"Xid {', '.join(map(str, followers))} follow{'s' if len(followers) == 1 else ''} it")
+    others = sorted({o.xid.event.code for o in judged} - {event.code})
+    if others:
+        parts.append(f"also on the node: Xid {', '.join(map(str, others))}")
+    if best.verdict != "LEAVE ALONE" and "Running" not in best.finding:
+        parts.append(f"node {'Running' if node_running else 'not Running'}")
+    conclusion = best.verdict or (
+        "hypothesis, verdict held until the deciding check" if best.hypothesis else "no verdict"
+    )
+    return NodeRouting(
+        verdict=best.verdict,
+        verdict_evidence="; ".join(parts) + f" → {conclusion}",
+        cause_code=event.code,
+        cause_class=c.class_,
+        pci=event.pci,
+        process=process,
+        pid=pid,
+        hypothesis=best.hypothesis,
+        deciding_check=best.deciding_check,
+        action_text=best.action_text,
+        hardware=best.hardware and best.verdict in ("REPLACE", "REBOOT"),
+    )
+
+
+# --------------------------------------------------------------------------- fleet
+
+
+def fleet_pattern(
+    per_node_classes: Mapping[str, set[str]],
+    codes_by_node: Mapping[str, set[int]],
+    image_changed: bool,
+) -> str | None:
+    """RULES §6 routing across nodes: "E" (119/120 on several nodes after an AMI or driver
+    change) or "F" (application class on many nodes, no hardware class anywhere), else None.
+
+    E is checked first: a driver change explains the application crashes that GSP faults cause.
+    """
+    gsp_nodes = [node for node, codes in codes_by_node.items() if codes & {119, 120}]
+    if image_changed and len(gsp_nodes) >= 2:
+        return "E"
+    app_nodes = [node for node, classes in per_node_classes.items() if "application" in classes]
+    hardware_anywhere = any("hardware" in classes for classes in per_node_classes.values())
+    if len(app_nodes) >= 2 and not hardware_anywhere:
+        return "F"
+    return None

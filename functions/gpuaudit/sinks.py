@@ -1,0 +1,121 @@
+"""Where results go: the findings table (DynamoDB) and the alert topic (SNS).
+
+Writes are idempotent: audit items are put with `attribute_not_exists`, keyed by the
+deterministic audit_id, so re-running the same audit window writes nothing new and
+publishes no second alert. Alerts go out only when something changed against the
+latest state kept per node.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpuaudit.model.result import Result
+from gpuaudit.report.redact import redact
+
+ALERTING_VERDICTS = {"REPLACE", "REBOOT", "NOT OBSERVABLE"}
+RETENTION_DAYS = 90
+
+
+@dataclass
+class SinkOutcome:
+    items_written: int = 0
+    duplicate: bool = False
+    alert: str | None = None
+    published: bool = False
+    changes: list[str] = field(default_factory=list)
+
+
+def _put_new(ddb: Any, table: str, item: dict[str, Any]) -> bool:
+    try:
+        ddb.put_item(TableName=table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        return True
+    except ClientError as err:
+        if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return False
+        raise
+
+
+def _s(value: object) -> dict[str, str]:
+    return {"S": str(value)}
+
+
+def latest_state(ddb: Any, table: str, cluster: str) -> dict[str, dict[str, str]]:
+    out = ddb.query(TableName=table, KeyConditionExpression="pk = :p",
+                    ExpressionAttributeValues={":p": _s(f"LATEST#{cluster}")})
+    return {i["sk"]["S"]: {k: v["S"] for k, v in i.items() if "S" in v} for i in out.get("Items", [])}
+
+
+def changes_against(result: Result, previous: dict[str, dict[str, str]]) -> list[str]:
+    """What an on-call engineer must hear about: coverage lost or regained, a new alerting verdict, a FAIL."""
+    changes = []
+    for node in result.nodes:
+        before = previous.get(f"NODE#{node.instance_id}", {})
+        was = before.get("xid_status")
+        if was and was != node.xid_status and "Not observable" in (was, node.xid_status):
+            word = "lost" if node.xid_status == "Not observable" else "regained"
+            changes.append(f"{node.instance_id}: coverage {word} ({was} → {node.xid_status})")
+        elif not was and node.xid_status == "Not observable" and (node.gpu_count or 0) != 0:
+            changes.append(f"{node.instance_id}: coverage Not observable")
+        if node.verdict in ALERTING_VERDICTS and before.get("verdict") != node.verdict:
+            changes.append(f"{node.instance_id}: new verdict {node.verdict} — {node.verdict_evidence or ''}".strip())
+    for check in result.checks:
+        if check.result == "FAIL" and previous.get(f"CHECK#{check.id}", {}).get("result") != "FAIL":
+            changes.append(f"{check.id} {check.title}: FAIL — {check.evidence}")
+    return changes
+
+
+def alert_message(result: Result, changes: list[str]) -> str:
+    lines = [f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region})", result.headline, "",
+             *[f"- {c}" for c in changes[:20]]]
+    if len(changes) > 20:
+        lines.append(f"- … and {len(changes) - 20} more")
+    return redact("\n".join(lines))
+
+
+def chatbot_payload(result: Result, message: str) -> str:
+    """AWS Chatbot custom-notification shape."""
+    return json.dumps({"version": "1.0", "source": "custom", "content": {
+        "textType": "client-markdown", "title": redact(f"gpuaudit: {result.cluster.name}"),
+        "description": message}})
+
+
+def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, result: Result,
+                    now_epoch: int) -> SinkOutcome:
+    outcome = SinkOutcome()
+    previous = latest_state(ddb, table, result.cluster.name)
+    expires = _s(now_epoch + RETENTION_DAYS * 86400)
+    summary = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY"), "cluster": _s(result.cluster.name),
+               "mode": _s(result.mode), "headline": _s(redact(result.headline)),
+               "window_start": _s(result.window.start.isoformat()), "window_end": _s(result.window.end.isoformat()),
+               "expires_at": {"N": expires["S"]}}
+    if not _put_new(ddb, table, summary):
+        outcome.duplicate = True
+        return outcome
+    outcome.items_written += 1
+    for node in result.nodes:
+        item = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(f"NODE#{node.instance_id}"),
+                "xid_status": _s(node.xid_status), "verdict": _s(node.verdict or "none"),
+                "verdict_evidence": _s(redact(node.verdict_evidence or "")), "expires_at": {"N": expires["S"]}}
+        outcome.items_written += int(_put_new(ddb, table, item))
+    outcome.changes = changes_against(result, previous)
+    for node in result.nodes:  # latest state per node: what the next audit compares against
+        ddb.put_item(TableName=table, Item={"pk": _s(f"LATEST#{result.cluster.name}"), "sk": _s(f"NODE#{node.instance_id}"),
+                                            "xid_status": _s(node.xid_status), "verdict": _s(node.verdict or "none"),
+                                            "audit_id": _s(result.audit_id)})
+        outcome.items_written += 1
+    for check in result.checks:
+        ddb.put_item(TableName=table, Item={"pk": _s(f"LATEST#{result.cluster.name}"), "sk": _s(f"CHECK#{check.id}"),
+                                            "result": _s(check.result), "audit_id": _s(result.audit_id)})
+        outcome.items_written += 1
+    if outcome.changes and topic_arn:
+        outcome.alert = alert_message(result, outcome.changes)
+        sns.publish(TopicArn=topic_arn, Subject=f"gpuaudit: {result.cluster.name}"[:100],
+                    Message=json.dumps({"default": outcome.alert, "chatbot": chatbot_payload(result, outcome.alert)}),
+                    MessageStructure="json")
+        outcome.published = True
+    return outcome
