@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -76,18 +76,18 @@ def emit(result: Result, fmt: str, out: Path | None) -> None:
 @app.command()
 def audit(
     cluster: Annotated[str, typer.Option(help="Cluster name (HyperPod, ParallelCluster) or a label for --instances")],
-    region: Annotated[Optional[str], typer.Option(help="AWS region (default: the world's, or AWS_REGION)")] = None,
+    region: Annotated[str | None, typer.Option(help="AWS region (default: the world's, or AWS_REGION)")] = None,
     mode: Annotated[str, typer.Option(help="coverage | incident | preflight")] = "coverage",
-    since: Annotated[Optional[str], typer.Option(help="Window start, ISO-8601 UTC; alone it runs to now")] = None,
-    until: Annotated[Optional[str], typer.Option(help="Window end, ISO-8601 UTC")] = None,
-    last: Annotated[Optional[str], typer.Option(help="24h | 72h | 7d, ending now")] = None,
-    world: Annotated[Optional[Path], typer.Option(help="Audit a world file instead of an AWS account")] = None,
+    since: Annotated[str | None, typer.Option(help="Window start, ISO-8601 UTC; alone it runs to now")] = None,
+    until: Annotated[str | None, typer.Option(help="Window end, ISO-8601 UTC")] = None,
+    last: Annotated[str | None, typer.Option(help="24h | 72h | 7d, ending now")] = None,
+    world: Annotated[Path | None, typer.Option(help="Audit a world file instead of an AWS account")] = None,
     fmt: Annotated[str, typer.Option("--format", help="md | json")] = "md",
-    out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout")] = None,
-    instances: Annotated[Optional[str], typer.Option(help="Self-managed EC2/EKS: comma-separated instance IDs")] = None,
-    run_hours: Annotated[Optional[float], typer.Option(help="Preflight: planned run length in hours")] = None,
-    run_start: Annotated[Optional[str], typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
-    checkpoint_minutes: Annotated[Optional[float], typer.Option(help="Preflight: checkpoint interval")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
+    instances: Annotated[str | None, typer.Option(help="Self-managed EC2/EKS: comma-separated instance IDs")] = None,
+    run_hours: Annotated[float | None, typer.Option(help="Preflight: planned run length in hours")] = None,
+    run_start: Annotated[str | None, typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
+    checkpoint_minutes: Annotated[float | None, typer.Option(help="Preflight: checkpoint interval")] = None,
 ) -> None:
     """Audit one cluster: coverage proof, node verdicts, root cause or readiness."""
     try:

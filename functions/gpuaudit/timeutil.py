@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-UTC = timezone.utc
+UTC = UTC
 HOUR = timedelta(hours=1)
 
 
-def parse_time(value: str | int | float | datetime) -> datetime:
+def parse_time(value: str | float | datetime) -> datetime:
     """ISO-8601 string, epoch milliseconds or datetime -> aware UTC datetime."""
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -41,7 +41,7 @@ class Aws:
 
     session: boto3.Session
     region: str
-    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     max_attempts: int = 4
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.inventory import node_from_log_stream
 from gpuaudit.model.evidence import (
     ClusterInfo,
     GpuLine,
@@ -27,8 +28,13 @@ from gpuaudit.model.evidence import (
     QueryRecord,
     StreamActivity,
 )
-from gpuaudit.collectors.inventory import node_from_log_stream
-from gpuaudit.rules.streams import HMA_PREFIX, PCLUSTER_STREAM, is_hma_group, is_pcluster_group, stream_node_ids
+from gpuaudit.rules.streams import (
+    HMA_PREFIX,
+    PCLUSTER_STREAM,
+    is_hma_group,
+    is_pcluster_group,
+    stream_node_ids,
+)
 from gpuaudit.timeutil import floor_hour, hours_between, parse_time
 
 KEYWORDS = ("kernel", "messages", "syslog", "system", "dmesg", "journal", "gpu")

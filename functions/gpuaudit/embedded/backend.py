@@ -664,4 +664,4 @@ def _get_service_quota(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     raise ApiError("NoSuchResourceException", f"Quota {p['ServiceCode']}/{p['QuotaCode']} not found")
 
 
-__all__ = ["WorldBackend", "ApiError", "RESPONDERS"]
+__all__ = ["RESPONDERS", "ApiError", "WorldBackend"]

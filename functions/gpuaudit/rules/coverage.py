@@ -182,7 +182,10 @@ def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: P
     accelerated = is_accelerated(node, evidence)
     if evidence.cluster.kind.startswith("hyperpod") and accelerated and hma_live is not None:
         rows.append(hma_row(node, evidence, pad, hma_live))
-    if not rows:
+    if not rows and not accelerated:
+        rows.append(CoverageRow(log_group="(not searched: no GPU)", log_stream=None, status="Not observable",
+                                note=f"{node.instance_type} has no GPU or Trainium device: Xid evidence does not apply"))
+    elif not rows:
         searched = ", ".join(g.name for g in evidence.log_groups) or "none found"
         rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable",
                                 note=f"no stream names this node in the log groups searched: {searched}"))

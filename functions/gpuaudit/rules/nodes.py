@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuaudit.model.evidence import Evidence, GpuLine, NodeInfo
+from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo
 from gpuaudit.model.result import GpuError, NodeResult, NodeSignals
 from gpuaudit.rules.coverage import NodeCoverage, is_accelerated
 from gpuaudit.rules.hma import HmaDetection, parse_hma
@@ -62,7 +62,7 @@ def collapse(node_lines: Sequence[ParsedLine], overrides: Mapping[int, str] | No
             time=p.line.time, last_time=p.line.time, code=p.xid.code, pci=p.xid.pci, class_=c.class_,
             log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.xid.raw,
             meaning=c.meaning + (f" (class overridden to {c.override} by configuration)" if c.override else "")
-            if c.meaning else (f"unknown code: quoted verbatim, see https://docs.nvidia.com/deploy/xid-errors/"),
+            if c.meaning else ("unknown code: quoted verbatim, see https://docs.nvidia.com/deploy/xid-errors/"),
             source="hma" if p.hma else "kernel", hma_reason=p.hma.reason if p.hma else None)
     return sorted(entries.values(), key=lambda e: e.time)
 
@@ -106,6 +106,17 @@ def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated
     return None, None
 
 
+def efa_text(node: NodeInfo, profile: CapabilityProfile | None) -> str:
+    """`<attached> of <max>` (RULES §2); HyperPod attachment lives in a service account: Not observable."""
+    if profile is None:
+        return "unknown (type not read)" if node.instance_type else "unknown (instance no longer described)"
+    if not profile.efa_supported:
+        return "not supported by the type"
+    if node.efa_attached is None:
+        return f"Not observable (HyperPod instances live in a service account) of {profile.max_efa_interfaces}"
+    return f"{node.efa_attached} of {profile.max_efa_interfaces}"
+
+
 def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, lines: Sequence[ParsedLine],
                 overrides: Mapping[int, str] | None, window_start: datetime, window_end: datetime,
                 service_action: str | None) -> tuple[NodeResult, NodeRouting | None]:
@@ -116,12 +127,7 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides) \
         if xids else None
     verdict, evidence_text = verdict_for(routing, coverage, accelerated)
-    if profile is None:
-        efa = "unknown (type not read)" if node.instance_type else "unknown (instance no longer described)"
-    elif node.efa_attached is None:
-        efa = f"Not observable (HyperPod instances live in a service account) of {profile.max_efa_interfaces or 0}"
-    else:
-        efa = f"{node.efa_attached} of {profile.max_efa_interfaces or 0}"
+    efa = efa_text(node, profile)
     return NodeResult(
         instance_id=node.instance_id, instance_group=node.instance_group, instance_type=node.instance_type,
         status=node.status, role=node.role, discovered_by=node.discovered_by,
