@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from gpuaudit.collectors import controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.inventory import collect_inventory, collect_profiles
-from gpuaudit.collectors.logs import collect_log_evidence, discover_log_groups, lifetime_start
+from gpuaudit.collectors.logs import LogWindow, collect_log_evidence, discover_log_groups, lifetime_start
 from gpuaudit.model.evidence import Evidence, Mode
 from gpuaudit.model.result import Result
 from gpuaudit.report.markdown import finalize
@@ -44,10 +44,10 @@ def collect(aws: Aws, request: AuditRequest) -> Evidence:
     gaps: list[str] = []
     cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps)
     groups = discover_log_groups(aws, cluster, gaps)
-    logs = collect_log_evidence(
-        aws, cluster, nodes, groups, padded_start=pad.start, padded_end=pad.end,
-        lifetime_start=lifetime_start(nodes, pad.start, KERNEL_LOOKBACK),
-        gpu_start=min(pad.start, window.start - TIMELINE_MARGIN), gpu_end=pad.end, gaps=gaps)
+    win = LogWindow(padded_start=pad.start, padded_end=pad.end,
+                    lifetime_start=lifetime_start(nodes, pad.start, KERNEL_LOOKBACK),
+                    gpu_start=min(pad.start, window.start - TIMELINE_MARGIN), gpu_end=pad.end)
+    logs = collect_log_evidence(aws, cluster, nodes, groups, win, gaps)
     nodes = [*nodes, *logs.discovered_nodes]
     profiles = collect_profiles(aws, {n.instance_type for n in nodes if n.instance_type}, gaps)
     evidence = Evidence(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-UTC = UTC
 HOUR = timedelta(hours=1)
 
 

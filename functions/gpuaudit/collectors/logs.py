@@ -30,6 +30,7 @@ from gpuaudit.model.evidence import (
 )
 from gpuaudit.rules.streams import (
     HMA_PREFIX,
+    INSTANCE_ID,
     PCLUSTER_STREAM,
     is_hma_group,
     is_pcluster_group,
@@ -175,18 +176,42 @@ class InsightsRunner:
                                         status=status, rows=rows, records_scanned=scanned, truncated=truncated))
 
 
-def collect_log_evidence(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
-                         *, padded_start: datetime, padded_end: datetime, lifetime_start: datetime,
-                         gpu_start: datetime, gpu_end: datetime, gaps: list[str],
-                         runner: InsightsRunner | None = None) -> LogEvidence:
-    runner = runner or InsightsRunner(aws, gaps)
-    names = [g.name for g in groups]
-    pending = []
-    for batch in _batches(names, MAX_GROUPS_PER_QUERY):
-        pending.append(("kernel", runner.start("kernel-streams", batch, lifetime_start, padded_end, KERNEL_QUERY)))
-        pending.append(("summary", runner.start("stream-summary", batch, padded_start, padded_end, SUMMARY_QUERY)))
-        pending.append(("gpu", runner.start("gpu-lines", batch, gpu_start, gpu_end, GPU_QUERY)))
+@dataclass(frozen=True)
+class LogWindow:
+    """Time ranges of the three queries: (a) padded window, (b) node lifetimes, GPU lines (window ± margin)."""
 
+    padded_start: datetime
+    padded_end: datetime
+    lifetime_start: datetime
+    gpu_start: datetime
+    gpu_end: datetime
+
+
+@dataclass
+class BatchEvidence:
+    """What one batch of ≤ 50 log groups holds; batches are independent, so they can fan out."""
+
+    groups: list[str]
+    kernel: list[KernelStream]
+    activity: list[StreamActivity]
+    gpu_lines: list[GpuLine]
+    queries: list[QueryRecord]
+    gaps: list[str]
+
+
+def looks_like_node_stream(stream: str, nodes: list[NodeInfo]) -> bool:
+    """Known node, or any instance ID: nodes that vanished from DescribeInstances are found only later."""
+    return bool(stream_node_ids(stream, nodes)) or INSTANCE_ID.search(stream) is not None
+
+
+def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: list[str], win: LogWindow,
+                  runner: InsightsRunner | None = None) -> BatchEvidence:
+    gaps: list[str] = []
+    runner = runner or InsightsRunner(aws, gaps)
+    runner.gaps = gaps
+    pending = [("kernel", runner.start("kernel-streams", batch, win.lifetime_start, win.padded_end, KERNEL_QUERY)),
+               ("summary", runner.start("stream-summary", batch, win.padded_start, win.padded_end, SUMMARY_QUERY)),
+               ("gpu", runner.start("gpu-lines", batch, win.gpu_start, win.gpu_end, GPU_QUERY))]
     kernel: list[KernelStream] = []
     summary: dict[tuple[str, str], StreamActivity] = {}
     gpu_lines: list[GpuLine] = []
@@ -208,33 +233,55 @@ def collect_log_evidence(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], 
                     live_hours=int(r["live_hours"]), first_event=_time(r.get("first_event")),
                     last_event=_time(r.get("last_event")))
             else:
-                gpu_lines.append(GpuLine(time=_time(r["@timestamp"]) or padded_start, log_group=group,
+                gpu_lines.append(GpuLine(time=_time(r["@timestamp"]) or win.padded_start, log_group=group,
                                          log_stream=stream, message=r.get("@message", "")))
+    expected = len(hours_between(win.padded_start, win.padded_end))
+    need_detail = {(k.log_group, k.log_stream) for k in kernel
+                   if looks_like_node_stream(k.log_stream, nodes) and (k.log_group, k.log_stream) in summary
+                   and summary[(k.log_group, k.log_stream)].live_hours < expected}
+    for group in batch:
+        if is_hma_group(group, cluster_name):
+            other_streams = [key for key in summary if key[0] == group and not key[1].startswith(HMA_PREFIX)]
+            if not any(summary[key].live_hours >= expected for key in other_streams):
+                need_detail.update(other_streams)
+    detail = _hour_detail(runner, need_detail, expected, win.padded_start, win.padded_end)
+    activity = [a.model_copy(update={"hour_counts": detail.get(key)}) if key in need_detail else a
+                for key, a in sorted(summary.items())]
+    return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
+                         queries=runner.records, gaps=gaps)
 
-    discovered = discover_vanished_nodes(cluster, nodes, summary.keys())
-    hma_group = next((g for g in names if is_hma_group(g, cluster.name)), None)
-    hma_streams = _hma_streams(aws, hma_group, gaps) if hma_group else None
+
+def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
+                  batches: list[BatchEvidence], gaps: list[str]) -> LogEvidence:
+    """Join the batches: find vanished nodes, keep groups that name an audited node, list HMA streams."""
+    kernel = [k for b in batches for k in b.kernel]
+    activity = [a for b in batches for a in b.activity]
+    for b in batches:
+        gaps.extend(b.gaps)
+    discovered = discover_vanished_nodes(cluster, nodes, [(a.log_group, a.log_stream) for a in activity])
     all_nodes = [*nodes, *discovered]
-    kept = {g for (g, s) in list(summary) + [(k.log_group, k.log_stream) for k in kernel]
-            if stream_node_ids(s, all_nodes)}
+    hma_group = next((g.name for g in groups if is_hma_group(g.name, cluster.name)), None)
+    hma_streams = _hma_streams(aws, hma_group, gaps) if hma_group else None
+    kept = {x.log_group for x in [*activity, *kernel] if stream_node_ids(x.log_stream, all_nodes)}
     if hma_group:
         kept.add(hma_group)
-
-    expected = len(hours_between(padded_start, padded_end))
-    kernel_keys = {(k.log_group, k.log_stream) for k in kernel if stream_node_ids(k.log_stream, all_nodes)}
-    need_detail = {key for key in kernel_keys if key in summary and summary[key].live_hours < expected}
-    if hma_group:
-        other_streams = [key for key in summary if key[0] == hma_group and not key[1].startswith(HMA_PREFIX)]
-        if not any(summary[key].live_hours >= expected for key in other_streams):
-            need_detail.update(other_streams)
-    detail = _hour_detail(runner, need_detail, expected, padded_start, padded_end, gaps)
-    activity = [s.model_copy(update={"hour_counts": detail.get(key)}) if key in need_detail else s
-                for key, s in sorted(summary.items()) if key[0] in kept]
     return LogEvidence(
         log_groups=groups, hma_log_group=hma_group,
         kernel_streams=[k for k in kernel if k.log_group in kept],
-        stream_activity=activity, gpu_lines=sorted(gpu_lines, key=lambda g: g.time), queries=runner.records,
-        discovered_nodes=discovered, hma_streams=hma_streams)
+        stream_activity=[a for a in activity if a.log_group in kept],
+        gpu_lines=sorted((g for b in batches for g in b.gpu_lines), key=lambda g: g.time),
+        queries=[q for b in batches for q in b.queries], discovered_nodes=discovered, hma_streams=hma_streams)
+
+
+def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:
+    return _batches([g.name for g in groups], MAX_GROUPS_PER_QUERY)
+
+
+def collect_log_evidence(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
+                         win: LogWindow, gaps: list[str]) -> LogEvidence:
+    """In-process path: every batch in turn, then the merge (the state machine maps over the batches)."""
+    batches = [collect_batch(aws, cluster.name, nodes, batch, win) for batch in log_batches(groups)]
+    return merge_batches(aws, cluster, nodes, groups, batches, gaps)
 
 
 def _hma_streams(aws: Aws, group: str, gaps: list[str]) -> list[str] | None:
@@ -248,7 +295,7 @@ def _hma_streams(aws: Aws, group: str, gaps: list[str]) -> list[str] | None:
 
 
 def _hour_detail(runner: InsightsRunner, keys: set[tuple[str, str]], expected_hours: int, start: datetime,
-                 end: datetime, gaps: list[str]) -> dict[tuple[str, str], dict[datetime, int]]:
+                 end: datetime) -> dict[tuple[str, str], dict[datetime, int]]:
     """Per-hour counts for the named streams, partitioned so no query can pass 10,000 rows."""
     per_query = max(1, MAX_ROWS // max(1, expected_hours))
     by_group: dict[str, list[str]] = {}
