@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from gpuaudit.collectors.aws import Aws, CallFailed
@@ -110,10 +111,18 @@ def audit(
         _fail(str(exc), exc.code)
     except (WorldError, BadWindow, UnknownCluster) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
+    except ValidationError as exc:
+        _fail(_validation_message(exc), EXIT_BAD_INPUT)
     except CallFailed as exc:
         _fail(f"the account could not be read: {exc}", EXIT_UNREACHABLE)
     except OSError as exc:
         _fail(f"cannot write output: {exc}", EXIT_UNREACHABLE)
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = [f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']} (got {e.get('input')!r})"
+             for e in exc.errors()]
+    return "bad input: " + "; ".join(parts)
 
 
 def _fail(message: str, code: int) -> None:

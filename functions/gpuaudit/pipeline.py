@@ -5,13 +5,23 @@ The CLI and the deployed state machine call these same functions in this same or
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpuaudit.collectors import controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.inventory import collect_inventory, collect_profiles
-from gpuaudit.collectors.logs import LogWindow, collect_log_evidence, discover_log_groups, lifetime_start
+from gpuaudit.collectors.logs import (
+    BatchEvidence,
+    LogWindow,
+    collect_batch,
+    discover_log_groups,
+    lifetime_start,
+    log_batches,
+    merge_batches,
+)
 from gpuaudit.model.evidence import Evidence, Mode
 from gpuaudit.model.result import Result
 from gpuaudit.report.markdown import finalize
@@ -22,40 +32,66 @@ KERNEL_LOOKBACK = timedelta(days=14)
 TIMELINE_MARGIN = timedelta(minutes=30)
 
 
-@dataclass(frozen=True)
-class AuditRequest:
-    cluster: str
+class AuditRequest(BaseModel):
+    """One audit to run: what the CLI parses from flags and the state machine from its input."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster: str = Field(min_length=1, max_length=256)
     mode: Mode = "coverage"
     since: datetime | None = None
     until: datetime | None = None
-    last: str | None = None
-    instance_ids: list[str] = field(default_factory=list)
-    run_hours: float | None = None
+    last: Literal["24h", "72h", "7d"] | None = None
+    instance_ids: list[str] = Field(default_factory=list)
+    run_hours: float | None = Field(default=None, gt=0)
     run_start: datetime | None = None
-    checkpoint_minutes: float | None = None
+    checkpoint_minutes: float | None = Field(default=None, gt=0)
 
 
-def collect(aws: Aws, request: AuditRequest) -> Evidence:
-    """Every AWS read of one audit. Raises UnknownCluster / BadWindow for bad input; anything
-    that fails after the cluster is known becomes a named gap in the evidence."""
+def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
+    """Step 1 (Plan/Inventory): window, cluster, nodes and candidate log groups.
+
+    Raises UnknownCluster / BadWindow for bad input; every later failure becomes a named gap."""
     now = aws.clock()
     window = resolve_window(request.mode, now, request.since, request.until, request.last)
-    pad = padded(window, now)
     gaps: list[str] = []
     cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps)
     groups = discover_log_groups(aws, cluster, gaps)
-    win = LogWindow(padded_start=pad.start, padded_end=pad.end,
-                    lifetime_start=lifetime_start(nodes, pad.start, KERNEL_LOOKBACK),
-                    gpu_start=min(pad.start, window.start - TIMELINE_MARGIN), gpu_end=pad.end)
-    logs = collect_log_evidence(aws, cluster, nodes, groups, win, gaps)
-    nodes = [*nodes, *logs.discovered_nodes]
+    return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,
+                    gaps=gaps)
+
+
+def log_window(evidence: Evidence) -> LogWindow:
+    pad = padded(evidence.window, evidence.now)
+    return LogWindow(padded_start=pad.start, padded_end=pad.end,
+                     lifetime_start=lifetime_start(evidence.nodes, pad.start, KERNEL_LOOKBACK),
+                     gpu_start=min(pad.start, evidence.window.start - TIMELINE_MARGIN), gpu_end=pad.end)
+
+
+def collect_logs(aws: Aws, evidence: Evidence, batch: list[str]) -> BatchEvidence:
+    """Step 2 (one item of the log-source Map): the Logs Insights queries of one batch of ≤ 50 groups."""
+    return collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, log_window(evidence))
+
+
+def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence], request: AuditRequest) -> Evidence:
+    """Step 3: join the batches, profile the instance types, read the control plane."""
+    gaps = list(evidence.gaps)
+    logs = merge_batches(aws, evidence.cluster, evidence.nodes, evidence.log_groups, batches, gaps)
+    nodes = [*evidence.nodes, *logs.discovered_nodes]
     profiles = collect_profiles(aws, {n.instance_type for n in nodes if n.instance_type}, gaps)
-    evidence = Evidence(
-        mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, profiles=profiles,
-        log_groups=groups, hma_log_group=logs.hma_log_group, hma_streams=logs.hma_streams,
-        kernel_streams=logs.kernel_streams, stream_activity=logs.stream_activity, gpu_lines=logs.gpu_lines,
-        queries=logs.queries, gaps=gaps)
+    evidence = evidence.model_copy(update={
+        "nodes": nodes, "profiles": profiles, "hma_log_group": logs.hma_log_group, "hma_streams": logs.hma_streams,
+        "kernel_streams": logs.kernel_streams, "stream_activity": logs.stream_activity, "gpu_lines": logs.gpu_lines,
+        "queries": logs.queries, "gaps": gaps})
     controlplane.collect(aws, evidence, request)
+    return evidence
+
+
+def collect(aws: Aws, request: AuditRequest) -> Evidence:
+    """Every AWS read of one audit, in the order the state machine runs them."""
+    evidence = start_audit(aws, request)
+    batches = [collect_logs(aws, evidence, batch) for batch in log_batches(evidence.log_groups)]
+    evidence = finish_collection(aws, evidence, batches, request)
     evidence.calls = aws.call_counts()
     return evidence
 

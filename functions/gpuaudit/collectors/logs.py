@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import node_from_log_stream
 from gpuaudit.model.evidence import (
@@ -176,9 +178,10 @@ class InsightsRunner:
                                         status=status, rows=rows, records_scanned=scanned, truncated=truncated))
 
 
-@dataclass(frozen=True)
-class LogWindow:
+class LogWindow(BaseModel):
     """Time ranges of the three queries: (a) padded window, (b) node lifetimes, GPU lines (window ± margin)."""
+
+    model_config = ConfigDict(frozen=True)
 
     padded_start: datetime
     padded_end: datetime
@@ -187,8 +190,7 @@ class LogWindow:
     gpu_end: datetime
 
 
-@dataclass
-class BatchEvidence:
+class BatchEvidence(BaseModel):
     """What one batch of ≤ 50 log groups holds; batches are independent, so they can fan out."""
 
     groups: list[str]
