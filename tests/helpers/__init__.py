@@ -1,0 +1,1 @@
+"""Tiny world builders for the collector, coverage and end-to-end tests."""
