@@ -25,7 +25,8 @@ from gpuaudit.timeutil import parse_time
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 2, 3
 MODES = ("coverage", "incident", "preflight")
-FORMATS = ("md", "json")
+FORMATS = ("md", "json", "html")
+REPORT_FORMATS = ("html", "md")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Read-only auditor for GPU training clusters on AWS.")
@@ -66,7 +67,12 @@ def _aws_for(world: Path | None, region: str | None) -> Aws:
 
 
 def emit(result: Result, fmt: str, out: Path | None) -> None:
-    text = result.to_json() if fmt == "json" else result.report_markdown
+    if fmt == "html":
+        from gpuaudit.report.html import render_html
+
+        text = render_html(result)
+    else:
+        text = result.to_json() if fmt == "json" else result.report_markdown
     if out is not None:
         out.write_text(text + "\n", encoding="utf-8")
         err.print(f"wrote {out}")
@@ -83,7 +89,7 @@ def audit(
     until: Annotated[str | None, typer.Option(help="Window end, ISO-8601 UTC")] = None,
     last: Annotated[str | None, typer.Option(help="24h | 72h | 7d, ending now")] = None,
     world: Annotated[Path | None, typer.Option(help="Audit a world file instead of an AWS account")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="md | json")] = "md",
+    fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
     instances: Annotated[str | None, typer.Option(help="Self-managed EC2/EKS: comma-separated instance IDs")] = None,
     run_hours: Annotated[float | None, typer.Option(help="Preflight: planned run length in hours")] = None,
@@ -123,6 +129,41 @@ def _validation_message(exc: ValidationError) -> str:
     parts = [f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']} (got {e.get('input')!r})"
              for e in exc.errors()]
     return "bad input: " + "; ".join(parts)
+
+
+@app.command()
+def report(
+    result_file: Annotated[Path, typer.Argument(metavar="RESULT.json", help="A result written by `audit --format json`")],
+    fmt: Annotated[str, typer.Option("--format", help="html | md")] = "html",
+    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
+) -> None:
+    """Render a saved result as an HTML or Markdown report."""
+    from pydantic import ValidationError
+
+    from gpuaudit.report.markdown import render
+
+    try:
+        if fmt not in REPORT_FORMATS:
+            raise UserError(f"--format must be one of {', '.join(REPORT_FORMATS)}; got {fmt!r}")
+        try:
+            text = result_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read {result_file}: {exc}") from None
+        try:
+            result = Result.model_validate_json(text)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "document"
+            raise UserError(f"{result_file} is not a gpuaudit result JSON ({exc.error_count()} error(s); "
+                            f"first at {where}: {first['msg']})") from None
+        if fmt == "html":
+            emit(result, "html", out)
+        else:
+            emit(result.model_copy(update={"report_markdown": render(result)}), "md", out)
+    except UserError as exc:
+        _fail(str(exc), exc.code)
+    except OSError as exc:
+        _fail(f"cannot write output: {exc}", EXIT_UNREACHABLE)
 
 
 def _fail(message: str, code: int) -> None:

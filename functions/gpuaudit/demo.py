@@ -16,6 +16,7 @@ from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import load_world
 from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.report.html import render_html
 from gpuaudit.sinks import write_and_alert
 from gpuaudit.timeutil import parse_time
 
@@ -54,7 +55,8 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             stem = out_dir / entry["world"].replace(".world.json", "")
             Path(f"{stem}.result.json").write_text(result.to_json() + "\n", encoding="utf-8")
             Path(f"{stem}.report.md").write_text(result.report_markdown + "\n", encoding="utf-8")
-            written += [Path(f"{stem}.result.json"), Path(f"{stem}.report.md")]
+            Path(f"{stem}.report.html").write_text(render_html(result) + "\n", encoding="utf-8")
+            written += [Path(f"{stem}.result.json"), Path(f"{stem}.report.md"), Path(f"{stem}.report.html")]
             table = Table(title=f"Sinks (embedded): DynamoDB table {TABLE}, SNS topic {TOPIC}")
             table.add_column("what")
             table.add_column("value")
@@ -63,7 +65,7 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             table.add_row("alert text", sink.alert or "—")
             table.add_row("same audit delivered again", "duplicate: nothing written, nothing published"
                           if again.duplicate and not again.published else "WROTE AGAIN (bug)")
-            table.add_row("result / report", f"{stem}.result.json, {stem}.report.md")
+            table.add_row("result / report", f"{stem}.result.json, {stem}.report.md, {stem}.report.html")
             console.print(table)
     return written
 

@@ -86,6 +86,7 @@ def _cloudtrail(aws: Aws, evidence: Evidence) -> None:
     """By event name, never by instance ID: a HyperPod replace gives the node a new ID (RULES §5.7)."""
     start = evidence.window.start - CLOUDTRAIL_LOOKBACK
     found: list[CloudTrailEvent] = []
+    failures = 0
     for source, names in CLOUDTRAIL_EVENTS.items():
         for name in names:
             try:
@@ -93,9 +94,12 @@ def _cloudtrail(aws: Aws, evidence: Evidence) -> None:
                                            LookupAttributes=[{"AttributeKey": "EventName", "AttributeValue": name}]))
             except CallFailed as failed:
                 evidence.gaps.append(failed.gap + f" — CloudTrail {name} events not read")
+                failures += 1
                 continue
             found.extend(_trail_event(e) for e in events if e.get("EventSource", source) == source)
-    evidence.cloudtrail = sorted(found, key=lambda e: e.time)
+    total = sum(len(names) for names in CLOUDTRAIL_EVENTS.values())
+    evidence.cloudtrail = sorted(found, key=lambda e: e.time) if failures < total else None
+    evidence.cloudtrail_complete = failures == 0
 
 
 def _trail_event(e: dict[str, Any]) -> CloudTrailEvent:

@@ -12,6 +12,7 @@ that were not live in every hour: healthy nodes cost nothing extra.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -59,8 +60,9 @@ SUMMARY_QUERY = (
 GPU_QUERY = (
     "filter @message like /NVRM|HealthMonitoringAgentDetectionEvent|NCCL (INFO|WARN)|Fabric ?Manager|"
     "nvidia-fabricmanager|InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
-    "FaultyInstance|Interruption Warning/ | fields @timestamp, @log, @logStream, @message "
-    "| sort @timestamp asc | limit 10000"
+    "FaultyInstance|Interruption Warning|kernel: Linux version/ "
+    "or (@logStream like /^(LifecycleConfig|DeepHealthCheckResults)\\// and @message like /ERROR|FAIL|Xid|EFA|NCCL/) "
+    "| fields @timestamp, @log, @logStream, @message | sort @timestamp asc | limit 10000"
 )
 
 
@@ -132,8 +134,10 @@ class InsightsRunner:
 
     def start(self, purpose: str, groups: list[str], start: datetime, end: datetime, query: str) -> _Pending:
         try:
+            # endTime is inclusive to the whole second: stop one second short so [start, end) is queried and a
+            # line at exactly the padded end cannot fill an extra hour bin (and hide an empty hour in the count).
             qid = self.aws.call("logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
-                                endTime=int(end.timestamp()), queryString=query)["queryId"]
+                                endTime=math.ceil(end.timestamp()) - 1, queryString=query)["queryId"]
         except CallFailed as failed:
             self.gaps.append(failed.gap + f" — {purpose} query over {', '.join(groups)} not run")
             qid = None
@@ -217,11 +221,13 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     kernel: list[KernelStream] = []
     summary: dict[tuple[str, str], StreamActivity] = {}
     gpu_lines: list[GpuLine] = []
+    truncated: set[str] = set()
     for kind, p in pending:
         rows = runner.results(p)
         if rows is None:
             continue
         if len(rows) >= MAX_ROWS:
+            truncated.add(kind)
             gaps.append(f"Visibility gap: the {p.purpose} query over {', '.join(p.groups)} returned the Logs Insights "
                         f"maximum of {MAX_ROWS} rows; rows beyond it were not read and are not treated as empty")
         for r in rows:
@@ -246,11 +252,27 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
             other_streams = [key for key in summary if key[0] == group and not key[1].startswith(HMA_PREFIX)]
             if not any(summary[key].live_hours >= expected for key in other_streams):
                 need_detail.update(other_streams)
+    # Rows past the 10,000-row cap were never read: a node's kernel stream missing from a truncated summary is
+    # asked for by name (detail query), never taken as empty for the window.
+    unread: set[tuple[str, str]] = set()
+    if "summary" in truncated:
+        unread = {(k.log_group, k.log_stream) for k in kernel
+                  if looks_like_node_stream(k.log_stream, nodes) and (k.log_group, k.log_stream) not in summary}
+        summary.update({key: StreamActivity(log_group=key[0], log_stream=key[1], lines=0, live_hours=0)
+                        for key in unread})
+        need_detail |= unread
     detail = _hour_detail(runner, need_detail, expected, win.padded_start, win.padded_end)
-    activity = [a.model_copy(update={"hour_counts": detail.get(key)}) if key in need_detail else a
+    activity = [_with_hours(a, detail.get(key), key in unread) if key in need_detail else a
                 for key, a in sorted(summary.items())]
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
                          queries=runner.records, gaps=gaps)
+
+
+def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, unread: bool) -> StreamActivity:
+    update: dict[str, Any] = {"hour_counts": counts}
+    if unread and counts is not None:  # the summary row was past the cap: totals come from the detail bins
+        update.update(lines=sum(counts.values()), live_hours=sum(1 for n in counts.values() if n > 0))
+    return activity.model_copy(update=update)
 
 
 def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],

@@ -190,6 +190,135 @@ class MetricPeak(Frozen):
     datapoints: int
 
 
+class TrainingPlanInfo(Frozen):
+    """DescribeTrainingPlan of a HyperPod group's TrainingPlanArn (RULES §10 P1, P3). Prices are not kept."""
+
+    arn: str
+    name: str
+    status: str | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    duration_hours: int | None = None
+    total_instance_count: int | None = None
+    available_instance_count: int | None = None
+    in_use_instance_count: int | None = None
+    unhealthy_instance_count: int | None = None
+    available_spare_instance_count: int | None = None
+
+
+class ExtensionOffering(Frozen):
+    """One Capacity Block extension offering (DescribeCapacityBlockExtensionOfferings); prices are not kept."""
+
+    offering_id: str
+    instance_type: str | None = None
+    instance_count: int | None = None
+    start_date: datetime | None = None
+    end_date: datetime | None = None
+    duration_hours: int | None = None
+
+
+class ExtensionOfferings(Frozen):
+    """The offerings read for one Capacity Block; `offerings` is None when the call failed."""
+
+    reservation_id: str
+    requested_hours: int
+    offerings: list[ExtensionOffering] | None = None
+
+
+class SgRule(Frozen):
+    protocol: str  # "-1" is all traffic
+    from_port: int | None = None
+    to_port: int | None = None
+    cidrs: list[str] = Field(default_factory=list)
+    ipv6_cidrs: list[str] = Field(default_factory=list)
+    group_ids: list[str] = Field(default_factory=list)
+    prefix_list_ids: list[str] = Field(default_factory=list)
+
+
+class SecurityGroupInfo(Frozen):
+    group_id: str
+    group_name: str | None = None
+    vpc_id: str | None = None
+    ingress: list[SgRule] = Field(default_factory=list)
+    egress: list[SgRule] = Field(default_factory=list)
+
+
+class InstanceNetwork(Frozen):
+    """Network attachment of one EC2 node (DescribeInstances); HyperPod instances are not visible here."""
+
+    instance_id: str
+    subnet_id: str | None = None
+    vpc_id: str | None = None
+    security_group_ids: list[str] = Field(default_factory=list)
+    interfaces: int = 0
+    efa_interfaces: int = 0
+    private_ips: int = 0
+    public_ip: bool = False
+
+
+class SubnetInfo(Frozen):
+    subnet_id: str
+    vpc_id: str | None = None
+    availability_zone: str | None = None
+    cidr: str | None = None
+    available_ips: int | None = None
+    map_public_ip_on_launch: bool | None = None
+
+
+class Route(Frozen):
+    destination: str
+    target: str  # igw-…, nat-…, local, tgw-…, eni-…
+    state: str | None = None
+
+
+class RouteTableInfo(Frozen):
+    route_table_id: str
+    vpc_id: str | None = None
+    main: bool = False
+    subnet_ids: list[str] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
+
+
+class AlarmInfo(Frozen):
+    """A CloudWatch alarm read in state ALARM (DescribeAlarms StateValue=ALARM)."""
+
+    name: str
+    state_since: datetime | None = None
+    state_reason: str | None = None
+    namespace: str | None = None
+    metric: str | None = None
+    dimensions: dict[str, str] = Field(default_factory=dict)
+
+
+class EventRuleInfo(Frozen):
+    name: str
+    state: str | None = None
+    event_pattern: str | None = None
+    event_bus: str | None = None
+
+
+class ServiceQuotaInfo(Frozen):
+    """One Service Quotas value; `value` is None when it could not be read (`error` says why)."""
+
+    service_code: str
+    quota_code: str | None
+    quota_name: str
+    value: float | None = None
+    error: str | None = None
+
+
+class GpuActivity(Frozen):
+    """Hourly GPU activity of one EC2 node on reserved capacity (RULES §8 idle reserved GPUs, §10 P9)."""
+
+    instance_id: str
+    metric: str
+    gpus: int
+    start: datetime
+    end: datetime
+    hours_observed: int
+    idle_hours: int
+
+
 class QueryRecord(Frozen):
     """One Logs Insights query this audit ran, for cost and for the zero-records control."""
 
@@ -226,6 +355,7 @@ class Evidence(BaseModel):
     gpu_lines: list[GpuLine] = Field(default_factory=list)
     cluster_events: list[ClusterEvent] | None = None  # None: not supported or not read
     cloudtrail: list[CloudTrailEvent] | None = None
+    cloudtrail_complete: bool = False  # every event name was looked up without error
     capacity_reservations: list[CapacityReservation] | None = None
     health_events: list[HealthEvent] | None = None
     instance_status: list[InstanceStatusInfo] | None = None
@@ -234,3 +364,15 @@ class Evidence(BaseModel):
     queries: list[QueryRecord] = Field(default_factory=list)
     gaps: list[str] = Field(default_factory=list)  # collector-level: what could not be read, and the call
     calls: list[CallCount] = Field(default_factory=list)
+    # Pre-flight evidence (RULES §10), read only in preflight mode; None: not read (a gap names the call).
+    training_plans: list[TrainingPlanInfo] | None = None
+    capacity_extensions: list[ExtensionOfferings] | None = None
+    security_groups: list[SecurityGroupInfo] | None = None
+    instance_network: list[InstanceNetwork] | None = None
+    subnets: list[SubnetInfo] | None = None
+    route_tables: list[RouteTableInfo] | None = None
+    alarms_in_alarm: list[AlarmInfo] | None = None
+    event_rules: list[EventRuleInfo] | None = None
+    service_quotas: list[ServiceQuotaInfo] | None = None
+    cluster_file_system_ids: list[str] | None = None  # FSx file systems attached to the cluster, when resolved
+    gpu_activity: list[GpuActivity] | None = None

@@ -28,7 +28,8 @@ CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
 LIFECYCLE = re.compile(r"InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
-                       r"FaultyInstance|Interruption Warning")
+                       r"FaultyInstance|Interruption Warning|kernel: Linux version")
+HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
 BRANCH_WORDS = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage", "D": "GPU communication",
                 "E": "cluster change", "F": "application"}
@@ -110,10 +111,10 @@ def timeline(j: Judged) -> list[TimelineEntry]:
             elif p.xid is not None and (iid, p.xid.code, p.xid.pci) not in seen:
                 seen.add((iid, p.xid.code, p.xid.pci))
                 add(p.line.time, where, iid, f"first Xid {p.xid.code} on PCI {p.xid.pci}: {p.xid.raw[:200]}")
-            elif LIFECYCLE.search(p.line.message):
+            elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
                 add(p.line.time, where, iid, p.line.message[:240])
     for p in j.unassigned_lines:
-        if LIFECYCLE.search(p.line.message):
+        if LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
             add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", ev.cluster.name, p.line.message[:240])
     for n in j.nodes:
         t = last_line(n)
@@ -278,8 +279,9 @@ def branch_e(j: Judged) -> Branch:
                          + [f"{i} SystemUpdating" for i in updating])
         return _branch("E", "Contributing", text, "Hypothesis (to validate)",
                        "compare the failure time with the change's completion in the cluster events or CloudTrail")
-    if ev.cloudtrail is None:
-        return _branch("E", "Not assessed", "CloudTrail could not be read (see visibility gaps)")
+    if ev.cloudtrail is None or not ev.cloudtrail_complete:
+        return _branch("E", "Not assessed", "CloudTrail could not be read for every change event (see visibility "
+                       "gaps): a cluster change cannot be ruled out")
     return _branch("E", "Ruled out", "CloudTrail read by event name from 6 h before the window: no UpdateCluster, "
                    "UpdateClusterSoftware, UpdateFileSystem or Batch*ClusterNodes call for this cluster; images current")
 

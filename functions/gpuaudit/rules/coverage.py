@@ -82,6 +82,15 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
     return [h for h in empty if h != partial]
 
 
+def _live_hours(activity: StreamActivity | None, hours: list[datetime]) -> int:
+    """Expected hours holding at least one line (a partial hour without a line is neither live nor empty)."""
+    if activity is None:
+        return 0
+    if activity.hour_counts is not None:
+        return sum(1 for h in hours if activity.hour_counts.get(h, 0) > 0)
+    return min(activity.live_hours, len(hours))
+
+
 def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None, pad: Padded) -> CoverageRow:
     hours = expected_hours(node, pad)
     empty = empty_hours(activity, hours, pad)
@@ -95,9 +104,12 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
         empty = []
     else:
         status = "Measured" if k.kernel_lines > 0 and not empty else "Not observable"
-        if empty and empty[-1] == hours[-1] and pad.now - pad.end < LATE_DELIVERY:
+        # The partial hour is never listed as empty, so the gap reaches the query time when it runs to the
+        # last whole hour.
+        whole = [h for h in hours if h != pad.partial_last_hour]
+        if empty and whole and empty[-1] == whole[-1] and pad.now - pad.end < LATE_DELIVERY:
             notes.append("the gap runs to the query time: possibly late delivery, not yet lost")
-    live = len([h for h in hours if h not in set(empty)])
+    live = _live_hours(activity, hours)
     return CoverageRow(log_group=k.log_group, log_stream=k.log_stream, kernel_lines_ever=k.kernel_lines,
                        live_hours=live, empty_hours=empty,
                        first_event=activity.first_event if activity else None,
@@ -105,8 +117,15 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
                        note="; ".join(notes) or None)
 
 
-def _other_logs_row(group: str, streams: list[StreamActivity], since: datetime) -> CoverageRow:
+def _other_logs_row(group: str, streams: list[StreamActivity], since: datetime,
+                    kernel_capped: bool) -> CoverageRow:
     best = sorted(streams, key=lambda a: (not a.log_stream.endswith(KERNEL_HINTS), -a.lines, a.log_stream))[0]
+    if kernel_capped:  # (b) was cut at the 10,000-row cap: absence from it is not "no kernel lines"
+        return CoverageRow(
+            log_group=group, log_stream=best.log_stream, kernel_lines_ever=None, live_hours=best.live_hours,
+            first_event=best.first_event, last_event=best.last_event, status="Not observable",
+            note="the kernel-streams query over this group hit the Logs Insights 10,000-row cap, so whether the "
+                 f"node's streams carry `kernel:` lines was not read (see visibility gaps); {COLLECT_ON_NODE}")
     return CoverageRow(
         log_group=group, log_stream=best.log_stream, kernel_lines_ever=0, live_hours=best.live_hours,
         first_event=best.first_event, last_event=best.last_event, status="Not observable",
@@ -123,13 +142,14 @@ def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Pad
         if k.log_group == evidence.hma_log_group:
             continue
         rows.append(_kernel_row(node, k, index.activity_by_key.get((k.log_group, k.log_stream)), pad))
+    capped = {g for q in evidence.queries if q.purpose == "kernel-streams" and q.truncated for g in q.log_groups}
     other: dict[str, list[StreamActivity]] = defaultdict(list)
     for a in index.activity.get(node.instance_id, []):
         if a.log_group != evidence.hma_log_group and (a.log_group, a.log_stream) not in kernel_keys:
             other[a.log_group].append(a)
     for group, streams in sorted(other.items()):
         if group not in {k.log_group for k in kernel}:
-            rows.append(_other_logs_row(group, streams, lifetime_start))
+            rows.append(_other_logs_row(group, streams, lifetime_start, group in capped))
     return rows
 
 

@@ -117,6 +117,18 @@ def efa_text(node: NodeInfo, profile: CapabilityProfile | None) -> str:
     return f"{node.efa_attached} of {profile.max_efa_interfaces}"
 
 
+BOOT_LINE = "kernel: Linux version"
+
+
+def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]) -> list[datetime]:
+    """When the node booted again: a kernel banner in its own stream, or a reboot call naming it."""
+    times = [p.line.time for p in lines if BOOT_LINE in p.line.message]
+    times += [e.time for e in evidence.cloudtrail or []
+              if e.event_name == "BatchRebootClusterNodes" and not e.error_code
+              and node.instance_id in str(e.request_parameters or {})]
+    return sorted(times)
+
+
 def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, lines: Sequence[ParsedLine],
                 overrides: Mapping[int, str] | None, window_start: datetime, window_end: datetime,
                 service_action: str | None) -> tuple[NodeResult, NodeRouting | None]:
@@ -124,8 +136,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     profile = evidence.profiles.get(node.instance_type or "")
     gpu_errors = collapse(lines, overrides, window_start, window_end)
     xids = node_xids(lines, window_end)
-    routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides) \
-        if xids else None
+    routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides,
+                         reboot_times=reboot_times(node, evidence, lines)) if xids else None
     verdict, evidence_text = verdict_for(routing, coverage, accelerated)
     efa = efa_text(node, profile)
     return NodeResult(

@@ -1,0 +1,34 @@
+"""Shared test setup.
+
+- `helpers` (tiny world builders) is importable from every test module.
+- One botocore data loader for the whole run: every audit builds fresh boto3 sessions (one per
+  world, as the CLI does), and each would otherwise re-read the same service-model JSON files
+  (~0.1 s per service). The loader only caches botocore's own read-only model data.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import botocore.loaders
+import botocore.session
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_botocore_loader() -> Iterator[None]:
+    shared = botocore.loaders.create_loader()
+    original = botocore.session.create_loader
+
+    def create_loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
+        return shared if search_path_string is None else original(search_path_string)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(botocore.session, "create_loader", create_loader)
+        yield

@@ -1,0 +1,403 @@
+"""RULES §4 coverage proof, one test per row of the status table and per trap, through the full
+pipeline (`run_audit`) against small worlds served by the embedded backend."""
+
+from __future__ import annotations
+
+from helpers.worlds import (
+    NOW,
+    HyperPodWorld,
+    PClusterWorld,
+    at,
+    hours,
+    iso_list,
+    node_of,
+)
+
+from gpuaudit.timeutil import iso
+
+# Window 06:00–10:00 → padded 05:00–11:00: six whole hours, all before NOW (12:30).
+SINCE, UNTIL = at(6), at(10)
+PADDED_HOURS = hours(5, 6, 7, 8, 9, 10)
+COLLECT = "dmesg -T | grep -i nvrm"
+
+
+def kernel_rows(node):
+    return [r for r in node.coverage if r.source_kind == "kernel"]
+
+
+# -- the status table ---------------------------------------------------------------------------
+def test_live_stream_with_kernel_lines_is_measured_with_zero_xids():
+    # Given a compute node whose system-messages stream holds kernel lines and a line every 10 minutes
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(12, 25))
+
+    # When the window is audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then the node is Measured through that exact stream, 0 Xids is a real zero, and the headline says so
+    n = node_of(result, node.instance_id)
+    assert n.xid_status == "Measured"
+    (row,) = kernel_rows(n)
+    assert (row.log_group, row.log_stream, row.status) == (w.group, stream, "Measured")
+    assert row.kernel_lines_ever == 1
+    assert row.empty_hours == []
+    assert row.live_hours == len(PADDED_HOURS)
+    assert n.gpu_errors == []
+    assert n.verdict is None
+    assert result.headline.startswith("No GPU errors in the window, on proven coverage.")
+
+
+def test_live_stream_without_kernel_lines_ever_is_not_observable_ships_other_logs():
+    # Given a node whose only stream is live every hour but never held a `kernel:` line
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.lines(w.group, w.stream_name(node), at(-10), at(12, 25), 600, "systemd[1]: Started Session 1.")
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id)
+
+    # Then the live stream proves nothing about kernel messages
+    assert n.xid_status == "Not observable"
+    (row,) = kernel_rows(n)
+    assert row.log_stream == stream
+    assert row.status == "Not observable"
+    assert row.kernel_lines_ever == 0
+    assert "ships other logs" in (row.note or "")
+    assert n.verdict == "NOT OBSERVABLE"
+
+
+def test_empty_hours_make_the_stream_not_observable_and_each_is_listed():
+    # Given a kernel stream silent from 07:00 to 09:00 (two whole hours) inside the padded window
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(7))
+    w.lines(w.group, stream, at(9), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then exactly the empty hours are listed, and the node is Not observable
+    n = node_of(result, node.instance_id)
+    (row,) = kernel_rows(n)
+    assert iso_list(row.empty_hours) == hours(7, 8)
+    assert row.status == "Not observable"
+    assert row.live_hours == 4
+    assert n.xid_status == "Not observable"
+    assert n.verdict == "NOT OBSERVABLE"
+    assert any(node.instance_id in g and "2 empty hour(s) from 2026-10-01T07:00:00Z" in g
+               for g in result.visibility_gaps)
+
+
+def test_a_single_empty_hour_next_to_a_line_at_the_padded_end_is_still_listed():
+    # Given a stream silent in 10:00–11:00 with one line at exactly 11:00:00 (the padded window's end)
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(10))
+    w.stream(w.group, stream, events=[(at(11), f"{node.hostname} systemd[1]: tick")])
+
+    # When audited over 06:00–10:00 (padded 05:00–11:00)
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id)
+
+    # Then the line at the boundary does not stand in for the empty 10:00 hour
+    (row,) = kernel_rows(n)
+    assert iso_list(row.empty_hours) == hours(10)
+    assert n.xid_status == "Not observable"
+
+
+def test_node_with_no_stream_is_not_observable_naming_the_groups_searched():
+    # Given two candidate groups (the cluster's and a customer kernel group) with streams of another node only
+    w = PClusterWorld(n_compute=2)
+    silent, other = w.compute
+    w.healthy(other, at(-10), at(12, 25))
+    custom = w.log_group("/aws/pipeline/llm-pretrain/kernel")
+    w.kernel_stream(custom, f"{other.private_dns}-{other.instance_id}", at(-10), at(12, 25))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), silent.instance_id)
+
+    # Then the silent node has one row with no stream, and the note names every group searched
+    assert n.xid_status == "Not observable"
+    (row,) = n.coverage
+    assert row.log_stream is None
+    assert row.status == "Not observable"
+    assert w.group in row.note and custom in row.note
+    assert n.verdict == "NOT OBSERVABLE"
+
+
+def test_node_is_measured_when_any_one_source_passes():
+    # Given the cluster's system-messages stream died at 07:00, but a customer kernel pipeline stayed live
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    dead = w.healthy(node, at(-10), at(7))
+    custom = w.log_group("/aws/pipeline/llm-pretrain/kernel")
+    live = w.kernel_stream(custom, f"{node.private_dns}-{node.instance_id}", at(-10), at(12, 25))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id)
+
+    # Then both sources are reported, the dead one too, and the node is Measured
+    rows = {(r.log_group, r.log_stream): r for r in kernel_rows(n)}
+    assert rows[(w.group, dead)].status == "Not observable"
+    assert iso_list(rows[(w.group, dead)].empty_hours) == hours(7, 8, 9, 10)
+    assert rows[(custom, live)].status == "Measured"
+    assert n.xid_status == "Measured"
+
+
+def test_first_and_last_event_at_both_ends_are_not_proof_of_liveness():
+    # Given a kernel stream with lines before and after the window's middle, and nothing between 07:00 and 09:00
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(6, 30))
+    w.lines(w.group, stream, at(9, 30), at(12, 25))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id)
+
+    # Then first/last events span the padded window, yet the hourly bins decide: Not observable
+    (row,) = kernel_rows(n)
+    assert iso(row.first_event) == at(5)
+    assert iso(row.last_event) == at(10, 50)
+    assert iso_list(row.empty_hours) == hours(7, 8)
+    assert row.status == "Not observable"
+    assert n.xid_status == "Not observable"
+
+
+def test_instance_id_liveness_trap_dead_kernel_stream_among_live_streams_of_the_node():
+    # Given ParallelCluster streams of one node: slurmd and computemgtd live, system-messages dead since 07:00
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.other_log(node, "slurmd", at(-10), at(12, 25))
+    w.other_log(node, "computemgtd", at(-10), at(12, 25), every_s=300)
+    kernel = w.healthy(node, at(-10), at(7))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id)
+
+    # Then the verdict rests on the kernel stream alone, not on the instance ID's other live streams
+    assert n.xid_status == "Not observable"
+    (row,) = kernel_rows(n)
+    assert row.log_stream == kernel
+    assert iso_list(row.empty_hours) == hours(7, 8, 9, 10)
+
+
+# -- the edges of the window ----------------------------------------------------------------------
+def test_current_partial_hour_without_a_line_is_not_an_empty_hour():
+    # Given now = 12:30 and a kernel stream whose last line is 11:50 (nothing yet in the 12:00 hour)
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.healthy(node, at(-10), at(12))
+
+    # When the window runs to now (padded 08:00–12:30)
+    result = w.audit(w.cluster, since=at(9))
+
+    # Then the partial hour is neither empty nor counted live, and the node is Measured
+    (row,) = kernel_rows(node_of(result, node.instance_id))
+    assert row.empty_hours == []
+    assert row.live_hours == 4  # 08, 09, 10, 11
+    assert row.status == "Measured"
+
+
+def test_current_partial_hour_with_a_line_counts_as_live():
+    # Given the same stream with one more line at 12:10, inside the current hour
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(12))
+    w.stream(w.group, stream, events=[(at(12, 10), f"{node.hostname} systemd[1]: tick")])
+
+    # When audited to now
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), node.instance_id))
+
+    # Then the 12:00 hour is live
+    assert row.live_hours == 5
+    assert iso(row.last_event) == at(12, 10)
+    assert row.status == "Measured"
+
+
+def test_padded_window_never_goes_past_now():
+    # Given a window that would pad to 13:30 (and an --until in the future), with now = 12:30
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.healthy(node, at(-10), at(12, 25))
+
+    for until in (None, at(14)):
+        # When audited
+        result = w.audit(w.cluster, since=at(11), until=until)
+
+        # Then the padded window ends at now, and the future hour 13:00 is not demanded of the stream
+        assert iso(result.window.padded_end) == NOW
+        (row,) = kernel_rows(node_of(result, node.instance_id))
+        assert row.empty_hours == []
+        assert row.status == "Measured"
+
+
+def test_node_launched_mid_window_is_not_blamed_for_hours_before_launch():
+    # Given a node launched at 08:20, whose stream starts then, inside a 05:00–11:00 padded window
+    w = PClusterWorld(n_compute=1)
+    late = w.add_instance(launch=at(8, 20))
+    w.healthy(w.compute[0], at(-10), at(12, 25))
+    w.healthy(late, at(8, 20), at(12, 25))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), late.instance_id)
+
+    # Then only the hours since its launch hour are expected, and they are all live
+    (row,) = kernel_rows(n)
+    assert row.empty_hours == []
+    assert row.live_hours == 3  # 08, 09, 10
+    assert n.xid_status == "Measured"
+
+
+def test_node_launched_mid_window_still_blamed_for_empty_hours_after_launch():
+    # Given a node launched at 08:20 whose stream went silent at 09:00
+    w = PClusterWorld(n_compute=0)
+    late = w.add_instance(launch=at(8, 20))
+    w.healthy(late, at(8, 20), at(9))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), late.instance_id)
+
+    # Then exactly the hours after launch with no line are listed, none before launch
+    (row,) = kernel_rows(n)
+    assert iso_list(row.empty_hours) == hours(9, 10)
+
+
+def test_gap_running_to_the_query_time_is_noted_as_possibly_late():
+    # Given a window ending at 11:00 (padded to 12:00, half an hour before now) and a stream silent since 10:00
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.healthy(node, at(-10), at(10))
+
+    # When audited
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(8), until=at(11)), node.instance_id))
+
+    # Then the gap is listed and said to be possibly late, not lost
+    assert iso_list(row.empty_hours) == hours(10, 11)
+    assert "possibly late" in (row.note or "")
+    assert row.status == "Not observable"
+
+
+def test_gap_running_into_the_current_partial_hour_is_noted_as_possibly_late():
+    # Given a window running to now (12:30) and a stream silent since 11:00
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.healthy(node, at(-10), at(11))
+
+    # When audited
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), node.instance_id))
+
+    # Then the whole hour 11:00 is empty, the partial hour is not listed, and the gap may be late delivery
+    assert iso_list(row.empty_hours) == hours(11)
+    assert "possibly late" in (row.note or "")
+
+
+def test_gap_in_the_middle_or_long_before_the_query_is_not_called_late():
+    # Given a gap in the middle of the window, and another audit whose window ended long before now
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-20), at(7))
+    w.lines(w.group, stream, at(9), at(12, 25))
+
+    # When audited over 06:00–10:00, and over 00:00–04:00 (padded end 05:00, 7.5 h before now)
+    middle = kernel_rows(node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id))[0]
+    w2 = PClusterWorld(n_compute=1)
+    w2.healthy(w2.compute[0], at(-20), at(3))
+    old = kernel_rows(node_of(w2.audit(w2.cluster, since=at(0), until=at(4)), w2.compute[0].instance_id))[0]
+
+    # Then neither gap is excused as late delivery
+    assert iso_list(middle.empty_hours) == hours(7, 8)
+    assert "possibly late" not in (middle.note or "")
+    assert iso_list(old.empty_hours) == hours(3, 4)
+    assert "possibly late" not in (old.note or "")
+
+
+# -- HyperPod health-monitoring agent -------------------------------------------------------------
+def hma_rows(node):
+    return [r for r in node.coverage if r.source_kind == "hma"]
+
+
+def test_gpu_node_without_hma_stream_and_live_cluster_group_has_no_hma_detections():
+    # Given a HyperPod GPU node with no HMA stream, and ClusterMetrics/slurm live in every hour
+    w = HyperPodWorld(gpu_nodes=1)
+    gpu = w.gpu[0]
+    w.cluster_metrics(at(-10), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then absence of an HMA stream reads as "No HMA detections", with the live stream as proof
+    n = node_of(result, gpu.instance_id)
+    assert n.xid_status == "No HMA detections"
+    (row,) = hma_rows(n)
+    assert row.log_group == w.group
+    assert row.log_stream is None
+    assert row.status == "No HMA detections"
+    assert "ClusterMetrics/slurm" in row.note
+    assert w.hma_stream_name(gpu) in row.note
+
+
+def test_cluster_group_without_a_live_stream_makes_hma_not_observable():
+    # Given the cluster log group's only stream stopped at 07:00
+    w = HyperPodWorld(gpu_nodes=1)
+    gpu = w.gpu[0]
+    w.cluster_metrics(at(-10), at(7))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then HMA absence proves nothing: Not observable, and the operator is told what to confirm
+    n = node_of(result, gpu.instance_id)
+    assert n.xid_status == "Not observable"
+    (row,) = hma_rows(n)
+    assert row.status == "Not observable"
+    assert "sagemaker-health-monitoring-agent.service" in row.note
+    assert n.verdict == "NOT OBSERVABLE"
+
+
+def test_cluster_group_with_no_stream_at_all_makes_hma_not_observable():
+    # Given the cluster log group exists but holds nothing
+    w = HyperPodWorld(gpu_nodes=1)
+    gpu = w.gpu[0]
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), gpu.instance_id)
+
+    # Then Not observable with the agent check as the action
+    assert n.xid_status == "Not observable"
+    (row,) = hma_rows(n)
+    assert "sagemaker-health-monitoring-agent.service" in row.note
+
+
+def test_node_with_hma_stream_is_measured_and_the_stream_named_exactly():
+    # Given one GPU node with an HMA detection stream, one without, and a live cluster group
+    w = HyperPodWorld(gpu_nodes=2)
+    flagged, quiet = w.gpu
+    w.cluster_metrics(at(-10), at(12, 25))
+    w.hma_detection(flagged, at(7, 3))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then the flagged node is Measured through SagemakerHealthMonitoringAgent/<group>/<instance-id>
+    n = node_of(result, flagged.instance_id)
+    assert n.xid_status == "Measured"
+    (row,) = hma_rows(n)
+    assert row.log_stream == f"SagemakerHealthMonitoringAgent/gpu-workers/{flagged.instance_id}"
+    assert row.log_group == f"/aws/sagemaker/Clusters/{w.cluster}/{w.cluster_id}"
+    assert row.status == "Measured"
+    assert [e.code for e in n.gpu_errors] == [31]
+    # and the other GPU node still reads No HMA detections
+    assert node_of(result, quiet.instance_id).xid_status == "No HMA detections"
+
+
+def test_controller_without_gpu_gets_no_hma_row():
+    # Given a live cluster group; the controller is an m5 (no GPU)
+    w = HyperPodWorld(gpu_nodes=1)
+    w.cluster_metrics(at(-10), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then HMA status is not claimed for the controller
+    assert hma_rows(node_of(result, w.controller.instance_id)) == []
+    assert hma_rows(node_of(result, w.gpu[0].instance_id)) != []

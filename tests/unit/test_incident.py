@@ -1,0 +1,160 @@
+"""Incident mode (RULES §5–§8) through the whole pipeline on small worlds: verdicts, branches, headline."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from helpers.worlds import ACCOUNT, PClusterWorld, at
+
+HARDWARE_HEADLINE = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
+
+
+def xid_line(host: str, code: int, pci: str = "0000:53:00", rest: str = "pid=4242, name=python3, Ch 00000008") -> str:
+    return f"{host} kernel: NVRM: Xid (PCI:{pci}): {code}, {rest}"
+
+
+def branches(result) -> dict[str, object]:
+    return {b.branch: b for b in result.branches}
+
+
+def node(result, iid: str):
+    return next(n for n in result.nodes if n.instance_id == iid)
+
+
+def world_with_xids(*xids: tuple[str, int, str]) -> tuple[PClusterWorld, str]:
+    """One measured compute node with the given (time, code, pci) Xid lines in its kernel stream."""
+    w = PClusterWorld("train", n_compute=1)
+    gpu = w.compute[0]
+    stream = w.healthy(gpu, at(-48), at(13))
+    w.stream(w.group, stream, events=[(t, xid_line(gpu.hostname, code, pci)) for t, code, pci in xids])
+    return w, gpu.instance_id
+
+
+def test_single_xid_48_without_qualifier_is_held_not_replaced() -> None:
+    # Given a lone Xid 48: no 171/172, no memory named
+    w, iid = world_with_xids((at(10, 5), 48, "0000:53:00"))
+    # When the incident is audited
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    n = node(result, iid)
+    # Then the node is neither replaced nor silently rebooted; the deciding check is named
+    assert n.verdict not in ("REPLACE", "REBOOT")
+    assert n.verdict == "MONITOR"
+    assert "UNVERIFIED" in (n.verdict_evidence or "") or "Hypothesis" in (n.verdict_evidence or "")
+    assert "nvidia-smi -q -d ECC" in result.report_markdown
+    assert not HARDWARE_HEADLINE.search(result.headline)
+
+
+def test_xid_79_first_occurrence_reboots_and_is_the_proven_hardware_branch() -> None:
+    w, iid = world_with_xids((at(10, 5), 79, "0000:53:00"))
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    assert node(result, iid).verdict == "REBOOT"
+    a = branches(result)["A"]
+    assert (a.status, a.label) == ("Root cause", "Proven")
+    assert result.headline.startswith("Root cause (Proven): branch A")
+
+
+def test_same_hardware_xid_on_same_bus_across_a_reboot_is_replace() -> None:
+    w, iid = world_with_xids((at(9, 10), 79, "0000:53:00"), (at(10, 40), 79, "0000:53:00"))
+    host = w.compute[0].hostname
+    w.stream(w.group, w.stream_name(w.compute[0]), events=[(at(10), f"{host} kernel: Linux version 6.12.95")])
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    assert node(result, iid).verdict == "REPLACE"
+
+
+def test_same_hardware_xid_on_another_bus_after_reboot_is_not_replace() -> None:
+    w, iid = world_with_xids((at(9, 10), 79, "0000:53:00"), (at(10, 40), 79, "0000:64:00"))
+    host = w.compute[0].hostname
+    w.stream(w.group, w.stream_name(w.compute[0]), events=[(at(10), f"{host} kernel: Linux version 6.12.95")])
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    assert node(result, iid).verdict == "REBOOT"
+
+
+def capacity_block_world(*, warning: bool) -> tuple[PClusterWorld, list[str]]:
+    """Three compute nodes that vanished from DescribeInstances; their streams stop at 11:00, block ends 11:30."""
+    w = PClusterWorld("blocky", n_compute=0)
+    ids = []
+    for i in range(3):
+        iid, host = f"i-0{i + 1:016x}", f"ip-10-1-0-{i + 1}"
+        stream = f"{host}.{iid}.system-messages"
+        w.stream(w.group, stream, events=[(at(-20), f"{host} kernel: NVRM: loading NVIDIA UNIX Open Kernel Module")],
+                 periodic=[(at(-20), at(11, 0, 1), 300, f"{host} systemd[1]: Started sysstat-collect.service")])
+        if warning:
+            w.stream(w.group, stream, events=[(at(10, 58), f"{host} Capacity Reservation Instance Interruption "
+                                                         f"Warning: instance-id {iid}")])
+        ids.append(iid)
+    w.section("ec2", "capacity_reservations").append({
+        "CapacityReservationId": "cr-0aaaabbbbccccdddd", "InstanceType": "p5.48xlarge", "State": "expired",
+        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
+        "TotalInstanceCount": 3, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    return w, ids
+
+
+def test_mass_termination_at_block_end_is_capacity_lifecycle_hypothesis() -> None:
+    w, ids = capacity_block_world(warning=False)
+    result = w.audit("blocky", mode="incident", since=at(10), until=at(12))
+    b = branches(result)["B"]
+    assert (b.status, b.label) == ("UNVERIFIED", "Hypothesis (to validate)")
+    report = result.report_markdown
+    for text in ("cr-0aaaabbbbccccdddd", "2026-10-01T11:30:00Z", "30 min", *ids):
+        assert text in report
+    assert result.headline.startswith("Leading hypothesis: branch B")
+    assert not HARDWARE_HEADLINE.search(result.headline)
+    assert branches(result)["A"].status != "Root cause"
+
+
+def test_retained_interruption_warning_proves_the_block_end() -> None:
+    w, _ = capacity_block_world(warning=True)
+    result = w.audit("blocky", mode="incident", since=at(10), until=at(12))
+    b = branches(result)["B"]
+    assert (b.status, b.label) == ("Root cause", "Proven")
+
+
+def fsx_world(values: list[float]) -> PClusterWorld:
+    w, _ = world_with_xids()
+    fs = "fs-0123456789abcdef0"
+    w.section("fsx", "file_systems").append({"FileSystemId": fs, "FileSystemType": "LUSTRE", "StorageType": "SSD",
+                                             "LustreConfiguration": {"DeploymentType": "PERSISTENT_2"}})
+    w.section("cloudwatch", "metrics").append({
+        "Namespace": "AWS/FSx", "MetricName": "NetworkThroughputUtilization",
+        "Dimensions": [{"Name": "FileSystemId", "Value": fs}, {"Name": "FileServer", "Value": "FS-0"}],
+        "Datapoints": [[at(10, m), v] for m, v in enumerate(values)]})
+    return w
+
+
+def test_storage_below_saturation_is_a_hypothesis_with_raw_percent_and_client_check() -> None:
+    w = fsx_world([0.9, 41.5, 63.25])
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    c = branches(result)["C"]
+    assert c.status != "Root cause"
+    assert c.label == "Hypothesis (to validate)"
+    assert "fs-0123456789abcdef0" in c.evidence and "63.25" in c.evidence  # quoted as reported, never rescaled
+    assert "stat" in (c.confirming_measurement or "")
+
+
+def test_storage_saturated_for_five_minutes_contributes() -> None:
+    w = fsx_world([95.0] * 6)
+    c = branches(w.audit("train", mode="incident", since=at(9), until=at(11)))["C"]
+    assert c.status == "Contributing"
+
+
+def test_cluster_change_before_failure_and_denied_cloudtrail() -> None:
+    w, _ = world_with_xids()
+    w.section("cloudtrail", "events").append({
+        "EventId": "e1", "EventName": "UpdateFileSystem", "EventTime": at(8, 30), "EventSource": "fsx.amazonaws.com",
+        "Username": "ops", "Resources": [],
+        "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": "train"}})})
+    assert branches(w.audit("train", mode="incident", since=at(9), until=at(11)))["E"].status == "Contributing"
+    w.fault("cloudtrail", "LookupEvents", "AccessDeniedException")
+    e = branches(w.audit("train", mode="incident", since=at(9), until=at(11)))["E"]
+    assert e.status == "Not assessed"  # never Ruled out on evidence that could not be read
+
+
+@pytest.mark.parametrize("mode", ["incident"])
+def test_all_six_branches_have_a_status_and_evidence(mode: str) -> None:
+    w, _ = world_with_xids((at(10), 31, "0000:53:00"))
+    result = w.audit("train", mode=mode, since=at(9), until=at(11))
+    assert [b.branch for b in result.branches] == list("ABCDEF")
+    assert all(b.evidence for b in result.branches)
+    assert all(b.status != "Root cause" or b.label == "Proven" for b in result.branches)
