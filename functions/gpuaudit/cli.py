@@ -6,6 +6,7 @@ world could not be reached or read. A user error never prints a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.embedded.world import WorldError
 from gpuaudit.model.result import Result
 from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.rules.judge import OVERRIDES_ENV, BadOverride, JudgeConfig, parse_overrides
 from gpuaudit.rules.window import BadWindow
 from gpuaudit.timeutil import parse_time
 
@@ -95,6 +97,9 @@ def audit(
     run_hours: Annotated[float | None, typer.Option(help="Preflight: planned run length in hours")] = None,
     run_start: Annotated[str | None, typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
     checkpoint_minutes: Annotated[float | None, typer.Option(help="Preflight: checkpoint interval")] = None,
+    xid_class: Annotated[list[str] | None, typer.Option(
+        help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
+             "report")] = None,
 ) -> None:
     """Audit one cluster: coverage proof, node verdicts, root cause or readiness."""
     try:
@@ -109,13 +114,14 @@ def audit(
             until=_time_arg(until, "--until"), last=last,
             instance_ids=[i.strip() for i in instances.split(",") if i.strip()] if instances else [],
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
+        overrides = parse_overrides([*filter(None, os.environ.get(OVERRIDES_ENV, "").split(",")), *(xid_class or [])])
         aws = _aws_for(world, region)
         with err.status(f"auditing {cluster} ({mode})…"):
-            result = run_audit(aws, request)
+            result = run_audit(aws, request, JudgeConfig.from_request(request, overrides))
         emit(result, fmt, out)
     except UserError as exc:
         _fail(str(exc), exc.code)
-    except (WorldError, BadWindow, UnknownCluster) as exc:
+    except (WorldError, BadWindow, UnknownCluster, BadOverride) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     except ValidationError as exc:
         _fail(_validation_message(exc), EXIT_BAD_INPUT)

@@ -158,3 +158,20 @@ def test_all_six_branches_have_a_status_and_evidence(mode: str) -> None:
     assert [b.branch for b in result.branches] == list("ABCDEF")
     assert all(b.evidence for b in result.branches)
     assert all(b.status != "Root cause" or b.label == "Proven" for b in result.branches)
+
+
+def test_class_override_is_named_in_result_and_report() -> None:
+    from helpers.worlds import aws_for
+
+    from gpuaudit.pipeline import AuditRequest, run_audit
+    from gpuaudit.rules.judge import JudgeConfig, parse_overrides
+    from gpuaudit.timeutil import parse_time
+
+    w, iid = world_with_xids((at(10, 5), 31, "0000:53:00"))
+    request = AuditRequest(cluster="train", mode="incident", since=parse_time(at(9)), until=parse_time(at(11)))
+    plain = run_audit(aws_for(w.world()), request)
+    overridden = run_audit(aws_for(w.world()), request, JudgeConfig.from_request(request, parse_overrides(["31=hardware"])))
+    assert node(plain, iid).verdict == "LEAVE ALONE" and plain.config_overrides == []
+    assert node(overridden, iid).verdict == "REBOOT"
+    assert overridden.config_overrides == ["Xid 31 class overridden to hardware by configuration"]
+    assert "Xid 31 class overridden to hardware by configuration" in overridden.report_markdown

@@ -9,6 +9,7 @@ import json
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.model.evidence import (
     CapacityReservation,
@@ -47,6 +48,8 @@ def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
         _health(aws, evidence)
         _instance_status(aws, evidence)
         _fsx(aws, evidence)
+    if evidence.mode == "preflight":
+        preflight_collectors.collect(aws, evidence, request)
 
 
 def _cluster_events(aws: Aws, evidence: Evidence) -> None:

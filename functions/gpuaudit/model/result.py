@@ -142,6 +142,7 @@ class Result(Out):
     timeline: list[TimelineEntry] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)
     cluster_state: list[str] = Field(default_factory=list)
+    config_overrides: list[str] = Field(default_factory=list)
     visibility_gaps: list[str] = Field(default_factory=list)
     actions: list[str] = Field(default_factory=list)
     calls: list[Call] = Field(default_factory=list)

@@ -113,6 +113,8 @@ def render(result: Result) -> str:
         lines += ["", "What the service itself did:", *services]
     lines += ["", "## Recommended operator actions (not executed)", ""]
     lines += [f"{i}. {a}" for i, a in enumerate(r.actions, 1)] or ["- none"]
+    if r.config_overrides:
+        lines += ["", "## Configuration overrides", "", *[f"- {o}" for o in r.config_overrides]]
     lines += ["", "## Visibility gaps", ""]
     lines += [f"- {g}" for g in r.visibility_gaps] or ["- none"]
     calls = ", ".join(f"{c.service} {c.operation} ×{c.count}" for c in r.calls)

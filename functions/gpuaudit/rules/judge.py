@@ -17,13 +17,30 @@ from gpuaudit.rules.coverage import StreamIndex, hma_group_live, is_accelerated,
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
 from gpuaudit.rules.streams import stream_node_ids
 from gpuaudit.rules.window import padded
-from gpuaudit.rules.xid import NodeRouting
+from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
 from gpuaudit.timeutil import iso
 
 if TYPE_CHECKING:
     from gpuaudit.pipeline import AuditRequest
 
 TIMELINE_MARGIN = timedelta(minutes=30)
+OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
+
+
+class BadOverride(ValueError):
+    pass
+
+
+def parse_overrides(items: list[str]) -> dict[int, str]:
+    """`CODE=CLASS` items (a deployment's configuration) → {code: class}; a bad item is bad input."""
+    overrides: dict[int, str] = {}
+    for item in items:
+        code, _, klass = item.strip().partition("=")
+        if not code.strip().isdigit() or klass.strip() not in XID_CLASSES:
+            raise BadOverride(f"Xid class override {item!r}: expected CODE=CLASS with CLASS one of "
+                              f"{', '.join(sorted(XID_CLASSES))}")
+        overrides[int(code)] = klass.strip()
+    return overrides
 
 
 @dataclass(frozen=True)
@@ -142,6 +159,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
         checks=checks, ready=ready, timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
         visibility_gaps=gaps, actions=_unique(actions + branch_actions),
+        config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
+                          for code, klass in sorted(config.xid_overrides.items())],
         calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls])
 
 
