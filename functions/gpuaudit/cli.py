@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -97,6 +98,8 @@ def audit(
     run_hours: Annotated[float | None, typer.Option(help="Preflight: planned run length in hours")] = None,
     run_start: Annotated[str | None, typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
     checkpoint_minutes: Annotated[float | None, typer.Option(help="Preflight: checkpoint interval")] = None,
+    deadline_seconds: Annotated[float | None, typer.Option(
+        help="Stop calling AWS after this many seconds and report what was read (the rest: Not checked)")] = None,
     xid_class: Annotated[list[str] | None, typer.Option(
         help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
              "report")] = None,
@@ -116,6 +119,8 @@ def audit(
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
         overrides = parse_overrides([*filter(None, os.environ.get(OVERRIDES_ENV, "").split(",")), *(xid_class or [])])
         aws = _aws_for(world, region)
+        if deadline_seconds is not None:
+            aws.deadline = time.monotonic() + deadline_seconds
         with err.status(f"auditing {cluster} ({mode})…"):
             result = run_audit(aws, request, JudgeConfig.from_request(request, overrides))
         emit(result, fmt, out)

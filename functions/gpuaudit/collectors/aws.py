@@ -44,6 +44,7 @@ class Aws:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     max_attempts: int = 4
+    deadline: float | None = None  # time.monotonic() after which no further call is made (audit deadline)
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     _clients: dict[str, Any] = field(default_factory=dict)
 
@@ -57,6 +58,9 @@ class Aws:
         """One read call; throttling is retried with backoff, anything else raises CallFailed."""
         if not operation.startswith(READ_PREFIXES):
             raise PermissionError(f"{service} {operation} is not a read call; gpuaudit never mutates")
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise CallFailed(service, operation, "AuditDeadlineExceeded",
+                             "the audit deadline passed before this call; the result holds what was read")
         method = getattr(self.client(service), _snake(operation))
         delay = 0.2
         for attempt in range(1, self.max_attempts + 1):
@@ -66,7 +70,7 @@ class Aws:
             except ClientError as err:
                 code = err.response.get("Error", {}).get("Code", "Unknown")
                 message = err.response.get("Error", {}).get("Message", str(err))
-                if code in THROTTLING and attempt < self.max_attempts:
+                if code in THROTTLING and attempt < self.max_attempts and not self._past_deadline(delay):
                     self.sleep(delay)
                     delay *= 2
                     continue
@@ -74,6 +78,9 @@ class Aws:
             except BotoCoreError as err:
                 raise CallFailed(service, operation, type(err).__name__, str(err)) from None
         raise AssertionError("unreachable")
+
+    def _past_deadline(self, wait: float) -> bool:
+        return self.deadline is not None and time.monotonic() + wait >= self.deadline
 
     def paginate(self, service: str, operation: str, key: str, *, token: str = "NextToken",
                  out_token: str | None = None, **params: Any) -> Iterator[Any]:
