@@ -263,16 +263,16 @@ def test_node_launched_mid_window_still_blamed_for_empty_hours_after_launch():
 
 
 def test_gap_running_to_the_query_time_is_noted_as_possibly_late():
-    # Given a window ending at 11:00 (padded to 12:00, half an hour before now) and a stream silent since 10:00
+    # Given a window ending at 11:00 (padded to 12:00, half an hour before now) and a stream silent since 11:00
     w = PClusterWorld(n_compute=1)
     node = w.compute[0]
-    w.healthy(node, at(-10), at(10))
+    w.healthy(node, at(-10), at(11))
 
     # When audited
     (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(8), until=at(11)), node.instance_id))
 
     # Then the gap is listed and said to be possibly late, not lost
-    assert iso_list(row.empty_hours) == hours(10, 11)
+    assert iso_list(row.empty_hours) == hours(11)
     assert "possibly late" in (row.note or "")
     assert row.status == "Not observable"
 
@@ -292,16 +292,16 @@ def test_gap_running_into_the_current_partial_hour_is_noted_as_possibly_late():
 
 
 def test_gap_in_the_middle_or_long_before_the_query_is_not_called_late():
-    # Given a gap in the middle of the window, and another audit whose window ended long before now
+    # Given a gap in the middle of a window, and another audit whose window ended long before now
     w = PClusterWorld(n_compute=1)
     node = w.compute[0]
     stream = w.healthy(node, at(-20), at(7))
     w.lines(w.group, stream, at(9), at(12, 25))
+    w2 = PClusterWorld(n_compute=1)
+    w2.healthy(w2.compute[0], at(-20), at(3))
 
     # When audited over 06:00–10:00, and over 00:00–04:00 (padded end 05:00, 7.5 h before now)
     middle = kernel_rows(node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id))[0]
-    w2 = PClusterWorld(n_compute=1)
-    w2.healthy(w2.compute[0], at(-20), at(3))
     old = kernel_rows(node_of(w2.audit(w2.cluster, since=at(0), until=at(4)), w2.compute[0].instance_id))[0]
 
     # Then neither gap is excused as late delivery
@@ -309,6 +309,20 @@ def test_gap_in_the_middle_or_long_before_the_query_is_not_called_late():
     assert "possibly late" not in (middle.note or "")
     assert iso_list(old.empty_hours) == hours(3, 4)
     assert "possibly late" not in (old.note or "")
+
+
+def test_gap_reaching_now_but_begun_hours_ago_is_lost_not_late():
+    # Given a stream silent since 07:00, audited to now (12:30): the gap reaches the query but is 5.5 h old
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.healthy(node, at(-10), at(7))
+
+    # When audited
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(8)), node.instance_id))
+
+    # Then the hours are listed and the gap is not excused as late delivery
+    assert iso_list(row.empty_hours) == hours(7, 8, 9, 10, 11)
+    assert "possibly late" not in (row.note or "")
 
 
 # -- HyperPod health-monitoring agent -------------------------------------------------------------

@@ -195,5 +195,72 @@ def demo(
         _fail(str(exc), EXIT_UNREACHABLE)
 
 
+world_app = typer.Typer(no_args_is_help=True, help="Generate world files (frozen accounts) for scale tests.")
+app.add_typer(world_app, name="world")
+
+
+@world_app.command("generate")
+def world_generate(
+    kind: Annotated[str, typer.Option(help="parallelcluster | hyperpod")],
+    nodes: Annotated[int, typer.Option(help="GPU (compute) nodes; a head node / controller is added")],
+    out: Annotated[Path, typer.Option(help="World file to write")],
+    days: Annotated[float, typer.Option(help="Days of logs before `now` (the audit window to test)")] = 7.0,
+    silent_fraction: Annotated[float, typer.Option(help="Share of nodes whose kernel stream stops in the window")] = 0.0,
+    xid_rate: Annotated[float, typer.Option(help="Xids per node-day")] = 0.05,
+    seed: Annotated[int, typer.Option(help="Same seed, same bytes")] = 0,
+    instance_type: Annotated[str, typer.Option(help="p5.48xlarge | p5en.48xlarge | p4d.24xlarge")] = "p5.48xlarge",
+) -> None:
+    """Generate a large, realistic world: nodes, log groups and streams, silent streams, Xids."""
+    from gpuaudit import worldgen
+
+    try:
+        spec = worldgen.WorldSpec(kind=kind, nodes=nodes, days=days, silent_fraction=silent_fraction,
+                                  xid_rate=xid_rate, seed=seed, instance_type=instance_type)
+        world = worldgen.generate(spec)
+        size = worldgen.write(world, str(out))
+    except ValueError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except OSError as exc:
+        _fail(f"cannot write {out}: {exc}", EXIT_UNREACHABLE)
+    shape = worldgen.describe(world)
+    err.print(f"wrote {out} ({size / 1e6:.1f} MB): cluster {spec.cluster_name}, {shape['nodes']} nodes, "
+              f"{shape['log_groups']} log groups, {shape['streams']} streams, "
+              f"{shape['events'] + shape['periodic_lines']:,} log lines, {shape['xid_lines']} Xid lines", highlight=False)
+
+
+@app.command()
+def bench(
+    nodes: Annotated[int, typer.Option(help="GPU nodes in the generated world")],
+    days: Annotated[float, typer.Option(help="Audit window: the last D days")] = 7.0,
+    kind: Annotated[str, typer.Option(help="parallelcluster | hyperpod")] = "parallelcluster",
+    seed: Annotated[int, typer.Option(help="World seed")] = 0,
+    silent_fraction: Annotated[float, typer.Option(help="Share of nodes whose kernel stream goes silent")] = 0.01,
+    xid_rate: Annotated[float, typer.Option(help="Xids per node-day")] = 0.05,
+    fmt: Annotated[str, typer.Option("--format", help="table | json")] = "table",
+    keep: Annotated[Path | None, typer.Option(help="Keep the world and evidence files in this folder")] = None,
+) -> None:
+    """Scale benchmark: our coverage audit against two Logs Insights queries per node per source."""
+    import json as _json
+
+    from gpuaudit.bench import BenchConfig, render_table, run_bench
+
+    if fmt not in ("table", "json"):
+        _fail(f"--format must be table or json; got {fmt!r}", EXIT_BAD_INPUT)
+    try:
+        config = BenchConfig(nodes=nodes, days=days, kind=kind, seed=seed, silent_fraction=silent_fraction,
+                             xid_rate=xid_rate)
+        config.spec()
+    except ValueError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    try:
+        figures = run_bench(config, keep_dir=keep, progress=None if fmt == "json" else err.print)
+    except RuntimeError as exc:
+        _fail(str(exc), EXIT_UNREACHABLE)
+    if fmt == "json":
+        sys.stdout.write(_json.dumps(figures, indent=2) + "\n")
+    else:
+        render_table(figures, Console(width=max(Console().width, 120)))
+
+
 def main() -> None:
     app()

@@ -85,10 +85,10 @@ def chatbot_payload(result: Result, message: str) -> str:
 
 
 def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, result: Result,
-                    now_epoch: int) -> SinkOutcome:
+                    now_epoch: int, retention_days: int = RETENTION_DAYS) -> SinkOutcome:
     outcome = SinkOutcome()
     previous = latest_state(ddb, table, result.cluster.name)
-    expires = _s(now_epoch + RETENTION_DAYS * 86400)
+    expires = _s(now_epoch + retention_days * 86400)
     summary = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY"), "cluster": _s(result.cluster.name),
                "mode": _s(result.mode), "headline": _s(redact(result.headline)),
                "window_start": _s(result.window.start.isoformat()), "window_end": _s(result.window.end.isoformat()),
@@ -115,7 +115,9 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     if outcome.changes and topic_arn:
         outcome.alert = alert_message(result, outcome.changes)
         sns.publish(TopicArn=topic_arn, Subject=f"gpuaudit: {result.cluster.name}"[:100],
-                    Message=json.dumps({"default": outcome.alert, "chatbot": chatbot_payload(result, outcome.alert)}),
+                    Message=json.dumps({"default": outcome.alert, "chatbot": chatbot_payload(result, outcome.alert),
+                                        # AWS Chatbot subscribes over HTTPS and renders only this shape
+                                        "https": chatbot_payload(result, outcome.alert)}),
                     MessageStructure="json")
         outcome.published = True
     return outcome

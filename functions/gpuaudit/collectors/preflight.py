@@ -6,9 +6,8 @@ unread) and a gap naming the call, never an exception.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import controlplane
@@ -35,28 +34,21 @@ from gpuaudit.model.evidence import (
 from gpuaudit.rules.capacity import (
     DEFAULT_RUN_HOURS,
     cluster_reservations,
+    ec2_family_quota,
     extension_hours,
     holding_reservation,
     run_fit,
 )
 from gpuaudit.rules.coverage import is_accelerated
+from gpuaudit.rules.preflight import lookback
 from gpuaudit.timeutil import floor_hour
 
 if TYPE_CHECKING:
     from gpuaudit.pipeline import AuditRequest
 
 ENI_QUOTA = ("vpc", "L-DF5E4CA3", "Network interfaces per Region")
-# EC2 On-Demand vCPU quotas by instance family (Service Quotas, service code ec2).
-EC2_FAMILY_QUOTAS = {
-    "p": ("L-417A185B", "Running On-Demand P instances"),
-    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
-    "vt": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
-    "trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
-    "inf": ("L-1945791B", "Running On-Demand Inf instances"),
-}
 GPU_POWER = "GPUPowerUtilization"
 IDLE_BELOW = 5.0  # percent, as reported (RULES §0.6, §8 idle reserved GPUs)
-FAMILY = re.compile(r"^([a-z]+)\d")
 
 
 def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
@@ -73,16 +65,10 @@ def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
     _alarms(aws, evidence)
     _event_rules(aws, evidence)
     _quotas(aws, evidence, start)
-    lookback = _lookback(evidence.now, request.run_hours)
-    _file_systems(aws, evidence, lookback)
+    span = lookback(evidence.now, request.run_hours)  # the last similar run (RULES §10 P8, P9)
+    _file_systems(aws, evidence, span)
     if not hyperpod:
-        _gpu_activity(aws, evidence, lookback)
-
-
-def _lookback(now: datetime, run_hours: float | None) -> tuple[datetime, datetime]:
-    """The last similar run: the planned length, held between 24 and 72 h (RULES §10 P8, P9)."""
-    hours = min(max(run_hours or 72.0, 24.0), 72.0)
-    return now - timedelta(hours=hours), now
+        _gpu_activity(aws, evidence, span)
 
 
 def compute_types(evidence: Evidence) -> dict[str, list[str]]:
@@ -145,13 +131,13 @@ def _training_plans(aws: Aws, evidence: Evidence) -> None:
     evidence.training_plans = plans
 
 
-def _blocks(evidence: Evidence, start: datetime) -> list[tuple[CapacityReservation, str]]:
-    """The Capacity Blocks the cluster's accelerated capacity runs on, with their instance type."""
-    found: dict[str, tuple[CapacityReservation, str]] = {}
+def _blocks(evidence: Evidence, start: datetime) -> list[tuple[CapacityReservation, str, datetime]]:
+    """The Capacity Blocks the cluster's accelerated capacity runs on, with their instance type and end."""
+    found: dict[str, tuple[CapacityReservation, str, datetime]] = {}
     for itype, ids in compute_types(evidence).items():
         held = holding_reservation(cluster_reservations(evidence, itype, ids), start)
         if held is not None and held.reservation_type == "capacity-block" and held.end_date is not None:
-            found[held.reservation_id] = (held, itype)
+            found[held.reservation_id] = (held, itype, held.end_date)
     return list(found.values())
 
 
@@ -162,9 +148,9 @@ def _extension_offerings(aws: Aws, evidence: Evidence, start: datetime, run_hour
         return
     out = []
     longest = run_hours or max(DEFAULT_RUN_HOURS)
-    for block, itype in _blocks(evidence, start):
-        assert block.end_date is not None
-        hours = extension_hours(run_fit(block.end_date, itype, start, longest, evidence.now).shortfall)
+    for block, itype, end in _blocks(evidence, start):
+        hours = extension_hours(run_fit(end, itype, max(start, block.start_date or start), longest,
+                                        evidence.now).shortfall)
         try:
             items = list(aws.paginate("ec2", "DescribeCapacityBlockExtensionOfferings",
                                       "CapacityBlockExtensionOfferings", CapacityReservationId=block.reservation_id,
@@ -298,8 +284,7 @@ def _quotas(aws: Aws, evidence: Evidence, start: datetime) -> None:
     if hyperpod and unreserved:
         quotas += _sagemaker_cluster_quotas(aws, unreserved)
     elif unreserved:
-        families = {m.group(1) for t in unreserved if (m := FAMILY.match(t))}
-        for code, name in sorted({EC2_FAMILY_QUOTAS[f] for f in families if f in EC2_FAMILY_QUOTAS}):
+        for code, name in sorted({fq for t in unreserved if (fq := ec2_family_quota(t))}):
             quotas.append(_quota(aws, "ec2", code, name))
     for q in quotas:
         if q.error:

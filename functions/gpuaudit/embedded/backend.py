@@ -64,6 +64,7 @@ class WorldBackend:
     world: World
     queries: dict[str, RunningQuery] = field(default_factory=dict)
     fault_hits: dict[int, int] = field(default_factory=dict)
+    fault_seen: dict[int, int] = field(default_factory=dict)
 
     def attach(self, session: boto3.Session) -> None:
         session.events.register("before-parameter-build", self._keep_params)
@@ -109,6 +110,11 @@ class WorldBackend:
                 continue
             if fault.get("error") in (None, "") or "status" in fault:
                 continue  # behaviour faults (e.g. a query that stays Running) are applied by the responder
+            # `after`: let that many calls succeed first (e.g. a pagination token that expires on page 2).
+            seen = self.fault_seen.get(i, 0)
+            self.fault_seen[i] = seen + 1
+            if seen < int(fault.get("after", 0)):
+                continue
             times = fault.get("times")
             hits = self.fault_hits.get(i, 0)
             if times is not None and hits >= int(times):

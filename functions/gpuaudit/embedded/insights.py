@@ -9,13 +9,20 @@ Logs Insights does, including its limits:
 * result cap: never more than 10,000 rows (`MAX_RESULT_ROWS`), extra rows silently dropped, so a
   caller detects truncation by seeing exactly 10,000 rows; `limit` accepts 1..10,000;
 * StartQuery accepts at most 50 log groups (`MAX_LOG_GROUPS`, enforced by the caller, which knows them);
-* output shape: GetQueryResults `results` rows, values always strings, absent fields omitted.
+* output shape: GetQueryResults `results` rows, values always strings, absent fields omitted;
+  timestamps print as `YYYY-MM-DD HH:MM:SS.mmm` (UTC), integral numbers without `.0`.
 
-Supported commands (pipe-separated): `fields`, `filter` (like / not like with /regex/flags or
-"substring", =, !=, <, <=, >, >= , in / not in [...], and, or, not, parentheses), `stats` with
-count(*), count, count_distinct, sum, min, max, avg, earliest, latest `by` fields or bin(<n>s|m|h|d),
-chained stats, `sort`, `limit`. Anything else raises `QueryError` instead of silently returning
-something a real account would not.
+Fields: @timestamp, @message, @logStream, @log (`<account>:<group>`), @ingestionTime, and @ptr
+(`ptr-<n>`, n = the record's position in the caller's input). There is no JSON field discovery: any
+other field is absent on raw records, and absent fields make `like`/`=` false, `!=` true, and are
+skipped by aggregations.
+
+Supported commands (pipe-separated): `fields` (with `as`), `filter` (like / not like with /regex/flags
+or "substring", =, !=, <, <=, >, >=, in / not in [...], and, or, not, parentheses), `stats` with
+count(*), count, count_distinct (exact), sum, min, max, avg, earliest, latest `by` fields or
+bin(<n>s|m|h|d), chained stats, `sort` (descending unless `asc`), `limit`. Raw records come out
+newest first; stats rows in ascending group-key order; a stats over no records yields no rows.
+Anything else raises `QueryError` rather than silently returning what a real account would not.
 
 Structure: a tokenizer, a recursive-descent parser producing a small frozen AST (`parse_query`), and
 an executor that compiles filters into closures and runs `stats` as one pass of dict accumulation.
@@ -43,9 +50,7 @@ MAX_LOG_GROUPS = 50
 
 _ERROR_QUERY_CHARS = 200
 _DEFAULT_FIELDS = ("@timestamp", "@message", "@logStream", "@log", "@ptr")
-_AGGREGATIONS = frozenset(
-    {"count", "count_distinct", "sum", "min", "max", "avg", "earliest", "latest"}
-)
+_AGGREGATIONS = frozenset({"count", "count_distinct", "sum", "min", "max", "avg", "earliest", "latest"})
 _BIN_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}
 _UNSUPPORTED_COMMANDS = frozenset(
@@ -919,7 +924,7 @@ def run_query(
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while evaluating: building hundreds of thousands of group lists and row dicts
+    """Pause the cyclic GC while evaluating: building hundreds of thousands of group lists and rows
     otherwise triggers repeated full collections that traverse every record, doubling the run time.
     Nothing here creates reference cycles, and the previous state is always restored."""
     was_enabled = gc.isenabled()
@@ -931,7 +936,9 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _execute(parsed: Query, records: Iterable[LogRecord], low: int, high: int, account_id: str) -> QueryOutcome:
+def _execute(
+    parsed: Query, records: Iterable[LogRecord], low: int, high: int, account_id: str
+) -> QueryOutcome:
     has_stats = any(isinstance(c, StatsCmd) for c in parsed.commands)
     has_fields = any(isinstance(c, FieldsCmd) for c in parsed.commands)
     needs_ptr = "@ptr" in parsed.field_names or not (has_stats or has_fields)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from html import escape
+from typing import TypeVar
 
 from gpuaudit.model.result import CoverageRow, GpuError, NodeResult, Result
 from gpuaudit.report.markdown import BRANCH_NAMES
@@ -48,21 +49,22 @@ th,td{border:1px solid var(--line);padding:4px 6px;text-align:left;vertical-alig
 th{background:#f4f4f4;position:sticky;top:0}
 td{overflow-wrap:break-word}td:first-child{white-space:nowrap}
 .scroll{max-height:70vh;overflow:auto;border:1px solid var(--line)}
-.hscroll{overflow-x:auto}
+.hscroll{overflow-x:auto}.vscroll{max-height:70vh;overflow-y:auto;width:max-content;
+border-bottom:1px solid var(--line)}
 .badge{display:inline-block;border:2px solid;border-radius:4px;padding:0 5px;font-weight:600;white-space:nowrap;
 background:#fff}
 .b-bad{border-color:var(--verm);background:#fbe5d9}.b-warn{border-color:var(--empty);background:#fdf0d5}
 .b-ok{border-color:var(--blue);background:#dcebf6}.b-grey{border-color:#888;background:#eee}
 .b-info{border-color:var(--purple);background:#f6e4ee}
 details{margin:6px 0}summary{cursor:pointer;padding:3px 0}
-summary .strip{display:block;margin:2px 0 0}
+summary{overflow:hidden}summary .strip{display:block;margin:2px 0 0}
 .legend{display:flex;flex-wrap:wrap;gap:6px 18px;margin:6px 0 10px;align-items:center}
 .legend span{display:inline-flex;align-items:center;gap:6px}
 svg text{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:11px;fill:var(--ink)}
 svg .ax{fill:var(--muted);font-size:10px}
 svg .lane-text{font-size:10.5px;font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px}
-.live{fill:var(--live)}.empty{fill:url(#pat-empty);stroke:#5a3a00;stroke-width:.6}
-.na{fill:var(--na)}.unobs{fill:url(#pat-unobs)}.hma-none{fill:var(--hma)}
+.live,.key-live{fill:var(--live)}.empty,.key-empty{fill:url(#pat-empty);stroke:#5a3a00;stroke-width:.6}
+.na,.key-na{fill:var(--na)}.unobs,.key-unobs{fill:url(#pat-unobs)}.hma-none,.key-hma-none{fill:var(--hma)}
 .agg-empty{fill:url(#pat-empty)}
 .tick{stroke:#999;stroke-width:1}.grid{stroke:#fff;stroke-width:1}
 .win{stroke:var(--ink);stroke-width:1.5;stroke-dasharray:4 3}
@@ -88,6 +90,7 @@ BRANCH_BADGE = {"Root cause": ("b-bad", "●"), "Contributing": ("b-warn", "◑"
                 "Not assessed": ("b-grey", "–"), "UNVERIFIED": ("b-grey", "?")}
 CHECK_ORDER = {"FAIL": 0, "RISK": 1, "UNVERIFIED": 2, "Needs input": 3, "Not checked": 4, "PASS": 5}
 TICK_STEPS = (1, 2, 3, 6, 12, 24)
+T = TypeVar("T")
 
 
 def _e(value: object) -> str:
@@ -159,31 +162,55 @@ class Lane:
     first: bool = True  # the node's first lane carries its instance ID
 
 
-def _kernel_states(row: CoverageRow, hours: list[datetime], padded: list[datetime]) -> list[str]:
-    empty = {iso(floor_hour(h)) for h in row.empty_hours}
+@dataclass(frozen=True)
+class Grid:
+    """The heatmap's columns: hour starts, their ISO keys, where the padded window lies, cell width."""
+
+    hours: list[datetime]
+    pad_first: int
+    pad_count: int
+    cell: int
+    keys: list[str] = field(init=False)
+    index: dict[str, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", [iso(h) for h in self.hours])
+        object.__setattr__(self, "index", {k: i for i, k in enumerate(self.keys)})
+
+    @classmethod
+    def of(cls, result: Result) -> Grid:
+        hours = columns(result)
+        padded = hours_between(result.window.padded_start or result.window.start,
+                               result.window.padded_end or result.window.end)
+        first = hours.index(padded[0]) if padded and padded[0] in hours else 0
+        return cls(hours, first, len(padded), max(5, min(120, 900 // len(hours))))
+
+    @property
+    def width(self) -> int:
+        return LABEL_W + self.cell * len(self.hours) + 64  # room for the last date label
+
+    def x(self, when: datetime) -> float:
+        offset = (when - self.hours[0]).total_seconds() / 3600
+        return LABEL_W + max(0.0, min(offset, len(self.hours))) * self.cell
+
+
+def _kernel_states(row: CoverageRow, grid: Grid) -> list[str]:
+    empty = {grid.index[iso(floor_hour(h))] for h in row.empty_hours}
     # live_hours + empty hours = the hours expected of the node (from its launch hour); the rest of
     # the padded window precedes its launch and is not applicable.
-    before = max(0, len(padded) - row.live_hours - len(empty))
-    not_expected = {iso(h) for h in padded[:before]}
+    start = grid.pad_first + max(0, grid.pad_count - row.live_hours - len(empty))
+    end = grid.pad_first + grid.pad_count
     # A Not observable stream with no empty hour: per-hour liveness was not read, so not proven.
-    unproven = row.status == "Not observable" and not empty
-    states = []
-    for h in hours:
-        key = iso(h)
-        if key in empty:
-            states.append(EMPTY)
-        elif key in not_expected or not padded or h < padded[0] or h > padded[-1]:
-            states.append(NA)
-        else:
-            states.append(UNOBS if unproven else LIVE)
-    return states
+    expected = UNOBS if row.status == "Not observable" and not empty else LIVE
+    return [EMPTY if i in empty else expected if start <= i < end else NA for i in range(len(grid.hours))]
 
 
-def lanes_for(node: NodeResult, hours: list[datetime], padded: list[datetime]) -> list[Lane]:
+def lanes_for(node: NodeResult, grid: Grid) -> list[Lane]:
+    hours = grid.hours
     lanes: list[Lane] = []
     kernel = kernel_row(node)
     if kernel is not None:
-        lanes.append(Lane(node, "kernel", kernel, _kernel_states(kernel, hours, padded)))
+        lanes.append(Lane(node, "kernel", kernel, _kernel_states(kernel, grid)))
     for row in (c for c in node.coverage if c.source_kind == "hma"):
         state = {"Measured": LIVE, "No HMA detections": HMA_NONE}.get(row.status, UNOBS)
         text = {"Measured": "HMA: Measured — detection stream present",
@@ -205,9 +232,9 @@ def lanes_for(node: NodeResult, hours: list[datetime], padded: list[datetime]) -
     return lanes
 
 
-def runs(states: Sequence[str]) -> list[tuple[int, int, str]]:
+def runs(states: Sequence[T]) -> list[tuple[int, int, T]]:
     """(first column, length, state) for each run of equal consecutive states."""
-    out: list[tuple[int, int, str]] = []
+    out: list[tuple[int, int, T]] = []
     for i, s in enumerate(states):
         if out and out[-1][2] == s and out[-1][0] + out[-1][1] == i:
             first, length, _ = out[-1]
@@ -220,53 +247,42 @@ def runs(states: Sequence[str]) -> list[tuple[int, int, str]]:
 # ---------------------------------------------------------------- heatmap drawing
 
 
-@dataclass(frozen=True)
-class Geometry:
-    hours: list[datetime]
-    cell: int
-
-    @property
-    def width(self) -> int:
-        return LABEL_W + self.cell * len(self.hours) + 12
-
-    def x(self, when: datetime) -> float:
-        offset = (when - self.hours[0]).total_seconds() / 3600
-        return LABEL_W + max(0.0, min(offset, len(self.hours))) * self.cell
-
-
 def _span(hours: list[datetime], first: int, length: int) -> str:
     end = hours[first + length - 1] + HOUR
     return f"{iso(hours[first])} → {iso(end)} ({length} h)"
 
 
-def _lane_svg(lane: Lane, y: int, g: Geometry) -> str:
+def _lane_svg(lane: Lane, y: int, g: Grid) -> str:
+    """One lane, drawn in its own coordinates (translated to row y): one rect per run of equal hours."""
     n = lane.node
     iid = _e(n.instance_id)
     row = lane.row
     source = f"{row.log_group} / {row.log_stream or 'no stream'}" if row else "no coverage row"
     status: str = row.status if row else n.xid_status
-    parts = [f'<g data-node="{iid}" data-lane="{lane.kind}"><title>{_e(n.instance_id)} · {lane.kind} · '
-             f"{_e(source)} · {_e(status)}</title>"]
+    parts = [f'<g data-node="{iid}" data-lane="{lane.kind}" transform="translate(0 {y})"><title>{iid} · '
+             f"{lane.kind} · {_e(source)} · {_e(status)}</title>"]
     label = "  └ HMA" if lane.kind == "hma" and not lane.first else n.instance_id
     tag = {"kernel": "kernel", "hma": "HMA", "single": ""}[lane.kind]
     if lane.states and all(s == NA for s in lane.states):
         status = "not applicable"
     symbol = STATUS_BADGE.get(status, ("", "–"))[1]
-    parts.append(f'<text x="4" y="{y + 12}">{_e(label)}</text>'
-                 f'<text x="{LABEL_W - 8}" y="{y + 12}" text-anchor="end">{_e(tag)} {symbol} {_e(status)}</text>')
+    parts.append(f'<text x="4" y="12">{_e(label)}</text>'
+                 f'<text x="{LABEL_W - 8}" y="12" text-anchor="end">{_e(tag)} {symbol} {_e(status)}</text>')
+    # The lane's commonest state as one background rect; only the other runs are drawn over it.
+    background = max(set(lane.states) - {EMPTY} or {NA}, key=lane.states.count)
+    parts.append(f'<rect class="{background}" x="{LABEL_W}" width="{len(g.hours) * g.cell}" height="{LANE_H}"/>')
     for first, length, state in runs(lane.states):
         x, w = LABEL_W + first * g.cell, length * g.cell
         if state == EMPTY:
-            stamps = ",".join(iso(h) for h in g.hours[first:first + length])
-            parts.append(f'<rect class="{EMPTY}" x="{x}" y="{y}" width="{w}" height="{LANE_H}" data-node="{iid}" '
-                         f'data-hours="{stamps}"><title>{iid}: no line in {_e(source)}, '
-                         f"{_span(g.hours, first, length)}</title></rect>")
-        else:
-            parts.append(f'<rect class="{state}" x="{x}" y="{y}" width="{w}" height="{LANE_H}"/>')
+            stamps = ",".join(g.keys[first:first + length])
+            parts.append(f'<rect class="{EMPTY}" x="{x}" width="{w}" height="{LANE_H}" data-node="{iid}" '
+                         f'data-hours="{stamps}"><title>no line {_span(g.hours, first, length)}</title></rect>')
+        elif state != background:
+            parts.append(f'<rect class="{state}" x="{x}" width="{w}" height="{LANE_H}"/>')
     if lane.text:
-        parts.append(f'<text class="lane-text" x="{LABEL_W + 16}" y="{y + 12}">{_e(lane.text)}</text>')
+        parts.append(f'<text class="lane-text" x="{LABEL_W + 16}" y="12">{_e(lane.text)}</text>')
     for e in lane.errors:
-        parts.append(_marker(e, g.x(e.time), y + LANE_H / 2, iid))
+        parts.append(_marker(e, g.x(e.time), LANE_H / 2, iid))
     parts.append("</g>")
     return "".join(parts)
 
@@ -295,7 +311,7 @@ def _marker(e: GpuError, x: float, y: float, iid: str) -> str:
     return f'<path class="{css}" d="{d}" data-node="{iid}"{code}><title>{_e(title)}</title></path>'
 
 
-def _axis(g: Geometry, result: Result, height: int) -> str:
+def _axis(g: Grid, result: Result) -> str:
     step = next((s for s in TICK_STEPS if s * g.cell >= 46), TICK_STEPS[-1])
     parts = []
     midnights = [i for i, h in enumerate(g.hours) if h.hour == 0]
@@ -309,84 +325,87 @@ def _axis(g: Geometry, result: Result, height: int) -> str:
             parts.append(f'<line class="tick" x1="{x}" y1="16" x2="{x}" y2="{AXIS_H - 2}"/>'
                          f'<text class="ax" x="{x + 2}" y="{AXIS_H - 6}">{h:%H}:00</text>')
     parts.append(f'<text class="ax" x="4" y="{AXIS_H - 6}">node · UTC hour →</text>')
-    for when, name in ((result.window.start, "impact start"), (result.window.end, "impact end")):
-        wx = g.x(when)
-        parts.append(f'<line class="win" x1="{wx:.1f}" y1="14" x2="{wx:.1f}" y2="{height}">'
-                     f"<title>{name} {iso(when)}</title></line>")
-    return "".join(parts)
+    parts.append(_window_lines(g, result, 14, AXIS_H))
+    return f'<svg width="{g.width}" height="{AXIS_H}" aria-hidden="true">{"".join(parts)}</svg>'
 
 
-def _group_key(node: NodeResult) -> str:
+def _window_lines(g: Grid, result: Result, top: int, bottom: int) -> str:
+    return "".join(f'<line class="win" x1="{g.x(when):.1f}" y1="{top}" x2="{g.x(when):.1f}" y2="{bottom}">'
+                   f"<title>{name} {iso(when)}</title></line>"
+                   for when, name in ((result.window.start, "impact start"), (result.window.end, "impact end")))
+
+
+def _group_name(node: NodeResult, word: str) -> str:
+    """Instance group (HyperPod) or queue (ParallelCluster); without one, the node's role."""
     if node.instance_group:
-        return node.instance_group
-    return f"({node.role})" if node.role != "compute" else "(no group recorded)"
+        return f"{word} {node.instance_group}"
+    return f"{node.role} node(s)" if node.role != "compute" else f"compute node(s), {word} not recorded"
 
 
-def _strip(group_lanes: list[Lane], g: Geometry) -> str:
-    """The group in one bar: per hour, how many of its nodes' kernel lanes were empty."""
+def _strip(group_lanes: list[Lane], g: Grid) -> str:
+    """The group in one bar: per hour, the share of its nodes' kernel lanes that were empty, drawn as a
+    hatched bar whose height is that share (so magnitude reads without colour)."""
     kernel = [lane for lane in group_lanes if lane.kind == "kernel"]
     if not kernel:
         return ""
-    cells = []
+    cells: list[tuple[str, int]] = []
     for i in range(len(g.hours)):
         empty = sum(1 for lane in kernel if lane.states[i] == EMPTY)
-        live = sum(1 for lane in kernel if lane.states[i] == LIVE)
-        cells.append(f"agg-empty:{empty}" if empty else (LIVE if live else NA))
-    parts = []
-    for first, length, state in runs(cells):
+        live = any(lane.states[i] == LIVE for lane in kernel)
+        cells.append(("agg-empty", empty) if empty else (LIVE if live else NA, 0))
+    parts = [f'<rect class="{LIVE}" x="{LABEL_W}" y="1" width="{len(g.hours) * g.cell}" height="12"/>']
+    for first, length, (state, count) in runs(cells):
         x, w = LABEL_W + first * g.cell, length * g.cell
-        if state.startswith("agg-empty"):
-            count = state.split(":")[1]
-            parts.append(f'<rect class="agg-empty" x="{x}" y="1" width="{w}" height="10" data-count="{count}">'
-                         f"<title>{count} of {len(kernel)} kernel stream(s) empty, "
+        if state == "agg-empty":
+            h = max(3, round(12 * count / len(kernel)))
+            parts.append(f'<rect class="agg-empty" x="{x}" y="{13 - h}" width="{w}" height="{h}" data-count="{count}">'
+                         f"<title>{count} of {len(kernel)} node(s) with no kernel line, "
                          f"{_span(g.hours, first, length)}</title></rect>")
-        else:
-            parts.append(f'<rect class="{state}" x="{x}" y="1" width="{w}" height="10"/>')
-    label = f"{len(kernel)} kernel lane(s)"
-    return (f'<svg class="strip" width="{g.width}" height="12" role="img" aria-label="group summary">'
-            f'<text x="4" y="10">{_e(label)}</text>{"".join(parts)}</svg>')
+        elif state != LIVE:
+            parts.append(f'<rect class="{state}" x="{x}" y="1" width="{w}" height="12"/>')
+    label = f"silent nodes per hour (of {len(kernel)})"
+    return (f'<svg class="strip" width="{g.width}" height="14" role="img" aria-label="group summary">'
+            f'<text x="4" y="11">{_e(label)}</text>{"".join(parts)}</svg>')
 
 
 def heatmap(result: Result) -> str:
-    hours = columns(result)
-    start = result.window.padded_start or result.window.start
-    end = result.window.padded_end or result.window.end
-    padded = hours_between(start, end)
-    g = Geometry(hours, max(5, min(120, 1000 // len(hours))))
+    g = Grid.of(result)
+    hours = g.hours
+    word = "queue" if result.cluster.kind == "parallelcluster" else "instance group"
     groups: dict[str, list[NodeResult]] = {}
     for node in result.nodes:
-        groups.setdefault(_group_key(node), []).append(node)
-    word = "queue" if result.cluster.kind == "parallelcluster" else "instance group"
+        groups.setdefault(_group_name(node, word), []).append(node)
     out = [_legend(),
            f'<p class="meta">{len(hours)} hour column(s), {_e(iso(hours[0]))} → {_e(iso(hours[-1] + HOUR))}; '
            "dashed lines mark the impact window. Each node's lane is its kernel-carrying stream (the one whose "
            "status decides the node); every stream is listed in the coverage table below.</p>"]
     for name, nodes in groups.items():
         nodes = sorted(nodes, key=lambda n: STATUS_ORDER.get(n.xid_status, 3))
-        lanes = [lane for n in nodes for lane in lanes_for(n, hours, padded)]
-        height = AXIS_H + len(lanes) * (LANE_H + LANE_GAP) + 4
-        body = [_axis(g, result, height)]
-        for i, lane in enumerate(lanes):
-            body.append(_lane_svg(lane, AXIS_H + i * (LANE_H + LANE_GAP), g))
+        lanes = [lane for n in nodes for lane in lanes_for(n, g)]
+        height = len(lanes) * (LANE_H + LANE_GAP) + 2
+        body = [_lane_svg(lane, i * (LANE_H + LANE_GAP), g) for i, lane in enumerate(lanes)]
+        body.append(_window_lines(g, result, 0, height))
         counts: dict[str, int] = {}
         for n in nodes:
             counts[n.xid_status] = counts.get(n.xid_status, 0) + 1
         silent = sum(lane.states.count(EMPTY) for lane in lanes)
         tally = ", ".join(f"{v} {_e(k)}" for k, v in sorted(counts.items(), key=lambda kv: STATUS_ORDER.get(kv[0], 3)))
-        summary = (f"<b>{_e(word)} {_e(name)}</b> — {len(nodes)} node(s): {tally}; "
+        summary = (f"<b>{_e(name)}</b> — {len(nodes)} node(s): {tally}; "
                    f"{silent} empty node-hour(s){_strip(lanes, g)}")
         svg = (f'<svg width="{g.width}" height="{height}" role="img" '
-               f'aria-label="coverage heatmap, {_e(word)} {_e(name)}">{"".join(body)}</svg>')
+               f'aria-label="coverage heatmap, {_e(name)}">{"".join(body)}</svg>')
         state = " open" if len(result.nodes) <= OPEN_GROUPS_UP_TO else ""
-        wrap = "scroll hscroll" if len(lanes) > 40 else "hscroll"
-        out.append(f'<details class="group"{state}><summary>{summary}</summary><div class="{wrap}">{svg}</div>'
-                   "</details>")
+        # The axis stays in view while a long group scrolls under it; both scroll sideways together.
+        tall = ' class="vscroll"' if len(lanes) > 40 else ""
+        out.append(f'<details class="group"{state}><summary>{summary}</summary><div class="hscroll">'
+                   f"{_axis(g, result)}<div{tall}>{svg}</div></div></details>")
     return "".join(out)
 
 
 def _swatch(css: str, text: str) -> str:
-    return (f'<span><svg width="26" height="14" aria-hidden="true"><rect class="{css}" width="26" height="14"/>'
-            f"</svg>{_e(text)}</span>")
+    # Styled by `key-<state>`, not the state's own class: class `empty` marks heatmap cells only.
+    return (f'<span><svg width="26" height="14" aria-hidden="true"><rect class="key-{css}" width="26" '
+            f'height="14"/></svg>{_e(text)}</span>')
 
 
 def _legend() -> str:
@@ -507,7 +526,7 @@ def _timeline(r: Result) -> str:
 def _checks(r: Result) -> str:
     if not r.checks:
         return ""
-    ordered = sorted(r.checks, key=lambda c: (CHECK_ORDER.get(c.result, 9), c.id))
+    ordered = sorted(r.checks, key=lambda c: (CHECK_ORDER.get(c.result, 9), len(c.id), c.id))
     rows = [(_e(c.id), _e(c.title), _badge(c.result, CHECK_BADGE), _prose(c.evidence), _or_dash(c.action))
             for c in ordered]
     return "<h2>Pre-flight checks</h2>" + _table(("#", "Check", "Result", "Evidence", "Action"), rows)

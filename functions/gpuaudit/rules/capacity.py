@@ -7,6 +7,7 @@ audit's `now`), and every value comes back as a full UTC date-time so the report
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +21,15 @@ LIVE_STATES = ("active", "scheduled", "payment-pending")
 # Capacity Block extensions: 1-day steps up to 14 days, then 7-day steps (EC2 user guide, "Extend Capacity Blocks").
 DAY_STEP_LIMIT_HOURS = 14 * 24
 MAX_EXTENSION_HOURS = 182 * 24
+# EC2 On-Demand vCPU quotas by instance family (Service Quotas, service code ec2): the fallback evidence of P3.
+EC2_FAMILY_QUOTAS = {
+    "p": ("L-417A185B", "Running On-Demand P instances"),
+    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "vt": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
+    "inf": ("L-1945791B", "Running On-Demand Inf instances"),
+}
+_FAMILY = re.compile(r"^([a-z]+)\d")
 
 
 def lead_time(instance_type: str | None) -> timedelta:
@@ -95,6 +105,12 @@ def extension_hours(shortfall: timedelta) -> int:
     return min(math.ceil(hours / 168) * 168, MAX_EXTENSION_HOURS)
 
 
+def ec2_family_quota(instance_type: str | None) -> tuple[str, str] | None:
+    """(quota code, quota name) of the On-Demand quota an EC2 instance type counts against."""
+    m = _FAMILY.match(instance_type or "")
+    return EC2_FAMILY_QUOTAS.get(m.group(1)) if m else None
+
+
 def cluster_reservations(evidence: Evidence, instance_type: str | None,
                          node_ids: Iterable[str] = ()) -> list[CapacityReservation]:
     """Live reservations holding this capacity: the nodes' own CapacityReservationId when EC2 shows it,
@@ -125,5 +141,5 @@ def holding_reservation(reservations: list[CapacityReservation], start: datetime
     return min(later, key=lambda r: r.start_date) if later else None  # type: ignore[arg-type, return-value]
 
 
-__all__ = ["DEFAULT_RUN_HOURS", "RunFit", "cluster_reservations", "extension_hours", "holding_reservation",
-           "lead_time", "run_fit"]
+__all__ = ["DEFAULT_RUN_HOURS", "RunFit", "cluster_reservations", "ec2_family_quota", "extension_hours",
+           "holding_reservation", "lead_time", "run_fit"]

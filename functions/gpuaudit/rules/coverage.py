@@ -14,7 +14,7 @@ from gpuaudit.model.evidence import Evidence, KernelStream, NodeInfo, StreamActi
 from gpuaudit.model.result import CoverageRow, XidStatus
 from gpuaudit.rules.streams import HMA_PREFIX, stream_node_ids
 from gpuaudit.rules.window import Padded
-from gpuaudit.timeutil import floor_hour, iso
+from gpuaudit.timeutil import HOUR, floor_hour, iso
 
 KERNEL_HINTS = ("system-messages", "syslog", "messages", "kernel", "dmesg", "journal")
 LATE_DELIVERY = timedelta(hours=2)
@@ -82,6 +82,18 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
     return [h for h in empty if h != partial]
 
 
+def _possibly_late(empty: list[datetime], hours: list[datetime], pad: Padded) -> bool:
+    """A gap that reaches the last whole hour (the partial hour is never listed) and began at most
+    LATE_DELIVERY before the query may still be filled by late delivery; an older gap is a lost one."""
+    whole = [h for h in hours if h != pad.partial_last_hour]
+    if not empty or not whole or empty[-1] != whole[-1]:
+        return False
+    listed, began = set(empty), empty[-1]
+    while began - HOUR in listed:
+        began -= HOUR
+    return pad.now - began <= LATE_DELIVERY
+
+
 def _live_hours(activity: StreamActivity | None, hours: list[datetime]) -> int:
     """Expected hours holding at least one line (a partial hour without a line is neither live nor empty)."""
     if activity is None:
@@ -104,10 +116,7 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
         empty = []
     else:
         status = "Measured" if k.kernel_lines > 0 and not empty else "Not observable"
-        # The partial hour is never listed as empty, so the gap reaches the query time when it runs to the
-        # last whole hour.
-        whole = [h for h in hours if h != pad.partial_last_hour]
-        if empty and whole and empty[-1] == whole[-1] and pad.now - pad.end < LATE_DELIVERY:
+        if _possibly_late(empty, hours, pad):
             notes.append("the gap runs to the query time: possibly late delivery, not yet lost")
     live = _live_hours(activity, hours)
     return CoverageRow(log_group=k.log_group, log_stream=k.log_stream, kernel_lines_ever=k.kernel_lines,

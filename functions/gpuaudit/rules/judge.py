@@ -283,6 +283,8 @@ def headline_for(j: Judged, branch_headline: str | None, ready: str | None) -> t
         head = "GPU signals found: " + "; ".join(verdicts) + "."
     elif blind:
         head = f"GPU errors cannot be ruled out: coverage Not observable on {', '.join(blind)}."
+    elif not accelerated:
+        head = "No GPU node was audited (see visibility gaps): no claim about GPU errors is made."
     else:
         head = "No GPU errors in the window, on proven coverage."
     head += f" Coverage of {len(accelerated)} GPU node(s): {coverage or 'none'}."

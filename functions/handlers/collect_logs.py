@@ -1,0 +1,42 @@
+"""CollectLogs (step 2, one item of the log-batch Map): pipeline.collect_logs — the Logs Insights
+queries over one batch of at most 50 log groups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuaudit import pipeline
+from gpuaudit.model.evidence import Evidence
+
+from handlers import payload, runtime
+from handlers.models import CollectedBatch, CollectLogsInput
+from handlers.observability import logger, metrics, tracer
+
+session_factory: Callable[[], boto3.Session] = runtime.default_session
+clock: Callable[[], datetime] = runtime.utc_now
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    item: CollectLogsInput = runtime.parse_event(event, CollectLogsInput, "CollectLogs expects evidence and a batch")
+    session = session_factory()
+    s3 = session.client("s3")
+    aws = runtime.audit_port(session, clock)
+    with runtime.surfaced_throttling():
+        evidence = Evidence.model_validate(payload.load(item.evidence, s3))
+        batch = pipeline.collect_logs(aws, evidence, item.batch.groups)
+        stored = payload.store(batch.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "batch",
+                               limit=payload.BATCHES_SHARE // item.batch.of)
+    metrics.add_metric(name="LogsInsightsQueries", unit=MetricUnit.Count, value=len(batch.queries))
+    metrics.add_metric(name="CollectorGaps", unit=MetricUnit.Count, value=len(batch.gaps))
+    logger.info("collected", extra={"cluster": evidence.cluster.name, "batch": item.batch.index,
+                                    "of": item.batch.of, "queries": len(batch.queries), "gaps": len(batch.gaps)})
+    return CollectedBatch(batch=stored, calls=aws.call_counts()).model_dump(mode="json")

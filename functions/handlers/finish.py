@@ -1,0 +1,51 @@
+"""Finish (step 3): pipeline.finish_collection — join the batches, profile the instance types, read
+the control plane. A batch whose step failed is a `Not checked` gap, never a missing error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuaudit import pipeline
+from gpuaudit.collectors.logs import BatchEvidence
+from gpuaudit.model.evidence import CallCount, Evidence
+
+from handlers import payload, runtime
+from handlers.models import FailedBatch, FinishInput, VerdictInput
+from handlers.observability import logger, metrics, tracer
+
+session_factory: Callable[[], boto3.Session] = runtime.default_session
+clock: Callable[[], datetime] = runtime.utc_now
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    joined: FinishInput = runtime.parse_event(event, FinishInput, "Finish expects the request, evidence and batches")
+    session = session_factory()
+    s3 = session.client("s3")
+    aws = runtime.audit_port(session, clock)
+    with runtime.surfaced_throttling():
+        evidence = Evidence.model_validate(payload.load(joined.evidence, s3))
+        batches: list[BatchEvidence] = []
+        tallies: list[list[CallCount]] = [evidence.calls]
+        for item in joined.batches:
+            if isinstance(item, FailedBatch):
+                evidence.gaps.append(item.failed.gap())
+                continue
+            batches.append(BatchEvidence.model_validate(payload.load(item.batch, s3)))
+            tallies.append(item.calls)
+        evidence = pipeline.finish_collection(aws, evidence, batches, joined.request)
+        evidence.calls = runtime.sum_calls([*tallies, aws.call_counts()])
+        stored = payload.store(evidence.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "evidence")
+    failed = sum(isinstance(item, FailedBatch) for item in joined.batches)
+    metrics.add_metric(name="FailedLogBatches", unit=MetricUnit.Count, value=failed)
+    logger.info("joined", extra={"cluster": evidence.cluster.name, "batches": len(batches), "failed_batches": failed,
+                                 "gaps": len(evidence.gaps)})
+    return VerdictInput(request=joined.request, evidence=stored).model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,44 @@
+"""Inventory (step 1): pipeline.start_audit — window, cluster, nodes, candidate log groups — and the
+log batches the next Map fans out over."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuaudit import pipeline
+
+from handlers import payload, runtime
+from handlers.models import AuditTarget, InventoryOutput, LogBatch
+from handlers.observability import logger, metrics, tracer
+
+session_factory: Callable[[], boto3.Session] = runtime.default_session
+clock: Callable[[], datetime] = runtime.utc_now
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    target: AuditTarget = runtime.parse_event(event, AuditTarget, "Inventory expects an audit target")
+    session = session_factory()
+    aws = runtime.audit_port(session, clock)
+    with runtime.surfaced_throttling():
+        evidence = pipeline.start_audit(aws, target.request)
+        batches = pipeline.log_batches(evidence.log_groups)
+        if target.window_source:  # the trigger decided the window: say so in the result (RULES §1)
+            evidence.window = evidence.window.model_copy(update={"source": target.window_source})
+        evidence.calls = aws.call_counts()
+        stored = payload.store(evidence.model_dump(mode="json"), session.client("s3"),
+                               runtime.env("EVIDENCE_BUCKET"), "inventory", limit=payload.INVENTORY_SHARE)
+    metrics.add_metric(name="NodesInventoried", unit=MetricUnit.Count, value=len(evidence.nodes))
+    metrics.add_metric(name="LogBatches", unit=MetricUnit.Count, value=len(batches))
+    logger.info("inventoried", extra={"cluster": evidence.cluster.name, "nodes": len(evidence.nodes),
+                                      "log_groups": len(evidence.log_groups), "gaps": len(evidence.gaps)})
+    return InventoryOutput(evidence=stored, batches=[LogBatch(index=i, of=len(batches), groups=b)
+                                                     for i, b in enumerate(batches)]).model_dump(mode="json")

@@ -1,0 +1,48 @@
+"""Powertools Logger, Tracer and Metrics, set up once and imported by every handler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+
+SERVICE = "gpuaudit"
+NAMESPACE = "gpuaudit"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class TracerLike(Protocol):
+    def capture_lambda_handler(self, lambda_handler: F) -> F: ...
+    def capture_method(self, method: F) -> F: ...
+    def put_annotation(self, key: str, value: str | int | float | bool) -> None: ...
+
+
+class Untraced:
+    """Stands in for Tracer where aws-xray-sdk is not installed (the development venv).
+
+    Powertools' Tracer imports aws-xray-sdk even when tracing is disabled; the Lambda bundle
+    installs it (`aws-lambda-powertools[tracer]`), and outside Lambda tracing is off anyway."""
+
+    def capture_lambda_handler(self, lambda_handler: F) -> F:
+        return lambda_handler
+
+    def capture_method(self, method: F) -> F:
+        return method
+
+    def put_annotation(self, key: str, value: str | int | float | bool) -> None:
+        return None
+
+
+def _tracer() -> TracerLike:
+    try:
+        import aws_xray_sdk  # noqa: F401
+    except ImportError:
+        return Untraced()
+    return Tracer(service=SERVICE)  # type: ignore[return-value]
+
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = _tracer()

@@ -1,0 +1,46 @@
+"""Plan: the trigger (schedule, HyperPod event, Capacity Block warning, console input) → the audits."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuaudit.pipeline import AuditRequest
+from gpuaudit.report.redact import redact
+
+from handlers import runtime
+from handlers.models import EventBridgeTrigger, Trigger
+from handlers.observability import logger, metrics, tracer
+from handlers.targets import PlanSettings, plan_for
+
+session_factory: Callable[[], boto3.Session] = runtime.default_session
+clock: Callable[[], datetime] = runtime.utc_now
+
+EXPECTED = ("an EventBridge event (Scheduled Event, SageMaker HyperPod cluster/node event, Capacity Block "
+            "expiration warning) or an on-demand audit request {cluster, mode, since|until|last, run_hours, …}")
+
+
+def parse_trigger(event: Any) -> Trigger:
+    if isinstance(event, dict) and "detail-type" in event:
+        return runtime.parse_event(event, EventBridgeTrigger, f"not {EXPECTED}")  # type: ignore[no-any-return]
+    return runtime.parse_event(event, AuditRequest, "on-demand input is not a valid audit request")  # type: ignore[no-any-return]
+
+
+@logger.inject_lambda_context(log_event=False)  # events carry the account ID: never logged
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    trigger = parse_trigger(event)
+    settings = PlanSettings.from_env(dict(os.environ))
+    with runtime.surfaced_throttling():
+        plan = plan_for(trigger, settings, runtime.audit_port(session_factory(), clock))
+    metrics.add_metric(name="AuditsPlanned", unit=MetricUnit.Count, value=len(plan.targets))
+    logger.info("planned", extra={"trigger": plan.trigger, "clusters": [t.request.cluster for t in plan.targets],
+                                  "skipped": [redact(s) for s in plan.skipped], "gaps": [redact(g) for g in plan.gaps]})
+    return plan.model_dump(mode="json")

@@ -1,0 +1,129 @@
+"""What every handler shares: settings from the environment, the default session and clock,
+events parsed into models, and the two errors the state machine treats specially.
+
+- `InvalidEvent`: the event does not match the handler's model (a clear, field-by-field message).
+- `ThrottlingException`: AWS throttled a call beyond the in-process retries; the state machine
+  retries the whole step with backoff (its Retry names this error type).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import boto3
+from aws_lambda_powertools.utilities.parser import parse
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ValidationError
+
+from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed
+from gpuaudit.model.evidence import CallCount
+
+T = TypeVar("T")
+
+
+class InvalidEvent(ValueError):
+    """The event does not match the model of the handler that received it."""
+
+
+class ThrottlingException(RuntimeError):
+    """AWS kept throttling past the in-process retries: the state machine retries the step."""
+
+
+class StepFailure(BaseModel):
+    """A state machine step that raised, as its Catch recorded it: becomes a `Not checked` gap."""
+
+    step: str
+    error: str
+    cause: str | None = None
+    groups: list[str] = []
+
+    def gap(self) -> str:
+        what = f" for log groups {', '.join(self.groups)}" if self.groups else ""
+        unseen = {"CollectLogs": "coverage of their streams not proven",
+                  "Finish": "log batches not joined, instance profiles and control plane not read"}.get(self.step)
+        return (f"Not checked: step {self.step} failed{what} ({self.error}: {_cause_message(self.cause)})"
+                + (f" — {unseen}" if unseen else ""))
+
+
+def _cause_message(cause: str | None) -> str:
+    """A Lambda error's Cause is the JSON of the raised exception; keep only its message."""
+    if not cause:
+        return "no cause recorded"
+    try:
+        parsed = json.loads(cause)
+    except json.JSONDecodeError:
+        return cause[:500]
+    if isinstance(parsed, dict):
+        return str(parsed.get("errorMessage") or parsed.get("errorType") or cause)[:500]
+    return cause[:500]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def default_session() -> boto3.Session:
+    return boto3.Session()
+
+
+def env(name: str, default: str | None = None) -> str:
+    value = os.environ.get(name, default)
+    if value is None:
+        raise RuntimeError(f"environment variable {name} is not set (the stack sets it on every function)")
+    return value
+
+
+def audit_port(session: boto3.Session, clock: Any) -> Aws:
+    """The collectors' AWS port for this invocation: the session's region, the handler's clock."""
+    region = session.region_name or env("AWS_REGION")
+    return Aws(session=session, region=region, clock=clock)
+
+
+def parse_event(event: Any, model: Any, what: str) -> Any:
+    """Parse with Powertools Parser; a mismatch raises InvalidEvent naming every bad field."""
+    try:
+        return parse(event=event, model=model)
+    except ValidationError as exc:
+        raise InvalidEvent(f"{what}: {describe(exc)}") from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidEvent(f"{what}: {exc}") from None
+
+
+def describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "event"
+        got = repr(error.get("input"))
+        parts.append(f"{where}: {error['msg']} (got {got[:120]})")
+    return "; ".join(parts)
+
+
+@contextlib.contextmanager
+def surfaced_throttling() -> Iterator[None]:
+    """Throttling that escaped the in-process retries becomes the error the state machine retries."""
+    try:
+        yield
+    except CallFailed as failed:
+        if failed.code in THROTTLING:
+            raise ThrottlingException(str(failed)) from None
+        raise
+    except ClientError as err:
+        code = err.response.get("Error", {}).get("Code", "")
+        if code in THROTTLING:
+            raise ThrottlingException(f"{code}: {err}") from None
+        raise
+
+
+def sum_calls(tallies: Iterable[Iterable[CallCount]]) -> list[CallCount]:
+    """The calls of every step's own Aws port, added up: what one in-process Aws would have counted."""
+    total: Counter[tuple[str, str]] = Counter()
+    for tally in tallies:
+        for call in tally:
+            total[(call.service, call.operation)] += call.count
+    return [CallCount(service=s, operation=o, count=n) for (s, o), n in sorted(total.items())]

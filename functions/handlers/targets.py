@@ -1,0 +1,161 @@
+"""From a trigger to the audits to run: which clusters, which mode, which window.
+
+Windows are derived from the trigger's own time, never from the Lambda's clock, so a trigger
+delivered twice (EventBridge is at-least-once) plans the same window, hence the same audit_id,
+and the sinks write and alert once.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.inventory import PCLUSTER_TAG
+from gpuaudit.pipeline import AuditRequest
+from gpuaudit.rules.window import scheduled_window
+
+from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
+
+EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
+LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+
+
+class DiscoveryTag(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str = Field(min_length=1)
+    value: str
+
+
+class PlanSettings(BaseModel):
+    """The deployment's audited set (GPUAUDIT_* environment of the Plan function)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clusters: list[str] = Field(default_factory=list)
+    discover: bool = False
+    discovery_tag: DiscoveryTag | None = None
+
+    @field_validator("clusters", mode="before")
+    @classmethod
+    def _json_list(cls, value: object) -> object:
+        return json.loads(value) if isinstance(value, str) else value
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str]) -> PlanSettings:
+        tag = environ.get("GPUAUDIT_DISCOVERY_TAG", "")
+        key, _, value = tag.partition("=")
+        return cls(clusters=environ.get("GPUAUDIT_CLUSTERS", "[]"),  # type: ignore[arg-type]
+                   discover=environ.get("GPUAUDIT_DISCOVER", "false").lower() == "true",
+                   discovery_tag=DiscoveryTag(key=key, value=value) if key else None)
+
+
+def to_minute(value: datetime) -> datetime:
+    return value.replace(second=0, microsecond=0)
+
+
+def audited_clusters(aws: Aws, settings: PlanSettings, gaps: list[str]) -> list[str]:
+    """The configured names, plus every discovered HyperPod cluster and ParallelCluster when enabled."""
+    names = dict.fromkeys(settings.clusters)
+    if settings.discover:
+        names.update(dict.fromkeys(discover_clusters(aws, settings.discovery_tag, gaps)))
+    return list(names)
+
+
+def discover_clusters(aws: Aws, tag: DiscoveryTag | None, gaps: list[str]) -> list[str]:
+    found: list[str] = []
+    try:
+        for summary in aws.paginate("sagemaker", "ListClusters", "ClusterSummaries"):
+            if tag is None or _hyperpod_tagged(aws, summary["ClusterArn"], tag, gaps):
+                found.append(summary["ClusterName"])
+    except CallFailed as failed:
+        gaps.append(failed.gap + " — HyperPod clusters not discovered")
+    filters = [{"Name": "tag-key", "Values": [PCLUSTER_TAG]},
+               {"Name": "instance-state-name", "Values": LIVE_STATES}]
+    if tag is not None:
+        filters.append({"Name": f"tag:{tag.key}", "Values": [tag.value]})
+    try:
+        for reservation in aws.paginate("ec2", "DescribeInstances", "Reservations", Filters=filters):
+            for instance in reservation.get("Instances", []):
+                found.extend(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
+    except CallFailed as failed:
+        gaps.append(failed.gap + " — ParallelCluster clusters not discovered")
+    return sorted(set(found))
+
+
+def _hyperpod_tagged(aws: Aws, arn: str, tag: DiscoveryTag, gaps: list[str]) -> bool:
+    try:
+        tags = {t["Key"]: t.get("Value") for t in aws.paginate("sagemaker", "ListTags", "Tags", ResourceArn=arn)}
+    except CallFailed as failed:
+        gaps.append(failed.gap + f" — tags of {arn.rsplit('/', 1)[-1]} not read; cluster not audited")
+        return False
+    return tags.get(tag.key) == tag.value
+
+
+def clusters_on_reservation(aws: Aws, reservation_id: str, gaps: list[str]) -> list[str]:
+    """ParallelClusters whose instances run in the reservation (HyperPod's are not visible here)."""
+    found: set[str] = set()
+    try:
+        for reservation in aws.paginate("ec2", "DescribeInstances", "Reservations",
+                                        Filters=[{"Name": "tag-key", "Values": [PCLUSTER_TAG]}]):
+            for instance in reservation.get("Instances", []):
+                if instance.get("CapacityReservationId") == reservation_id:
+                    found.update(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
+    except CallFailed as failed:
+        gaps.append(failed.gap + f" — clusters running in {reservation_id} not identified")
+    return sorted(found)
+
+
+def plan_for(trigger: Trigger, settings: PlanSettings, aws: Aws) -> Plan:
+    gaps: list[str] = []
+    if isinstance(trigger, AuditRequest):
+        return Plan(trigger="console", targets=[AuditTarget(request=trigger, trigger="console")])
+    audited = audited_clusters(aws, settings, gaps)
+    if isinstance(trigger, ScheduledEvent):
+        window = scheduled_window(trigger.time)
+        targets = [AuditTarget(request=AuditRequest(cluster=c, mode="coverage", since=window.start, until=window.end),
+                               trigger="schedule", window_source="schedule") for c in audited]
+        return Plan(trigger="schedule", targets=targets, gaps=gaps)
+    end = to_minute(trigger.time)
+    if isinstance(trigger, HyperPodEvent):
+        return _hyperpod_plan(trigger, audited, end, gaps)
+    return _capacity_plan(trigger, audited, end, aws, gaps)
+
+
+def _hyperpod_plan(trigger: HyperPodEvent, audited: list[str], end: datetime, gaps: list[str]) -> Plan:
+    named = trigger.detail.cluster or ""
+    cluster = next((c for c in audited if named in (c, *_arn_names(trigger))), None)
+    if (trigger.detail.level or "").lower() == "info":
+        return Plan(trigger="hyperpod-event", targets=[], gaps=gaps,
+                    skipped=[f"{named}: informational {trigger.detail_type} (EventLevel Info) — no audit"])
+    if cluster is None:
+        return Plan(trigger="hyperpod-event", targets=[], gaps=gaps,
+                    skipped=[f"{named}: not in the audited set ({', '.join(audited) or 'empty'})"])
+    request = AuditRequest(cluster=cluster, mode="incident", since=end - EVENT_LOOKBACK, until=end)
+    return Plan(trigger="hyperpod-event", gaps=gaps,
+                targets=[AuditTarget(request=request, trigger="hyperpod-event", window_source="event")])
+
+
+def _arn_names(trigger: HyperPodEvent) -> list[str]:
+    """A configured name may be given as the cluster ARN, and events carry both."""
+    detail = trigger.detail
+    inner = detail.EventDetails
+    return [n for n in (detail.ClusterName, detail.ClusterArn, inner and inner.ClusterName,
+                        inner and inner.ClusterArn, *trigger.resources) if n]
+
+
+def _capacity_plan(trigger: CapacityBlockWarning, audited: list[str], end: datetime, aws: Aws,
+                   gaps: list[str]) -> Plan:
+    reservation = trigger.detail.capacity_reservation_id
+    running = clusters_on_reservation(aws, reservation, gaps)
+    affected = [c for c in audited if c in running] if running else list(audited)
+    skipped = [f"{c}: runs in {reservation} but is not in the audited set" for c in running if c not in audited]
+    if not running:
+        skipped.append(f"no audited instance names {reservation} (HyperPod capacity is not visible to "
+                       f"DescribeInstances): preflight for every audited cluster")
+    targets = [AuditTarget(request=AuditRequest(cluster=c, mode="preflight", since=end - EVENT_LOOKBACK, until=end),
+                           trigger="capacity-block-warning", window_source="event") for c in affected]
+    return Plan(trigger="capacity-block-warning", targets=targets, skipped=skipped, gaps=gaps)

@@ -1,0 +1,94 @@
+"""Verdict (step 4): pipeline.judge + pipeline.finalize, then the sinks — the result and report to
+the evidence bucket, findings to DynamoDB, an alert to SNS only when something changed.
+
+Re-running the same audit window writes nothing new and publishes nothing (sinks key by audit_id)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuaudit import pipeline
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.result import Result
+from gpuaudit.report.redact import redact
+from gpuaudit.rules.judge import OVERRIDES_ENV, parse_overrides
+from gpuaudit.sinks import RETENTION_DAYS, SinkOutcome, write_and_alert
+
+from handlers import payload, runtime
+from handlers.models import VerdictInput
+from handlers.observability import NAMESPACE, logger, metrics, tracer
+
+session_factory: Callable[[], boto3.Session] = runtime.default_session
+clock: Callable[[], datetime] = runtime.utc_now
+
+RESULTS_PREFIX = "results"
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    given: VerdictInput = runtime.parse_event(event, VerdictInput, "Verdict expects the request and evidence")
+    session = session_factory()
+    s3 = session.client("s3")
+    bucket = runtime.env("EVIDENCE_BUCKET")
+    with runtime.surfaced_throttling():
+        evidence = Evidence.model_validate(payload.load(given.evidence, s3))
+        if given.failure is not None:
+            evidence.gaps.append(given.failure.gap())
+        overrides = parse_overrides([i for i in os.environ.get(OVERRIDES_ENV, "").split(",") if i.strip()])
+        now = clock()
+        result = pipeline.judge(evidence, pipeline.JudgeConfig.from_request(given.request, overrides), generated_at=now)
+        result = pipeline.finalize(result, evidence)
+        key = f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}"
+        s3.put_object(Bucket=bucket, Key=f"{key}.json", Body=result.to_json().encode(), ContentType="application/json")
+        s3.put_object(Bucket=bucket, Key=f"{key}.md", Body=result.report_markdown.encode(),
+                      ContentType="text/markdown")
+        outcome = write_and_alert(session.client("dynamodb"), runtime.env("FINDINGS_TABLE"), session.client("sns"),
+                                  os.environ.get("ALERT_TOPIC_ARN") or None, result, int(now.timestamp()),
+                                  retention_days=int(os.environ.get("FINDING_RETENTION_DAYS", RETENTION_DAYS)))
+    record_metrics(result, outcome)
+    logger.info("judged", extra={"cluster": result.cluster.name, "audit_id": result.audit_id,
+                                 "headline": redact(result.headline), "duplicate": outcome.duplicate,
+                                 "published": outcome.published, "items_written": outcome.items_written})
+    return summary(result, outcome, bucket, key)
+
+
+def record_metrics(result: Result, outcome: SinkOutcome) -> None:
+    """EMF: nodes by xid_status, verdict counts, gaps, alerts — per cluster."""
+    metrics.add_dimension(name="cluster", value=result.cluster.name)
+    for status, count in sorted(Counter(n.xid_status for n in result.nodes).items()):
+        with single_metric(name="Nodes", unit=MetricUnit.Count, value=count, namespace=NAMESPACE) as metric:
+            metric.add_dimension(name="cluster", value=result.cluster.name)
+            metric.add_dimension(name="xid_status", value=status)
+    for verdict, count in sorted(Counter(n.verdict or "none" for n in result.nodes).items()):
+        with single_metric(name="Verdicts", unit=MetricUnit.Count, value=count, namespace=NAMESPACE) as metric:
+            metric.add_dimension(name="cluster", value=result.cluster.name)
+            metric.add_dimension(name="verdict", value=verdict)
+    metrics.add_metric(name="VisibilityGaps", unit=MetricUnit.Count, value=len(result.visibility_gaps))
+    metrics.add_metric(name="AlertsPublished", unit=MetricUnit.Count, value=int(outcome.published))
+
+
+def summary(result: Result, outcome: SinkOutcome, bucket: str, key: str) -> dict[str, Any]:
+    """The cluster's line in the execution output: small, no account ID."""
+    return {
+        "cluster": result.cluster.name, "mode": result.mode, "audited": True, "audit_id": result.audit_id,
+        "window": {"start": result.window.start.isoformat(), "end": result.window.end.isoformat(),
+                   "source": result.window.source},
+        "headline": redact(result.headline),
+        "xid_status": dict(sorted(Counter(n.xid_status for n in result.nodes).items())),
+        "verdicts": dict(sorted(Counter(n.verdict or "none" for n in result.nodes).items())),
+        "visibility_gaps": len(result.visibility_gaps),
+        "not_checked": [redact(g) for g in result.visibility_gaps if g.startswith("Not checked: step ")],
+        "findings": {"written": outcome.items_written, "duplicate": outcome.duplicate},
+        "alert_published": outcome.published,
+        "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md"},
+    }

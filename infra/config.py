@@ -1,0 +1,98 @@
+"""The deployment's configuration: which clusters, how often, who is alerted, how long findings live.
+
+Read from CDK context key `gpuaudit` (cdk.json, or `-c gpuaudit='{…}'`), or from a JSON file named
+by `-c config=path.json`. `python app.py` without the CDK CLI reads cdk.json's context itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ROOT = Path(__file__).resolve().parent.parent
+QUERIES_PER_BATCH = 3  # collect_batch starts three Logs Insights queries at once (kernel, summary, GPU lines)
+
+
+class DiscoveryTag(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str = Field(min_length=1)
+    value: str
+
+
+class SlackChannel(BaseModel):
+    """An AWS Chatbot Slack channel; the workspace must already be authorised in the Chatbot console."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workspace_id: str = Field(min_length=1)
+    channel_id: str = Field(min_length=1)
+
+
+class DeployConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clusters: list[str] = Field(default_factory=list)
+    discover: bool = False  # also audit every HyperPod cluster and ParallelCluster found in the region
+    discovery_tag: DiscoveryTag | None = None  # restrict discovery to clusters carrying this tag
+    schedule: str = "rate(1 hour)"
+    alert_emails: list[str] = Field(default_factory=list)
+    slack: SlackChannel | None = None
+    finding_retention_days: int = Field(default=90, ge=1)
+    payload_retention_days: int = Field(default=3, ge=1)
+    log_retention_days: int = Field(default=30, ge=1)
+    logs_insights_concurrent_queries: int = Field(default=30, ge=QUERIES_PER_BATCH)
+    clusters_in_flight: int = Field(default=5, ge=1)
+    xid_class_overrides: list[str] = Field(default_factory=list)  # CODE=CLASS, as the CLI's --xid-class
+
+    @model_validator(mode="after")
+    def _something_to_audit(self) -> DeployConfig:
+        if not self.clusters and not self.discover:
+            raise ValueError("configure `clusters` (names) or `discover: true` (tag-based discovery)")
+        if self.discovery_tag and not self.discover:
+            raise ValueError("`discovery_tag` needs `discover: true`")
+        return self
+
+    @property
+    def batches_in_flight(self) -> int:
+        """Log batches running at once across the whole execution, under the Logs Insights query quota."""
+        return self.logs_insights_concurrent_queries // QUERIES_PER_BATCH
+
+    @property
+    def cluster_concurrency(self) -> int:
+        return min(self.clusters_in_flight, self.batches_in_flight)
+
+    @property
+    def batch_concurrency(self) -> int:
+        """Per cluster: clusters × batches × 3 queries stays within the quota."""
+        return max(1, self.batches_in_flight // self.cluster_concurrency)
+
+
+def _context_value(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def cdk_json_context() -> dict[str, Any]:
+    """cdk.json's context, for `python app.py` run without the CDK CLI (which would pass it itself)."""
+    path = ROOT / "cdk.json"
+    if not path.exists():
+        return {}
+    return dict(json.loads(path.read_text(encoding="utf-8")).get("context", {}))
+
+
+def load_config(context: dict[str, Any]) -> DeployConfig:
+    if context.get("config"):
+        raw = json.loads(Path(str(context["config"])).read_text(encoding="utf-8"))
+    else:
+        raw = _context_value(context.get("gpuaudit"))
+    if raw is None:
+        raise ValueError("no gpuaudit configuration: set context `gpuaudit` in cdk.json or pass -c config=FILE")
+    return DeployConfig.model_validate(raw)
+
+
+def bundling_enabled(context: dict[str, Any]) -> bool:
+    value = context.get("bundle", True)
+    return value if isinstance(value, bool) else str(value).strip().lower() not in ("false", "0", "no")

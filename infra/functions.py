@@ -1,0 +1,138 @@
+"""The five Lambda functions of the state machine, each with its own role written inline.
+
+The audit path (Inventory, CollectLogs, Finish) holds the read policy of permissions.py and
+nothing else of AWS but its own payload objects. Only Verdict writes: its findings table items,
+its topic, its result objects. Every role may write its own log group and X-Ray traces.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from infra import permissions
+from infra.bundling import function_code, runtime_requirements
+from infra.config import DeployConfig
+from infra.findings import PAYLOADS_PREFIX, RESULTS_PREFIX, FindingsStore
+
+RUNTIME = lambda_.Runtime.PYTHON_3_12
+RETENTION = {1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 7: logs.RetentionDays.ONE_WEEK,
+             14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
+             90: logs.RetentionDays.THREE_MONTHS, 180: logs.RetentionDays.SIX_MONTHS,
+             365: logs.RetentionDays.ONE_YEAR}
+
+
+@dataclass(frozen=True)
+class Spec:
+    module: str  # handlers.<module>.handler
+    memory_mb: int
+    timeout: Duration
+    description: str
+
+
+SPECS = {
+    "Plan": Spec("plan", 256, Duration.minutes(1), "gpuaudit: trigger -> audits to run"),
+    "Inventory": Spec("inventory", 512, Duration.minutes(5), "gpuaudit step 1: pipeline.start_audit"),
+    # A batch polls up to five Logs Insights queries; InsightsRunner gives each 300 s.
+    "CollectLogs": Spec("collect_logs", 512, Duration.minutes(15), "gpuaudit step 2: pipeline.collect_logs"),
+    "Finish": Spec("finish", 1024, Duration.minutes(10), "gpuaudit step 3: pipeline.finish_collection"),
+    "Verdict": Spec("verdict", 1024, Duration.minutes(5), "gpuaudit step 4: judge + finalize + sinks"),
+}
+
+
+def powertools_version() -> str:
+    pinned = [r for r in runtime_requirements() if r.startswith("aws-lambda-powertools")]
+    return pinned[0].split("==", 1)[1]
+
+
+class AuditFunctions(Construct):
+    def __init__(self, scope: Construct, construct_id: str, config: DeployConfig, store: FindingsStore,
+                 bundle: bool) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        code = function_code(bundle)
+        layers = [] if bundle else [self._powertools_layer()]
+        common = {"POWERTOOLS_SERVICE_NAME": "gpuaudit", "POWERTOOLS_METRICS_NAMESPACE": "gpuaudit",
+                  "POWERTOOLS_LOG_LEVEL": "INFO", "EVIDENCE_BUCKET": store.bucket.bucket_name}
+        specific = {
+            "Plan": {"GPUAUDIT_CLUSTERS": json.dumps(config.clusters),
+                     "GPUAUDIT_DISCOVER": str(config.discover).lower(),
+                     "GPUAUDIT_DISCOVERY_TAG": f"{config.discovery_tag.key}={config.discovery_tag.value}"
+                     if config.discovery_tag else ""},
+            "Verdict": {"FINDINGS_TABLE": store.table.table_name, "ALERT_TOPIC_ARN": store.topic.topic_arn,
+                        "FINDING_RETENTION_DAYS": str(config.finding_retention_days),
+                        "GPUAUDIT_XID_CLASS_OVERRIDES": ",".join(config.xid_class_overrides)},
+        }
+        payloads = store.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")
+        own = {
+            "Plan": [],
+            "Inventory": [iam.PolicyStatement(sid="StorePayloads", actions=["s3:PutObject"], resources=[payloads])],
+            "CollectLogs": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
+                                                resources=[payloads])],
+            "Finish": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
+                                           resources=[payloads])],
+            "Verdict": [
+                iam.PolicyStatement(sid="LoadPayloads", actions=["s3:GetObject"], resources=[payloads]),
+                iam.PolicyStatement(sid="StoreResults", actions=["s3:PutObject"],
+                                    resources=[store.bucket.arn_for_objects(f"{RESULTS_PREFIX}*")]),
+                iam.PolicyStatement(sid="Findings", actions=["dynamodb:PutItem", "dynamodb:Query"],
+                                    resources=[store.table.table_arn]),
+                iam.PolicyStatement(sid="Alerts", actions=["sns:Publish"], resources=[store.topic.topic_arn]),
+                iam.PolicyStatement(sid="AlertEncryption", actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                                    resources=[store.alert_key.key_arn]),
+            ],
+        }
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        for name, spec in SPECS.items():
+            log_group = logs.LogGroup(self, f"{name}Logs", retention=RETENTION.get(config.log_retention_days,
+                                                                                  logs.RetentionDays.ONE_MONTH),
+                                      removal_policy=RemovalPolicy.DESTROY)
+            role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                            description=f"gpuaudit {name}: least privilege, written inline")
+            role.add_to_policy(iam.PolicyStatement(sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                                                   resources=[log_group.log_group_arn]))
+            for statement in own[name]:
+                role.add_to_policy(statement)
+            self.roles[name] = role
+            self.functions[name] = lambda_.Function(
+                self, name, runtime=RUNTIME, architecture=lambda_.Architecture.X86_64, code=code,
+                handler=f"handlers.{spec.module}.handler", memory_size=spec.memory_mb, timeout=spec.timeout,
+                description=spec.description, role=role, log_group=log_group, tracing=lambda_.Tracing.ACTIVE,
+                layers=layers, environment={**common, **specific.get(name, {})})
+        plan_reads = iam.Policy(self, "PlanReads", statements=permissions.read_statements(stack, permissions.PLAN_READS),
+                                roles=[self.roles["Plan"]])
+        audit_reads = iam.Policy(self, "AuditReads",
+                                 statements=permissions.read_statements(stack, permissions.AUDIT_READS),
+                                 roles=[self.roles[n] for n in ("Inventory", "CollectLogs", "Finish")])
+        for policy in (plan_reads, audit_reads):
+            Validations.of(policy).acknowledge(Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5",
+                reason="Read-only actions. EC2/CloudTrail/Health/FSx/CloudWatch Describe/List/Get and Logs "
+                       "GetQueryResults/StopQuery support no resource-level scoping (Resource '*'); SageMaker "
+                       "cluster and training-plan ARNs end in service-generated IDs and log groups are discovered "
+                       "at run time, so those are scoped to their resource type (cluster/*, log-group:*)."))
+        for name, role in self.roles.items():
+            Validations.of(role).acknowledge(Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5",
+                reason=f"{name}: log streams of its own log group (log-group:<own>:*), X-Ray trace segments "
+                       "(the X-Ray API has no resources), and only its own object prefixes of the evidence "
+                       "bucket (payloads/*, results/*) — the keys are content hashes and audit IDs."))
+        for function in self.functions.values():
+            Validations.of(function).acknowledge(Acknowledgment(
+                id="AwsSolutions::AwsSolutions-L1",
+                reason="Pinned to Python 3.12: the bundle is built for CPython 3.12 wheels and the Powertools "
+                       "layer used offline is published per Python version; upgrade both together."))
+
+    def _powertools_layer(self) -> lambda_.ILayerVersion:
+        """The public Powertools layer for this region, resolved at deploy time from AWS's SSM parameter."""
+        arn = ssm.StringParameter.value_for_string_parameter(
+            self, f"/aws/service/powertools/python/x86_64/python3.12/{powertools_version()}")
+        return lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", arn)

@@ -1,0 +1,129 @@
+"""The HTML report in a real browser: headless Chromium renders each shared world's report without a
+console message, and the screenshot shows the heatmap's silent hours above the fold.
+
+Needs `/usr/bin/chromium` (Debian: `apt-get install -y chromium`); skipped without it.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+from helpers.worlds import aws_for
+
+from gpuaudit.demo import demo_worlds
+from gpuaudit.embedded.world import load_world
+from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.report.html import render_html
+from gpuaudit.timeutil import parse_time
+
+CHROMIUM = Path("/usr/bin/chromium")
+WIDTH, HEIGHT = 1400, 1000
+# The dark stripe of the empty-hour hatching (report/html.py `pat-empty`); nothing else on the page
+# uses it, so its pixels are the legend swatch (~50) plus the silent hours drawn on screen.
+HATCH_STRIPE = (0x3D, 0x26, 0x00)
+# Chromium logs every console message, whatever its level, as `CONSOLE(<line>)` (older builds) or
+# `CONSOLE:<line>]` (newer ones, level not shown). The report has no script, so any message at all
+# (a CSP violation, a blocked load, an error) is a failure.
+CONSOLE = re.compile(r"CONSOLE[(:]\d+")
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="headless browser check needs /usr/bin/chromium (Debian: apt-get install -y chromium)")
+
+
+def render(entry: dict[str, str], folder: Path) -> Path:
+    request = AuditRequest(cluster=entry["cluster"], mode=entry["mode"],  # type: ignore[arg-type]
+                           since=parse_time(entry["since"]) if entry.get("since") else None,
+                           until=parse_time(entry["until"]) if entry.get("until") else None)
+    result = run_audit(aws_for(load_world(entry["path"])), request)
+    page = folder / "report.html"
+    page.write_text(render_html(result), encoding="utf-8")
+    return page
+
+
+def screenshot(page: Path, folder: Path) -> tuple[Path, str]:
+    png = folder / "report.png"
+    run = subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={folder / 'profile'}", "--enable-logging=stderr", "--v=0", f"--screenshot={png}",
+         f"--window-size={WIDTH},{HEIGHT}", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=180, check=False)
+    assert run.returncode == 0, f"chromium exited {run.returncode}: {run.stderr[-2000:]}"
+    return png, run.stderr
+
+
+def pixels(png: Path) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA, non-interlaced PNG (what Chromium writes) into rows of raw pixels."""
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert depth == 8 and colour in (2, 6) and interlace == 0, f"unexpected PNG format {depth}/{colour}"
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    rows: list[bytes] = []
+    previous = bytearray(stride)
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        if kind == 1:
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 0xFF
+        elif kind == 2:
+            line = bytearray((a + b) & 0xFF for a, b in zip(line, previous, strict=True))
+        elif kind == 3:
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + ((left + previous[i]) >> 1)) & 0xFF
+        elif kind == 4:
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                b, c = previous[i], previous[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rgb = bytes(line) if bpp == 3 else bytes(v for i, v in enumerate(line) if i % 4 != 3)
+        rows.append(rgb)
+        previous = line
+    return width, height, rows
+
+
+def exact_pixels(rows: list[bytes], colour: tuple[int, int, int]) -> int:
+    target = bytes(colour)
+    return sum(1 for row in rows for i in range(0, len(row), 3) if row[i:i + 3] == target)
+
+
+@pytest.mark.parametrize("entry", demo_worlds(), ids=lambda e: e["world"].removesuffix(".world.json"))
+def test_report_renders_in_chromium_without_console_messages(entry, tmp_path):
+    # Given a shared world's HTML report
+    page = render(entry, tmp_path)
+    # When headless Chromium opens it from disk and takes a screenshot
+    png, stderr = screenshot(page, tmp_path)
+    # Then the screenshot exists and is a real page, and the browser logged no console message
+    assert png.exists() and png.stat().st_size > 20_000, "screenshot missing or near-empty"
+    width, height, rows = pixels(png)
+    assert (width, height) == (WIDTH, HEIGHT)
+    assert len({row[i:i + 3] for row in rows[::10] for i in range(0, len(row), 30)}) > 20, "a blank page"
+    console = [line for line in stderr.splitlines() if CONSOLE.search(line)]
+    assert not console, "browser console messages:\n" + "\n".join(console)
+    # The pcluster world's compute nodes fall silent at 11:00 and 12:00: the hatched hours are on screen.
+    hatched = exact_pixels(rows, HATCH_STRIPE)
+    if entry["world"].startswith("pcluster-capacity-block-expiry"):
+        assert hatched > 600, f"only {hatched} hatch pixels: the silent hours are not visible"
+    else:
+        assert hatched < 300, f"{hatched} hatch pixels, but this world has no empty hour (legend only)"
