@@ -65,8 +65,9 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             table.add_row("alert text", sink.alert or "—")
             table.add_row("same audit delivered again", "duplicate: nothing written, nothing published"
                           if again.duplicate and not again.published else "WROTE AGAIN (bug)")
-            table.add_row("result / report", f"{stem}.result.json, {stem}.report.md, {stem}.report.html")
+            table.add_row("result / report", f"{stem}.result.json, {stem}.report.md")
             console.print(table)
+            console.print(f"HTML report: {stem}.report.html", soft_wrap=True, highlight=False)
     return written
 
 

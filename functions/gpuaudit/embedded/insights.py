@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
-from itertools import filterfalse, repeat
+from itertools import filterfalse, islice, repeat
 from operator import attrgetter, floordiv, itemgetter, mul
 from typing import Any, TypeVar
 
@@ -700,12 +700,14 @@ def _compile_filter(expr: Expr, env: _Env) -> Predicate:
         predicate = _like(acc.value, acc.kind == "str", expr.pattern)
         return _negated(predicate) if expr.negate else predicate
     if isinstance(expr, In):
-        predicate = _member(acc.value, expr.values)
+        predicate = _member(acc.value, expr.values, acc.kind == "str")
         return _negated(predicate) if expr.negate else predicate
     return _compare(acc.value, expr.op, expr.value)
 
 
 def _like(get: Getter, always_str: bool, pattern: re.Pattern[str] | str) -> Predicate:
+    if not isinstance(pattern, str) and (literal := _regex_literal(pattern)) is not None:
+        pattern = literal  # /kernel:/ matches exactly where the substring "kernel:" occurs
     if isinstance(pattern, str):
         needle = pattern
         if always_str:
@@ -713,8 +715,38 @@ def _like(get: Getter, always_str: bool, pattern: re.Pattern[str] | str) -> Pred
         return lambda item: (value := get(item)) is not None and needle in _text(value)
     search = pattern.search
     if always_str:
-        return lambda item: search(get(item)) is not None
+        matches = _memoised_search(search)
+        return lambda item: matches(get(item))
     return lambda item: (value := get(item)) is not None and search(_text(value)) is not None
+
+
+_REGEX_METACHARACTERS = frozenset(".^$*+?{}[]\\|()")
+_MEMO_LIMIT = 1 << 16
+
+
+def _regex_literal(pattern: re.Pattern[str]) -> str | None:
+    """The pattern's text when it is a plain literal (no metacharacter, no flag that changes matching)."""
+    text = pattern.pattern
+    if pattern.flags != re.UNICODE or any(ch in _REGEX_METACHARACTERS for ch in text):
+        return None
+    return text
+
+
+def _memoised_search(search: Callable[[str], Any]) -> Callable[[str], bool]:
+    """`search(text) is not None`, remembered per distinct text: log lines repeat (periodic agents, the same
+    daemon message on every node), and a regex with alternatives costs far more than a dict lookup.
+    Bounded, so a stream of unique lines only pays the lookup."""
+    memo: dict[str, bool] = {}
+
+    def matches(text: str) -> bool:
+        hit = memo.get(text)
+        if hit is None:
+            hit = search(text) is not None
+            if len(memo) < _MEMO_LIMIT:
+                memo[text] = hit
+        return hit
+
+    return matches
 
 
 def _equals(get: Getter, literal: Scalar) -> Predicate:
@@ -740,9 +772,11 @@ def _compare(get: Getter, op: str, literal: Scalar) -> Predicate:
     return lambda item: (n := _num(get(item))) is not None and test(n)
 
 
-def _member(get: Getter, literals: tuple[Scalar, ...]) -> Predicate:
+def _member(get: Getter, literals: tuple[Scalar, ...], always_str: bool = False) -> Predicate:
     strings = frozenset(v for v in literals if isinstance(v, str))
     numbers = frozenset(v for v in literals if not isinstance(v, str))
+    if always_str and not numbers:  # a str value is its own text and never a number literal
+        return lambda item: get(item) in strings
 
     def member(item: Any) -> bool:
         value = get(item)
@@ -943,6 +977,13 @@ def _execute(
     has_fields = any(isinstance(c, FieldsCmd) for c in parsed.commands)
     needs_ptr = "@ptr" in parsed.field_names or not (has_stats or has_fields)
     ptr_of: dict[int, int] = {}
+    env: _Env = _RecordEnv(account_id, ptr_of)
+    on_records = True
+    ordered = False  # raw records are implicitly newest first until a sort says otherwise
+    display: list[tuple[str, _Acc]] | None = None  # set by `fields`, reset by `stats`
+    columns: Iterable[str] = _DEFAULT_FIELDS  # output when no `fields` follows the last stage
+    commands = parsed.commands
+    first = 0  # the first command not yet applied
     if needs_ptr:
         # @ptr is the record's position in the caller's input, so the caller can resolve it back.
         items: list[Any] = []
@@ -950,21 +991,27 @@ def _execute(
             if low <= record.timestamp_ms <= high:
                 items.append(record)
                 ptr_of[id(record)] = index
+        scanned, scanned_bytes = len(items), _message_bytes(items)
+        matched = scanned
     else:
-        items = [r for r in records if low <= r.timestamp_ms <= high]
-    scanned = len(items)
-    # UTF-8 size without encoding every message: len() is the byte count for ASCII (an O(1) check).
-    messages = list(map(attrgetter("message"), items))
-    scanned_bytes = sum(map(len, messages))
-    scanned_bytes += sum(len(m.encode()) - len(m) for m in filterfalse(str.isascii, messages))
-
-    env: _Env = _RecordEnv(account_id, ptr_of)
-    on_records = True
-    ordered = False  # raw records are implicitly newest first until a sort says otherwise
-    matched = scanned
-    display: list[tuple[str, _Acc]] | None = None  # set by `fields`, reset by `stats`
-    columns: Iterable[str] = _DEFAULT_FIELDS  # output when no `fields` follows the last stage
-    for index, command in enumerate(parsed.commands):
+        # One streaming pass, chunk by chunk, through the time range, the leading filters and (when it
+        # comes next and can be merged) the first stats: the records scanned are never all held at once,
+        # only those that pass the filters, or only per-group partial aggregates.
+        first = next((i for i, c in enumerate(commands) if not isinstance(c, FilterCmd)), len(commands))
+        tally = [0, 0, 0]  # scanned, bytes scanned, matched
+        leading = [_compile_filter(c.expr, env) for c in commands[:first] if isinstance(c, FilterCmd)]
+        chunks = _scan_chunks(records, low, high, leading, tally)
+        stats = commands[first] if first < len(commands) else None
+        if isinstance(stats, StatsCmd) and _mergeable(stats, env):
+            feeds_stats = first + 1 < len(commands) and isinstance(commands[first + 1], StatsCmd)
+            items, positions = _stream_stats(stats, chunks, env, ordered=not feeds_stats)
+            env, columns, on_records, display = _RowEnv(positions), list(positions), False, None
+            first += 1
+        else:
+            items = [record for chunk in chunks for record in chunk]
+        scanned, scanned_bytes, matched = tally
+    for index in range(first, len(commands)):
+        command = commands[index]
         if isinstance(command, FilterCmd):
             items = list(filter(_compile_filter(command.expr, env), items))
             if on_records:
@@ -1004,3 +1051,86 @@ def _execute(
         for item in items
     ]
     return QueryOutcome(rows, scanned, matched, scanned_bytes)
+
+
+_CHUNK = 1 << 15
+_MESSAGE = attrgetter("message")
+
+
+def _message_bytes(records: list[Any]) -> int:
+    """UTF-8 size without encoding every message: len() is the byte count for ASCII (an O(1) check)."""
+    messages = list(map(_MESSAGE, records))
+    size = sum(map(len, messages))
+    return size + sum(len(m.encode()) - len(m) for m in filterfalse(str.isascii, messages))
+
+
+def _scan_chunks(
+    records: Iterable[LogRecord], low: int, high: int, predicates: list[Predicate], tally: list[int]
+) -> Iterator[list[Any]]:
+    """The records in [low, high] that pass every predicate, in input order, a chunk at a time.
+    `tally` accumulates records scanned, bytes scanned and records matched as the chunks are consumed."""
+    source = iter(records)
+    while chunk := list(islice(source, _CHUNK)):
+        kept = [r for r in chunk if low <= r.timestamp_ms <= high]
+        tally[0] += len(kept)
+        tally[1] += _message_bytes(kept)
+        for predicate in predicates:
+            kept = list(filter(predicate, kept))
+        tally[2] += len(kept)
+        if kept:
+            yield kept
+
+
+def _mergeable(cmd: StatsCmd, env: _Env) -> bool:
+    """Every aggregation is one whose per-chunk results combine exactly: counts, and min/max of a field
+    whose raw value is always an int (timestamps). The others keep the all-members path."""
+    for agg in cmd.aggs:
+        if agg.arg is None:
+            continue
+        kind = env.field(agg.arg).kind
+        if not ((agg.func == "count" and kind != "any") or (agg.func in ("min", "max") and kind == "num")):
+            return False
+    return True
+
+
+def _stream_stats(
+    cmd: StatsCmd, chunks: Iterable[list[Any]], env: _Env, ordered: bool
+) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+    """`_run_stats` on records (same rows, same order) that arrive in chunks: each chunk is grouped and
+    aggregated exactly as there, then folded into per-group partials (count: add; min/max: pick), so
+    memory is one chunk plus one partial per group, not every record. Only for `_mergeable` stats."""
+    by = [env.bin(t.bin_ms) if t.bin_ms is not None else env.field(t.field or "") for t in cmd.by]
+    names = [t.name for t in cmd.by] + [agg.name for agg in cmd.aggs]
+    positions = {name: index for index, name in enumerate(names)}
+    aggregations = [_compile_agg(agg, env, True) for agg in cmd.aggs]
+    folds: list[Callable[[Any, Any], Any]] = [
+        _add if agg.func == "count" or agg.arg is None else (min if agg.func == "min" else max) for agg in cmd.aggs
+    ]
+    partials: dict[tuple[Any, ...], list[Any]] = {}
+    for chunk in chunks:
+        groups: defaultdict[tuple[Any, ...], list[Any]] = defaultdict(list)
+        keys_in_order = zip(*(acc.column(chunk) for acc in by), strict=True) if by else repeat((), len(chunk))
+        for key, item in zip(keys_in_order, chunk, strict=True):
+            groups[key].append(item)
+        for key, members in groups.items():
+            values = [aggregate(members) for aggregate in aggregations]
+            prior = partials.get(key)
+            partials[key] = values if prior is None else [
+                fold(a, b) for fold, a, b in zip(folds, prior, values, strict=True)]
+    if not partials:
+        return [], positions
+    keys = _sorted_keys(partials) if ordered else list(partials)
+    output: list[list[Any]] = []
+    for acc, key_column in zip(by, zip(*keys, strict=True), strict=True):
+        final = acc.final
+        if final is None:
+            output.append(list(key_column))
+        else:
+            output.append(list(map(final if acc.kind != "any" else _none_safe(final), key_column)))
+    for position in range(len(cmd.aggs)):
+        output.append([partials[key][position] for key in keys])
+    return list(zip(*output, strict=True)), positions
+
+
+def _add(a: Any, b: Any) -> Any:
+    return a + b

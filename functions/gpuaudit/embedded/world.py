@@ -197,6 +197,13 @@ def parse_world(raw: Any) -> World:
                  log_groups=groups, faults=[dict(f) for f in faults])
 
 
+def as_logged(message: str) -> str:
+    """CloudWatch Logs stores UTF-8: bytes that are not (lone surrogates in JSON) arrive as U+FFFD."""
+    if message.isascii():
+        return message
+    return message.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def parse_time_or_error(value: Any, where: str) -> datetime:
     return parse_time(_epoch_ms(value, where))
 
@@ -222,7 +229,7 @@ def _parse_log_groups(raw_groups: list[Any]) -> dict[str, LogGroup]:
             for ei, ev in enumerate(s.get("events", []) or []):
                 if not isinstance(ev, list) or len(ev) != 2 or not isinstance(ev[1], str):
                     raise WorldError(f"{swhere}.events[{ei}]: expected [timestamp, message]")
-                events.append((_epoch_ms(ev[0], f"{swhere}.events[{ei}][0]"), ev[1]))
+                events.append((_epoch_ms(ev[0], f"{swhere}.events[{ei}][0]"), as_logged(ev[1])))
             periodic = []
             for pi, p in enumerate(s.get("periodic", []) or []):
                 pwhere = f"{swhere}.periodic[{pi}]"
@@ -233,7 +240,7 @@ def _parse_log_groups(raw_groups: list[Any]) -> dict[str, LogGroup]:
                     raise WorldError(f"{pwhere}.every_s: must be a positive number, got {every!r}")
                 periodic.append(Periodic(_epoch_ms(p.get("from"), f"{pwhere}.from"),
                                          _epoch_ms(p.get("to"), f"{pwhere}.to"),
-                                         int(every * 1000), str(p.get("message", ""))))
+                                         int(every * 1000), as_logged(str(p.get("message", "")))))
             creation = s.get("creationTime")
             streams[s["logStreamName"]] = Stream(
                 s["logStreamName"], events, periodic,

@@ -19,7 +19,7 @@ MASK = "<account>"
 def redact(text: str, account_ids: set[str] | frozenset[str] = frozenset()) -> str:
     text = ARN_ACCOUNT.sub(lambda m: m.group(1) + MASK, text)
     text = FIELD_ACCOUNT.sub(lambda m: m.group(1) + MASK, text)
-    for account in account_ids:
-        text = re.sub(rf"(?<![\w-]){re.escape(account)}(?![\w])", MASK, text)
+    for account in account_ids:  # a known account ID is masked wherever it stands (`sagemaker-…-<account>`)
+        text = re.sub(rf"(?<!\d){re.escape(account)}(?!\d)", MASK, text)
     # A bare 12-digit number standing alone (not a log-group timestamp suffix) reads as an account ID.
     return BARE.sub(MASK, text)

@@ -362,7 +362,8 @@ def p2_part(ctx: Context, grp: GpuGroup) -> Part:
         return Part("Not checked", f"{grp.label} on {h.text}: extension offerings not read — {call}",
                     f"Re-run with read access: {call}")
     offers = ext.offerings
-    listed = (f"{len(offers)} extension offering(s) for {ext.requested_hours} h (prices not quoted): "
+    listed = (f"{len(offers)} extension offering(s) returned for a {ext.requested_hours} h request (prices not "
+              "quoted): "
               + ", ".join(_offering_text(o) for o in offers)) if offers else \
         f"no extension offering for {ext.requested_hours} h (DescribeCapacityBlockExtensionOfferings)"
     head = f"{grp.label} on {h.text}: {listed}"
@@ -652,6 +653,10 @@ def _efa_width(ctx: Context, efa_types: list[str]) -> list[Part]:
     return parts
 
 
+def _dims(dimensions: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in dimensions.items())
+
+
 def p8(ctx: Context) -> Check:
     ev = ctx.ev
     if ev.file_systems is None:
@@ -678,13 +683,14 @@ def p8(ctx: Context) -> Check:
         return _check("P8", "UNVERIFIED", f"{scope}{ids}: no AWS/FSx saturation datapoints over {span}: storage "
                                           "headroom Not observable from metrics",
                       "Time a `stat` or small-file open on the mount during a test run, or run a short load test")
-    peaks = "; ".join(f"`{m.file_system_id}` {m.metric} {m.dimensions} Maximum {m.peak:g} % "
+    peaks = "; ".join(f"`{m.file_system_id}` {m.metric} ({_dims(m.dimensions)}) Maximum {m.peak:g} % "
                       f"({m.minutes_at_or_above_90} min ≥ 90 %)" for m in usable if m.peak is not None)
     saturated = [m for m in usable if m.minutes_at_or_above_90 >= SATURATION_MINUTES]
     if saturated:
         return _check("P8", "RISK", f"{scope}saturation ≥ 90 % for {SATURATION_MINUTES}+ min over {span} "
                                     "(values as reported, percent): " + "; ".join(
-                                        f"`{m.file_system_id}` {m.metric} {m.dimensions} Maximum {m.peak:g} % for "
+                                        f"`{m.file_system_id}` {m.metric} ({_dims(m.dimensions)}) Maximum "
+                                        f"{m.peak:g} % for "
                                         f"{m.minutes_at_or_above_90} min" for m in saturated),
                       "Raise the throughput of " + _ids(sorted({m.file_system_id for m in saturated}))
                       + " or spread I/O before the run (metadata-bound: fewer, larger files)")
@@ -897,7 +903,7 @@ def _need_per_node(ctx: Context, grp: GpuGroup) -> tuple[int, int, str]:
     if ctx.hyperpod:
         if grp.instance_type in HYPERPOD_P5_TYPES:
             ips = HYPERPOD_P5_IPS[ctx.ev.cluster.kind]
-            return ips, max(1, efa), f"{ips} IPs per HyperPod P5 node on {ctx.ev.cluster.kind.split('-')[1].title()}"
+            return ips, max(1, efa), f"{ips} IPs (HyperPod P5 on {ctx.ev.cluster.kind.split('-')[1].title()})"
         if ctx.ev.cluster.kind == "hyperpod-eks":
             return 81, max(1, efa), "81 IPs (the HyperPod P5 EKS figure, used as an estimate for this type)"
         return max(1, efa), max(1, efa), f"{max(1, efa)} IP(s) (estimate: one per EFA interface, at least one)"
@@ -974,7 +980,7 @@ def p15(ctx: Context) -> Check:
     action = (f"Add an all-traffic outbound rule from {target} to itself: `aws ec2 authorize-security-group-egress "
               f"--group-id {target} --ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={target}}}]'`")
     if opened:
-        return _check("P15", "RISK", f"{where}: {_sg_names(opened)} allow outbound all traffic to 0.0.0.0/0 instead "
+        return _check("P15", "RISK", f"{where}: {_sg_names(opened)} allow(s) outbound all traffic to 0.0.0.0/0 instead "
                                      "of a self-referencing rule — documented to fail HyperPod EFA health checks",
                       action)
     return _check("P15", "RISK", f"{where}: no outbound rule reaching the group on {_sg_names(sgs)} (see P7)", action)

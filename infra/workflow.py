@@ -1,0 +1,94 @@
+"""The audit state machine: the CLI's pipeline, step by step, fanned out.
+
+    Plan ─▶ AuditClusters (Distributed Map, one child execution per cluster)
+              Inventory ─▶ CollectLogBatches (Map over ≤50-group log batches: CollectLogs)
+                        ─▶ Finish ─▶ Verdict
+
+Every task retries throttling and transient Lambda errors with exponential backoff and jitter.
+Every collector step has a Catch: its failure becomes a `Not checked` gap that the Verdict puts
+in the result (a failed Inventory leaves the cluster's line in the execution output instead),
+so a failing collector never fails the execution.
+
+Concurrency is sized to the account's Logs Insights concurrent-query quota: each log batch
+runs 3 queries at once, so clusters in flight × batches per cluster × 3 ≤ the quota
+(30 → 10 batches: 5 clusters × 2 batches by default).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from infra.config import DeployConfig
+from infra.functions import AuditFunctions
+
+# Lambda's own throttling and transient faults, and a handler's ThrottlingException (AWS throttled
+# a call past the in-process retries: handlers/runtime.py).
+RETRIED_ERRORS = ["Lambda.TooManyRequestsException", "Lambda.ServiceException", "Lambda.AWSLambdaException",
+                  "Lambda.SdkClientException", "Lambda.ClientExecutionTimeoutException", "ThrottlingException"]
+ALL = [sfn.Errors.ALL]
+at = sfn.JsonPath.string_at
+obj = sfn.JsonPath.object_at
+
+
+class AuditWorkflow(Construct):
+    def __init__(self, scope: Construct, construct_id: str, config: DeployConfig, functions: AuditFunctions) -> None:
+        super().__init__(scope, construct_id)
+        fns = functions.functions
+
+        def invoke(name: str, **props: object) -> tasks.LambdaInvoke:
+            task = tasks.LambdaInvoke(self, name, lambda_function=fns[name], retry_on_service_exceptions=False,
+                                      **props)  # type: ignore[arg-type]
+            task.add_retry(errors=RETRIED_ERRORS, interval=Duration.seconds(2), backoff_rate=2.0, max_attempts=6,
+                           max_delay=Duration.seconds(60), jitter_strategy=sfn.JitterType.FULL)
+            return task
+
+        def failure(step: str) -> dict[str, object]:
+            return {"step": step, "error": at("$.error.Error"), "cause": at("$.error.Cause")}
+
+        plan = invoke("Plan", output_path="$.Payload")
+
+        inventory = invoke("Inventory", result_selector={"evidence": obj("$.Payload.evidence"),
+                                                         "batches": obj("$.Payload.batches")},
+                           result_path="$.inventory")
+        inventory.add_catch(sfn.Pass(self, "InventoryNotChecked", parameters={
+            "cluster": at("$.request.cluster"), "mode": at("$.request.mode"), "audited": False,
+            "failure": failure("Inventory")}), errors=ALL, result_path="$.error")
+
+        collect = invoke("CollectLogs", output_path="$.Payload")
+        collect.add_catch(sfn.Pass(self, "BatchNotChecked", parameters={
+            "failed": {**failure("CollectLogs"), "groups": obj("$.batch.groups")}}), errors=ALL, result_path="$.error")
+        batches = sfn.Map(self, "CollectLogBatches", items_path="$.inventory.batches",
+                          item_selector={"evidence": obj("$.inventory.evidence"), "batch": obj("$$.Map.Item.Value")},
+                          max_concurrency=config.batch_concurrency, result_path="$.batches")
+        batches.item_processor(collect)
+
+        finish = invoke("Finish", payload=sfn.TaskInput.from_object({
+            "request": obj("$.request"), "evidence": obj("$.inventory.evidence"), "batches": obj("$.batches")}),
+            output_path="$.Payload")
+        verdict = invoke("Verdict", output_path="$.Payload")
+        finish.add_catch(sfn.Pass(self, "FinishNotChecked", parameters={
+            "request": obj("$.request"), "evidence": obj("$.inventory.evidence"), "failure": failure("Finish")})
+            .next(verdict), errors=ALL, result_path="$.error")
+
+        clusters = sfn.DistributedMap(self, "AuditClusters", items_path="$.targets", result_path="$.audits",
+                                      max_concurrency=config.cluster_concurrency, label="AuditClusters",
+                                      map_execution_type=sfn.StateMachineType.STANDARD)
+        clusters.item_processor(inventory.next(batches).next(finish).next(verdict))
+
+        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH,
+                                  removal_policy=RemovalPolicy.DESTROY)
+        self.state_machine = sfn.StateMachine(
+            self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(plan.next(clusters)),
+            state_machine_type=sfn.StateMachineType.STANDARD, timeout=Duration.hours(1), tracing_enabled=True,
+            # Execution data holds EventBridge events, which carry the account ID: not logged.
+            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=False),
+            comment="gpuaudit: Plan -> per cluster Inventory -> CollectLogs (per log batch) -> Finish -> Verdict")
+        Validations.of(self.state_machine).acknowledge(Acknowledgment(
+            id="AwsSolutions::AwsSolutions-IAM5",
+            reason="Generated by CDK for the state machine's own plumbing: invoking the five functions' "
+                   "versions (<arn>:*), the Distributed Map's child executions of this state machine "
+                   "(execution:<name>:*), vended log delivery and X-Ray, whose APIs take no resource."))

@@ -1,0 +1,70 @@
+"""Bad input gets a clear error or is handled, and loses nothing (reliability issue, item 3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers.worlds import PClusterWorld, at
+from typer.testing import CliRunner
+
+from gpuaudit.cli import app
+
+
+def invoke(*args: str):
+    out = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in out.output
+    return out
+
+
+def test_stream_names_with_quotes_and_brackets_cannot_break_the_detail_query() -> None:
+    # Given a node whose kernel stream name holds quote, bracket and regex characters, with a silent hour
+    w = PClusterWorld("inj", n_compute=1)
+    gpu = w.compute[0]
+    stream = f'{gpu.hostname}.{gpu.instance_id}.sys"tem]|.*-messages'
+    w.kernel_stream(w.group, stream, at(-48), at(9), host=gpu.hostname)
+    w.lines(w.group, stream, at(10), at(13))
+    # When audited (the silent hour forces a per-hour detail query naming the stream)
+    result = w.audit("inj", since=at(8), until=at(11))
+    row = next(r for n in result.nodes for r in n.coverage if r.log_stream == stream)
+    # Then the name was quoted, the query ran, and the exact empty hour is reported
+    assert row.empty_hours and [h.hour for h in row.empty_hours] == [9]
+    assert row.status == "Not observable"
+
+
+def test_log_lines_with_undecodable_bytes_and_very_long_lines_are_audited() -> None:
+    w = PClusterWorld("odd", n_compute=1)
+    gpu = w.compute[0]
+    stream = w.healthy(gpu, at(-48), at(13))
+    long_line = f"{gpu.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 31, pid=1, name=x, " + "A" * 300_000
+    w.stream(w.group, stream, events=[(at(9, 30), f"{gpu.hostname} kernel: bad bytes \udcff\udcfe here"),
+                                      (at(9, 40), long_line)])
+    result = w.audit("odd", mode="incident", since=at(8), until=at(11))
+    node = result.nodes[-1] if result.nodes[-1].instance_id == gpu.instance_id else result.nodes[0]
+    assert node.xid_status == "Measured"
+    assert any(e.code == 31 for e in node.gpu_errors)
+    assert len(result.report_markdown) < 200_000  # a 300 kB line is not pasted whole into the report
+
+
+def test_empty_account_is_an_unknown_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "empty.world.json"
+    path.write_text(json.dumps({"format": "gpu-audit-world/1", "now": "2026-10-01T00:00:00Z",
+                                "account_id": "111122223333", "region": "us-west-2"}))
+    out = invoke("audit", "--world", str(path), "--cluster", "nothing-here")
+    assert out.exit_code == 2
+    assert "cluster 'nothing-here' not found" in out.output
+
+
+def test_truncated_world_file_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "cut.world.json"
+    path.write_text('{"format": "gpu-audit-world/1", "now": "2026-10-01T00:00:00Z", "logs": {"gro')
+    out = invoke("audit", "--world", str(path), "--cluster", "c")
+    assert out.exit_code == 2
+    assert "not valid JSON" in out.output
+
+
+def test_bad_xid_override_and_bad_last_are_bad_input(tmp_path: Path) -> None:
+    world = str(Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json")
+    assert invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--xid-class", "31=oops").exit_code == 2
+    out = invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--last", "30d")
+    assert out.exit_code == 2 and "--last" in out.output
