@@ -21,6 +21,7 @@ from infra import permissions
 from infra.bundling import function_code, runtime_requirements
 from infra.config import DeployConfig
 from infra.findings import PAYLOADS_PREFIX, RESULTS_PREFIX, FindingsStore
+from infra.nag import acknowledge_wildcards, default_policy
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 RETENTION = {1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 7: logs.RetentionDays.ONE_WEEK,
@@ -112,19 +113,26 @@ class AuditFunctions(Construct):
         audit_reads = iam.Policy(self, "AuditReads",
                                  statements=permissions.read_statements(stack, permissions.AUDIT_READS),
                                  roles=[self.roles[n] for n in ("Inventory", "CollectLogs", "Finish")])
-        for policy in (plan_reads, audit_reads):
-            Validations.of(policy).acknowledge(Acknowledgment(
-                id="AwsSolutions::AwsSolutions-IAM5",
-                reason="Read-only actions. EC2/CloudTrail/Health/FSx/CloudWatch Describe/List/Get and Logs "
-                       "GetQueryResults/StopQuery support no resource-level scoping (Resource '*'); SageMaker "
-                       "cluster and training-plan ARNs end in service-generated IDs and log groups are discovered "
-                       "at run time, so those are scoped to their resource type (cluster/*, log-group:*)."))
+        read_reasons = {
+            "Resource::*": "Read-only Describe/List/Get/Lookup calls of EC2, CloudTrail, Health, FSx, CloudWatch, "
+                           "EventBridge, Service Quotas and Logs GetQueryResults/StopQuery: these actions support no "
+                           "resource-level permissions, so IAM requires Resource '*'.",
+            ":cluster/*": "Read-only SageMaker HyperPod cluster calls: cluster ARNs end in a service-generated ID, "
+                          "not the configured name, so the scope is every cluster of this account and region.",
+            ":training-plan/*": "DescribeTrainingPlan (read-only) of the training plans the audited clusters name.",
+            ":log-group:*": "Read-only Logs calls (DescribeLogGroups/Streams, StartQuery) on log groups discovered "
+                            "at run time by the cluster's name; no group is known at deploy time.",
+        }
+        acknowledge_wildcards(plan_reads, read_reasons)
+        acknowledge_wildcards(audit_reads, read_reasons)
         for name, role in self.roles.items():
-            Validations.of(role).acknowledge(Acknowledgment(
-                id="AwsSolutions::AwsSolutions-IAM5",
-                reason=f"{name}: log streams of its own log group (log-group:<own>:*), X-Ray trace segments "
-                       "(the X-Ray API has no resources), and only its own object prefixes of the evidence "
-                       "bucket (payloads/*, results/*) — the keys are content hashes and audit IDs."))
+            acknowledge_wildcards(default_policy(role), {
+                "Resource::*": f"{name}: X-Ray PutTraceSegments/PutTelemetryRecords (active tracing) take no "
+                               "resource; IAM requires Resource '*'.",
+                f"/{PAYLOADS_PREFIX}*": f"{name}: its own step payloads in the evidence bucket; keys are content "
+                                        "hashes, so only the prefix can be named.",
+                f"/{RESULTS_PREFIX}*": f"{name}: audit results in the evidence bucket, keyed by cluster and audit ID.",
+            })
         for function in self.functions.values():
             Validations.of(function).acknowledge(Acknowledgment(
                 id="AwsSolutions::AwsSolutions-L1",

@@ -160,7 +160,7 @@ def test_cluster_name_that_is_a_prefix_of_another_does_not_pull_in_its_instances
     theirs = w.add_instance(cluster="llm-pretrain-b200", launch=at(-48))
     their_group = w.log_group("/aws/parallelcluster/llm-pretrain-b200-202607141022")
     w.kernel_stream(their_group, f"{theirs.hostname}.{theirs.instance_id}.system-messages", at(-10), at(12, 25))
-    w.kernel_stream(their_group, f"ip-10-0-9-6.i-0deadbeef00000004.system-messages", at(-10), at(8))
+    w.kernel_stream(their_group, "ip-10-0-9-6.i-0deadbeef00000004.system-messages", at(-10), at(8))
 
     # When llm-pretrain is audited
     result = w.audit("llm-pretrain", since=SINCE, until=UNTIL)

@@ -48,6 +48,7 @@ table{border-collapse:collapse;width:100%;margin:6px 0 10px}
 th,td{border:1px solid var(--line);padding:4px 6px;text-align:left;vertical-align:top}
 th{background:#f4f4f4;position:sticky;top:0}
 td{overflow-wrap:break-word}td:first-child{white-space:nowrap}
+.cov td:nth-child(2),.cov td:nth-child(3){min-width:10em}.cov td:last-child{overflow-wrap:anywhere}
 .scroll{max-height:70vh;overflow:auto;border:1px solid var(--line)}
 .hscroll{overflow-x:auto}.vscroll{max-height:70vh;overflow-y:auto;width:max-content;
 border-bottom:1px solid var(--line)}
@@ -116,10 +117,11 @@ def _badge(text: str, table: dict[str, tuple[str, str]]) -> str:
     return f'<span class="badge {css}">{symbol} {_e(text)}</span>'
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], scroll: bool = False) -> str:
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], scroll: bool = False, css: str = "") -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    table = f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>' if css else (
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     return f'<div class="scroll">{table}</div>' if scroll else table
 
 
@@ -482,7 +484,9 @@ def _coverage_table(r: Result) -> str:
     for n in r.nodes:
         xids = len([e for e in n.gpu_errors if e.code is not None])
         for c in n.coverage:
-            if c.source_kind == "kernel":
+            if not c.log_stream:
+                live = "no stream"
+            elif c.source_kind == "kernel":
                 live = (f"no — {len(c.empty_hours)} empty hour(s) from {_e(iso(c.empty_hours[0]))}" if c.empty_hours
                         else f"yes ({c.live_hours} h)")
             else:
@@ -493,7 +497,7 @@ def _coverage_table(r: Result) -> str:
                          _badge(c.status, STATUS_BADGE), _or_dash(c.note)))
     return "<h3>GPU error log coverage</h3>" + _table(
         ("Node", "Log group", "Log stream", "First event", "Last event", "Live across window", "Kernel lines ever",
-         "Xids in window", "Status", "Note"), rows, scroll=len(rows) > 40)
+         "Xids in window", "Status", "Note"), rows, scroll=len(rows) > 40, css="cov")
 
 
 def _errors(r: Result) -> str:

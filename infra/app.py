@@ -1,0 +1,30 @@
+"""Build the CDK app: configuration from context (or cdk.json), the stack, cdk-nag as a validation plugin."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_cdk import App, Environment, Validations
+from cdk_nag import AwsSolutionsChecks
+
+from infra.config import bundling_enabled, cdk_json_context, load_config
+from infra.stack import GpuAuditStack
+
+STACK_NAME = "GpuAudit"
+
+
+def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> tuple[App, GpuAuditStack]:
+    """`context` None: the CDK CLI's context when run by it, else cdk.json's (for `python app.py`)."""
+    app = App(context=context, outdir=outdir) if context is not None else App(outdir=outdir)
+    resolved = {**cdk_json_context(), **_app_context(app)} if context is None else context
+    stack = GpuAuditStack(app, STACK_NAME, config=load_config(resolved), bundle=bundling_enabled(resolved),
+                          env=Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
+                                          region=os.environ.get("CDK_DEFAULT_REGION")))
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app, stack
+
+
+def _app_context(app: App) -> dict[str, Any]:
+    keys = ("gpuaudit", "config", "bundle")
+    return {k: v for k in keys if (v := app.node.try_get_context(k)) is not None}

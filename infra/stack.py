@@ -1,0 +1,29 @@
+"""The one stack: findings store, functions, state machine, triggers."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from infra.config import DeployConfig
+from infra.findings import FindingsStore
+from infra.functions import AuditFunctions
+from infra.triggers import AuditTriggers
+from infra.workflow import AuditWorkflow
+
+
+class GpuAuditStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: DeployConfig, bundle: bool,
+                 **kwargs: object) -> None:
+        super().__init__(scope, construct_id, description="gpuaudit: read-only auditor of GPU training clusters",
+                         **kwargs)  # type: ignore[arg-type]
+        self.store = FindingsStore(self, "Findings", config)
+        self.functions = AuditFunctions(self, "Functions", config, self.store, bundle)
+        self.workflow = AuditWorkflow(self, "Workflow", config, self.functions)
+        self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
+        CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn,
+                  description="Start an on-demand audit here (Step Functions console, Start execution)")
+        CfnOutput(self, "FindingsTableName", value=self.store.table.table_name)
+        CfnOutput(self, "AlertTopicArn", value=self.store.topic.topic_arn)
+        CfnOutput(self, "EvidenceBucketName", value=self.store.bucket.bucket_name,
+                  description="results/<cluster>/<audit_id>.json and .md; payloads/ expire after days")

@@ -1,0 +1,36 @@
+"""What starts an audit: the hourly schedule, SageMaker HyperPod cluster and node events, and EC2
+Capacity Block expiration warnings, each delivering its event unchanged to the state machine
+(the Plan function turns it into audits). The console starts executions directly."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from infra.config import DeployConfig
+
+# handlers/models.py parses exactly these (tests/infra pins the two lists together).
+HYPERPOD_DETAIL_TYPES = ["SageMaker HyperPod Cluster Event", "SageMaker HyperPod Cluster Node Health Event",
+                         "SageMaker HyperPod Cluster State Change"]
+CAPACITY_WARNING_DETAIL_TYPES = ["Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning"]
+
+
+class AuditTriggers(Construct):
+    def __init__(self, scope: Construct, construct_id: str, config: DeployConfig,
+                 state_machine: sfn.IStateMachine) -> None:
+        super().__init__(scope, construct_id)
+        start = targets.SfnStateMachine(state_machine, retry_attempts=4, max_event_age=Duration.hours(1))
+        self.schedule = events.Rule(
+            self, "Schedule", schedule=events.Schedule.expression(config.schedule), targets=[start],
+            description="gpuaudit: coverage audit of every audited cluster, window ending at the last whole hour")
+        self.hyperpod = events.Rule(
+            self, "HyperPodEvents", targets=[start],
+            event_pattern=events.EventPattern(source=["aws.sagemaker"], detail_type=HYPERPOD_DETAIL_TYPES),
+            description="gpuaudit: incident audit of a HyperPod cluster on its cluster, state and node-health events")
+        self.capacity = events.Rule(
+            self, "CapacityBlockWarnings", targets=[start],
+            event_pattern=events.EventPattern(source=["aws.ec2"], detail_type=CAPACITY_WARNING_DETAIL_TYPES),
+            description="gpuaudit: preflight audit of the clusters on a Capacity Block 40 minutes before it ends")
