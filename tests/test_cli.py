@@ -187,8 +187,6 @@ def test_unreachable_logs_still_answer_with_every_gpu_node_not_observable(tmp_pa
     assert "No GPU errors" not in result["headline"]
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: collectors/inventory.py collect_inventory turns a DescribeCluster "
-                   "that could not be reached into UnknownCluster ('not found', exit 2) when EC2 answers")
 def test_unreachable_sagemaker_is_not_reported_as_an_unknown_cluster(tmp_path: Path):
     # Given a HyperPod cluster whose SageMaker endpoint cannot be reached, while EC2 answers
     w = HyperPodWorld()

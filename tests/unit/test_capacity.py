@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from gpuaudit.model.evidence import CapacityReservation, ClusterInfo, Evidence, NodeInfo, Window
 from gpuaudit.rules.capacity import (
     DEFAULT_RUN_HOURS,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import load_world, parse_world

@@ -25,15 +25,19 @@ def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
                       gaps: list[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
     if instance_ids:
         return _self_managed(aws, name, instance_ids)
+    unreachable: CallFailed | None = None
     try:
         described = aws.call("sagemaker", "DescribeCluster", ClusterName=name)
         return _hyperpod(aws, described, gaps)
     except CallFailed as failed:
         if failed.code not in NOT_FOUND:
+            unreachable = failed
             gaps.append(failed.gap + " — HyperPod inventory not read; trying ParallelCluster tags")
     instances = _instances(aws, Filters=[{"Name": f"tag:{PCLUSTER_TAG}", "Values": [name]}])
     if instances:
         return _parallelcluster(aws, name, instances)
+    if unreachable is not None:
+        raise unreachable  # not "not found": SageMaker could not be asked
     raise UnknownCluster(
         f"cluster {name!r} not found in region {aws.region}: no SageMaker HyperPod cluster of that name "
         f"(DescribeCluster) and no EC2 instance tagged {PCLUSTER_TAG}={name} (DescribeInstances); for "

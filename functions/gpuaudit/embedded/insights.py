@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from functools import reduce
 from itertools import filterfalse, islice, repeat
 from operator import attrgetter, floordiv, itemgetter, mul
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 _T = TypeVar("_T")
 
@@ -62,8 +62,10 @@ class QueryError(ValueError):
     """Query form not supported / malformed; message names the query text and the unsupported part."""
 
 
-@dataclass(frozen=True)
-class LogRecord:
+class LogRecord(NamedTuple):
+    """One log event. Immutable; a NamedTuple rather than a frozen dataclass because the backend builds
+    one per line scanned (tens of millions for a big world) and a tuple builds about three times faster."""
+
     log_group: str
     log_stream: str
     timestamp_ms: int  # event time, epoch ms
@@ -690,6 +692,14 @@ def _negated(inner: Predicate) -> Predicate:
 
 def _compile_filter(expr: Expr, env: _Env) -> Predicate:
     """Turn an expression into a closure, so per-record work is only the comparison itself."""
+    if isinstance(expr, (BoolOp, Not)) and not isinstance(env, _TextEnv):
+        name = _only_field(expr)
+        if name is not None and env.field(name).kind == "str":
+            # Every test reads the same string field (`@message like /a/ or @message like /b/`): decide
+            # once per distinct value of it, remembered, instead of once per record and per test.
+            get = env.field(name).value
+            matches = _memoised(_compile_filter(expr, _TextEnv(name)))
+            return lambda item: matches(get(item))
     if isinstance(expr, BoolOp):
         parts = [_compile_filter(operand, env) for operand in expr.operands]
         return reduce(_both if expr.op == "and" else _either, parts)
@@ -703,6 +713,51 @@ def _compile_filter(expr: Expr, env: _Env) -> Predicate:
         predicate = _member(acc.value, expr.values, acc.kind == "str")
         return _negated(predicate) if expr.negate else predicate
     return _compare(acc.value, expr.op, expr.value)
+
+
+def _only_field(expr: Expr) -> str | None:
+    """The one field an expression reads, or None when it reads several."""
+    found: set[str] = set()
+    pending: list[Expr] = [expr]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, BoolOp):
+            pending.extend(node.operands)
+        elif isinstance(node, Not):
+            pending.append(node.operand)
+        else:
+            found.add(node.field)
+    return found.pop() if len(found) == 1 else None
+
+
+class _TextEnv(_Env):
+    """The value of one string field as the item itself (see `_compile_filter`)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def lookup(self, name: str) -> _Acc:
+        return _acc(_identity, None, "str") if name == self.name else _ABSENT
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _memoised(predicate: Predicate) -> Predicate:
+    """`predicate(text)`, remembered per distinct text (bounded, like `_memoised_search`)."""
+    memo: dict[str, bool] = {}
+
+    def decide(text: str) -> bool:
+        hit = memo.get(text)
+        if hit is None:
+            hit = bool(predicate(text))
+            if len(memo) < _MEMO_LIMIT:
+                memo[text] = hit
+        return hit
+
+    return decide
 
 
 def _like(get: Getter, always_str: bool, pattern: re.Pattern[str] | str) -> Predicate:

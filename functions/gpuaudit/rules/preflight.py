@@ -22,6 +22,7 @@ from gpuaudit.model.evidence import (
     NodeInfo,
     RouteTableInfo,
     SecurityGroupInfo,
+    SgRule,
     TrainingPlanInfo,
 )
 from gpuaudit.model.result import Check, CheckResult, NodeResult
@@ -279,19 +280,19 @@ def p1_part(ctx: Context, grp: GpuGroup) -> Part:
         return Part("UNVERIFIED", _no_reservation(ctx, grp),
                     f"Confirm how {grp.instance_type} capacity is held (Capacity Block, ODCR or training plan): "
                     f"`aws ec2 describe-capacity-reservations --filters Name=instance-type,Values={grp.instance_type}`")
-    if h.plan is not None and (h.state or "") not in ("Active", "Scheduled"):
-        return Part("FAIL", f"{grp.label} on {h.text}: the training plan is not Active or Scheduled",
+    if h.plan is not None and (h.state or "") not in ("Active", "Scheduled", "Pending"):
+        return Part("FAIL", f"{grp.label} on {h.text}: the training plan is not Active, Scheduled or Pending",
                     f"Buy or extend a training plan for {grp.instance_type} before the run")
     if h.end is None:
         return Part("PASS", f"{grp.label} on {h.text}: no end date (EndDateType unlimited)")
     head = f"{grp.label} on {h.text}"
-    if h.start and h.start > ctx.plan.start:
-        head += (f"; the reservation starts {iso(h.start)}, after the planned start {iso(ctx.plan.start)}: nodes "
+    late_start = h.start if h.start and h.start > ctx.plan.start else None
+    if late_start:
+        head += (f"; the reservation starts {iso(late_start)}, after the planned start {iso(ctx.plan.start)}: nodes "
                  "cannot launch before then, so the run is evaluated from that start")
     fits = [_fits(ctx, h, hours) for hours in ctx.plan.lengths]
     text = head + ": " + "; ".join(_fit_text(f) for f in fits)
     resource = h.resource.strip("`")
-    late_start = h.start is not None and h.start > ctx.plan.start
     if not ctx.plan.given:
         return Part("Needs input", text, "Give the planned run length: `--run-hours N` (and `--run-start`, "
                                          "`--checkpoint-minutes`) so the fit can be decided")
@@ -311,11 +312,11 @@ def p1_part(ctx: Context, grp: GpuGroup) -> Part:
                     f"Schedule a final checkpoint before {iso(fit.usable_until)} or shorten the interval")
     if cp is None:
         text += "; checkpoint interval not given (`--checkpoint-minutes`): the last checkpoint was not placed"
-    elif fit.fits:
+    else:
         text += (f"; last checkpoint {iso(fit.final_checkpoint(cp))} lands before usable until "
                  f"{iso(fit.usable_until)}")
     if late_start:
-        return Part("RISK", text, f"Plan the start at or after {iso(h.start)} (when {resource} starts)")  # type: ignore[arg-type]
+        return Part("RISK", text, f"Plan the start at or after {iso(late_start)} (when {resource} starts)")
     return Part("PASS", text)
 
 
@@ -376,11 +377,11 @@ def p2_part(ctx: Context, grp: GpuGroup) -> Part:
     fit = fits[0]
     if fit.fits:
         return Part("PASS", head + f"; not needed: the {fit.run_hours:g} h run fits")
-    covering = [o for o in offers if o.end_date and run_fit(o.end_date, h.instance_type, fit.start, fit.run_hours,
-                                                            ctx.ev.now).fits]
+    extended = [(o, run_fit(o.end_date, h.instance_type, fit.start, fit.run_hours, ctx.ev.now))
+                for o in offers if o.end_date]
+    covering = [(o, f) for o, f in extended if f.fits]
     if covering:
-        o = covering[0]
-        ext_fit = run_fit(o.end_date, h.instance_type, fit.start, fit.run_hours, ctx.ev.now)  # type: ignore[arg-type]
+        o, ext_fit = covering[0]
         return Part("PASS", head + f"; extension possible: with `{o.offering_id}` usable until becomes "
                                    f"{iso(ext_fit.usable_until)}, after run end {iso(ext_fit.run_end)}",
                     f"Purchase extension `{o.offering_id}` for {cr} before the run (`aws ec2 "
@@ -448,10 +449,11 @@ def p3_part(ctx: Context, grp: GpuGroup) -> Part:
     if ctx.hyperpod and quota.value <= grp.size:
         return Part("RISK", f"{grp.label}: only a {where}, and the cluster already runs {grp.size}: no headroom for "
                             "a replacement even by quota", spare_action)
+    why = ("HyperPod can enforce less than the listed quota, and a quota reserves nothing" if ctx.hyperpod else
+           "a quota reserves nothing: On-Demand launches can still fail with InsufficientInstanceCapacity")
     unit = "" if ctx.hyperpod else " vCPUs across the Region"
     return Part("UNVERIFIED", f"{grp.label}: no reservation or training plan holds the capacity; only a {where}"
-                              f"{unit}. A quota alone is not proof of spare capacity (HyperPod can enforce less "
-                              "than the listed quota, and a quota reserves nothing)", spare_action)
+                              f"{unit}. A quota alone is not proof of spare capacity ({why})", spare_action)
 
 
 def p3(ctx: Context) -> Check:
@@ -535,8 +537,9 @@ def p6(ctx: Context) -> Check:
 
 
 # -- fabric, storage, usage: P7–P12 -------------------------------------------------------------------
-def _self_rule(sg: SecurityGroupInfo, rules: str) -> bool:
-    return any(r.protocol == "-1" and sg.group_id in r.group_ids for r in getattr(sg, rules))
+def _self_rule(sg: SecurityGroupInfo, rules: list[SgRule]) -> bool:
+    """An all-traffic rule naming the group itself (EFA needs one inbound and one outbound)."""
+    return any(r.protocol == "-1" and sg.group_id in r.group_ids for r in rules)
 
 
 def _open_egress(sg: SecurityGroupInfo) -> bool:
@@ -596,16 +599,17 @@ def p7(ctx: Context) -> Check:
     if unread:
         parts.append(Part("Not checked", f"EFA security group rules: {unread}", f"Re-run with read access: {unread}"))
     for where, sgs in sets:
-        inbound = [g for g in sgs if _self_rule(g, "ingress")]
-        outbound = [g for g in sgs if _self_rule(g, "egress")]
+        inbound = [g for g in sgs if _self_rule(g, g.ingress)]
+        outbound = [g for g in sgs if _self_rule(g, g.egress)]
         opened = [g for g in sgs if _open_egress(g)]
         names = _sg_names(sgs)
         if not inbound:
+            target = sgs[0].group_id if sgs else "<sg>"
             parts.append(Part("FAIL", f"{where}: security groups {names} — no self-referencing all-traffic inbound "
                                       "rule (EFA traffic between the nodes is dropped)",
-                              f"Add an all-traffic inbound rule from the group to itself on {sgs[0].group_id if sgs else 'the cluster SG'}"
-                              f": `aws ec2 authorize-security-group-ingress --group-id {sgs[0].group_id if sgs else '<sg>'} "
-                              f"--ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={sgs[0].group_id if sgs else '<sg>'}}}]'`"))
+                              f"Add an all-traffic inbound rule from {target} to itself: `aws ec2 "
+                              f"authorize-security-group-ingress --group-id {target} --ip-permissions "
+                              f"'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={target}}}]'`"))
         elif not outbound and not opened:
             parts.append(Part("FAIL", f"{where}: security groups {names} — self-referencing inbound rule on "
                                       f"{_sg_names(inbound)}, but no outbound rule reaching the group",
@@ -971,7 +975,7 @@ def p15(ctx: Context) -> Check:
     if unread:
         return _check("P15", "Not checked", f"outbound rules: {unread}", f"Re-run with read access: {unread}")
     where, sgs = sets[0]
-    outbound = [g for g in sgs if _self_rule(g, "egress")]
+    outbound = [g for g in sgs if _self_rule(g, g.egress)]
     opened = [g for g in sgs if _open_egress(g)]
     if outbound:
         return _check("P15", "PASS", f"{where}: outbound self-referencing all-traffic rule on {_sg_names(outbound)}")
