@@ -8,9 +8,10 @@ its topic, its result objects. Every role may write its own log group and X-Ray 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -46,6 +47,27 @@ SPECS = {
     "Finish": Spec("finish", 1024, Duration.minutes(10), "gpuaudit step 3: pipeline.finish_collection"),
     "Verdict": Spec("verdict", 1024, Duration.minutes(5), "gpuaudit step 4: judge + finalize + sinks"),
 }
+
+
+def _resource(stack: Stack, scope: permissions.Scope) -> str:
+    if scope == "sagemaker-cluster":
+        return stack.format_arn(service="sagemaker", resource="cluster", resource_name="*")
+    if scope == "sagemaker-training-plan":
+        return stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
+    if scope == "log-group":
+        return stack.format_arn(service="logs", resource="log-group", resource_name="*",
+                                arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    return "*"
+
+
+def read_statements(stack: Stack, reads: dict[str, permissions.Scope]) -> list[iam.PolicyStatement]:
+    """One statement per scope, actions sorted: the policy reads like the table above."""
+    by_scope: dict[permissions.Scope, list[str]] = defaultdict(list)
+    for action, scope in reads.items():
+        by_scope[scope].append(action)
+    return [iam.PolicyStatement(sid=f"Read{''.join(p.title() for p in scope.replace('*', 'any').split('-'))}",
+                                actions=sorted(actions), resources=[_resource(stack, scope)])
+            for scope, actions in sorted(by_scope.items())]
 
 
 def powertools_version() -> str:
@@ -108,10 +130,10 @@ class AuditFunctions(Construct):
                 handler=f"handlers.{spec.module}.handler", memory_size=spec.memory_mb, timeout=spec.timeout,
                 description=spec.description, role=role, log_group=log_group, tracing=lambda_.Tracing.ACTIVE,
                 layers=layers, environment={**common, **specific.get(name, {})})
-        plan_reads = iam.Policy(self, "PlanReads", statements=permissions.read_statements(stack, permissions.PLAN_READS),
+        plan_reads = iam.Policy(self, "PlanReads", statements=read_statements(stack, permissions.PLAN_READS),
                                 roles=[self.roles["Plan"]])
         audit_reads = iam.Policy(self, "AuditReads",
-                                 statements=permissions.read_statements(stack, permissions.AUDIT_READS),
+                                 statements=read_statements(stack, permissions.AUDIT_READS),
                                  roles=[self.roles[n] for n in ("Inventory", "CollectLogs", "Finish")])
         read_reasons = {
             "Resource::*": "Read-only Describe/List/Get/Lookup calls of EC2, CloudTrail, Health, FSx, CloudWatch, "

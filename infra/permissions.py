@@ -3,15 +3,12 @@
 The audit path (Inventory, CollectLogs, Finish) shares one inline read policy: which step runs
 which collector may change, what the collectors may call may not. tests/infra pins this list to
 the operations the collectors actually call, and the template to an explicit allowlist.
+Plain data (no CDK import): infra/functions.py turns it into policy statements.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Literal
-
-from aws_cdk import ArnFormat, Stack
-from aws_cdk import aws_iam as iam
 
 Scope = Literal["sagemaker-cluster", "sagemaker-training-plan", "log-group", "*"]
 
@@ -60,24 +57,3 @@ IAM_PREFIX = {"service-quotas": "servicequotas"}
 
 def iam_action(service: str, operation: str) -> str:
     return f"{IAM_PREFIX.get(service, service)}:{operation}"
-
-
-def _resource(stack: Stack, scope: Scope) -> str:
-    if scope == "sagemaker-cluster":
-        return stack.format_arn(service="sagemaker", resource="cluster", resource_name="*")
-    if scope == "sagemaker-training-plan":
-        return stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
-    if scope == "log-group":
-        return stack.format_arn(service="logs", resource="log-group", resource_name="*",
-                                arn_format=ArnFormat.COLON_RESOURCE_NAME)
-    return "*"
-
-
-def read_statements(stack: Stack, reads: dict[str, Scope]) -> list[iam.PolicyStatement]:
-    """One statement per scope, actions sorted: the policy reads like the table above."""
-    by_scope: dict[Scope, list[str]] = defaultdict(list)
-    for action, scope in reads.items():
-        by_scope[scope].append(action)
-    return [iam.PolicyStatement(sid=f"Read{''.join(p.title() for p in scope.replace('*', 'any').split('-'))}",
-                                actions=sorted(actions), resources=[_resource(stack, scope)])
-            for scope, actions in sorted(by_scope.items())]

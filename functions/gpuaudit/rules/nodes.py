@@ -47,12 +47,16 @@ def collapse(node_lines: Sequence[ParsedLine], overrides: Mapping[int, str] | No
              start: datetime, end: datetime) -> list[GpuError]:
     """One entry per (PCI bus, code, normalized message): a fleet can emit 100,000 identical Xid lines."""
     entries: dict[tuple[str | None, int | None, str], GpuError] = {}
+    shipped: set[tuple[datetime, tuple[str | None, int | None, str]]] = set()
     for p in node_lines:
         if p.xid is None or not (start <= p.line.time <= end):
             continue
         if p.hma is not None and p.hma.is_dcgm_echo:
             continue  # the DCGM policy-violation line repeats the detection's own Xid
         key = (p.xid.pci, p.xid.code, _normalized(p.xid.raw))
+        if (p.line.time, key) in shipped:
+            continue  # the same kernel line shipped to two sources is one event, not two
+        shipped.add((p.line.time, key))
         found = entries.get(key)
         if found is not None:
             entries[key] = found.model_copy(update={"count": found.count + 1, "last_time": p.line.time})
