@@ -19,10 +19,11 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from infra import permissions
-from infra.bundling import function_code, runtime_requirements
+from infra.bundling import function_code
 from infra.config import DeployConfig
 from infra.findings import PAYLOADS_PREFIX, RESULTS_PREFIX, FindingsStore
 from infra.nag import acknowledge_wildcards, default_policy
+from infra.packaging import pinned_version, runtime_requirements
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 RETENTION = {1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 7: logs.RetentionDays.ONE_WEEK,
@@ -71,8 +72,7 @@ def read_statements(stack: Stack, reads: dict[str, permissions.Scope]) -> list[i
 
 
 def powertools_version() -> str:
-    pinned = [r for r in runtime_requirements() if r.startswith("aws-lambda-powertools")]
-    return pinned[0].split("==", 1)[1]
+    return pinned_version("aws-lambda-powertools", runtime_requirements())
 
 
 class AuditFunctions(Construct):

@@ -62,11 +62,17 @@ def changes_against(result: Result, previous: dict[str, dict[str, str]]) -> list
         elif not was and node.xid_status == "Not observable" and (node.gpu_count or 0) != 0:
             changes.append(f"{node.instance_id}: coverage Not observable")
         if node.verdict in ALERTING_VERDICTS and before.get("verdict") != node.verdict:
-            changes.append(f"{node.instance_id}: new verdict {node.verdict} — {node.verdict_evidence or ''}".strip())
+            changes.append(f"{node.instance_id}: new verdict {node.verdict} — {_short(node.verdict_evidence)}")
     for check in result.checks:
         if check.result == "FAIL" and previous.get(f"CHECK#{check.id}", {}).get("result") != "FAIL":
-            changes.append(f"{check.id} {check.title}: FAIL — {check.evidence}")
+            changes.append(f"{check.id} {check.title}: FAIL — {_short(check.evidence)}")
     return changes
+
+
+def _short(text: str | None, limit: int = 160) -> str:
+    """On-call reads a phone: one line per change; the report carries the full evidence."""
+    text = (text or "").strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def alert_message(result: Result, changes: list[str]) -> str:

@@ -1,0 +1,63 @@
+"""What goes into the Lambda package, as plain data and functions (no CDK import).
+
+Runtime dependencies are the project's pins in pyproject.toml ("pinned here, and only here")
+minus the CLI-only ones, installed for Lambda's platform (manylinux2014_x86_64, CPython 3.12,
+wheels only). boto3/botocore are bundled at their pinned version rather than taken from the
+runtime: the collectors call recent SageMaker HyperPod APIs an older runtime botocore lacks.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS = ROOT / "functions"
+PACKAGES = ("gpuaudit", "handlers")
+# Never shipped to Lambda: the embedded backend and its worlds, the CLI (glob patterns, relative to functions/).
+EXCLUDE = ["gpuaudit.egg-info", "**/__pycache__", "**/*.pyc", "gpuaudit/embedded", "gpuaudit/worlds",
+           "gpuaudit/cli.py", "gpuaudit/demo.py", "gpuaudit/__main__.py"]
+CLI_ONLY = {"typer", "rich"}
+EXTRAS = {"aws-lambda-powertools": "tracer"}  # Powertools' Tracer needs the X-Ray SDK
+PLATFORM = "manylinux2014_x86_64"
+PYTHON_VERSION = "3.12"
+
+
+def _name(requirement: str) -> str:
+    for sep in ("==", ">=", "<=", "~=", "[", " ", ";"):
+        requirement = requirement.split(sep, 1)[0]
+    return requirement.strip().lower()
+
+
+def runtime_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    deps = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    out = []
+    for dep in deps:
+        name = _name(dep)
+        if name in CLI_ONLY:
+            continue
+        out.append(f"{name}[{EXTRAS[name]}]{dep[len(name):]}" if name in EXTRAS else dep)
+    return out
+
+
+def pinned_version(package: str, requirements: Sequence[str]) -> str:
+    for requirement in requirements:
+        if _name(requirement) == package and "==" in requirement:
+            return requirement.split("==", 1)[1].strip()
+    raise LookupError(f"{package} is not pinned in pyproject.toml")
+
+
+def pip_command(output_dir: str, requirements: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", output_dir,
+            "--platform", PLATFORM, "--python-version", PYTHON_VERSION, "--implementation", "cp",
+            "--only-binary=:all:", *requirements]
+
+
+def copy_packages(output_dir: str | Path, source: Path = FUNCTIONS) -> None:
+    """gpuaudit and handlers into the package, without what EXCLUDE keeps out of Lambda."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "embedded", "worlds", "cli.py", "demo.py", "__main__.py")
+    for package in PACKAGES:
+        shutil.copytree(source / package, Path(output_dir) / package, ignore=ignore, dirs_exist_ok=True)
