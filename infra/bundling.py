@@ -17,7 +17,14 @@ import jsii
 from aws_cdk import BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
-from infra.packaging import EXCLUDE, FUNCTIONS, PYTHON_VERSION, copy_packages, pip_command, runtime_requirements
+from infra.packaging import (
+    EXCLUDE,
+    FUNCTIONS,
+    PYTHON_VERSION,
+    copy_packages,
+    pip_command,
+    runtime_requirements,
+)
 
 
 @jsii.implements(ILocalBundling)

@@ -63,14 +63,18 @@ def acknowledge_wildcards(policy: iam.Policy, reasons: dict[str, str]) -> list[s
     """Acknowledge each wildcard of `policy` with the reason whose key the finding equals or contains."""
     acknowledged = []
     for finding in wildcard_findings(policy, policy.document):
-        reason = next((r for key, r in reasons.items() if key == finding or (key != "Resource::*" and key in finding)),
-                      None)
-        if reason is None:
-            raise ValueError(f"{policy.node.path}: wildcard {finding} has no justification; add one where the "
-                             "policy is built")
+        reason = reason_for(finding, reasons, policy.node.path)
         Validations.of(policy).acknowledge(Acknowledgment(id=f"{RULE}[{finding}]", reason=reason))
         acknowledged.append(finding)
     return acknowledged
+
+
+def reason_for(finding: str, reasons: dict[str, str], where: str) -> str:
+    """`Resource::*` matches only itself; any other key matches the findings that contain it."""
+    for key, reason in reasons.items():
+        if key == finding or (key != "Resource::*" and key in finding):
+            return reason
+    raise ValueError(f"{where}: wildcard {finding} has no justification; add one where the policy is built")
 
 
 def default_policy(role: iam.IRole) -> iam.Policy:

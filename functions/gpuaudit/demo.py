@@ -43,7 +43,8 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             aws = Aws(session=session, region=world.region, clock=lambda w=world: w.now, sleep=lambda _s: None)
             request = AuditRequest(cluster=entry["cluster"], mode=entry["mode"],
                                    since=parse_time(entry["since"]) if entry.get("since") else None,
-                                   until=parse_time(entry["until"]) if entry.get("until") else None)
+                                   until=parse_time(entry["until"]) if entry.get("until") else None,
+                                   run_hours=entry.get("run_hours"))
             result = run_audit(aws, request)
             console.rule(f"[bold]{entry['title']}")
             console.print(Markdown(result.report_markdown))

@@ -13,7 +13,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit import pipeline
 from gpuaudit.model.evidence import Evidence
-
 from handlers import payload, runtime
 from handlers.models import CollectedBatch, CollectLogsInput
 from handlers.observability import logger, metrics, tracer

@@ -14,7 +14,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from gpuaudit.collectors.logs import BatchEvidence
 from gpuaudit.model.evidence import CallCount, Evidence
-
 from handlers import payload, runtime
 from handlers.models import FailedBatch, FinishInput, VerdictInput
 from handlers.observability import logger, metrics, tracer

@@ -12,7 +12,6 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit import pipeline
-
 from handlers import payload, runtime
 from handlers.models import AuditTarget, InventoryOutput, LogBatch
 from handlers.observability import logger, metrics, tracer

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuaudit.model.evidence import CallCount, WindowSource
 from gpuaudit.pipeline import AuditRequest
-
 from handlers.runtime import StepFailure
 
 HYPERPOD_DETAIL_TYPES = ("SageMaker HyperPod Cluster Event", "SageMaker HyperPod Cluster Node Health Event",

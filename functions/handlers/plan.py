@@ -13,7 +13,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit.pipeline import AuditRequest
 from gpuaudit.report.redact import redact
-
 from handlers import runtime
 from handlers.models import EventBridgeTrigger, Trigger
 from handlers.observability import logger, metrics, tracer

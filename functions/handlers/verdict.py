@@ -21,7 +21,6 @@ from gpuaudit.model.result import Result
 from gpuaudit.report.redact import redact
 from gpuaudit.rules.judge import OVERRIDES_ENV, parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS, SinkOutcome, write_and_alert
-
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, tracer

@@ -18,13 +18,14 @@ from typing import Any
 
 import boto3
 import pytest
-from gpuaudit.embedded.backend import WorldBackend
-from gpuaudit.embedded.world import World, load_world
-from gpuaudit.timeutil import iso
 from handlers import collect_logs, finish, inventory, plan, verdict
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
+
+from gpuaudit.embedded.backend import WorldBackend
+from gpuaudit.embedded.world import World, load_world
+from gpuaudit.timeutil import iso
 
 WORLDS = Path("/work/shared/worlds")
 if not WORLDS.exists():  # a checkout without the shared folder: the copies shipped with the package

@@ -662,6 +662,12 @@ def _describe_affected(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     return page(entities, p, "entities", token="nextToken", limit="maxResults", default=100)
 
 
+@responds("service-quotas", "ListServiceQuotas")
+def _list_service_quotas(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
+    quotas = [q for q in b.world.section("servicequotas", "quotas") if q.get("ServiceCode") == p["ServiceCode"]]
+    return page(quotas, p, "Quotas", default=100)
+
+
 @responds("service-quotas", "GetServiceQuota")
 def _get_service_quota(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     for q in b.world.section("servicequotas", "quotas"):

@@ -139,6 +139,7 @@ class Result(Out):
     branches: list[Branch] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
     ready: Literal["Yes", "Yes with risks", "No"] | None = None
+    planned_run: str | None = None  # preflight: "<hours> h from <start>" or the defaults evaluated
     timeline: list[TimelineEntry] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)
     cluster_state: list[str] = Field(default_factory=list)

@@ -43,7 +43,7 @@ def render(result: Result) -> str:
     lines: list[str] = []
     kind = r.cluster.kind
     if r.mode == "preflight":
-        lines.append(f"# gpuaudit pre-flight: {r.cluster.name} ({r.cluster.region})")
+        lines.append(f"# gpuaudit pre-flight: {r.cluster.name} ({r.cluster.region}) — {r.planned_run or 'planned run'}")
     else:
         lines.append(f"# gpuaudit {r.mode} audit: {r.cluster.name} ({r.cluster.region})")
     lines += ["", f"- Impact window: {_t(r.window.start)} → {_t(r.window.end)} (source: {r.window.source}); "

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence
 from gpuaudit.model.result import Branch, NodeResult, TimelineEntry
-from gpuaudit.rules.capability import is_ultraserver
+from gpuaudit.rules.capacity import lead_time
 from gpuaudit.rules.xid import fleet_pattern
 from gpuaudit.timeutil import iso
 
@@ -33,11 +33,6 @@ HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
 BRANCH_WORDS = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage", "D": "GPU communication",
                 "E": "cluster change", "F": "application"}
-
-
-def lead_time(instance_type: str | None) -> timedelta:
-    """Capacity Blocks end instances 30 min before EndDate (60 for UltraServers), RULES §8 B / §9."""
-    return timedelta(minutes=60 if is_ultraserver(instance_type) else 30)
 
 
 def last_line(node: NodeResult) -> datetime | None:

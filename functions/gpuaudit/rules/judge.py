@@ -157,11 +157,19 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,
                          padded_start=pad.start, padded_end=pad.end),
         generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
-        checks=checks, ready=ready, timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
+        checks=checks, ready=ready, planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
+        timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
         visibility_gaps=gaps, actions=_unique(actions + branch_actions),
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],
         calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls])
+
+
+def planned_run(evidence: Evidence, config: JudgeConfig) -> str:
+    start = iso(config.run_start or evidence.now)
+    if config.run_hours is None:
+        return f"run length not given: 24 h, 48 h and 72 h evaluated from {start}"
+    return f"{config.run_hours:g} h run from {start}"
 
 
 def _unique(items: list[str]) -> list[str]:
