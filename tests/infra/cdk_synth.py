@@ -1,0 +1,104 @@
+"""Synthesize the app once per test session, the way CI does: `python app.py`, offline, no bundling.
+
+Shared by tests/infra and tests/test_state_machine.py (which puts this folder on sys.path). The run
+goes through app.py itself with the test configuration in CDK_CONTEXT_JSON, and cdk-nag runs as
+a validation plugin: an unacknowledged finding fails the synth.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = "GpuAudit"
+TEST_CONFIG: dict[str, Any] = {
+    "clusters": ["research-hp-slurm", "llm-pretrain-b200"],
+    "schedule": "rate(1 hour)",
+    "alert_emails": ["gpu-oncall@example.com"],
+    "slack": {"workspace_id": "T0123456789", "channel_id": "C0123456789"},
+    "finding_retention_days": 30,
+    "payload_retention_days": 2,
+    "logs_insights_concurrent_queries": 30,
+    "clusters_in_flight": 5,
+    "xid_class_overrides": ["31=application"],
+}
+TEST_CONTEXT = {"bundle": False, "gpuaudit": TEST_CONFIG}
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    outdir: Path
+    template: dict[str, Any]
+    report: dict[str, Any]  # CDK's policy validation report (cdk-nag's findings and acknowledgments)
+    stderr: str
+
+    def resources(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.template["Resources"].items() if v["Type"] == kind}
+
+
+@functools.lru_cache(maxsize=None)
+def synthesize() -> Synthesized:
+    outdir = Path(tempfile.mkdtemp(prefix="gpuaudit-cdk-"))
+    atexit.register(shutil.rmtree, outdir, True)
+    env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(TEST_CONTEXT),
+           "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    for offline in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION", "AWS_PROFILE"):
+        env.pop(offline, None)
+    done = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"python app.py failed ({done.returncode}):\n{done.stderr[-6000:]}")
+    report_path = outdir / "validation-report.json"
+    return Synthesized(outdir=outdir, template=json.loads((outdir / f"{STACK}.template.json").read_text()),
+                       report=json.loads(report_path.read_text()) if report_path.exists() else {},
+                       stderr=done.stderr)
+
+
+def resolve_arns(value: Any, region: str = "us-west-2", account: str = "123456789012") -> Any:
+    """A template value with its intrinsics replaced: functions become fake Lambda ARNs named by logical ID."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [resolve_arns(v, region, account) for v in value]
+    if "Fn::Join" in value:
+        delimiter, parts = value["Fn::Join"]
+        return delimiter.join(resolve_arns(p, region, account) for p in parts)
+    if "Fn::GetAtt" in value:
+        return f"arn:aws:lambda:{region}:{account}:function:{value['Fn::GetAtt'][0]}"
+    if "Ref" in value:
+        return {"AWS::Partition": "aws", "AWS::Region": region, "AWS::AccountId": account}[value["Ref"]]
+    raise ValueError(f"cannot resolve {value!r}")
+
+
+def state_machine_definition(synth: Synthesized) -> dict[str, Any]:
+    (machine,) = synth.resources("AWS::StepFunctions::StateMachine").values()
+    return json.loads(resolve_arns(machine["Properties"]["DefinitionString"]))
+
+
+def task_states(definition: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Task states in execution order, walking Next and into Map item processors."""
+    found: list[tuple[str, dict[str, Any]]] = []
+
+    def walk(states: dict[str, Any], start: str) -> None:
+        name: str | None = start
+        while name is not None:
+            state = states[name]
+            if state["Type"] == "Task":
+                found.append((name, state))
+            if state["Type"] == "Map":
+                processor = state["ItemProcessor"]
+                walk(processor["States"], processor["StartAt"])
+            name = state.get("Next")
+
+    walk(definition["States"], definition["StartAt"])
+    return found

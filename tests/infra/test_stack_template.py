@@ -1,0 +1,183 @@
+"""The synthesized template holds what the issue asks for: state machine with a Distributed Map,
+the schedule and event rules, the findings table, the encrypted topic, the evidence bucket."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any, get_args
+
+import pytest
+from aws_cdk.assertions import Match, Template
+from cdk_synth import TEST_CONFIG, Synthesized, state_machine_definition, task_states
+from handlers import models
+from infra.config import DeployConfig
+from infra.triggers import CAPACITY_WARNING_DETAIL_TYPES, HYPERPOD_DETAIL_TYPES
+
+
+@pytest.fixture(scope="module")
+def template(synth: Synthesized) -> Template:
+    return Template.from_json(synth.template)
+
+
+@pytest.fixture(scope="module")
+def definition(synth: Synthesized) -> dict[str, Any]:
+    return state_machine_definition(synth)
+
+
+def only(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    assert len(resources) == 1, list(resources)
+    return next(iter(resources.values()))["Properties"]
+
+
+def test_one_of_each_resource_the_issue_names(template: Template) -> None:
+    for kind, count in {"AWS::StepFunctions::StateMachine": 1, "AWS::Lambda::Function": 5,
+                        "AWS::Events::Rule": 3, "AWS::DynamoDB::Table": 1, "AWS::SNS::Topic": 1,
+                        "AWS::S3::Bucket": 1, "AWS::KMS::Key": 1, "AWS::Chatbot::SlackChannelConfiguration": 1}.items():
+        template.resource_count_is(kind, count)
+
+
+def test_the_cluster_fan_out_is_a_distributed_map_sized_to_the_logs_insights_quota(definition: dict[str, Any]) -> None:
+    clusters = definition["States"]["AuditClusters"]
+    assert definition["StartAt"] == "Plan" and definition["States"]["Plan"]["Next"] == "AuditClusters"
+    assert clusters["Type"] == "Map" and clusters["ItemsPath"] == "$.targets"
+    assert clusters["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
+    batches = clusters["ItemProcessor"]["States"]["CollectLogBatches"]
+    assert batches["ItemProcessor"]["ProcessorConfig"]["Mode"] == "INLINE"
+    # 30 concurrent queries / 3 per batch = 10 batches in flight: 5 clusters x 2 batches
+    assert (clusters["MaxConcurrency"], batches["MaxConcurrency"]) == (5, 2)
+    assert clusters["MaxConcurrency"] * batches["MaxConcurrency"] * 3 <= TEST_CONFIG["logs_insights_concurrent_queries"]
+
+
+def test_steps_run_in_the_pipeline_order(definition: dict[str, Any]) -> None:
+    assert [name for name, _ in task_states(definition)] == ["Plan", "Inventory", "CollectLogs", "Finish", "Verdict"]
+
+
+def test_every_task_retries_throttling_with_backoff(definition: dict[str, Any]) -> None:
+    for name, state in task_states(definition):
+        (retry,) = state["Retry"]
+        assert {"Lambda.TooManyRequestsException", "ThrottlingException"} <= set(retry["ErrorEquals"]), name
+        assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] >= 3 and retry["JitterStrategy"] == "FULL", name
+
+
+def test_every_collector_failure_is_caught_into_a_not_checked_state(definition: dict[str, Any]) -> None:
+    states = dict(task_states(definition))
+    processor = definition["States"]["AuditClusters"]["ItemProcessor"]["States"]
+    inner = processor["CollectLogBatches"]["ItemProcessor"]["States"]
+    expected = {"Inventory": ("InventoryNotChecked", processor), "CollectLogs": ("BatchNotChecked", inner),
+                "Finish": ("FinishNotChecked", processor)}
+    for step, (handler_state, scope) in expected.items():
+        (catch,) = states[step]["Catch"]
+        assert catch["ErrorEquals"] == ["States.ALL"] and catch["Next"] == handler_state
+        assert scope[handler_state]["Type"] == "Pass"
+    assert processor["FinishNotChecked"]["Next"] == "Verdict"  # a failed Finish is still judged
+    assert "Catch" not in states["Plan"] and "Catch" not in states["Verdict"]
+
+
+def test_state_machine_is_logged_and_traced_without_execution_data(template: Template) -> None:
+    template.has_resource_properties("AWS::StepFunctions::StateMachine", {
+        "StateMachineType": "STANDARD", "TracingConfiguration": {"Enabled": True},
+        "LoggingConfiguration": {"Level": "ALL", "IncludeExecutionData": False}})
+
+
+def test_hourly_schedule_and_event_rules_start_the_state_machine(synth: Synthesized) -> None:
+    rules = {k: v["Properties"] for k, v in synth.resources("AWS::Events::Rule").items()}
+    (machine_id,) = synth.resources("AWS::StepFunctions::StateMachine")
+    schedules = [r for r in rules.values() if r.get("ScheduleExpression") == "rate(1 hour)"]
+    hyperpod = [r for r in rules.values() if r.get("EventPattern", {}).get("source") == ["aws.sagemaker"]]
+    capacity = [r for r in rules.values() if r.get("EventPattern", {}).get("source") == ["aws.ec2"]]
+    assert len(schedules) == len(hyperpod) == len(capacity) == 1
+    assert "SageMaker HyperPod Cluster Event" in hyperpod[0]["EventPattern"]["detail-type"]
+    assert {"Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning"} == \
+        set(capacity[0]["EventPattern"]["detail-type"])
+    for rule in rules.values():
+        (target,) = rule["Targets"]
+        assert target["Arn"] == {"Ref": machine_id} and "Input" not in target  # the event itself is the input
+
+
+def test_rules_match_exactly_what_the_plan_handler_parses() -> None:
+    def literal(model: type[Any]) -> set[str]:
+        return set(get_args(model.model_fields["detail_type"].annotation))
+
+    assert literal(models.HyperPodEvent) == set(HYPERPOD_DETAIL_TYPES)
+    assert literal(models.CapacityBlockWarning) == set(CAPACITY_WARNING_DETAIL_TYPES)
+
+
+def test_findings_table_is_on_demand_recoverable_encrypted_with_ttl(synth: Synthesized) -> None:
+    table = only(synth.resources("AWS::DynamoDB::Table"))
+    assert table["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["SSESpecification"]["SSEEnabled"] is True
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+
+
+def test_alert_topic_is_kms_encrypted_tls_only_with_email_and_chatbot(synth: Synthesized) -> None:
+    topic = only(synth.resources("AWS::SNS::Topic"))
+    (key_id,) = synth.resources("AWS::KMS::Key")
+    assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert only(synth.resources("AWS::KMS::Key"))["EnableKeyRotation"] is True
+    assert topic["Subscription"] == [{"Endpoint": "gpu-oncall@example.com", "Protocol": "email"}] or any(
+        s["Properties"]["Endpoint"] == "gpu-oncall@example.com"
+        for s in synth.resources("AWS::SNS::Subscription").values())
+    policy = only(synth.resources("AWS::SNS::TopicPolicy"))["PolicyDocument"]["Statement"]
+    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in policy)
+    slack = only(synth.resources("AWS::Chatbot::SlackChannelConfiguration"))
+    assert slack["SlackWorkspaceId"] == "T0123456789" and slack["SlackChannelId"] == "C0123456789"
+    assert json.dumps(slack["GuardrailPolicies"]).count("AWSDenyAll") == 1
+
+
+def test_evidence_bucket_is_private_encrypted_and_expires_its_objects(synth: Synthesized) -> None:
+    bucket = only(synth.resources("AWS::S3::Bucket"))
+    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == \
+        {"SSEAlgorithm": "AES256"}
+    assert all(bucket["PublicAccessBlockConfiguration"].values())
+    expiry = {r["Prefix"]: r["ExpirationInDays"] for r in bucket["LifecycleConfiguration"]["Rules"] if "Prefix" in r}
+    assert expiry == {"payloads/": TEST_CONFIG["payload_retention_days"],
+                      "results/": TEST_CONFIG["finding_retention_days"]}
+    statements = only(synth.resources("AWS::S3::BucketPolicy"))["PolicyDocument"]["Statement"]
+    assert [s["Effect"] for s in statements] == ["Deny"]  # TLS only, and no one else's access
+
+
+def test_functions_are_python_312_traced_thin_handlers(synth: Synthesized) -> None:
+    functions = [f["Properties"] for f in synth.resources("AWS::Lambda::Function").values()]
+    handlers = sorted(f["Handler"] for f in functions)
+    assert handlers == ["handlers.collect_logs.handler", "handlers.finish.handler", "handlers.inventory.handler",
+                        "handlers.plan.handler", "handlers.verdict.handler"]
+    for function in functions:
+        assert function["Runtime"] == "python3.12" and function["TracingConfig"] == {"Mode": "Active"}
+        assert function["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"] == "gpuaudit"
+        module = importlib.import_module(function["Handler"].rsplit(".", 1)[0])
+        assert callable(module.handler) and callable(module.session_factory) and callable(module.clock)
+    by_handler = {f["Handler"]: f["Environment"]["Variables"] for f in functions}
+    assert json.loads(by_handler["handlers.plan.handler"]["GPUAUDIT_CLUSTERS"]) == TEST_CONFIG["clusters"]
+    verdict = by_handler["handlers.verdict.handler"]
+    assert verdict["FINDING_RETENTION_DAYS"] == "30" and verdict["GPUAUDIT_XID_CLASS_OVERRIDES"] == "31=application"
+
+
+def test_offline_synth_ships_the_source_without_the_embedded_backend(synth: Synthesized) -> None:
+    (function,) = [f["Properties"] for f in synth.resources("AWS::Lambda::Function").values()
+                   if f["Properties"]["Handler"] == "handlers.plan.handler"]
+    assert function["Layers"], "bundle=false takes Powertools, pydantic and the X-Ray SDK from the public layer"
+    assets = [p for p in synth.outdir.iterdir() if p.name.startswith("asset.")]
+    (asset,) = [a for a in assets if (a / "handlers").is_dir()]
+    shipped = {p.relative_to(asset).as_posix() for p in asset.rglob("*")}
+    assert {"handlers/plan.py", "handlers/verdict.py", "gpuaudit/pipeline.py", "gpuaudit/data/xid_catalog.json"} <= shipped
+    assert not [p for p in shipped if p.startswith(("gpuaudit/embedded", "gpuaudit/worlds", "gpuaudit/cli.py"))
+                or "__pycache__" in p]
+
+
+def test_outputs_name_where_to_start_audits_and_find_results(template: Template) -> None:
+    for output in ("StateMachineArn", "FindingsTableName", "AlertTopicArn", "EvidenceBucketName"):
+        template.has_output(output, Match.any_value())
+
+
+def test_configuration_sizes_concurrency_and_refuses_an_empty_audited_set() -> None:
+    assert DeployConfig(clusters=["a"]).batches_in_flight == 10
+    assert (DeployConfig(clusters=["a"], clusters_in_flight=1).batch_concurrency,
+            DeployConfig(clusters=["a"], logs_insights_concurrent_queries=100).cluster_concurrency) == (10, 5)
+    with pytest.raises(ValueError, match="clusters"):
+        DeployConfig()
+    with pytest.raises(ValueError, match="discover"):
+        DeployConfig(clusters=["a"], discovery_tag={"key": "team", "value": "ml"})
+    assert DeployConfig(discover=True, discovery_tag={"key": "team", "value": "ml"}).discover
