@@ -114,7 +114,7 @@ def audit(
             raise UserError(f"--run-hours must be positive; got {run_hours}")
         request = AuditRequest(
             cluster=cluster, mode=mode, since=_time_arg(since, "--since"),  # type: ignore[arg-type]
-            until=_time_arg(until, "--until"), last=last,
+            until=_time_arg(until, "--until"), last=last,  # type: ignore[arg-type]
             instance_ids=[i.strip() for i in instances.split(",") if i.strip()] if instances else [],
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
         overrides = parse_overrides([*filter(None, os.environ.get(OVERRIDES_ENV, "").split(",")), *(xid_class or [])])

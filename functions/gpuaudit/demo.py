@@ -40,7 +40,8 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             world = load_world(entry["path"])
             backend = WorldBackend(world)
             session = backend.session()
-            aws = Aws(session=session, region=world.region, clock=lambda w=world: w.now, sleep=lambda _s: None)
+            frozen_now = world.now
+            aws = Aws(session=session, region=world.region, clock=lambda: frozen_now, sleep=lambda _s: None)
             request = AuditRequest(cluster=entry["cluster"], mode=entry["mode"],
                                    since=parse_time(entry["since"]) if entry.get("since") else None,
                                    until=parse_time(entry["until"]) if entry.get("until") else None,

@@ -46,7 +46,7 @@ class Synthesized:
         return {k: v for k, v in self.template["Resources"].items() if v["Type"] == kind}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def synthesize() -> Synthesized:
     outdir = Path(tempfile.mkdtemp(prefix="gpuaudit-cdk-"))
     atexit.register(shutil.rmtree, outdir, True)

@@ -11,6 +11,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 from cdk_synth import TEST_CONFIG, Synthesized, state_machine_definition, task_states
 from handlers import models
+
 from infra.config import DeployConfig
 from infra.triggers import CAPACITY_WARNING_DETAIL_TYPES, HYPERPOD_DETAIL_TYPES
 
@@ -117,9 +118,8 @@ def test_alert_topic_is_kms_encrypted_tls_only_with_email_and_chatbot(synth: Syn
     (key_id,) = synth.resources("AWS::KMS::Key")
     assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
     assert only(synth.resources("AWS::KMS::Key"))["EnableKeyRotation"] is True
-    assert topic["Subscription"] == [{"Endpoint": "gpu-oncall@example.com", "Protocol": "email"}] or any(
-        s["Properties"]["Endpoint"] == "gpu-oncall@example.com"
-        for s in synth.resources("AWS::SNS::Subscription").values())
+    email = only(synth.resources("AWS::SNS::Subscription"))
+    assert (email["Protocol"], email["Endpoint"]) == ("email", "gpu-oncall@example.com")
     policy = only(synth.resources("AWS::SNS::TopicPolicy"))["PolicyDocument"]["Statement"]
     assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in policy)
     slack = only(synth.resources("AWS::Chatbot::SlackChannelConfiguration"))

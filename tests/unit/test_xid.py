@@ -6,6 +6,9 @@ import json
 from datetime import datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpuaudit.rules.xid import (
     CATALOG_URL,
     ECC_CHECK,
@@ -20,8 +23,6 @@ from gpuaudit.rules.xid import (
     route_node,
 )
 from gpuaudit.timeutil import UTC
-from hypothesis import given
-from hypothesis import strategies as st
 
 T0 = datetime(2026, 9, 25, 17, 0, tzinfo=UTC)
 BUS = "0000:53:00"

@@ -65,11 +65,12 @@ def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[str]) -> tuple[Clu
             on_start_deep_health_checks=list(g.get("OnStartDeepHealthChecks") or []),
             training_plan_arn=g.get("TrainingPlanArn"), current_image_id=g.get("CurrentImageId"),
             desired_image_id=g.get("DesiredImageId"),
-            node_role=role if role in ("compute", "controller", "login") else "unknown"))
+            node_role=role if role in ("compute", "controller", "login") else "unknown"))  # type: ignore[arg-type]
     arn = described.get("ClusterArn")
     vpc = described.get("VpcConfig") or {}
     cluster = ClusterInfo(
-        name=name, kind=kind, region=aws.region, arn=arn, cluster_id=arn.rsplit("/", 1)[-1] if arn else None,
+        name=name, kind=kind, region=aws.region, arn=arn,  # type: ignore[arg-type]
+        cluster_id=arn.rsplit("/", 1)[-1] if arn else None,
         status=described.get("ClusterStatus"), node_recovery=described.get("NodeRecovery"),
         node_provisioning_mode=described.get("NodeProvisioningMode"), instance_groups=groups,
         security_group_ids=list(vpc.get("SecurityGroupIds", [])), subnet_ids=list(vpc.get("Subnets", [])))

@@ -286,7 +286,8 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
     all_nodes = [*nodes, *discovered]
     hma_group = next((g.name for g in groups if is_hma_group(g.name, cluster.name)), None)
     hma_streams = _hma_streams(aws, hma_group, gaps) if hma_group else None
-    kept = {x.log_group for x in [*activity, *kernel] if stream_node_ids(x.log_stream, all_nodes)}
+    kept = {g for g, s in [*((a.log_group, a.log_stream) for a in activity),
+                           *((k.log_group, k.log_stream) for k in kernel)] if stream_node_ids(s, all_nodes)}
     if hma_group:
         kept.add(hma_group)
     return LogEvidence(

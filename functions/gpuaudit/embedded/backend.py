@@ -454,7 +454,7 @@ def _filter_log_events(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
                "ingestionTime": r.timestamp_ms, "eventId": f"{r.timestamp_ms}-{i}"}
               for i, r in enumerate(_records(b, [name], p.get("startTime"), p.get("endTime"), wanted))
               if matcher(r.message)]
-    events.sort(key=lambda e: e["timestamp"])
+    events.sort(key=lambda e: int(str(e["timestamp"])))
     return page(events, p, "events", token="nextToken", limit="limit", default=10000)
 
 
@@ -606,8 +606,10 @@ def _get_metric_data(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
             if start <= t < end:
                 key = int(t.timestamp()) // period_s * period_s
                 buckets.setdefault(key, []).append(float(value))
-        agg = {"Sum": sum, "Maximum": max, "Minimum": min, "Average": lambda v: sum(v) / len(v),
-               "SampleCount": len}.get(stat["Stat"])
+        aggregations: dict[str, Callable[[list[float]], float]] = {
+            "Sum": sum, "Maximum": max, "Minimum": min, "Average": lambda v: sum(v) / len(v),
+            "SampleCount": lambda v: float(len(v))}
+        agg = aggregations.get(stat["Stat"])
         if agg is None:
             raise ApiError("InvalidParameterValue", f"Unsupported statistic {stat['Stat']}")
         keys = sorted(buckets, reverse=p.get("ScanBy", "TimestampDescending") == "TimestampDescending")

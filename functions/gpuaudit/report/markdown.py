@@ -56,8 +56,9 @@ def render(result: Result) -> str:
     if r.checks:
         lines += ["## Pre-flight checks", "", "| # | Check | Result | Evidence | Action |", "|---|---|---|---|---|"]
         order = {"FAIL": 0, "RISK": 1, "UNVERIFIED": 2, "Needs input": 3, "Not checked": 4, "PASS": 5}
-        for c in sorted(r.checks, key=lambda c: (order.get(c.result, 9), int(c.id[1:]))):
-            lines.append(f"| {c.id} | {_cell(c.title)} | **{c.result}** | {_cell(c.evidence)} | {_cell(c.action)} |")
+        for chk in sorted(r.checks, key=lambda k: (order.get(k.result, 9), int(k.id[1:]))):
+            lines.append(f"| {chk.id} | {_cell(chk.title)} | **{chk.result}** | {_cell(chk.evidence)} | "
+                         f"{_cell(chk.action)} |")
         lines.append("")
     if r.timeline:
         lines += ["## Timeline (UTC)", "", "| Time | Source | Resource | Event |", "|---|---|---|---|"]

@@ -284,7 +284,7 @@ def branch_e(j: Judged) -> Branch:
 def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
     nodes = _accelerated(j)
     app = [(n, e) for n in nodes for e in n.gpu_errors if e.class_ == "application"]
-    classes = {n.instance_id: {e.class_ for e in n.gpu_errors} for n in nodes}
+    classes: dict[str, set[str]] = {n.instance_id: {str(e.class_) for e in n.gpu_errors} for n in nodes}
     codes = {n.instance_id: {e.code for e in n.gpu_errors if e.code is not None} for n in nodes}
     pattern = fleet_pattern(classes, codes, image_changed=any("Image" in b.evidence for b in others if b.branch == "E"))
     if app:
@@ -312,7 +312,7 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
     a, b, c, d, e = branch_a(j), branch_b(j), branch_c(j), branch_d(j), branch_e(j)
     f = branch_f(j, [a, b, c, d, e])
     branches = [a, b, c, d, e, f]
-    by = {x.branch: x for x in branches}
+    by: dict[str, Branch] = {x.branch: x for x in branches}
     root = [x for x in branches if x.status == "Root cause"]
     actions: list[str] = []
     if by["B"].status in ("Root cause", "UNVERIFIED", "Contributing"):

@@ -7,13 +7,22 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from gpuaudit.model.evidence import Evidence, NodeInfo
-from gpuaudit.model.result import Call, ClusterRef, NodeResult, Result, TimelineEntry, WindowOut
+from gpuaudit.model.result import (
+    Branch,
+    Call,
+    Check,
+    ClusterRef,
+    NodeResult,
+    Result,
+    TimelineEntry,
+    WindowOut,
+)
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import preflight as preflight_rules
-from gpuaudit.rules.coverage import StreamIndex, hma_group_live, is_accelerated, node_coverage
+from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
 from gpuaudit.rules.streams import stream_node_ids
 from gpuaudit.rules.window import padded
@@ -138,8 +147,11 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     gaps = list(evidence.gaps) + coverage_gaps(judged)
     actions = node_actions(judged)
     timeline = build_timeline(judged) if evidence.mode == "incident" else gpu_timeline(judged)
-    branches, branch_headline, branch_actions = ([], None, [])
-    checks, ready = [], None
+    branches: list[Branch] = []
+    branch_headline: str | None = None
+    branch_actions: list[str] = []
+    checks: list[Check] = []
+    ready: str | None = None
     if evidence.mode == "incident":
         branches, branch_headline, branch_actions = branch_rules.assess(judged)
     if evidence.mode == "preflight":
@@ -157,7 +169,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,
                          padded_start=pad.start, padded_end=pad.end),
         generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
-        checks=checks, ready=ready, planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
+        checks=checks, ready=ready,  # type: ignore[arg-type]
+        planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
         timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
         visibility_gaps=gaps, actions=_unique(actions + branch_actions),
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
@@ -274,7 +287,8 @@ def cluster_state(evidence: Evidence) -> list[str]:
     return lines
 
 
-def headline_for(j: Judged, branch_headline: str | None, ready: str | None) -> tuple[str, str]:
+def headline_for(j: Judged, branch_headline: str | None,
+                 ready: str | None) -> tuple[str, Literal["High", "Medium", "Low"]]:
     nodes = j.nodes
     accelerated = [n for n in nodes if n.gpu_count != 0]
     counts: dict[str, int] = defaultdict(int)
@@ -296,6 +310,7 @@ def headline_for(j: Judged, branch_headline: str | None, ready: str | None) -> t
     else:
         head = "No GPU errors in the window, on proven coverage."
     head += f" Coverage of {len(accelerated)} GPU node(s): {coverage or 'none'}."
+    confidence: Literal["High", "Medium", "Low"]
     if not accelerated:
         confidence = "Low"
     elif not blind and not j.evidence.gaps:
@@ -303,7 +318,5 @@ def headline_for(j: Judged, branch_headline: str | None, ready: str | None) -> t
     elif len(blind) < len(accelerated):
         confidence = "Medium"
     else:
-        confidence = "Low"
-    if any(is_accelerated(n, j.evidence) for n in j.evidence.nodes) is False:
         confidence = "Low"
     return head, confidence

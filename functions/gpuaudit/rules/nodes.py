@@ -63,7 +63,7 @@ def collapse(node_lines: Sequence[ParsedLine], overrides: Mapping[int, str] | No
             continue
         c = classify(p.xid.code, p.xid.text, overrides)
         entries[key] = GpuError(
-            time=p.line.time, last_time=p.line.time, code=p.xid.code, pci=p.xid.pci, class_=c.class_,
+            time=p.line.time, last_time=p.line.time, code=p.xid.code, pci=p.xid.pci, class_=c.class_,  # type: ignore[call-arg]
             log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.xid.raw,
             meaning=c.meaning + (f" (class overridden to {c.override} by configuration)" if c.override else "")
             if c.meaning else ("unknown code: quoted verbatim, see https://docs.nvidia.com/deploy/xid-errors/"),

@@ -1,0 +1,45 @@
+"""Lambda packaging without Docker: pinned runtime dependencies for Lambda's platform, the two
+packages without the embedded backend; skipped entirely with `bundle=false`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from infra.bundling import LocalPipBundling
+from infra.config import bundling_enabled
+from infra.packaging import pinned_version, runtime_requirements
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_runtime_requirements_are_the_pins_minus_the_cli() -> None:
+    requirements = runtime_requirements()
+    names = {r.split("==")[0] for r in requirements}
+    assert names == {"boto3", "botocore", "pydantic", "aws-lambda-powertools[tracer]"}
+    assert all("==" in r for r in requirements)
+    assert pinned_version("aws-lambda-powertools", requirements) in (ROOT / "pyproject.toml").read_text()
+
+
+def test_local_bundling_installs_for_lambdas_platform_and_copies_the_packages(tmp_path: Path) -> None:
+    commands: list[list[str]] = []
+
+    def run(command: list[str], **_: Any) -> None:
+        commands.append(command)
+
+    assert LocalPipBundling(["pydantic==2.14.3"], run=run).try_bundle(str(tmp_path))
+    (pip,) = commands
+    assert pip[1:4] == ["-m", "pip", "install"] and pip[-1] == "pydantic==2.14.3"
+    for flag, value in {"--target": str(tmp_path), "--platform": "manylinux2014_x86_64", "--python-version": "3.12",
+                        "--implementation": "cp"}.items():
+        assert pip[pip.index(flag) + 1] == value
+    assert "--only-binary=:all:" in pip
+    shipped = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
+    assert {"handlers/plan.py", "handlers/payload.py", "gpuaudit/pipeline.py", "gpuaudit/sinks.py"} <= shipped
+    assert not [p for p in shipped if p.startswith(("gpuaudit/embedded/", "gpuaudit/cli.py", "gpuaudit/demo.py"))]
+    assert (tmp_path / "gpuaudit/data/xid_catalog.json").exists()
+
+
+def test_bundling_is_skippable_by_context() -> None:
+    assert bundling_enabled({}) and bundling_enabled({"bundle": "true"})
+    assert not bundling_enabled({"bundle": False}) and not bundling_enabled({"bundle": "false"})

@@ -1,0 +1,148 @@
+"""IAM: the audit path reads, and writes only the product's own table, topic and bucket.
+
+Every action of every identity policy in the template must be in ALLOWLIST (exact names, no
+wildcards), each write is scoped to the stack's own resources, and the read policy covers every
+operation the collectors call (found by reading their source)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cdk_synth import Synthesized
+
+from infra.permissions import AUDIT_READS, PLAN_READS, iam_action
+
+ROOT = Path(__file__).resolve().parents[2]
+
+READS = {
+    "sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "sagemaker:DescribeClusterNode",
+    "sagemaker:ListClusterEvents", "sagemaker:DescribeTrainingPlan", "sagemaker:ListClusters", "sagemaker:ListTags",
+    "logs:DescribeLogGroups", "logs:DescribeLogStreams", "logs:StartQuery", "logs:GetQueryResults", "logs:StopQuery",
+    "ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceStatus",
+    "ec2:DescribeCapacityReservations", "ec2:DescribeCapacityBlockExtensionOfferings", "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets", "ec2:DescribeRouteTables", "cloudtrail:LookupEvents", "health:DescribeEvents",
+    "health:DescribeAffectedEntities", "fsx:DescribeFileSystems", "cloudwatch:ListMetrics", "cloudwatch:GetMetricData",
+    "cloudwatch:DescribeAlarms", "events:ListRules", "servicequotas:GetServiceQuota", "servicequotas:ListServiceQuotas",
+}
+OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "dynamodb:PutItem", "dynamodb:Query", "sns:Publish",
+                       "kms:GenerateDataKey", "kms:Decrypt"}
+# The product's own plumbing: its log groups and traces, the state machine invoking its functions and
+# starting its own child executions, EventBridge starting the state machine, vended log delivery.
+PLUMBING = {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments", "xray:PutTelemetryRecords",
+            "xray:GetSamplingRules", "xray:GetSamplingTargets", "lambda:InvokeFunction", "states:StartExecution",
+            "states:DescribeExecution", "states:StopExecution", "states:RedriveExecution", "logs:CreateLogDelivery",
+            "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery", "logs:ListLogDeliveries",
+            "logs:PutResourcePolicy", "logs:DescribeResourcePolicies"}
+ALLOWLIST = READS | OWN_RESOURCE_ACCESS | PLUMBING
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def identity_statements(synth: Synthesized) -> list[tuple[str, dict[str, Any]]]:
+    """(role logical ID, statement) for every inline and attached policy of every role."""
+    out = []
+    for role_id, role in synth.resources("AWS::IAM::Role").items():
+        assert "ManagedPolicyArns" not in role["Properties"], f"{role_id}: managed policies widen silently"
+        for policy in role["Properties"].get("Policies", []):
+            out += [(role_id, s) for s in policy["PolicyDocument"]["Statement"]]
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        for role in policy["Properties"]["Roles"]:
+            out += [(role["Ref"], s) for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+    assert not synth.resources("AWS::IAM::ManagedPolicy") and not synth.resources("AWS::IAM::User")
+    return out
+
+
+def step_roles(synth: Synthesized) -> dict[str, str]:
+    """Handler module -> its role's logical ID."""
+    return {f["Properties"]["Handler"].split(".")[1]: f["Properties"]["Role"]["Fn::GetAtt"][0]
+            for f in synth.resources("AWS::Lambda::Function").values()}
+
+
+def actions_of(statements: list[tuple[str, dict[str, Any]]], role: str) -> set[str]:
+    return {a for r, s in statements if r == role for a in _list(s["Action"])}
+
+
+def test_every_action_is_in_the_allowlist(synth: Synthesized) -> None:
+    statements = identity_statements(synth)
+    actions = {a for _, s in statements for a in _list(s["Action"])}
+    assert all(s["Effect"] == "Allow" for _, s in statements)
+    assert not [a for a in actions if "*" in a], "no wildcard actions"
+    assert actions - ALLOWLIST == set(), f"actions outside the allowlist: {sorted(actions - ALLOWLIST)}"
+
+
+def test_own_resource_access_is_scoped_to_the_stacks_own_table_topic_key_and_bucket(synth: Synthesized) -> None:
+    own = {*synth.resources("AWS::DynamoDB::Table"), *synth.resources("AWS::SNS::Topic"),
+           *synth.resources("AWS::KMS::Key"), *synth.resources("AWS::S3::Bucket")}
+    for role, statement in identity_statements(synth):
+        if not set(_list(statement["Action"])) & OWN_RESOURCE_ACCESS:
+            continue
+        for resource in _list(statement["Resource"]):
+            text = json.dumps(resource)
+            assert any(f'"{logical_id}"' in text for logical_id in own), f"{role}: {statement}"
+            if "s3:PutObject" in _list(statement["Action"]):
+                assert text.endswith(('/payloads/*"]]}', '/results/*"]]}')), f"{role} writes outside its prefixes"
+
+
+def test_the_audit_path_only_reads(synth: Synthesized) -> None:
+    statements, roles = identity_statements(synth), step_roles(synth)
+    for step in ("inventory", "collect_logs", "finish"):
+        extra = actions_of(statements, roles[step]) - READS - {"s3:GetObject", "s3:PutObject", "logs:CreateLogStream",
+                                                               "logs:PutLogEvents", "xray:PutTraceSegments",
+                                                               "xray:PutTelemetryRecords"}
+        assert extra == set(), f"{step} holds {sorted(extra)}"
+    assert actions_of(statements, roles["plan"]) & READS == set(PLAN_READS)
+    verdict = actions_of(statements, roles["verdict"])
+    assert verdict & READS == set(), "the verdict judges evidence; it reads no audited service"
+    assert {"dynamodb:PutItem", "sns:Publish"} <= verdict
+
+
+def test_reads_are_scoped_where_the_service_allows(synth: Synthesized) -> None:
+    for role, statement in identity_statements(synth):
+        actions = set(_list(statement["Action"]))
+        if actions & {"sagemaker:DescribeCluster", "sagemaker:ListTags"}:
+            assert ":cluster/*" in json.dumps(statement["Resource"]), role
+        if actions & {"logs:StartQuery", "logs:DescribeLogGroups"}:
+            assert ":log-group:*" in json.dumps(statement["Resource"]), role
+
+
+def collector_operations(paths: list[Path]) -> set[str]:
+    """Every `aws.call("svc", "Op")` / `aws.paginate(...)` in the source, as IAM actions."""
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("call", "paginate")):
+                continue
+            receiver = node.func.value
+            if not ((isinstance(receiver, ast.Name) and receiver.id == "aws")
+                    or (isinstance(receiver, ast.Attribute) and receiver.attr == "aws")):
+                continue
+            service, operation = node.args[:2]
+            assert isinstance(service, ast.Constant) and isinstance(operation, ast.Constant), \
+                f"{path.name}:{node.lineno}: a computed operation cannot be checked against IAM"
+            found.add(iam_action(service.value, operation.value))
+    return found
+
+
+@pytest.mark.parametrize(("sources", "granted"), [
+    (sorted((ROOT / "functions/gpuaudit/collectors").glob("*.py")), AUDIT_READS),
+    ([ROOT / "functions/handlers/targets.py"], PLAN_READS),
+], ids=["collectors", "plan"])
+def test_the_read_policy_covers_every_operation_the_code_calls(sources: list[Path], granted: dict[str, str]) -> None:
+    called = collector_operations(sources)
+    assert called, "the scan found no AWS call: the pattern no longer matches the code"
+    assert called - set(granted) == set(), f"called but not granted (add to infra/permissions.py): " \
+                                           f"{sorted(called - set(granted))}"
+    assert set(granted) - called == set(), f"granted but never called: {sorted(set(granted) - called)}"
+
+
+def test_the_template_grants_the_read_policy_as_declared(synth: Synthesized) -> None:
+    statements, roles = identity_statements(synth), step_roles(synth)
+    for step in ("inventory", "collect_logs", "finish"):
+        assert actions_of(statements, roles[step]) & READS == set(AUDIT_READS), step
