@@ -4,6 +4,8 @@ DynamoDB table and alerts published to an SNS topic, both in the embedded backen
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,7 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             world = load_world(entry["path"])
             backend = WorldBackend(world)
             session = backend.session()
-            frozen_now = world.now
-            aws = Aws(session=session, region=world.region, clock=lambda: frozen_now, sleep=lambda _s: None)
+            aws = Aws(session=session, region=world.region, clock=_frozen(world.now), sleep=lambda _s: None)
             request = AuditRequest(cluster=entry["cluster"], mode=entry["mode"],
                                    since=parse_time(entry["since"]) if entry.get("since") else None,
                                    until=parse_time(entry["until"]) if entry.get("until") else None,
@@ -71,6 +72,10 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             console.print(table)
             console.print(f"HTML report: {stem}.report.html", soft_wrap=True, highlight=False)
     return written
+
+
+def _frozen(now: datetime) -> Callable[[], datetime]:
+    return lambda: now
 
 
 def _ensure_table(ddb: Any) -> None:

@@ -11,6 +11,7 @@ that were not live in every hour: healthy nodes cost nothing extra.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -157,10 +158,8 @@ class InsightsRunner:
             if status in FINISHED:
                 break
             if waited >= self.deadline_s:
-                try:
+                with contextlib.suppress(CallFailed):  # the gap below already says the query was abandoned
                     self.aws.call("logs", "StopQuery", queryId=pending.query_id)
-                except CallFailed:
-                    pass  # the gap below already says the query was abandoned
                 self.gaps.append(f"Not checked: logs GetQueryResults — {pending.purpose} query still {status} after "
                                  f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}; stopped")
                 self._record(pending, f"{status} (abandoned)", 0, 0.0, False)
