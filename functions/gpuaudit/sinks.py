@@ -45,9 +45,16 @@ def _s(value: object) -> dict[str, str]:
 
 
 def latest_state(ddb: Any, table: str, cluster: str) -> dict[str, dict[str, str]]:
-    out = ddb.query(TableName=table, KeyConditionExpression="pk = :p",
-                    ExpressionAttributeValues={":p": _s(f"LATEST#{cluster}")})
-    return {i["sk"]["S"]: {k: v["S"] for k, v in i.items() if "S" in v} for i in out.get("Items", [])}
+    """Every latest-state item of the cluster, across all query pages (a 2,000-node cluster passes 1 MB)."""
+    state: dict[str, dict[str, str]] = {}
+    params: dict[str, Any] = {"TableName": table, "KeyConditionExpression": "pk = :p",
+                              "ExpressionAttributeValues": {":p": _s(f"LATEST#{cluster}")}}
+    while True:
+        out = ddb.query(**params)
+        state.update({i["sk"]["S"]: {k: v["S"] for k, v in i.items() if "S" in v} for i in out.get("Items", [])})
+        if not out.get("LastEvaluatedKey"):
+            return state
+        params["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
 
 def changes_against(result: Result, previous: dict[str, dict[str, str]]) -> list[str]:
@@ -80,33 +87,29 @@ def alert_message(result: Result, changes: list[str]) -> str:
              *[f"- {c}" for c in changes[:20]]]
     if len(changes) > 20:
         lines.append(f"- … and {len(changes) - 20} more")
-    return redact("\n".join(lines))
+    return redact("\n".join(lines), result.account_ids)
 
 
 def chatbot_payload(result: Result, message: str) -> str:
     """AWS Chatbot custom-notification shape."""
     return json.dumps({"version": "1.0", "source": "custom", "content": {
-        "textType": "client-markdown", "title": redact(f"gpuaudit: {result.cluster.name}"),
+        "textType": "client-markdown", "title": redact(f"gpuaudit: {result.cluster.name}", result.account_ids),
         "description": message}})
 
 
 def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, result: Result,
                     now_epoch: int, retention_days: int = RETENTION_DAYS) -> SinkOutcome:
     outcome = SinkOutcome()
+    audit_key = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY")}
+    if "Item" in ddb.get_item(TableName=table, Key=audit_key, ConsistentRead=True):
+        outcome.duplicate = True  # this audit window was already recorded and alerted on
+        return outcome
     previous = latest_state(ddb, table, result.cluster.name)
     expires = _s(now_epoch + retention_days * 86400)
-    summary = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY"), "cluster": _s(result.cluster.name),
-               "mode": _s(result.mode), "headline": _s(redact(result.headline)),
-               "window_start": _s(result.window.start.isoformat()), "window_end": _s(result.window.end.isoformat()),
-               "expires_at": {"N": expires["S"]}}
-    if not _put_new(ddb, table, summary):
-        outcome.duplicate = True
-        return outcome
-    outcome.items_written += 1
     for node in result.nodes:
         item = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(f"NODE#{node.instance_id}"),
                 "xid_status": _s(node.xid_status), "verdict": _s(node.verdict or "none"),
-                "verdict_evidence": _s(redact(node.verdict_evidence or "")), "expires_at": {"N": expires["S"]}}
+                "verdict_evidence": _s(redact(node.verdict_evidence or "", result.account_ids)), "expires_at": {"N": expires["S"]}}
         outcome.items_written += int(_put_new(ddb, table, item))
     outcome.changes = changes_against(result, previous)
     for node in result.nodes:  # latest state per node: what the next audit compares against
@@ -126,4 +129,11 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
                                         "https": chatbot_payload(result, outcome.alert)}),
                     MessageStructure="json")
         outcome.published = True
+    # The summary is the commit marker, written last: a crash before it makes a retry redo the writes and
+    # the alert (at least once), never skip the alert. Two racing deliveries: the condition lets one win.
+    summary = {**audit_key, "cluster": _s(result.cluster.name), "mode": _s(result.mode),
+               "headline": _s(redact(result.headline, result.account_ids)), "window_start": _s(result.window.start.isoformat()),
+               "window_end": _s(result.window.end.isoformat()), "expires_at": {"N": expires["S"]}}
+    if _put_new(ddb, table, summary):
+        outcome.items_written += 1
     return outcome

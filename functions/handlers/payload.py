@@ -29,10 +29,10 @@ def is_reference(document: Any) -> bool:
     return isinstance(document, dict) and set(document) == {"s3"}
 
 
-def store(document: dict[str, Any], s3: Any, bucket: str, kind: str, limit: int = INLINE_LIMIT) -> dict[str, Any]:
-    """The document itself when its JSON fits in `limit` bytes, else a reference to it in S3."""
+def store(document: dict[str, Any], s3: Any, bucket: str, kind: str, limit: int | None = None) -> dict[str, Any]:
+    """The document itself when its JSON fits in `limit` bytes (default INLINE_LIMIT), else a reference to it."""
     body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    if len(body) <= limit:
+    if len(body) <= (INLINE_LIMIT if limit is None else limit):
         return document
     key = f"{PREFIX}/{kind}/{hashlib.sha256(body).hexdigest()}.json"
     s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")

@@ -17,12 +17,14 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import boto3
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed
 from gpuaudit.model.evidence import CallCount
+from handlers.observability import metrics
 
 T = TypeVar("T")
 
@@ -89,10 +91,9 @@ def parse_event(event: Any, model: Any, what: str) -> Any:
     """Parse with Powertools Parser; a mismatch raises InvalidEvent naming every bad field."""
     try:
         return parse(event=event, model=model)
-    except ValidationError as exc:
-        raise InvalidEvent(f"{what}: {describe(exc)}") from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidEvent(f"{what}: {exc}") from None
+    except (ValidationError, TypeError, ValueError) as exc:
+        metrics.add_metric(name="InvalidEvents", unit=MetricUnit.Count, value=1)
+        raise InvalidEvent(f"{what}: {describe(exc) if isinstance(exc, ValidationError) else exc}") from None
 
 
 def describe(exc: ValidationError) -> str:
@@ -109,15 +110,12 @@ def surfaced_throttling() -> Iterator[None]:
     """Throttling that escaped the in-process retries becomes the error the state machine retries."""
     try:
         yield
-    except CallFailed as failed:
-        if failed.code in THROTTLING:
-            raise ThrottlingException(str(failed)) from None
-        raise
-    except ClientError as err:
-        code = err.response.get("Error", {}).get("Code", "")
-        if code in THROTTLING:
-            raise ThrottlingException(f"{code}: {err}") from None
-        raise
+    except (CallFailed, ClientError) as err:
+        code = err.code if isinstance(err, CallFailed) else err.response.get("Error", {}).get("Code", "")
+        if code not in THROTTLING:
+            raise
+        metrics.add_metric(name="ThrottledSteps", unit=MetricUnit.Count, value=1)
+        raise ThrottlingException(str(err)) from None
 
 
 def sum_calls(tallies: Iterable[Iterable[CallCount]]) -> list[CallCount]:

@@ -126,7 +126,7 @@ def plan_for(trigger: Trigger, settings: PlanSettings, aws: Aws) -> Plan:
 
 def _hyperpod_plan(trigger: HyperPodEvent, audited: list[str], end: datetime, gaps: list[str]) -> Plan:
     named = trigger.detail.cluster or ""
-    cluster = next((c for c in audited if named in (c, *_arn_names(trigger))), None)
+    cluster = next((c for c in audited if c in _names(trigger)), None)
     if (trigger.detail.level or "").lower() == "info":
         return Plan(trigger="hyperpod-event", targets=[], gaps=gaps,
                     skipped=[f"{named}: informational {trigger.detail_type} (EventLevel Info) — no audit"])
@@ -138,12 +138,12 @@ def _hyperpod_plan(trigger: HyperPodEvent, audited: list[str], end: datetime, ga
                 targets=[AuditTarget(request=request, trigger="hyperpod-event", window_source="event")])
 
 
-def _arn_names(trigger: HyperPodEvent) -> list[str]:
-    """A configured name may be given as the cluster ARN, and events carry both."""
+def _names(trigger: HyperPodEvent) -> set[str]:
+    """Every way the event names its cluster: a configured name may also be the cluster ARN."""
     detail = trigger.detail
     inner = detail.EventDetails
-    return [n for n in (detail.ClusterName, detail.ClusterArn, inner and inner.ClusterName,
-                        inner and inner.ClusterArn, *trigger.resources) if n]
+    return {n for n in (detail.ClusterName, detail.ClusterArn, inner and inner.ClusterName,
+                        inner and inner.ClusterArn, *trigger.resources) if n}
 
 
 def _capacity_plan(trigger: CapacityBlockWarning, audited: list[str], end: datetime, aws: Aws,

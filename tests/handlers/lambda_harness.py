@@ -138,3 +138,17 @@ def capacity_block_warning(reservation_id: str, time: str, detail_type: str = "C
                            end_date: str = "2026-10-03T11:30:00Z") -> dict[str, Any]:
     return _event(detail_type, "aws.ec2", time, {"capacity-reservation-id": reservation_id, "end-date": end_date},
                   [f"arn:aws:ec2:us-west-2:{EVENT_ACCOUNT}:capacity-reservation/{reservation_id}"])
+
+
+def through_steps(target: dict[str, Any]) -> dict[str, Any]:
+    """Inventory → CollectLogs (each batch) → Finish, as the state machine chains them: the Verdict's input."""
+    found = inventory.handler(target, LambdaContext())
+    batches = [collect_logs.handler({"evidence": found["evidence"], "batch": batch}, LambdaContext())
+               for batch in found["batches"]]
+    return finish.handler({"request": target["request"], "evidence": found["evidence"], "batches": batches},  # type: ignore[no-any-return]
+                          LambdaContext())
+
+
+def console_target(request: dict[str, Any]) -> dict[str, Any]:
+    (target,) = plan.handler(request, LambdaContext())["targets"]
+    return target  # type: ignore[no-any-return]

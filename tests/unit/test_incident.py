@@ -175,3 +175,21 @@ def test_class_override_is_named_in_result_and_report() -> None:
     assert node(overridden, iid).verdict == "REBOOT"
     assert overridden.config_overrides == ["Xid 31 class overridden to hardware by configuration"]
     assert "Xid 31 class overridden to hardware by configuration" in overridden.report_markdown
+
+
+def test_a_flood_of_identical_xids_does_not_hide_a_later_hardware_xid() -> None:
+    # Given 10,500 identical Xid 31 lines (past Logs Insights' 10,000-row cap), then one Xid 79
+    w = PClusterWorld("flood", n_compute=1)
+    gpu = w.compute[0]
+    stream = w.healthy(gpu, at(-48), at(13))
+    w.stream(w.group, stream, periodic=[(at(9), at(9) .replace("09:00:00", "09:17:30"), 0.1,
+                                         xid_line(gpu.hostname, 31))],
+             events=[(at(10, 50), xid_line(gpu.hostname, 79, "0000:64:00"))])
+    # When the incident is audited
+    result = w.audit("flood", mode="incident", since=at(9), until=at(11))
+    n = node(result, gpu.instance_id)
+    # Then the GPU-lines query was re-read in slices: every 31 is counted once, and the 79 decides
+    assert n.verdict == "REBOOT"
+    assert next(e.count for e in n.gpu_errors if e.code == 31) == 10_500
+    assert sum(1 for q in result.calls if q.operation == "StartQuery") == 1
+    assert next(c.count for c in result.calls if c.operation == "StartQuery") > 3

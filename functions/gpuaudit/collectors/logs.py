@@ -40,7 +40,7 @@ from gpuaudit.rules.streams import (
     is_pcluster_group,
     stream_node_ids,
 )
-from gpuaudit.timeutil import floor_hour, hours_between, parse_time
+from gpuaudit.timeutil import floor_hour, hours_between, iso, parse_time
 
 KEYWORDS = ("kernel", "messages", "syslog", "system", "dmesg", "journal", "gpu")
 MAX_GROUPS_PER_QUERY = 50
@@ -98,10 +98,15 @@ def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[str]) -> list
                 found[name] = LogGroupInfo(
                     name=name, matched_patterns=patterns,
                     creation_time=parse_time(g["creationTime"]) if g.get("creationTime") else None,
-                    stored_bytes=g.get("storedBytes"))
+                    stored_bytes=g.get("storedBytes"), owner_account=_arn_account(g.get("arn") or g.get("logGroupArn")))
         except CallFailed as failed:
             gaps.append(failed.gap + f" — log groups matching {pattern!r} not listed")
     return sorted(found.values(), key=lambda g: g.name)
+
+
+def _arn_account(arn: str | None) -> str | None:
+    parts = (arn or "").split(":")
+    return parts[4] if len(parts) > 4 and parts[4].isdigit() else None
 
 
 def _batches(items: Sequence[str], size: int) -> list[list[str]]:
@@ -225,7 +230,9 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         rows = runner.results(p)
         if rows is None:
             continue
-        if len(rows) >= MAX_ROWS:
+        if len(rows) >= MAX_ROWS and kind == "gpu":
+            rows = _split_gpu_query(runner, batch, win.gpu_start, win.gpu_end, gaps)
+        elif len(rows) >= MAX_ROWS:
             truncated.add(kind)
             gaps.append(f"Visibility gap: the {p.purpose} query over {', '.join(p.groups)} returned the Logs Insights "
                         f"maximum of {MAX_ROWS} rows; rows beyond it were not read and are not treated as empty")
@@ -272,6 +279,28 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
     if unread and counts is not None:  # the summary row was past the cap: totals come from the detail bins
         update.update(lines=sum(counts.values()), live_hours=sum(1 for n in counts.values() if n > 0))
     return activity.model_copy(update=update)
+
+
+MAX_GPU_SPLITS = 5  # up to 32 time slices of the window before the rest is reported as a gap
+
+
+def _split_gpu_query(runner: InsightsRunner, batch: list[str], start: datetime, end: datetime, gaps: list[str],
+                     depth: int = 0) -> list[dict[str, str]]:
+    """A GPU-lines result at the 10,000-row cap is re-read in halves of its time range: a flood of
+    identical Xids must not hide the later ones (they are collapsed downstream, not dropped here)."""
+    middle = start + timedelta(seconds=int((end - start).total_seconds()) // 2)  # whole seconds: no overlap
+    rows: list[dict[str, str]] = []
+    for lo, hi in ((start, middle), (middle, end)):
+        part = runner.results(runner.start("gpu-lines", batch, lo, hi, GPU_QUERY))
+        if part is None:
+            continue
+        if len(part) >= MAX_ROWS and depth + 1 < MAX_GPU_SPLITS:
+            part = _split_gpu_query(runner, batch, lo, hi, gaps, depth + 1)
+        elif len(part) >= MAX_ROWS:
+            gaps.append(f"Visibility gap: more than {MAX_ROWS} GPU lines between {iso(lo)} and {iso(hi)} in "
+                        f"{', '.join(batch)}; lines beyond the first {MAX_ROWS} of that slice were not read")
+        rows.extend(part)
+    return rows
 
 
 def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],

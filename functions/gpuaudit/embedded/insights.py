@@ -692,14 +692,19 @@ def _negated(inner: Predicate) -> Predicate:
 
 def _compile_filter(expr: Expr, env: _Env) -> Predicate:
     """Turn an expression into a closure, so per-record work is only the comparison itself."""
-    if isinstance(expr, (BoolOp, Not)) and not isinstance(env, _TextEnv):
-        name = _only_field(expr)
-        if name is not None and env.field(name).kind == "str":
-            # Every test reads the same string field (`@message like /a/ or @message like /b/`): decide
-            # once per distinct value of it, remembered, instead of once per record and per test.
-            get = env.field(name).value
-            matches = _memoised(_compile_filter(expr, _TextEnv(name)))
-            return lambda item: matches(get(item))
+    if isinstance(expr, (BoolOp, Not)) and not isinstance(env, _ValuesEnv):
+        names = _fields_of(expr)
+        getters = [env.field(name) for name in names]
+        if len(names) <= 3 and all(acc.kind == "str" for acc in getters):
+            # Every test reads one to three string fields (`@message like /a/ or (@logStream like /b/ and
+            # @message like /c/)`): decide once per distinct combination of their values, remembered,
+            # instead of once per record and per test. Log lines repeat; a memo lookup is cheap.
+            decide = _memoised(_compile_filter(expr, _ValuesEnv(names)))
+            if len(names) == 1:
+                get = getters[0].value
+                return lambda item: decide(get(item))
+            key_of = _key_function([acc.value for acc in getters])
+            return lambda item: decide(key_of(item))
     if isinstance(expr, BoolOp):
         parts = [_compile_filter(operand, env) for operand in expr.operands]
         return reduce(_both if expr.op == "and" else _either, parts)
@@ -715,8 +720,8 @@ def _compile_filter(expr: Expr, env: _Env) -> Predicate:
     return _compare(acc.value, expr.op, expr.value)
 
 
-def _only_field(expr: Expr) -> str | None:
-    """The one field an expression reads, or None when it reads several."""
+def _fields_of(expr: Expr) -> list[str]:
+    """The fields an expression reads, sorted."""
     found: set[str] = set()
     pending: list[Expr] = [expr]
     while pending:
@@ -727,34 +732,47 @@ def _only_field(expr: Expr) -> str | None:
             pending.append(node.operand)
         else:
             found.add(node.field)
-    return found.pop() if len(found) == 1 else None
+    return sorted(found)
 
 
-class _TextEnv(_Env):
-    """The value of one string field as the item itself (see `_compile_filter`)."""
+class _ValuesEnv(_Env):
+    """Items that are the values of a few string fields: the value itself for one field, else a tuple of
+    them in `names` order (see `_compile_filter`)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, names: list[str]) -> None:
         super().__init__()
-        self.name = name
+        self.accessors = {name: _acc(_identity if len(names) == 1 else itemgetter(i), None, "str")
+                          for i, name in enumerate(names)}
 
     def lookup(self, name: str) -> _Acc:
-        return _acc(_identity, None, "str") if name == self.name else _ABSENT
+        return self.accessors.get(name, _ABSENT)
 
 
 def _identity(value: Any) -> Any:
     return value
 
 
-def _memoised(predicate: Predicate) -> Predicate:
-    """`predicate(text)`, remembered per distinct text (bounded, like `_memoised_search`)."""
-    memo: dict[str, bool] = {}
+def _key_function(getters: list[Getter]) -> Getter:
+    """The tuple of several getters' results, unrolled for two and three."""
+    if len(getters) == 2:
+        a, b = getters
+        return lambda item: (a(item), b(item))
+    if len(getters) == 3:
+        a, b, c = getters
+        return lambda item: (a(item), b(item), c(item))
+    return lambda item: tuple(g(item) for g in getters)
 
-    def decide(text: str) -> bool:
-        hit = memo.get(text)
+
+def _memoised(predicate: Predicate) -> Predicate:
+    """`predicate(value)`, remembered per distinct value (bounded, like `_memoised_search`)."""
+    memo: dict[Any, bool] = {}
+
+    def decide(value: Any) -> bool:
+        hit = memo.get(value)
         if hit is None:
-            hit = bool(predicate(text))
+            hit = bool(predicate(value))
             if len(memo) < _MEMO_LIMIT:
-                memo[text] = hit
+                memo[value] = hit
         return hit
 
     return decide
@@ -776,7 +794,7 @@ def _like(get: Getter, always_str: bool, pattern: re.Pattern[str] | str) -> Pred
 
 
 _REGEX_METACHARACTERS = frozenset(".^$*+?{}[]\\|()")
-_MEMO_LIMIT = 1 << 16
+_MEMO_LIMIT = 1 << 18
 
 
 def _regex_literal(pattern: re.Pattern[str]) -> str | None:
@@ -1110,6 +1128,7 @@ def _execute(
 
 _CHUNK = 1 << 15
 _MESSAGE = attrgetter("message")
+_STAMP = attrgetter("timestamp_ms")
 
 
 def _message_bytes(records: list[Any]) -> int:
@@ -1126,7 +1145,9 @@ def _scan_chunks(
     `tally` accumulates records scanned, bytes scanned and records matched as the chunks are consumed."""
     source = iter(records)
     while chunk := list(islice(source, _CHUNK)):
-        kept = [r for r in chunk if low <= r.timestamp_ms <= high]
+        stamps = list(map(_STAMP, chunk))  # the backend already cut the range, so usually all are in it
+        kept = chunk if low <= min(stamps) and max(stamps) <= high else [
+            r for r in chunk if low <= r.timestamp_ms <= high]
         tally[0] += len(kept)
         tally[1] += _message_bytes(kept)
         for predicate in predicates:

@@ -85,6 +85,7 @@ class LogGroupInfo(Frozen):
     matched_patterns: list[str] = Field(default_factory=list)
     creation_time: datetime | None = None
     stored_bytes: int | None = None
+    owner_account: str | None = None  # from the group's ARN; used only to redact it from every output
 
 
 class KernelStream(Frozen):

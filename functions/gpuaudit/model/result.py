@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
 
 from gpuaudit.timeutil import iso
 
@@ -149,6 +149,18 @@ class Result(Out):
     calls: list[Call] = Field(default_factory=list)
     self_check: str = ""
     report_markdown: str = ""
+
+    # Account IDs seen by this audit, kept only to redact them from alerts and logs; never serialised.
+    _account_ids: frozenset[str] = PrivateAttr(default_factory=frozenset)
+
+    def with_account_ids(self, ids: frozenset[str]) -> Result:
+        copy = self.model_copy()
+        copy._account_ids = ids
+        return copy
+
+    @property
+    def account_ids(self) -> frozenset[str]:
+        return self._account_ids
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)

@@ -125,12 +125,13 @@ def render(result: Result) -> str:
 
 def finalize(result: Result, evidence: Evidence) -> Result:
     """Self-check (fixing or downgrading what breaks a rule), then render the report from the result."""
+    accounts = frozenset(a for a in [_arn_account(evidence.cluster.arn),
+                                      *(g.owner_account for g in evidence.log_groups)] if a)
     checked = self_check(result)
     report = render(checked)
-    return checked.model_copy(update={"report_markdown": redact(report, {_account(evidence)} - {""})})
+    return checked.model_copy(update={"report_markdown": redact(report, accounts)}).with_account_ids(accounts)
 
 
-def _account(evidence: Evidence) -> str:
-    arn = evidence.cluster.arn or ""
-    parts = arn.split(":")
-    return parts[4] if len(parts) > 4 else ""
+def _arn_account(arn: str | None) -> str | None:
+    parts = (arn or "").split(":")
+    return parts[4] if len(parts) > 4 and parts[4].isdigit() else None

@@ -1,0 +1,106 @@
+"""Inventory, CollectLogs and Finish: the same evidence as the CLI's in-process pipeline, large
+evidence by S3 reference, a failed batch as a `Not checked` gap, throttling surfaced for retry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lambda_harness import (
+    PCLUSTER_WORLD,
+    Account,
+    LambdaContext,
+    console_target,
+    scheduled_event,
+    through_steps,
+    world_account,
+)
+
+from gpuaudit import pipeline
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.model.evidence import Evidence
+from handlers import collect_logs, finish, inventory, payload, plan
+from handlers.runtime import InvalidEvent, ThrottlingException
+
+
+def evidence_of(account: Account, stored: dict[str, Any]) -> Evidence:
+    return Evidence.model_validate(payload.load(stored, account.session.client("s3")))
+
+
+def scheduled_target() -> dict[str, Any]:
+    (target,) = plan.handler(scheduled_event("2026-10-01T18:17:04Z"), LambdaContext())["targets"]
+    return target  # type: ignore[no-any-return]
+
+
+def test_the_steps_collect_exactly_what_the_cli_collects(account: Account) -> None:
+    target = scheduled_target()
+    deployed = evidence_of(account, through_steps(target)["evidence"])
+    in_process = pipeline.collect(Aws(session=account.backend.session(), region=account.world.region,
+                                      clock=lambda: account.world.now),
+                                  pipeline.AuditRequest.model_validate(target["request"]))
+    assert deployed.window.source == "schedule" and in_process.window.source == "user"
+    assert deployed.model_copy(update={"window": in_process.window}) == in_process
+    assert deployed.calls == in_process.calls  # the sum over every step's own Aws port
+
+
+def test_inventory_stamps_the_window_source_and_plans_batches_of_at_most_50_groups(account: Account) -> None:
+    found = inventory.handler(scheduled_target(), LambdaContext())
+    evidence = evidence_of(account, found["evidence"])
+    assert evidence.window.source == "schedule" and evidence.cluster.name == "research-hp-slurm"
+    assert [b["index"] for b in found["batches"]] == list(range(len(found["batches"])))
+    assert sum(len(b["groups"]) for b in found["batches"]) == len(evidence.log_groups)
+    assert {(c.service, c.operation) for c in evidence.calls} >= {("sagemaker", "DescribeCluster"),
+                                                                  ("logs", "DescribeLogGroups")}
+
+
+def test_large_evidence_travels_through_the_bucket_by_reference(account: Account,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    for limit in ("INLINE_LIMIT", "INVENTORY_SHARE", "BATCHES_SHARE"):
+        monkeypatch.setattr(payload, limit, 1_000)
+    target = scheduled_target()
+    found = inventory.handler(target, LambdaContext())
+    assert payload.is_reference(found["evidence"])
+    collected = collect_logs.handler({"evidence": found["evidence"], "batch": found["batches"][0]}, LambdaContext())
+    assert payload.is_reference(collected["batch"])
+    joined = finish.handler({"request": target["request"], "evidence": found["evidence"], "batches": [collected]},
+                            LambdaContext())
+    assert payload.is_reference(joined["evidence"])
+    assert {k.split("/")[1] for k in account.object_keys()} == {"inventory", "batch", "evidence"}
+    assert evidence_of(account, joined["evidence"]).stream_activity
+
+
+def test_a_failed_batch_becomes_a_not_checked_gap(account: Account) -> None:
+    target = scheduled_target()
+    found = inventory.handler(target, LambdaContext())
+    groups = found["batches"][0]["groups"]
+    failure = {"step": "CollectLogs", "groups": groups, "error": "RuntimeError",
+               "cause": '{"errorMessage": "Logs Insights unreachable", "errorType": "RuntimeError"}'}
+    joined = finish.handler({"request": target["request"], "evidence": found["evidence"],
+                             "batches": [{"failed": failure}]}, LambdaContext())
+    gaps = evidence_of(account, joined["evidence"]).gaps
+    (gap,) = [g for g in gaps if g.startswith("Not checked: step CollectLogs")]
+    assert groups[0] in gap and "(RuntimeError: Logs Insights unreachable)" in gap
+    assert "coverage of their streams not proven" in gap
+
+
+def test_throttling_past_the_in_process_retries_is_raised_for_the_state_machine_to_retry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fault = {"service": "ec2", "operation": "DescribeInstances", "error": "RequestLimitExceeded"}
+    with world_account(monkeypatch, PCLUSTER_WORLD, clusters=("llm-pretrain-b200",), faults=[fault]):
+        target = console_target({"cluster": "llm-pretrain-b200", "mode": "coverage"})
+        with pytest.raises(ThrottlingException, match="RequestLimitExceeded"):
+            inventory.handler(target, LambdaContext())
+
+
+@pytest.mark.parametrize(("module", "event", "named"), [
+    (inventory, {}, "request: Field required"),
+    (inventory, {"request": {"cluster": "c"}, "trigger": "cron"}, "trigger: Input should be"),
+    (collect_logs, {"evidence": {}, "batch": {"index": 0, "of": 1, "groups": [f"/g/{i}" for i in range(51)]}},
+     "batch.groups: List should have at most 50 items"),
+    (finish, {"request": {"cluster": "c"}, "evidence": {}, "batches": "all"}, "batches: Input should be a valid list"),
+], ids=["inventory-empty", "inventory-bad-trigger", "collect-oversized-batch", "finish-bad-batches"])
+def test_a_malformed_step_event_gets_a_clear_validation_error(account: Account, module: Any, event: dict[str, Any],
+                                                              named: str) -> None:
+    with pytest.raises(InvalidEvent, match="expects") as raised:
+        module.handler(event, LambdaContext())
+    assert named in str(raised.value)

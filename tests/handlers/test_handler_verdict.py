@@ -1,0 +1,103 @@
+"""Verdict: findings to DynamoDB and one alert to SNS (moto); the same audit again writes and
+publishes nothing new; EMF metrics; a failed step is a `Not checked` gap in the result."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from lambda_harness import (
+    EVENT_ACCOUNT,
+    PCLUSTER_WORLD,
+    Account,
+    LambdaContext,
+    console_target,
+    through_steps,
+    world_account,
+)
+
+from handlers import inventory, verdict
+from handlers.runtime import InvalidEvent
+
+INCIDENT = {"cluster": "llm-pretrain-b200", "mode": "incident", "since": "2026-09-27T10:00:00Z",
+            "until": "2026-09-27T12:00:00Z"}
+
+
+@pytest.fixture
+def pcluster(monkeypatch: pytest.MonkeyPatch) -> Any:
+    with world_account(monkeypatch, PCLUSTER_WORLD, clusters=("llm-pretrain-b200",)) as acct:
+        yield acct
+
+
+def test_the_verdict_writes_findings_and_alerts_once_per_audit(pcluster: Account) -> None:
+    given = through_steps(console_target(INCIDENT))
+    first = verdict.handler(given, LambdaContext())
+    items, alerts, objects = pcluster.findings(), pcluster.published(), pcluster.object_keys()
+
+    assert first["audited"] and not first["findings"]["duplicate"] and first["alert_published"]
+    summary = [i for i in items if i["pk"] == f"AUDIT#{first['audit_id']}" and i["sk"] == "SUMMARY"]
+    assert len(summary) == 1 and summary[0]["cluster"] == "llm-pretrain-b200"
+    assert {i["sk"] for i in items if i["pk"] == "LATEST#llm-pretrain-b200"} >= {"NODE#i-0e58b081006f7e3df"}
+    (alert,) = alerts
+    assert alert["subject"] == "gpuaudit: llm-pretrain-b200"
+    assert "i-0e58b081006f7e3df" in alert["message"]["default"]
+    assert json.loads(alert["message"]["https"])["content"]["textType"] == "client-markdown"  # AWS Chatbot's shape
+    assert {first["result"]["json"], first["result"]["report"]} <= set(objects)
+
+    again = verdict.handler(given, LambdaContext())
+    assert again["findings"] == {"written": 0, "duplicate": True} and not again["alert_published"]
+    assert (pcluster.findings(), pcluster.published(), pcluster.object_keys()) == (items, alerts, objects)
+
+
+def test_no_account_id_in_alerts_findings_or_the_summary(pcluster: Account) -> None:
+    out = verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+    text = json.dumps([out, pcluster.published(), pcluster.findings()])
+    assert pcluster.world.account_id not in text and EVENT_ACCOUNT not in text
+
+
+def test_the_result_and_report_land_in_the_evidence_bucket(pcluster: Account) -> None:
+    out = verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+    result = pcluster.read_json(out["result"]["json"])
+    assert result["audit_id"] == out["audit_id"] and result["schema"] == "gpu-audit-result/1"
+    assert result["window"]["start"] == "2026-09-27T10:00:00Z" and result["window"]["source"] == "user"
+    assert any(b["branch"] == "B" for b in result["branches"])
+
+
+def test_emf_metrics_count_nodes_by_xid_status_verdicts_and_gaps(pcluster: Account,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    nodes = {m["xid_status"]: m["Nodes"] for m in emitted if "Nodes" in m}
+    verdicts = {m["verdict"]: m["Verdicts"] for m in emitted if "Verdicts" in m}
+    assert nodes == {"Measured": [1.0], "Not observable": [2.0]}
+    assert verdicts == {"NOT OBSERVABLE": [2.0], "none": [1.0]}
+    (flushed,) = [m for m in emitted if "VisibilityGaps" in m]
+    assert flushed["cluster"] == "llm-pretrain-b200" and flushed["AlertsPublished"] == [1.0]
+    assert flushed["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "gpuaudit"
+
+
+def test_a_failed_finish_is_judged_on_the_inventory_evidence_with_a_not_checked_gap(pcluster: Account) -> None:
+    target = console_target(INCIDENT)
+    found = inventory.handler(target, LambdaContext())
+    out = verdict.handler({"request": target["request"], "evidence": found["evidence"], "failure": {
+        "step": "Finish", "error": "States.Timeout", "cause": "Task timed out after 600.00 seconds"}},
+        LambdaContext())
+    (gap,) = out["not_checked"]
+    assert gap.startswith("Not checked: step Finish failed (States.Timeout: Task timed out")
+    result = pcluster.read_json(out["result"]["json"])
+    assert gap in result["visibility_gaps"]
+    assert all(n["xid_status"] != "Measured" for n in result["nodes"])  # no coverage proven without the logs
+
+
+def test_findings_expire_after_the_configured_retention(pcluster: Account, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FINDING_RETENTION_DAYS", "7")
+    out = verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+    (summary,) = [i for i in pcluster.findings() if i["pk"] == f"AUDIT#{out['audit_id']}" and i["sk"] == "SUMMARY"]
+    assert int(summary["expires_at"]) == int((pcluster.world.now + timedelta(days=7)).timestamp())
+
+
+def test_a_malformed_verdict_event_gets_a_clear_validation_error(pcluster: Account) -> None:
+    with pytest.raises(InvalidEvent, match="evidence: Field required"):
+        verdict.handler({"request": INCIDENT}, LambdaContext())
