@@ -99,5 +99,5 @@ def test_node_list_failing_part_way_is_a_gap_not_a_lost_audit(tmp_path: Path) ->
                                                   "error": "ValidationException",
                                                   "message": "The pagination token expired"}])
     assert code == 0
-    assert "node list of research-hp-slurm incomplete" in gaps_text(result)
+    assert "node list incomplete of research-hp-slurm" in gaps_text(result)
     assert "No GPU errors" not in result.headline and result.confidence == "Low"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.model.evidence import CapabilityProfile, ClusterInfo, InstanceGroup, NodeInfo
+from gpuaudit.model.evidence import NODE_LIST_INCOMPLETE, CapabilityProfile, ClusterInfo, InstanceGroup, NodeInfo
 from gpuaudit.rules.capability import nvswitch_class
 
 PCLUSTER_TAG = "parallelcluster:cluster-name"
@@ -102,7 +102,7 @@ def _summaries(aws: Aws, name: str, gaps: list[str]) -> list[dict[str, Any]]:
         for summary in aws.paginate("sagemaker", "ListClusterNodes", "ClusterNodeSummaries", ClusterName=name):
             summaries.append(summary)
     except CallFailed as failed:
-        gaps.append(failed.gap + f" — node list of {name} incomplete after {len(summaries)} node(s); nodes not "
+        gaps.append(failed.gap + f" — {NODE_LIST_INCOMPLETE} of {name}: stopped after {len(summaries)} node(s); nodes not "
                                  "listed are Not checked")
     return summaries
 

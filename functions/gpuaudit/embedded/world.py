@@ -242,9 +242,13 @@ def _parse_log_groups(raw_groups: list[Any]) -> dict[str, LogGroup]:
                                          _epoch_ms(p.get("to"), f"{pwhere}.to"),
                                          int(every * 1000), as_logged(str(p.get("message", "")))))
             creation = s.get("creationTime")
+            if s["logStreamName"] in streams:
+                raise WorldError(f"{swhere}: stream {s['logStreamName']!r} appears twice in {g['logGroupName']!r}")
             streams[s["logStreamName"]] = Stream(
                 s["logStreamName"], events, periodic,
                 _epoch_ms(creation, f"{swhere}.creationTime") if creation is not None else None)
         meta = {k: v for k, v in g.items() if k not in ("streams",)}
+        if g["logGroupName"] in groups:
+            raise WorldError(f"{where}: log group {g['logGroupName']!r} appears twice")
         groups[g["logGroupName"]] = LogGroup(g["logGroupName"], streams, meta)
     return groups

@@ -16,6 +16,10 @@ Mode = Literal["coverage", "incident", "preflight"]
 WindowSource = Literal["user", "default-24h", "default-72h", "default-7d", "schedule", "event"]
 
 
+# Named in a gap when ListClusterNodes stops part-way; the report then qualifies what it says of the nodes.
+NODE_LIST_INCOMPLETE = "node list incomplete"
+
+
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.evidence import NODE_LIST_INCOMPLETE, Evidence, NodeInfo
 from gpuaudit.model.result import (
     Branch,
     Call,
@@ -276,7 +276,10 @@ def cluster_state(evidence: Evidence) -> list[str]:
                      f"current/target{extra}")
     not_running = [f"{n.instance_id} ({n.status}{': ' + n.status_message if n.status_message else ''})"
                    for n in evidence.nodes if n.status not in ("Running", "running")]
-    lines.append("nodes not Running: " + (", ".join(not_running) if not_running else "none"))
+    complete = not any(NODE_LIST_INCOMPLETE in g for g in evidence.gaps)
+    listed = ", ".join(not_running) if not_running else "none"
+    lines.append(f"nodes not Running: {listed}" + ("" if complete else " among the nodes listed (the node list is "
+                                                                      "incomplete: see visibility gaps)"))
     if c.kind.startswith("hyperpod"):
         recovery = c.node_recovery or "not returned"
         meaning = ("HyperPod reboots or replaces a node it finds faulty" if recovery == "Automatic" else
