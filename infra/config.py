@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -44,7 +44,7 @@ class DeployConfig(BaseModel):
     slack: SlackChannel | None = None
     finding_retention_days: int = Field(default=90, ge=1)
     payload_retention_days: int = Field(default=3, ge=1)
-    log_retention_days: int = Field(default=30, ge=1)
+    log_retention_days: Literal[1, 3, 7, 14, 30, 90, 180, 365] = 30  # the stack's own log groups
     logs_insights_concurrent_queries: int = Field(default=30, ge=QUERIES_PER_BATCH)
     clusters_in_flight: int = Field(default=5, ge=1)
     xid_class_overrides: list[str] = Field(default_factory=list)  # CODE=CLASS, as the CLI's --xid-class

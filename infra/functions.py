@@ -62,7 +62,7 @@ def _resource(stack: Stack, scope: permissions.Scope) -> str:
 
 
 def read_statements(stack: Stack, reads: dict[str, permissions.Scope]) -> list[iam.PolicyStatement]:
-    """One statement per scope, actions sorted: the policy reads like the table above."""
+    """One statement per scope, actions sorted: the policy reads like the table in permissions.py."""
     by_scope: dict[permissions.Scope, list[str]] = defaultdict(list)
     for action, scope in reads.items():
         by_scope[scope].append(action)
@@ -115,8 +115,7 @@ class AuditFunctions(Construct):
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for name, spec in SPECS.items():
-            log_group = logs.LogGroup(self, f"{name}Logs", retention=RETENTION.get(config.log_retention_days,
-                                                                                  logs.RetentionDays.ONE_MONTH),
+            log_group = logs.LogGroup(self, f"{name}Logs", retention=RETENTION[config.log_retention_days],
                                       removal_policy=RemovalPolicy.DESTROY)
             role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                             description=f"gpuaudit {name}: least privilege, written inline")

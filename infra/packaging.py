@@ -17,9 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS = ROOT / "functions"
 PACKAGES = ("gpuaudit", "handlers")
-# Never shipped to Lambda: the embedded backend and its worlds, the CLI (glob patterns, relative to functions/).
-EXCLUDE = ["gpuaudit.egg-info", "**/__pycache__", "**/*.pyc", "gpuaudit/embedded", "gpuaudit/worlds",
-           "gpuaudit/cli.py", "gpuaudit/demo.py", "gpuaudit/__main__.py"]
+# Never shipped to Lambda: the embedded backend and its worlds, the CLI and the dev tools
+# (glob patterns, relative to functions/). tests/infra imports the handlers from the package alone.
+DEV_ONLY = ("embedded", "worlds", "cli.py", "demo.py", "__main__.py", "bench.py", "worldgen.py")
+EXCLUDE = ["gpuaudit.egg-info", "**/__pycache__", "**/*.pyc", *(f"gpuaudit/{name}" for name in DEV_ONLY)]
 CLI_ONLY = {"typer", "rich"}
 EXTRAS = {"aws-lambda-powertools": "tracer"}  # Powertools' Tracer needs the X-Ray SDK
 PLATFORM = "manylinux2014_x86_64"
@@ -58,6 +59,6 @@ def pip_command(output_dir: str, requirements: Sequence[str]) -> list[str]:
 
 def copy_packages(output_dir: str | Path, source: Path = FUNCTIONS) -> None:
     """gpuaudit and handlers into the package, without what EXCLUDE keeps out of Lambda."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "embedded", "worlds", "cli.py", "demo.py", "__main__.py")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", *DEV_ONLY)
     for package in PACKAGES:
         shutil.copytree(source / package, Path(output_dir) / package, ignore=ignore, dirs_exist_ok=True)

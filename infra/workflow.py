@@ -24,7 +24,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.config import DeployConfig
-from infra.functions import AuditFunctions
+from infra.functions import RETENTION, AuditFunctions
 from infra.nag import acknowledge_wildcards, default_policy
 
 # Lambda's own throttling and transient faults, and a handler's ThrottlingException (AWS throttled
@@ -81,7 +81,7 @@ class AuditWorkflow(Construct):
                                       map_execution_type=sfn.StateMachineType.STANDARD)
         clusters.item_processor(inventory.next(batches).next(finish).next(verdict))
 
-        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH,
+        log_group = logs.LogGroup(self, "Logs", retention=RETENTION[config.log_retention_days],
                                   removal_policy=RemovalPolicy.DESTROY)
         self.state_machine = sfn.StateMachine(
             self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(plan.next(clusters)),

@@ -29,7 +29,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     session = session_factory()
     s3 = session.client("s3")
     aws = runtime.audit_port(session, clock)
-    with runtime.surfaced_throttling():
+    with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
         batch = pipeline.collect_logs(aws, evidence, item.batch.groups)
         stored = payload.store(batch.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "batch",

@@ -30,7 +30,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     session = session_factory()
     s3 = session.client("s3")
     aws = runtime.audit_port(session, clock)
-    with runtime.surfaced_throttling():
+    with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(joined.evidence, s3))
         batches: list[BatchEvidence] = []
         tallies: list[list[CallCount]] = [evidence.calls]

@@ -48,6 +48,7 @@ class HyperPodDetail(BaseModel):
 
     ClusterName: str | None = None
     ClusterArn: str | None = None
+    ClusterStatus: str | None = None  # "SageMaker HyperPod Cluster State Change"
     EventDetails: HyperPodEventDetails | None = None
 
     @property

@@ -37,7 +37,7 @@ def parse_trigger(event: Any) -> Trigger:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     trigger = parse_trigger(event)
     settings = PlanSettings.from_env(dict(os.environ))
-    with runtime.surfaced_throttling():
+    with runtime.reported_failures():
         plan = plan_for(trigger, settings, runtime.audit_port(session_factory(), clock))
     metrics.add_metric(name="AuditsPlanned", unit=MetricUnit.Count, value=len(plan.targets))
     logger.info("planned", extra={"trigger": plan.trigger, "clusters": [t.request.cluster for t in plan.targets],

@@ -14,7 +14,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import boto3
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,8 +25,6 @@ from pydantic import BaseModel, ValidationError
 from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed
 from gpuaudit.model.evidence import CallCount
 from handlers.observability import metrics
-
-T = TypeVar("T")
 
 
 class InvalidEvent(ValueError):
@@ -106,16 +104,18 @@ def describe(exc: ValidationError) -> str:
 
 
 @contextlib.contextmanager
-def surfaced_throttling() -> Iterator[None]:
-    """Throttling that escaped the in-process retries becomes the error the state machine retries."""
+def reported_failures() -> Iterator[None]:
+    """A step that fails is counted (StepErrors); throttling that escaped the in-process retries becomes
+    ThrottlingException, the error the state machine retries with backoff."""
     try:
         yield
-    except (CallFailed, ClientError) as err:
-        code = err.code if isinstance(err, CallFailed) else err.response.get("Error", {}).get("Code", "")
-        if code not in THROTTLING:
-            raise
-        metrics.add_metric(name="ThrottledSteps", unit=MetricUnit.Count, value=1)
-        raise ThrottlingException(str(err)) from None
+    except Exception as err:
+        code = err.code if isinstance(err, CallFailed) else \
+            err.response.get("Error", {}).get("Code", "") if isinstance(err, ClientError) else ""
+        metrics.add_metric(name="StepErrors", unit=MetricUnit.Count, value=1)
+        if code in THROTTLING:
+            raise ThrottlingException(str(err)) from None
+        raise
 
 
 def sum_calls(tallies: Iterable[Iterable[CallCount]]) -> list[CallCount]:

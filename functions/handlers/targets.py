@@ -20,6 +20,7 @@ from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Pl
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+FAILED_CLUSTER_STATES = {"Failed", "RollingBack"}  # state changes worth an incident audit
 
 
 class DiscoveryTag(BaseModel):
@@ -130,6 +131,10 @@ def _hyperpod_plan(trigger: HyperPodEvent, audited: list[str], end: datetime, ga
     if (trigger.detail.level or "").lower() == "info":
         return Plan(trigger="hyperpod-event", targets=[], gaps=gaps,
                     skipped=[f"{named}: informational {trigger.detail_type} (EventLevel Info) — no audit"])
+    status = trigger.detail.ClusterStatus
+    if trigger.detail_type == "SageMaker HyperPod Cluster State Change" and status not in FAILED_CLUSTER_STATES:
+        return Plan(trigger="hyperpod-event", targets=[], gaps=gaps,
+                    skipped=[f"{named}: cluster state {status} is not a failure — no audit"])
     if cluster is None:
         return Plan(trigger="hyperpod-event", targets=[], gaps=gaps,
                     skipped=[f"{named}: not in the audited set ({', '.join(audited) or 'empty'})"])

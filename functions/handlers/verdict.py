@@ -21,6 +21,7 @@ from gpuaudit.model.result import Result
 from gpuaudit.report.redact import redact
 from gpuaudit.rules.judge import OVERRIDES_ENV, parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS, SinkOutcome, write_and_alert
+from gpuaudit.timeutil import iso
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, tracer
@@ -39,7 +40,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     session = session_factory()
     s3 = session.client("s3")
     bucket = runtime.env("EVIDENCE_BUCKET")
-    with runtime.surfaced_throttling():
+    with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(given.evidence, s3))
         if given.failure is not None:
             evidence.gaps.append(given.failure.gap())
@@ -80,8 +81,7 @@ def summary(result: Result, outcome: SinkOutcome, bucket: str, key: str) -> dict
     """The cluster's line in the execution output: small, no account ID."""
     return {
         "cluster": result.cluster.name, "mode": result.mode, "audited": True, "audit_id": result.audit_id,
-        "window": {"start": result.window.start.isoformat(), "end": result.window.end.isoformat(),
-                   "source": result.window.source},
+        "window": {"start": iso(result.window.start), "end": iso(result.window.end), "source": result.window.source},
         "headline": redact(result.headline),
         "xid_status": dict(sorted(Counter(n.xid_status for n in result.nodes).items())),
         "verdicts": dict(sorted(Counter(n.verdict or "none" for n in result.nodes).items())),

@@ -134,6 +134,13 @@ def hyperpod_node_health_event(cluster: str, time: str) -> dict[str, Any]:
                           "RepairAction": "Replace"}}, [arn])
 
 
+def hyperpod_state_change(cluster: str, time: str, status: str) -> dict[str, Any]:
+    arn = f"arn:aws:sagemaker:us-west-2:{EVENT_ACCOUNT}:cluster/k3m9x2pq7wla"
+    return _event("SageMaker HyperPod Cluster State Change", "aws.sagemaker", time, {
+        "ClusterArn": arn, "ClusterName": cluster, "ClusterStatus": status, "CreationTime": 1745858447412,
+        "FailureMessage": "", "InstanceGroups": []}, [arn])
+
+
 def capacity_block_warning(reservation_id: str, time: str, detail_type: str = "Capacity Block Expiration Warning",
                            end_date: str = "2026-10-03T11:30:00Z") -> dict[str, Any]:
     return _event(detail_type, "aws.ec2", time, {"capacity-reservation-id": reservation_id, "end-date": end_date},

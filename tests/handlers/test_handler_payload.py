@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from lambda_harness import BUCKET, Account
-
 from handlers import payload
+from lambda_harness import BUCKET, Account
 
 
 def test_small_documents_stay_inline(account: Account) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from handlers import plan
+from handlers.runtime import InvalidEvent
 from lambda_harness import (
     PCLUSTER_WORLD,
     Account,
@@ -12,12 +14,10 @@ from lambda_harness import (
     capacity_block_warning,
     hyperpod_cluster_event,
     hyperpod_node_health_event,
+    hyperpod_state_change,
     scheduled_event,
     world_account,
 )
-
-from handlers import plan
-from handlers.runtime import InvalidEvent
 
 
 def run(event: Any) -> dict[str, Any]:
@@ -56,6 +56,14 @@ def test_informational_and_unaudited_cluster_events_start_nothing(account: Accou
     other = run(hyperpod_cluster_event("someone-elses-cluster", "2026-10-01T16:42:31Z"))
     assert info["targets"] == [] and "Info" in info["skipped"][0]
     assert other["targets"] == [] and "not in the audited set" in other["skipped"][0]
+
+
+@pytest.mark.parametrize(("status", "audited"), [("Failed", True), ("RollingBack", True), ("InService", False),
+                                                 ("Updating", False)])
+def test_only_a_failed_cluster_state_change_starts_an_incident_audit(account: Account, status: str,
+                                                                    audited: bool) -> None:
+    out = run(hyperpod_state_change("research-hp-slurm", "2026-10-01T16:42:31Z", status))
+    assert bool(out["targets"]) is audited
 
 
 @pytest.mark.parametrize("detail_type", ["Capacity Block Expiration Warning",

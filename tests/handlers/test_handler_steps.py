@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from handlers import collect_logs, finish, inventory, payload, plan
+from handlers.runtime import InvalidEvent, ThrottlingException
 from lambda_harness import (
     PCLUSTER_WORLD,
     Account,
@@ -19,8 +21,6 @@ from lambda_harness import (
 from gpuaudit import pipeline
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.model.evidence import Evidence
-from handlers import collect_logs, finish, inventory, payload, plan
-from handlers.runtime import InvalidEvent, ThrottlingException
 
 
 def evidence_of(account: Account, stored: dict[str, Any]) -> Evidence:

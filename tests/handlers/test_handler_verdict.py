@@ -8,6 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from handlers import inventory, verdict
+from handlers.runtime import InvalidEvent
 from lambda_harness import (
     EVENT_ACCOUNT,
     PCLUSTER_WORLD,
@@ -17,9 +19,6 @@ from lambda_harness import (
     through_steps,
     world_account,
 )
-
-from handlers import inventory, verdict
-from handlers.runtime import InvalidEvent
 
 INCIDENT = {"cluster": "llm-pretrain-b200", "mode": "incident", "since": "2026-09-27T10:00:00Z",
             "until": "2026-09-27T12:00:00Z"}

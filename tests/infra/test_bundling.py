@@ -3,8 +3,12 @@ packages without the embedded backend; skipped entirely with `bundle=false`."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+from cdk_synth import Synthesized
 
 from infra.bundling import LocalPipBundling
 from infra.config import bundling_enabled
@@ -36,10 +40,25 @@ def test_local_bundling_installs_for_lambdas_platform_and_copies_the_packages(tm
     assert "--only-binary=:all:" in pip
     shipped = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
     assert {"handlers/plan.py", "handlers/payload.py", "gpuaudit/pipeline.py", "gpuaudit/sinks.py"} <= shipped
-    assert not [p for p in shipped if p.startswith(("gpuaudit/embedded/", "gpuaudit/cli.py", "gpuaudit/demo.py"))]
+    assert not [p for p in shipped if p.startswith(("gpuaudit/embedded/", "gpuaudit/cli.py", "gpuaudit/demo.py",
+                                                     "gpuaudit/bench.py", "gpuaudit/worldgen.py"))]
     assert (tmp_path / "gpuaudit/data/xid_catalog.json").exists()
 
 
 def test_bundling_is_skippable_by_context() -> None:
     assert bundling_enabled({}) and bundling_enabled({"bundle": "true"})
     assert not bundling_enabled({"bundle": False}) and not bundling_enabled({"bundle": "false"})
+
+
+def test_the_shipped_package_imports_every_handler_without_the_embedded_backend(synth: Synthesized) -> None:
+    """Import the handlers from the staged Lambda asset alone (not from the source tree)."""
+    (asset,) = [p for p in synth.outdir.iterdir() if p.name.startswith("asset.") and (p / "handlers").is_dir()]
+    probe = (
+        "import sys\n"
+        f"sys.path[:] = [{str(asset)!r}] + [p for p in sys.path if p and not p.rstrip('/').endswith('functions')]\n"
+        "sys.modules['gpuaudit.embedded'] = None  # importing it would raise\n"
+        "import handlers.plan, handlers.inventory, handlers.collect_logs, handlers.finish, handlers.verdict, gpuaudit\n"
+        f"assert gpuaudit.__file__.startswith({str(asset)!r}), gpuaudit.__file__\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
