@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.embedded.world import WorldError
 from gpuaudit.model.result import Result
@@ -98,6 +99,9 @@ def audit(
     run_hours: Annotated[float | None, typer.Option(help="Preflight: planned run length in hours")] = None,
     run_start: Annotated[str | None, typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
     checkpoint_minutes: Annotated[float | None, typer.Option(help="Preflight: checkpoint interval")] = None,
+    cache: Annotated[Path | None, typer.Option(
+        help="Incremental audits: keep proven hourly bins in this file and query only the hours that can still "
+             "change")] = None,
     deadline_seconds: Annotated[float | None, typer.Option(
         help="Stop calling AWS after this many seconds and report what was read (the rest: Not checked)")] = None,
     xid_class: Annotated[list[str] | None, typer.Option(
@@ -122,7 +126,8 @@ def audit(
         if deadline_seconds is not None:
             aws.deadline = time.monotonic() + deadline_seconds
         with err.status(f"auditing {cluster} ({mode})…"):
-            result = run_audit(aws, request, JudgeConfig.from_request(request, overrides))
+            result = run_audit(aws, request, JudgeConfig.from_request(request, overrides),
+                               FileCache(cache) if cache is not None else None)
         emit(result, fmt, out)
     except UserError as exc:
         _fail(str(exc), exc.code)

@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpuaudit.collectors import controlplane
+from gpuaudit.collectors import cache, controlplane
+from gpuaudit.collectors.cache import CacheState, CoverageCache
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.inventory import collect_inventory, collect_profiles
 from gpuaudit.collectors.logs import (
@@ -68,9 +69,23 @@ def log_window(evidence: Evidence) -> LogWindow:
                      gpu_start=min(pad.start, evidence.window.start - TIMELINE_MARGIN), gpu_end=pad.end)
 
 
-def collect_logs(aws: Aws, evidence: Evidence, batch: list[str]) -> BatchEvidence:
-    """Step 2 (one item of the log-source Map): the Logs Insights queries of one batch of ≤ 50 groups."""
-    return collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, log_window(evidence))
+def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheState | None = None) -> BatchEvidence:
+    """Step 2 (one item of the log-source Map): the Logs Insights queries of one batch of ≤ 50 groups.
+
+    With a cache, only the hours that can still change are queried and the rest is taken from the
+    cache (collectors/cache.py states the rule); the cache is then updated from the merged read."""
+    win = log_window(evidence)
+    usable = cache.usable(cached, batch, win) if cached is not None else None
+    if usable is None:
+        merged = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win)
+    else:
+        part = cache.fresh_window(win, usable)
+        known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
+        fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known)
+        merged = cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)
+    if cached is not None:
+        cache.update(cached, merged, win, evidence.now)
+    return merged
 
 
 def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence], request: AuditRequest) -> Evidence:
@@ -87,16 +102,20 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
     return evidence
 
 
-def collect(aws: Aws, request: AuditRequest) -> Evidence:
+def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | None = None) -> Evidence:
     """Every AWS read of one audit, in the order the state machine runs them."""
     evidence = start_audit(aws, request)
-    batches = [collect_logs(aws, evidence, batch) for batch in log_batches(evidence.log_groups)]
+    cached = coverage_cache.load(evidence.cluster.name, evidence.cluster.region) if coverage_cache else None
+    batches = [collect_logs(aws, evidence, batch, cached) for batch in log_batches(evidence.log_groups)]
+    if coverage_cache is not None and cached is not None:
+        coverage_cache.save(cached)
     evidence = finish_collection(aws, evidence, batches, request)
     evidence.calls = aws.call_counts()
     return evidence
 
 
-def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None) -> Result:
-    evidence = collect(aws, request)
+def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None,
+              coverage_cache: CoverageCache | None = None) -> Result:
+    evidence = collect(aws, request, coverage_cache)
     result = judge(evidence, config or JudgeConfig.from_request(request), generated_at=aws.clock())
     return finalize(result, evidence)

@@ -215,7 +215,10 @@ def looks_like_node_stream(stream: str, nodes: list[NodeInfo]) -> bool:
 
 
 def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: list[str], win: LogWindow,
-                  runner: InsightsRunner | None = None) -> BatchEvidence:
+                  runner: InsightsRunner | None = None,
+                  known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset()) -> BatchEvidence:
+    """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
+    streams identified by an earlier read (incremental audits count only the new kernel lines)."""
     gaps: list[str] = []
     runner = runner or InsightsRunner(aws, gaps)
     runner.gaps = gaps
@@ -250,9 +253,9 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                 gpu_lines.append(GpuLine(time=_time(r["@timestamp"]) or win.padded_start, log_group=group,
                                          log_stream=stream, message=r.get("@message", "")))
     expected = len(hours_between(win.padded_start, win.padded_end))
-    need_detail = {(k.log_group, k.log_stream) for k in kernel
-                   if looks_like_node_stream(k.log_stream, nodes) and (k.log_group, k.log_stream) in summary
-                   and summary[(k.log_group, k.log_stream)].live_hours < expected}
+    kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
+    need_detail = {key for key in kernel_keys
+                   if looks_like_node_stream(key[1], nodes) and key in summary and summary[key].live_hours < expected}
     for group in batch:
         if is_hma_group(group, cluster_name):
             other_streams = [key for key in summary if key[0] == group and not key[1].startswith(HMA_PREFIX)]
@@ -262,8 +265,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     # asked for by name (detail query), never taken as empty for the window.
     unread: set[tuple[str, str]] = set()
     if "summary" in truncated:
-        unread = {(k.log_group, k.log_stream) for k in kernel
-                  if looks_like_node_stream(k.log_stream, nodes) and (k.log_group, k.log_stream) not in summary}
+        unread = {key for key in kernel_keys if looks_like_node_stream(key[1], nodes) and key not in summary}
         summary.update({key: StreamActivity(log_group=key[0], log_stream=key[1], lines=0, live_hours=0)
                         for key in unread})
         need_detail |= unread

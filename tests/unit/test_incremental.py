@@ -1,0 +1,78 @@
+"""Incremental hourly audits equal full audits, and scan a small fraction of the records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.worlds import PClusterWorld, at, aws_for
+
+from gpuaudit.collectors.cache import FileCache
+from gpuaudit.model.result import Result
+from gpuaudit.pipeline import AuditRequest, run_audit
+
+
+def world_at(now: str, days: int = 3) -> PClusterWorld:
+    """Four GPU nodes logging every 5 min for some days; one kernel stream dies at 09:00, one node logs an Xid."""
+    start = at(-24 * days)
+    w = PClusterWorld("inc", n_compute=4, launch=start, now=now)
+    for n in w.compute[:3]:
+        w.healthy(n, start, at(14), every_s=300)
+        w.other_log(n, "slurmd", start, at(14), every_s=900)
+    silent = w.compute[3]
+    w.healthy(silent, start, at(9), every_s=300)
+    w.other_log(silent, "slurmd", start, at(14), every_s=900)
+    host = w.compute[0].hostname
+    w.stream(w.group, w.stream_name(w.compute[0]),
+             events=[(at(10, 20), f"{host} kernel: NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=python3")])
+    return w
+
+
+def audit(now: str, cache: FileCache | None) -> Result:
+    return run_audit(aws_for(world_at(now).world()), AuditRequest(cluster="inc"), coverage_cache=cache)
+
+
+def comparable(result: Result) -> list[tuple]:
+    rows = []
+    for n in result.nodes:
+        rows.append((n.instance_id, n.xid_status, n.verdict,
+                     [(c.log_group, c.log_stream, c.status, c.live_hours, tuple(c.empty_hours), c.kernel_lines_ever,
+                       c.last_event) for c in n.coverage],
+                     [(e.code, e.pci, e.time, e.count) for e in n.gpu_errors]))
+    return rows
+
+
+
+
+@pytest.mark.parametrize("hours_later", [1, 3])
+def test_hourly_runs_with_a_cache_equal_a_full_run(tmp_path: Path, hours_later: int) -> None:
+    cache = FileCache(tmp_path / "cache.json")
+    # Given an audit one or three hours earlier that filled the cache
+    audit(at(12 - hours_later, 30), cache)
+    # When the next hourly audit runs from the cache
+    incremental = audit(at(12, 30), cache)
+    # Then it says exactly what a full audit of the same moment says
+    full = audit(at(12, 30), None)
+    assert comparable(incremental) == comparable(full)
+    assert {n.xid_status for n in full.nodes if n.role == "compute"} == {"Measured", "Not observable"}
+
+
+def test_incremental_run_scans_a_fiftieth_of_a_full_seven_day_run(tmp_path: Path) -> None:
+    from gpuaudit.pipeline import collect
+
+    cache = FileCache(tmp_path / "cache.json")
+    request = AuditRequest(cluster="inc", last="7d")
+    full = collect(aws_for(world_at(at(11, 30), days=8).world()), request, cache)
+    nxt = collect(aws_for(world_at(at(12, 30), days=8).world()), request, cache)
+    full_scanned = sum(q.records_scanned for q in full.queries)
+    next_scanned = sum(q.records_scanned for q in nxt.queries)
+    assert full_scanned > 0 and next_scanned * 50 <= full_scanned, (full_scanned, next_scanned)
+
+
+def test_a_read_with_a_gap_is_not_cached(tmp_path: Path) -> None:
+    cache = FileCache(tmp_path / "cache.json")
+    w = world_at(at(11, 30))
+    w.fault("logs", "GetQueryResults", "ThrottlingException")  # every query result unreadable
+    run_audit(aws_for(w.world()), AuditRequest(cluster="inc"), coverage_cache=cache)
+    assert not cache.load("inc", "us-west-2").groups  # nothing proven, nothing kept
+    assert comparable(audit(at(12, 30), cache)) == comparable(audit(at(12, 30), None))
