@@ -11,8 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuaudit.collectors import cache, controlplane
-from gpuaudit.collectors.cache import CacheState, CoverageCache
 from gpuaudit.collectors.aws import Aws
+from gpuaudit.collectors.cache import CacheState, CoverageCache
 from gpuaudit.collectors.inventory import collect_inventory, collect_profiles
 from gpuaudit.collectors.logs import (
     BatchEvidence,

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.model.evidence import NODE_LIST_INCOMPLETE, CapabilityProfile, ClusterInfo, InstanceGroup, NodeInfo
+from gpuaudit.model.evidence import (
+    NODE_LIST_INCOMPLETE,
+    CapabilityProfile,
+    ClusterInfo,
+    InstanceGroup,
+    NodeInfo,
+)
 from gpuaudit.rules.capability import nvswitch_class
 
 PCLUSTER_TAG = "parallelcluster:cluster-name"
