@@ -9,9 +9,11 @@ from aws_cdk import App, Environment, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from infra.config import bundling_enabled, cdk_json_context, load_config
+from infra.cross_account import ReadOnlyRoleStack
 from infra.stack import GpuAuditStack
 
 STACK_NAME = "GpuAudit"
+READ_ONLY_ROLE_STACK = "GpuAuditReadOnlyRole"
 
 
 def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> tuple[App, GpuAuditStack]:
@@ -21,6 +23,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     stack = GpuAuditStack(app, STACK_NAME, config=load_config(resolved), bundle=bundling_enabled(resolved),
                           env=Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
                                           region=os.environ.get("CDK_DEFAULT_REGION")))
+    ReadOnlyRoleStack(app, READ_ONLY_ROLE_STACK)  # deployed separately, in each audited member account
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack
 

@@ -134,18 +134,8 @@ class AuditFunctions(Construct):
         audit_reads = iam.Policy(self, "AuditReads",
                                  statements=read_statements(stack, permissions.AUDIT_READS),
                                  roles=[self.roles[n] for n in ("Inventory", "CollectLogs", "Finish")])
-        read_reasons = {
-            "Resource::*": "Read-only Describe/List/Get/Lookup calls of EC2, CloudTrail, Health, FSx, CloudWatch, "
-                           "EventBridge, Service Quotas and Logs GetQueryResults/StopQuery: these actions support no "
-                           "resource-level permissions, so IAM requires Resource '*'.",
-            ":cluster/*": "Read-only SageMaker HyperPod cluster calls: cluster ARNs end in a service-generated ID, "
-                          "not the configured name, so the scope is every cluster of this account and region.",
-            ":training-plan/*": "DescribeTrainingPlan (read-only) of the training plans the audited clusters name.",
-            ":log-group:*": "Read-only Logs calls (DescribeLogGroups/Streams, StartQuery) on log groups discovered "
-                            "at run time by the cluster's name; no group is known at deploy time.",
-        }
-        acknowledge_wildcards(plan_reads, read_reasons)
-        acknowledge_wildcards(audit_reads, read_reasons)
+        acknowledge_wildcards(plan_reads, permissions.READ_REASONS)
+        acknowledge_wildcards(audit_reads, permissions.READ_REASONS)
         for name, role in self.roles.items():
             acknowledge_wildcards(default_policy(role), {
                 "Resource::*": f"{name}: X-Ray PutTraceSegments/PutTelemetryRecords (active tracing) take no "

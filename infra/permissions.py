@@ -57,3 +57,16 @@ IAM_PREFIX = {"service-quotas": "servicequotas"}
 
 def iam_action(service: str, operation: str) -> str:
     return f"{IAM_PREFIX.get(service, service)}:{operation}"
+
+
+# cdk-nag IAM5 justifications of the read policies' wildcards (functions.py, cross_account.py).
+READ_REASONS = {
+    "Resource::*": "Read-only Describe/List/Get/Lookup calls of EC2, CloudTrail, Health, FSx, CloudWatch, "
+                   "EventBridge, Service Quotas and Logs GetQueryResults/StopQuery: these actions support no "
+                   "resource-level permissions, so IAM requires Resource '*'.",
+    ":cluster/*": "Read-only SageMaker HyperPod cluster calls: cluster ARNs end in a service-generated ID, "
+                  "not the configured name, so the scope is every cluster of this account and region.",
+    ":training-plan/*": "DescribeTrainingPlan (read-only) of the training plans the audited clusters name.",
+    ":log-group:*": "Read-only Logs calls (DescribeLogGroups/Streams, StartQuery) on log groups discovered "
+                    "at run time by the cluster's name; no group is known at deploy time.",
+}

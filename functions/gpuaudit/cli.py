@@ -52,7 +52,8 @@ def _time_arg(value: str | None, flag: str) -> datetime | None:
         raise UserError(f"{flag}: not an ISO-8601 time: {value!r} (e.g. 2026-09-27T10:00:00Z)") from None
 
 
-def _aws_for(world: Path | None, region: str | None) -> Aws:
+def _aws_for(world: Path | None, region: str | None, role_arn: str | None = None,
+             external_id: str | None = None) -> Aws:
     if world is not None:
         from gpuaudit.embedded.backend import WorldBackend
         from gpuaudit.embedded.world import load_world
@@ -63,10 +64,21 @@ def _aws_for(world: Path | None, region: str | None) -> Aws:
             raise UserError(f"--region {region} does not match the world's region {loaded.region}")
         return Aws(session=backend.session(), region=loaded.region, clock=lambda: loaded.now, sleep=lambda _s: None)
     import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
 
     session = boto3.Session(region_name=region) if region else boto3.Session()
     if not session.region_name:
         raise UserError("no region: pass --region or set AWS_REGION")
+    if role_arn:  # another account of the organization: its GpuAuditReadOnlyRole (infra/cross_account.py)
+        try:
+            params = {"RoleArn": role_arn, "RoleSessionName": "gpuaudit"}
+            if external_id:
+                params["ExternalId"] = external_id
+            creds = session.client("sts").assume_role(**params)["Credentials"]
+        except (ClientError, BotoCoreError) as exc:
+            raise UserError(f"cannot assume the audit role: {exc}", EXIT_UNREACHABLE) from None
+        session = boto3.Session(aws_access_key_id=creds["AccessKeyId"], aws_secret_access_key=creds["SecretAccessKey"],
+                                aws_session_token=creds["SessionToken"], region_name=session.region_name)
     return Aws(session=session, region=session.region_name)
 
 
@@ -99,6 +111,9 @@ def audit(
     run_hours: Annotated[float | None, typer.Option(help="Preflight: planned run length in hours")] = None,
     run_start: Annotated[str | None, typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
     checkpoint_minutes: Annotated[float | None, typer.Option(help="Preflight: checkpoint interval")] = None,
+    role_arn: Annotated[str | None, typer.Option(
+        help="Audit another account: assume its read-only role (deploy infra/cross_account.py there)")] = None,
+    external_id: Annotated[str | None, typer.Option(help="External ID the read-only role requires")] = None,
     cache: Annotated[Path | None, typer.Option(
         help="Incremental audits: keep proven hourly bins in this file and query only the hours that can still "
              "change")] = None,
@@ -122,7 +137,9 @@ def audit(
             instance_ids=[i.strip() for i in instances.split(",") if i.strip()] if instances else [],
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
         overrides = parse_overrides([*filter(None, os.environ.get(OVERRIDES_ENV, "").split(",")), *(xid_class or [])])
-        aws = _aws_for(world, region)
+        if role_arn and world is not None:
+            raise UserError("--role-arn applies to AWS accounts, not to --world")
+        aws = _aws_for(world, region, role_arn, external_id)
         if deadline_seconds is not None:
             aws.deadline = time.monotonic() + deadline_seconds
         with err.status(f"auditing {cluster} ({mode})…"):
