@@ -28,7 +28,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     item: CollectLogsInput = runtime.parse_event(event, CollectLogsInput, "CollectLogs expects evidence and a batch")
     session = session_factory()
     s3 = session.client("s3")
-    aws = runtime.audit_port(session, clock)
+    aws = runtime.audit_port(session, clock, context)
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
         batch = pipeline.collect_logs(aws, evidence, item.batch.groups)

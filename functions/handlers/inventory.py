@@ -26,7 +26,7 @@ clock: Callable[[], datetime] = runtime.utc_now
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     target: AuditTarget = runtime.parse_event(event, AuditTarget, "Inventory expects an audit target")
     session = session_factory()
-    aws = runtime.audit_port(session, clock)
+    aws = runtime.audit_port(session, clock, context)
     with runtime.reported_failures():
         evidence = pipeline.start_audit(aws, target.request)
         batches = pipeline.log_batches(evidence.log_groups)

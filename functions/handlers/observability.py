@@ -6,6 +6,9 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+from gpuaudit.report.redact import redact
 
 SERVICE = "gpuaudit"
 NAMESPACE = "gpuaudit"
@@ -43,6 +46,13 @@ def _tracer() -> TracerLike:
     return Tracer(service=SERVICE)  # type: ignore[return-value]
 
 
-logger = Logger(service=SERVICE)
+class RedactingFormatter(LambdaPowertoolsFormatter):
+    """Account IDs never reach the logs either (RULES §0.7): every record is redacted as it is written."""
+
+    def serialize(self, log: dict[str, Any]) -> str:
+        return redact(super().serialize(log))
+
+
+logger = Logger(service=SERVICE, logger_formatter=RedactingFormatter())
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 tracer = _tracer()

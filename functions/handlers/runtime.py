@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -79,10 +80,19 @@ def env(name: str, default: str | None = None) -> str:
     return value
 
 
-def audit_port(session: boto3.Session, clock: Any) -> Aws:
-    """The collectors' AWS port for this invocation: the session's region, the handler's clock."""
+DEADLINE_MARGIN_S = 30.0  # time left to serialise what was read before Lambda stops the invocation
+
+
+def audit_port(session: boto3.Session, clock: Any, context: Any = None) -> Aws:
+    """The collectors' AWS port for this invocation: the session's region, the handler's clock, and an
+    audit deadline of the invocation's remaining time minus a margin (no call is made after it)."""
     region = session.region_name or env("AWS_REGION")
-    return Aws(session=session, region=region, clock=clock)
+    aws = Aws(session=session, region=region, clock=clock)
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if callable(remaining):
+        with contextlib.suppress(TypeError, ValueError):
+            aws.deadline = time.monotonic() + max(0.0, float(remaining()) / 1000.0 - DEADLINE_MARGIN_S)
+    return aws
 
 
 def parse_event(event: Any, model: Any, what: str) -> Any:

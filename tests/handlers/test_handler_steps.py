@@ -104,3 +104,30 @@ def test_a_malformed_step_event_gets_a_clear_validation_error(account: Account, 
     with pytest.raises(InvalidEvent, match="expects") as raised:
         module.handler(event, LambdaContext())
     assert named in str(raised.value)
+
+
+def test_the_invocation_deadline_stops_calls_and_logs_carry_no_account_id() -> None:
+    import io
+    import logging
+
+    import boto3
+
+    from handlers import runtime
+    from handlers.observability import logger
+
+    class AlmostOut:
+        def get_remaining_time_in_millis(self) -> int:
+            return 10_000  # less than the margin: no call may start
+
+    aws = runtime.audit_port(boto3.Session(region_name="us-west-2"), runtime.utc_now, AlmostOut())
+    with pytest.raises(runtime.CallFailed, match="AuditDeadlineExceeded"):
+        aws.call("ec2", "DescribeInstances")
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(logger.registered_formatter)
+    logger.addHandler(handler)
+    try:
+        logger.info("role arn:aws:iam::111122223333:role/x in account 111122223333")
+    finally:
+        logger.removeHandler(handler)
+    assert "role/x" in written.getvalue() and "111122223333" not in written.getvalue()
