@@ -188,9 +188,9 @@ def step_ours(args: dict[str, Any]) -> dict[str, Any]:
     captured: dict[str, Any] = {}
     collect = pipeline.collect
 
-    def timed_collect(aws_: Any, request_: Any) -> Any:  # run_audit unchanged; only the evidence is kept
+    def timed_collect(*args_: Any, **kwargs: Any) -> Any:  # run_audit unchanged; the evidence is kept
         started = time.perf_counter()
-        captured["evidence"] = collect(aws_, request_)
+        captured["evidence"] = collect(*args_, **kwargs)
         captured["collect_s"] = time.perf_counter() - started
         return captured["evidence"]
 

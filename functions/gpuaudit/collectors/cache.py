@@ -12,7 +12,8 @@ leaves its cache entry untouched, so a failed query can never become cached sile
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -22,7 +23,7 @@ from gpuaudit.collectors.logs import BatchEvidence, LogWindow
 from gpuaudit.model.evidence import GpuLine, KernelStream, StreamActivity
 from gpuaudit.timeutil import floor_hour, hours_between
 
-FORMAT = "gpu-audit-cache/1"
+FORMAT = "gpu-audit-cache/2"
 LATE_DELIVERY_HORIZON = timedelta(hours=2)
 RETENTION = timedelta(days=8)
 MAX_CACHED_GPU_LINES = 20_000
@@ -33,10 +34,27 @@ class _Model(BaseModel):
 
 
 class StreamHours(_Model):
-    live: list[datetime] = Field(default_factory=list)  # final hours that held at least one line
+    # Final hours that held at least one line, as runs of consecutive hours [first epoch hour, count]:
+    # a healthy stream is one run, so a 2,000-node cache stays small.
+    live_runs: list[tuple[int, int]] = Field(default_factory=list)
     lines: int = 0
     first_event: datetime | None = None
     last_event: datetime | None = None
+
+
+    @property
+    def live(self) -> list[datetime]:
+        return [datetime.fromtimestamp((start + i) * 3600, tz=UTC) for start, n in self.live_runs for i in range(n)]
+
+    @staticmethod
+    def runs(hours: Iterable[datetime]) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for h in sorted({int(x.timestamp()) // 3600 for x in hours}):
+            if out and out[-1][0] + out[-1][1] == h:
+                out[-1] = (out[-1][0], out[-1][1] + 1)
+            else:
+                out.append((h, 1))
+        return out
 
 
 class GroupCache(_Model):
@@ -175,14 +193,14 @@ def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: dateti
             kept_old = {h for h in (old.hours[a.log_stream].live if old and a.log_stream in old.hours else [])
                         if covered_from <= h < win.padded_start}
             final = sorted(h for h in live | kept_old if covered_from <= h < settled)
-            entry.hours[a.log_stream] = StreamHours(live=final, lines=a.lines, first_event=a.first_event,
+            entry.hours[a.log_stream] = StreamHours(live_runs=StreamHours.runs(final), lines=a.lines, first_event=a.first_event,
                                                     last_event=a.last_event)
         if old is not None:  # streams silent in this window keep their older final hours
             for stream, hours in old.hours.items():
                 if stream not in entry.hours:
                     kept = [h for h in hours.live if covered_from <= h < win.padded_start]
                     if kept:
-                        entry.hours[stream] = hours.model_copy(update={"live": kept})
+                        entry.hours[stream] = hours.model_copy(update={"live_runs": StreamHours.runs(kept)})
         older = [g for g in (old.gpu_lines if old else []) if covered_from <= g.time < win.gpu_start]
         entry.gpu_lines = [*older, *(g for g in merged.gpu_lines if g.log_group == group and g.time < settled)][
             -MAX_CACHED_GPU_LINES:]

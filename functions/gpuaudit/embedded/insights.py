@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
-from itertools import compress, filterfalse, islice, repeat
+from itertools import filterfalse, islice, repeat
 from operator import attrgetter, floordiv, itemgetter, mul
 from typing import Any, NamedTuple, TypeVar
 
@@ -699,16 +699,12 @@ def _compile_filter(expr: Expr, env: _Env) -> Predicate:
             # Every test reads one to three string fields (`@message like /a/ or (@logStream like /b/ and
             # @message like /c/)`): decide once per distinct combination of their values, remembered,
             # instead of once per record and per test. Log lines repeat; a memo lookup is cheap.
-            memo: dict[Any, bool] = {}
-            decide = _memoised(_compile_filter(expr, _ValuesEnv(names)), memo)
-            value_getters = [acc.value for acc in getters]
+            decide = _memoised(_compile_filter(expr, _ValuesEnv(names)))
             if len(names) == 1:
-                get = value_getters[0]
-                return _with_batch(lambda item: decide(get(item)),
-                                   _memo_batch(lambda items: list(map(get, items)), memo, decide))
-            key_of = _key_function(value_getters)
-            return _with_batch(lambda item: decide(key_of(item)), _memo_batch(
-                lambda items: list(zip(*(map(g, items) for g in value_getters), strict=True)), memo, decide))
+                get = getters[0].value
+                return lambda item: decide(get(item))
+            key_of = _key_function([acc.value for acc in getters])
+            return lambda item: decide(key_of(item))
     if isinstance(expr, BoolOp):
         parts = [_compile_filter(operand, env) for operand in expr.operands]
         return reduce(_both if expr.op == "and" else _either, parts)
@@ -767,8 +763,9 @@ def _key_function(getters: list[Getter]) -> Getter:
     return lambda item: tuple(g(item) for g in getters)
 
 
-def _memoised(predicate: Predicate, memo: dict[Any, bool]) -> Predicate:
-    """`predicate(value)`, remembered in `memo` per distinct value (bounded, like `_memoised_search`)."""
+def _memoised(predicate: Predicate) -> Predicate:
+    """`predicate(value)`, remembered per distinct value (bounded, like `_memoised_search`)."""
+    memo: dict[Any, bool] = {}
 
     def decide(value: Any) -> bool:
         hit = memo.get(value)
@@ -779,33 +776,6 @@ def _memoised(predicate: Predicate, memo: dict[Any, bool]) -> Predicate:
         return hit
 
     return decide
-
-
-Batch = Callable[[list[Any]], list[Any]]
-
-
-def _with_batch(predicate: Predicate, batch: Batch) -> Predicate:
-    """Attach a whole-list form to a predicate (`batch(items)` == `list(filter(predicate, items))`), used
-    when filtering chunks of records: it runs at C level where the per-item form calls Python per item."""
-    setattr(predicate, "batch", batch)  # noqa: B010 - an attribute on a function object
-    return predicate
-
-
-def _memo_batch(values_of: Batch, memo: dict[Any, bool], decide: Predicate) -> Batch:
-    """Filter by memoised decisions: known values are C-level dict lookups, unknown ones are decided."""
-
-    def batch(items: list[Any]) -> list[Any]:
-        values = values_of(items)
-        hits: list[Any] = list(map(memo.get, values))
-        if None in hits:
-            hits = [decide(value) if hit is None else hit for hit, value in zip(hits, values, strict=True)]
-        return list(compress(items, hits))
-
-    return batch
-
-
-def _filtered(predicate: Predicate) -> Batch:
-    return getattr(predicate, "batch", None) or (lambda items: list(filter(predicate, items)))
 
 
 def _like(get: Getter, always_str: bool, pattern: re.Pattern[str] | str) -> Predicate:
@@ -879,8 +849,7 @@ def _member(get: Getter, literals: tuple[Scalar, ...], always_str: bool = False)
     strings = frozenset(v for v in literals if isinstance(v, str))
     numbers = frozenset(v for v in literals if not isinstance(v, str))
     if always_str and not numbers:  # a str value is its own text and never a number literal
-        return _with_batch(lambda item: get(item) in strings,
-                           lambda items: list(compress(items, map(strings.__contains__, map(get, items)))))
+        return lambda item: get(item) in strings
 
     def member(item: Any) -> bool:
         value = get(item)
@@ -1175,15 +1144,14 @@ def _scan_chunks(
     """The records in [low, high] that pass every predicate, in input order, a chunk at a time.
     `tally` accumulates records scanned, bytes scanned and records matched as the chunks are consumed."""
     source = iter(records)
-    filters = [_filtered(predicate) for predicate in predicates]
     while chunk := list(islice(source, _CHUNK)):
         stamps = list(map(_STAMP, chunk))  # the backend already cut the range, so usually all are in it
         kept = chunk if low <= min(stamps) and max(stamps) <= high else [
             r for r in chunk if low <= r.timestamp_ms <= high]
         tally[0] += len(kept)
         tally[1] += _message_bytes(kept)
-        for keep in filters:
-            kept = keep(kept)
+        for predicate in predicates:
+            kept = list(filter(predicate, kept))
         tally[2] += len(kept)
         if kept:
             yield kept
