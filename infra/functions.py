@@ -105,7 +105,7 @@ class AuditFunctions(Construct):
                 iam.PolicyStatement(sid="LoadPayloads", actions=["s3:GetObject"], resources=[payloads]),
                 iam.PolicyStatement(sid="StoreResults", actions=["s3:PutObject"],
                                     resources=[store.bucket.arn_for_objects(f"{RESULTS_PREFIX}*")]),
-                iam.PolicyStatement(sid="Findings", actions=["dynamodb:PutItem", "dynamodb:Query"],
+                iam.PolicyStatement(sid="Findings", actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"],
                                     resources=[store.table.table_arn]),
                 iam.PolicyStatement(sid="Alerts", actions=["sns:Publish"], resources=[store.topic.topic_arn]),
                 iam.PolicyStatement(sid="AlertEncryption", actions=["kms:GenerateDataKey", "kms:Decrypt"],

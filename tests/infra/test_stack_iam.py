@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ READS = {
     "health:DescribeAffectedEntities", "fsx:DescribeFileSystems", "cloudwatch:ListMetrics", "cloudwatch:GetMetricData",
     "cloudwatch:DescribeAlarms", "events:ListRules", "servicequotas:GetServiceQuota", "servicequotas:ListServiceQuotas",
 }
-OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "dynamodb:PutItem", "dynamodb:Query", "sns:Publish",
+OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query",
+                       "sns:Publish",
                        "kms:GenerateDataKey", "kms:Decrypt"}
 # The product's own plumbing: its log groups and traces, the state machine invoking its functions and
 # starting its own child executions, EventBridge starting the state machine, vended log delivery.
@@ -100,6 +102,15 @@ def test_the_audit_path_only_reads(synth: Synthesized) -> None:
     verdict = actions_of(statements, roles["verdict"])
     assert verdict & READS == set(), "the verdict judges evidence; it reads no audited service"
     assert {"dynamodb:PutItem", "sns:Publish"} <= verdict
+
+
+def test_the_verdict_may_make_every_call_the_sinks_make(synth: Synthesized) -> None:
+    """sinks.py's table and topic calls, read from its source, are each granted to the Verdict function."""
+    source = (ROOT / "functions" / "gpuaudit" / "sinks.py").read_text()
+    calls = {(client, method) for client, method in re.findall(r"\b(ddb|sns)\.(\w+)\(", source)}
+    needed = {("dynamodb" if c == "ddb" else "sns") + ":" + "".join(p.title() for p in m.split("_")) for c, m in calls}
+    granted = actions_of(identity_statements(synth), step_roles(synth)["verdict"])
+    assert needed and needed <= granted, sorted(needed - granted)
 
 
 def test_reads_are_scoped_where_the_service_allows(synth: Synthesized) -> None:
