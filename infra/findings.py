@@ -17,6 +17,8 @@ from infra.config import DeployConfig
 
 PAYLOADS_PREFIX = "payloads/"  # handlers/payload.py
 RESULTS_PREFIX = "results/"  # handlers/verdict.py
+CACHE_PREFIX = "cache/"  # handlers/coverage_cache.py: proven hourly bins of incremental audits
+CACHE_RETENTION_DAYS = 9  # a little over the bins' own 8-day retention (collectors/cache.py)
 
 
 class FindingsStore(Construct):
@@ -54,6 +56,8 @@ class FindingsStore(Construct):
                                  expiration=Duration.days(config.payload_retention_days)),
                 s3.LifecycleRule(id="results", prefix=RESULTS_PREFIX,
                                  expiration=Duration.days(config.finding_retention_days)),
+                s3.LifecycleRule(id="coverage-cache", prefix=CACHE_PREFIX,
+                                 expiration=Duration.days(CACHE_RETENTION_DAYS)),
                 s3.LifecycleRule(id="uploads", abort_incomplete_multipart_upload_after=Duration.days(1)),
             ])
         Validations.of(self.bucket).acknowledge(Acknowledgment(

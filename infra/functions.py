@@ -21,7 +21,7 @@ from constructs import Construct
 from infra import permissions
 from infra.bundling import function_code
 from infra.config import DeployConfig
-from infra.findings import PAYLOADS_PREFIX, RESULTS_PREFIX, FindingsStore
+from infra.findings import CACHE_PREFIX, PAYLOADS_PREFIX, RESULTS_PREFIX, FindingsStore
 from infra.nag import acknowledge_wildcards, default_policy
 from infra.packaging import pinned_version, runtime_requirements
 
@@ -98,7 +98,9 @@ class AuditFunctions(Construct):
             "Plan": [],
             "Inventory": [iam.PolicyStatement(sid="StorePayloads", actions=["s3:PutObject"], resources=[payloads])],
             "CollectLogs": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
-                                                resources=[payloads])],
+                                                resources=[payloads]),
+                            iam.PolicyStatement(sid="CoverageCache", actions=["s3:GetObject", "s3:PutObject"],
+                                                resources=[store.bucket.arn_for_objects(f"{CACHE_PREFIX}*")])],
             "Finish": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
                                            resources=[payloads])],
             "Verdict": [
@@ -143,6 +145,8 @@ class AuditFunctions(Construct):
                 f"/{PAYLOADS_PREFIX}*": f"{name}: its own step payloads in the evidence bucket; keys are content "
                                         "hashes, so only the prefix can be named.",
                 f"/{RESULTS_PREFIX}*": f"{name}: audit results in the evidence bucket, keyed by cluster and audit ID.",
+                f"/{CACHE_PREFIX}*": f"{name}: proven hourly coverage bins, one object per cluster and log group "
+                                     "(names hashed), so only the prefix can be named.",
             })
         for function in self.functions.values():
             Validations.of(function).acknowledge(Acknowledgment(

@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from gpuaudit.model.evidence import Evidence
 from handlers import payload, runtime
+from handlers.coverage_cache import S3GroupCache
 from handlers.models import CollectedBatch, CollectLogsInput
 from handlers.observability import logger, metrics, tracer
 
@@ -31,7 +32,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     aws = runtime.audit_port(session, clock, context)
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
-        batch = pipeline.collect_logs(aws, evidence, item.batch.groups)
+        bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), item.batch.groups)
+        cached = bins.load(evidence.cluster.name, evidence.cluster.region)
+        batch = pipeline.collect_logs(aws, evidence, item.batch.groups, cached)
+        bins.save(cached)
         stored = payload.store(batch.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "batch",
                                limit=payload.BATCHES_SHARE // item.batch.of)
     metrics.add_metric(name="LogsInsightsQueries", unit=MetricUnit.Count, value=len(batch.queries))

@@ -65,7 +65,8 @@ def test_large_evidence_travels_through_the_bucket_by_reference(account: Account
     joined = finish.handler({"request": target["request"], "evidence": found["evidence"], "batches": [collected]},
                             LambdaContext())
     assert payload.is_reference(joined["evidence"])
-    assert {k.split("/")[1] for k in account.object_keys()} == {"inventory", "batch", "evidence"}
+    payloads = {k.split("/")[1] for k in account.object_keys() if k.startswith("payloads/")}
+    assert payloads == {"inventory", "batch", "evidence"}
     assert evidence_of(account, joined["evidence"]).stream_activity
 
 
@@ -111,7 +112,6 @@ def test_the_invocation_deadline_stops_calls_and_logs_carry_no_account_id() -> N
     import logging
 
     import boto3
-
     from handlers import runtime
     from handlers.observability import logger
 
@@ -131,3 +131,24 @@ def test_the_invocation_deadline_stops_calls_and_logs_carry_no_account_id() -> N
     finally:
         logger.removeHandler(handler)
     assert "role/x" in written.getvalue() and "111122223333" not in written.getvalue()
+
+
+def test_the_next_hourly_batch_reads_only_new_hours_from_the_coverage_cache(account: Account) -> None:
+    target = scheduled_target()
+    found = inventory.handler(target, LambdaContext())
+    item = {"evidence": found["evidence"], "batch": found["batches"][0]}
+    first = collect_logs.handler(item, LambdaContext())
+    again = collect_logs.handler(item, LambdaContext())
+    assert any(k.startswith("cache/") for k in account.object_keys())
+
+    def batch(collected: dict[str, Any]) -> dict[str, Any]:
+        return payload.load(collected["batch"], account.session.client("s3"))
+
+    def scanned(collected: dict[str, Any]) -> float:
+        return sum(q["records_scanned"] for q in batch(collected)["queries"])
+
+    def live(collected: dict[str, Any]) -> dict[tuple[str, str], int]:
+        return {(a["log_group"], a["log_stream"]): a["live_hours"] for a in batch(collected)["activity"]}
+
+    assert scanned(again) * 5 < scanned(first)
+    assert live(again) == live(first)

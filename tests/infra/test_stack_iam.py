@@ -88,7 +88,7 @@ def test_own_resource_access_is_scoped_to_the_stacks_own_table_topic_key_and_buc
             text = json.dumps(resource)
             assert any(f'"{logical_id}"' in text for logical_id in own), f"{role}: {statement}"
             if "s3:PutObject" in _list(statement["Action"]):
-                assert text.endswith(('/payloads/*"]]}', '/results/*"]]}')), f"{role} writes outside its prefixes"
+                assert text.endswith(('/payloads/*"]]}', '/results/*"]]}', '/cache/*"]]}')), f"{role} writes outside its prefixes"
 
 
 def test_the_audit_path_only_reads(synth: Synthesized) -> None:

@@ -13,6 +13,7 @@ from cdk_synth import TEST_CONFIG, Synthesized, state_machine_definition, task_s
 from handlers import models
 
 from infra.config import DeployConfig
+from infra.findings import CACHE_RETENTION_DAYS
 from infra.triggers import CAPACITY_WARNING_DETAIL_TYPES, HYPERPOD_DETAIL_TYPES
 
 
@@ -134,7 +135,7 @@ def test_evidence_bucket_is_private_encrypted_and_expires_its_objects(synth: Syn
     assert all(bucket["PublicAccessBlockConfiguration"].values())
     expiry = {r["Prefix"]: r["ExpirationInDays"] for r in bucket["LifecycleConfiguration"]["Rules"] if "Prefix" in r}
     assert expiry == {"payloads/": TEST_CONFIG["payload_retention_days"],
-                      "results/": TEST_CONFIG["finding_retention_days"]}
+                      "results/": TEST_CONFIG["finding_retention_days"], "cache/": CACHE_RETENTION_DAYS}
     statements = only(synth.resources("AWS::S3::BucketPolicy"))["PolicyDocument"]["Statement"]
     assert [s["Effect"] for s in statements] == ["Deny"]  # TLS only, and no one else's access
 

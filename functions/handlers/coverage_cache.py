@@ -1,0 +1,47 @@
+"""The deployed path's store of proven hourly bins (collectors/cache.py): one S3 object per cluster and
+log group in the evidence bucket, under cache/. A CollectLogs invocation reads and writes only the
+groups of its own batch, so batches running in parallel never overwrite each other. S3 rather than
+the findings table: one group of a 2,000-node cluster can pass DynamoDB's 400 KB item limit."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpuaudit.collectors.cache import CacheState, GroupCache
+
+PREFIX = "cache"
+
+
+def key(cluster: str, region: str, group: str) -> str:
+    digest = hashlib.sha256(f"{region}|{cluster}|{group}".encode()).hexdigest()
+    return f"{PREFIX}/{cluster}/{digest}.json"
+
+
+class S3GroupCache:
+    def __init__(self, s3: Any, bucket: str, groups: list[str]) -> None:
+        self.s3, self.bucket, self.groups = s3, bucket, groups
+
+    def load(self, cluster: str, region: str) -> CacheState:
+        state = CacheState(cluster=cluster, region=region)
+        for group in self.groups:
+            try:
+                body = self.s3.get_object(Bucket=self.bucket, Key=key(cluster, region, group))["Body"].read()
+            except ClientError as err:
+                if err.response["Error"]["Code"] in ("NoSuchKey", "404"):
+                    continue  # first audit of this group: it is read in full
+                raise
+            try:
+                state.groups[group] = GroupCache.model_validate_json(body)
+            except ValueError:
+                continue  # an unreadable entry is rebuilt by a full read, never trusted
+        return state
+
+    def save(self, state: CacheState) -> None:
+        for group in self.groups:
+            entry = state.groups.get(group)
+            if entry is not None:
+                self.s3.put_object(Bucket=self.bucket, Key=key(state.cluster, state.region, group),
+                                   Body=entry.model_dump_json().encode(), ContentType="application/json")
