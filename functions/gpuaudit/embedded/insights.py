@@ -1196,16 +1196,17 @@ def _stream_stats(
     if not partials:
         return [], positions
     keys = _sorted_keys(partials) if ordered else list(partials)
-    output: list[list[Any]] = []
-    for acc, key_column in zip(by, zip(*keys, strict=True), strict=True):
-        final = acc.final
-        if final is None:
-            output.append(list(key_column))
-        else:
-            output.append(list(map(final if acc.kind != "any" else _none_safe(final), key_column)))
-    for position in range(len(cmd.aggs)):
-        output.append([partials[key][position] for key in keys])
-    return list(zip(*output, strict=True)), positions
+    finals = [None if acc.final is None else acc.final if acc.kind != "any" else _none_safe(acc.final) for acc in by]
+    rows: list[tuple[Any, ...]] = []
+    for begin in range(0, len(keys), _CHUNK):  # a slice at a time, releasing partials as rows are built
+        part = keys[begin : begin + _CHUNK]
+        output: list[Iterable[Any]] = [
+            column if final is None else map(final, column)
+            for final, column in zip(finals, zip(*part, strict=True), strict=True)
+        ]
+        output.extend(zip(*map(partials.pop, part), strict=True))
+        rows.extend(zip(*output, strict=True))
+    return rows, positions
 
 
 def _add(a: Any, b: Any) -> Any:
