@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpuaudit.collectors import cache, controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, CoverageCache
-from gpuaudit.collectors.inventory import collect_inventory, collect_profiles
+from gpuaudit.collectors.inventory import collect_inventory, collect_profiles, launched_by_cluster
 from gpuaudit.collectors.logs import (
     BatchEvidence,
     LogWindow,
@@ -91,8 +91,12 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
 def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence], request: AuditRequest) -> Evidence:
     """Step 3: join the batches, profile the instance types, read the control plane."""
     gaps = list(evidence.gaps)
-    logs = merge_batches(aws, evidence.cluster, evidence.nodes, evidence.log_groups, batches, gaps)
-    nodes = [*evidence.nodes, *logs.discovered_nodes]
+    launched = launched_by_cluster(aws, evidence.cluster, {n.instance_id for n in evidence.nodes},
+                                   evidence.window.start, evidence.now, gaps) \
+        if evidence.cluster.kind == "parallelcluster" else []
+    known = [*evidence.nodes, *launched]
+    logs = merge_batches(aws, evidence.cluster, known, evidence.log_groups, batches, gaps)
+    nodes = [*known, *logs.discovered_nodes]
     profiles = collect_profiles(aws, {n.instance_type for n in nodes if n.instance_type}, gaps)
     evidence = evidence.model_copy(update={
         "nodes": nodes, "profiles": profiles, "hma_log_group": logs.hma_log_group, "hma_streams": logs.hma_streams,

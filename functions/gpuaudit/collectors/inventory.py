@@ -3,6 +3,8 @@ and what each instance type can do."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
@@ -14,6 +16,7 @@ from gpuaudit.model.evidence import (
     NodeInfo,
 )
 from gpuaudit.rules.capability import nvswitch_class
+from gpuaudit.timeutil import parse_time
 
 PCLUSTER_TAG = "parallelcluster:cluster-name"
 NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "ValidationException"}
@@ -172,3 +175,38 @@ def node_from_log_stream(instance_id: str, hostname: str | None, group: str | No
     """A compute node that no longer appears in DescribeInstances, found by its log streams."""
     return NodeInfo(instance_id=instance_id, instance_group=group, instance_type=None,
                     status="terminated", private_dns=hostname, role="compute", discovered_by="log-streams")
+
+
+LAUNCH_LOOKBACK = timedelta(hours=24)
+
+
+def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: datetime, end: datetime,
+                        gaps: list[str]) -> list[NodeInfo]:
+    """ParallelCluster compute nodes launched by the cluster (RunInstances with one of its launch templates,
+    `<cluster>-<queue>-<compute resource>`) that DescribeInstances no longer returns."""
+    prefix = f"{cluster.name}-"
+    found: dict[str, NodeInfo] = {}
+    try:
+        events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=start - LAUNCH_LOOKBACK,
+                                   EndTime=end, LookupAttributes=[{"AttributeKey": "EventName",
+                                                                   "AttributeValue": "RunInstances"}]))
+    except CallFailed as failed:
+        gaps.append(failed.gap + " — compute nodes launched and since terminated are found by log streams only")
+        return []
+    for event in events:
+        try:
+            detail = json.loads(event.get("CloudTrailEvent") or "{}")
+        except json.JSONDecodeError:
+            continue
+        template = ((detail.get("requestParameters") or {}).get("launchTemplate") or {}).get("launchTemplateName", "")
+        if detail.get("errorCode") or not str(template).startswith(prefix):
+            continue
+        for item in ((detail.get("responseElements") or {}).get("instancesSet") or {}).get("items", []):
+            iid = item.get("instanceId")
+            if iid and iid not in known and iid not in found:
+                launch = item.get("launchTime")
+                found[iid] = NodeInfo(
+                    instance_id=iid, instance_type=item.get("instanceType"), status="terminated",
+                    launch_time=parse_time(launch) if isinstance(launch, (int, float, str)) and launch else None,
+                    private_dns=item.get("privateDnsName") or None, role="compute", discovered_by="cloudtrail")
+    return sorted(found.values(), key=lambda n: n.instance_id)
