@@ -15,13 +15,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpuaudit demo
 
-# pytest exits 5 when it collected no test: that is a failure here too.
-test: $(STAMP)
+# Lint first (ruff, mypy), then the suite. pytest exits 5 when it collected no test: a failure here too.
+test: $(STAMP) lint
 	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
 lint: $(STAMP)
-	$(BIN)/ruff check functions tests infra
-	$(BIN)/mypy functions/gpuaudit
+	$(BIN)/ruff check functions tests infra app.py
+	$(BIN)/mypy functions/gpuaudit functions/handlers infra
 
 clean:
 	rm -rf $(VENV)

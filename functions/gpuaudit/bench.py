@@ -148,7 +148,19 @@ def machine() -> dict[str, Any]:
     with contextlib.suppress(ValueError, OSError):
         mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     return {"nproc": os.cpu_count(), "memory_gb": mem_gb, "cpu": cpu, "python": platform.python_version(),
-            "load_avg_1m": round(os.getloadavg()[0], 2)}
+            "load_avg_1m": round(os.getloadavg()[0], 2), "calibration_s": calibration()}
+
+
+def calibration() -> float:
+    """CPU seconds of a fixed pure-Python loop (5 million additions), best of three: on a shared or
+    virtualised machine the same code runs at different speeds, and this says how fast this one ran."""
+    best = float("inf")
+    for _ in range(3):
+        started, total = time.process_time(), 0
+        for i in range(5_000_000):
+            total += i
+        best = min(best, time.process_time() - started)
+    return round(best, 3)
 
 
 # --------------------------------------------------------------------------- child steps
@@ -405,7 +417,7 @@ def render_table(figures: dict[str, Any], console: Any) -> None:
                   f"Xid status {ours['xid_status']}")
     m = figures["machine"]
     console.print(f"machine: {m['nproc']} CPU ({m['cpu']}), {m['memory_gb']} GB, Python {m['python']}, "
-                  f"load average {m['load_avg_1m']} at the end")
+                  f"load average {m['load_avg_1m']} at the end, calibration loop {m['calibration_s']} s")
 
 
 def _fmt(value: Any) -> str:

@@ -49,7 +49,7 @@ def _tracer() -> TracerLike:
 class RedactingFormatter(LambdaPowertoolsFormatter):
     """Account IDs never reach the logs either (RULES §0.7): every record is redacted as it is written."""
 
-    def serialize(self, log: dict[str, Any]) -> str:
+    def serialize(self, log: Any) -> str:
         return redact(super().serialize(log))
 
 
