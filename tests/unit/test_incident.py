@@ -193,3 +193,43 @@ def test_a_flood_of_identical_xids_does_not_hide_a_later_hardware_xid() -> None:
     assert next(e.count for e in n.gpu_errors if e.code == 31) == 10_500
     assert sum(1 for q in result.calls if q.operation == "StartQuery") == 1
     assert next(c.count for c in result.calls if c.operation == "StartQuery") > 3
+
+
+@pytest.mark.parametrize(("lines", "verdict"), [
+    ([(10, "WARNING: infoROM is corrupted at gpu 0000:53:00.0")], "REBOOT"),
+    ([(9, "WARNING: infoROM is corrupted at gpu 0000:53:00.0"), (10, "kernel: Linux version 6.12"),
+      (10.5, "WARNING: infoROM is corrupted at gpu 0000:53:00.0")], "REPLACE"),
+    ([(10, "nvidia-smi: Remapping Failure Occurred: Yes")], "REPLACE"),
+])
+def test_non_xid_memory_signals_route_as_the_catalog_says(lines, verdict) -> None:
+    w, iid = world_with_xids()
+    host = w.compute[0].hostname
+    w.stream(w.group, w.stream_name(w.compute[0]),
+             events=[(at(int(h), int((h % 1) * 60)), f"{host} kernel: {text}") for h, text in lines])
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    assert node(result, iid).verdict == verdict
+    assert branches(result)["A"].status == "Root cause"
+
+
+def test_a_replaced_hyperpod_node_is_matched_to_its_replacement_and_explains_pending() -> None:
+    from helpers.worlds import WorldBuilder
+
+    w = WorldBuilder()
+    w.instance_type("p5.48xlarge")
+    new = {"InstanceGroupName": "gpu", "InstanceId": "i-0new0000000000001", "InstanceType": "ml.p5.48xlarge",
+           "InstanceStatus": {"Status": "Pending", "Message": ""}, "LaunchTime": at(10, 5)}
+    w.section("sagemaker", "clusters").append({
+        "ClusterName": "hp", "ClusterArn": f"arn:aws:sagemaker:us-west-2:{ACCOUNT}:cluster/abc123",
+        "ClusterStatus": "InService", "NodeRecovery": "Automatic", "Orchestrator": {"Slurm": {}},
+        "InstanceGroups": [{"InstanceGroupName": "gpu", "InstanceType": "ml.p5.48xlarge", "CurrentCount": 1,
+                            "TargetCount": 1, "SlurmConfig": {"NodeType": "Compute"}}],
+        "Nodes": [new]})
+    w.lines("/aws/sagemaker/Clusters/hp/abc123", "ClusterMetrics/slurm", at(-24), at(13))
+    w.section("cloudtrail", "events").append({
+        "EventId": "r1", "EventName": "BatchReplaceClusterNodes", "EventTime": at(10), "EventSource":
+        "sagemaker.amazonaws.com", "Username": "ops", "Resources": [],
+        "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": "hp", "nodeIds": ["i-0old0000000000001"]}})})
+    e = branches(w.audit("hp", mode="incident", since=at(9), until=at(11)))["E"]
+    assert e.status == "Contributing"
+    assert "i-0old0000000000001 replaced by i-0new0000000000001" in e.evidence
+    assert "not hardware, explains it being Pending" in e.evidence

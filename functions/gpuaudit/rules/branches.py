@@ -269,7 +269,7 @@ def branch_e(j: Judged) -> Branch:
              if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id]
     updating = [n.instance_id for n in ev.nodes if n.status == "SystemUpdating"]
     if changes or image or updating:
-        text = "; ".join([f"{e.event_name} at {iso(e.time)} by {e.username}" for e in changes]
+        text = "; ".join([f"{e.event_name} at {iso(e.time)} by {e.username}{replaced_nodes(e, ev)}" for e in changes]
                          + [f"group {g}: CurrentImageId ≠ DesiredImageId" for g in image]
                          + [f"{i} SystemUpdating" for i in updating])
         return _branch("E", "Contributing", text, "Hypothesis (to validate)",
@@ -279,6 +279,29 @@ def branch_e(j: Judged) -> Branch:
                        "gaps): a cluster change cannot be ruled out")
     return _branch("E", "Ruled out", "CloudTrail read by event name from 6 h before the window: no UpdateCluster, "
                    "UpdateClusterSoftware, UpdateFileSystem or Batch*ClusterNodes call for this cluster; images current")
+
+
+def replaced_nodes(event: CloudTrailEvent, ev: Evidence) -> str:
+    """RULES §5.7: a `nodeIds` entry absent from today's node list was replaced; the node launched just after
+    the call is its replacement, and the call (not hardware) explains it being Pending."""
+    if event.event_name != "BatchReplaceClusterNodes":
+        return ""
+    asked = [str(i) for i in (event.request_parameters or {}).get("nodeIds", []) or []]
+    listed = {n.instance_id for n in ev.nodes}
+    gone = [i for i in asked if i not in listed]
+    if not gone:
+        return f" (nodes {', '.join(asked)} still listed)" if asked else ""
+    after = sorted((n for n in ev.nodes if n.launch_time and n.launch_time >= event.time),
+                   key=lambda n: n.launch_time or event.time)
+    parts = []
+    for old, new in zip(gone, after + [None] * len(gone), strict=False):
+        if new is None:
+            parts.append(f"{old} replaced (no node launched after the call is listed yet)")
+        else:
+            pending = " — this call, not hardware, explains it being Pending" if new.status == "Pending" else ""
+            parts.append(f"{old} replaced by {new.instance_id} (group {new.instance_group}, launched "
+                         f"{iso(new.launch_time) if new.launch_time else '—'}){pending}")
+    return " (" + "; ".join(parts) + ")"
 
 
 def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:

@@ -13,6 +13,7 @@ from gpuaudit.rules.coverage import NodeCoverage, is_accelerated
 from gpuaudit.rules.hma import HmaDetection, parse_hma
 from gpuaudit.rules.streams import HMA_PREFIX
 from gpuaudit.rules.xid import NodeRouting, NodeXid, XidLine, classify, is_benign, parse_xid, route_node
+from gpuaudit.timeutil import iso
 
 # Collapsing key: the same fault repeated differs only in timestamps, PIDs and addresses.
 _NOISE = re.compile(r"^\S+\s+\d+\s[\d:]+\s\S+\s|\[\s*\d+\.\d+\]\s*|pid=\S+|0x[0-9a-fA-F_]+|\b\d{3,}\b")
@@ -124,6 +125,43 @@ def efa_text(node: NodeInfo, profile: CapabilityProfile | None) -> str:
 BOOT_LINE = "kernel: Linux version"
 
 
+# Non-Xid memory signals as they appear in a log line (RULES §6): (marker, verdict, verdict if it persists).
+MEMORY_SIGNALS: tuple[tuple[str, str, str], ...] = (
+    ("infoROM is corrupted", "REBOOT", "REPLACE"),
+    ("Remapping Failure Occurred: Yes", "REPLACE", "REPLACE"),
+    ("SRAM Threshold Exceeded: Yes", "REPLACE", "REPLACE"),
+    ("Unrepairable Memory: Yes", "REPLACE", "REPLACE"),
+    ("Pending Page Blacklist: Yes", "REBOOT", "REBOOT"),
+    ("Channel Repair Pending: Yes", "REBOOT", "REBOOT"),
+    ("TPC Repair Pending: Yes", "REBOOT", "REBOOT"),
+)
+STRENGTH = {None: 0, "LEAVE ALONE": 1, "MONITOR": 2, "NOT OBSERVABLE": 2, "REBOOT": 3, "REPLACE": 4}
+
+
+def memory_signal_routing(lines: Sequence[ParsedLine], reboots: Sequence[datetime],
+                          routing: NodeRouting | None) -> NodeRouting | None:
+    """The strongest non-Xid memory signal, when it asks for more than the Xids do; persisting across a
+    reboot (seen before and after one) escalates as §6 says."""
+    best: NodeRouting | None = None
+    for marker, verdict, persisting in MEMORY_SIGNALS:
+        seen = sorted(p.line.time for p in lines if marker in p.line.message)
+        if not seen:
+            continue
+        persists = any(seen[0] < r < seen[-1] for r in reboots)
+        chosen = persisting if persists else verdict
+        where = next(p.line for p in lines if marker in p.line.message)
+        candidate = NodeRouting(
+            verdict=chosen,  # type: ignore[arg-type]
+            verdict_evidence=(f"`{marker}` at {iso(seen[0])} in {where.log_group} / {where.log_stream}"
+                              + (f", again after a reboot at {iso(seen[-1])}" if persists else "")
+                              + f" → {chosen} (non-Xid memory signal, RULES §6)"), hardware=True)
+        if best is None or STRENGTH[candidate.verdict] > STRENGTH[best.verdict]:
+            best = candidate
+    if best is None or (routing is not None and STRENGTH[routing.verdict] >= STRENGTH[best.verdict]):
+        return routing
+    return best
+
+
 def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]) -> list[datetime]:
     """When the node booted again: a kernel banner in its own stream, or a reboot call naming it."""
     times = [p.line.time for p in lines if BOOT_LINE in p.line.message]
@@ -140,8 +178,10 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     profile = evidence.profiles.get(node.instance_type or "")
     gpu_errors = collapse(lines, overrides, window_start, window_end)
     xids = node_xids(lines, window_end)
+    reboots = reboot_times(node, evidence, lines)
     routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides,
-                         reboot_times=reboot_times(node, evidence, lines)) if xids else None
+                         reboot_times=reboots) if xids else None
+    routing = memory_signal_routing(lines, reboots, routing)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated)
     efa = efa_text(node, profile)
     return NodeResult(
