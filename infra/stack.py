@@ -1,4 +1,4 @@
-"""The one stack: findings store, functions, state machine, triggers."""
+"""The one stack: findings store, functions, state machine, triggers, dashboard."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from infra.config import DeployConfig
+from infra.dashboard import AuditDashboard
 from infra.findings import FindingsStore
 from infra.functions import AuditFunctions
 from infra.triggers import AuditTriggers
@@ -21,9 +22,12 @@ class GpuAuditStack(Stack):
         self.functions = AuditFunctions(self, "Functions", config, self.store, bundle)
         self.workflow = AuditWorkflow(self, "Workflow", config, self.functions)
         self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
+        self.dashboard = AuditDashboard(self, "Dashboard", config, self.workflow.state_machine)
         CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn,
                   description="Start an on-demand audit here (Step Functions console, Start execution)")
         CfnOutput(self, "FindingsTableName", value=self.store.table.table_name)
         CfnOutput(self, "AlertTopicArn", value=self.store.topic.topic_arn)
         CfnOutput(self, "EvidenceBucketName", value=self.store.bucket.bucket_name,
-                  description="results/<cluster>/<audit_id>.json and .md; payloads/ expire after days")
+                  description="results/<cluster>/<audit_id>.json, .md and .html; payloads/ expire after days")
+        CfnOutput(self, "DashboardName", value=self.dashboard.dashboard.dashboard_name,
+                  description="CloudWatch dashboard: nodes by xid_status, verdicts, duration, gaps, errors, alerts")

@@ -82,11 +82,13 @@ def _short(text: str | None, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def alert_message(result: Result, changes: list[str]) -> str:
+def alert_message(result: Result, changes: list[str], report_link: str | None = None) -> str:
     lines = [f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region})", result.headline, "",
              *[f"- {c}" for c in changes[:20]]]
     if len(changes) > 20:
         lines.append(f"- … and {len(changes) - 20} more")
+    if report_link:
+        lines += ["", f"Report: {report_link}"]
     return redact("\n".join(lines), result.account_ids)
 
 
@@ -98,7 +100,9 @@ def chatbot_payload(result: Result, message: str) -> str:
 
 
 def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, result: Result,
-                    now_epoch: int, retention_days: int = RETENTION_DAYS) -> SinkOutcome:
+                    now_epoch: int, retention_days: int = RETENTION_DAYS,
+                    report_link: str | None = None) -> SinkOutcome:
+    """`report_link`: where the HTML report is (no credentials in it); the alert's last line and the summary's."""
     outcome = SinkOutcome()
     audit_key = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY")}
     if "Item" in ddb.get_item(TableName=table, Key=audit_key, ConsistentRead=True):
@@ -122,7 +126,7 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
                                             "result": _s(check.result), "audit_id": _s(result.audit_id)})
         outcome.items_written += 1
     if outcome.changes and topic_arn:
-        outcome.alert = alert_message(result, outcome.changes)
+        outcome.alert = alert_message(result, outcome.changes, report_link)
         sns.publish(TopicArn=topic_arn, Subject=f"gpuaudit: {result.cluster.name}"[:100],
                     Message=json.dumps({"default": outcome.alert, "chatbot": chatbot_payload(result, outcome.alert),
                                         # AWS Chatbot subscribes over HTTPS and renders only this shape
@@ -134,6 +138,8 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     summary = {**audit_key, "cluster": _s(result.cluster.name), "mode": _s(result.mode),
                "headline": _s(redact(result.headline, result.account_ids)), "window_start": _s(result.window.start.isoformat()),
                "window_end": _s(result.window.end.isoformat()), "expires_at": {"N": expires["S"]}}
+    if report_link:
+        summary["report_link"] = _s(redact(report_link, result.account_ids))
     if _put_new(ddb, table, summary):
         outcome.items_written += 1
     return outcome

@@ -1,5 +1,7 @@
-"""Verdict (step 4): pipeline.judge + pipeline.finalize, then the sinks — the result and report to
-the evidence bucket, findings to DynamoDB, an alert to SNS only when something changed.
+"""Verdict (step 4): pipeline.judge + pipeline.finalize, then the sinks — the result and reports
+(JSON, Markdown, HTML) to the evidence bucket, findings to DynamoDB, an alert to SNS only when
+something changed. The alert and the findings summary link to the HTML report: its S3 URI and its
+S3 console page, never a presigned URL (that would carry credentials and expire).
 
 Re-running the same audit window writes nothing new and publishes nothing (sinks key by audit_id)."""
 
@@ -10,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 import boto3
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
@@ -18,6 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Result
+from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
 from gpuaudit.rules.judge import OVERRIDES_ENV, parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS, SinkOutcome, write_and_alert
@@ -52,14 +56,24 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         s3.put_object(Bucket=bucket, Key=f"{key}.json", Body=result.to_json().encode(), ContentType="application/json")
         s3.put_object(Bucket=bucket, Key=f"{key}.md", Body=result.report_markdown.encode(),
                       ContentType="text/markdown")
+        s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
+                      ContentType="text/html; charset=utf-8")
         outcome = write_and_alert(session.client("dynamodb"), runtime.env("FINDINGS_TABLE"), session.client("sns"),
                                   os.environ.get("ALERT_TOPIC_ARN") or None, result, int(now.timestamp()),
-                                  retention_days=int(os.environ.get("FINDING_RETENTION_DAYS", RETENTION_DAYS)))
+                                  retention_days=int(os.environ.get("FINDING_RETENTION_DAYS", RETENTION_DAYS)),
+                                  report_link=report_link(bucket, f"{key}.html", s3.meta.region_name))
     record_metrics(result, outcome)
     logger.info("judged", extra={"cluster": result.cluster.name, "audit_id": result.audit_id,
                                  "headline": redact(result.headline), "duplicate": outcome.duplicate,
                                  "published": outcome.published, "items_written": outcome.items_written})
     return summary(result, outcome, bucket, key)
+
+
+def report_link(bucket: str, key: str, region: str) -> str:
+    """The S3 console page of the report (sign-in required), then its S3 URI. The bucket's name is
+    CloudFormation-generated (stack, logical ID, random suffix): it holds no account ID."""
+    console = f"https://console.aws.amazon.com/s3/object/{bucket}?region={region}&prefix={quote(key, safe='/')}"
+    return f"{console} · s3://{bucket}/{key}"
 
 
 def record_metrics(result: Result, outcome: SinkOutcome) -> None:
@@ -89,5 +103,5 @@ def summary(result: Result, outcome: SinkOutcome, bucket: str, key: str) -> dict
         "not_checked": [redact(g) for g in result.visibility_gaps if g.startswith("Not checked: step ")],
         "findings": {"written": outcome.items_written, "duplicate": outcome.duplicate},
         "alert_published": outcome.published,
-        "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md"},
+        "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md", "html": f"{key}.html"},
     }

@@ -1,4 +1,4 @@
-"""Verdict: findings to DynamoDB and one alert to SNS (moto); the same audit again writes and
+"""Verdict: findings to DynamoDB and one alert to SNS (moto), the HTML report next to the result, linked; the same audit again writes and
 publishes nothing new; EMF metrics; a failed step is a `Not checked` gap in the result."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 from handlers import inventory, verdict
 from handlers.runtime import InvalidEvent
 from lambda_harness import (
+    BUCKET,
     EVENT_ACCOUNT,
     PCLUSTER_WORLD,
     Account,
@@ -43,8 +44,35 @@ def test_the_verdict_writes_findings_and_alerts_once_per_audit(pcluster: Account
     assert alert["subject"] == "gpuaudit: llm-pretrain-b200"
     assert "i-0e58b081006f7e3df" in alert["message"]["default"]
     assert json.loads(alert["message"]["https"])["content"]["textType"] == "client-markdown"  # AWS Chatbot's shape
-    assert {first["result"]["json"], first["result"]["report"]} <= set(objects)
+    assert {first["result"]["json"], first["result"]["report"], first["result"]["html"]} <= set(objects)
 
+    again = verdict.handler(given, LambdaContext())
+    assert again["findings"] == {"written": 0, "duplicate": True} and not again["alert_published"]
+    assert (pcluster.findings(), pcluster.published(), pcluster.object_keys()) == (items, alerts, objects)
+
+
+def test_the_html_report_lands_next_to_the_result_and_the_alert_and_summary_link_to_it(pcluster: Account) -> None:
+    given = through_steps(console_target(INCIDENT))
+    first = verdict.handler(given, LambdaContext())
+    html_key = first["result"]["html"]
+    assert html_key == first["result"]["json"].removesuffix(".json") + ".html"
+    assert html_key == f"results/llm-pretrain-b200/{first['audit_id']}.html"
+    s3 = pcluster.session.client("s3")
+    got = s3.get_object(Bucket=BUCKET, Key=html_key)
+    assert got["ContentType"].startswith("text/html")
+    assert got["Body"].read().decode().lstrip().lower().startswith("<!doctype html")
+
+    region = pcluster.world.region
+    link = (f"https://console.aws.amazon.com/s3/object/{BUCKET}?region={region}&prefix={html_key}"
+            f" · s3://{BUCKET}/{html_key}")
+    (summary,) = [i for i in pcluster.findings() if i["pk"] == f"AUDIT#{first['audit_id']}" and i["sk"] == "SUMMARY"]
+    assert summary["report_link"] == link
+    (alert,) = pcluster.published()
+    assert alert["message"]["default"].splitlines()[-1] == f"Report: {link}"
+    assert link in json.loads(alert["message"]["https"])["content"]["description"]
+    assert "X-Amz-Signature" not in json.dumps(alert) + summary["report_link"]  # no presigned URL
+
+    items, alerts, objects = pcluster.findings(), pcluster.published(), pcluster.object_keys()
     again = verdict.handler(given, LambdaContext())
     assert again["findings"] == {"written": 0, "duplicate": True} and not again["alert_published"]
     assert (pcluster.findings(), pcluster.published(), pcluster.object_keys()) == (items, alerts, objects)
