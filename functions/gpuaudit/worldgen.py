@@ -147,10 +147,6 @@ class _Node:
     def dns(self) -> str:
         return f"{self.host}.{REGION}.compute.internal"
 
-    @property
-    def kernel_end(self) -> datetime | None:
-        return self.silent_at
-
 
 def _iso(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

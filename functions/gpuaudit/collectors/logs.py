@@ -36,6 +36,7 @@ from gpuaudit.rules.streams import (
     HMA_PREFIX,
     INSTANCE_ID,
     PCLUSTER_STREAM,
+    NodeIndex,
     is_hma_group,
     is_pcluster_group,
     stream_node_ids,
@@ -210,7 +211,7 @@ class BatchEvidence(BaseModel):
     gaps: list[str]
 
 
-def looks_like_node_stream(stream: str, nodes: list[NodeInfo]) -> bool:
+def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bool:
     """Known node, or any instance ID: nodes that vanished from DescribeInstances are found only later."""
     return bool(stream_node_ids(stream, nodes)) or INSTANCE_ID.search(stream) is not None
 
@@ -255,8 +256,10 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                                          log_stream=stream, message=r.get("@message", "")))
     expected = len(hours_between(win.padded_start, win.padded_end))
     kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
+    node_index = NodeIndex(nodes)
     need_detail = {key for key in kernel_keys
-                   if looks_like_node_stream(key[1], nodes) and key in summary and summary[key].live_hours < expected}
+                   if looks_like_node_stream(key[1], node_index) and key in summary
+                   and summary[key].live_hours < expected}
     for group in batch:
         if is_hma_group(group, cluster_name):
             other_streams = [key for key in summary if key[0] == group and not key[1].startswith(HMA_PREFIX)]
@@ -266,7 +269,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     # asked for by name (detail query), never taken as empty for the window.
     unread: set[tuple[str, str]] = set()
     if "summary" in truncated:
-        unread = {key for key in kernel_keys if looks_like_node_stream(key[1], nodes) and key not in summary}
+        unread = {key for key in kernel_keys if looks_like_node_stream(key[1], node_index) and key not in summary}
         summary.update({key: StreamActivity(log_group=key[0], log_stream=key[1], lines=0, live_hours=0)
                         for key in unread})
         need_detail |= unread
@@ -317,8 +320,9 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
     all_nodes = [*nodes, *discovered]
     hma_group = next((g.name for g in groups if is_hma_group(g.name, cluster.name)), None)
     hma_streams = _hma_streams(aws, hma_group, gaps) if hma_group else None
+    index = NodeIndex(all_nodes)
     kept = {g for g, s in [*((a.log_group, a.log_stream) for a in activity),
-                           *((k.log_group, k.log_stream) for k in kernel)] if stream_node_ids(s, all_nodes)}
+                           *((k.log_group, k.log_stream) for k in kernel)] if stream_node_ids(s, index)}
     if hma_group:
         kept.add(hma_group)
     return LogEvidence(

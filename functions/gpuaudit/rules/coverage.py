@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from gpuaudit.model.evidence import Evidence, KernelStream, NodeInfo, StreamActivity
 from gpuaudit.model.result import CoverageRow, XidStatus
-from gpuaudit.rules.streams import HMA_PREFIX, stream_node_ids
+from gpuaudit.rules.streams import HMA_PREFIX, NodeIndex, stream_node_ids
 from gpuaudit.rules.window import Padded
 from gpuaudit.timeutil import HOUR, floor_hour, iso
 
@@ -50,11 +50,12 @@ class StreamIndex:
     def build(cls, evidence: Evidence, nodes: list[NodeInfo]) -> StreamIndex:
         kernel: dict[str, list[KernelStream]] = defaultdict(list)
         activity: dict[str, list[StreamActivity]] = defaultdict(list)
+        index = NodeIndex(nodes)
         for k in evidence.kernel_streams:
-            for iid in stream_node_ids(k.log_stream, nodes):
+            for iid in stream_node_ids(k.log_stream, index):
                 kernel[iid].append(k)
         for a in evidence.stream_activity:
-            for iid in stream_node_ids(a.log_stream, nodes):
+            for iid in stream_node_ids(a.log_stream, index):
                 activity[iid].append(a)
         return cls(kernel, activity, {(a.log_group, a.log_stream): a for a in evidence.stream_activity})
 
@@ -63,7 +64,8 @@ def expected_hours(node: NodeInfo, pad: Padded) -> list[datetime]:
     """Hours a node's kernel stream must fill: the padded window, from the node's launch hour on."""
     hours = pad.hours
     if node.launch_time is not None:
-        hours = [h for h in hours if h >= floor_hour(node.launch_time)]
+        launched = floor_hour(node.launch_time)
+        hours = [h for h in hours if h >= launched]
     return hours
 
 
@@ -85,7 +87,8 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
 def _possibly_late(empty: list[datetime], hours: list[datetime], pad: Padded) -> bool:
     """A gap that reaches the last whole hour (the partial hour is never listed) and began at most
     LATE_DELIVERY before the query may still be filled by late delivery; an older gap is a lost one."""
-    whole = [h for h in hours if h != pad.partial_last_hour]
+    partial = pad.partial_last_hour
+    whole = [h for h in hours if h != partial]
     if not empty or not whole or empty[-1] != whole[-1]:
         return False
     listed, began = set(empty), empty[-1]

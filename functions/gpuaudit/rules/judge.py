@@ -24,7 +24,7 @@ from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import preflight as preflight_rules
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
-from gpuaudit.rules.streams import stream_node_ids
+from gpuaudit.rules.streams import NodeIndex, stream_node_ids
 from gpuaudit.rules.window import padded
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
 from gpuaudit.timeutil import iso
@@ -123,9 +123,10 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     hma_live = hma_group_live(evidence, pad) if hyperpod else None
     parsed = parse_lines(evidence.gpu_lines)
     lines_by_node: dict[str, list[ParsedLine]] = defaultdict(list)
+    node_index = NodeIndex(evidence.nodes)
     unassigned = []
     for p in parsed:
-        owners = stream_node_ids(p.line.log_stream, evidence.nodes)
+        owners = stream_node_ids(p.line.log_stream, node_index)
         for iid in owners:
             lines_by_node[iid].append(p)
         if not owners:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from gpuaudit.model.evidence import Mode, Window
 from gpuaudit.timeutil import HOUR, floor_hour, hours_between
@@ -52,11 +53,11 @@ class Padded:
     end: datetime
     now: datetime
 
-    @property
+    @cached_property
     def hours(self) -> list[datetime]:
         return hours_between(self.start, self.end)
 
-    @property
+    @cached_property
     def partial_last_hour(self) -> datetime | None:
         """The current hour when the padded window ends at `now` mid-hour."""
         last = floor_hour(self.end)
