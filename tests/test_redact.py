@@ -8,7 +8,7 @@ import pytest
 from gpuaudit.report.redact import MASK, redact
 
 ACCOUNT = "111122223333"
-OTHER = "444455556666"
+OTHER = "123456789012"
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -189,7 +189,7 @@ def test_alert_and_stored_text_carry_no_account_id(sinks: Sinks):
     # Given a result whose headline and verdict evidence quote ARNs and an owner ID
     result = blind_audit()
     iid = compute_id(result)
-    leaky = "see arn:aws:sagemaker:us-west-2:111122223333:cluster/abc, owner 444455556666"
+    leaky = "see arn:aws:sagemaker:us-west-2:111122223333:cluster/abc, owner 123456789012"
     nodes = [n.model_copy(update={"verdict_evidence": f"{n.verdict_evidence} ({leaky})"}) if n.instance_id == iid
              else n for n in result.nodes]
     result = result.model_copy(update={"headline": f"{result.headline} {leaky}", "nodes": nodes})
@@ -201,6 +201,6 @@ def test_alert_and_stored_text_carry_no_account_id(sinks: Sinks):
     (sent,) = sinks.published()
     stored = json.dumps(sinks.items())
     for text in (sent["message"], sent["subject"], stored):
-        assert "111122223333" not in text and "444455556666" not in text
+        assert "111122223333" not in text and "123456789012" not in text
         assert ACCOUNT_LIKE.findall(text) == []
     assert "<account>" in json.loads(sent["message"])["default"]
