@@ -16,15 +16,13 @@ from gpuaudit.model.evidence import Evidence
 from handlers import payload, runtime
 from handlers.coverage_cache import S3GroupCache
 from handlers.models import CollectedBatch, CollectLogsInput
-from handlers.observability import logger, metrics, tracer
+from handlers.observability import logger, metrics, step_handler
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
 
 
-@logger.inject_lambda_context(log_event=False)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     item: CollectLogsInput = runtime.parse_event(event, CollectLogsInput, "CollectLogs expects evidence and a batch")
     session = session_factory()

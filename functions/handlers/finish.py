@@ -16,15 +16,13 @@ from gpuaudit.collectors.logs import BatchEvidence
 from gpuaudit.model.evidence import CallCount, Evidence
 from handlers import payload, runtime
 from handlers.models import FailedBatch, FinishInput, VerdictInput
-from handlers.observability import logger, metrics, tracer
+from handlers.observability import logger, metrics, step_handler
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
 
 
-@logger.inject_lambda_context(log_event=False)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     joined: FinishInput = runtime.parse_event(event, FinishInput, "Finish expects the request, evidence and batches")
     session = session_factory()

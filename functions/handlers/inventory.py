@@ -14,15 +14,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from handlers import payload, runtime
 from handlers.models import AuditTarget, InventoryOutput, LogBatch
-from handlers.observability import logger, metrics, tracer
+from handlers.observability import logger, metrics, step_handler
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
 
 
-@logger.inject_lambda_context(log_event=False)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     target: AuditTarget = runtime.parse_event(event, AuditTarget, "Inventory expects an audit target")
     session = session_factory()

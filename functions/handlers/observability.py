@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
@@ -56,3 +56,10 @@ class RedactingFormatter(LambdaPowertoolsFormatter):
 logger = Logger(service=SERVICE, logger_formatter=RedactingFormatter())
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 tracer = _tracer()
+
+
+def step_handler(handler: F) -> F:
+    """Every Lambda's wrapping, in one order: Lambda context in the logs (never the event: it carries the
+    account ID), a trace, and the EMF metrics flushed on return."""
+    wrapped = logger.inject_lambda_context(log_event=False)(tracer.capture_lambda_handler(metrics.log_metrics(handler)))
+    return cast(F, wrapped)

@@ -15,7 +15,7 @@ from gpuaudit.pipeline import AuditRequest
 from gpuaudit.report.redact import redact
 from handlers import runtime
 from handlers.models import EventBridgeTrigger, Trigger
-from handlers.observability import logger, metrics, tracer
+from handlers.observability import logger, metrics, step_handler
 from handlers.targets import PlanSettings, plan_for
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
@@ -31,9 +31,7 @@ def parse_trigger(event: Any) -> Trigger:
     return runtime.parse_event(event, AuditRequest, "on-demand input is not a valid audit request")  # type: ignore[no-any-return]
 
 
-@logger.inject_lambda_context(log_event=False)  # events carry the account ID: never logged
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     trigger = parse_trigger(event)
     settings = PlanSettings.from_env(dict(os.environ))

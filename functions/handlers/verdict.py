@@ -28,7 +28,7 @@ from gpuaudit.sinks import RETENTION_DAYS, SinkOutcome, write_and_alert
 from gpuaudit.timeutil import iso
 from handlers import payload, runtime
 from handlers.models import VerdictInput
-from handlers.observability import NAMESPACE, logger, metrics, tracer
+from handlers.observability import NAMESPACE, logger, metrics, step_handler
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
@@ -36,9 +36,7 @@ clock: Callable[[], datetime] = runtime.utc_now
 RESULTS_PREFIX = "results"
 
 
-@logger.inject_lambda_context(log_event=False)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     given: VerdictInput = runtime.parse_event(event, VerdictInput, "Verdict expects the request and evidence")
     session = session_factory()
