@@ -126,18 +126,19 @@ def test_reads_are_scoped_where_the_service_allows(synth: Synthesized) -> None:
 
 
 def collector_operations(paths: list[Path]) -> set[str]:
-    """Every `aws.call("svc", "Op")` / `aws.paginate(...)` in the source, as IAM actions."""
+    """Every `aws.call("svc", "Op")` / `aws.paginate(...)` / `aws.read_all(gaps, why, "svc", "Op")` in the
+    source, as IAM actions."""
     found = set()
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("call", "paginate")):
+                    and node.func.attr in ("call", "paginate", "read_all")):
                 continue
             receiver = node.func.value
             if not ((isinstance(receiver, ast.Name) and receiver.id == "aws")
                     or (isinstance(receiver, ast.Attribute) and receiver.attr == "aws")):
                 continue
-            service, operation = node.args[:2]
+            service, operation = node.args[2:4] if node.func.attr == "read_all" else node.args[:2]
             assert isinstance(service, ast.Constant) and isinstance(operation, ast.Constant), \
                 f"{path.name}:{node.lineno}: a computed operation cannot be checked against IAM"
             found.add(iam_action(service.value, operation.value))

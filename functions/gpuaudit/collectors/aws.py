@@ -94,6 +94,15 @@ class Aws:
                 return
             params = {**params, token: next_token}
 
+    def read_all(self, gaps: list[str], unseen: str, service: str, operation: str, key: str,
+                 **params: Any) -> list[Any] | None:
+        """Every item of a listing, or None with a gap naming the failed call and what was not seen."""
+        try:
+            return list(self.paginate(service, operation, key, **params))
+        except CallFailed as failed:
+            gaps.append(f"{failed.gap} — {unseen}")
+            return None
+
     def call_counts(self) -> list[CallCount]:
         return [CallCount(service=s, operation=o, count=n) for (s, o), n in sorted(self.counts.items())]
 

@@ -72,10 +72,9 @@ def _cluster_events(aws: Aws, evidence: Evidence) -> None:
 
 
 def _capacity_reservations(aws: Aws, evidence: Evidence) -> None:
-    try:
-        items = list(aws.paginate("ec2", "DescribeCapacityReservations", "CapacityReservations"))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — capacity reservations not read")
+    items = aws.read_all(evidence.gaps, "capacity reservations not read",
+                         "ec2", "DescribeCapacityReservations", "CapacityReservations")
+    if items is None:
         return
     evidence.capacity_reservations = [
         CapacityReservation(reservation_id=r["CapacityReservationId"], instance_type=r.get("InstanceType", ""),
@@ -141,11 +140,9 @@ def _instance_status(aws: Aws, evidence: Evidence) -> None:
            and not evidence.cluster.kind.startswith("hyperpod")]
     if not ids:
         return
-    try:
-        statuses = list(aws.paginate("ec2", "DescribeInstanceStatus", "InstanceStatuses", InstanceIds=ids,
-                                     IncludeAllInstances=True))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — EC2 status checks and scheduled events not read")
+    statuses = aws.read_all(evidence.gaps, "EC2 status checks and scheduled events not read",
+                            "ec2", "DescribeInstanceStatus", "InstanceStatuses", InstanceIds=ids, IncludeAllInstances=True)
+    if statuses is None:
         return
     evidence.instance_status = [
         InstanceStatusInfo(
@@ -156,10 +153,9 @@ def _instance_status(aws: Aws, evidence: Evidence) -> None:
 
 
 def _fsx(aws: Aws, evidence: Evidence) -> None:
-    try:
-        systems = list(aws.paginate("fsx", "DescribeFileSystems", "FileSystems"))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — FSx file systems not read; branch C not assessed")
+    systems = aws.read_all(evidence.gaps, "FSx file systems not read; branch C not assessed",
+                           "fsx", "DescribeFileSystems", "FileSystems")
+    if systems is None:
         return
     evidence.file_systems = [
         FileSystemInfo(file_system_id=f["FileSystemId"], file_system_type=f.get("FileSystemType"),

@@ -183,10 +183,9 @@ def _security_groups(aws: Aws, evidence: Evidence) -> None:
     if not ids:
         evidence.security_groups = []
         return
-    try:
-        groups = list(aws.paginate("ec2", "DescribeSecurityGroups", "SecurityGroups", GroupIds=sorted(ids)))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap + f" — security groups {', '.join(sorted(ids))} not read")
+    groups = aws.read_all(evidence.gaps, f"security groups {', '.join(sorted(ids))} not read",
+                          "ec2", "DescribeSecurityGroups", "SecurityGroups", GroupIds=sorted(ids))
+    if groups is None:
         return
     evidence.security_groups = [
         SecurityGroupInfo(group_id=g["GroupId"], group_name=g.get("GroupName"), vpc_id=g.get("VpcId"),
@@ -199,10 +198,9 @@ def _subnets(aws: Aws, evidence: Evidence) -> None:
     if not ids:
         evidence.subnets = []
         return
-    try:
-        subnets = list(aws.paginate("ec2", "DescribeSubnets", "Subnets", SubnetIds=sorted(ids)))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap + f" — free IPs of {', '.join(sorted(ids))} not read")
+    subnets = aws.read_all(evidence.gaps, f"free IPs of {', '.join(sorted(ids))} not read",
+                           "ec2", "DescribeSubnets", "Subnets", SubnetIds=sorted(ids))
+    if subnets is None:
         return
     evidence.subnets = [
         SubnetInfo(subnet_id=s["SubnetId"], vpc_id=s.get("VpcId"), availability_zone=s.get("AvailabilityZone"),
@@ -216,11 +214,9 @@ def _route_tables(aws: Aws, evidence: Evidence) -> None:
     if not vpcs:
         evidence.route_tables = []
         return
-    try:
-        tables = list(aws.paginate("ec2", "DescribeRouteTables", "RouteTables",
-                                   Filters=[{"Name": "vpc-id", "Values": vpcs}]))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap + f" — route tables of {', '.join(vpcs)} not read")
+    tables = aws.read_all(evidence.gaps, f"route tables of {', '.join(vpcs)} not read",
+                          "ec2", "DescribeRouteTables", "RouteTables", Filters=[{"Name": "vpc-id", "Values": vpcs}])
+    if tables is None:
         return
     target_keys = ("GatewayId", "NatGatewayId", "TransitGatewayId", "NetworkInterfaceId", "VpcPeeringConnectionId",
                    "InstanceId", "EgressOnlyInternetGatewayId", "LocalGatewayId", "CarrierGatewayId")
@@ -240,10 +236,9 @@ def _route_tables(aws: Aws, evidence: Evidence) -> None:
 
 
 def _alarms(aws: Aws, evidence: Evidence) -> None:
-    try:
-        alarms = list(aws.paginate("cloudwatch", "DescribeAlarms", "MetricAlarms", StateValue="ALARM"))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — CloudWatch alarms in ALARM not read")
+    alarms = aws.read_all(evidence.gaps, "CloudWatch alarms in ALARM not read",
+                          "cloudwatch", "DescribeAlarms", "MetricAlarms", StateValue="ALARM")
+    if alarms is None:
         return
     evidence.alarms_in_alarm = [
         AlarmInfo(name=a.get("AlarmName", ""), state_since=a.get("StateTransitionedTimestamp")
@@ -254,10 +249,9 @@ def _alarms(aws: Aws, evidence: Evidence) -> None:
 
 
 def _event_rules(aws: Aws, evidence: Evidence) -> None:
-    try:
-        rules = list(aws.paginate("events", "ListRules", "Rules"))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — EventBridge rules not read")
+    rules = aws.read_all(evidence.gaps, "EventBridge rules not read",
+                         "events", "ListRules", "Rules")
+    if rules is None:
         return
     evidence.event_rules = [EventRuleInfo(name=r.get("Name", ""), state=r.get("State"),
                                           event_pattern=r.get("EventPattern"), event_bus=r.get("EventBusName"))
