@@ -237,21 +237,16 @@ def step_ours(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _group_volume(group: Any, start_ms: int, end_ms: int) -> tuple[int, int]:
+def _group_volume(world: Any, group: str, start_ms: int, end_ms: int) -> tuple[int, int]:
     """Records and bytes of a whole log group in [start_ms, end_ms]: what one Logs Insights query over it scans."""
+    from gpuaudit.embedded.backend import query_input
+    from gpuaudit.embedded.insights import LogRun
+
     records = size = 0
-    for stream in group.streams.values():
-        for ts, msg in stream.events:
-            if start_ms <= ts <= end_ms:
-                records += 1
-                size += len(msg.encode())
-        for p in stream.periodic:
-            stamps = p.timestamps()
-            first = max(0, -(-(start_ms - p.start_ms) // p.every_ms))
-            last = (end_ms - p.start_ms) // p.every_ms  # index of the last stamp <= end_ms
-            count = max(0, min(len(stamps) - 1, last) - first + 1)
-            records += count
-            size += count * len(p.message.encode())
+    for item in query_input(world, [group], start_ms, end_ms):
+        count = len(item.timestamps) if isinstance(item, LogRun) else 1
+        records += count
+        size += count * len(item.message.encode())
     return records, size
 
 
@@ -264,7 +259,7 @@ def install_stream_pushdown(backend: Any, session: Any) -> None:
     from botocore.awsrequest import AWSResponse
 
     from gpuaudit.embedded import insights
-    from gpuaudit.embedded.backend import PARAMS_KEY, RunningQuery
+    from gpuaudit.embedded.backend import PARAMS_KEY, RunningQuery, query_input
 
     volumes: dict[tuple[str, int, int], tuple[int, int]] = {}
 
@@ -274,19 +269,16 @@ def install_stream_pushdown(backend: Any, session: Any) -> None:
         match = _STREAM_FILTER.match(params.get("queryString", ""))
         if match is None or len(names) != 1 or names[0] not in backend.world.log_groups or params.get("limit"):
             return None
-        group = backend.world.log_groups[names[0]]
-        stream = group.streams.get(json.loads(match.group(1)))
         start_s, end_s = params["startTime"], params["endTime"]
         low, high = start_s * 1000, end_s * 1000 + 999
-        records = (insights.LogRecord(group.name, stream.name, ts, msg) for ts, msg in stream.lines(low, high)) \
-            if stream is not None else iter(())
+        records = query_input(backend.world, names, low, high, streams=[json.loads(match.group(1))])
         try:
             outcome = insights.run_query(params["queryString"], records, start_s, end_s, backend.world.account_id)
         except insights.QueryError:
             return None  # let the backend raise its own MalformedQueryException
-        key = (group.name, low, high)
+        key = (names[0], low, high)
         if key not in volumes:
-            volumes[key] = _group_volume(group, low, high)
+            volumes[key] = _group_volume(backend.world, names[0], low, high)
         scanned, size = volumes[key]
         outcome = insights.QueryOutcome(outcome.rows, scanned, outcome.records_matched, size)
         query_id = str(uuid.uuid4())
@@ -344,7 +336,7 @@ def step_naive(args: dict[str, Any]) -> dict[str, Any]:
                     failed += 1
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     by_op, total, start_query = _calls(aws)
-    scanned = sum(_group_volume(world.log_groups[g], start_s * 1000, end_s * 1000 + 999)[0] for g in groups) \
+    scanned = sum(_group_volume(world, g, start_s * 1000, end_s * 1000 + 999)[0] for g in groups) \
         * len(gpu_nodes) * 2
     return {
         "calls": total, "start_query": start_query, "calls_by_operation": by_op,

@@ -442,6 +442,24 @@ def _records(b: WorldBackend, groups: Iterable[str], start_ms: int | None, end_m
                 yield insights.LogRecord(name, stream.name, ts, msg)
 
 
+def query_input(world: World, groups: Iterable[str], start_ms: int, end_ms: int,
+                streams: Iterable[str] | None = None) -> Iterable[insights.ScanItem]:
+    """What Logs Insights scans, in the order of `_records`: a stream's events as records, each of its
+    periodic entries as one run of identical lines (the evaluator expands a run only where it must).
+    Unknown groups are skipped (StartQuery checks them first); `streams` keeps only those streams."""
+    for name in groups:
+        group = world.log_groups.get(name)
+        if group is None:
+            continue
+        chosen = group.streams.values() if streams is None else [group.streams[s] for s in streams if s in group.streams]
+        for stream in chosen:
+            events, runs = stream.pieces(start_ms, end_ms)
+            for ts, msg in events:
+                yield insights.LogRecord(name, stream.name, ts, msg)
+            for stamps, msg in runs:
+                yield insights.LogRun(name, stream.name, stamps, msg)
+
+
 @responds("logs", "FilterLogEvents")
 def _filter_log_events(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     name = p.get("logGroupName") or p.get("logGroupIdentifier", "")
@@ -510,7 +528,7 @@ def _start_query(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
         insights.parse_query(query)
     except insights.QueryError as exc:
         raise ApiError("MalformedQueryException", str(exc)) from None
-    outcome = insights.run_query(query, _records(b, names, p["startTime"] * 1000, p["endTime"] * 1000 + 999),
+    outcome = insights.run_query(query, query_input(b.world, names, p["startTime"] * 1000, p["endTime"] * 1000 + 999),
                                  p["startTime"], p["endTime"], b.world.account_id)
     query_id = str(uuid.uuid4())
     stuck = b.behaviour_fault("logs", "GetQueryResults")

@@ -94,28 +94,34 @@ class Stream:
         """Every line in [start_ms, end_ms], generated lazily (big worlds stay small in memory).
 
         Explicit events first (in time order), then each periodic entry in turn. Built from C-level
-        iterators (bisect, range, zip, repeat, chain) rather than a Python generator: every Logs Insights
-        query walks every line of its groups through here, tens of millions of lines for a big world."""
+        iterators (bisect, range, zip, repeat, chain) rather than a Python generator."""
+        events, runs = self.pieces(start_ms, end_ms)
+        parts: list[Iterator[tuple[int, str]]] = [iter(events)]
+        parts.extend(zip(stamps, repeat(message)) for stamps, message in runs)
+        return chain.from_iterable(parts)
+
+    def pieces(self, start_ms: int | None = None, end_ms: int | None = None
+               ) -> tuple[list[tuple[int, str]], list[tuple[range, str]]]:
+        """The lines in [start_ms, end_ms] as `lines()` yields them, without generating them: the explicit
+        events in range, then each periodic entry as (its timestamps in range, its message). Logs Insights
+        queries read periodic entries this way, as runs of identical lines (embedded/insights.LogRun)."""
         lo = start_ms if start_ms is not None else -(2**62)
         hi = end_ms if end_ms is not None else 2**62
-        parts: list[Iterator[tuple[int, str]]] = []
         events = self.events  # sorted by time in __post_init__, so the lines in range are one slice
+        chosen: list[tuple[int, str]] = []
         if events:
             first_in = bisect_left(events, lo, key=_event_time)
-            past_end = bisect_right(events, hi, lo=first_in, key=_event_time)
-            if first_in < past_end:
-                chosen = events[first_in:past_end]
-                parts.append(zip(map(_event_time, chosen), map(_event_message, chosen), strict=True))
+            chosen = events[first_in:bisect_right(events, hi, lo=first_in, key=_event_time)]
+        runs: list[tuple[range, str]] = []
         for p in self.periodic:
             first = p.start_ms if lo <= p.start_ms else p.start_ms + -(-(lo - p.start_ms) // p.every_ms) * p.every_ms
             stamps = range(first, min(p.end_ms, hi + 1), p.every_ms)
             if stamps:
-                parts.append(zip(stamps, repeat(p.message)))
-        return chain.from_iterable(parts)
+                runs.append((stamps, p.message))
+        return chosen, runs
 
 
 _event_time = itemgetter(0)
-_event_message = itemgetter(1)
 
 
 @dataclass
