@@ -8,6 +8,7 @@ import pytest
 from helpers.worlds import PClusterWorld, at, aws_for
 
 from gpuaudit.collectors.cache import FileCache
+from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Result
 from gpuaudit.pipeline import AuditRequest, run_audit
 
@@ -76,3 +77,23 @@ def test_a_read_with_a_gap_is_not_cached(tmp_path: Path) -> None:
     run_audit(aws_for(w.world()), AuditRequest(cluster="inc"), coverage_cache=cache)
     assert not cache.load("inc", "us-west-2").groups  # nothing proven, nothing kept
     assert comparable(audit(at(12, 30), cache)) == comparable(audit(at(12, 30), None))
+
+
+def test_merged_hours_read_like_a_full_read(tmp_path: Path) -> None:
+    """Per stream, the incremental evidence holds the full read's live hours, in the full read's form:
+    no per-hour counts for a stream live in every hour, the live hours of a stream with gaps."""
+    from gpuaudit.pipeline import collect
+
+    def hours(evidence: Evidence) -> dict[tuple[str, str], tuple[int, frozenset | None]]:
+        return {(a.log_group, a.log_stream): (a.live_hours, None if a.hour_counts is None else
+                                              frozenset(h for h, n in a.hour_counts.items() if n > 0))
+                for a in evidence.stream_activity}
+
+    cache = FileCache(tmp_path / "cache.json")
+    request = AuditRequest(cluster="inc")
+    collect(aws_for(world_at(at(10, 30)).world()), request, cache)
+    incremental = hours(collect(aws_for(world_at(at(12, 30)).world()), request, cache))
+    full = hours(collect(aws_for(world_at(at(12, 30)).world()), request, None))
+    assert incremental == full
+    assert sum(counts is None for _, counts in full.values()) >= 6  # the healthy kernel and slurmd streams
+    assert any(counts is not None for _, counts in full.values())  # the stream that died at 09:00

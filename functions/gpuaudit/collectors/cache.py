@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.collectors.logs import BatchEvidence, LogWindow
 from gpuaudit.model.evidence import GpuLine, KernelStream, StreamActivity
-from gpuaudit.timeutil import floor_hour, hours_between
+from gpuaudit.timeutil import floor_hour
 
 FORMAT = "gpu-audit-cache/2"
 LATE_DELIVERY_HORIZON = timedelta(hours=2)
@@ -42,19 +42,57 @@ class StreamHours(_Model):
     last_event: datetime | None = None
 
 
-    @property
-    def live(self) -> list[datetime]:
-        return [datetime.fromtimestamp((start + i) * 3600, tz=UTC) for start, n in self.live_runs for i in range(n)]
 
-    @staticmethod
-    def runs(hours: Iterable[datetime]) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
-        for h in sorted({int(x.timestamp()) // 3600 for x in hours}):
-            if out and out[-1][0] + out[-1][1] == h:
-                out[-1] = (out[-1][0], out[-1][1] + 1)
-            else:
-                out.append((h, 1))
-        return out
+# Hours are handled as runs of epoch hours, (first, count), ascending and disjoint: the cache and the
+# merge then cost per run (one for a healthy stream), not per hour (170 a week) and per stream.
+Runs = list[tuple[int, int]]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_HOUR_US = 3_600_000_000
+
+
+def _floor_h(t: datetime) -> int:
+    return ((t - _EPOCH) // _MICROSECOND) // _HOUR_US
+
+
+def _ceil_h(t: datetime) -> int:
+    """The first epoch hour h with h's start >= t (so `h < t` for an hour start is `h < _ceil_h(t)`)."""
+    return -(-((t - _EPOCH) // _MICROSECOND) // _HOUR_US)
+
+
+def _hour_start(h: int) -> datetime:
+    return _EPOCH + timedelta(hours=h)
+
+
+def _span(lo: int, hi: int) -> Runs:
+    return [(lo, hi - lo)] if hi > lo else []
+
+
+def _clip(runs: Runs, lo: int, hi: int) -> Runs:
+    return [(max(a, lo), min(a + n, hi) - max(a, lo)) for a, n in runs if min(a + n, hi) > max(a, lo)]
+
+
+def _union(*parts: Runs) -> Runs:
+    out: Runs = []
+    for a, n in sorted(run for part in parts for run in part):
+        if out and a <= out[-1][0] + out[-1][1]:
+            end = max(out[-1][0] + out[-1][1], a + n)
+            out[-1] = (out[-1][0], end - out[-1][0])
+        else:
+            out.append((a, n))
+    return out
+
+
+def _size(runs: Runs) -> int:
+    return sum(n for _, n in runs)
+
+
+def _runs_of(hours: Iterable[datetime]) -> Runs:
+    return _union([(_floor_h(h), 1) for h in hours])
+
+
+def _hour_starts(runs: Runs) -> list[datetime]:
+    return [_hour_start(a + i) for a, n in runs for i in range(n)]
 
 
 class GroupCache(_Model):
@@ -124,16 +162,18 @@ def fresh_window(win: LogWindow, caches: list[GroupCache]) -> LogWindow:
                      gpu_end=win.gpu_end)
 
 
-def _fresh_live(a: StreamActivity, fresh_hours: list[datetime]) -> set[datetime] | None:
+def _live_runs(a: StreamActivity, span: Runs) -> Runs | None:
+    """The hours with a line of a stream read over `span`; None when only its summary was read and it has gaps."""
     if a.hour_counts is not None:
-        return {h for h, n in a.hour_counts.items() if n > 0}
-    if a.live_hours >= len(fresh_hours):
-        return set(fresh_hours)
+        return _runs_of(h for h, n in a.hour_counts.items() if n > 0)
+    if a.live_hours >= _size(span):
+        return span
     return None  # per-hour detail not read
 
 
 def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, part: LogWindow) -> BatchEvidence:
-    """The batch as a full read would have seen it: cached final hours plus the freshly read ones."""
+    """The batch as a full read would have seen it: cached final hours plus the freshly read ones.
+    A stream live in every hour of the window has no `hour_counts`, as after a full read."""
     kernel = {(g, s): k for g, c in caches.items() for s, k in c.kernel.items()}
     for k in fresh.kernel:
         prior = kernel.get((k.log_group, k.log_stream))
@@ -142,31 +182,35 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
                                      "last_kernel_line": max(filter(None, [prior.last_kernel_line,
                                                                            k.last_kernel_line]), default=None)})
         kernel[(k.log_group, k.log_stream)] = k
-    fresh_hours = hours_between(part.padded_start, part.padded_end)
+    fresh_span = _span(_floor_h(part.padded_start), _ceil_h(part.padded_end))
+    window_size = _size(_span(_floor_h(win.padded_start), _ceil_h(win.padded_end)))
+    old_from, old_to = _ceil_h(win.padded_start), _ceil_h(part.padded_start)  # cached hours still in the window
     fresh_by_key = {(a.log_group, a.log_stream): a for a in fresh.activity}
     keys = set(fresh_by_key) | {(g, s) for g, c in caches.items() for s in c.hours}
     activity = []
     for key in sorted(keys):
         cached = caches[key[0]].hours.get(key[1]) if key[0] in caches else None
-        old = {h for h in (cached.live if cached else []) if win.padded_start <= h < part.padded_start}
+        old = _clip(cached.live_runs, old_from, old_to) if cached else []
         a = fresh_by_key.get(key)
-        new = _fresh_live(a, fresh_hours) if a is not None else set()
+        new = _live_runs(a, fresh_span) if a is not None else []
         if not old and not new and a is None:
             continue  # no line in the window at all: a full read would not list the stream either
         first = a.first_event if a is not None else None
         if old:
-            earliest = min(old)
+            earliest = _hour_start(old[0][0])
             first = cached.first_event if cached and cached.first_event and cached.first_event >= earliest \
                 else earliest  # hour precision when the cached first line predates the window
         last = a.last_event if a is not None and a.last_event else (cached.last_event if cached else None)
         lines = (a.lines if a is not None else 0) + (cached.lines if cached and old else 0)
         if new is None:
-            activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines, live_hours=len(old),
+            activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines, live_hours=_size(old),
                                            first_event=first, last_event=last, hour_counts=None))
             continue
-        live = old | new
-        activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines, live_hours=len(live),
-                                       first_event=first, last_event=last, hour_counts={h: 1 for h in live}))
+        live = _union(old, new)
+        live_hours = _size(live)
+        hour_counts = None if live_hours >= window_size else dict.fromkeys(_hour_starts(live), 1)
+        activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines, live_hours=live_hours,
+                                       first_event=first, last_event=last, hour_counts=hour_counts))
     old_lines = [g for c in caches.values() for g in c.gpu_lines if win.gpu_start <= g.time < part.gpu_start]
     return fresh.model_copy(update={
         "kernel": sorted(kernel.values(), key=lambda k: (k.log_group, k.log_stream)),
@@ -182,28 +226,25 @@ def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: dateti
     prior = {g: state.groups.get(g) for g in merged.groups}
     covered = [c.covered_from for c in prior.values() if c is not None and c.covered_from <= win.padded_start]
     covered_from = max(min([*covered, win.padded_start]), horizon)
-    full = hours_between(win.padded_start, win.padded_end)
+    full = _span(_floor_h(win.padded_start), _ceil_h(win.padded_end))
+    keep_from, keep_to, settled_h = _ceil_h(covered_from), _ceil_h(win.padded_start), _ceil_h(settled)
     for group in merged.groups:
         entry = GroupCache(covered_from=covered_from, settled_until=settled, kernel_as_of=win.padded_end,
                            kernel={k.log_stream: k for k in merged.kernel if k.log_group == group})
         old = prior.get(group)
         for a in (x for x in merged.activity if x.log_group == group):
-            live = {h for h, n in (a.hour_counts or {}).items() if n > 0} if a.hour_counts is not None else \
-                (set(full) if a.live_hours >= len(full) else set())
-            kept_old = {h for h in (old.hours[a.log_stream].live if old and a.log_stream in old.hours else [])
-                        if covered_from <= h < win.padded_start}
-            final = sorted(h for h in live | kept_old if covered_from <= h < settled)
-            entry.hours[a.log_stream] = StreamHours(live_runs=StreamHours.runs(final), lines=a.lines, first_event=a.first_event,
-                                                    last_event=a.last_event)
+            live = _live_runs(a, full) or []
+            kept_old = _clip(old.hours[a.log_stream].live_runs, keep_from, keep_to) \
+                if old and a.log_stream in old.hours else []
+            entry.hours[a.log_stream] = StreamHours(live_runs=_clip(_union(live, kept_old), keep_from, settled_h),
+                                                    lines=a.lines, first_event=a.first_event, last_event=a.last_event)
         if old is not None:  # streams silent in this window keep their older final hours
             for stream, hours in old.hours.items():
                 if stream not in entry.hours:
-                    kept = [h for h in hours.live if covered_from <= h < win.padded_start]
+                    kept = _clip(hours.live_runs, keep_from, keep_to)
                     if kept:
-                        entry.hours[stream] = hours.model_copy(update={"live_runs": StreamHours.runs(kept)})
+                        entry.hours[stream] = hours.model_copy(update={"live_runs": kept})
         older = [g for g in (old.gpu_lines if old else []) if covered_from <= g.time < win.gpu_start]
         entry.gpu_lines = [*older, *(g for g in merged.gpu_lines if g.log_group == group and g.time < settled)][
             -MAX_CACHED_GPU_LINES:]
         state.groups[group] = entry
-
-
