@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 from itertools import chain, filterfalse, groupby, islice, repeat
-from operator import attrgetter, floordiv, itemgetter, mul
+from operator import attrgetter, floordiv, itemgetter, mul, sub
 from typing import Any, NamedTuple, TypeVar, cast
 
 _T = TypeVar("_T")
@@ -891,7 +891,8 @@ def _member(get: Getter, literals: tuple[Scalar, ...], always_str: bool = False)
 
 # --------------------------------------------------------------------------- stats
 
-_NUMBER_TYPES = (int, float, _Ts)
+_NUMBER_TYPES = frozenset({int, float, _Ts})
+_PLAIN_NUMBER_TYPES = frozenset({int, float})
 
 
 def _extreme(values: list[Any], pick: Callable[..., Any]) -> Any:
@@ -899,7 +900,7 @@ def _extreme(values: list[Any], pick: Callable[..., Any]) -> Any:
     values = [v for v in values if v is not None]
     if not values:
         return None
-    if all(type(v) in _NUMBER_TYPES for v in values):
+    if _NUMBER_TYPES.issuperset(map(type, values)):
         return pick(values)  # keeps a _Ts a _Ts, so it prints as a timestamp
     numbers = [_num(v) for v in values]
     if None not in numbers:
@@ -908,7 +909,10 @@ def _extreme(values: list[Any], pick: Callable[..., Any]) -> Any:
 
 
 def _numbers(values: Iterable[Any]) -> list[int | float]:
-    return [n for n in map(_num, values) if n is not None]
+    given = list(values)
+    if _PLAIN_NUMBER_TYPES.issuperset(map(type, given)):
+        return given  # _num of a plain int or float is itself (a C-level check instead of a call per value)
+    return [n for n in map(_num, given) if n is not None]
 
 
 def _compile_agg(agg: Agg, env: _Env, on_records: bool) -> Callable[[list[Any]], Value | None]:
@@ -1321,7 +1325,8 @@ def _fold_runs(
     folds: list[Callable[[Any, Any], Any]],
 ) -> None:
     """Fold each run into `partials` as `_stream_stats` folds its lines, one (group, bin) at a time:
-    count is the lines in the bin, min/max their first and last timestamp (runs are ascending)."""
+    count is the lines in the bin, min/max their first and last timestamp (runs are ascending).
+    Built a column at a time per run; a run whose groups are all new (the usual case) is one dict update."""
     keys = [None if term.bin_ms is not None else env.field(term.field or "").raw for term in cmd.by]
     width = next((term.bin_ms for term in cmd.by if term.bin_ms is not None), None)
     # Per aggregation: which of (count, first, last) it takes, and the output conversion of a timestamp.
@@ -1330,25 +1335,40 @@ def _fold_runs(
     for run in runs:
         stamps = run.timestamps
         first_line = LogRecord(run.log_group, run.log_stream, stamps[0], run.message)
-        constant = [None if raw is None else raw(first_line) for raw in keys]
-        for bucket, begin, end in _bins(stamps, width):
-            segment = (end - begin, stamps[begin], stamps[end - 1])
-            key = tuple([bucket if raw is None else value for raw, value in zip(keys, constant, strict=True)])
-            values = tuple([segment[pick] if final is None else final(segment[pick])
-                            for pick, final in zip(picks, finals, strict=True)])
+        buckets, begins, ends = _bins(stamps, width)
+        start, step = stamps.start, stamps.step
+        segment = (list(map(sub, ends, begins)), [start + i * step for i in begins],
+                   [start + (i - 1) * step for i in ends])
+        group_keys = list(zip(*[buckets if raw is None else repeat(raw(first_line)) for raw in keys], strict=False)) \
+            if keys else [()]
+        values = list(zip(*[segment[pick] if final is None else map(final, segment[pick])
+                            for pick, final in zip(picks, finals, strict=True)], strict=False))
+        if partials.keys().isdisjoint(group_keys):
+            partials.update(zip(group_keys, values, strict=True))
+            continue
+        for key, value in zip(group_keys, values, strict=True):
             prior = partials.get(key)
-            partials[key] = values if prior is None else tuple(
-                [fold(a, b) for fold, a, b in zip(folds, prior, values, strict=True)])
+            partials[key] = value if prior is None else tuple(
+                [fold(a, b) for fold, a, b in zip(folds, prior, value, strict=True)])
 
 
-def _bins(stamps: range, width: int | None) -> Iterator[tuple[int | None, int, int]]:
-    """(bin start, first index, end index) of an ascending range's timestamps per bin; one bin without a width."""
+def _bins(stamps: range, width: int | None) -> tuple[Sequence[int | None], list[int], list[int]]:
+    """Bin starts, and per bin the first index and the end index of an ascending range's timestamps in it
+    (one bin of None without a width). Empty bins are left out."""
+    total = len(stamps)
     if width is None:
-        yield None, 0, len(stamps)
-        return
-    begin, total = 0, len(stamps)
+        return [None], [0], [total]
+    first, last, start, step = stamps[0] // width * width, stamps[-1] // width * width, stamps.start, stamps.step
+    if step <= width:  # every bin from the first line's to the last line's holds a line
+        buckets = range(first, last + 1, width)
+        ends = [min(total, (bucket + width - 1 - start) // step + 1) for bucket in buckets]
+        return buckets, [0, *ends[:-1]], ends
+    starts, begins, ends = [], [], []
+    begin = 0
     while begin < total:
         bucket = stamps[begin] // width * width
-        end = min(total, (bucket + width - 1 - stamps.start) // stamps.step + 1)
-        yield bucket, begin, end
-        begin = end
+        starts.append(bucket)
+        begins.append(begin)
+        begin = min(total, (bucket + width - 1 - start) // step + 1)
+        ends.append(begin)
+    return starts, begins, ends
