@@ -1339,8 +1339,10 @@ def _fold_runs(
         start, step = stamps.start, stamps.step
         segment = (list(map(sub, ends, begins)), [start + i * step for i in begins],
                    [start + (i - 1) * step for i in ends])
-        group_keys = list(zip(*[buckets if raw is None else repeat(raw(first_line)) for raw in keys], strict=False)) \
-            if keys else [()]
+        if width is None:  # one group per run
+            group_keys = [tuple([raw(first_line) for raw in keys if raw is not None])]
+        else:  # the bin column bounds the repeated constant ones
+            group_keys = list(zip(*[buckets if raw is None else repeat(raw(first_line)) for raw in keys], strict=False))
         values = list(zip(*[segment[pick] if final is None else map(final, segment[pick])
                             for pick, final in zip(picks, finals, strict=True)], strict=False))
         if partials.keys().isdisjoint(group_keys):
