@@ -26,6 +26,9 @@ Anything else raises `QueryError` rather than silently returning what a real acc
 
 Structure: a tokenizer, a recursive-descent parser producing a small frozen AST (`parse_query`), and
 an executor that compiles filters into closures and runs `stats` as one pass of dict accumulation.
+The input may mix `LogRun`s (evenly spaced identical lines, a world's periodic entries) with records:
+a run is filtered and aggregated as a whole where the query cannot tell its lines apart and expanded
+in place elsewhere, so the outcome is always that of its lines (tests/unit/test_insights_runs.py).
 """
 
 from __future__ import annotations
