@@ -146,6 +146,8 @@ def test_stream_lines_in_a_range_include_generated_lines_on_their_grid():
 
 @pytest.mark.parametrize("folder", [SHARED_WORLDS, PACKAGED_WORLDS], ids=["shared", "packaged"])
 def test_shipped_worlds_load(folder: Path):
+    if folder == SHARED_WORLDS and not folder.is_dir():
+        pytest.skip(f"no shared worlds beside this checkout ({folder}); their packaged copies are checked")
     worlds = sorted(folder.glob("*.world.json"))
     assert worlds, f"no worlds in {folder}"
     for path in worlds:
