@@ -97,3 +97,20 @@ def test_merged_hours_read_like_a_full_read(tmp_path: Path) -> None:
     assert incremental == full
     assert sum(counts is None for _, counts in full.values()) >= 6  # the healthy kernel and slurmd streams
     assert any(counts is not None for _, counts in full.values())  # the stream that died at 09:00
+
+
+def test_line_counts_stay_those_of_the_window_over_many_hourly_runs(tmp_path: Path) -> None:
+    """Cached hours carry their lines; an hour leaving the window takes its share with it, so a week of
+    hourly runs does not pile up counts (the per-hour split is exact for steady streams, as here, and
+    within one Xid line where a node logged one)."""
+    from gpuaudit.pipeline import collect
+
+    cache = FileCache(tmp_path / "cache.json")
+    request = AuditRequest(cluster="inc")
+    for hour in range(6, 13):
+        incremental = collect(aws_for(world_at(at(hour, 30)).world()), request, cache)
+    full = collect(aws_for(world_at(at(12, 30)).world()), request, None)
+    merged = {(a.log_group, a.log_stream): a.lines for a in incremental.stream_activity}
+    for a in full.stream_activity:
+        assert abs(merged[(a.log_group, a.log_stream)] - a.lines) <= 2, a.log_stream
+    assert sum(merged.values()) == pytest.approx(sum(a.lines for a in full.stream_activity), abs=2)

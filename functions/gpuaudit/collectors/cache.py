@@ -7,6 +7,10 @@ it. Kernel-line counts (query b) accumulate from the end of the last counted ran
 groups is read incrementally only when every group has a cache entry covering the whole window;
 otherwise it is read in full and the cache is rebuilt from that read. A batch whose read had any gap
 leaves its cache entry untouched, so a failed query can never become cached silence.
+
+A stream's line count over the window (`StreamActivity.lines`, which orders a node's other streams)
+is the fresh read's count plus the cached hours' share: the summary query gives a stream's total,
+not per hour, so an hour's lines are the stream's mean rate (exact for a steady stream).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from gpuaudit.collectors.logs import BatchEvidence, LogWindow
 from gpuaudit.model.evidence import GpuLine, KernelStream, StreamActivity
 from gpuaudit.timeutil import floor_hour
 
-FORMAT = "gpu-audit-cache/2"
+FORMAT = "gpu-audit-cache/3"
 LATE_DELIVERY_HORIZON = timedelta(hours=2)
 RETENTION = timedelta(days=8)
 MAX_CACHED_GPU_LINES = 20_000
@@ -37,6 +41,8 @@ class StreamHours(_Model):
     # Final hours that held at least one line, as runs of consecutive hours [first epoch hour, count]:
     # a healthy stream is one run, so a 2,000-node cache stays small.
     live_runs: list[tuple[int, int]] = Field(default_factory=list)
+    # Lines in those hours. Exact per hour only for streams with gaps (the detail query), so the lines of a
+    # part of the hours are its share at the stream's rate (`_share`); exact for a steady stream.
     lines: int = 0
     first_event: datetime | None = None
     last_event: datetime | None = None
@@ -89,6 +95,19 @@ def _size(runs: Runs) -> int:
 
 def _runs_of(hours: Iterable[datetime]) -> Runs:
     return _union([(_floor_h(h), 1) for h in hours])
+
+
+def _share(lines: int, part: Runs, hours: float) -> int:
+    """The lines of the hours `part`, at the mean rate of `lines` over `hours` (a steady stream: exact)."""
+    return round(lines * _size(part) / hours) if hours > 0 else 0
+
+
+def _hours_read(a: StreamActivity, live: Runs, end: datetime) -> float:
+    """The live hours `a.lines` were counted over, the hour of `end` by the part of it that had passed."""
+    last = _floor_h(end)
+    if not live or live[-1][0] + live[-1][1] != last + 1:
+        return float(a.live_hours)
+    return a.live_hours - 1 + (end - _hour_start(last)) / timedelta(hours=1)
 
 
 def _hour_starts(runs: Runs) -> list[datetime]:
@@ -201,7 +220,7 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
             first = cached.first_event if cached and cached.first_event and cached.first_event >= earliest \
                 else earliest  # hour precision when the cached first line predates the window
         last = a.last_event if a is not None and a.last_event else (cached.last_event if cached else None)
-        lines = (a.lines if a is not None else 0) + (cached.lines if cached and old else 0)
+        lines = (a.lines if a is not None else 0) + (_share(cached.lines, old, _size(cached.live_runs)) if cached else 0)
         if new is None:
             activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines, live_hours=_size(old),
                                            first_event=first, last_event=last, hour_counts=None))
@@ -234,16 +253,20 @@ def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: dateti
         old = prior.get(group)
         for a in (x for x in merged.activity if x.log_group == group):
             live = _live_runs(a, full) or []
-            kept_old = _clip(old.hours[a.log_stream].live_runs, keep_from, keep_to) \
-                if old and a.log_stream in old.hours else []
-            entry.hours[a.log_stream] = StreamHours(live_runs=_clip(_union(live, kept_old), keep_from, settled_h),
-                                                    lines=a.lines, first_event=a.first_event, last_event=a.last_event)
+            prior_hours = old.hours.get(a.log_stream) if old else None
+            kept_old = _clip(prior_hours.live_runs, keep_from, keep_to) if prior_hours else []
+            final = _clip(live, keep_from, settled_h)
+            lines = _share(a.lines, final, _hours_read(a, live, win.padded_end)) + \
+                (_share(prior_hours.lines, kept_old, _size(prior_hours.live_runs)) if prior_hours else 0)
+            entry.hours[a.log_stream] = StreamHours(live_runs=_union(final, kept_old), lines=lines,
+                                                    first_event=a.first_event, last_event=a.last_event)
         if old is not None:  # streams silent in this window keep their older final hours
             for stream, hours in old.hours.items():
                 if stream not in entry.hours:
                     kept = _clip(hours.live_runs, keep_from, keep_to)
                     if kept:
-                        entry.hours[stream] = hours.model_copy(update={"live_runs": kept})
+                        entry.hours[stream] = hours.model_copy(
+                            update={"live_runs": kept, "lines": _share(hours.lines, kept, _size(hours.live_runs))})
         older = [g for g in (old.gpu_lines if old else []) if covered_from <= g.time < win.gpu_start]
         entry.gpu_lines = [*older, *(g for g in merged.gpu_lines if g.log_group == group and g.time < settled)][
             -MAX_CACHED_GPU_LINES:]
