@@ -10,13 +10,14 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from gpuaudit.collectors.cache import CacheState, GroupCache
+from gpuaudit.collectors.cache import FORMAT, CacheState, GroupCache
 
 PREFIX = "cache"
 
 
 def key(cluster: str, region: str, group: str) -> str:
-    digest = hashlib.sha256(f"{region}|{cluster}|{group}".encode()).hexdigest()
+    # The cache format is part of the key: entries of an older format are never read as this one.
+    digest = hashlib.sha256(f"{FORMAT}|{region}|{cluster}|{group}".encode()).hexdigest()
     return f"{PREFIX}/{cluster}/{digest}.json"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from handlers import collect_logs, finish, inventory, payload, plan
+from handlers import collect_logs, coverage_cache, finish, inventory, payload, plan
 from handlers.runtime import InvalidEvent, ThrottlingException
 from lambda_harness import (
     PCLUSTER_WORLD,
@@ -152,3 +152,10 @@ def test_the_next_hourly_batch_reads_only_new_hours_from_the_coverage_cache(acco
 
     assert scanned(again) * 5 < scanned(first)
     assert live(again) == live(first)
+
+
+def test_a_new_cache_format_never_reads_entries_of_the_old_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    current = coverage_cache.key("c1", "us-west-2", "/aws/g")
+    monkeypatch.setattr(coverage_cache, "FORMAT", "gpu-audit-cache/2")
+    assert coverage_cache.key("c1", "us-west-2", "/aws/g") != current
+    assert current.startswith("cache/c1/")
