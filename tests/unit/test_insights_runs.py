@@ -79,6 +79,13 @@ QUERIES = [
     "stats count(*) as n by @timestamp | sort n desc | limit 20",
     "stats earliest(@message), latest(@message), count_distinct(@logStream) by bin(1h)",
     "stats count(*) as lines by @log, @logStream, bin(1h) as hour | stats count(*) as live, sum(lines) by @log",
+    # a second stats by exactly the first one's fields runs one stream at a time
+    "stats count(*) as n, max(@timestamp) as last by @logStream, bin(30m) | stats count(*), sum(n), max(last) "
+    "by @logStream | sort count(*) asc",
+    "stats count(*) as n, min(@timestamp) as f by @log, @logStream, bin(1h) | stats sum(n) as t, min(f), "
+    "avg(n), count(*) as h by @logStream, @log | stats count(*) as streams, sum(t), max(h)",
+    "filter @message like /e/ | stats count(*) as n by @message, bin(2h) | stats count(*) as bins by @message",
+    "stats count(*) as @logStream by @logStream, bin(1h) | stats count(*) by @logStream",
     "fields @timestamp, @logStream, @message | sort @timestamp asc | limit 7",
     "filter @message like /kernel:/",
     "filter @message not like /heart/ | fields @ptr, @message",

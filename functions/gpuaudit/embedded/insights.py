@@ -1117,10 +1117,16 @@ def _execute(
         if isinstance(stats, StatsCmd) and _mergeable(stats, env):
             kept_runs: list[LogRun] | None = [] if runs_whole and _run_aggregable(stats) else None
             chunks = _scan_chunks(records, low, high, leading, tally, runs_whole, kept_runs)
-            feeds_stats = first + 1 < len(commands) and isinstance(commands[first + 1], StatsCmd)
-            items, positions = _stream_stats(stats, chunks, env, ordered=not feeds_stats, runs=kept_runs)
+            after = commands[first + 1] if first + 1 < len(commands) else None
+            if kept_runs is not None and isinstance(after, StatsCmd) and _per_stream(stats, after):
+                feeds_stats = first + 2 < len(commands) and isinstance(commands[first + 2], StatsCmd)
+                items, positions = _stats_of_stats(stats, after, chunks, env, kept_runs, ordered=not feeds_stats)
+                first += 2
+            else:
+                items, positions = _stream_stats(stats, chunks, env, ordered=not isinstance(after, StatsCmd),
+                                                 runs=kept_runs)
+                first += 1
             env, columns, on_records, display = _RowEnv(positions), list(positions), False, None
-            first += 1
         else:
             chunks = _scan_chunks(records, low, high, leading, tally, runs_whole, None)
             items = [record for chunk in chunks for record in chunk]
@@ -1266,9 +1272,27 @@ def _stream_stats(
     aggregated exactly as there, then folded into per-group partials (count: add; min/max: pick), so
     memory is one chunk plus one partial per group, not every record. Only for `_mergeable` stats.
     `runs` (filled while the chunks are read) are folded in the same way, a bin of a run at a time."""
-    by = [env.bin(t.bin_ms) if t.bin_ms is not None else env.field(t.field or "") for t in cmd.by]
+    partials, folds = _chunk_partials(cmd, chunks, env)
+    if runs:
+        _fold_runs(cmd, env, runs, partials, folds)
+    keys = _sorted_keys(partials) if ordered else list(partials)
+    return _partial_rows(cmd, env, partials, keys), _positions(cmd)
+
+
+def _positions(cmd: StatsCmd) -> dict[str, int]:
     names = [t.name for t in cmd.by] + [agg.name for agg in cmd.aggs]
-    positions = {name: index for index, name in enumerate(names)}
+    return {name: index for index, name in enumerate(names)}
+
+
+def _group_accessors(cmd: StatsCmd, env: _Env) -> list[_Acc]:
+    return [env.bin(t.bin_ms) if t.bin_ms is not None else env.field(t.field or "") for t in cmd.by]
+
+
+def _chunk_partials(
+    cmd: StatsCmd, chunks: Iterable[list[Any]], env: _Env
+) -> tuple[dict[tuple[Any, ...], tuple[Any, ...]], list[Callable[[Any, Any], Any]]]:
+    """Per-group partial aggregates of the records in `chunks`, and how two partials of a group combine."""
+    by = _group_accessors(cmd, env)
     aggregations = [_compile_agg(agg, env, True) for agg in cmd.aggs]
     folds: list[Callable[[Any, Any], Any]] = [
         _add if agg.func == "count" or agg.arg is None else (min if agg.func == "min" else max) for agg in cmd.aggs
@@ -1284,14 +1308,17 @@ def _stream_stats(
             prior = partials.get(key)
             partials[key] = values if prior is None else tuple(
                 [fold(a, b) for fold, a, b in zip(folds, prior, values, strict=True)])
-    if runs:
-        _fold_runs(cmd, env, runs, partials, folds)
-    if not partials:
-        return [], positions
-    keys = _sorted_keys(partials) if ordered else list(partials)
-    finals = [None if acc.final is None else acc.final if acc.kind != "any" else _none_safe(acc.final) for acc in by]
+    return partials, folds
+
+
+def _partial_rows(
+    cmd: StatsCmd, env: _Env, partials: dict[tuple[Any, ...], tuple[Any, ...]], keys: list[tuple[Any, ...]]
+) -> list[tuple[Any, ...]]:
+    """The output rows of the groups `keys`, in that order, popped from `partials` a slice at a time."""
+    finals = [None if acc.final is None else acc.final if acc.kind != "any" else _none_safe(acc.final)
+              for acc in _group_accessors(cmd, env)]
     rows: list[tuple[Any, ...]] = []
-    for begin in range(0, len(keys), _CHUNK):  # a slice at a time, releasing partials as rows are built
+    for begin in range(0, len(keys), _CHUNK):
         part = keys[begin : begin + _CHUNK]
         output: list[Iterable[Any]] = [
             column if final is None else map(final, column)
@@ -1299,7 +1326,47 @@ def _stream_stats(
         ]
         output.extend(zip(*map(partials.pop, part), strict=True))
         rows.extend(zip(*output, strict=True))
-    return rows, positions
+    return rows
+
+
+def _per_stream(first: StatsCmd, second: StatsCmd) -> bool:
+    """`second` groups by exactly the fields (not bins) `first` groups by: each of its groups gathers the
+    rows of one value of those fields, so the two can run one such value at a time."""
+    names = list(_positions(first))
+    if len(names) != len(first.by) + len(first.aggs):
+        return False  # a name used twice: a later column hides an earlier one
+    constant = sorted(t.name for t in first.by if t.bin_ms is None)
+    wanted = sorted(t.field or "" for t in second.by if t.bin_ms is None)
+    return len(wanted) == len(second.by) and constant == wanted
+
+
+def _stats_of_stats(
+    first: StatsCmd, second: StatsCmd, chunks: Iterable[list[Any]], env: _Env, runs: list[LogRun], ordered: bool
+) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+    """`first` then `second` (a `_per_stream` pair, `first` run-aggregable), one value of the shared fields
+    (a stream, say) at a time: the rows are those of `_stream_stats` then `_run_stats`, in the same order,
+    but only one stream's (stream, hour) groups are ever held, not every stream's."""
+    partials, folds = _chunk_partials(first, chunks, env)  # the records only; `runs` is complete after this
+    shared = [i for i, term in enumerate(first.by) if term.bin_ms is None]
+    keys_of: defaultdict[tuple[Any, ...], list[tuple[Any, ...]]] = defaultdict(list)
+    for key in partials:
+        keys_of[tuple([key[i] for i in shared])].append(key)
+    raws = [env.field(first.by[i].field or "").raw for i in shared]
+    runs_of: defaultdict[tuple[Any, ...], list[LogRun]] = defaultdict(list)
+    for run in runs:
+        first_line = LogRecord(run.log_group, run.log_stream, run.timestamps[0], run.message)
+        runs_of[tuple([raw(first_line) for raw in raws])].append(run)
+    row_env = _RowEnv(_positions(first))
+    rows: list[tuple[Any, ...]] = []
+    for value in [*keys_of, *(v for v in runs_of if v not in keys_of)]:  # first appearance, as one pass has it
+        own = {key: partials.pop(key) for key in keys_of.get(value, ())}
+        _fold_runs(first, env, runs_of.get(value, []), own, folds)
+        rows.extend(_run_stats(second, _partial_rows(first, env, own, list(own)), row_env, False, False)[0])
+    if ordered:
+        width = len(second.by)
+        by_key = {row[:width]: row for row in rows}
+        rows = [by_key[key] for key in _sorted_keys(by_key)]
+    return rows, _positions(second)
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -1366,7 +1433,8 @@ def _bins(stamps: range, width: int | None) -> tuple[Sequence[int | None], list[
     first, last, start, step = stamps[0] // width * width, stamps[-1] // width * width, stamps.start, stamps.step
     if step <= width:  # every bin from the first line's to the last line's holds a line
         buckets = range(first, last + 1, width)
-        ends = [min(total, (bucket + width - 1 - start) // step + 1) for bucket in buckets]
+        ends = [(bucket + width - 1 - start) // step + 1 for bucket in buckets]
+        ends[-1] = total  # only the last bin's end can pass the last line
         return buckets, [0, *ends[:-1]], ends
     starts, begins, ends = [], [], []
     begin = 0
