@@ -29,6 +29,8 @@ an executor that compiles filters into closures and runs `stats` as one pass of 
 The input may mix `LogRun`s (evenly spaced identical lines, a world's periodic entries) with records:
 a run is filtered and aggregated as a whole where the query cannot tell its lines apart and expanded
 in place elsewhere, so the outcome is always that of its lines (tests/unit/test_insights_runs.py).
+A `stats` over a `stats` by the same fields (a stream's hours, then the stream) runs one value of those
+fields at a time, so only one stream's intermediate groups are held.
 """
 
 from __future__ import annotations
