@@ -431,28 +431,20 @@ def _describe_log_streams(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     return page(shaped, p, "logStreams", token="nextToken", limit="limit", default=50)
 
 
-def _records(b: WorldBackend, groups: Iterable[str], start_ms: int | None, end_ms: int | None,
-             streams: set[str] | None = None) -> Iterable[insights.LogRecord]:
-    for name in groups:
-        group = _group(b, name)
-        for stream in group.streams.values():
-            if streams is not None and stream.name not in streams:
-                continue
-            for ts, msg in stream.lines(start_ms, end_ms):
-                yield insights.LogRecord(name, stream.name, ts, msg)
-
-
-def query_input(world: World, groups: Iterable[str], start_ms: int, end_ms: int,
+def query_input(world: World, groups: Iterable[str], start_ms: int | None, end_ms: int | None,
                 streams: Iterable[str] | None = None) -> Iterable[insights.ScanItem]:
-    """What Logs Insights scans, in the order of `_records`: a stream's events as records, each of its
-    periodic entries as one run of identical lines (the evaluator expands a run only where it must).
-    Unknown groups are skipped (StartQuery checks them first); `streams` keeps only those streams."""
+    """The lines of the groups in [start_ms, end_ms], group by group and stream by stream: a stream's
+    events as records, then each of its periodic entries as one run of identical lines (Logs Insights
+    reads them so; `insights.expanded` gives them line by line). Unknown groups are skipped (callers
+    check them first); `streams` keeps only those streams, in the group's order."""
+    wanted = None if streams is None else set(streams)
     for name in groups:
         group = world.log_groups.get(name)
         if group is None:
             continue
-        chosen = group.streams.values() if streams is None else [group.streams[s] for s in streams if s in group.streams]
-        for stream in chosen:
+        for stream in group.streams.values():
+            if wanted is not None and stream.name not in wanted:
+                continue
             events, runs = stream.pieces(start_ms, end_ms)
             for ts, msg in events:
                 yield insights.LogRecord(name, stream.name, ts, msg)
@@ -470,7 +462,8 @@ def _filter_log_events(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     matcher = _filter_pattern(p.get("filterPattern"))
     events = [{"logStreamName": r.log_stream, "timestamp": r.timestamp_ms, "message": r.message,
                "ingestionTime": r.timestamp_ms, "eventId": f"{r.timestamp_ms}-{i}"}
-              for i, r in enumerate(_records(b, [name], p.get("startTime"), p.get("endTime"), wanted))
+              for i, r in enumerate(insights.expanded(query_input(b.world, [name], p.get("startTime"),
+                                                                  p.get("endTime"), wanted)))
               if matcher(r.message)]
     events.sort(key=lambda e: int(str(e["timestamp"])))
     return page(events, p, "events", token="nextToken", limit="limit", default=10000)

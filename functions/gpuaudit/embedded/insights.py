@@ -1099,7 +1099,7 @@ def _execute(
     if needs_ptr:
         # @ptr is the record's position in the caller's input, so the caller can resolve it back.
         items: list[Any] = []
-        for index, record in enumerate(_expanded(records)):
+        for index, record in enumerate(expanded(records)):
             if low <= record.timestamp_ms <= high:
                 items.append(record)
                 ptr_of[id(record)] = index
@@ -1192,7 +1192,7 @@ def _utf8_size(message: str) -> int:
     return len(message) if message.isascii() else len(message.encode())
 
 
-def _expanded(items: Iterable[ScanItem]) -> Iterator[LogRecord]:
+def expanded(items: Iterable[ScanItem]) -> Iterator[LogRecord]:
     """Every line, runs expanded in place."""
     return chain.from_iterable(item.records() if isinstance(item, LogRun) else (item,) for item in items)
 
