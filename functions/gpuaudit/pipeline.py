@@ -23,6 +23,7 @@ from gpuaudit.collectors.logs import (
     log_batches,
     merge_batches,
 )
+from gpuaudit.collectors.query_budget import QuerySlots
 from gpuaudit.model.evidence import Evidence, Mode
 from gpuaudit.model.result import Result
 from gpuaudit.report.markdown import finalize
@@ -69,19 +70,22 @@ def log_window(evidence: Evidence) -> LogWindow:
                      gpu_start=min(pad.start, evidence.window.start - TIMELINE_MARGIN), gpu_end=pad.end)
 
 
-def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheState | None = None) -> BatchEvidence:
-    """Step 2 (one item of the log-source Map): the Logs Insights queries of one batch of ≤ 50 groups.
+def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheState | None = None,
+                 slots: QuerySlots | None = None) -> BatchEvidence:
+    """Step 2 (one item of the log-source Map): the Logs Insights queries of one batch of ≤ 50 groups,
+    within `slots` (the audit's concurrency budget; a batch alone has QUERIES_PER_BATCH).
 
     With a cache, only the hours that can still change are queried and the rest is taken from the
     cache (collectors/cache.py states the rule); the cache is then updated from the merged read."""
     win = log_window(evidence)
     usable = cache.usable(cached, batch, win) if cached is not None else None
     if usable is None:
-        merged = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win)
+        merged = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots)
     else:
         part = cache.fresh_window(win, usable)
         known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
-        fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known)
+        fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
+                              slots=slots)
         merged = cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)
     if cached is not None:
         cache.update(cached, merged, win, evidence.now)
@@ -110,7 +114,8 @@ def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | Non
     """Every AWS read of one audit, in the order the state machine runs them."""
     evidence = start_audit(aws, request)
     cached = coverage_cache.load(evidence.cluster.name, evidence.cluster.region) if coverage_cache else None
-    batches = [collect_logs(aws, evidence, batch, cached) for batch in log_batches(evidence.log_groups)]
+    slots = QuerySlots()  # one budget for the whole audit: its batches run in turn and queue behind it
+    batches = [collect_logs(aws, evidence, batch, cached, slots) for batch in log_batches(evidence.log_groups)]
     if coverage_cache is not None and cached is not None:
         coverage_cache.save(cached)
     evidence = finish_collection(aws, evidence, batches, request)

@@ -83,7 +83,7 @@ QUERIES = [
     "stats count(*) as n, max(@timestamp) as last by @logStream, bin(30m) | stats count(*), sum(n), max(last) "
     "by @logStream | sort count(*) asc",
     "stats count(*) as n, min(@timestamp) as f by @log, @logStream, bin(1h) | stats sum(n) as t, min(f), "
-    "avg(n), count(*) as h by @logStream, @log | stats count(*) as streams, sum(t), max(h)",
+    "avg(n), count(*) as h by @logStream, @log",
     "filter @message like /e/ | stats count(*) as n by @message, bin(2h) | stats count(*) as bins by @message",
     "stats count(*) as @logStream by @logStream, bin(1h) | stats count(*) by @logStream",
     "fields @timestamp, @logStream, @message | sort @timestamp asc | limit 7",

@@ -5,8 +5,10 @@ Per batch of at most 50 groups, three queries, never one per node:
   stream-summary  all lines binned by stream and hour over the padded window, then folded to one
                   row per stream (live hours, first/last event)                               (a)
   gpu-lines       NVRM / HMA / NCCL / Fabric Manager lines in the window
-Then one `stream-hours` detail query per 10,000 (stream, hour) rows, only for node streams
-that were not live in every hour: healthy nodes cost nothing extra.
+Then `stream-hours` detail queries, only for node streams that were not live in every hour (healthy
+nodes cost nothing extra), packed by group into queries of at most 10,000 (stream, hour) rows and
+`QUERY_CHAR_BUDGET` characters. Every query is started within the audit's concurrency budget
+(collectors/query_budget.py): over budget, it waits for an earlier one instead of failing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import node_from_log_stream
+from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, QuerySlots, pack
 from gpuaudit.model.evidence import (
     ClusterInfo,
     GpuLine,
@@ -71,8 +74,17 @@ GPU_QUERY = (
 
 def hours_query(streams: Iterable[str]) -> str:
     """Detail bins for named streams; names are JSON-quoted, so no name can break out of the string."""
-    names = ", ".join(json.dumps(s) for s in sorted(set(streams)))
+    names = ", ".join(_quoted(s) for s in sorted(set(streams)))
     return f"filter @logStream in [{names}] | stats count(*) as lines by @log, @logStream, bin(1h) as hour"
+
+
+def _quoted(stream: str) -> str:
+    return json.dumps(stream)
+
+
+def _hours_query_cost(stream: str) -> int:
+    """Characters a stream adds to `hours_query`: its quoted name and the ", " before it."""
+    return len(_quoted(stream)) + 2
 
 
 @dataclass
@@ -124,34 +136,57 @@ def _group_name(log_field: str) -> str:
     return log_field.split(":", 1)[1] if ":" in log_field else log_field
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the concurrency budget tracks each query, not equal-looking ones
 class _Pending:
     purpose: str
     groups: list[str]
     start: datetime
     end: datetime
     query_id: str | None
+    subject: str = ""  # what the query reads beyond its groups, for the gap if it fails
+    settle: Callable[[], None] = lambda: None
+    settled: bool = False
+    rows: list[dict[str, str]] | None = None
 
 
 class InsightsRunner:
-    """Starts queries, polls them with a deadline, stops the ones it gives up on."""
+    """Starts queries within the audit's concurrency budget, polls them with a deadline, stops the ones it
+    gives up on. `slots` is shared by every runner of one audit; without one, the runner has its own."""
 
-    def __init__(self, aws: Aws, gaps: list[str], poll_seconds: float = 1.0, deadline_s: float = 300.0) -> None:
+    def __init__(self, aws: Aws, gaps: list[str], poll_seconds: float = 1.0, deadline_s: float = 300.0,
+                 slots: QuerySlots | None = None) -> None:
         self.aws, self.gaps, self.poll_seconds, self.deadline_s = aws, gaps, poll_seconds, deadline_s
+        self.slots = slots or QuerySlots()
         self.records: list[QueryRecord] = []
 
-    def start(self, purpose: str, groups: list[str], start: datetime, end: datetime, query: str) -> _Pending:
+    def start(self, purpose: str, groups: list[str], start: datetime, end: datetime, query: str,
+              subject: str = "") -> _Pending:
+        pending = _Pending(purpose, groups, start, end, None, subject)
+        pending.settle = lambda: self._settle(pending)
+        self.slots.take(pending)  # may first settle the oldest query in flight
         try:
             # endTime is inclusive to the whole second: stop one second short so [start, end) is queried and a
             # line at exactly the padded end cannot fill an extra hour bin (and hide an empty hour in the count).
-            qid = self.aws.call("logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
-                                endTime=math.ceil(end.timestamp()) - 1, queryString=query)["queryId"]
+            pending.query_id = self.aws.call(
+                "logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
+                endTime=math.ceil(end.timestamp()) - 1, queryString=query)["queryId"]
         except CallFailed as failed:
-            self.gaps.append(failed.gap + f" — {purpose} query over {', '.join(groups)} not run")
-            qid = None
-        return _Pending(purpose, groups, start, end, qid)
+            self.gaps.append(failed.gap + f" — {purpose} query over {', '.join(groups)}{subject} not run")
+            pending.settled = True
+            self.slots.release(pending)
+        return pending
 
     def results(self, pending: _Pending) -> list[dict[str, str]] | None:
+        self._settle(pending)
+        return pending.rows
+
+    def _settle(self, pending: _Pending) -> None:
+        if not pending.settled:
+            pending.rows = self._poll(pending)
+            pending.settled = True
+        self.slots.release(pending)
+
+    def _poll(self, pending: _Pending) -> list[dict[str, str]] | None:
         if pending.query_id is None:
             return None
         waited = 0.0
@@ -159,7 +194,7 @@ class InsightsRunner:
             try:
                 out = self.aws.call("logs", "GetQueryResults", queryId=pending.query_id)
             except CallFailed as failed:
-                self.gaps.append(failed.gap + f" — {pending.purpose} results not read")
+                self.gaps.append(failed.gap + f" — {pending.purpose} results{pending.subject} not read")
                 return None
             status = out.get("status", "Unknown")
             if status in FINISHED:
@@ -168,7 +203,7 @@ class InsightsRunner:
                 with contextlib.suppress(CallFailed):  # the gap below already says the query was abandoned
                     self.aws.call("logs", "StopQuery", queryId=pending.query_id)
                 self.gaps.append(f"Not checked: logs GetQueryResults — {pending.purpose} query still {status} after "
-                                 f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}; stopped")
+                                 f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; stopped")
                 self._record(pending, f"{status} (abandoned)", 0, 0.0, False)
                 return None
             self.aws.sleep(self.poll_seconds)
@@ -179,7 +214,7 @@ class InsightsRunner:
         self._record(pending, status, len(rows), scanned, truncated)
         if status != "Complete":
             self.gaps.append(f"Not checked: logs StartQuery — {pending.purpose} query ended {status} over "
-                             f"{', '.join(pending.groups)}")
+                             f"{', '.join(pending.groups)}{pending.subject}")
             return None
         return rows
 
@@ -218,11 +253,13 @@ def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bo
 
 def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: list[str], win: LogWindow,
                   runner: InsightsRunner | None = None,
-                  known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset()) -> BatchEvidence:
+                  known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+                  slots: QuerySlots | None = None) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
-    streams identified by an earlier read (incremental audits count only the new kernel lines)."""
+    streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
+    the audit's concurrency budget, when batches share one."""
     gaps: list[str] = []
-    runner = runner or InsightsRunner(aws, gaps)
+    runner = runner or InsightsRunner(aws, gaps, slots=slots)
     runner.gaps = gaps
     pending = [("kernel", runner.start("kernel-streams", batch, win.lifetime_start, win.padded_end, KERNEL_QUERY)),
                ("summary", runner.start("stream-summary", batch, win.padded_start, win.padded_end, SUMMARY_QUERY)),
@@ -354,18 +391,24 @@ def _hma_streams(aws: Aws, group: str, gaps: list[str]) -> list[str] | None:
         return None
 
 
+def hours_query_chunks(streams: Sequence[str], expected_hours: int) -> list[list[str]]:
+    """Streams of one group cut so that no detail query passes 10,000 rows (one per stream and hour) or
+    QUERY_CHAR_BUDGET characters of query text (stream names run to 512 characters)."""
+    fixed = len(hours_query([]))
+    return pack(streams, _hours_query_cost, QUERY_CHAR_BUDGET - fixed, max(1, MAX_ROWS // max(1, expected_hours)))
+
+
 def _hour_detail(runner: InsightsRunner, keys: set[tuple[str, str]], expected_hours: int, start: datetime,
                  end: datetime) -> dict[tuple[str, str], dict[datetime, int]]:
-    """Per-hour counts for the named streams, partitioned so no query can pass 10,000 rows."""
-    per_query = max(1, MAX_ROWS // max(1, expected_hours))
+    """Per-hour counts for the named streams, in queries within the row and length limits."""
     by_group: dict[str, list[str]] = {}
     for group, stream in sorted(keys):
         by_group.setdefault(group, []).append(stream)
     detail: dict[tuple[str, str], dict[datetime, int]] = {}
     chunks: list[tuple[list[str], list[str]]] = []
     for group, streams in by_group.items():
-        chunks.extend(([group], chunk) for chunk in _batches(streams, per_query))
-    started = [(chunk, runner.start("stream-hours", groups, start, end, hours_query(chunk)))
+        chunks.extend(([group], chunk) for chunk in hours_query_chunks(streams, expected_hours))
+    started = [(chunk, runner.start("stream-hours", groups, start, end, hours_query(chunk), _streams_named(chunk)))
                for groups, chunk in chunks]
     for chunk, p in started:
         rows = runner.results(p)
@@ -379,6 +422,12 @@ def _hour_detail(runner: InsightsRunner, keys: set[tuple[str, str]], expected_ho
                 detail.setdefault((_group_name(r.get("@log", "")), r["@logStream"]), {})[floor_hour(hour)] = \
                     int(r["lines"])
     return detail
+
+
+def _streams_named(chunk: list[str]) -> str:
+    """The gap's words for a detail query's streams: how many, and the first (shortened: names are long)."""
+    first = chunk[0] if len(chunk[0]) <= 80 else chunk[0][:77] + "..."
+    return f" for {len(chunk)} stream(s) from {first!r}"
 
 
 def discover_vanished_nodes(cluster: ClusterInfo, nodes: list[NodeInfo],

@@ -57,6 +57,10 @@ def responds(service: str, operation: str) -> Callable[[Responder], Responder]:
 class RunningQuery:
     outcome: insights.QueryOutcome | None
     status: str
+    # Counts against the account's concurrent-query quota until its final status has been read or it was
+    # stopped: the embedded backend answers at once, so "still running" is modelled as "not yet collected",
+    # the worst case for a caller that starts queries faster than it reads them.
+    holds_slot: bool = True
 
 
 @dataclass
@@ -507,22 +511,31 @@ def _start_query(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
                  or p.get("logGroupIdentifiers") or [])
     if not names:
         raise ApiError("InvalidParameterException", "Provide logGroupNames or logGroupIdentifiers")
+    # The limits below follow the StartQuery API reference (embedded/insights/syntax.py cites the pages).
     if len(names) > insights.MAX_LOG_GROUPS:
-        raise ApiError("InvalidParameterException",
+        raise ApiError(insights.INVALID_PARAMETER,
                        f"A query can target at most {insights.MAX_LOG_GROUPS} log groups; got {len(names)}")
     if p["endTime"] < p["startTime"]:
-        raise ApiError("InvalidParameterException", "endTime must be later than startTime")
+        raise ApiError(insights.INVALID_PARAMETER, "endTime must be later than startTime")
     for name in names:
         _group(b, name)
     query = p["queryString"]
     if p.get("limit") is not None:
         query = f"{query} | limit {int(p['limit'])}"
     try:
-        insights.parse_query(query)
+        insights.parse_query(p["queryString"])  # the length limit applies to the string as sent
+        insights.parse_query(query, max_chars=None)
     except insights.QueryError as exc:
-        raise ApiError("MalformedQueryException", str(exc)) from None
+        raise ApiError(exc.exception, str(exc)) from None
+    # "You can have up to 30 concurrent CloudWatch Logs insights queries, including queries that have been
+    # added to dashboards" (StartQuery API page); a world states its account's quota (logs_concurrent_queries).
+    in_flight = sum(1 for running in b.queries.values() if running.holds_slot)
+    if in_flight >= b.world.logs_concurrent_queries:
+        raise ApiError("LimitExceededException",
+                       f"Account has {in_flight} concurrent Logs Insights queries; the limit is "
+                       f"{b.world.logs_concurrent_queries}")
     outcome = insights.run_query(query, query_input(b.world, names, p["startTime"] * 1000, p["endTime"] * 1000 + 999),
-                                 p["startTime"], p["endTime"], b.world.account_id)
+                                 p["startTime"], p["endTime"], b.world.account_id, max_chars=None)
     query_id = str(uuid.uuid4())
     stuck = b.behaviour_fault("logs", "GetQueryResults")
     b.queries[query_id] = RunningQuery(outcome, stuck["status"] if stuck else "Complete")
@@ -534,6 +547,8 @@ def _get_query_results(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     query = b.queries.get(p["queryId"])
     if query is None:
         raise ApiError("ResourceNotFoundException", f"Query {p['queryId']} does not exist")
+    if query.status not in ("Running", "Scheduled"):
+        query.holds_slot = False  # its final status has been collected
     if query.status != "Complete" or query.outcome is None:
         return {"status": query.status, "results": [], "statistics": {"recordsMatched": 0.0, "recordsScanned": 0.0,
                                                                      "bytesScanned": 0.0}}
@@ -546,9 +561,10 @@ def _get_query_results(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
 @responds("logs", "StopQuery")
 def _stop_query(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     query = b.queries.get(p["queryId"])
-    if query is None or query.status not in ("Running", "Scheduled"):
-        return {"success": False}
+    if query is None or not (query.status in ("Running", "Scheduled") or query.holds_slot):
+        return {"success": False}  # a query whose final status was collected has nothing to stop
     query.status = "Cancelled"
+    query.holds_slot = False
     return {"success": True}
 
 

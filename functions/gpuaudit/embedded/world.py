@@ -35,7 +35,9 @@ SECTIONS: dict[str, set[str]] = {
     "health": {"events"},
     "servicequotas": {"quotas"},
 }
-TOP_LEVEL = {"format", "now", "account_id", "region", "faults", *SECTIONS}
+TOP_LEVEL = {"format", "now", "account_id", "region", "faults", "logs_concurrent_queries", *SECTIONS}
+# The Logs Insights concurrent-query quota the account allows (30 unless raised; docs/decisions.md).
+DEFAULT_LOGS_CONCURRENT_QUERIES = 30
 GROUP_KEYS = {"logGroupName", "streams", "creationTime", "retentionInDays", "metricFilterCount", "arn",
               "storedBytes", "logGroupClass", "logGroupArn", "kmsKeyId", "dataProtectionStatus"}
 STREAM_KEYS = {"logStreamName", "events", "periodic", "creationTime", "arn", "storedBytes",
@@ -140,6 +142,7 @@ class World:
     log_groups: dict[str, LogGroup]
     faults: list[dict[str, Any]]
     source: str = "<memory>"
+    logs_concurrent_queries: int = DEFAULT_LOGS_CONCURRENT_QUERIES
 
     def section(self, service: str, key: str) -> list[Any]:
         return self.data.get(service, {}).get(key, [])
@@ -199,8 +202,11 @@ def parse_world(raw: Any) -> World:
         times = fault.get("times")
         if times is not None and (isinstance(times, bool) or not isinstance(times, int) or times < 0):
             raise WorldError(f"world: faults[{i}].times must be a non-negative integer, got {times!r}")
+    concurrent = raw.get("logs_concurrent_queries", DEFAULT_LOGS_CONCURRENT_QUERIES)
+    if isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1:
+        raise WorldError(f"world: 'logs_concurrent_queries' must be a positive integer, got {concurrent!r}")
     return World(now=now, account_id=str(raw["account_id"]), region=str(raw["region"]), data=data,
-                 log_groups=groups, faults=[dict(f) for f in faults])
+                 log_groups=groups, faults=[dict(f) for f in faults], logs_concurrent_queries=concurrent)
 
 
 def as_logged(message: str) -> str:

@@ -36,9 +36,21 @@ fields at a time, so only one stream's intermediate groups are held.
 """
 from gpuaudit.embedded.insights.execution import run_query
 from gpuaudit.embedded.insights.records import LogRecord, LogRun, QueryOutcome, ScanItem, expanded
-from gpuaudit.embedded.insights.syntax import MAX_LOG_GROUPS, MAX_RESULT_ROWS, Query, QueryError, parse_query
+from gpuaudit.embedded.insights.syntax import (
+    INVALID_PARAMETER,
+    MALFORMED,
+    MAX_LOG_GROUPS,
+    MAX_QUERY_CHARS,
+    MAX_RESULT_ROWS,
+    Query,
+    QueryError,
+    parse_query,
+)
 
 __all__ = [
+    "INVALID_PARAMETER",
+    "MALFORMED",
+    "MAX_QUERY_CHARS",
     "MAX_LOG_GROUPS",
     "MAX_RESULT_ROWS",
     "LogRecord",

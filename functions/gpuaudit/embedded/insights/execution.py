@@ -32,6 +32,8 @@ from gpuaudit.embedded.insights.runs import (
     _stream_stats,
 )
 from gpuaudit.embedded.insights.syntax import (
+    INVALID_PARAMETER,
+    MAX_QUERY_CHARS,
     MAX_RESULT_ROWS,
     FieldsCmd,
     FilterCmd,
@@ -47,13 +49,14 @@ _DEFAULT_FIELDS = ("@timestamp", "@message", "@logStream", "@log", "@ptr")
 
 
 def run_query(
-    query: str, records: Iterable[ScanItem], start_s: int, end_s: int, account_id: str
+    query: str, records: Iterable[ScanItem], start_s: int, end_s: int, account_id: str,
+    max_chars: int | None = MAX_QUERY_CHARS,
 ) -> QueryOutcome:
     """Evaluate `query` over the records of the queried log groups, within [start_s, end_s] (inclusive).
     `records` may hold LogRuns among the LogRecords; the outcome is that of their lines in input order."""
-    parsed = parse_query(query)
+    parsed = parse_query(query, max_chars)
     if end_s < start_s:
-        raise _error(query, f"endTime {end_s} is before startTime {start_s}")
+        raise _error(query, f"endTime {end_s} is before startTime {start_s}", INVALID_PARAMETER)
     with _gc_paused():
         return _execute(parsed, records, start_s * 1000, end_s * 1000 + 999, account_id)
 

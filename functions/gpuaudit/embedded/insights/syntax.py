@@ -11,8 +11,16 @@ from typing import TypeVar
 
 _T = TypeVar("_T")
 
-MAX_RESULT_ROWS = 10_000
-MAX_LOG_GROUPS = 50
+# Limits StartQuery enforces (docs/decisions.md, "Logs Insights as AWS documents it", lists which are
+# confirmed and which assumed). Sources:
+#   API: https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_StartQuery.html
+#   stats: https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/CWL_QuerySyntax-Stats.html#CWL_QuerySyntax-stats-multi
+MAX_RESULT_ROWS = 10_000  # StartQuery `limit`: 1..10,000 (API page; botocore model EventsLimit max 10000)
+MAX_LOG_GROUPS = 50  # StartQuery `logGroupNames`: "You can include up to 50 log groups" (API page)
+MAX_QUERY_CHARS = 10_000  # StartQuery `queryString`: maximum length 10,000 (API page; botocore model max 10000)
+MAX_STATS = 2  # "Use multiple stats commands in a single query": at most two (stats page)
+MALFORMED = "MalformedQueryException"  # the query text does not compile (StartQuery Errors)
+INVALID_PARAMETER = "InvalidParameterException"  # a parameter outside its constraints (StartQuery Errors)
 
 _ERROR_QUERY_CHARS = 200
 _AGGREGATIONS = frozenset({"count", "count_distinct", "sum", "min", "max", "avg", "earliest", "latest"})
@@ -24,11 +32,16 @@ _UNSUPPORTED_COMMANDS = frozenset(
 
 
 class QueryError(ValueError):
-    """Query form not supported / malformed; message names the query text and the unsupported part."""
+    """Query form not supported / malformed; message names the query text and the unsupported part.
+    `exception` is the error code StartQuery answers with for it."""
+
+    def __init__(self, message: str, exception: str = MALFORMED) -> None:
+        super().__init__(message)
+        self.exception = exception
 
 
-def _error(query: str, detail: str) -> QueryError:
-    return QueryError(f"{detail} in Logs Insights query: {query[:_ERROR_QUERY_CHARS]}")
+def _error(query: str, detail: str, exception: str = MALFORMED) -> QueryError:
+    return QueryError(f"{detail} in Logs Insights query: {query[:_ERROR_QUERY_CHARS]}", exception)
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -411,8 +424,12 @@ class _Parser:
         return values
 
 
-def parse_query(query: str) -> Query:
-    """Parse and validate a query; raises QueryError for any form this evaluator does not support."""
+def parse_query(query: str, max_chars: int | None = MAX_QUERY_CHARS) -> Query:
+    """Parse and validate a query; raises QueryError for any form this evaluator does not support or the
+    service rejects. `max_chars=None` skips the length check (a `limit` the caller appended itself)."""
+    if max_chars is not None and len(query) > max_chars:
+        raise _error(query, f"queryString is {len(query)} characters; StartQuery accepts at most {max_chars}",
+                     INVALID_PARAMETER)
     tokens = _tokenize(query)
     if not tokens:
         raise _error(query, "empty query")
@@ -448,5 +465,33 @@ def parse_query(query: str) -> Query:
         parser.end()
         commands.append(command)
         fields |= parser.fields
+    _check_stats_rules(query, commands)
     return Query(query, tuple(commands), frozenset(fields))
+
+
+def _check_stats_rules(query: str, commands: list[Command]) -> None:
+    """The service's rules for two `stats` in one query (stats page, "Use multiple stats commands in a
+    single query"): at most two; `sort` and `limit` only after the second; the second reads only the
+    fields the first produced, and groups by no `bin()` (the first's time bins are already fields)."""
+    stats_at = [i for i, command in enumerate(commands) if isinstance(command, StatsCmd)]
+    if len(stats_at) > MAX_STATS:
+        raise _error(query, f"{len(stats_at)} stats commands; a query may use at most {MAX_STATS}")
+    if len(stats_at) < MAX_STATS:
+        return
+    first_at, second_at = stats_at
+    early = next((c for c in commands[:second_at] if isinstance(c, (SortCmd, LimitCmd))), None)
+    if early is not None:
+        raise _error(query, f"'{'sort' if isinstance(early, SortCmd) else 'limit'}' before the second stats; "
+                            "with two stats, sort and limit may only follow the second")
+    first, second = (command for command in commands if isinstance(command, StatsCmd))
+    if any(term.bin_ms is not None for term in second.by):
+        raise _error(query, "bin() in the second stats; only the first stats may group by time bins")
+    produced = {term.name for term in first.by} | {agg.name for agg in first.aggs}
+    for command in commands[first_at + 1 : second_at]:  # `fields x as y` between the two names new columns
+        if isinstance(command, FieldsCmd):
+            produced |= {alias for name, alias in command.items if name in produced}
+    read = [term.field for term in second.by if term.field] + [agg.arg for agg in second.aggs if agg.arg]
+    unknown = sorted({name for name in read if name not in produced})
+    if unknown:
+        raise _error(query, f"the second stats reads {', '.join(unknown)}, which the first stats does not produce")
 

@@ -1,0 +1,78 @@
+"""How much Logs Insights an audit asks for at once: query text within the service's length limit, and
+queries in flight within a concurrency budget shared by the whole audit (a query over budget waits for
+an earlier one to finish; it is queued, never failed).
+
+Service limits this follows (StartQuery API reference,
+https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_StartQuery.html):
+`queryString` at most 10,000 characters; "up to 30 concurrent CloudWatch Logs insights queries,
+including queries that have been added to dashboards" per account and Region (a quota that can be
+raised). Self-contained so the deployed path (a Step Functions Map over log batches) sizes itself
+with the same numbers: `batches_in_flight`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar
+
+MAX_QUERY_CHARS = 10_000
+# Text budget per query: the limit less a margin, so a template that grows a little (a marker added to the
+# GPU query, a longer field name) cannot push a packed query over the limit.
+QUERY_CHAR_BUDGET = MAX_QUERY_CHARS - 1_000
+DEFAULT_CONCURRENT_QUERIES = 30  # the account quota unless raised
+QUERIES_PER_BATCH = 3  # a log batch starts three queries at once (kernel streams, stream summary, GPU lines)
+
+_T = TypeVar("_T")
+
+
+def batches_in_flight(concurrent_queries: int = DEFAULT_CONCURRENT_QUERIES) -> int:
+    """Log batches that may run at once when each holds at most QUERIES_PER_BATCH queries."""
+    return max(1, concurrent_queries // QUERIES_PER_BATCH)
+
+
+def pack(items: Iterable[_T], size: Callable[[_T], int], budget: int, max_items: int) -> list[list[_T]]:
+    """`items` in order, cut into consecutive chunks of at most `max_items` whose sizes sum to at most `budget`.
+    An item larger than the budget alone gets a chunk of its own (the call that carries it names it if it fails)."""
+    chunks: list[list[_T]] = []
+    current: list[_T] = []
+    used = 0
+    for item in items:
+        cost = size(item)
+        if current and (used + cost > budget or len(current) >= max_items):
+            chunks.append(current)
+            current, used = [], 0
+        current.append(item)
+        used += cost
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+class InFlight(Protocol):
+    def settle(self) -> None:
+        """Wait for the query to reach a final status and keep its result; releases its slot."""
+
+
+class QuerySlots:
+    """The queries one audit may have running at once. `take` before StartQuery: when every slot is held,
+    the oldest query in flight is settled first (its results are kept for whoever asks for them)."""
+
+    def __init__(self, limit: int = QUERIES_PER_BATCH) -> None:
+        if limit < 1:
+            raise ValueError(f"a query budget needs at least one slot, got {limit}")
+        self.limit = limit
+        self._in_flight: deque[InFlight] = deque()
+        self.most_in_flight = 0  # the high-water mark, for tests and benchmarks
+
+    def take(self, query: InFlight) -> None:
+        while len(self._in_flight) >= self.limit:
+            oldest = self._in_flight[0]
+            oldest.settle()
+            self.release(oldest)  # settle() releases; this guards a settle that did not
+        self._in_flight.append(query)
+        self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
+
+    def release(self, query: InFlight) -> None:
+        if query in self._in_flight:
+            self._in_flight.remove(query)
