@@ -176,14 +176,7 @@ class _RowEnv(_Env):
         position = self.positions.get(name)
         return _ABSENT if position is None else _acc(itemgetter(position), None, "any")
 
-    def bin(self, width_ms: int) -> _Acc:
-        stamp = self.field("@timestamp").raw
-
-        def bucket(row: Any) -> int | None:
-            value = stamp(row)
-            return value // width_ms * width_ms if isinstance(value, int) else None
-
-        return _acc(bucket, _Ts, "any")
+    # No bin(): the parser refuses bin() in a second stats, as the service does (syntax._check_stats_rules).
 
 
 # --------------------------------------------------------------------------- filters
