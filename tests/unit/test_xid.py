@@ -16,9 +16,11 @@ from gpuaudit.rules.xid import (
     ECC_CHECK,
     XID_CLASSES,
     NodeXid,
+    bus_key,
     catalog_by_code,
     classify,
     decode_nvlink5,
+    fallen_off_bus,
     fleet_pattern,
     is_benign,
     is_blackwell,
@@ -251,6 +253,68 @@ def test_parse_colon_separator_function_suffix_and_unknown_pid() -> None:
     assert line.text == "pid='<unknown>', name=<unknown>, GPU has fallen"
 
 
+@pytest.mark.parametrize(
+    ("bus_field", "pci"),
+    [("PCI:...", None), ("PCI:XXXX:XX:XX", None), ("<redacted>", None), ("PCI:0009:01:00", "0009:01:00"),
+     ("PCI:0000:53:00.0", "0000:53:00.0"), ("0000:03:00", "0000:03:00"), ("PCI:18:00", "18:00")],
+)
+def test_odd_or_redacted_bus_field_keeps_the_code(bus_field: str, pci: str | None) -> None:
+    line = parse_xid(f"kernel: NVRM: Xid ({bus_field}): 79, pid=12, name=x, GPU has fallen off the bus.")
+    assert line is not None and (line.code, line.pci, line.pid) == (79, pci, 12)
+
+
+def test_bus_key_normalises_domain_and_function() -> None:
+    assert bus_key("0000:53:00.0") == bus_key("PCI:0000:53:00") == bus_key("53:00") == "0000:53:00"
+    assert bus_key("0009:01:00") == "0009:01:00" != bus_key("0008:01:00")
+
+
+def _stream(*messages: str) -> list[tuple[datetime, str]]:
+    return [(T0 + timedelta(microseconds=i), message) for i, message in enumerate(messages)]
+
+
+def test_fallen_off_the_bus_over_three_lines_is_xid_79_for_that_bus() -> None:
+    found = fallen_off_bus(_stream(
+        "kernel: [ 9.1] NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
+        "kernel: [ 9.2] NVRM: The NVIDIA GPU 0000:b3:00.0",
+        "kernel: [ 9.2] NVRM: (PCI ID: 10de:26b5) installed in this system has",
+        "kernel: [ 9.2] NVRM: fallen off the bus and is not responding to commands.",
+    ))
+    assert list(found) == [1]  # keyed by the line naming the GPU
+    assert (found[1].code, found[1].pci, found[1].fallen_off_bus) == (79, "0000:b3:00.0", True)
+    assert found[1].text.endswith("fallen off the bus and is not responding to commands.")
+    assert "NVRM:" not in found[1].text
+
+
+def test_fallen_off_the_bus_in_one_journald_message_and_single_line_forms() -> None:
+    joined = fallen_off_bus(_stream(
+        "[ 1.0] NVRM: The NVIDIA GPU 0000:b3:00.0\n      NVRM: installed in this system has\n"
+        "      NVRM: fallen off the bus and is not responding to commands."))
+    single = fallen_off_bus(_stream("NVRM: GPU 0000:29:00.0: GPU has fallen off the bus."))
+    assert [x.pci for x in joined.values()] == ["0000:b3:00.0"]
+    assert [x.pci for x in single.values()] == ["0000:29:00.0"]
+
+
+def test_fallen_off_the_bus_beside_its_xid_79_is_one_event() -> None:
+    pair = _stream("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+                   "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.")
+    assert fallen_off_bus(pair) == {}
+    other_gpu = _stream("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+                        "NVRM: GPU 0000:02:00.0: GPU has fallen off the bus.")
+    assert [x.pci for x in fallen_off_bus(other_gpu).values()] == ["0000:02:00.0"]
+    later = [(T0, pair[0][1]), (T0 + timedelta(hours=2), pair[1][1])]  # not the same loss
+    assert len(fallen_off_bus(later)) == 1
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [("NVRM: The NVIDIA GPU 0000:b3:00.0", "NVRM: (PCI ID: 10de:26b5) installed in this system has"),
+     ("NVRM: The NVIDIA GPU 0000:b3:00.0", "something else entirely", "NVRM: fallen off the bus"),
+     ("NVRM: GPU 0000:29:00.0: GPU serial number is 1234.",)],
+)
+def test_incomplete_or_unrelated_nvrm_lines_are_not_a_lost_gpu(messages: tuple[str, ...]) -> None:
+    assert fallen_off_bus(_stream(*messages)) == {}
+
+
 def test_parse_stops_at_the_end_of_the_logical_line() -> None:
     line = parse_xid("NVRM: Xid (PCI:0000:53:00): 63, Row Remapper\nNVRM: next line")
     assert line is not None and line.raw == "NVRM: Xid (PCI:0000:53:00): 63, Row Remapper"
@@ -374,6 +438,13 @@ def test_rule_154_none_says_nothing_about_the_node() -> None:
     with_app = route_node([xid(13, text="pid=3, name=x"), xid(154, 1, text="GPU recovery action changed from 0x0 (None) to 0x0 (None)")],
                           node_running=True)
     assert with_app.verdict == "LEAVE ALONE"
+
+
+def test_rule_154_value_named_differently_is_read_by_its_value_and_said() -> None:
+    text = "GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)"
+    routing = route_node([xid(154, text=text)], node_running=True)
+    assert routing.verdict == "REBOOT"
+    assert "the line names 0x1 'PF FLR'; read by its value as GPU Reset Required" in routing.verdict_evidence
 
 
 def test_rule_154_drain_and_reset_reboots_after_draining() -> None:

@@ -389,10 +389,14 @@ def _decode_48(base: XidClassification, text: str) -> XidClassification:
 def _decode_154(base: XidClassification, text: str) -> XidClassification:
     match = _RECOVERY.search(text)
     action: RecoveryAction | None = None
+    disagreement = None
     if match:
         named = (match["name"] or "").strip()
         action = next((value for value in _RECOVERY_BY_HEX.values() if value.lower() == named.lower()), None)
-        action = action or _RECOVERY_BY_HEX.get(int(match["hex"], 16))
+        if action is None:
+            action = _RECOVERY_BY_HEX.get(int(match["hex"], 16))
+            if action is not None and named:  # newer drivers name some values differently (`0x1 (PF FLR)`)
+                disagreement = f"the line names {match['hex']} {named!r}; read by its value as {action}"
     if action is None:
         return base.model_copy(
             update={
@@ -405,6 +409,7 @@ def _decode_154(base: XidClassification, text: str) -> XidClassification:
     return base.model_copy(
         update={
             "recovery_action": action,
+            "disagreement": disagreement,
             "class_": "hardware" if reboot else "informational",
             "verdict": verdict,
             "action_text": "drain the node's work, then reboot (GPU reset)" if action == "Drain and Reset"
@@ -788,7 +793,7 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
         return _outcome(
             xid,
             c.verdict,
-            f"rule 154: recovery action {c.recovery_action}",
+            f"rule 154: recovery action {c.recovery_action}" + (f" ({c.disagreement})" if c.disagreement else ""),
             hardware=c.verdict == "REBOOT",
             action_text=c.action_text,
         )
