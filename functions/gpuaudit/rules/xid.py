@@ -223,6 +223,8 @@ def fallen_off_bus(stream: Sequence[tuple[datetime, str]]) -> dict[int, XidLine]
     A message that is itself the same loss as an `NVRM: Xid … 79` line on the same bus within a
     minute is not a second event: the newer drivers print both.
     """
+    if not any(FALLEN_OFF_BUS in message for _, message in stream):
+        return {}  # the common case: a stream of ordinary NVRM lines costs one substring scan
     xid79 = [(time, bus_key(line.pci)) for time, message in stream if (line := parse_xid(message)) and line.code == 79]
     found: dict[int, XidLine] = {}
     for i, (time, message) in enumerate(stream):
@@ -239,8 +241,10 @@ def fallen_off_bus(stream: Sequence[tuple[datetime, str]]) -> dict[int, XidLine]
             continue
         bus = (start["long"] or start["short"]).rstrip(".:,")
         pci = bus if _PCI_ID.fullmatch(bus) else None
-        if any(abs((time - seen).total_seconds()) <= SAME_EVENT.total_seconds() and (pci is None or key in (None, bus_key(pci)))
-               for seen, key in xid79):
+        same_loss = any(
+            abs(time - seen) <= SAME_EVENT and (pci is None or key in (None, bus_key(pci))) for seen, key in xid79
+        )
+        if same_loss:
             continue
         found[i] = XidLine(code=79, pci=pci, pid=None, process=None, text=joined, raw=f"NVRM: {joined}",
                            fallen_off_bus=True)
