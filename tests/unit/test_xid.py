@@ -663,6 +663,7 @@ def test_gsp_error_recurring_after_a_reboot_is_never_replace(blackwell: bool | N
     assert routing.verdict == verdict and not routing.hardware
     assert routing.action_text and action in routing.action_text
     assert "recurring after the reboot" in routing.verdict_evidence
+    assert blackwell is None or routing.action_text in routing.verdict_evidence  # the action is in the evidence
     assert routing.hypothesis == (blackwell is None)
 
 

@@ -44,3 +44,20 @@ def test_xid_less_fallen_off_the_bus_reboots_the_node_like_xid_79() -> None:
     assert node.verdict == "REBOOT"
     assert [(e.code, e.pci) for e in node.gpu_errors] == [(79, "0000:b3:00.0")]
     assert "fallen off the bus" in (node.verdict_evidence or "")
+
+
+def test_gsp_fault_recurring_after_a_reboot_on_an_h100_node_is_leave_alone_with_gsp_deactivated() -> None:
+    # Given a p5 (H100, GSP can be turned off) node with Xid 119 before and after a reboot
+    w = PClusterWorld("train", n_compute=1)
+    gpu = w.compute[0]
+    stream = w.healthy(gpu, at(-48), at(13))
+    gsp = "NVRM: Xid (PCI:0000:53:00): 119, pid=1346198, name=nvidia-smi, Timeout waiting for RPC from GSP!"
+    w.stream(w.group, stream, events=[(at(9, 10), f"{gpu.hostname} kernel: {gsp}"),
+                                      (at(9, 40), f"{gpu.hostname} kernel: Linux version 6.8.0-1024-aws"),
+                                      (at(10, 20), f"{gpu.hostname} kernel: {gsp}")])
+    # When the incident is audited
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    node = next(n for n in result.nodes if n.instance_id == gpu.instance_id)
+    # Then it is a driver/firmware fault: never REPLACE; deactivate GSP
+    assert node.verdict == "LEAVE ALONE"
+    assert "NVreg_EnableGpuFirmware=0" in (node.verdict_evidence or "")

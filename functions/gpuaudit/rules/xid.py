@@ -900,10 +900,11 @@ def _gsp_recurrence(
                 f"{iso(reboot)}: a driver/firmware fault, not the GPU, never REPLACE"
             )
             if blackwell is False:
-                return _outcome(later, "LEAVE ALONE", f"{said}; GPU before Blackwell", action_text=GSP_ACTION,
-                                rank=_RANK_DRIVER_CONFIG)
+                return _outcome(later, "LEAVE ALONE", f"{said}; GPU before Blackwell: {GSP_ACTION}",
+                                action_text=GSP_ACTION, rank=_RANK_DRIVER_CONFIG)
             if blackwell is True:
-                return _outcome(later, "REBOOT", f"{said}; Blackwell GPU", action_text=GSP_BLACKWELL_ACTION)
+                return _outcome(later, "REBOOT", f"{said}; Blackwell GPU: {GSP_BLACKWELL_ACTION}",
+                                action_text=GSP_BLACKWELL_ACTION)
             return _outcome(later, None, f"{said}; GPU generation not read", hypothesis=True,
                             deciding_check="GPU generation (instance type, `nvidia-smi --query-gpu=name`): "
                             "before Blackwell → deactivate GSP (LEAVE ALONE); Blackwell → stop/start and escalate",
