@@ -66,7 +66,7 @@ GPU_QUERY = (
     "filter @message like /NVRM|HealthMonitoringAgentDetectionEvent|NCCL (INFO|WARN)|Fabric ?Manager|"
     "nvidia-fabricmanager|InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
     "FaultyInstance|Interruption Warning|kernel: Linux version|infoROM is corrupted|Remapping Failure Occurred|"
-    "SRAM Threshold Exceeded|Unrepairable Memory|Pending Page Blacklist|Repair Pending/ "
+    "SRAM Threshold Exceeded|Unrepairable Memory|Pending Page Blacklist|Repair Pending|fallen off the bus/ "
     "or (@logStream like /^(LifecycleConfig|DeepHealthCheckResults)\\// and @message like /ERROR|FAIL|Xid|EFA|NCCL/) "
     "| fields @timestamp, @log, @logStream, @message | sort @timestamp asc | limit 10000"
 )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo
@@ -12,7 +13,17 @@ from gpuaudit.model.result import GpuError, NodeResult, NodeSignals
 from gpuaudit.rules.coverage import NodeCoverage, is_accelerated
 from gpuaudit.rules.hma import HmaDetection, parse_hma
 from gpuaudit.rules.streams import HMA_PREFIX
-from gpuaudit.rules.xid import NodeRouting, NodeXid, XidLine, classify, is_benign, parse_xid, route_node
+from gpuaudit.rules.xid import (
+    NodeRouting,
+    NodeXid,
+    XidLine,
+    classify,
+    fallen_off_bus,
+    is_benign,
+    is_blackwell,
+    parse_xid,
+    route_node,
+)
 from gpuaudit.timeutil import iso
 
 # Collapsing key: the same fault repeated differs only in timestamps, PIDs and addresses.
@@ -37,6 +48,20 @@ def parse_lines(lines: Sequence[GpuLine]) -> list[ParsedLine]:
         hma = parse_hma(line.message) if line.log_stream.startswith(HMA_PREFIX) else None
         text = hma.message if hma and hma.message else line.message
         parsed.append(ParsedLine(line, parse_xid(text), hma))
+    return _with_fallen_off_bus(parsed)
+
+
+def _with_fallen_off_bus(parsed: list[ParsedLine]) -> list[ParsedLine]:
+    """RULES §6: the Xid-less "fallen off the bus" messages, read per stream (they span several lines)."""
+    streams: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, p in enumerate(parsed):
+        if "NVRM" in p.line.message:
+            streams[(p.line.log_group, p.line.log_stream)].append(i)
+    for indexes in streams.values():
+        ordered = sorted(indexes, key=lambda i: parsed[i].line.time)  # stable: shipped order within a time
+        found = fallen_off_bus([(parsed[i].line.time, parsed[i].line.message) for i in ordered])
+        for position, xid in found.items():
+            parsed[ordered[position]] = replace(parsed[ordered[position]], xid=xid)
     return parsed
 
 
@@ -180,7 +205,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     xids = node_xids(lines, window_end)
     reboots = reboot_times(node, evidence, lines)
     routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides,
-                         reboot_times=reboots) if xids else None
+                         reboot_times=reboots, blackwell=is_blackwell(node.instance_type, profile.gpu_name if profile
+                                                                      else None)) if xids else None
     routing = memory_signal_routing(lines, reboots, routing)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated)
     efa = efa_text(node, profile)

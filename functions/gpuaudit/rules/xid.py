@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Literal, cast, get_args
@@ -26,9 +26,10 @@ from gpuaudit.model.evidence import Frozen
 from gpuaudit.model.result import Verdict, XidClass
 from gpuaudit.timeutil import iso
 
-NvidiaAction = Literal["RESTART_APP", "RESET_GPU", "IGNORE", "RESTART_BM", "RESTART_VM"]
+Rule = Literal["48", "63", "154", "GSP", "NVLink5"]
 Memory = Literal["DRAM", "SRAM", "UNVERIFIED"]
 RecoveryAction = Literal["None", "GPU Reset Required", "Node Reboot Required", "Drain P2P", "Drain and Reset"]
+DecodeAction = Literal["RESET_GPU", "IGNORE", "XID_154_EVAL"]
 
 CATALOG_PATH = Path(__file__).parent.parent / "data" / "xid_catalog.json"
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/"
@@ -39,7 +40,18 @@ ECC_CHECK = (
     "SRAM Uncorrectable SEC-DED, DRAM Uncorrectable"
 )
 SRAM_FLAG_CHECK = "nvidia-smi -q -d ECC: SRAM Threshold Exceeded (Yes → REPLACE, RULES §6 rule 48)"
-GSP_ACTION = "deactivate GSP (a reboot does not stop recurrence)"
+GSP_ACTION = (
+    "deactivate GSP (`NVreg_EnableGpuFirmware=0`): the fault recurs after reboots, a driver/firmware fault, "
+    "not the GPU"
+)
+GSP_BLACKWELL_ACTION = (
+    "stop/start the instance and escalate to support: GSP cannot be disabled on Blackwell; a driver/firmware "
+    "fault, not the GPU"
+)
+GSP_UNKNOWN_ACTION = (
+    "GPU generation not read: before Blackwell, deactivate GSP (`NVreg_EnableGpuFirmware=0`); on Blackwell, "
+    "stop/start the instance and escalate to support; never replace for this fault"
+)
 
 XID_CLASSES: frozenset[str] = frozenset(get_args(XidClass))
 
@@ -52,24 +64,45 @@ class _Model(Frozen):
 
 
 class CatalogEntry(_Model):
-    """One row of the RULES §6 table, one code."""
+    """One code of NVIDIA's catalog, with the class and verdict RULES §6 maps its action to."""
 
     code: int
-    meaning: str
-    nvidia_action: NvidiaAction | None
+    mnemonic: str
+    meaning: str  # NVIDIA's description, verbatim
+    nvidia_action: str | None  # NVIDIA's immediate action, verbatim; None where NVIDIA lists none
     class_: XidClass = Field(validation_alias="class", serialization_alias="class")
     verdict: Verdict | None
     verdict_if_recurs: Verdict | None
     action_text: str
-    rule: Literal["48", "154", "NVLink5"] | None = None
+    rule: Rule | None = None
     qualifier_of: int | None = None
+    rules_override: bool = False  # the RULES §6 table's row, not the action mapping
     note: str | None = None
+
+
+class Nvlink5Decode(_Model):
+    """One row of NVIDIA's "XID 144-150 Decode" sheet: IntrInfo bit masks (MSB first, `-` = any bit)
+    for drivers before R575 (v1) and from R575 (v2), the error status it needs, and the action."""
+
+    xid: int
+    subcode: str
+    intrinfo_v1: str
+    intrinfo_v2: str
+    error_status: str | None  # "0x00000002", "0x00000000/0xFFFFFFFF", or None (any)
+    action: DecodeAction
+    action2_intrinfo_v1: str | None = None
+    action2_intrinfo_v2: str | None = None
+    action2: DecodeAction | None = None
+    severity: str
 
 
 class XidCatalog(_Model):
     source: tuple[str, ...]
+    catalog_version: str
+    reference_sha256: str
     checked: str
     codes: tuple[CatalogEntry, ...]
+    nvlink5_decode: tuple[Nvlink5Decode, ...]
 
     @model_validator(mode="after")
     def _one_entry_per_code(self) -> XidCatalog:
@@ -95,18 +128,18 @@ def catalog_by_code() -> Mapping[int, CatalogEntry]:
 
 class XidLine(_Model):
     code: int
-    pci: str | None
+    pci: str | None  # None: the bus field is absent, redacted or not a PCI bus ID
     pid: int | None
     process: str | None
     text: str  # what follows the code and its separator, verbatim
     raw: str  # from `NVRM: Xid` to the end of the logical message, verbatim
+    fallen_off_bus: bool = False  # an Xid-less "fallen off the bus" message, read as Xid 79 (RULES §6)
 
 
-# `NVRM: Xid (PCI:0000:53:00): 31, …`; older drivers omit `PCI:`, some add the function `.0`.
-_XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)?\)"
-    r"\s*[:,]?\s*(?P<code>\d+)\b\s*[:,]?\s*"
-)
+# `NVRM: Xid (PCI:0000:53:00): 31, …`; older drivers omit `PCI:`, some add the function `.0` or a
+# non-zero domain; a redacted or odd bus field (`PCI:XXXX:XX:XX`, `<redacted>`) still has a code.
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^()\n\"\\]{0,64})\)\s*[:,]?\s*(?P<code>\d+)\b\s*[:,]?\s*")
+_PCI_ID = re.compile(r"(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?")
 _PID = re.compile(r"\bpid=(?:'?<unknown>'?|(?P<pid>\d+))")
 _NAME = re.compile(r"\bname=(?P<name>[^,\s]+)")
 _BUS = re.compile(r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{2}):(?P<device>[0-9a-f]{2})(?:\.[0-7])?$")
@@ -159,14 +192,63 @@ def parse_xid(message: str) -> XidLine | None:
     end = _message_end(message, match.start(), match.end())
     text = message[match.end() : end].rstrip()
     process, pid = _process(text)
+    bus = match["bus"].strip()
     return XidLine(
         code=int(match["code"]),
-        pci=match["pci"],
+        pci=bus if _PCI_ID.fullmatch(bus) else None,
         pid=pid,
         process=process,
         text=text,
         raw=message[match.start() : end].rstrip(),
     )
+
+
+# The driver's Xid-less report of a lost GPU, one message or split over several `NVRM:` lines:
+# `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` and `NVRM: The NVIDIA GPU 0000:01:00.0
+# / NVRM: (PCI ID: 10de:1b80) installed in this system has / NVRM: fallen off the bus and is not
+# responding to commands.`
+FALLEN_OFF_BUS = "fallen off the bus"
+_FALLEN_START = re.compile(
+    r"NVRM: (?:The NVIDIA GPU (?P<long>\S+)|GPU (?:at PCI:)?(?P<short>[0-9A-Fa-f:.]+):\s*GPU has fallen)"
+)
+_NVRM_PREFIX = re.compile(r"^.*?NVRM:\s?", re.DOTALL)
+_FALLEN_CONTINUATION_LINES = 3  # the longest split the driver prints is three lines
+SAME_EVENT = timedelta(seconds=60)  # an Xid 79 this close on the same bus is the same loss
+
+
+def fallen_off_bus(stream: Sequence[tuple[datetime, str]]) -> dict[int, XidLine]:
+    """RULES §6: the Xid-less "fallen off the bus" messages of one log stream, in time order, as Xid 79.
+
+    Keyed by the index of the message that names the GPU (continuation lines are joined to it).
+    A message that is itself the same loss as an `NVRM: Xid … 79` line on the same bus within a
+    minute is not a second event: the newer drivers print both.
+    """
+    if not any(FALLEN_OFF_BUS in message for _, message in stream):
+        return {}  # the common case: a stream of ordinary NVRM lines costs one substring scan
+    xid79 = [(time, bus_key(line.pci)) for time, message in stream if (line := parse_xid(message)) and line.code == 79]
+    found: dict[int, XidLine] = {}
+    for i, (time, message) in enumerate(stream):
+        start = _FALLEN_START.search(message)
+        if start is None or _XID.search(message):
+            continue
+        parts = [message[start.start() :]]
+        for _, following in stream[i + 1 : i + 1 + _FALLEN_CONTINUATION_LINES]:
+            if FALLEN_OFF_BUS in " ".join(" ".join(parts).split()) or "NVRM:" not in following:
+                break
+            parts.append(_NVRM_PREFIX.sub("", following, count=1))
+        joined = " ".join(" ".join(_NVRM_PREFIX.sub("", part, count=1) for part in parts).split())
+        if FALLEN_OFF_BUS not in joined:
+            continue
+        bus = (start["long"] or start["short"]).rstrip(".:,")
+        pci = bus if _PCI_ID.fullmatch(bus) else None
+        same_loss = any(
+            abs(time - seen) <= SAME_EVENT and (pci is None or key in (None, bus_key(pci))) for seen, key in xid79
+        )
+        if same_loss:
+            continue
+        found[i] = XidLine(code=79, pci=pci, pid=None, process=None, text=joined, raw=f"NVRM: {joined}",
+                           fallen_off_bus=True)
+    return found
 
 
 def is_benign(message: str) -> bool:
@@ -198,11 +280,11 @@ class XidClassification(_Model):
     meaning: str | None
     verdict: Verdict | None  # first-occurrence verdict; None: no verdict without more evidence
     verdict_if_recurs: Verdict | None
-    nvidia_action: NvidiaAction | None
+    nvidia_action: str | None
     action_text: str | None
     unverified_reason: str | None = None
     override: XidClass | None = None  # class set by deployment configuration, always named
-    rule: Literal["48", "154", "NVLink5"] | None = None
+    rule: Rule | None = None
     qualifier_of: int | None = None
     memory: Memory | None = None  # rule 48 (and its qualifiers 171/172)
     recovery_action: RecoveryAction | None = None  # rule 154
@@ -210,6 +292,11 @@ class XidClassification(_Model):
     fatal: bool | None = None  # rule NVLink5
     link: int | None = None  # rule NVLink5, and Xid 71
     resolution: Literal["UNVERIFIED"] | None = None  # rule NVLink5: needs NVIDIA's register decode
+    decoded_action: DecodeAction | None = None  # rule NVLink5: what NVIDIA's register decode says
+    decode_note: str | None = None  # rule NVLink5: which decode row, and a disagreement with the printed word
+    remap_pending: bool = False  # Xid 63 whose message asks for a GPU reset to activate the remap
+    routed_as: int | None = None  # Xid 71 whose text names an NVLink fatal error: routed as this code
+    disagreement: str | None = None  # code and text (or sources) disagree, said in the evidence
     deciding_check: str | None = None
 
 
@@ -239,7 +326,7 @@ _RECOVERY_BY_HEX: dict[int, RecoveryAction] = {
     3: "Drain P2P",
     4: "Drain and Reset",
 }
-_REBOOT_ACTIONS = ("GPU Reset Required", "Node Reboot Required")
+_REBOOT_ACTIONS = ("GPU Reset Required", "Node Reboot Required", "Drain and Reset")
 # NVLink5 lines: `149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 …)`.
 _NVLINK5 = re.compile(r"\b(?P<sub>[A-Z][A-Z0-9_]+)\s+(?P<severity>(?i:non[-_ ]?fatal|fatal))\b")
 _LINK = re.compile(r"\blink\s+(?P<link>\d+)", re.IGNORECASE)
@@ -261,6 +348,11 @@ def _override_for(code: int, overrides: Mapping[int, str] | None) -> XidClass | 
         # A mistyped class must not silently reclassify a code; the config loader reports it.
         raise ValueError(f"Xid {code} override {value!r} is not one of {sorted(XID_CLASSES)}")
     return cast(XidClass, value)
+
+
+_NVLINK_FATAL_TEXT = re.compile(r"nvlink.{0,40}\bfatal\b|\bfatal\b.{0,40}nvlink", re.IGNORECASE)
+# Xid 63 asking for the reset that activates a remapped row (`… reset gpu to activate`).
+_REMAP_PENDING = re.compile(r"reset (?:the )?gpu to activate|remap(?:ping)? pending|pending (?:row )?remap", re.IGNORECASE)
 
 
 def _unknown(code: int, text: str) -> XidClassification:
@@ -301,10 +393,14 @@ def _decode_48(base: XidClassification, text: str) -> XidClassification:
 def _decode_154(base: XidClassification, text: str) -> XidClassification:
     match = _RECOVERY.search(text)
     action: RecoveryAction | None = None
+    disagreement = None
     if match:
         named = (match["name"] or "").strip()
         action = next((value for value in _RECOVERY_BY_HEX.values() if value.lower() == named.lower()), None)
-        action = action or _RECOVERY_BY_HEX.get(int(match["hex"], 16))
+        if action is None:
+            action = _RECOVERY_BY_HEX.get(int(match["hex"], 16))
+            if action is not None and named:  # newer drivers name some values differently (`0x1 (PF FLR)`)
+                disagreement = f"the line names {match['hex']} {named!r}; read by its value as {action}"
     if action is None:
         return base.model_copy(
             update={
@@ -313,28 +409,87 @@ def _decode_154(base: XidClassification, text: str) -> XidClassification:
             }
         )
     reboot = action in _REBOOT_ACTIONS
+    verdict: Verdict | None = "REBOOT" if reboot else "MONITOR" if action == "Drain P2P" else None
     return base.model_copy(
         update={
             "recovery_action": action,
+            "disagreement": disagreement,
             "class_": "hardware" if reboot else "informational",
-            "verdict": "REBOOT" if reboot else "MONITOR",
+            "verdict": verdict,
+            "action_text": "drain the node's work, then reboot (GPU reset)" if action == "Drain and Reset"
+            else base.action_text,
         }
     )
+
+
+# The registers in parentheses after the link: `(<intrInfo> <errorStatus> <errorDebugData[0..4]>)`.
+_NVLINK5_REGISTERS = re.compile(r"\(\s*(?P<intr>0x[0-9A-Fa-f]{1,8})\s+(?P<status>0x[0-9A-Fa-f]{1,8})\b")
+
+
+def _mask_matches(mask: str | None, value: int) -> bool:
+    """A decode mask is 32 bits MSB first; `-` is any bit."""
+    if mask is None or len(mask) != 32:
+        return False
+    bits = f"{value:032b}"
+    return all(m in ("-", b) for m, b in zip(mask, bits, strict=True))
+
+
+def _status_matches(status: str | None, value: int) -> bool:
+    return status is None or any(int(option, 16) == value for option in status.split("/"))
+
+
+def decode_nvlink5(code: int, intr_info: int, error_status: int) -> tuple[DecodeAction, str] | None:
+    """NVIDIA's "XID 144-150 Decode" for one line's registers: the action and the row it came from, or
+    None when no row matches or the two register layouts (before R575, from R575) give different actions.
+
+    The driver version is not in the line, so both layouts are tried: a layout's masks fix the
+    sub-component bits, so a line matches at most one in practice, and a tie that disagrees is no decode.
+    """
+    found: dict[DecodeAction, str] = {}
+    for row in load_catalog().nvlink5_decode:
+        if row.xid != code or not _status_matches(row.error_status, error_status):
+            continue
+        for layout, mask, action2_mask in (
+            ("v1 (before R575)", row.intrinfo_v1, row.action2_intrinfo_v1),
+            ("v2 (R575 and later)", row.intrinfo_v2, row.action2_intrinfo_v2),
+        ):
+            if _mask_matches(mask, intr_info):
+                found.setdefault(row.action, f"{row.subcode}, status {row.error_status or 'any'}, {layout}")
+            elif row.action2 is not None and _mask_matches(action2_mask, intr_info):
+                found.setdefault(row.action2, f"{row.subcode} (action 2), status {row.error_status}, {layout}")
+    if len(found) != 1:
+        return None
+    return next(iter(found.items()))
 
 
 def _decode_nvlink5(base: XidClassification, text: str) -> XidClassification:
     match = _NVLINK5.search(text)
     link_match = _LINK.search(text)
     link = int(link_match["link"]) if link_match else None
-    fatal = None if match is None else match["severity"].lower() == "fatal"
+    printed = None if match is None else match["severity"].lower() == "fatal"
     where = f"link {link}" if link is not None else "the link"
-    update: dict[str, object] = {
-        "subcomponent": match["sub"] if match else None,
-        "fatal": fatal,
-        "link": link,
-        "resolution": "UNVERIFIED",
-        "unverified_reason": f"precise resolution UNVERIFIED: needs NVIDIA's register decode ({CATALOG_URL})",
-    }
+    registers = _NVLINK5_REGISTERS.search(text)
+    decoded = decode_nvlink5(base.code, int(registers["intr"], 16), int(registers["status"], 16)) if registers else None
+    update: dict[str, object] = {"subcomponent": match["sub"] if match else None, "fatal": printed, "link": link}
+    if decoded is None:
+        why = "the line carries no registers" if registers is None else "no row of the decode matches its registers"
+        update |= {
+            "resolution": "UNVERIFIED",
+            "unverified_reason": f"precise resolution UNVERIFIED: {why} in NVIDIA's register decode ({CATALOG_URL})",
+        }
+        fatal = printed
+    else:
+        action, row = decoded
+        fatal = action == "RESET_GPU" if action != "XID_154_EVAL" else printed
+        note = f"NVIDIA's register decode ({row}): {action}"
+        if action != "XID_154_EVAL" and printed is not None and printed != fatal:
+            word = "Fatal" if printed else "Nonfatal"
+            note += f"; the line prints {word}, the decode says {'fatal' if fatal else 'nonfatal'}: the decode decides"
+            update["disagreement"] = note
+        update |= {"decoded_action": action, "decode_note": note, "fatal": fatal}
+        if action == "XID_154_EVAL":
+            update |= {"verdict": "MONITOR", "deciding_check": "the decode says: follow the Xid 154 on this GPU"}
+            return base.model_copy(update=update)
     if fatal is True:
         update |= {
             "verdict": "REBOOT",
@@ -347,6 +502,24 @@ def _decode_nvlink5(base: XidClassification, text: str) -> XidClassification:
     else:
         update["deciding_check"] = f"fatal/nonfatal flag not readable: decode the line with {CATALOG_URL}"
     return base.model_copy(update=update)
+
+
+def _as_74(base: XidClassification, text: str) -> XidClassification:
+    """RULES §6: a 71 whose own text names an NVLink fatal error is routed as 74, and the mismatch said."""
+    entry = catalog_by_code()[74]
+    link = _LINK.search(text)
+    return base.model_copy(
+        update={
+            "class_": entry.class_,
+            "verdict": entry.verdict,
+            "verdict_if_recurs": entry.verdict_if_recurs,
+            "action_text": entry.action_text,
+            "routed_as": 74,
+            "link": int(link["link"]) if link else None,
+            "disagreement": "NVIDIA lists Xid 71 as a copy-engine (CE4) error, but this line's text names an NVLink "
+            "fatal error: routed as Xid 74 (code and text disagree)",
+        }
+    )
 
 
 def classify(code: int, text: str, overrides: Mapping[int, str] | None = None) -> XidClassification:
@@ -379,9 +552,15 @@ def classify(code: int, text: str, overrides: Mapping[int, str] | None = None) -
             classification = _decode_154(classification, text)
         elif entry.rule == "NVLink5":
             classification = _decode_nvlink5(classification, text)
-        elif code == 71:
-            link = _LINK.search(text)
-            classification = classification.model_copy(update={"link": int(link["link"]) if link else None})
+        elif code == 71 and _NVLINK_FATAL_TEXT.search(text):
+            classification = _as_74(classification, text)
+        elif entry.rule == "63" and _REMAP_PENDING.search(text):
+            classification = classification.model_copy(update={"remap_pending": True})
+        elif entry.class_ == "unverified":
+            classification = classification.model_copy(
+                update={"unverified_reason": f"Xid {code} ({entry.meaning}) has no immediate action in NVIDIA's "
+                        f"catalog; message verbatim: {text!r}; see {CATALOG_URL}"}
+            )
     override = _override_for(code, overrides)
     if override is None or override == classification.class_:
         return classification
@@ -456,10 +635,11 @@ class _Outcome:
 
 
 # Node-level precedence: the more decisive outcome wins, so hardware beats application (the
-# §7 LEAVE ALONE bar needs "no hardware-class Xid") and an unverified code blocks LEAVE ALONE.
-# Ties go to the earliest Xid, the candidate cause (§6).
+# §7 LEAVE ALONE bar needs "no hardware-class Xid"); a code NVIDIA gives no action for never
+# outranks an application-class explanation (§6). Ties go to the earliest Xid, the candidate cause.
 _RANK_REPLACE, _RANK_REBOOT, _RANK_HYPOTHESIS, _RANK_MONITOR = 70, 60, 50, 40
-_RANK_NO_VERDICT, _RANK_DRIVER_CONFIG, _RANK_APPLICATION, _RANK_ORPHAN = 30, 20, 10, 0
+_RANK_NO_VERDICT, _RANK_DRIVER_CONFIG, _RANK_APPLICATION, _RANK_UNVERIFIED, _RANK_ORPHAN = 30, 20, 10, 5, 0
+_RANK_NOTHING = -1  # Xid 154 "None": says nothing about the node
 
 
 def _outcome(
@@ -576,7 +756,9 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
     if c.rule == "48":
         return _rule_48(xid, xids)
 
-    if event.code == 63:
+    if c.rule == "63":
+        if c.remap_pending:
+            return _outcome(xid, "REBOOT", "the message asks for a GPU reset to activate a remapped row", hardware=True)
         before = [
             o.event
             for o in earlier
@@ -594,10 +776,8 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
     if c.rule == "NVLink5":
         flag = {True: "fatal", False: "nonfatal", None: "fatal/nonfatal flag not readable"}[c.fatal]
         link = c.link if c.link is not None else "not readable"
-        finding = (
-            f"rule NVLink5: {c.subcomponent or 'sub-component not readable'}, {flag}, link {link}; "
-            f"precise resolution UNVERIFIED ({CATALOG_URL})"
-        )
+        resolution = c.decode_note or f"precise resolution UNVERIFIED ({CATALOG_URL})"
+        finding = f"rule NVLink5: {c.subcomponent or 'sub-component not readable'}, {flag}, link {link}; {resolution}"
         if c.fatal:
             finding += "; REBOOT candidate if the link stays down"
         return _outcome(
@@ -612,15 +792,23 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
     if c.rule == "154":
         if c.recovery_action is None:
             return _outcome(xid, None, c.unverified_reason or "rule 154: recovery action not readable")
+        if c.verdict is None:  # recovery action None: nothing to do
+            return _outcome(xid, None, "rule 154: recovery action None, nothing to do", rank=_RANK_NOTHING)
         return _outcome(
-            xid, c.verdict, f"rule 154: recovery action {c.recovery_action}", hardware=c.verdict == "REBOOT"
+            xid,
+            c.verdict,
+            f"rule 154: recovery action {c.recovery_action}" + (f" ({c.disagreement})" if c.disagreement else ""),
+            hardware=c.verdict == "REBOOT",
+            action_text=c.action_text,
         )
 
     if c.class_ == "unverified":
+        listed = "no immediate action in NVIDIA's catalog" if c.catalog_class else "not in the catalog"
         return _outcome(
             xid,
             None,
-            f"not in the catalog, quoted verbatim: {event.text!r}; see {CATALOG_URL}; no verdict guessed",
+            f"{listed}, quoted verbatim: {event.text!r}; see {CATALOG_URL}; no verdict guessed",
+            rank=_RANK_UNVERIFIED,
         )
 
     if c.class_ == "application":
@@ -643,13 +831,15 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
                 None,
                 "driver configuration fault, but the node is not Running: the LEAVE ALONE bar is not met",
             )
-        return _outcome(xid, "LEAVE ALONE", f"driver configuration: {GSP_ACTION}", action_text=GSP_ACTION)
+        return _outcome(xid, "LEAVE ALONE", f"driver configuration: {c.action_text}", action_text=c.action_text)
 
     hardware = c.class_ == "hardware" and c.verdict in ("REPLACE", "REBOOT")
-    disagreement = ""
+    disagreement = f"; {c.disagreement}" if c.disagreement else ""
     if c.class_ == "hardware" and event.hma_reason == "XidUserAppError":
-        disagreement = "; HMA says XidUserAppError, the catalog says hardware: hardware wins"
+        disagreement += "; HMA says XidUserAppError, the catalog says hardware: hardware wins"
     finding = "first occurrence of a hardware-class Xid" if c.class_ == "hardware" else f"{c.class_} class"
+    if c.rule == "GSP":
+        finding = "first occurrence of a GSP fault: a GPU reset (reboot) clears it"
     return _outcome(xid, c.verdict, finding + disagreement, hardware=hardware, action_text=c.action_text)
 
 
@@ -679,14 +869,61 @@ def _recurrence(xids: Sequence[_Xid], reboot_times: Sequence[datetime]) -> _Outc
     return None
 
 
+_BLACKWELL_GPU = re.compile(r"\bG?B[1-3]\d\d\b|Blackwell", re.IGNORECASE)
+_BLACKWELL_TYPES = ("p6-", "p6e-", "g7e.")
+_EARLIER_TYPES = ("p3", "p4", "p5", "g4", "g5", "g6")
+
+
+def is_blackwell(instance_type: str | None, gpu_name: str | None) -> bool | None:
+    """Whether the node's GPUs are Blackwell (GSP cannot be disabled there); None when not read."""
+    if gpu_name:
+        return _BLACKWELL_GPU.search(gpu_name) is not None
+    if instance_type and instance_type.startswith(_BLACKWELL_TYPES):
+        return True
+    if instance_type and instance_type.startswith(_EARLIER_TYPES):
+        return False
+    return None
+
+
+def _gsp_recurrence(
+    xids: Sequence[_Xid], reboot_times: Sequence[datetime], blackwell: bool | None
+) -> _Outcome | None:
+    """RULES §6 119/120: recurring after a reboot is a driver/firmware fault, never the GPU (never REPLACE)."""
+    gsp = [x for x in xids if x.c.rule == "GSP" and x.c.override is None]
+    for j, later in enumerate(gsp):
+        for first in gsp[:j]:
+            reboot = next((r for r in sorted(reboot_times) if first.event.time < r < later.event.time), None)
+            if reboot is None or not _same_gpu(first.event, later.event):
+                continue
+            said = (
+                f"GSP fault (Xid {first.event.code} at {iso(first.event.time)}) recurring after the reboot at "
+                f"{iso(reboot)}: a driver/firmware fault, not the GPU, never REPLACE"
+            )
+            if blackwell is False:
+                return _outcome(later, "LEAVE ALONE", f"{said}; GPU before Blackwell: {GSP_ACTION}",
+                                action_text=GSP_ACTION, rank=_RANK_DRIVER_CONFIG)
+            if blackwell is True:
+                return _outcome(later, "REBOOT", f"{said}; Blackwell GPU: {GSP_BLACKWELL_ACTION}",
+                                action_text=GSP_BLACKWELL_ACTION)
+            return _outcome(later, None, f"{said}; GPU generation not read", hypothesis=True,
+                            deciding_check="GPU generation (instance type, `nvidia-smi --query-gpu=name`): "
+                            "before Blackwell → deactivate GSP (LEAVE ALONE); Blackwell → stop/start and escalate",
+                            action_text=GSP_UNKNOWN_ACTION)
+    return None
+
+
 def route_node(
     events: Sequence[NodeXid],
     *,
     node_running: bool,
     reboot_times: Sequence[datetime] = (),
     overrides: Mapping[int, str] | None = None,
+    blackwell: bool | None = None,
 ) -> NodeRouting:
-    """RULES §6 routing rules and §7 bars over one node's Xids → exactly one NodeRouting."""
+    """RULES §6 routing rules and §7 bars over one node's Xids → exactly one NodeRouting.
+
+    `blackwell` (see `is_blackwell`) decides the action for a GSP fault (119/120) that recurs.
+    """
     if not events:
         return NodeRouting(
             verdict=None,
@@ -698,10 +935,15 @@ def route_node(
         for event in sorted(events, key=lambda event: event.time)
     ]
     judged = [outcome for i in range(len(xids)) if (outcome := _judge(i, xids, node_running)) is not None]
+    gsp = _gsp_recurrence(xids, reboot_times, blackwell)
+    if gsp is not None:  # the recurrence, not each first occurrence, speaks for the node's GSP faults
+        judged = [gsp] + [outcome for outcome in judged if outcome.xid.c.rule != "GSP"]
     recurring = _recurrence(xids, reboot_times)
     if recurring is not None:
         judged.insert(0, recurring)  # the strongest REPLACE evidence, named first among equals
     best = max(judged, key=lambda outcome: outcome.rank)  # max keeps the first among equals
+    if best.rank == _RANK_NOTHING:
+        return NodeRouting(verdict=None, verdict_evidence=f"Xid {best.xid.event.code}: {best.finding}")
     return _routing(best, xids, judged, node_running)
 
 
