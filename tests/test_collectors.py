@@ -16,8 +16,8 @@ from helpers.worlds import (
 )
 
 from gpuaudit.collectors.inventory import UnknownCluster
-from gpuaudit.model.evidence import Evidence
-from gpuaudit.pipeline import AuditRequest, collect
+from gpuaudit.model.evidence import AuditRequest, Evidence
+from gpuaudit.pipeline import collect
 from gpuaudit.timeutil import parse_time
 
 SINCE, UNTIL = at(6), at(10)

@@ -304,12 +304,13 @@ def naive_streams(group: str, cluster: str, node: Any) -> str | None:
 def step_naive(args: dict[str, Any]) -> dict[str, Any]:
     from gpuaudit.collectors.aws import CallFailed
     from gpuaudit.collectors.inventory import collect_inventory
+    from gpuaudit.model.evidence import Gap
     from gpuaudit.rules.window import padded, resolve_window
 
     world, backend, aws, load_s = _load(args)
     install_stream_pushdown(backend, aws.session)
     started, cpu = time.perf_counter(), time.process_time()
-    gaps: list[str] = []
+    gaps: list[Gap] = []
     cluster, nodes = collect_inventory(aws, args["cluster"], None, gaps)
     groups = [g["logGroupName"] for g in aws.paginate("logs", "DescribeLogGroups", "logGroups", token="nextToken",
                                                       logGroupNamePattern=args["cluster"])]

@@ -21,8 +21,9 @@ from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.embedded.world import WorldError
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.pipeline import run_audit
 from gpuaudit.rules.judge import OVERRIDES_ENV, BadOverride, JudgeConfig, parse_overrides
 from gpuaudit.rules.window import BadWindow
 from gpuaudit.timeutil import parse_time

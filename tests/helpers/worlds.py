@@ -17,8 +17,9 @@ from typing import Any
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import FORMAT, World, parse_world
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import NodeResult, Result
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.pipeline import run_audit
 from gpuaudit.timeutil import iso, parse_time
 
 ACCOUNT = "111122223333"

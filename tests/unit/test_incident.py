@@ -163,7 +163,8 @@ def test_all_six_branches_have_a_status_and_evidence(mode: str) -> None:
 def test_class_override_is_named_in_result_and_report() -> None:
     from helpers.worlds import aws_for
 
-    from gpuaudit.pipeline import AuditRequest, run_audit
+    from gpuaudit.model.evidence import AuditRequest
+    from gpuaudit.pipeline import run_audit
     from gpuaudit.rules.judge import JudgeConfig, parse_overrides
     from gpuaudit.timeutil import parse_time
 

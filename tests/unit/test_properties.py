@@ -10,8 +10,8 @@ from helpers.worlds import PClusterWorld, at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.model.evidence import Evidence, GpuLine, StreamActivity
-from gpuaudit.pipeline import AuditRequest, collect
+from gpuaudit.model.evidence import AuditRequest, Evidence, GpuLine, StreamActivity
+from gpuaudit.pipeline import collect
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
 from gpuaudit.rules.window import padded

@@ -18,8 +18,9 @@ from gpuaudit.cli import app
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import World, load_world, parse_world
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.pipeline import run_audit
 from gpuaudit.rules.streams import PCLUSTER_STREAM, is_hma_group, is_pcluster_group
 
 XID_LINE = re.compile(r"NVRM: Xid \(PCI:0000:[0-9a-f]{2}:00\): (\d+), pid=")

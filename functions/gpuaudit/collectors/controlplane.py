@@ -17,6 +17,7 @@ from gpuaudit.model.evidence import (
     ClusterEvent,
     Evidence,
     FileSystemInfo,
+    Gap,
     HealthEvent,
     InstanceStatusInfo,
     MetricPeak,
@@ -24,7 +25,7 @@ from gpuaudit.model.evidence import (
 from gpuaudit.timeutil import parse_time
 
 if TYPE_CHECKING:
-    from gpuaudit.pipeline import AuditRequest
+    from gpuaudit.model.evidence import AuditRequest
 
 CONTINUOUS_ONLY = "ListClusterEvents not supported (NodeProvisioningMode not Continuous)"
 CLOUDTRAIL_LOOKBACK = timedelta(hours=6)
@@ -60,10 +61,11 @@ def _cluster_events(aws: Aws, evidence: Evidence) -> None:
                                    EventTimeAfter=start, EventTimeBefore=end))
     except CallFailed as failed:
         if failed.code == "ValidationException" and "Continuous" in failed.message:
-            evidence.gaps.append(f"Capability limit: {CONTINUOUS_ONLY}; the control-plane timeline comes from "
-                                 "CloudTrail and node status only")
+            evidence.gaps.append(Gap(kind="unsupported", service="sagemaker", operation="ListClusterEvents",
+                                     unseen=f"{CONTINUOUS_ONLY}; the control-plane timeline comes from "
+                                     "CloudTrail and node status only"))
         else:
-            evidence.gaps.append(failed.gap + " — HyperPod cluster events not read")
+            evidence.gaps.append(failed.gap_for("HyperPod cluster events not read"))
         return
     evidence.cluster_events = [
         ClusterEvent(time=e["EventTime"], event_id=e.get("EventId"), resource_type=e.get("ResourceType"),
@@ -95,7 +97,7 @@ def _cloudtrail(aws: Aws, evidence: Evidence) -> None:
                 events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=start, EndTime=evidence.now,
                                            LookupAttributes=[{"AttributeKey": "EventName", "AttributeValue": name}]))
             except CallFailed as failed:
-                evidence.gaps.append(failed.gap + f" — CloudTrail {name} events not read")
+                evidence.gaps.append(failed.gap_for(f"CloudTrail {name} events not read"))
                 failures += 1
                 continue
             found.extend(_trail_event(e) for e in events if e.get("EventSource", source) == source)
@@ -131,8 +133,8 @@ def _health(aws: Aws, evidence: Evidence) -> None:
                                    start=e.get("startTime"), entities=entities))
         evidence.health_events = out
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — AWS Health events not read (needs a Business or Enterprise "
-                                          "support plan for the Health API)")
+        evidence.gaps.append(failed.gap_for("AWS Health events not read (needs a Business or Enterprise "
+                                          "support plan for the Health API)"))
 
 
 def _instance_status(aws: Aws, evidence: Evidence) -> None:
@@ -177,7 +179,7 @@ def _fsx(aws: Aws, evidence: Evidence) -> None:
                         continue
                     peaks.append(_peak(aws, fs.file_system_id, metric, dims, start, end))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — FSx saturation metrics not read; branch C not assessed")
+        evidence.gaps.append(failed.gap_for("FSx saturation metrics not read; branch C not assessed"))
         return
     evidence.fsx_metrics = peaks
 

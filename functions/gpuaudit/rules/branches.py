@@ -265,8 +265,7 @@ def branch_e(j: Judged) -> Branch:
     ev = j.evidence
     changes = [e for e in relevant_trail(ev) if e.event_name in CHANGE_EVENTS and not e.error_code
                and ev.window.start - timedelta(hours=6) <= e.time <= ev.window.end]
-    image = [g.name for g in ev.cluster.instance_groups
-             if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id]
+    image = image_drift(ev)
     updating = [n.instance_id for n in ev.nodes if n.status == "SystemUpdating"]
     if changes or image or updating:
         text = "; ".join([f"{e.event_name} at {iso(e.time)} by {e.username}{replaced_nodes(e, ev)}" for e in changes]
@@ -279,6 +278,12 @@ def branch_e(j: Judged) -> Branch:
                        "gaps): a cluster change cannot be ruled out")
     return _branch("E", "Ruled out", "CloudTrail read by event name from 6 h before the window: no UpdateCluster, "
                    "UpdateClusterSoftware, UpdateFileSystem or Batch*ClusterNodes call for this cluster; images current")
+
+
+def image_drift(ev: Evidence) -> list[str]:
+    """Instance groups whose CurrentImageId differs from their DesiredImageId (an AMI change under way)."""
+    return [g.name for g in ev.cluster.instance_groups
+            if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id]
 
 
 def replaced_nodes(event: CloudTrailEvent, ev: Evidence) -> str:
@@ -309,7 +314,7 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
     app = [(n, e) for n in nodes for e in n.gpu_errors if e.class_ == "application"]
     classes: dict[str, set[str]] = {n.instance_id: {str(e.class_) for e in n.gpu_errors} for n in nodes}
     codes = {n.instance_id: {e.code for e in n.gpu_errors if e.code is not None} for n in nodes}
-    pattern = fleet_pattern(classes, codes, image_changed=any("Image" in b.evidence for b in others if b.branch == "E"))
+    pattern = fleet_pattern(classes, codes, image_changed=bool(image_drift(j.evidence)))
     if app:
         text = "; ".join(f"{n.instance_id}: Xid {e.code} ({e.meaning}) ×{e.count} at {iso(e.time)} in "
                          f"{e.log_group} / {e.log_stream}" + (f", HMA reason {e.hma_reason}" if e.hma_reason else "")
