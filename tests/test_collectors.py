@@ -17,8 +17,8 @@ from helpers.worlds import (
 
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.model.evidence import AuditRequest, Evidence
+from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import collect
-from gpuaudit.timeutil import parse_time
 
 SINCE, UNTIL = at(6), at(10)
 

@@ -5,8 +5,6 @@ The CLI and the deployed state machine call these same functions in this same or
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from gpuaudit.collectors import cache, controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, CoverageCache
@@ -20,14 +18,12 @@ from gpuaudit.collectors.logs import (
     log_batches,
     merge_batches,
 )
+from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
+from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.model.evidence import AuditRequest, Evidence, Gap
 from gpuaudit.model.result import Result
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
-from gpuaudit.rules.window import padded, resolve_window
-
-KERNEL_LOOKBACK = timedelta(days=14)
-TIMELINE_MARGIN = timedelta(minutes=30)
 
 
 def start_audit(aws: Aws, request: AuditRequest) -> Evidence:

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import PCLUSTER_TAG
+from gpuaudit.domain.window import scheduled_window
 from gpuaudit.model.evidence import AuditRequest
-from gpuaudit.rules.window import scheduled_window
 from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event

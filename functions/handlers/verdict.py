@@ -21,11 +21,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import iso
 from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
 from gpuaudit.rules.judge import OVERRIDES_ENV, parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS, SinkOutcome, write_and_alert
-from gpuaudit.timeutil import iso
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, step_handler

@@ -19,8 +19,8 @@ from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import FORMAT, World, parse_world
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.pipeline import run_audit
-from gpuaudit.timeutil import iso, parse_time
 
 ACCOUNT = "111122223333"
 REGION = "us-west-2"

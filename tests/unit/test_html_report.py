@@ -23,9 +23,9 @@ from gpuaudit.model.result import (
     Result,
     WindowOut,
 )
+from gpuaudit.model.timeutil import UTC, hours_between, iso, parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.html import render_html
-from gpuaudit.timeutil import UTC, hours_between, iso, parse_time
 
 SHARED = {entry["world"].removesuffix(".world.json"): entry for entry in demo_worlds()}
 PCLUSTER, HYPERPOD = "pcluster-capacity-block-expiry", "hyperpod-xid31-app-error"

@@ -6,11 +6,12 @@ Each source is optional: a failed or unsupported call leaves its field None and 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import (
     CapacityReservation,
     CloudTrailEvent,
@@ -22,13 +23,12 @@ from gpuaudit.model.evidence import (
     InstanceStatusInfo,
     MetricPeak,
 )
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.timeutil import parse_time
 
 if TYPE_CHECKING:
     from gpuaudit.model.evidence import AuditRequest
 
 CONTINUOUS_ONLY = "ListClusterEvents not supported (NodeProvisioningMode not Continuous)"
-CLOUDTRAIL_LOOKBACK = timedelta(hours=6)
 CLOUDTRAIL_EVENTS = {
     "sagemaker.amazonaws.com": ("UpdateCluster", "UpdateClusterSoftware", "BatchReplaceClusterNodes",
                                 "BatchRebootClusterNodes", "BatchDeleteClusterNodes", "StartClusterHealthCheck"),
@@ -54,8 +54,8 @@ def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
 
 
 def _cluster_events(aws: Aws, evidence: Evidence) -> None:
-    start = evidence.window.start - timedelta(minutes=30)
-    end = min(evidence.window.end + timedelta(minutes=30), evidence.now)
+    start = evidence.window.start - TIMELINE_MARGIN
+    end = min(evidence.window.end + TIMELINE_MARGIN, evidence.now)
     try:
         events = list(aws.paginate("sagemaker", "ListClusterEvents", "Events", ClusterName=evidence.cluster.name,
                                    EventTimeAfter=start, EventTimeBefore=end))

@@ -4,10 +4,12 @@ and what each instance type can do."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.domain.capability import nvswitch_class
+from gpuaudit.domain.timing import LAUNCH_LOOKBACK
 from gpuaudit.model.evidence import (
     CapabilityProfile,
     ClusterInfo,
@@ -15,8 +17,7 @@ from gpuaudit.model.evidence import (
     InstanceGroup,
     NodeInfo,
 )
-from gpuaudit.rules.capability import nvswitch_class
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.timeutil import parse_time
 
 PCLUSTER_TAG = "parallelcluster:cluster-name"
 NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "ValidationException"}
@@ -179,7 +180,6 @@ def node_from_log_stream(instance_id: str, hostname: str | None, group: str | No
                     status="terminated", private_dns=hostname, role="compute", discovered_by="log-streams")
 
 
-LAUNCH_LOOKBACK = timedelta(hours=24)
 
 
 def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: datetime, end: datetime,

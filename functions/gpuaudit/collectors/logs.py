@@ -23,6 +23,16 @@ from pydantic import BaseModel, ConfigDict
 
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import node_from_log_stream
+from gpuaudit.domain.markers import gpu_lines_query
+from gpuaudit.domain.streams import (
+    HMA_PREFIX,
+    INSTANCE_ID,
+    PCLUSTER_STREAM,
+    NodeIndex,
+    is_hma_group,
+    is_pcluster_group,
+    stream_node_ids,
+)
 from gpuaudit.model.evidence import (
     ClusterInfo,
     Gap,
@@ -33,16 +43,7 @@ from gpuaudit.model.evidence import (
     QueryRecord,
     StreamActivity,
 )
-from gpuaudit.rules.streams import (
-    HMA_PREFIX,
-    INSTANCE_ID,
-    PCLUSTER_STREAM,
-    NodeIndex,
-    is_hma_group,
-    is_pcluster_group,
-    stream_node_ids,
-)
-from gpuaudit.timeutil import floor_hour, hours_between, iso, parse_time
+from gpuaudit.model.timeutil import floor_hour, hours_between, iso, parse_time
 
 KEYWORDS = ("kernel", "messages", "syslog", "system", "dmesg", "journal", "gpu")
 MAX_GROUPS_PER_QUERY = 50
@@ -58,16 +59,8 @@ SUMMARY_QUERY = (
     "| stats count(*) as live_hours, sum(lines) as total_lines, min(first) as first_event, max(last) as last_event "
     "by @log, @logStream"
 )
-# GPU evidence (Xid, HMA, NCCL, Fabric Manager) and the ParallelCluster / HyperPod lifecycle strings of
-# RULES §8 that decide between hardware, capacity and bootstrap causes.
-GPU_QUERY = (
-    "filter @message like /NVRM|HealthMonitoringAgentDetectionEvent|NCCL (INFO|WARN)|Fabric ?Manager|"
-    "nvidia-fabricmanager|InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
-    "FaultyInstance|Interruption Warning|kernel: Linux version|infoROM is corrupted|Remapping Failure Occurred|"
-    "SRAM Threshold Exceeded|Unrepairable Memory|Pending Page Blacklist|Repair Pending/ "
-    "or (@logStream like /^(LifecycleConfig|DeepHealthCheckResults)\\// and @message like /ERROR|FAIL|Xid|EFA|NCCL/) "
-    "| fields @timestamp, @log, @logStream, @message | sort @timestamp asc | limit 10000"
-)
+# The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
+GPU_QUERY = gpu_lines_query(MAX_ROWS)
 
 
 def hours_query(streams: Iterable[str]) -> str:

@@ -12,6 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import controlplane
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.domain.capability import is_accelerated
+from gpuaudit.domain.capacity import (
+    DEFAULT_RUN_HOURS,
+    cluster_reservations,
+    ec2_family_quota,
+    extension_hours,
+    holding_reservation,
+    run_fit,
+)
+from gpuaudit.domain.timing import lookback
 from gpuaudit.model.evidence import (
     AlarmInfo,
     CapacityReservation,
@@ -32,17 +42,7 @@ from gpuaudit.model.evidence import (
     SubnetInfo,
     TrainingPlanInfo,
 )
-from gpuaudit.rules.capacity import (
-    DEFAULT_RUN_HOURS,
-    cluster_reservations,
-    ec2_family_quota,
-    extension_hours,
-    holding_reservation,
-    run_fit,
-)
-from gpuaudit.rules.coverage import is_accelerated
-from gpuaudit.rules.preflight import lookback
-from gpuaudit.timeutil import floor_hour
+from gpuaudit.model.timeutil import floor_hour
 
 if TYPE_CHECKING:
     from gpuaudit.model.evidence import AuditRequest

@@ -13,23 +13,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gpuaudit.domain.capacity import lead_time
+from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
+from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence
 from gpuaudit.model.result import Branch, NodeResult, TimelineEntry
-from gpuaudit.rules.capacity import lead_time
+from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.xid import fleet_pattern
-from gpuaudit.timeutil import iso
 
 if TYPE_CHECKING:
     from gpuaudit.rules.judge import Judged
 
-MARGIN = timedelta(minutes=30)
 TERMINATION_MATCH = timedelta(minutes=10)
 CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
-LIFECYCLE = re.compile(r"InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
-                       r"FaultyInstance|Interruption Warning|kernel: Linux version")
-HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")
+LIFECYCLE = re.compile("|".join(LIFECYCLE_MARKERS))
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
 BRANCH_WORDS = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage", "D": "GPU communication",
                 "E": "cluster change", "F": "application"}
@@ -65,7 +64,7 @@ class BlockEnd:
 
 def block_ends(j: Judged) -> list[BlockEnd]:
     ev = j.evidence
-    start, end = ev.window.start - MARGIN, ev.window.end + MARGIN
+    start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
     types = {n.instance_type for n in ev.nodes}
     trail = relevant_trail(ev)
     found = []
@@ -84,7 +83,7 @@ def block_ends(j: Judged) -> list[BlockEnd]:
 
 def timeline(j: Judged) -> list[TimelineEntry]:
     ev = j.evidence
-    start, end = ev.window.start - MARGIN, ev.window.end + MARGIN
+    start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
     out: list[TimelineEntry] = []
 
     def add(time: datetime | None, source: str, resource: str, event: str) -> None:
@@ -132,7 +131,7 @@ def timeline(j: Judged) -> list[TimelineEntry]:
                 "before EndDate)")
             add(r.end_date - timedelta(minutes=40), "EC2 capacity reservation", r.reservation_id,
                 "Capacity Block Expiration Warning is emitted (40 min before EndDate)")
-    trail_start = ev.window.start - timedelta(hours=6)
+    trail_start = ev.window.start - CLOUDTRAIL_LOOKBACK
     for e in relevant_trail(ev):
         if trail_start <= e.time <= end:
             result = f" → {e.error_code}: {e.error_message}" if e.error_code else ""
@@ -264,7 +263,7 @@ def branch_d(j: Judged) -> Branch:
 def branch_e(j: Judged) -> Branch:
     ev = j.evidence
     changes = [e for e in relevant_trail(ev) if e.event_name in CHANGE_EVENTS and not e.error_code
-               and ev.window.start - timedelta(hours=6) <= e.time <= ev.window.end]
+               and ev.window.start - CLOUDTRAIL_LOOKBACK <= e.time <= ev.window.end]
     image = image_drift(ev)
     updating = [n.instance_id for n in ev.nodes if n.status == "SystemUpdating"]
     if changes or image or updating:

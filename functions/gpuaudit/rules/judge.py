@@ -6,9 +6,11 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
+from gpuaudit.domain.streams import NodeIndex, stream_node_ids
+from gpuaudit.domain.window import padded
 from gpuaudit.model.evidence import Evidence, NodeInfo
 from gpuaudit.model.result import (
     Branch,
@@ -20,19 +22,16 @@ from gpuaudit.model.result import (
     TimelineEntry,
     WindowOut,
 )
+from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import preflight as preflight_rules
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
-from gpuaudit.rules.streams import NodeIndex, stream_node_ids
-from gpuaudit.rules.window import padded
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
-from gpuaudit.timeutil import iso
 
 if TYPE_CHECKING:
     from gpuaudit.model.evidence import AuditRequest
 
-TIMELINE_MARGIN = timedelta(minutes=30)
 OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
 
 

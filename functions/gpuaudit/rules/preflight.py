@@ -11,9 +11,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from gpuaudit.domain.capability import is_accelerated
+from gpuaudit.domain.capacity import (
+    DEFAULT_RUN_HOURS,
+    RunFit,
+    cluster_reservations,
+    ec2_family_quota,
+    extension_hours,
+    holding_reservation,
+    run_fit,
+)
+from gpuaudit.domain.timing import lookback
 from gpuaudit.model.evidence import (
     CapacityReservation,
     Evidence,
@@ -26,17 +37,7 @@ from gpuaudit.model.evidence import (
     TrainingPlanInfo,
 )
 from gpuaudit.model.result import Check, CheckResult, NodeResult
-from gpuaudit.rules.capacity import (
-    DEFAULT_RUN_HOURS,
-    RunFit,
-    cluster_reservations,
-    ec2_family_quota,
-    extension_hours,
-    holding_reservation,
-    run_fit,
-)
-from gpuaudit.rules.coverage import is_accelerated
-from gpuaudit.timeutil import iso
+from gpuaudit.model.timeutil import iso
 
 if TYPE_CHECKING:
     from gpuaudit.rules.judge import JudgeConfig, Judged
@@ -195,12 +196,6 @@ def gpu_groups(ev: Evidence) -> list[GpuGroup]:
             by.setdefault((n.instance_group or "(no queue)", n.instance_type), []).append(n)
     return [GpuGroup(name, itype, tuple(nodes), None) for (name, itype), nodes in sorted(
         by.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
-
-
-def lookback(now: datetime, run_hours: float | None) -> tuple[datetime, datetime]:
-    """The last similar run for metrics (P8, P9): the planned length held between 24 and 72 h."""
-    hours = min(max(run_hours or 72.0, 24.0), 72.0)
-    return now - timedelta(hours=hours), now
 
 
 def _worst(results: Iterable[CheckResult]) -> CheckResult:

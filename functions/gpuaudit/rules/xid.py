@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from gpuaudit.model.evidence import Frozen
 from gpuaudit.model.result import Verdict, XidClass
-from gpuaudit.timeutil import iso
+from gpuaudit.model.timeutil import iso
 
 NvidiaAction = Literal["RESTART_APP", "RESET_GPU", "IGNORE", "RESTART_BM", "RESTART_VM"]
 Memory = Literal["DRAM", "SRAM", "UNVERIFIED"]
