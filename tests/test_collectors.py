@@ -16,9 +16,9 @@ from helpers.worlds import (
 )
 
 from gpuaudit.collectors.inventory import UnknownCluster
-from gpuaudit.model.evidence import Evidence
-from gpuaudit.pipeline import AuditRequest, collect
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.evidence import AuditRequest, Evidence
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import collect
 
 SINCE, UNTIL = at(6), at(10)
 

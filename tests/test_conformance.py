@@ -13,7 +13,7 @@ from pathlib import Path
 from helpers.worlds import ACCOUNT, PClusterWorld, at, aws_for
 
 from gpuaudit.conformance import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_SAME, main, verify
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.timeutil import parse_time
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ("kernel-streams", "stream-summary", "gpu-lines", "stream-hours", "default-limit", "end-inclusive")

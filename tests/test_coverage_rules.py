@@ -13,7 +13,7 @@ from helpers.worlds import (
     node_of,
 )
 
-from gpuaudit.timeutil import iso
+from gpuaudit.model.timeutil import iso
 
 # Window 06:00–10:00 → padded 05:00–11:00: six whole hours, all before NOW (12:30).
 SINCE, UNTIL = at(6), at(10)

@@ -17,9 +17,10 @@ from helpers.worlds import aws_for
 
 from gpuaudit.demo import demo_worlds
 from gpuaudit.embedded.world import load_world
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import run_audit
 from gpuaudit.report.html import render_html
-from gpuaudit.timeutil import parse_time
 
 CHROMIUM = Path("/usr/bin/chromium")
 WIDTH, HEIGHT = 1400, 1000

@@ -21,7 +21,7 @@ from gpuaudit.collectors.query_budget import (
 )
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import WorldError
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.timeutil import parse_time
 
 STREAM_NAME_MAX = 512  # CloudWatch Logs log stream names: 1-512 characters
 
@@ -213,9 +213,10 @@ def test_without_the_budget_the_quota_fails_detail_queries_and_the_gap_names_the
     ev = evidence_of(w, w.cluster)
 
     # Then detail queries past the quota fail, each gap naming the query, its group and its streams,
-    failed = [g for g in ev.gaps if "LimitExceededException" in g]
+    failed = [g for g in ev.gaps if g.error_code == "LimitExceededException"]
     assert failed
-    assert all(f"stream-hours query over {w.group} for " in g and "stream(s) from 'ip-" in g
-               and g.endswith("not run") for g in failed)
+    assert all(g.operation == "StartQuery" and g.unseen is not None
+               and f"stream-hours query over {w.group} for " in g.unseen and "stream(s) from 'ip-" in g.unseen
+               and g.unseen.endswith("not run") for g in failed)
     # and those streams are left without hours (Not checked), never counted as silent
     assert any(a.hour_counts is None for a in ev.stream_activity if a.log_group == w.group)

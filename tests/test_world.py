@@ -11,7 +11,7 @@ import pytest
 from helpers.worlds import ACCOUNT, NOW, REGION, ms
 
 from gpuaudit.embedded.world import FORMAT, WorldError, load_world, parse_world
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.timeutil import parse_time
 
 SHARED_WORLDS = Path(__file__).resolve().parents[2] / "shared" / "worlds"
 PACKAGED_WORLDS = Path(__file__).resolve().parents[1] / "functions" / "gpuaudit" / "worlds"

@@ -291,7 +291,7 @@ def install_stream_pushdown(backend: Any, session: Any) -> None:
 
 def naive_streams(group: str, cluster: str, node: Any) -> str | None:
     """The stream an investigator would name for `node` in `group`, by each source's convention."""
-    from gpuaudit.rules.streams import is_hma_group, is_pcluster_group
+    from gpuaudit.domain.streams import is_hma_group, is_pcluster_group
 
     host = (node.private_dns or "").split(".", 1)[0]
     if is_pcluster_group(group, cluster):
@@ -304,12 +304,13 @@ def naive_streams(group: str, cluster: str, node: Any) -> str | None:
 def step_naive(args: dict[str, Any]) -> dict[str, Any]:
     from gpuaudit.collectors.aws import CallFailed
     from gpuaudit.collectors.inventory import collect_inventory
-    from gpuaudit.rules.window import padded, resolve_window
+    from gpuaudit.domain.window import padded, resolve_window
+    from gpuaudit.model.evidence import Gap
 
     world, backend, aws, load_s = _load(args)
     install_stream_pushdown(backend, aws.session)
     started, cpu = time.perf_counter(), time.process_time()
-    gaps: list[str] = []
+    gaps: list[Gap] = []
     cluster, nodes = collect_inventory(aws, args["cluster"], None, gaps)
     groups = [g["logGroupName"] for g in aws.paginate("logs", "DescribeLogGroups", "logGroups", token="nextToken",
                                                       logGroupNamePattern=args["cluster"])]

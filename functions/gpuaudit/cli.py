@@ -20,12 +20,13 @@ from rich.console import Console
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
+from gpuaudit.domain.window import BadWindow
 from gpuaudit.embedded.world import WorldError
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import run_audit
 from gpuaudit.rules.judge import OVERRIDES_ENV, BadOverride, JudgeConfig, parse_overrides
-from gpuaudit.rules.window import BadWindow
-from gpuaudit.timeutil import parse_time
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 2, 3
 MODES = ("coverage", "incident", "preflight")

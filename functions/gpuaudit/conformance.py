@@ -34,8 +34,8 @@ from gpuaudit.collectors.logs import (
 )
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import FORMAT, World, WorldError, parse_world
+from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report.redact import redact
-from gpuaudit.timeutil import iso, parse_time
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_MAX_EVENTS = 50_000

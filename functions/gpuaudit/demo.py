@@ -17,10 +17,11 @@ from rich.table import Table
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import load_world
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import run_audit
 from gpuaudit.report.html import render_html
 from gpuaudit.sinks import write_and_alert
-from gpuaudit.timeutil import parse_time
 
 TABLE = "gpuaudit-findings"
 TOPIC = "gpuaudit-alerts"

@@ -5,11 +5,6 @@ The CLI and the deployed state machine call these same functions in this same or
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-
 from gpuaudit.collectors import cache, controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, CoverageCache
@@ -24,30 +19,12 @@ from gpuaudit.collectors.logs import (
     merge_batches,
 )
 from gpuaudit.collectors.query_budget import QuerySlots
-from gpuaudit.model.evidence import Evidence, Mode
+from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
+from gpuaudit.domain.window import padded, resolve_window
+from gpuaudit.model.evidence import AuditRequest, Evidence, Gap
 from gpuaudit.model.result import Result
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
-from gpuaudit.rules.window import padded, resolve_window
-
-KERNEL_LOOKBACK = timedelta(days=14)
-TIMELINE_MARGIN = timedelta(minutes=30)
-
-
-class AuditRequest(BaseModel):
-    """One audit to run: what the CLI parses from flags and the state machine from its input."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cluster: str = Field(min_length=1, max_length=256)
-    mode: Mode = "coverage"
-    since: datetime | None = None
-    until: datetime | None = None
-    last: Literal["24h", "72h", "7d"] | None = None
-    instance_ids: list[str] = Field(default_factory=list)
-    run_hours: float | None = Field(default=None, gt=0)
-    run_start: datetime | None = None
-    checkpoint_minutes: float | None = Field(default=None, gt=0)
 
 
 def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
@@ -56,7 +33,7 @@ def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
     Raises UnknownCluster / BadWindow for bad input; every later failure becomes a named gap."""
     now = aws.clock()
     window = resolve_window(request.mode, now, request.since, request.until, request.last)
-    gaps: list[str] = []
+    gaps: list[Gap] = []
     cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps)
     groups = discover_log_groups(aws, cluster, gaps)
     return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from gpuaudit.timeutil import floor_hour, parse_time
+from gpuaudit.model.timeutil import floor_hour, parse_time
 
 Kind = Literal["parallelcluster", "hyperpod"]
 KINDS: tuple[str, ...] = ("parallelcluster", "hyperpod")

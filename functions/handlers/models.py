@@ -14,8 +14,7 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpuaudit.model.evidence import CallCount, WindowSource
-from gpuaudit.pipeline import AuditRequest
+from gpuaudit.model.evidence import AuditRequest, CallCount, WindowSource
 from handlers.runtime import StepFailure
 
 HYPERPOD_DETAIL_TYPES = ("SageMaker HyperPod Cluster Event", "SageMaker HyperPod Cluster Node Health Event",

@@ -11,7 +11,7 @@ import boto3
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from gpuaudit.pipeline import AuditRequest
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.report.redact import redact
 from handlers import runtime
 from handlers.models import EventBridgeTrigger, Trigger

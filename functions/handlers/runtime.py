@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed
-from gpuaudit.model.evidence import CallCount
+from gpuaudit.model.evidence import CallCount, Gap
 from handlers.observability import metrics
 
 
@@ -44,12 +44,12 @@ class StepFailure(BaseModel):
     cause: str | None = None
     groups: list[str] = []
 
-    def gap(self) -> str:
+    def gap(self) -> Gap:
         what = f" for log groups {', '.join(self.groups)}" if self.groups else ""
         unseen = {"CollectLogs": "coverage of their streams not proven",
                   "Finish": "log batches not joined, instance profiles and control plane not read"}.get(self.step)
-        return (f"Not checked: step {self.step} failed{what} ({self.error}: {_cause_message(self.cause)})"
-                + (f" — {unseen}" if unseen else ""))
+        return Gap(kind="step-failed", service="step", operation=self.step, outcome=f"failed{what}",
+                   error_code=self.error, error_message=_cause_message(self.cause), unseen=unseen)
 
 
 def _cause_message(cause: str | None) -> str:

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import PCLUSTER_TAG
-from gpuaudit.pipeline import AuditRequest
-from gpuaudit.rules.window import scheduled_window
+from gpuaudit.domain.window import scheduled_window
+from gpuaudit.model.evidence import AuditRequest
 from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
@@ -72,7 +72,7 @@ def discover_clusters(aws: Aws, tag: DiscoveryTag | None, gaps: list[str]) -> li
             if tag is None or _hyperpod_tagged(aws, summary["ClusterArn"], tag, gaps):
                 found.append(summary["ClusterName"])
     except CallFailed as failed:
-        gaps.append(failed.gap + " — HyperPod clusters not discovered")
+        gaps.append(failed.gap_for("HyperPod clusters not discovered").prose())
     filters = [{"Name": "tag-key", "Values": [PCLUSTER_TAG]},
                {"Name": "instance-state-name", "Values": LIVE_STATES}]
     if tag is not None:
@@ -82,7 +82,7 @@ def discover_clusters(aws: Aws, tag: DiscoveryTag | None, gaps: list[str]) -> li
             for instance in reservation.get("Instances", []):
                 found.extend(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
     except CallFailed as failed:
-        gaps.append(failed.gap + " — ParallelCluster clusters not discovered")
+        gaps.append(failed.gap_for("ParallelCluster clusters not discovered").prose())
     return sorted(set(found))
 
 
@@ -90,7 +90,7 @@ def _hyperpod_tagged(aws: Aws, arn: str, tag: DiscoveryTag, gaps: list[str]) -> 
     try:
         tags = {t["Key"]: t.get("Value") for t in aws.paginate("sagemaker", "ListTags", "Tags", ResourceArn=arn)}
     except CallFailed as failed:
-        gaps.append(failed.gap + f" — tags of {arn.rsplit('/', 1)[-1]} not read; cluster not audited")
+        gaps.append(failed.gap_for(f"tags of {arn.rsplit('/', 1)[-1]} not read; cluster not audited").prose())
         return False
     return tags.get(tag.key) == tag.value
 
@@ -105,7 +105,7 @@ def clusters_on_reservation(aws: Aws, reservation_id: str, gaps: list[str]) -> l
                 if instance.get("CapacityReservationId") == reservation_id:
                     found.update(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
     except CallFailed as failed:
-        gaps.append(failed.gap + f" — clusters running in {reservation_id} not identified")
+        gaps.append(failed.gap_for(f"clusters running in {reservation_id} not identified").prose())
     return sorted(found)
 
 

@@ -21,11 +21,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import iso
 from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
 from gpuaudit.rules.judge import OVERRIDES_ENV, parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS, SinkOutcome, write_and_alert
-from gpuaudit.timeutil import iso
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, step_handler
@@ -64,7 +64,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.info("judged", extra={"cluster": result.cluster.name, "audit_id": result.audit_id,
                                  "headline": redact(result.headline), "duplicate": outcome.duplicate,
                                  "published": outcome.published, "items_written": outcome.items_written})
-    return summary(result, outcome, bucket, key)
+    return summary(result, evidence, outcome, bucket, key)
 
 
 def report_link(bucket: str, key: str, region: str) -> str:
@@ -89,7 +89,7 @@ def record_metrics(result: Result, outcome: SinkOutcome) -> None:
     metrics.add_metric(name="AlertsPublished", unit=MetricUnit.Count, value=int(outcome.published))
 
 
-def summary(result: Result, outcome: SinkOutcome, bucket: str, key: str) -> dict[str, Any]:
+def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: str, key: str) -> dict[str, Any]:
     """The cluster's line in the execution output: small, no account ID."""
     return {
         "cluster": result.cluster.name, "mode": result.mode, "audited": True, "audit_id": result.audit_id,
@@ -98,7 +98,7 @@ def summary(result: Result, outcome: SinkOutcome, bucket: str, key: str) -> dict
         "xid_status": dict(sorted(Counter(n.xid_status for n in result.nodes).items())),
         "verdicts": dict(sorted(Counter(n.verdict or "none" for n in result.nodes).items())),
         "visibility_gaps": len(result.visibility_gaps),
-        "not_checked": [redact(g) for g in result.visibility_gaps if g.startswith("Not checked: step ")],
+        "not_checked": [redact(g.prose()) for g in evidence.gaps if g.kind == "step-failed"],
         "findings": {"written": outcome.items_written, "duplicate": outcome.duplicate},
         "alert_published": outcome.published,
         "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md", "html": f"{key}.html"},

@@ -25,7 +25,7 @@ from moto.sns.models import sns_backends
 
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import World, load_world
-from gpuaudit.timeutil import iso
+from gpuaudit.model.timeutil import iso
 
 WORLDS = Path("/work/shared/worlds")
 if not WORLDS.exists():  # a checkout without the shared folder: the copies shipped with the package

@@ -79,7 +79,9 @@ def test_a_failed_batch_becomes_a_not_checked_gap(account: Account) -> None:
     joined = finish.handler({"request": target["request"], "evidence": found["evidence"],
                              "batches": [{"failed": failure}]}, LambdaContext())
     gaps = evidence_of(account, joined["evidence"]).gaps
-    (gap,) = [g for g in gaps if g.startswith("Not checked: step CollectLogs")]
+    (step_gap,) = [g for g in gaps if g.kind == "step-failed" and g.operation == "CollectLogs"]
+    gap = step_gap.prose()
+    assert gap.startswith("Not checked: step CollectLogs failed for log groups ")
     assert groups[0] in gap and "(RuntimeError: Logs Insights unreachable)" in gap
     assert "coverage of their streams not proven" in gap
 

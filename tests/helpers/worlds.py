@@ -17,9 +17,10 @@ from typing import Any
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import FORMAT, World, parse_world
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import NodeResult, Result
-from gpuaudit.pipeline import AuditRequest, run_audit
-from gpuaudit.timeutil import iso, parse_time
+from gpuaudit.model.timeutil import iso, parse_time
+from gpuaudit.pipeline import run_audit
 
 ACCOUNT = "111122223333"
 REGION = "us-west-2"

@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuaudit.model.evidence import CapacityReservation, ClusterInfo, Evidence, NodeInfo, Window
-from gpuaudit.rules.capacity import (
+from gpuaudit.domain.capacity import (
     DEFAULT_RUN_HOURS,
     cluster_reservations,
     ec2_family_quota,
@@ -16,6 +15,7 @@ from gpuaudit.rules.capacity import (
     lead_time,
     run_fit,
 )
+from gpuaudit.model.evidence import CapacityReservation, ClusterInfo, Evidence, NodeInfo, Window
 
 NOW = datetime(2026, 10, 5, 5, 30, tzinfo=UTC)
 END = datetime(2026, 10, 6, 11, 30, tzinfo=UTC)  # Capacity Blocks end at 11:30 UTC

@@ -13,6 +13,7 @@ from helpers.worlds import PClusterWorld, at, aws_for
 
 from gpuaudit.demo import demo_worlds
 from gpuaudit.embedded.world import load_world
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import (
     Branch,
     ClusterRef,
@@ -22,9 +23,9 @@ from gpuaudit.model.result import (
     Result,
     WindowOut,
 )
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.model.timeutil import UTC, hours_between, iso, parse_time
+from gpuaudit.pipeline import run_audit
 from gpuaudit.report.html import render_html
-from gpuaudit.timeutil import UTC, hours_between, iso, parse_time
 
 SHARED = {entry["world"].removesuffix(".world.json"): entry for entry in demo_worlds()}
 PCLUSTER, HYPERPOD = "pcluster-capacity-block-expiry", "hyperpod-xid31-app-error"

@@ -163,9 +163,10 @@ def test_all_six_branches_have_a_status_and_evidence(mode: str) -> None:
 def test_class_override_is_named_in_result_and_report() -> None:
     from helpers.worlds import aws_for
 
-    from gpuaudit.pipeline import AuditRequest, run_audit
+    from gpuaudit.model.evidence import AuditRequest
+    from gpuaudit.model.timeutil import parse_time
+    from gpuaudit.pipeline import run_audit
     from gpuaudit.rules.judge import JudgeConfig, parse_overrides
-    from gpuaudit.timeutil import parse_time
 
     w, iid = world_with_xids((at(10, 5), 31, "0000:53:00"))
     request = AuditRequest(cluster="train", mode="incident", since=parse_time(at(9)), until=parse_time(at(11)))

@@ -8,9 +8,9 @@ import pytest
 from helpers.worlds import PClusterWorld, at, aws_for
 
 from gpuaudit.collectors.cache import FileCache
-from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.evidence import AuditRequest, Evidence
 from gpuaudit.model.result import Result
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.pipeline import run_audit
 
 
 def world_at(now: str, days: int = 3) -> PClusterWorld:

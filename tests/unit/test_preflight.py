@@ -19,6 +19,7 @@ from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import load_world, parse_world
 from gpuaudit.model.evidence import (
     AlarmInfo,
+    AuditRequest,
     CapabilityProfile,
     CapacityReservation,
     ClusterInfo,
@@ -45,7 +46,7 @@ from gpuaudit.model.evidence import (
     Window,
 )
 from gpuaudit.model.result import Check, Result
-from gpuaudit.pipeline import AuditRequest, run_audit
+from gpuaudit.pipeline import run_audit
 from gpuaudit.rules import preflight
 from gpuaudit.rules.judge import JudgeConfig, judge
 

@@ -10,12 +10,12 @@ from helpers.worlds import PClusterWorld, at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.model.evidence import Evidence, GpuLine, StreamActivity
-from gpuaudit.pipeline import AuditRequest, collect
+from gpuaudit.domain.window import padded
+from gpuaudit.model.evidence import AuditRequest, Evidence, GpuLine, StreamActivity
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import collect
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
-from gpuaudit.rules.window import padded
-from gpuaudit.timeutil import parse_time
 
 APPLICATION_XIDS = (11, 13, 25, 31, 32, 94, 137)
 HARDWARE_HEADLINE = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")

@@ -16,11 +16,12 @@ from typer.testing import CliRunner
 from gpuaudit import worldgen
 from gpuaudit.cli import app
 from gpuaudit.collectors.aws import Aws
+from gpuaudit.domain.streams import PCLUSTER_STREAM, is_hma_group, is_pcluster_group
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import World, load_world, parse_world
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
-from gpuaudit.pipeline import AuditRequest, run_audit
-from gpuaudit.rules.streams import PCLUSTER_STREAM, is_hma_group, is_pcluster_group
+from gpuaudit.pipeline import run_audit
 
 XID_LINE = re.compile(r"NVRM: Xid \(PCI:0000:[0-9a-f]{2}:00\): (\d+), pid=")
 BANNER = "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64 570.133.20"

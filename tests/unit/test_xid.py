@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuaudit.model.timeutil import UTC
 from gpuaudit.rules.xid import (
     CATALOG_URL,
     ECC_CHECK,
@@ -28,7 +29,6 @@ from gpuaudit.rules.xid import (
     parse_xid,
     route_node,
 )
-from gpuaudit.timeutil import UTC
 
 T0 = datetime(2026, 9, 25, 17, 0, tzinfo=UTC)
 BUS = "0000:53:00"

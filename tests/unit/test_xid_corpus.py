@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from gpuaudit.model.evidence import GpuLine
+from gpuaudit.model.timeutil import UTC
 from gpuaudit.rules.nodes import node_xids, parse_lines
 from gpuaudit.rules.xid import bus_key, route_node
-from gpuaudit.timeutil import UTC
 
 CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "xid_corpus" / "lines.json").read_text("utf-8"))
 ENTRIES: list[dict[str, Any]] = CORPUS["entries"]

@@ -15,10 +15,23 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpuaudit.model.evidence import CallCount
+from gpuaudit.model.evidence import CallCount, Gap, GapKind, GapScope
 
 THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
               "LimitExceededException", "RequestThrottled", "SlowDown"}
+DEADLINE_EXCEEDED = "AuditDeadlineExceeded"
+GAP_KINDS: dict[str, GapKind] = {
+    **dict.fromkeys(THROTTLING, "throttled"),
+    **dict.fromkeys(("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException",
+                     "AuthorizationError", "AuthFailure"), "denied"),
+    **dict.fromkeys(("ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
+                     "NoCredentialsError"), "expired-credentials"),
+    **dict.fromkeys(("ServiceUnavailable", "ServiceUnavailableException", "InternalError", "InternalFailure",
+                     "InternalServerError", "InternalServerException"), "unavailable"),
+    **dict.fromkeys(("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"),
+                    "unreachable"),
+    DEADLINE_EXCEEDED: "deadline",
+}
 # Read-only by construction: the only operation prefixes a collector may call.
 READ_PREFIXES = ("Describe", "List", "Get", "Lookup", "Filter", "Search", "StartQuery", "StopQuery")
 
@@ -30,9 +43,10 @@ class CallFailed(Exception):
         super().__init__(f"{service} {operation}: {code}: {message}")
         self.service, self.operation, self.code, self.message = service, operation, code, message
 
-    @property
-    def gap(self) -> str:
-        return f"Not checked: {self.service} {self.operation} failed ({self.code}: {self.message})"
+    def gap_for(self, unseen: str, scope: GapScope | None = None) -> Gap:
+        """The typed gap of this failure: why (from the error code), the call, and what stays unseen."""
+        return Gap(kind=GAP_KINDS.get(self.code, "not-read"), service=self.service, operation=self.operation,
+                   error_code=self.code, error_message=self.message, unseen=unseen, scope=scope)
 
 
 @dataclass
@@ -59,7 +73,7 @@ class Aws:
         if not operation.startswith(READ_PREFIXES):
             raise PermissionError(f"{service} {operation} is not a read call; gpuaudit never mutates")
         if self.deadline is not None and time.monotonic() >= self.deadline:
-            raise CallFailed(service, operation, "AuditDeadlineExceeded",
+            raise CallFailed(service, operation, DEADLINE_EXCEEDED,
                              "the audit deadline passed before this call; the result holds what was read")
         method = getattr(self.client(service), _snake(operation))
         delay = 0.2
@@ -94,13 +108,13 @@ class Aws:
                 return
             params = {**params, token: next_token}
 
-    def read_all(self, gaps: list[str], unseen: str, service: str, operation: str, key: str,
+    def read_all(self, gaps: list[Gap], unseen: str, service: str, operation: str, key: str,
                  **params: Any) -> list[Any] | None:
         """Every item of a listing, or None with a gap naming the failed call and what was not seen."""
         try:
             return list(self.paginate(service, operation, key, **params))
         except CallFailed as failed:
-            gaps.append(f"{failed.gap} — {unseen}")
+            gaps.append(failed.gap_for(unseen))
             return None
 
     def call_counts(self) -> list[CallCount]:

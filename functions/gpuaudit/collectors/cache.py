@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.collectors.logs import BatchEvidence, LogWindow
 from gpuaudit.model.evidence import GpuLine, KernelStream, StreamActivity
-from gpuaudit.timeutil import floor_hour
+from gpuaudit.model.timeutil import floor_hour
 
 FORMAT = "gpu-audit-cache/3"
 LATE_DELIVERY_HORIZON = timedelta(hours=2)

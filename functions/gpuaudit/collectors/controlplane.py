@@ -6,28 +6,29 @@ Each source is optional: a failed or unsupported call leaves its field None and 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import (
     CapacityReservation,
     CloudTrailEvent,
     ClusterEvent,
     Evidence,
     FileSystemInfo,
+    Gap,
     HealthEvent,
     InstanceStatusInfo,
     MetricPeak,
 )
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.timeutil import parse_time
 
 if TYPE_CHECKING:
-    from gpuaudit.pipeline import AuditRequest
+    from gpuaudit.model.evidence import AuditRequest
 
 CONTINUOUS_ONLY = "ListClusterEvents not supported (NodeProvisioningMode not Continuous)"
-CLOUDTRAIL_LOOKBACK = timedelta(hours=6)
 CLOUDTRAIL_EVENTS = {
     "sagemaker.amazonaws.com": ("UpdateCluster", "UpdateClusterSoftware", "BatchReplaceClusterNodes",
                                 "BatchRebootClusterNodes", "BatchDeleteClusterNodes", "StartClusterHealthCheck"),
@@ -53,17 +54,18 @@ def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
 
 
 def _cluster_events(aws: Aws, evidence: Evidence) -> None:
-    start = evidence.window.start - timedelta(minutes=30)
-    end = min(evidence.window.end + timedelta(minutes=30), evidence.now)
+    start = evidence.window.start - TIMELINE_MARGIN
+    end = min(evidence.window.end + TIMELINE_MARGIN, evidence.now)
     try:
         events = list(aws.paginate("sagemaker", "ListClusterEvents", "Events", ClusterName=evidence.cluster.name,
                                    EventTimeAfter=start, EventTimeBefore=end))
     except CallFailed as failed:
         if failed.code == "ValidationException" and "Continuous" in failed.message:
-            evidence.gaps.append(f"Capability limit: {CONTINUOUS_ONLY}; the control-plane timeline comes from "
-                                 "CloudTrail and node status only")
+            evidence.gaps.append(Gap(kind="unsupported", service="sagemaker", operation="ListClusterEvents",
+                                     unseen=f"{CONTINUOUS_ONLY}; the control-plane timeline comes from "
+                                     "CloudTrail and node status only"))
         else:
-            evidence.gaps.append(failed.gap + " — HyperPod cluster events not read")
+            evidence.gaps.append(failed.gap_for("HyperPod cluster events not read"))
         return
     evidence.cluster_events = [
         ClusterEvent(time=e["EventTime"], event_id=e.get("EventId"), resource_type=e.get("ResourceType"),
@@ -95,7 +97,7 @@ def _cloudtrail(aws: Aws, evidence: Evidence) -> None:
                 events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=start, EndTime=evidence.now,
                                            LookupAttributes=[{"AttributeKey": "EventName", "AttributeValue": name}]))
             except CallFailed as failed:
-                evidence.gaps.append(failed.gap + f" — CloudTrail {name} events not read")
+                evidence.gaps.append(failed.gap_for(f"CloudTrail {name} events not read"))
                 failures += 1
                 continue
             found.extend(_trail_event(e) for e in events if e.get("EventSource", source) == source)
@@ -131,8 +133,8 @@ def _health(aws: Aws, evidence: Evidence) -> None:
                                    start=e.get("startTime"), entities=entities))
         evidence.health_events = out
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — AWS Health events not read (needs a Business or Enterprise "
-                                          "support plan for the Health API)")
+        evidence.gaps.append(failed.gap_for("AWS Health events not read (needs a Business or Enterprise "
+                                          "support plan for the Health API)"))
 
 
 def _instance_status(aws: Aws, evidence: Evidence) -> None:
@@ -177,7 +179,7 @@ def _fsx(aws: Aws, evidence: Evidence) -> None:
                         continue
                     peaks.append(_peak(aws, fs.file_system_id, metric, dims, start, end))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — FSx saturation metrics not read; branch C not assessed")
+        evidence.gaps.append(failed.gap_for("FSx saturation metrics not read; branch C not assessed"))
         return
     evidence.fsx_metrics = peaks
 

@@ -4,22 +4,25 @@ and what each instance type can do."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.domain.capability import nvswitch_class
+from gpuaudit.domain.timing import LAUNCH_LOOKBACK
 from gpuaudit.model.evidence import (
-    NODE_LIST_INCOMPLETE,
     CapabilityProfile,
     ClusterInfo,
+    Gap,
     InstanceGroup,
     NodeInfo,
 )
-from gpuaudit.rules.capability import nvswitch_class
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.timeutil import parse_time
 
 PCLUSTER_TAG = "parallelcluster:cluster-name"
 NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "ValidationException"}
+# Named in the gap when ListClusterNodes stops part-way (the gap also carries scope="node-list").
+NODE_LIST_INCOMPLETE = "node list incomplete"
 
 
 class UnknownCluster(LookupError):
@@ -31,7 +34,7 @@ def strip_ml(instance_type: str | None) -> str | None:
 
 
 def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
-                      gaps: list[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
+                      gaps: list[Gap]) -> tuple[ClusterInfo, list[NodeInfo]]:
     if instance_ids:
         return _self_managed(aws, name, instance_ids)
     unreachable: CallFailed | None = None
@@ -41,7 +44,7 @@ def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
     except CallFailed as failed:
         if failed.code not in NOT_FOUND:
             unreachable = failed
-            gaps.append(failed.gap + " — HyperPod inventory not read; trying ParallelCluster tags")
+            gaps.append(failed.gap_for("HyperPod inventory not read; trying ParallelCluster tags"))
     instances = _instances(aws, Filters=[{"Name": f"tag:{PCLUSTER_TAG}", "Values": [name]}])
     if instances:
         return _parallelcluster(aws, name, instances)
@@ -58,7 +61,7 @@ def _instances(aws: Aws, **params: Any) -> list[dict[str, Any]]:
             for i in r.get("Instances", [])]
 
 
-def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
+def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[Gap]) -> tuple[ClusterInfo, list[NodeInfo]]:
     name = described["ClusterName"]
     orchestrator = described.get("Orchestrator") or {}
     kind = "hyperpod-eks" if "Eks" in orchestrator else "hyperpod-slurm"
@@ -92,7 +95,7 @@ def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[str]) -> tuple[Clu
                 detail = aws.call("sagemaker", "DescribeClusterNode", ClusterName=name,
                                   NodeId=summary["InstanceId"])["NodeDetails"]
             except CallFailed as failed:
-                gaps.append(failed.gap + f" — status detail of {summary['InstanceId']} not read")
+                gaps.append(failed.gap_for(f"status detail of {summary['InstanceId']} not read"))
         group = summary.get("InstanceGroupName")
         nodes.append(NodeInfo(
             instance_id=summary["InstanceId"], instance_group=group,
@@ -104,15 +107,15 @@ def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[str]) -> tuple[Clu
     return cluster, nodes
 
 
-def _summaries(aws: Aws, name: str, gaps: list[str]) -> list[dict[str, Any]]:
+def _summaries(aws: Aws, name: str, gaps: list[Gap]) -> list[dict[str, Any]]:
     """Every ListClusterNodes page that could be read; a failure part-way is a named gap, not a lost audit."""
     summaries: list[dict[str, Any]] = []
     try:
         for summary in aws.paginate("sagemaker", "ListClusterNodes", "ClusterNodeSummaries", ClusterName=name):
             summaries.append(summary)
     except CallFailed as failed:
-        gaps.append(failed.gap + f" — {NODE_LIST_INCOMPLETE} of {name}: stopped after {len(summaries)} node(s); nodes not "
-                                 "listed are Not checked")
+        gaps.append(failed.gap_for(f"{NODE_LIST_INCOMPLETE} of {name}: stopped after {len(summaries)} node(s); nodes not "
+                                 "listed are Not checked", scope="node-list"))
     return summaries
 
 
@@ -147,7 +150,7 @@ def _self_managed(aws: Aws, name: str, instance_ids: list[str]) -> tuple[Cluster
     return ClusterInfo(name=name, kind="ec2", region=aws.region), [_node_from_instance(i, "user") for i in instances]
 
 
-def collect_profiles(aws: Aws, instance_types: set[str], gaps: list[str]) -> dict[str, CapabilityProfile]:
+def collect_profiles(aws: Aws, instance_types: set[str], gaps: list[Gap]) -> dict[str, CapabilityProfile]:
     """DescribeInstanceTypes for the audited types; a failure leaves the type unverified."""
     profiles: dict[str, CapabilityProfile] = {}
     wanted = sorted(t for t in instance_types if t)
@@ -156,7 +159,7 @@ def collect_profiles(aws: Aws, instance_types: set[str], gaps: list[str]) -> dic
     try:
         infos = list(aws.paginate("ec2", "DescribeInstanceTypes", "InstanceTypes", InstanceTypes=wanted))
     except CallFailed as failed:
-        gaps.append(failed.gap + f" — GPU count and EFA maximum of {', '.join(wanted)} unverified")
+        gaps.append(failed.gap_for(f"GPU count and EFA maximum of {', '.join(wanted)} unverified"))
         infos = []
     for info in infos:
         gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
@@ -177,11 +180,10 @@ def node_from_log_stream(instance_id: str, hostname: str | None, group: str | No
                     status="terminated", private_dns=hostname, role="compute", discovered_by="log-streams")
 
 
-LAUNCH_LOOKBACK = timedelta(hours=24)
 
 
 def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: datetime, end: datetime,
-                        gaps: list[str]) -> list[NodeInfo]:
+                        gaps: list[Gap]) -> list[NodeInfo]:
     """ParallelCluster compute nodes launched by the cluster (RunInstances with one of its launch templates,
     `<cluster>-<queue>-<compute resource>`) that DescribeInstances no longer returns."""
     prefix = f"{cluster.name}-"
@@ -191,7 +193,7 @@ def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: 
                                    EndTime=end, LookupAttributes=[{"AttributeKey": "EventName",
                                                                    "AttributeValue": "RunInstances"}]))
     except CallFailed as failed:
-        gaps.append(failed.gap + " — compute nodes launched and since terminated are found by log streams only")
+        gaps.append(failed.gap_for("compute nodes launched and since terminated are found by log streams only"))
         return []
     for event in events:
         try:

@@ -26,16 +26,8 @@ from pydantic import BaseModel, ConfigDict
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import node_from_log_stream
 from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, QuerySlots, pack
-from gpuaudit.model.evidence import (
-    ClusterInfo,
-    GpuLine,
-    KernelStream,
-    LogGroupInfo,
-    NodeInfo,
-    QueryRecord,
-    StreamActivity,
-)
-from gpuaudit.rules.streams import (
+from gpuaudit.domain.markers import gpu_lines_query
+from gpuaudit.domain.streams import (
     HMA_PREFIX,
     INSTANCE_ID,
     PCLUSTER_STREAM,
@@ -44,7 +36,17 @@ from gpuaudit.rules.streams import (
     is_pcluster_group,
     stream_node_ids,
 )
-from gpuaudit.timeutil import floor_hour, hours_between, iso, parse_time
+from gpuaudit.model.evidence import (
+    ClusterInfo,
+    Gap,
+    GpuLine,
+    KernelStream,
+    LogGroupInfo,
+    NodeInfo,
+    QueryRecord,
+    StreamActivity,
+)
+from gpuaudit.model.timeutil import floor_hour, hours_between, iso, parse_time
 
 KEYWORDS = ("kernel", "messages", "syslog", "system", "dmesg", "journal", "gpu")
 MAX_GROUPS_PER_QUERY = 50
@@ -60,16 +62,8 @@ SUMMARY_QUERY = (
     "| stats count(*) as live_hours, sum(lines) as total_lines, min(first) as first_event, max(last) as last_event "
     "by @log, @logStream"
 )
-# GPU evidence (Xid, HMA, NCCL, Fabric Manager) and the ParallelCluster / HyperPod lifecycle strings of
-# RULES §8 that decide between hardware, capacity and bootstrap causes.
-GPU_QUERY = (
-    "filter @message like /NVRM|HealthMonitoringAgentDetectionEvent|NCCL (INFO|WARN)|Fabric ?Manager|"
-    "nvidia-fabricmanager|InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
-    "FaultyInstance|Interruption Warning|kernel: Linux version|infoROM is corrupted|Remapping Failure Occurred|"
-    "SRAM Threshold Exceeded|Unrepairable Memory|Pending Page Blacklist|Repair Pending|fallen off the bus/ "
-    "or (@logStream like /^(LifecycleConfig|DeepHealthCheckResults)\\// and @message like /ERROR|FAIL|Xid|EFA|NCCL/) "
-    "| fields @timestamp, @log, @logStream, @message | sort @timestamp asc | limit 10000"
-)
+# The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
+GPU_QUERY = gpu_lines_query(MAX_ROWS)
 
 
 def hours_query(streams: Iterable[str]) -> str:
@@ -99,7 +93,7 @@ class LogEvidence:
     hma_streams: list[str] | None
 
 
-def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[str]) -> list[LogGroupInfo]:
+def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap]) -> list[LogGroupInfo]:
     """DescribeLogGroups by substring (never prefix only): the cluster name, then each keyword."""
     found: dict[str, LogGroupInfo] = {}
     for pattern in (cluster.name, *KEYWORDS):
@@ -114,7 +108,7 @@ def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[str]) -> list
                     creation_time=parse_time(g["creationTime"]) if g.get("creationTime") else None,
                     stored_bytes=g.get("storedBytes"), owner_account=_arn_account(g.get("arn") or g.get("logGroupArn")))
         except CallFailed as failed:
-            gaps.append(failed.gap + f" — log groups matching {pattern!r} not listed")
+            gaps.append(failed.gap_for(f"log groups matching {pattern!r} not listed"))
     return sorted(found.values(), key=lambda g: g.name)
 
 
@@ -153,7 +147,7 @@ class InsightsRunner:
     """Starts queries within the audit's concurrency budget, polls them with a deadline, stops the ones it
     gives up on. `slots` is shared by every runner of one audit; without one, the runner has its own."""
 
-    def __init__(self, aws: Aws, gaps: list[str], poll_seconds: float = 1.0, deadline_s: float = 300.0,
+    def __init__(self, aws: Aws, gaps: list[Gap], poll_seconds: float = 1.0, deadline_s: float = 300.0,
                  slots: QuerySlots | None = None) -> None:
         self.aws, self.gaps, self.poll_seconds, self.deadline_s = aws, gaps, poll_seconds, deadline_s
         self.slots = slots or QuerySlots()
@@ -171,7 +165,7 @@ class InsightsRunner:
                 "logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
                 endTime=math.ceil(end.timestamp()) - 1, queryString=query)["queryId"]
         except CallFailed as failed:
-            self.gaps.append(failed.gap + f" — {purpose} query over {', '.join(groups)}{subject} not run")
+            self.gaps.append(failed.gap_for(f"{purpose} query over {', '.join(groups)}{subject} not run"))
             pending.settled = True
             self.slots.release(pending)
         return pending
@@ -194,7 +188,7 @@ class InsightsRunner:
             try:
                 out = self.aws.call("logs", "GetQueryResults", queryId=pending.query_id)
             except CallFailed as failed:
-                self.gaps.append(failed.gap + f" — {pending.purpose} results{pending.subject} not read")
+                self.gaps.append(failed.gap_for(f"{pending.purpose} results{pending.subject} not read"))
                 return None
             status = out.get("status", "Unknown")
             if status in FINISHED:
@@ -202,8 +196,9 @@ class InsightsRunner:
             if waited >= self.deadline_s:
                 with contextlib.suppress(CallFailed):  # the gap below already says the query was abandoned
                     self.aws.call("logs", "StopQuery", queryId=pending.query_id)
-                self.gaps.append(f"Not checked: logs GetQueryResults — {pending.purpose} query still {status} after "
-                                 f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; stopped")
+                self.gaps.append(Gap(kind="timed-out", service="logs", operation="GetQueryResults",
+                                     unseen=f"{pending.purpose} query still {status} after "
+                                     f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; stopped"))
                 self._record(pending, f"{status} (abandoned)", 0, 0.0, False)
                 return None
             self.aws.sleep(self.poll_seconds)
@@ -213,8 +208,9 @@ class InsightsRunner:
         truncated = len(rows) >= MAX_ROWS
         self._record(pending, status, len(rows), scanned, truncated)
         if status != "Complete":
-            self.gaps.append(f"Not checked: logs StartQuery — {pending.purpose} query ended {status} over "
-                             f"{', '.join(pending.groups)}{pending.subject}")
+            self.gaps.append(Gap(kind="query-failed", service="logs", operation="StartQuery",
+                                 unseen=f"{pending.purpose} query ended {status} over "
+                                 f"{', '.join(pending.groups)}{pending.subject}"))
             return None
         return rows
 
@@ -243,7 +239,7 @@ class BatchEvidence(BaseModel):
     activity: list[StreamActivity]
     gpu_lines: list[GpuLine]
     queries: list[QueryRecord]
-    gaps: list[str]
+    gaps: list[Gap]
 
 
 def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bool:
@@ -258,7 +254,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
     the audit's concurrency budget, when batches share one."""
-    gaps: list[str] = []
+    gaps: list[Gap] = []
     runner = runner or InsightsRunner(aws, gaps, slots=slots)
     runner.gaps = gaps
     pending = [("kernel", runner.start("kernel-streams", batch, win.lifetime_start, win.padded_end, KERNEL_QUERY)),
@@ -276,8 +272,9 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
             rows = _split_gpu_query(runner, batch, win.gpu_start, win.gpu_end, gaps)
         elif len(rows) >= MAX_ROWS:
             truncated.add(kind)
-            gaps.append(f"Visibility gap: the {p.purpose} query over {', '.join(p.groups)} returned the Logs Insights "
-                        f"maximum of {MAX_ROWS} rows; rows beyond it were not read and are not treated as empty")
+            gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
+                            unseen=f"the {p.purpose} query over {', '.join(p.groups)} returned the Logs Insights "
+                            f"maximum of {MAX_ROWS} rows; rows beyond it were not read and are not treated as empty"))
         for r in rows:
             group, stream = _group_name(r.get("@log", "")), r.get("@logStream", "")
             if kind == "kernel":
@@ -327,7 +324,7 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
 MAX_GPU_SPLITS = 5  # up to 32 time slices of the window before the rest is reported as a gap
 
 
-def _split_gpu_query(runner: InsightsRunner, batch: list[str], start: datetime, end: datetime, gaps: list[str],
+def _split_gpu_query(runner: InsightsRunner, batch: list[str], start: datetime, end: datetime, gaps: list[Gap],
                      depth: int = 0) -> list[dict[str, str]]:
     """A GPU-lines result at the 10,000-row cap is re-read in halves of its time range: a flood of
     identical Xids must not hide the later ones (they are collapsed downstream, not dropped here)."""
@@ -340,14 +337,15 @@ def _split_gpu_query(runner: InsightsRunner, batch: list[str], start: datetime, 
         if len(part) >= MAX_ROWS and depth + 1 < MAX_GPU_SPLITS:
             part = _split_gpu_query(runner, batch, lo, hi, gaps, depth + 1)
         elif len(part) >= MAX_ROWS:
-            gaps.append(f"Visibility gap: more than {MAX_ROWS} GPU lines between {iso(lo)} and {iso(hi)} in "
-                        f"{', '.join(batch)}; lines beyond the first {MAX_ROWS} of that slice were not read")
+            gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
+                            unseen=f"more than {MAX_ROWS} GPU lines between {iso(lo)} and {iso(hi)} in "
+                            f"{', '.join(batch)}; lines beyond the first {MAX_ROWS} of that slice were not read"))
         rows.extend(part)
     return rows
 
 
 def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
-                  batches: list[BatchEvidence], gaps: list[str]) -> LogEvidence:
+                  batches: list[BatchEvidence], gaps: list[Gap]) -> LogEvidence:
     """Join the batches: find vanished nodes, keep groups that name an audited node, list HMA streams."""
     kernel = [k for b in batches for k in b.kernel]
     activity = [a for b in batches for a in b.activity]
@@ -375,19 +373,19 @@ def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:
 
 
 def collect_log_evidence(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
-                         win: LogWindow, gaps: list[str]) -> LogEvidence:
+                         win: LogWindow, gaps: list[Gap]) -> LogEvidence:
     """In-process path: every batch in turn, then the merge (the state machine maps over the batches)."""
     batches = [collect_batch(aws, cluster.name, nodes, batch, win) for batch in log_batches(groups)]
     return merge_batches(aws, cluster, nodes, groups, batches, gaps)
 
 
-def _hma_streams(aws: Aws, group: str, gaps: list[str]) -> list[str] | None:
+def _hma_streams(aws: Aws, group: str, gaps: list[Gap]) -> list[str] | None:
     """HMA streams exist only for nodes with a detection (RULES §4), so listing them is one small call."""
     try:
         return [s["logStreamName"] for s in aws.paginate("logs", "DescribeLogStreams", "logStreams", token="nextToken",
                                                          logGroupName=group, logStreamNamePrefix=HMA_PREFIX)]
     except CallFailed as failed:
-        gaps.append(failed.gap + f" — HMA streams of {group} not listed; HMA status Not observable")
+        gaps.append(failed.gap_for(f"HMA streams of {group} not listed; HMA status Not observable"))
         return None
 
 

@@ -12,6 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import controlplane
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.domain.capability import is_accelerated
+from gpuaudit.domain.capacity import (
+    DEFAULT_RUN_HOURS,
+    cluster_reservations,
+    ec2_family_quota,
+    extension_hours,
+    holding_reservation,
+    run_fit,
+)
+from gpuaudit.domain.timing import lookback
 from gpuaudit.model.evidence import (
     AlarmInfo,
     CapacityReservation,
@@ -20,6 +30,7 @@ from gpuaudit.model.evidence import (
     ExtensionOffering,
     ExtensionOfferings,
     FileSystemInfo,
+    Gap,
     GpuActivity,
     InstanceNetwork,
     MetricPeak,
@@ -31,20 +42,10 @@ from gpuaudit.model.evidence import (
     SubnetInfo,
     TrainingPlanInfo,
 )
-from gpuaudit.rules.capacity import (
-    DEFAULT_RUN_HOURS,
-    cluster_reservations,
-    ec2_family_quota,
-    extension_hours,
-    holding_reservation,
-    run_fit,
-)
-from gpuaudit.rules.coverage import is_accelerated
-from gpuaudit.rules.preflight import lookback
-from gpuaudit.timeutil import floor_hour
+from gpuaudit.model.timeutil import floor_hour
 
 if TYPE_CHECKING:
-    from gpuaudit.pipeline import AuditRequest
+    from gpuaudit.model.evidence import AuditRequest
 
 ENI_QUOTA = ("vpc", "L-DF5E4CA3", "Network interfaces per Region")
 GPU_POWER = "GPUPowerUtilization"
@@ -94,7 +95,7 @@ def _instance_network(aws: Aws, evidence: Evidence) -> None:
         instances = [i for r in aws.paginate("ec2", "DescribeInstances", "Reservations", InstanceIds=ids)
                      for i in r.get("Instances", [])]
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — security groups, subnets and interfaces of the nodes not read")
+        evidence.gaps.append(failed.gap_for("security groups, subnets and interfaces of the nodes not read"))
         return
     out = []
     for i in instances:
@@ -118,7 +119,7 @@ def _training_plans(aws: Aws, evidence: Evidence) -> None:
         try:
             p = aws.call("sagemaker", "DescribeTrainingPlan", TrainingPlanName=name)
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap + f" — training plan {name} not read")
+            evidence.gaps.append(failed.gap_for(f"training plan {name} not read"))
             continue
         plans.append(TrainingPlanInfo(
             arn=p.get("TrainingPlanArn", arn), name=p.get("TrainingPlanName", name), status=p.get("Status"),
@@ -156,7 +157,7 @@ def _extension_offerings(aws: Aws, evidence: Evidence, start: datetime, run_hour
                                       "CapacityBlockExtensionOfferings", CapacityReservationId=block.reservation_id,
                                       CapacityBlockExtensionDurationHours=hours))
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap + f" — extension offerings of {block.reservation_id} not read")
+            evidence.gaps.append(failed.gap_for(f"extension offerings of {block.reservation_id} not read"))
             out.append(ExtensionOfferings(reservation_id=block.reservation_id, requested_hours=hours))
             continue
         out.append(ExtensionOfferings(reservation_id=block.reservation_id, requested_hours=hours, offerings=[
@@ -282,8 +283,9 @@ def _quotas(aws: Aws, evidence: Evidence, start: datetime) -> None:
             quotas.append(_quota(aws, "ec2", code, name))
     for q in quotas:
         if q.error:
-            evidence.gaps.append(f"Not checked: service-quotas quota {q.service_code} {q.quota_code or ''} "
-                                 f"({q.quota_name}) not read ({q.error})")
+            evidence.gaps.append(Gap(kind="not-read", service="service-quotas", operation="quota",
+                                     target=f"{q.service_code} {q.quota_code or ''} ({q.quota_name})",
+                                     outcome="not read", error_message=q.error))
     evidence.service_quotas = quotas
 
 
@@ -308,7 +310,7 @@ def _file_systems(aws: Aws, evidence: Evidence, lookback: tuple[datetime, dateti
         systems = [f for f in aws.paginate("fsx", "DescribeFileSystems", "FileSystems")
                    if f.get("FileSystemType") == "LUSTRE"]
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — FSx file systems not read; storage headroom not checked")
+        evidence.gaps.append(failed.gap_for("FSx file systems not read; storage headroom not checked"))
         return
     attached = _attached_file_systems(aws, evidence, systems)
     evidence.cluster_file_system_ids = attached
@@ -330,7 +332,7 @@ def _file_systems(aws: Aws, evidence: Evidence, lookback: tuple[datetime, dateti
                     if dim in dims:
                         peaks.append(controlplane._peak(aws, fs.file_system_id, metric, dims, start, end))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — FSx saturation metrics not read; storage headroom not checked")
+        evidence.gaps.append(failed.gap_for("FSx saturation metrics not read; storage headroom not checked"))
         return
     evidence.fsx_metrics = peaks
 
@@ -342,7 +344,7 @@ def _attached_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str,
         try:
             described = aws.call("sagemaker", "DescribeCluster", ClusterName=evidence.cluster.name)
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap + " — FSx mounts of the instance groups not read")
+            evidence.gaps.append(failed.gap_for("FSx mounts of the instance groups not read"))
             return None
         names = {(c.get("FsxLustreConfig") or {}).get("DnsName", "").split(".", 1)[0]
                  for g in described.get("InstanceGroups", []) for c in g.get("InstanceStorageConfigs", []) or []}
@@ -386,7 +388,7 @@ def _gpu_activity(aws: Aws, evidence: Evidence, lookback: tuple[datetime, dateti
                                    hours_observed=len(hours),
                                    idle_hours=sum(1 for v in hours.values() if max(v) < IDLE_BELOW)))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap + " — GPU activity of reserved nodes not read")
+        evidence.gaps.append(failed.gap_for("GPU activity of reserved nodes not read"))
         return
     evidence.gpu_activity = out
 

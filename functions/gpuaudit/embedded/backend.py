@@ -29,7 +29,7 @@ from botocore.model import OperationModel, Shape
 
 from gpuaudit.embedded import insights
 from gpuaudit.embedded.world import World, WorldError
-from gpuaudit.timeutil import parse_time
+from gpuaudit.model.timeutil import parse_time
 
 # The product's own resources live in moto, not in the world.
 PASS_THROUGH_SERVICES = {"dynamodb", "sns", "s3", "stepfunctions", "lambda", "sts"}

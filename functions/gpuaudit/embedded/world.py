@@ -17,7 +17,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.timeutil import parse_time, to_epoch_ms
+from gpuaudit.model.timeutil import parse_time, to_epoch_ms
 
 FORMAT = "gpu-audit-world/1"
 

@@ -16,12 +16,62 @@ Mode = Literal["coverage", "incident", "preflight"]
 WindowSource = Literal["user", "default-24h", "default-72h", "default-7d", "schedule", "event"]
 
 
-# Named in a gap when ListClusterNodes stops part-way; the report then qualifies what it says of the nodes.
-NODE_LIST_INCOMPLETE = "node list incomplete"
-
-
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AuditRequest(Frozen):
+    """One audit to run: what the CLI parses from flags and the state machine from its input."""
+
+    cluster: str = Field(min_length=1, max_length=256)
+    mode: Mode = "coverage"
+    since: datetime | None = None
+    until: datetime | None = None
+    last: Literal["24h", "72h", "7d"] | None = None
+    instance_ids: list[str] = Field(default_factory=list)
+    run_hours: float | None = Field(default=None, gt=0)
+    run_start: datetime | None = None
+    checkpoint_minutes: float | None = Field(default=None, gt=0)
+
+
+# Why something was not read. Call failures are classified by error code (collectors/aws.py); the rest name
+# what the collector itself stopped on.
+GapKind = Literal[
+    "denied", "throttled", "unavailable", "expired-credentials", "unreachable", "deadline", "not-read",
+    "timed-out", "query-failed", "truncated", "unsupported", "step-failed",
+]
+# Which part of the Evidence a gap leaves incomplete, where a rule must know (today: the node list).
+GapScope = Literal["node-list"]
+
+
+class Gap(Frozen):
+    """What one audit could not read: the call, why, what stays unseen. Prose only when the Result is built."""
+
+    kind: GapKind
+    service: str  # "logs", "ec2", …; "step" for a state machine step that failed
+    operation: str  # the API operation (or step name) that would close the gap when it succeeds
+    target: str | None = None  # which resources of the call, when the operation alone does not say
+    error_code: str | None = None
+    error_message: str | None = None
+    outcome: str = "failed"  # the verb of the prose: "failed", "not read"
+    unseen: str | None = None  # what this leaves unseen
+    scope: GapScope | None = None
+
+    @property
+    def closing_call(self) -> str:
+        return f"{self.service} {self.operation}"
+
+    def prose(self) -> str:
+        if self.kind == "truncated":
+            return f"Visibility gap: {self.unseen}"
+        if self.kind == "unsupported":
+            return f"Capability limit: {self.unseen}"
+        head = f"Not checked: {self.closing_call}" + (f" {self.target}" if self.target else "")
+        if self.error_code is not None:
+            head += f" {self.outcome} ({self.error_code}: {self.error_message})"
+        elif self.error_message is not None:
+            head += f" {self.outcome} ({self.error_message})"
+        return head + (f" — {self.unseen}" if self.unseen else "")
 
 
 class Window(Frozen):
@@ -367,7 +417,7 @@ class Evidence(BaseModel):
     file_systems: list[FileSystemInfo] | None = None
     fsx_metrics: list[MetricPeak] | None = None
     queries: list[QueryRecord] = Field(default_factory=list)
-    gaps: list[str] = Field(default_factory=list)  # collector-level: what could not be read, and the call
+    gaps: list[Gap] = Field(default_factory=list)  # collector-level: what could not be read, and the call
     calls: list[CallCount] = Field(default_factory=list)
     # Pre-flight evidence (RULES §10), read only in preflight mode; None: not read (a gap names the call).
     training_plans: list[TrainingPlanInfo] | None = None

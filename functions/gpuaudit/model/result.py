@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
 
-from gpuaudit.timeutil import iso
+from gpuaudit.model.timeutil import iso
 
 SCHEMA = "gpu-audit-result/1"
 

@@ -17,9 +17,9 @@ from html import escape
 from typing import TypeVar
 
 from gpuaudit.model.result import CoverageRow, GpuError, NodeResult, Result
+from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
 from gpuaudit.report.markdown import BRANCH_NAMES
 from gpuaudit.report.redact import MASK, redact
-from gpuaudit.timeutil import HOUR, floor_hour, hours_between, iso
 
 # Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
 # hold one state for the whole window carry their state as text, and markers differ by shape.

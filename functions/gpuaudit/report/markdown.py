@@ -6,9 +6,9 @@ from datetime import datetime
 
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.timeutil import iso
 from gpuaudit.report.redact import redact
 from gpuaudit.report.selfcheck import self_check
-from gpuaudit.timeutil import iso
 
 BRANCH_NAMES = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage (FSx for Lustre)",
                 "D": "GPU communication", "E": "cluster change", "F": "application"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from gpuaudit.domain.streams import HMA_PREFIX
 from gpuaudit.model.result import Result
-from gpuaudit.rules.streams import HMA_PREFIX
 
 HARDWARE_WORDS = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
 

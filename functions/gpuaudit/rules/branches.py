@@ -13,23 +13,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gpuaudit.domain.capacity import lead_time
+from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
+from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence
 from gpuaudit.model.result import Branch, NodeResult, TimelineEntry
-from gpuaudit.rules.capacity import lead_time
+from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.xid import fleet_pattern
-from gpuaudit.timeutil import iso
 
 if TYPE_CHECKING:
     from gpuaudit.rules.judge import Judged
 
-MARGIN = timedelta(minutes=30)
 TERMINATION_MATCH = timedelta(minutes=10)
 CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
-LIFECYCLE = re.compile(r"InsufficientInstanceCapacity|bootstrap failure|Node bootstrap error|protected mode|"
-                       r"FaultyInstance|Interruption Warning|kernel: Linux version")
-HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")
+LIFECYCLE = re.compile("|".join(LIFECYCLE_MARKERS))
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
 BRANCH_WORDS = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage", "D": "GPU communication",
                 "E": "cluster change", "F": "application"}
@@ -65,7 +64,7 @@ class BlockEnd:
 
 def block_ends(j: Judged) -> list[BlockEnd]:
     ev = j.evidence
-    start, end = ev.window.start - MARGIN, ev.window.end + MARGIN
+    start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
     types = {n.instance_type for n in ev.nodes}
     trail = relevant_trail(ev)
     found = []
@@ -84,7 +83,7 @@ def block_ends(j: Judged) -> list[BlockEnd]:
 
 def timeline(j: Judged) -> list[TimelineEntry]:
     ev = j.evidence
-    start, end = ev.window.start - MARGIN, ev.window.end + MARGIN
+    start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
     out: list[TimelineEntry] = []
 
     def add(time: datetime | None, source: str, resource: str, event: str) -> None:
@@ -132,7 +131,7 @@ def timeline(j: Judged) -> list[TimelineEntry]:
                 "before EndDate)")
             add(r.end_date - timedelta(minutes=40), "EC2 capacity reservation", r.reservation_id,
                 "Capacity Block Expiration Warning is emitted (40 min before EndDate)")
-    trail_start = ev.window.start - timedelta(hours=6)
+    trail_start = ev.window.start - CLOUDTRAIL_LOOKBACK
     for e in relevant_trail(ev):
         if trail_start <= e.time <= end:
             result = f" → {e.error_code}: {e.error_message}" if e.error_code else ""
@@ -264,9 +263,8 @@ def branch_d(j: Judged) -> Branch:
 def branch_e(j: Judged) -> Branch:
     ev = j.evidence
     changes = [e for e in relevant_trail(ev) if e.event_name in CHANGE_EVENTS and not e.error_code
-               and ev.window.start - timedelta(hours=6) <= e.time <= ev.window.end]
-    image = [g.name for g in ev.cluster.instance_groups
-             if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id]
+               and ev.window.start - CLOUDTRAIL_LOOKBACK <= e.time <= ev.window.end]
+    image = image_drift(ev)
     updating = [n.instance_id for n in ev.nodes if n.status == "SystemUpdating"]
     if changes or image or updating:
         text = "; ".join([f"{e.event_name} at {iso(e.time)} by {e.username}{replaced_nodes(e, ev)}" for e in changes]
@@ -279,6 +277,12 @@ def branch_e(j: Judged) -> Branch:
                        "gaps): a cluster change cannot be ruled out")
     return _branch("E", "Ruled out", "CloudTrail read by event name from 6 h before the window: no UpdateCluster, "
                    "UpdateClusterSoftware, UpdateFileSystem or Batch*ClusterNodes call for this cluster; images current")
+
+
+def image_drift(ev: Evidence) -> list[str]:
+    """Instance groups whose CurrentImageId differs from their DesiredImageId (an AMI change under way)."""
+    return [g.name for g in ev.cluster.instance_groups
+            if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id]
 
 
 def replaced_nodes(event: CloudTrailEvent, ev: Evidence) -> str:
@@ -309,7 +313,7 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
     app = [(n, e) for n in nodes for e in n.gpu_errors if e.class_ == "application"]
     classes: dict[str, set[str]] = {n.instance_id: {str(e.class_) for e in n.gpu_errors} for n in nodes}
     codes = {n.instance_id: {e.code for e in n.gpu_errors if e.code is not None} for n in nodes}
-    pattern = fleet_pattern(classes, codes, image_changed=any("Image" in b.evidence for b in others if b.branch == "E"))
+    pattern = fleet_pattern(classes, codes, image_changed=bool(image_drift(j.evidence)))
     if app:
         text = "; ".join(f"{n.instance_id}: Xid {e.code} ({e.meaning}) ×{e.count} at {iso(e.time)} in "
                          f"{e.log_group} / {e.log_stream}" + (f", HMA reason {e.hma_reason}" if e.hma_reason else "")

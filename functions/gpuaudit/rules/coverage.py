@@ -10,25 +10,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from gpuaudit.domain.capability import is_accelerated
+from gpuaudit.domain.streams import HMA_PREFIX, NodeIndex, stream_node_ids
+from gpuaudit.domain.window import Padded
 from gpuaudit.model.evidence import Evidence, KernelStream, NodeInfo, StreamActivity
 from gpuaudit.model.result import CoverageRow, XidStatus
-from gpuaudit.rules.streams import HMA_PREFIX, NodeIndex, stream_node_ids
-from gpuaudit.rules.window import Padded
-from gpuaudit.timeutil import HOUR, floor_hour, iso
+from gpuaudit.model.timeutil import HOUR, floor_hour, iso
 
 KERNEL_HINTS = ("system-messages", "syslog", "messages", "kernel", "dmesg", "journal")
 LATE_DELIVERY = timedelta(hours=2)
 COLLECT_ON_NODE = "check the node directly (`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`) and fix log shipping"
-
-
-def is_accelerated(node: NodeInfo, evidence: Evidence) -> bool:
-    """GPU or Trainium node; an unknown type (a vanished node) is audited as one."""
-    if node.instance_type is None:
-        return True
-    if node.instance_type.startswith(("trn", "inf")):
-        return True
-    profile = evidence.profiles.get(node.instance_type)
-    return profile is None or (profile.gpu_count or 0) > 0
 
 
 @dataclass

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-MARKER = "HealthMonitoringAgentDetectionEvent"
+from gpuaudit.domain.markers import HMA_MARKER
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def _walk(value: Any, found: dict[str, Any]) -> None:
 
 def parse_hma(message: str) -> HmaDetection | None:
     """An HMA detection from one log line (JSON as the agent writes it), or None."""
-    if MARKER not in message and "NPD caught event" not in message and "reason" not in message:
+    if HMA_MARKER not in message and "NPD caught event" not in message and "reason" not in message:
         return None
     try:
         data = json.loads(message)

@@ -6,10 +6,12 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from gpuaudit.model.evidence import NODE_LIST_INCOMPLETE, Evidence, NodeInfo
+from gpuaudit.domain.streams import NodeIndex, stream_node_ids
+from gpuaudit.domain.window import padded
+from gpuaudit.model.evidence import Evidence, NodeInfo
 from gpuaudit.model.result import (
     Branch,
     Call,
@@ -20,19 +22,16 @@ from gpuaudit.model.result import (
     TimelineEntry,
     WindowOut,
 )
+from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import preflight as preflight_rules
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
-from gpuaudit.rules.streams import NodeIndex, stream_node_ids
-from gpuaudit.rules.window import padded
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
-from gpuaudit.timeutil import iso
 
 if TYPE_CHECKING:
-    from gpuaudit.pipeline import AuditRequest
+    from gpuaudit.model.evidence import AuditRequest
 
-TIMELINE_MARGIN = timedelta(minutes=30)
 OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
 
 
@@ -145,7 +144,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         nodes.append(result)
     judged = Judged(evidence, nodes, routings, lines_by_node, unassigned)
 
-    gaps = list(evidence.gaps) + coverage_gaps(judged)
+    gaps = [g.prose() for g in evidence.gaps] + coverage_gaps(judged)
     actions = node_actions(judged)
     timeline = build_timeline(judged) if evidence.mode == "incident" else gpu_timeline(judged)
     branches: list[Branch] = []
@@ -277,7 +276,7 @@ def cluster_state(evidence: Evidence) -> list[str]:
                      f"current/target{extra}")
     not_running = [f"{n.instance_id} ({n.status}{': ' + n.status_message if n.status_message else ''})"
                    for n in evidence.nodes if n.status not in ("Running", "running")]
-    complete = not any(NODE_LIST_INCOMPLETE in g for g in evidence.gaps)
+    complete = not any(g.scope == "node-list" for g in evidence.gaps)
     listed = ", ".join(not_running) if not_running else "none"
     lines.append(f"nodes not Running: {listed}" + ("" if complete else " among the nodes listed (the node list is "
                                                                       "incomplete: see visibility gaps)"))

@@ -8,11 +8,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from gpuaudit.domain.capability import is_accelerated
+from gpuaudit.domain.markers import BOOT_LINE, NCCL_MARKER
+from gpuaudit.domain.streams import HMA_PREFIX
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo
 from gpuaudit.model.result import GpuError, NodeResult, NodeSignals
-from gpuaudit.rules.coverage import NodeCoverage, is_accelerated
+from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.coverage import NodeCoverage
 from gpuaudit.rules.hma import HmaDetection, parse_hma
-from gpuaudit.rules.streams import HMA_PREFIX
 from gpuaudit.rules.xid import (
     NodeRouting,
     NodeXid,
@@ -24,11 +27,10 @@ from gpuaudit.rules.xid import (
     parse_xid,
     route_node,
 )
-from gpuaudit.timeutil import iso
 
 # Collapsing key: the same fault repeated differs only in timestamps, PIDs and addresses.
 _NOISE = re.compile(r"^\S+\s+\d+\s[\d:]+\s\S+\s|\[\s*\d+\.\d+\]\s*|pid=\S+|0x[0-9a-fA-F_]+|\b\d{3,}\b")
-NCCL = re.compile(r"NCCL (INFO|WARN)")
+NCCL = re.compile(NCCL_MARKER)
 FABRIC_MANAGER_STARTED = ('Started "Nvidia Fabric Manager"', "Started NVIDIA fabric manager",
                           "is usable for NVLink subnet management")
 
@@ -147,7 +149,6 @@ def efa_text(node: NodeInfo, profile: CapabilityProfile | None) -> str:
     return f"{node.efa_attached} of {profile.max_efa_interfaces}"
 
 
-BOOT_LINE = "kernel: Linux version"
 
 
 # Non-Xid memory signals as they appear in a log line (RULES §6): (marker, verdict, verdict if it persists).

@@ -11,9 +11,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from gpuaudit.domain.capability import is_accelerated
+from gpuaudit.domain.capacity import (
+    DEFAULT_RUN_HOURS,
+    RunFit,
+    cluster_reservations,
+    ec2_family_quota,
+    extension_hours,
+    holding_reservation,
+    run_fit,
+)
+from gpuaudit.domain.timing import lookback
 from gpuaudit.model.evidence import (
     CapacityReservation,
     Evidence,
@@ -26,17 +37,7 @@ from gpuaudit.model.evidence import (
     TrainingPlanInfo,
 )
 from gpuaudit.model.result import Check, CheckResult, NodeResult
-from gpuaudit.rules.capacity import (
-    DEFAULT_RUN_HOURS,
-    RunFit,
-    cluster_reservations,
-    ec2_family_quota,
-    extension_hours,
-    holding_reservation,
-    run_fit,
-)
-from gpuaudit.rules.coverage import is_accelerated
-from gpuaudit.timeutil import iso
+from gpuaudit.model.timeutil import iso
 
 if TYPE_CHECKING:
     from gpuaudit.rules.judge import JudgeConfig, Judged
@@ -197,12 +198,6 @@ def gpu_groups(ev: Evidence) -> list[GpuGroup]:
         by.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
 
 
-def lookback(now: datetime, run_hours: float | None) -> tuple[datetime, datetime]:
-    """The last similar run for metrics (P8, P9): the planned length held between 24 and 72 h."""
-    hours = min(max(run_hours or 72.0, 24.0), 72.0)
-    return now - timedelta(hours=hours), now
-
-
 def _worst(results: Iterable[CheckResult]) -> CheckResult:
     found = set(results)
     return next((r for r in SEVERITY if r in found), "PASS")
@@ -225,7 +220,19 @@ def _ids(items: Iterable[str]) -> str:
 
 
 # -- capacity: P1, P2, P3 ---------------------------------------------------------------------------
-def holding_for(ctx: Context, grp: GpuGroup) -> tuple[Holding | None, str | None]:
+@dataclass(frozen=True)
+class Unread:
+    """Evidence a check needed and could not read, and the command that reads it."""
+
+    what: str
+    call: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.what} — {self.call}"
+
+
+def holding_for(ctx: Context, grp: GpuGroup) -> tuple[Holding | None, Unread | None]:
     """(what holds the group's capacity, or the call that would say when it could not be read)."""
     ev = ctx.ev
     if grp.group is not None and grp.group.training_plan_arn:
@@ -233,12 +240,12 @@ def holding_for(ctx: Context, grp: GpuGroup) -> tuple[Holding | None, str | None
         plan = next((p for p in ev.training_plans or [] if p.arn == grp.group.training_plan_arn or p.name == name),
                     None)
         if plan is None:
-            return None, (f"training plan `{name}` of {grp.label} not read — "
-                          f"`aws sagemaker describe-training-plan --training-plan-name {name}`")
+            return None, Unread(f"training plan `{name}` of {grp.label} not read",
+                                f"`aws sagemaker describe-training-plan --training-plan-name {name}`")
         return Holding("training plan", f"`{plan.name}`", grp.instance_type, plan.start_time, plan.end_time,
                        plan.status, plan=plan), None
     if ev.capacity_reservations is None:
-        return None, "capacity reservations not read — `aws ec2 describe-capacity-reservations`"
+        return None, Unread("capacity reservations not read", "`aws ec2 describe-capacity-reservations`")
     held = holding_reservation(cluster_reservations(ev, grp.instance_type, grp.node_ids), ctx.plan.start)
     if held is None:
         return None, None
@@ -275,7 +282,7 @@ def _fit_text(fit: RunFit) -> str:
 def p1_part(ctx: Context, grp: GpuGroup) -> Part:
     h, unread = holding_for(ctx, grp)
     if unread:
-        return Part("Not checked", f"{grp.label}: {unread}", "Re-run with read access: " + unread.split(" — ")[-1])
+        return Part("Not checked", f"{grp.label}: {unread.text}", "Re-run with read access: " + unread.call)
     if h is None:
         return Part("UNVERIFIED", _no_reservation(ctx, grp),
                     f"Confirm how {grp.instance_type} capacity is held (Capacity Block, ODCR or training plan): "
@@ -332,7 +339,7 @@ def _offering_text(o: ExtensionOffering) -> str:
 def p2_part(ctx: Context, grp: GpuGroup) -> Part:
     h, unread = holding_for(ctx, grp)
     if unread:
-        return Part("Not checked", f"{grp.label}: {unread}", "Re-run with read access: " + unread.split(" — ")[-1])
+        return Part("Not checked", f"{grp.label}: {unread.text}", "Re-run with read access: " + unread.call)
     if h is None:
         return Part("PASS", f"{grp.label}: nothing to extend — no Capacity Block or training plan holds "
                             f"{grp.instance_type} (see P1)")
@@ -412,7 +419,7 @@ def _quota_for(ctx: Context, grp: GpuGroup) -> tuple[str, str]:
 def p3_part(ctx: Context, grp: GpuGroup) -> Part:
     h, unread = holding_for(ctx, grp)
     if unread:
-        return Part("Not checked", f"{grp.label}: {unread}", "Re-run with read access: " + unread.split(" — ")[-1])
+        return Part("Not checked", f"{grp.label}: {unread.text}", "Re-run with read access: " + unread.call)
     spare_action = (f"Hold a spare {grp.instance_type} before the run: one more instance in the Capacity Block or "
                     "training plan than the cluster uses")
     if h is not None and h.plan is not None:

@@ -22,9 +22,10 @@ from typing import Literal, cast, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
+from gpuaudit.domain.markers import FALLEN_OFF_BUS_MARKER
 from gpuaudit.model.evidence import Frozen
 from gpuaudit.model.result import Verdict, XidClass
-from gpuaudit.timeutil import iso
+from gpuaudit.model.timeutil import iso
 
 Rule = Literal["48", "63", "154", "GSP", "NVLink5"]
 Memory = Literal["DRAM", "SRAM", "UNVERIFIED"]
@@ -207,7 +208,6 @@ def parse_xid(message: str) -> XidLine | None:
 # `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` and `NVRM: The NVIDIA GPU 0000:01:00.0
 # / NVRM: (PCI ID: 10de:1b80) installed in this system has / NVRM: fallen off the bus and is not
 # responding to commands.`
-FALLEN_OFF_BUS = "fallen off the bus"
 _FALLEN_START = re.compile(
     r"NVRM: (?:The NVIDIA GPU (?P<long>\S+)|GPU (?:at PCI:)?(?P<short>[0-9A-Fa-f:.]+):\s*GPU has fallen)"
 )
@@ -223,7 +223,7 @@ def fallen_off_bus(stream: Sequence[tuple[datetime, str]]) -> dict[int, XidLine]
     A message that is itself the same loss as an `NVRM: Xid … 79` line on the same bus within a
     minute is not a second event: the newer drivers print both.
     """
-    if not any(FALLEN_OFF_BUS in message for _, message in stream):
+    if not any(FALLEN_OFF_BUS_MARKER in message for _, message in stream):
         return {}  # the common case: a stream of ordinary NVRM lines costs one substring scan
     xid79 = [(time, bus_key(line.pci)) for time, message in stream if (line := parse_xid(message)) and line.code == 79]
     found: dict[int, XidLine] = {}
@@ -233,11 +233,11 @@ def fallen_off_bus(stream: Sequence[tuple[datetime, str]]) -> dict[int, XidLine]
             continue
         parts = [message[start.start() :]]
         for _, following in stream[i + 1 : i + 1 + _FALLEN_CONTINUATION_LINES]:
-            if FALLEN_OFF_BUS in " ".join(" ".join(parts).split()) or "NVRM:" not in following:
+            if FALLEN_OFF_BUS_MARKER in " ".join(" ".join(parts).split()) or "NVRM:" not in following:
                 break
             parts.append(_NVRM_PREFIX.sub("", following, count=1))
         joined = " ".join(" ".join(_NVRM_PREFIX.sub("", part, count=1) for part in parts).split())
-        if FALLEN_OFF_BUS not in joined:
+        if FALLEN_OFF_BUS_MARKER not in joined:
             continue
         bus = (start["long"] or start["short"]).rstrip(".:,")
         pci = bus if _PCI_ID.fullmatch(bus) else None

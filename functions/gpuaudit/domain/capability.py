@@ -6,6 +6,8 @@ column. Unknown types are unverified, never inferred from the GPU name.
 
 from __future__ import annotations
 
+from gpuaudit.model.evidence import Evidence, NodeInfo
+
 NVSWITCH_TYPES = {
     "p4d.24xlarge": "NVSwitch (600 GB/s)",
     "p4de.24xlarge": "NVSwitch (600 GB/s)",
@@ -42,3 +44,13 @@ ULTRASERVER_PREFIXES = ("p6e-gb200", "u-p6e")
 
 def is_ultraserver(instance_type: str | None) -> bool:
     return bool(instance_type) and str(instance_type).startswith(ULTRASERVER_PREFIXES)
+
+
+def is_accelerated(node: NodeInfo, evidence: Evidence) -> bool:
+    """GPU or Trainium node; an unknown type (a vanished node) is audited as one."""
+    if node.instance_type is None:
+        return True
+    if node.instance_type.startswith(("trn", "inf")):
+        return True
+    profile = evidence.profiles.get(node.instance_type)
+    return profile is None or (profile.gpu_count or 0) > 0

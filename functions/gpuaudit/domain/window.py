@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 
 from gpuaudit.model.evidence import Mode, Window
-from gpuaudit.timeutil import HOUR, floor_hour, hours_between
+from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between
 
 DEFAULT_LENGTH = {"coverage": timedelta(hours=24), "incident": timedelta(hours=24), "preflight": timedelta(hours=24)}
 LAST = {"24h": (timedelta(hours=24), "default-24h"), "72h": (timedelta(hours=72), "default-72h"),

@@ -1,0 +1,34 @@
+"""The strings the rules recognise in GPU log lines, and the Logs Insights GPU-lines query built from them.
+
+A rule matches a marker defined here; the query filters on every marker here, so a marker added for a rule
+cannot be missing from what the collectors read (tests/unit/test_architecture.py checks both ways).
+"""
+
+from __future__ import annotations
+
+XID_MARKER = "NVRM"  # `NVRM: Xid …` and the driver's own lines (version, load)
+HMA_MARKER = "HealthMonitoringAgentDetectionEvent"
+NCCL_MARKER = "NCCL (INFO|WARN)"
+FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager")
+# ParallelCluster / HyperPod lifecycle strings of RULES §8 that decide between hardware, capacity and bootstrap.
+LIFECYCLE_MARKERS = ("InsufficientInstanceCapacity", "bootstrap failure", "Node bootstrap error", "protected mode",
+                     "FaultyInstance", "Interruption Warning", "kernel: Linux version")
+BOOT_LINE = "kernel: Linux version"
+# The driver's Xid-less "GPU has fallen off the bus" message, read as Xid 79 (RULES §6).
+FALLEN_OFF_BUS_MARKER = "fallen off the bus"
+# nvidia-smi / driver memory health lines of RULES §6 (row remapping, SRAM, page retirement).
+MEMORY_MARKERS = ("infoROM is corrupted", "Remapping Failure Occurred", "SRAM Threshold Exceeded",
+                  "Unrepairable Memory", "Pending Page Blacklist", "Repair Pending")
+GPU_LINE_MARKERS = (XID_MARKER, HMA_MARKER, NCCL_MARKER, *FABRIC_MANAGER_MARKERS, *LIFECYCLE_MARKERS,
+                    *MEMORY_MARKERS, FALLEN_OFF_BUS_MARKER)
+# HyperPod lifecycle-script and deep-health-check streams: their error lines are read whatever they say.
+HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")
+STATUS_STREAM_WORDS = ("ERROR", "FAIL", "Xid", "EFA", "NCCL")
+
+
+def gpu_lines_query(limit: int) -> str:
+    """The Logs Insights query of the GPU lines: every marker, plus the status streams' error lines."""
+    streams = "|".join(s.rstrip("/") for s in HYPERPOD_STATUS_STREAMS)
+    return (f"filter @message like /{'|'.join(GPU_LINE_MARKERS)}/ "
+            f"or (@logStream like /^({streams})\\// and @message like /{'|'.join(STATUS_STREAM_WORDS)}/) "
+            f"| fields @timestamp, @log, @logStream, @message | sort @timestamp asc | limit {limit}")

@@ -1,0 +1,20 @@
+"""Margins and lookbacks, defined once: what the collectors read and what the rules judge use the same."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+# Control-plane events and GPU lines just outside the window still explain it (RULES §5 timeline).
+TIMELINE_MARGIN = timedelta(minutes=30)
+# CloudTrail is read from this long before the window: a change made shortly before a failure (RULES §8 E).
+CLOUDTRAIL_LOOKBACK = timedelta(hours=6)
+# `kernel:` lines are counted over the node's lifetime, at most this far back (RULES §4 (b)).
+KERNEL_LOOKBACK = timedelta(days=14)
+# RunInstances of ParallelCluster compute nodes are looked up from this long before the window.
+LAUNCH_LOOKBACK = timedelta(hours=24)
+
+
+def lookback(now: datetime, run_hours: float | None) -> tuple[datetime, datetime]:
+    """The last similar run for metrics (P8, P9): the planned length held between 24 and 72 h."""
+    hours = min(max(run_hours or 72.0, 24.0), 72.0)
+    return now - timedelta(hours=hours), now

@@ -1,0 +1,123 @@
+"""The one-way arrows of docs/ARCHITECTURE.md, read from the source: every import of every module, including
+those inside functions and `if TYPE_CHECKING:` blocks, which hide a dependency but not the coupling."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+from gpuaudit.collectors.logs import GPU_QUERY
+from gpuaudit.domain import markers
+from gpuaudit.rules.branches import LIFECYCLE
+from gpuaudit.rules.nodes import MEMORY_SIGNALS, NCCL
+
+PACKAGE = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit"
+THIRD_PARTY_OF_MODEL = {"pydantic"}
+# unit -> units it must never import (a unit is a subpackage, or a top-level module of gpuaudit)
+FORBIDDEN = {
+    "model": {"*"},  # the standard library and pydantic only
+    "domain": {"*"},  # the model, the standard library
+    "collectors": {"rules", "pipeline", "report", "embedded", "devtools", "cli", "sinks"},
+    "rules": {"collectors", "pipeline", "report", "embedded", "devtools", "cli", "sinks"},
+    "report": {"collectors", "rules", "pipeline", "embedded", "devtools", "cli", "sinks"},
+}
+ALLOWED_INSIDE = {"model": {"model"}, "domain": {"model", "domain"}}
+
+
+def unit_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return parts[0]
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in one file; relative imports are resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ".".join(("gpuaudit", *path.relative_to(PACKAGE).parent.parts))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            out += [(node.lineno, f"{base}.{a.name}" if base == "gpuaudit" else base) for a in node.names]
+    return out
+
+
+def gpuaudit_unit(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "gpuaudit" and len(parts) > 1 else None
+
+
+def violations() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        unit = unit_of(path)
+        if unit not in FORBIDDEN:
+            continue
+        for line, module in imports_of(path):
+            target = gpuaudit_unit(module)
+            where = f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+            if unit in ALLOWED_INSIDE:
+                top = module.split(".")[0]
+                outside = top not in sys.stdlib_module_names and top not in THIRD_PARTY_OF_MODEL
+                if (target not in ALLOWED_INSIDE[unit]) if target is not None else (top != "gpuaudit" and outside):
+                    found.append(where)
+            elif target in FORBIDDEN[unit]:
+                found.append(where)
+    return found
+
+
+def unit_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        unit = unit_of(path)
+        for _, module in imports_of(path):
+            target = gpuaudit_unit(module)
+            if target and target != unit and (PACKAGE / target).is_dir() and (PACKAGE / unit).is_dir():
+                graph.setdefault(unit, set()).add(target)
+    return graph
+
+
+def test_imports_go_one_way() -> None:
+    assert violations() == []
+
+
+def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:
+    """The walk above is what decides: a collector importing a rule is found (guards against a vacuous pass)."""
+    bad = PACKAGE / "collectors" / "_wrong_way_probe.py"
+    bad.write_text("from gpuaudit.rules.judge import judge\n", encoding="utf-8")
+    try:
+        assert violations() == ["collectors/_wrong_way_probe.py:1 imports gpuaudit.rules.judge"]
+    finally:
+        bad.unlink()
+
+
+def test_no_cycle_between_packages() -> None:
+    graph = unit_graph()
+    assert {"collectors", "rules", "model", "domain"} <= set(graph) | {"model"}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph.get(start, ()))
+
+    cycles = sorted(u for u in graph if reaches(u, u, {u}))
+    assert cycles == []
+
+
+def test_the_gpu_query_is_built_from_every_marker_the_rules_match() -> None:
+    selected = re.search(r"filter @message like /(?P<re>[^/]+)/", GPU_QUERY)
+    assert selected is not None
+    wanted = re.compile(selected["re"])
+    samples = [*(marker for marker, _, _ in MEMORY_SIGNALS), markers.BOOT_LINE, markers.HMA_MARKER,
+               "NVRM: Xid (PCI:0000:53:00): 48, pid=1, DBE", "NCCL INFO NET/OFI Selected Provider is efa",
+               "NCCL WARN Call to connect returned Connection refused", "nvidia-fabricmanager.service failed",
+               *(m for m in markers.LIFECYCLE_MARKERS)]
+    assert [s for s in samples if not wanted.search(s)] == []
+    # and the rules match with the same strings: a marker in a rule comes from the one list
+    assert LIFECYCLE.pattern == "|".join(markers.LIFECYCLE_MARKERS)
+    assert NCCL.pattern == markers.NCCL_MARKER
+    assert all(m in markers.GPU_LINE_MARKERS for m in markers.LIFECYCLE_MARKERS)
