@@ -25,6 +25,7 @@ from gpuaudit.model.result import (
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import preflight as preflight_rules
+from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
@@ -162,7 +163,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                         *(c.log_group for n in nodes for c in n.coverage if c.log_group.startswith("/")),
                         *(r.reservation_id for r in evidence.capacity_reservations or []),
                         *(f.file_system_id for f in evidence.file_systems or [])})
-    return Result(
+    return check_consistency(Result(
         audit_id=audit_id(evidence), mode=evidence.mode,
         cluster=ClusterRef(name=evidence.cluster.name, kind=evidence.cluster.kind, region=evidence.cluster.region,
                            arn=evidence.cluster.arn),
@@ -175,7 +176,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         visibility_gaps=gaps, actions=_unique(actions + branch_actions),
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],
-        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls])
+        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]))
 
 
 def planned_run(evidence: Evidence, config: JudgeConfig) -> str:
