@@ -40,6 +40,7 @@ from gpuaudit.model.evidence import (
     KernelStream,
     LogGroupInfo,
     NodeInfo,
+    QueryPurpose,
     QueryRecord,
     StreamActivity,
 )
@@ -120,7 +121,7 @@ def _group_name(log_field: str) -> str:
 
 @dataclass
 class _Pending:
-    purpose: str
+    purpose: QueryPurpose
     groups: list[str]
     start: datetime
     end: datetime
@@ -134,7 +135,7 @@ class InsightsRunner:
         self.aws, self.gaps, self.poll_seconds, self.deadline_s = aws, gaps, poll_seconds, deadline_s
         self.records: list[QueryRecord] = []
 
-    def start(self, purpose: str, groups: list[str], start: datetime, end: datetime, query: str) -> _Pending:
+    def start(self, purpose: QueryPurpose, groups: list[str], start: datetime, end: datetime, query: str) -> _Pending:
         try:
             # endTime is inclusive to the whole second: stop one second short so [start, end) is queried and a
             # line at exactly the padded end cannot fill an extra hour bin (and hide an empty hour in the count).
@@ -179,7 +180,7 @@ class InsightsRunner:
         return rows
 
     def _record(self, p: _Pending, status: str, rows: int, scanned: float, truncated: bool) -> None:
-        self.records.append(QueryRecord(purpose=p.purpose, log_groups=p.groups, start=p.start, end=p.end,  # type: ignore[arg-type]
+        self.records.append(QueryRecord(purpose=p.purpose, log_groups=p.groups, start=p.start, end=p.end,
                                         status=status, rows=rows, records_scanned=scanned, truncated=truncated))
 
 
@@ -332,13 +333,6 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
 
 def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:
     return _batches([g.name for g in groups], MAX_GROUPS_PER_QUERY)
-
-
-def collect_log_evidence(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
-                         win: LogWindow, gaps: list[Gap]) -> LogEvidence:
-    """In-process path: every batch in turn, then the merge (the state machine maps over the batches)."""
-    batches = [collect_batch(aws, cluster.name, nodes, batch, win) for batch in log_batches(groups)]
-    return merge_batches(aws, cluster, nodes, groups, batches, gaps)
 
 
 def _hma_streams(aws: Aws, group: str, gaps: list[Gap]) -> list[str] | None:

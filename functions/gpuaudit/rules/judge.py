@@ -18,6 +18,7 @@ from gpuaudit.model.result import (
     Check,
     ClusterRef,
     NodeResult,
+    Readiness,
     Result,
     TimelineEntry,
     WindowOut,
@@ -33,7 +34,6 @@ from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
 if TYPE_CHECKING:
     from gpuaudit.model.evidence import AuditRequest
 
-OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
 
 
 class BadOverride(ValueError):
@@ -88,7 +88,7 @@ def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
     return min(starts) if starts else fallback
 
 
-def service_action(node: NodeInfo, evidence: Evidence, routing: NodeRouting | None,
+def service_action(node: NodeInfo, evidence: Evidence,
                    lines: list[ParsedLine]) -> str | None:
     """What HyperPod/ParallelCluster itself did to the node, distinct from the operator's action (RULES §7)."""
     parts = []
@@ -139,7 +139,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         lines = lines_by_node.get(node.instance_id, [])
         result, routing = assess_node(node, evidence, coverage, lines, config.xid_overrides,
                                       evidence.window.start, evidence.window.end, None)
-        result = result.model_copy(update={"service_action": service_action(node, evidence, routing, lines)})
+        result = result.model_copy(update={"service_action": service_action(node, evidence, lines)})
         if routing is not None:
             routings[node.instance_id] = routing
         nodes.append(result)
@@ -152,7 +152,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     branch_headline: str | None = None
     branch_actions: list[str] = []
     checks: list[Check] = []
-    ready: str | None = None
+    ready: Readiness | None = None
     if evidence.mode == "incident":
         branches, branch_headline, branch_actions = branch_rules.assess(judged)
     if evidence.mode == "preflight":
@@ -170,7 +170,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,
                          padded_start=pad.start, padded_end=pad.end),
         generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
-        checks=checks, ready=ready,  # type: ignore[arg-type]
+        checks=checks, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
         timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
         visibility_gaps=gaps, actions=_unique(actions + branch_actions),
@@ -292,7 +292,7 @@ def cluster_state(evidence: Evidence) -> list[str]:
 
 
 def headline_for(j: Judged, branch_headline: str | None,
-                 ready: str | None) -> tuple[str, Literal["High", "Medium", "Low"]]:
+                 ready: Readiness | None) -> tuple[str, Literal["High", "Medium", "Low"]]:
     nodes = j.nodes
     accelerated = [n for n in nodes if n.gpu_count != 0]
     counts: dict[str, int] = defaultdict(int)
