@@ -26,7 +26,8 @@ from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
-from gpuaudit.rules.judge import OVERRIDES_ENV, BadOverride, JudgeConfig, parse_overrides
+from gpuaudit.rules.judge import BadOverride, JudgeConfig, parse_overrides
+from gpuaudit.settings import Settings
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 2, 3
 MODES = ("coverage", "incident", "preflight")
@@ -137,7 +138,7 @@ def audit(
             until=_time_arg(until, "--until"), last=last,  # type: ignore[arg-type]
             instance_ids=[i.strip() for i in instances.split(",") if i.strip()] if instances else [],
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
-        overrides = parse_overrides([*filter(None, os.environ.get(OVERRIDES_ENV, "").split(",")), *(xid_class or [])])
+        overrides = {**Settings.from_env(os.environ).xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
             raise UserError("--role-arn applies to AWS accounts, not to --world")
         aws = _aws_for(world, region, role_arn, external_id)

@@ -1,4 +1,4 @@
-"""The audit in order: collect evidence (AWS calls) → judge (pure rules) → render and self-check.
+"""The audit in order: collect evidence (AWS calls) → judge (pure rules, the consistency rules last) → render.
 
 The CLI and the deployed state machine call these same functions in this same order.
 """

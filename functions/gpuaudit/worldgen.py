@@ -390,7 +390,7 @@ def generate(spec: WorldSpec) -> dict[str, Any]:
         _parallelcluster(world, spec, nodes, ids, created, now)
         types = [_cpu_instance_type(HEAD_TYPE), _gpu_instance_type(gpu)]
     else:
-        _hyperpod(world, spec, nodes, ids, rng, created, now)
+        _hyperpod(world, spec, nodes, ids, created, now)
         types = [_cpu_instance_type(CONTROLLER_TYPE), _gpu_instance_type(gpu)]
     world.setdefault("ec2", {})["instance_types"] = types
     world["ec2"]["subnets"] = [
@@ -476,7 +476,7 @@ def _hma_lines(when: datetime, code: int, text: str) -> list[list[Any]]:
     return [[t, json.dumps(npd, separators=(",", ":"))], [t + 5000, json.dumps(dcgm, separators=(",", ":"))]]
 
 
-def _hyperpod(world: dict[str, Any], spec: WorldSpec, nodes: list[_Node], ids: _Ids, rng: random.Random,
+def _hyperpod(world: dict[str, Any], spec: WorldSpec, nodes: list[_Node], ids: _Ids,
               created: datetime, now: datetime) -> None:
     name = spec.cluster_name
     cluster_id = ids.alnum(12)

@@ -27,8 +27,9 @@ EXPECTED = ("an EventBridge event (Scheduled Event, SageMaker HyperPod cluster/n
 
 def parse_trigger(event: Any) -> Trigger:
     if isinstance(event, dict) and "detail-type" in event:
-        return runtime.parse_event(event, EventBridgeTrigger, f"not {EXPECTED}")  # type: ignore[no-any-return]
-    return runtime.parse_event(event, AuditRequest, "on-demand input is not a valid audit request")  # type: ignore[no-any-return]
+        trigger: Trigger = runtime.parse_event(event, EventBridgeTrigger, f"not {EXPECTED}")
+        return trigger
+    return runtime.parse_event(event, AuditRequest, "on-demand input is not a valid audit request")
 
 
 @step_handler

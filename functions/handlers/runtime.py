@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import boto3
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,7 +25,10 @@ from pydantic import BaseModel, ValidationError
 
 from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed
 from gpuaudit.model.evidence import CallCount, Gap
+from gpuaudit.settings import Settings
 from handlers.observability import metrics
+
+EventModel = TypeVar("EventModel", bound=BaseModel)
 
 
 class InvalidEvent(ValueError):
@@ -73,11 +76,9 @@ def default_session() -> boto3.Session:
     return boto3.Session()
 
 
-def env(name: str, default: str | None = None) -> str:
-    value = os.environ.get(name, default)
-    if value is None:
-        raise RuntimeError(f"environment variable {name} is not set (the stack sets it on every function)")
-    return value
+def env(name: str) -> str:
+    """A required setting of the deployed functions (gpuaudit/settings.py reads the environment)."""
+    return Settings.from_env(os.environ).required(name)
 
 
 DEADLINE_MARGIN_S = 30.0  # time left to serialise what was read before Lambda stops the invocation
@@ -93,6 +94,14 @@ def audit_port(session: boto3.Session, clock: Any, context: Any = None) -> Aws:
         with contextlib.suppress(TypeError, ValueError):
             aws.deadline = time.monotonic() + max(0.0, float(remaining()) / 1000.0 - DEADLINE_MARGIN_S)
     return aws
+
+
+@overload
+def parse_event(event: Any, model: type[EventModel], what: str) -> EventModel: ...
+
+
+@overload
+def parse_event(event: Any, model: Any, what: str) -> Any: ...  # an annotated union of models
 
 
 def parse_event(event: Any, model: Any, what: str) -> Any:

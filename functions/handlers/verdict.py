@@ -24,8 +24,8 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
-from gpuaudit.rules.judge import OVERRIDES_ENV, parse_overrides
-from gpuaudit.sinks import RETENTION_DAYS, SinkOutcome, write_and_alert
+from gpuaudit.settings import Settings
+from gpuaudit.sinks import SinkOutcome, write_and_alert
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, step_handler
@@ -41,14 +41,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     given: VerdictInput = runtime.parse_event(event, VerdictInput, "Verdict expects the request and evidence")
     session = session_factory()
     s3 = session.client("s3")
-    bucket = runtime.env("EVIDENCE_BUCKET")
+    settings = Settings.from_env(os.environ)
+    bucket = settings.required("EVIDENCE_BUCKET")
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(given.evidence, s3))
         if given.failure is not None:
             evidence.gaps.append(given.failure.gap())
-        overrides = parse_overrides([i for i in os.environ.get(OVERRIDES_ENV, "").split(",") if i.strip()])
         now = clock()
-        result = pipeline.judge(evidence, pipeline.JudgeConfig.from_request(given.request, overrides), generated_at=now)
+        result = pipeline.judge(evidence, pipeline.JudgeConfig.from_request(given.request, settings.xid_overrides), generated_at=now)
         result = pipeline.finalize(result, evidence)
         key = f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}"
         s3.put_object(Bucket=bucket, Key=f"{key}.json", Body=result.to_json().encode(), ContentType="application/json")
@@ -56,9 +56,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                       ContentType="text/markdown")
         s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
                       ContentType="text/html; charset=utf-8")
-        outcome = write_and_alert(session.client("dynamodb"), runtime.env("FINDINGS_TABLE"), session.client("sns"),
-                                  os.environ.get("ALERT_TOPIC_ARN") or None, result, int(now.timestamp()),
-                                  retention_days=int(os.environ.get("FINDING_RETENTION_DAYS", RETENTION_DAYS)),
+        outcome = write_and_alert(session.client("dynamodb"), settings.required("FINDINGS_TABLE"), session.client("sns"),
+                                  settings.alert_topic_arn, result, int(now.timestamp()),
+                                  retention_days=settings.finding_retention_days,
                                   report_link=report_link(bucket, f"{key}.html", s3.meta.region_name))
     record_metrics(result, outcome)
     logger.info("judged", extra={"cluster": result.cluster.name, "audit_id": result.audit_id,

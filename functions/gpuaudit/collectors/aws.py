@@ -80,7 +80,8 @@ class Aws:
         for attempt in range(1, self.max_attempts + 1):
             self.counts[(service, operation)] += 1
             try:
-                return method(**params)  # type: ignore[no-any-return]
+                response: dict[str, Any] = method(**params)
+                return response
             except ClientError as err:
                 code = err.response.get("Error", {}).get("Code", "Unknown")
                 message = err.response.get("Error", {}).get("Message", str(err))

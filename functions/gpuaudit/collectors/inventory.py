@@ -13,9 +13,12 @@ from gpuaudit.domain.timing import LAUNCH_LOOKBACK
 from gpuaudit.model.evidence import (
     CapabilityProfile,
     ClusterInfo,
+    ClusterKind,
     Gap,
+    GroupRole,
     InstanceGroup,
     NodeInfo,
+    NodeSource,
 )
 from gpuaudit.model.timeutil import parse_time
 
@@ -64,12 +67,13 @@ def _instances(aws: Aws, **params: Any) -> list[dict[str, Any]]:
 def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[Gap]) -> tuple[ClusterInfo, list[NodeInfo]]:
     name = described["ClusterName"]
     orchestrator = described.get("Orchestrator") or {}
-    kind = "hyperpod-eks" if "Eks" in orchestrator else "hyperpod-slurm"
+    kind: ClusterKind = "hyperpod-eks" if "Eks" in orchestrator else "hyperpod-slurm"
     groups = []
-    roles: dict[str, str] = {}
+    roles: dict[str, GroupRole] = {}
+    by_slurm_type: dict[str, GroupRole] = {"Controller": "controller", "Login": "login", "Compute": "compute"}
     for g in described.get("InstanceGroups", []):
         node_type = (g.get("SlurmConfig") or {}).get("NodeType", "Compute" if kind == "hyperpod-eks" else "")
-        role = {"Controller": "controller", "Login": "login", "Compute": "compute"}.get(node_type, "compute")
+        role = by_slurm_type.get(node_type, "compute")
         roles[g["InstanceGroupName"]] = role
         groups.append(InstanceGroup(
             name=g["InstanceGroupName"], instance_type=strip_ml(g.get("InstanceType")),
@@ -77,11 +81,11 @@ def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[Gap]) -> tuple[Clu
             on_start_deep_health_checks=list(g.get("OnStartDeepHealthChecks") or []),
             training_plan_arn=g.get("TrainingPlanArn"), current_image_id=g.get("CurrentImageId"),
             desired_image_id=g.get("DesiredImageId"),
-            node_role=role if role in ("compute", "controller", "login") else "unknown"))  # type: ignore[arg-type]
+            node_role=role))
     arn = described.get("ClusterArn")
     vpc = described.get("VpcConfig") or {}
     cluster = ClusterInfo(
-        name=name, kind=kind, region=aws.region, arn=arn,  # type: ignore[arg-type]
+        name=name, kind=kind, region=aws.region, arn=arn,
         cluster_id=arn.rsplit("/", 1)[-1] if arn else None,
         status=described.get("ClusterStatus"), node_recovery=described.get("NodeRecovery"),
         node_provisioning_mode=described.get("NodeProvisioningMode"), instance_groups=groups,
@@ -102,7 +106,7 @@ def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[Gap]) -> tuple[Clu
             instance_type=strip_ml(summary.get("InstanceType")), status=status,
             status_message=((detail.get("InstanceStatus") or {}).get("Message") or None),
             launch_time=summary.get("LaunchTime"), private_dns=detail.get("PrivateDnsHostname"),
-            role=roles.get(group or "", "compute"),  # type: ignore[arg-type]
+            role=roles.get(group or "", "compute"),
             efa_attached=None))
     return cluster, nodes
 
@@ -119,7 +123,7 @@ def _summaries(aws: Aws, name: str, gaps: list[Gap]) -> list[dict[str, Any]]:
     return summaries
 
 
-def _node_from_instance(instance: dict[str, Any], discovered_by: str = "api") -> NodeInfo:
+def _node_from_instance(instance: dict[str, Any], discovered_by: NodeSource = "api") -> NodeInfo:
     tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
     node_type = tags.get("parallelcluster:node-type")
     interfaces = instance.get("NetworkInterfaces", [])
@@ -128,7 +132,7 @@ def _node_from_instance(instance: dict[str, Any], discovered_by: str = "api") ->
         instance_type=instance.get("InstanceType"), status=(instance.get("State") or {}).get("Name", "unknown"),
         launch_time=instance.get("LaunchTime"), private_dns=instance.get("PrivateDnsName") or None,
         role="head" if node_type == "HeadNode" else "compute",
-        discovered_by=discovered_by,  # type: ignore[arg-type]
+        discovered_by=discovered_by,
         efa_attached=sum(1 for n in interfaces if n.get("InterfaceType") in ("efa", "efa-only")),
         capacity_reservation_id=instance.get("CapacityReservationId"), image_id=instance.get("ImageId"))
 

@@ -43,6 +43,7 @@ from gpuaudit.model.evidence import (
     KernelStream,
     LogGroupInfo,
     NodeInfo,
+    QueryPurpose,
     QueryRecord,
     StreamActivity,
 )
@@ -132,7 +133,7 @@ def _group_name(log_field: str) -> str:
 
 @dataclass(eq=False)  # identity: the concurrency budget tracks each query, not equal-looking ones
 class _Pending:
-    purpose: str
+    purpose: QueryPurpose
     groups: list[str]
     start: datetime
     end: datetime
@@ -153,7 +154,7 @@ class InsightsRunner:
         self.slots = slots or QuerySlots()
         self.records: list[QueryRecord] = []
 
-    def start(self, purpose: str, groups: list[str], start: datetime, end: datetime, query: str,
+    def start(self, purpose: QueryPurpose, groups: list[str], start: datetime, end: datetime, query: str,
               subject: str = "") -> _Pending:
         pending = _Pending(purpose, groups, start, end, None, subject)
         pending.settle = lambda: self._settle(pending)
@@ -215,7 +216,7 @@ class InsightsRunner:
         return rows
 
     def _record(self, p: _Pending, status: str, rows: int, scanned: float, truncated: bool) -> None:
-        self.records.append(QueryRecord(purpose=p.purpose, log_groups=p.groups, start=p.start, end=p.end,  # type: ignore[arg-type]
+        self.records.append(QueryRecord(purpose=p.purpose, log_groups=p.groups, start=p.start, end=p.end,
                                         status=status, rows=rows, records_scanned=scanned, truncated=truncated))
 
 
@@ -370,13 +371,6 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
 
 def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:
     return _batches([g.name for g in groups], MAX_GROUPS_PER_QUERY)
-
-
-def collect_log_evidence(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
-                         win: LogWindow, gaps: list[Gap]) -> LogEvidence:
-    """In-process path: every batch in turn, then the merge (the state machine maps over the batches)."""
-    batches = [collect_batch(aws, cluster.name, nodes, batch, win) for batch in log_batches(groups)]
-    return merge_batches(aws, cluster, nodes, groups, batches, gaps)
 
 
 def _hma_streams(aws: Aws, group: str, gaps: list[Gap]) -> list[str] | None:

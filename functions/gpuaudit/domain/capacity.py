@@ -136,9 +136,9 @@ def holding_reservation(reservations: list[CapacityReservation], start: datetime
         unlimited = [r for r in in_force if r.end_date is None]
         if unlimited:
             return unlimited[0]
-        return max(in_force, key=lambda r: r.end_date)  # type: ignore[arg-type, return-value]
+        return max(in_force, key=lambda r: r.end_date or start)  # every end_date is set here
     later = [r for r in reservations if r.start_date is not None and r.start_date > start]
-    return min(later, key=lambda r: r.start_date) if later else None  # type: ignore[arg-type, return-value]
+    return min(later, key=lambda r: r.start_date or start) if later else None  # every start_date is set
 
 
 __all__ = ["DEFAULT_RUN_HOURS", "RunFit", "cluster_reservations", "ec2_family_quota", "extension_hours",

@@ -16,13 +16,6 @@ PCLUSTER_STREAM = re.compile(r"^(?P<host>[^.]+)\.(?P<iid>i-[0-9a-f]{8,17})\.(?P<
 HMA_PREFIX = "SagemakerHealthMonitoringAgent/"
 
 
-def node_tokens(node: NodeInfo) -> list[str]:
-    tokens = [node.instance_id]
-    if node.private_dns:
-        tokens.append(node.private_dns)
-    return tokens
-
-
 class NodeIndex:
     """The audited nodes, indexed once: a 2,000-node cluster has ~10,000 streams to attribute."""
 

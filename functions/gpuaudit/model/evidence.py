@@ -107,6 +107,7 @@ class ClusterInfo(Frozen):
 
 
 NodeSource = Literal["api", "log-streams", "cloudtrail", "user"]
+GroupRole = Literal["compute", "controller", "login"]
 
 
 class NodeInfo(Frozen):
@@ -374,10 +375,13 @@ class GpuActivity(Frozen):
     idle_hours: int
 
 
+QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-hours", "gpu-lines"]
+
+
 class QueryRecord(Frozen):
     """One Logs Insights query this audit ran, for cost and for the zero-records control."""
 
-    purpose: Literal["kernel-streams", "stream-summary", "stream-hours", "gpu-lines"]
+    purpose: QueryPurpose
     log_groups: list[str]
     start: datetime
     end: datetime

@@ -14,8 +14,10 @@ SCHEMA = "gpu-audit-result/1"
 XidStatus = Literal["Measured", "Not observable", "No HMA detections"]
 Verdict = Literal["REPLACE", "REBOOT", "LEAVE ALONE", "MONITOR", "NOT OBSERVABLE"]
 XidClass = Literal["application", "hardware", "sympathetic", "informational", "driver-config", "unverified"]
+BranchLetter = Literal["A", "B", "C", "D", "E", "F"]
 BranchStatus = Literal["Root cause", "Contributing", "Ruled out", "Not assessed", "UNVERIFIED"]
 CauseLabel = Literal["Proven", "Hypothesis (to validate)"]
+Readiness = Literal["Yes", "Yes with risks", "No"]
 CheckResult = Literal["PASS", "RISK", "FAIL", "UNVERIFIED", "Needs input", "Not checked"]
 Signal = Literal["Observable", "Not observable", "Not applicable"]
 
@@ -60,7 +62,7 @@ class GpuError(Out):
     time: datetime
     code: int | None
     pci: str | None = None
-    class_: XidClass = Field(alias="class")
+    class_: XidClass = Field(validation_alias="class", serialization_alias="class")
     log_group: str
     log_stream: str
     message: str
@@ -98,7 +100,7 @@ class NodeResult(Out):
 
 
 class Branch(Out):
-    branch: Literal["A", "B", "C", "D", "E", "F"]
+    branch: BranchLetter
     status: BranchStatus
     label: CauseLabel | None = None
     evidence: str
@@ -138,7 +140,7 @@ class Result(Out):
     nodes: list[NodeResult] = Field(default_factory=list)
     branches: list[Branch] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
-    ready: Literal["Yes", "Yes with risks", "No"] | None = None
+    ready: Readiness | None = None
     planned_run: str | None = None  # preflight: "<hours> h from <start>" or the defaults evaluated
     timeline: list[TimelineEntry] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)

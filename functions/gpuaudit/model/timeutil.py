@@ -29,11 +29,6 @@ def floor_hour(value: datetime) -> datetime:
     return value.replace(minute=0, second=0, microsecond=0)
 
 
-def ceil_hour(value: datetime) -> datetime:
-    floored = floor_hour(value)
-    return floored if floored == value else floored + HOUR
-
-
 def hours_between(start: datetime, end: datetime) -> list[datetime]:
     """Hour starts h with start <= h < end, start floored to the hour."""
     hours = []

@@ -8,7 +8,6 @@ from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.redact import redact
-from gpuaudit.report.selfcheck import self_check
 
 BRANCH_NAMES = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage (FSx for Lustre)",
                 "D": "GPU communication", "E": "cluster change", "F": "application"}
@@ -124,12 +123,11 @@ def render(result: Result) -> str:
 
 
 def finalize(result: Result, evidence: Evidence) -> Result:
-    """Self-check (fixing or downgrading what breaks a rule), then render the report from the result."""
+    """Render the report from the judged result (the self-check already ran: rules/consistency.py)."""
     accounts = frozenset(a for a in [_arn_account(evidence.cluster.arn),
                                       *(g.owner_account for g in evidence.log_groups)] if a)
-    checked = self_check(result)
-    report = render(checked)
-    return checked.model_copy(update={"report_markdown": redact(report, accounts)}).with_account_ids(accounts)
+    report = render(result)
+    return result.model_copy(update={"report_markdown": redact(report, accounts)}).with_account_ids(accounts)
 
 
 def _arn_account(arn: str | None) -> str | None:

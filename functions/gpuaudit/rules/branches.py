@@ -17,7 +17,7 @@ from gpuaudit.domain.capacity import lead_time
 from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence
-from gpuaudit.model.result import Branch, NodeResult, TimelineEntry
+from gpuaudit.model.result import Branch, BranchLetter, BranchStatus, CauseLabel, NodeResult, TimelineEntry
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.xid import fleet_pattern
 
@@ -143,9 +143,9 @@ def timeline(j: Judged) -> list[TimelineEntry]:
     return sorted(out, key=lambda t: (t.time, t.source))
 
 
-def _branch(letter: str, status: str, evidence: str, label: str | None = None,
+def _branch(letter: BranchLetter, status: BranchStatus, evidence: str, label: CauseLabel | None = None,
             confirming: str | None = None) -> Branch:
-    return Branch(branch=letter, status=status, label=label, evidence=evidence,  # type: ignore[arg-type]
+    return Branch(branch=letter, status=status, label=label, evidence=evidence,
                   confirming_measurement=confirming)
 
 

@@ -175,7 +175,7 @@ def hma_group_live(evidence: Evidence, pad: Padded) -> tuple[bool, str]:
                    f"(first {iso(missing[0])})" if missing else f"cluster log group {group} holds no live stream")
 
 
-def hma_row(node: NodeInfo, evidence: Evidence, pad: Padded, live: tuple[bool, str]) -> CoverageRow:
+def hma_row(node: NodeInfo, evidence: Evidence, live: tuple[bool, str]) -> CoverageRow:
     group = evidence.hma_log_group or f"/aws/sagemaker/Clusters/{evidence.cluster.name}/{evidence.cluster.cluster_id}"
     expected = f"{HMA_PREFIX}{node.instance_group}/{node.instance_id}"
     is_live, proof = live
@@ -204,7 +204,7 @@ def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: P
     rows = kernel_rows(node, evidence, index, pad, lifetime_start)
     accelerated = is_accelerated(node, evidence)
     if evidence.cluster.kind.startswith("hyperpod") and accelerated and hma_live is not None:
-        rows.append(hma_row(node, evidence, pad, hma_live))
+        rows.append(hma_row(node, evidence, hma_live))
     if not rows and not accelerated:
         rows.append(CoverageRow(log_group="(not searched: no GPU)", log_stream=None, status="Not observable",
                                 note=f"{node.instance_type} has no GPU or Trainium device: Xid evidence does not apply"))

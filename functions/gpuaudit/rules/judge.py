@@ -18,6 +18,7 @@ from gpuaudit.model.result import (
     Check,
     ClusterRef,
     NodeResult,
+    Readiness,
     Result,
     TimelineEntry,
     WindowOut,
@@ -25,6 +26,7 @@ from gpuaudit.model.result import (
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import preflight as preflight_rules
+from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
@@ -32,7 +34,6 @@ from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
 if TYPE_CHECKING:
     from gpuaudit.model.evidence import AuditRequest
 
-OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
 
 
 class BadOverride(ValueError):
@@ -87,7 +88,7 @@ def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
     return min(starts) if starts else fallback
 
 
-def service_action(node: NodeInfo, evidence: Evidence, routing: NodeRouting | None,
+def service_action(node: NodeInfo, evidence: Evidence,
                    lines: list[ParsedLine]) -> str | None:
     """What HyperPod/ParallelCluster itself did to the node, distinct from the operator's action (RULES §7)."""
     parts = []
@@ -138,7 +139,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         lines = lines_by_node.get(node.instance_id, [])
         result, routing = assess_node(node, evidence, coverage, lines, config.xid_overrides,
                                       evidence.window.start, evidence.window.end, None)
-        result = result.model_copy(update={"service_action": service_action(node, evidence, routing, lines)})
+        result = result.model_copy(update={"service_action": service_action(node, evidence, lines)})
         if routing is not None:
             routings[node.instance_id] = routing
         nodes.append(result)
@@ -151,7 +152,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     branch_headline: str | None = None
     branch_actions: list[str] = []
     checks: list[Check] = []
-    ready: str | None = None
+    ready: Readiness | None = None
     if evidence.mode == "incident":
         branches, branch_headline, branch_actions = branch_rules.assess(judged)
     if evidence.mode == "preflight":
@@ -162,20 +163,20 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                         *(c.log_group for n in nodes for c in n.coverage if c.log_group.startswith("/")),
                         *(r.reservation_id for r in evidence.capacity_reservations or []),
                         *(f.file_system_id for f in evidence.file_systems or [])})
-    return Result(
+    return check_consistency(Result(
         audit_id=audit_id(evidence), mode=evidence.mode,
         cluster=ClusterRef(name=evidence.cluster.name, kind=evidence.cluster.kind, region=evidence.cluster.region,
                            arn=evidence.cluster.arn),
         window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,
                          padded_start=pad.start, padded_end=pad.end),
         generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
-        checks=checks, ready=ready,  # type: ignore[arg-type]
+        checks=checks, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
         timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
         visibility_gaps=gaps, actions=_unique(actions + branch_actions),
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],
-        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls])
+        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]))
 
 
 def planned_run(evidence: Evidence, config: JudgeConfig) -> str:
@@ -291,7 +292,7 @@ def cluster_state(evidence: Evidence) -> list[str]:
 
 
 def headline_for(j: Judged, branch_headline: str | None,
-                 ready: str | None) -> tuple[str, Literal["High", "Medium", "Low"]]:
+                 ready: Readiness | None) -> tuple[str, Literal["High", "Medium", "Low"]]:
     nodes = j.nodes
     accelerated = [n for n in nodes if n.gpu_count != 0]
     counts: dict[str, int] = defaultdict(int)

@@ -12,7 +12,7 @@ from gpuaudit.domain.capability import is_accelerated
 from gpuaudit.domain.markers import BOOT_LINE, NCCL_MARKER
 from gpuaudit.domain.streams import HMA_PREFIX
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo
-from gpuaudit.model.result import GpuError, NodeResult, NodeSignals
+from gpuaudit.model.result import GpuError, NodeResult, NodeSignals, Signal, Verdict
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.coverage import NodeCoverage
 from gpuaudit.rules.hma import HmaDetection, parse_hma
@@ -91,7 +91,7 @@ def collapse(node_lines: Sequence[ParsedLine], overrides: Mapping[int, str] | No
             continue
         c = classify(p.xid.code, p.xid.text, overrides)
         entries[key] = GpuError(
-            time=p.line.time, last_time=p.line.time, code=p.xid.code, pci=p.xid.pci, class_=c.class_,  # type: ignore[call-arg]
+            time=p.line.time, last_time=p.line.time, code=p.xid.code, pci=p.xid.pci, class_=c.class_,
             log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.xid.raw,
             meaning=c.meaning + (f" (class overridden to {c.override} by configuration)" if c.override else "")
             if c.meaning else ("unknown code: quoted verbatim, see https://docs.nvidia.com/deploy/xid-errors/"),
@@ -113,16 +113,17 @@ def node_xids(node_lines: Sequence[ParsedLine], end: datetime) -> list[NodeXid]:
 def signals(lines: Sequence[ParsedLine], fabric_manager_expected: bool) -> NodeSignals:
     """NCCL and Fabric Manager from the node's lines; EFA counters and GPU activity need metrics this
     audit does not read yet, so they stay Not observable (a gap, never a clean result)."""
-    nccl = "Observable" if any(NCCL.search(p.line.message) for p in lines) else "Not observable"
+    fm: Signal
+    nccl: Signal = "Observable" if any(NCCL.search(p.line.message) for p in lines) else "Not observable"
     if not fabric_manager_expected:
         fm = "Not applicable"
     else:
         fm = "Observable" if any(s in p.line.message for p in lines for s in FABRIC_MANAGER_STARTED) else \
             "Not observable"
-    return NodeSignals(nccl=nccl, fabric_manager=fm)  # type: ignore[arg-type]
+    return NodeSignals(nccl=nccl, fabric_manager=fm)
 
 
-def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated: bool) -> tuple[str | None, str | None]:
+def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated: bool) -> tuple[Verdict | None, str | None]:
     if routing is not None and routing.verdict is not None:
         return routing.verdict, routing.verdict_evidence
     if routing is not None and routing.hypothesis:
@@ -152,7 +153,7 @@ def efa_text(node: NodeInfo, profile: CapabilityProfile | None) -> str:
 
 
 # Non-Xid memory signals as they appear in a log line (RULES §6): (marker, verdict, verdict if it persists).
-MEMORY_SIGNALS: tuple[tuple[str, str, str], ...] = (
+MEMORY_SIGNALS: tuple[tuple[str, Verdict, Verdict], ...] = (
     ("infoROM is corrupted", "REBOOT", "REPLACE"),
     ("Remapping Failure Occurred: Yes", "REPLACE", "REPLACE"),
     ("SRAM Threshold Exceeded: Yes", "REPLACE", "REPLACE"),
@@ -177,7 +178,7 @@ def memory_signal_routing(lines: Sequence[ParsedLine], reboots: Sequence[datetim
         chosen = persisting if persists else verdict
         where = next(p.line for p in lines if marker in p.line.message)
         candidate = NodeRouting(
-            verdict=chosen,  # type: ignore[arg-type]
+            verdict=chosen,
             verdict_evidence=(f"`{marker}` at {iso(seen[0])} in {where.log_group} / {where.log_stream}"
                               + (f", again after a reboot at {iso(seen[-1])}" if persists else "")
                               + f" → {chosen} (non-Xid memory signal, RULES §6)"), hardware=True)
@@ -214,7 +215,7 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     return NodeResult(
         instance_id=node.instance_id, instance_group=node.instance_group, instance_type=node.instance_type,
         status=node.status, role=node.role, discovered_by=node.discovered_by,
-        gpu_count=profile.gpu_count if profile else None, verdict=verdict,  # type: ignore[arg-type]
+        gpu_count=profile.gpu_count if profile else None, verdict=verdict,
         verdict_evidence=evidence_text, xid_status=coverage.xid_status, coverage=coverage.rows,
         gpu_errors=gpu_errors,
         signals=signals(lines, profile.fabric_manager_expected if profile else False),

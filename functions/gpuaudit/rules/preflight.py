@@ -36,7 +36,7 @@ from gpuaudit.model.evidence import (
     SgRule,
     TrainingPlanInfo,
 )
-from gpuaudit.model.result import Check, CheckResult, NodeResult
+from gpuaudit.model.result import Check, CheckResult, NodeResult, Readiness
 from gpuaudit.model.timeutil import iso
 
 if TYPE_CHECKING:
@@ -1089,7 +1089,7 @@ def _run(cid: str, ctx: Context) -> Check:
     return check
 
 
-def readiness(checks: Iterable[Check]) -> str:
+def readiness(checks: Iterable[Check]) -> Readiness:
     """`No` on any FAIL; `Yes with risks` on anything short of PASS (a check not made is not a pass)."""
     results = {c.result for c in checks}
     if "FAIL" in results:
@@ -1106,7 +1106,7 @@ def plan_for(ev: Evidence, config: JudgeConfig) -> Plan:
     return Plan(start, DEFAULT_RUN_HOURS, False, config.checkpoint_minutes)
 
 
-def assess(j: Judged, config: JudgeConfig) -> tuple[list[Check], str | None]:
+def assess(j: Judged, config: JudgeConfig) -> tuple[list[Check], Readiness | None]:
     ctx = Context(j, plan_for(j.evidence, config), tuple(gpu_groups(j.evidence)))
     core = [_run(cid, ctx) for cid in CORE]
     ready = readiness(core)  # written from the core first

@@ -1,5 +1,7 @@
 """The auditor checks its own result before emitting it (RULES §11): a claim that breaks a
-rule is fixed or downgraded, never emitted as is, and the outcome is one line of the report."""
+rule is fixed or downgraded, never emitted as is, and the outcome is one line of the report.
+
+Judgement, so a rule: `judge` ends with it, and the report only renders what it decided."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from gpuaudit.model.result import Result
 HARDWARE_WORDS = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
 
 
-def self_check(result: Result) -> Result:
+def check_consistency(result: Result) -> Result:
     fixes: list[str] = []
     nodes = []
     for node in result.nodes:
