@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.domain.capability import nvswitch_class
+from gpuaudit.domain.capability import family_classification, nvswitch_class
 from gpuaudit.domain.timing import LAUNCH_LOOKBACK
 from gpuaudit.model.evidence import (
     CapabilityProfile,
@@ -163,8 +163,14 @@ def collect_profiles(aws: Aws, instance_types: set[str], gaps: list[Gap]) -> dic
     try:
         infos = list(aws.paginate("ec2", "DescribeInstanceTypes", "InstanceTypes", InstanceTypes=wanted))
     except CallFailed as failed:
-        gaps.append(failed.gap_for(f"GPU count and EFA maximum of {', '.join(wanted)} unverified"))
+        gaps.append(failed.gap_for(f"GPU count and EFA maximum of {', '.join(wanted)} unverified; classified by "
+                                   f"instance family instead: {family_classification(wanted)}"))
         infos = []
+    missing = sorted(set(wanted) - {i.get("InstanceType") for i in infos})
+    if infos and missing:
+        gaps.append(Gap(kind="not-read", service="ec2", operation="DescribeInstanceTypes", target=", ".join(missing),
+                        outcome="not described", unseen="GPU count and EFA maximum unverified; classified by "
+                        f"instance family instead: {family_classification(missing)}"))
     for info in infos:
         gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
         network = info.get("NetworkInfo") or {}

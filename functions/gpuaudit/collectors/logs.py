@@ -29,6 +29,7 @@ from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, QuerySlots, pack
 from gpuaudit.domain.markers import gpu_lines_query
 from gpuaudit.domain.streams import (
     HMA_PREFIX,
+    HYPERPOD_NODE_STREAM,
     INSTANCE_ID,
     PCLUSTER_STREAM,
     NodeIndex,
@@ -41,6 +42,7 @@ from gpuaudit.model.evidence import (
     Gap,
     GpuLine,
     KernelStream,
+    ListedStream,
     LogGroupInfo,
     NodeInfo,
     QueryPurpose,
@@ -92,6 +94,7 @@ class LogEvidence:
     queries: list[QueryRecord]
     discovered_nodes: list[NodeInfo]
     hma_streams: list[str] | None
+    listed_streams: list[ListedStream]
 
 
 def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap]) -> list[LogGroupInfo]:
@@ -241,6 +244,7 @@ class BatchEvidence(BaseModel):
     gpu_lines: list[GpuLine]
     queries: list[QueryRecord]
     gaps: list[Gap]
+    listed: list[ListedStream] = []  # DescribeLogStreams, only when the kernel or summary query failed
 
 
 def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bool:
@@ -265,9 +269,11 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     summary: dict[tuple[str, str], StreamActivity] = {}
     gpu_lines: list[GpuLine] = []
     truncated: set[str] = set()
+    unanswered: set[str] = set()
     for kind, p in pending:
         rows = runner.results(p)
         if rows is None:
+            unanswered.add(kind)
             continue
         if len(rows) >= MAX_ROWS and kind == "gpu":
             rows = _split_gpu_query(runner, batch, win.gpu_start, win.gpu_end, gaps)
@@ -311,8 +317,42 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     detail = _hour_detail(runner, need_detail, expected, win.padded_start, win.padded_end)
     activity = [_with_hours(a, detail.get(key), key in unread) if key in need_detail else a
                 for key, a in sorted(summary.items())]
+    listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
-                         queries=runner.records, gaps=gaps)
+                         queries=runner.records, gaps=gaps, listed=listed)
+
+
+MAX_LISTED_PAGES = 20  # DescribeLogStreams pages per group (50 streams each) when Logs Insights is unavailable
+
+
+def list_streams(aws: Aws, groups: list[str], since: datetime, gaps: list[Gap]) -> list[ListedStream]:
+    """Degrade, don't drop: without Logs Insights, the streams with an event since `since` are still listed
+    (newest first, first/last event times), so the nodes they name stay in the result. Coverage stays unproven."""
+    listed: list[ListedStream] = []
+    since_ms = since.timestamp() * 1000
+    for group in groups:
+        pages = aws.paginate("logs", "DescribeLogStreams", "logStreams", token="nextToken", logGroupName=group,
+                             orderBy="LastEventTime", descending=True)
+        try:
+            for i, s in enumerate(pages):
+                last = s.get("lastEventTimestamp")
+                if last is None or last < since_ms:
+                    break
+                if i >= MAX_LISTED_PAGES * 50:
+                    gaps.append(Gap(kind="truncated", service="logs", operation="DescribeLogStreams", target=group,
+                                    unseen=f"{group}: more than {i} streams with events in the window; streams past "
+                                    "them were not listed, so nodes named only there may be missing"))
+                    break
+                listed.append(ListedStream(log_group=group, log_stream=s["logStreamName"],
+                                           first_event=_time_ms(s.get("firstEventTimestamp")), last_event=_time_ms(last)))
+        except CallFailed as failed:
+            gaps.append(failed.gap_for(f"streams of {group} not listed: nodes named only by its streams may be "
+                                       "missing", scope="node-list"))
+    return listed
+
+
+def _time_ms(value: Any) -> datetime | None:
+    return parse_time(value) if isinstance(value, (int, float)) else None
 
 
 def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, unread: bool) -> StreamActivity:
@@ -352,7 +392,9 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
     activity = [a for b in batches for a in b.activity]
     for b in batches:
         gaps.extend(b.gaps)
-    discovered = discover_vanished_nodes(cluster, nodes, [(a.log_group, a.log_stream) for a in activity])
+    listed = [s for b in batches for s in b.listed]
+    discovered = discover_vanished_nodes(cluster, nodes, [*((a.log_group, a.log_stream) for a in activity),
+                                                          *((s.log_group, s.log_stream) for s in listed)])
     all_nodes = [*nodes, *discovered]
     hma_group = next((g.name for g in groups if is_hma_group(g.name, cluster.name)), None)
     hma_streams = _hma_streams(aws, hma_group, gaps) if hma_group else None
@@ -366,7 +408,8 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
         kernel_streams=[k for k in kernel if k.log_group in kept],
         stream_activity=[a for a in activity if a.log_group in kept],
         gpu_lines=sorted((g for b in batches for g in b.gpu_lines), key=lambda g: g.time),
-        queries=[q for b in batches for q in b.queries], discovered_nodes=discovered, hma_streams=hma_streams)
+        queries=[q for b in batches for q in b.queries], discovered_nodes=discovered, hma_streams=hma_streams,
+        listed_streams=listed)
 
 
 def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:
@@ -424,18 +467,24 @@ def _streams_named(chunk: list[str]) -> str:
 
 def discover_vanished_nodes(cluster: ClusterInfo, nodes: list[NodeInfo],
                             stream_keys: Iterable[tuple[str, str]]) -> list[NodeInfo]:
-    """ParallelCluster compute nodes that DescribeInstances no longer returns, named by the cluster's
-    own log streams with lines in the padded window (terminated instances drop out within about an hour)."""
-    if cluster.kind != "parallelcluster":
-        return []
+    """Nodes the inventory did not return, named by the cluster's own log streams with lines in the padded
+    window: ParallelCluster compute nodes DescribeInstances has forgotten (terminated instances drop out within
+    about an hour); HyperPod nodes replaced since, or all of them when ListClusterNodes could not be read."""
     known = {n.instance_id for n in nodes}
+    groups = {g.name: g for g in cluster.instance_groups}
     found: dict[str, NodeInfo] = {}
     for group, stream in stream_keys:
-        if not is_pcluster_group(group, cluster.name):
-            continue
-        match = PCLUSTER_STREAM.match(stream)
-        if match and match["iid"] not in known and match["iid"] not in found:
-            found[match["iid"]] = node_from_log_stream(match["iid"], None, None)
+        if cluster.kind == "parallelcluster" and is_pcluster_group(group, cluster.name):
+            match = PCLUSTER_STREAM.match(stream)
+            if match and match["iid"] not in known and match["iid"] not in found:
+                found[match["iid"]] = node_from_log_stream(match["iid"], None, None)
+        elif cluster.kind != "parallelcluster" and is_hma_group(group, cluster.name):
+            hp = HYPERPOD_NODE_STREAM.match(stream)
+            if hp and hp["iid"] not in known and hp["iid"] not in found:
+                spec = groups.get(hp["group"])
+                found[hp["iid"]] = node_from_log_stream(hp["iid"], None, hp["group"]).model_copy(update={
+                    "instance_type": spec.instance_type if spec else None,
+                    "role": spec.node_role if spec else "unknown"})
     return sorted(found.values(), key=lambda n: n.instance_id)
 
 

@@ -46,11 +46,47 @@ def is_ultraserver(instance_type: str | None) -> bool:
     return bool(instance_type) and str(instance_type).startswith(ULTRASERVER_PREFIXES)
 
 
+# EC2 instance families (the letters before the generation digit): accelerated ones carry GPUs (p, g, gr),
+# Trainium (trn), Inferentia (inf) or Gaudi (dl); general purpose, compute, memory and storage families do not.
+ACCELERATED_FAMILIES = ("p", "g", "gr", "trn", "inf", "dl")
+PLAIN_FAMILIES = ("t", "m", "c", "r", "x", "z", "i", "im", "is", "d", "h", "hpc", "u", "a", "mac", "vt", "f")
+
+
+def family_letters(instance_type: str) -> str:
+    head = instance_type.split(".", 1)[0]
+    letters = ""
+    for ch in head:
+        if not ch.isalpha():
+            break
+        letters += ch
+    return letters
+
+
+def accelerated_by_family(instance_type: str | None) -> bool | None:
+    """When DescribeInstanceTypes could not describe a type: accelerated or not by its family; None: unknown."""
+    if not instance_type:
+        return None
+    letters = family_letters(instance_type)
+    if letters in ACCELERATED_FAMILIES:
+        return True
+    if letters in PLAIN_FAMILIES:
+        return False
+    return None
+
+
+def family_classification(instance_types: list[str]) -> str:
+    """The words a gap uses for types classified by family instead of by DescribeInstanceTypes."""
+    words = {True: "accelerated", False: "not accelerated", None: "unknown (audited as accelerated)"}
+    return ", ".join(f"{t} {words[accelerated_by_family(t)]}" for t in instance_types)
+
+
 def is_accelerated(node: NodeInfo, evidence: Evidence) -> bool:
-    """GPU or Trainium node; an unknown type (a vanished node) is audited as one."""
+    """GPU or Trainium node; an undescribed type goes by its family, an unknown one is audited as accelerated."""
     if node.instance_type is None:
         return True
     if node.instance_type.startswith(("trn", "inf")):
         return True
     profile = evidence.profiles.get(node.instance_type)
-    return profile is None or (profile.gpu_count or 0) > 0
+    if profile is None:
+        return accelerated_by_family(node.instance_type) is not False
+    return (profile.gpu_count or 0) > 0

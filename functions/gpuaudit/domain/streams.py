@@ -14,6 +14,9 @@ INSTANCE_ID = re.compile(r"(?<![0-9a-z])i-[0-9a-f]{8,17}(?![0-9a-z])")
 # ParallelCluster 3: `<hostname>.<instance-id>.<log name>` in /aws/parallelcluster/<cluster>-<timestamp>
 PCLUSTER_STREAM = re.compile(r"^(?P<host>[^.]+)\.(?P<iid>i-[0-9a-f]{8,17})\.(?P<log>.+)$")
 HMA_PREFIX = "SagemakerHealthMonitoringAgent/"
+# HyperPod cluster log group: `<instance group>/<instance-id>`, with the HMA or lifecycle-script prefix or none
+HYPERPOD_NODE_STREAM = re.compile(
+    r"^(?:SagemakerHealthMonitoringAgent/|LifecycleConfig/)?(?P<group>[^/]+)/(?P<iid>i-[0-9a-f]{8,17})$")
 
 
 class NodeIndex:

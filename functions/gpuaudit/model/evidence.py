@@ -168,6 +168,16 @@ class StreamActivity(Frozen):
     hour_counts: dict[datetime, int] | None = None
 
 
+class ListedStream(Frozen):
+    """A stream as DescribeLogStreams lists it: name and first/last event times, no line counts. Read only when
+    Logs Insights could not be: it keeps the nodes a stream names in the result, never proves coverage."""
+
+    log_group: str
+    log_stream: str
+    first_event: datetime | None = None
+    last_event: datetime | None = None
+
+
 class GpuLine(Frozen):
     time: datetime
     log_group: str
@@ -411,6 +421,7 @@ class Evidence(BaseModel):
     hma_streams: list[str] | None = None  # `SagemakerHealthMonitoringAgent/...` streams ever created; None: not read
     kernel_streams: list[KernelStream] = Field(default_factory=list)
     stream_activity: list[StreamActivity] = Field(default_factory=list)
+    listed_streams: list[ListedStream] = Field(default_factory=list)  # DescribeLogStreams, when Insights failed
     gpu_lines: list[GpuLine] = Field(default_factory=list)
     cluster_events: list[ClusterEvent] | None = None  # None: not supported or not read
     cloudtrail: list[CloudTrailEvent] | None = None

@@ -153,6 +153,18 @@ def _accelerated(j: Judged) -> list[NodeResult]:
     return [n for n in j.nodes if n.gpu_count != 0 and n.role in ("compute", "unknown")]
 
 
+def unread_fleet(j: Judged) -> str | None:
+    """Why no branch may be ruled out fleet-wide: the node list was not read whole, or there is no GPU node to
+    judge. `Ruled out` over an empty or partial list would be a claim on evidence that was never read."""
+    partial = [g for g in j.evidence.gaps if g.scope == "node-list"]
+    if partial:
+        calls = ", ".join(sorted({f"{g.closing_call}" + (f" ({g.error_code})" if g.error_code else "") for g in partial}))
+        return f"the node list is incomplete ({calls}): nodes it did not return cannot be ruled out"
+    if not _accelerated(j):
+        return "no GPU node was found to assess"
+    return None
+
+
 def branch_a(j: Judged) -> Branch:
     nodes = _accelerated(j)
     hardware = [n for n in nodes if (r := j.routings.get(n.instance_id)) and r.hardware]
@@ -162,6 +174,15 @@ def branch_a(j: Judged) -> Branch:
     if hardware:
         text = "; ".join(f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}" for n in hardware)
         return _branch("A", "Root cause", f"Hardware-class GPU signal on the node: {text}", "Proven")
+    # The GPU errors table is the branch's source: a hardware-class row from any source (kernel line or HMA
+    # detection) that did not meet a verdict's bar is a hypothesis, never a clean node.
+    signalled = [n for n in nodes if any(e.class_ == "hardware" for e in n.gpu_errors)]
+    if signalled:
+        text = "; ".join(f"{n.instance_id}: " + ", ".join(f"Xid {e.code} ({e.source})" for e in n.gpu_errors
+                                                        if e.class_ == "hardware")
+                         + f" — {n.verdict or 'no verdict'}: {n.verdict_evidence or 'bar not met'}" for n in signalled)
+        return _branch("A", "UNVERIFIED", f"Hardware-class GPU signal below the bar for a verdict: {text}",
+                       "Hypothesis (to validate)", "the deciding check named in each node's verdict evidence")
     if failed or impaired:
         ids = ", ".join([n.instance_id for n in failed] + impaired)
         return _branch("A", "UNVERIFIED", f"Node status Failure or impaired status check on {ids}, with no "
@@ -172,6 +193,8 @@ def branch_a(j: Judged) -> Branch:
         return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)
                        + " for part of the window: hardware cannot be ruled out from the logs; no hardware-class "
                        "Xid, HMA hardware detection, Failure status or impaired status check was read")
+    if (why := unread_fleet(j)) is not None:
+        return _branch("A", "Not assessed", f"No hardware-class signal read, but {why}")
     clean = ", ".join(f"{n.instance_id} ({n.xid_status}, status {n.status})" for n in nodes)
     return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}")
 
@@ -332,6 +355,8 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
     if any(n.xid_status == "Not observable" for n in nodes):
         return _branch("F", "Not assessed", "no application-class Xid read, but coverage is Not observable on part "
                        "of the fleet")
+    if (why := unread_fleet(j)) is not None:
+        return _branch("F", "Not assessed", f"no application-class Xid read, but {why}")
     return _branch("F", "Ruled out", "no application-class Xid on proven coverage")
 
 

@@ -301,6 +301,7 @@ def headline_for(j: Judged, branch_headline: str | None,
     coverage = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     verdicts = [f"{n.instance_id} {n.verdict}" for n in nodes if n.verdict and n.verdict != "NOT OBSERVABLE"]
     blind = [n.instance_id for n in accelerated if n.xid_status == "Not observable"]
+    partial = any(g.scope == "node-list" for g in j.evidence.gaps)
     if branch_headline:
         head = branch_headline
     elif ready is not None:
@@ -311,11 +312,16 @@ def headline_for(j: Judged, branch_headline: str | None,
         head = f"GPU errors cannot be ruled out: coverage Not observable on {', '.join(blind)}."
     elif not accelerated:
         head = "No GPU node was audited (see visibility gaps): no claim about GPU errors is made."
+    elif partial:
+        head = "No GPU errors on the nodes found, but the node list is incomplete: nodes it did not return were not " \
+               "audited."
     else:
         head = "No GPU errors in the window, on proven coverage."
     head += f" Coverage of {len(accelerated)} GPU node(s): {coverage or 'none'}."
+    if partial and (branch_headline or ready is not None or verdicts or blind):
+        head += " The node list is incomplete (see visibility gaps)."
     confidence: Literal["High", "Medium", "Low"]
-    if not accelerated:
+    if not accelerated or partial:
         confidence = "Low"
     elif not blind and not j.evidence.gaps:
         confidence = "High"

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from gpuaudit.domain.capability import is_accelerated
+from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
 from gpuaudit.domain.markers import BOOT_LINE, NCCL_MARKER
 from gpuaudit.domain.streams import HMA_PREFIX
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo
@@ -215,7 +215,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     return NodeResult(
         instance_id=node.instance_id, instance_group=node.instance_group, instance_type=node.instance_type,
         status=node.status, role=node.role, discovered_by=node.discovered_by,
-        gpu_count=profile.gpu_count if profile else None, verdict=verdict,
+        gpu_count=profile.gpu_count if profile else (0 if accelerated_by_family(node.instance_type) is False else None),
+        verdict=verdict,
         verdict_evidence=evidence_text, xid_status=coverage.xid_status, coverage=coverage.rows,
         gpu_errors=gpu_errors,
         signals=signals(lines, profile.fabric_manager_expected if profile else False),

@@ -757,6 +757,13 @@ def p10(ctx: Context) -> Check:
         h, _ = holding_for(ctx, g)
         if h is not None and h.end is not None:
             ends.append(h)
+    unread = [call for call, missing in (("`aws ec2 describe-capacity-reservations`", ev.capacity_reservations is None),
+                                         ("`aws sagemaker describe-training-plan`", ev.training_plans is None and any(
+                                             g.training_plan_arn for g in ev.cluster.instance_groups))) if missing]
+    if not ends and unread:
+        return _check("P10", "Not checked", "whether a Capacity Block or training plan ends is unknown: the capacity "
+                      "it would show was not read — " + ", ".join(unread),
+                      "Re-run with read access: " + ", ".join(unread))
     if not ends:
         return _check("P10", "PASS", "not applicable: no Capacity Block or training plan with an end date holds "
                                      "the cluster's accelerated capacity (see P1)")

@@ -1,0 +1,85 @@
+"""Fail closed (RULES §0, §11): a claim holds only on evidence that was read. Each case is one read call
+failing (or one source the rules must not ignore), on a small world written from RULES."""
+
+from __future__ import annotations
+
+from gpuaudit.model.result import Result
+from tests.helpers.worlds import HyperPodWorld, PClusterWorld, at, node_of
+
+SINCE = at(6)
+
+
+def branches(result: Result) -> dict[str, str]:
+    return {b.branch: b.status for b in result.branches}
+
+
+def hyperpod_with_app_xid() -> HyperPodWorld:
+    w = HyperPodWorld(gpu_nodes=2)
+    w.cluster_metrics(at(0), at(12, 30))
+    for n in w.gpu:
+        w.kernel_stream(w.group, f"{n.group}/{n.instance_id}", at(0), at(12, 30), host=n.hostname)
+    w.hma_detection(w.gpu[0], at(8), code=31)
+    return w
+
+
+def test_list_cluster_nodes_denied_rules_out_nothing_and_keeps_the_nodes_the_logs_name() -> None:
+    w = hyperpod_with_app_xid()
+    w.fault("sagemaker", "ListClusterNodes", "AccessDeniedException")
+    result = w.audit("hp-slurm", mode="incident", since=SINCE)
+    status = branches(result)
+    assert status["A"] != "Ruled out" and status["F"] != "Ruled out", result.branches
+    listed = {n.instance_id for n in result.nodes}
+    assert {n.instance_id for n in w.gpu} <= listed, "nodes named by the cluster's own streams must stay"
+    assert any("ListClusterNodes" in g for g in result.visibility_gaps)
+    assert "passed" not in (result.self_check or "") or status["A"] != "Ruled out"
+
+
+def test_insights_denied_keeps_vanished_nodes_from_stream_listing_and_rules_out_nothing() -> None:
+    w = PClusterWorld(n_compute=2)
+    for n in w.compute:
+        w.healthy(n, at(0), at(12, 30))
+    gone = w.next_node("p5.48xlarge", "compute")
+    w.kernel_stream(w.group, f"{gone.hostname}.{gone.instance_id}.system-messages", at(0), at(9), host=gone.hostname)
+    w.fault("logs", "StartQuery", "AccessDeniedException")
+    result = w.audit(w.cluster, mode="incident", since=SINCE)
+    ids = {n.instance_id for n in result.nodes}
+    assert gone.instance_id in ids, "a node found only from its log stream must not vanish when Insights fails"
+    assert node_of(result, gone.instance_id).xid_status == "Not observable"
+    status = branches(result)
+    assert status["A"] != "Ruled out" and status["F"] != "Ruled out"
+    assert any("DescribeLogStreams" in c.operation for c in result.calls)
+
+
+def test_hma_reported_hardware_xid_is_never_ruled_out_for_branch_a() -> None:
+    w = HyperPodWorld(gpu_nodes=1)
+    w.cluster_metrics(at(0), at(12, 30))
+    node = w.gpu[0]
+    w.kernel_stream(w.group, f"{node.group}/{node.instance_id}", at(0), at(12, 30), host=node.hostname)
+    w.hma_detection(node, at(8), code=48, reason="XidHardwareFailure")
+    result = w.audit("hp-slurm", mode="incident", since=SINCE)
+    n = node_of(result, node.instance_id)
+    assert any(e.code == 48 and e.class_ == "hardware" for e in n.gpu_errors)
+    assert branches(result)["A"] != "Ruled out", result.branches
+
+
+def test_undescribable_types_are_classified_by_family_and_head_nodes_are_not_gpu_nodes() -> None:
+    w = HyperPodWorld(gpu_nodes=1)
+    w.cluster_metrics(at(0), at(12, 30))
+    node = w.gpu[0]
+    w.kernel_stream(w.group, f"{node.group}/{node.instance_id}", at(0), at(12, 30), host=node.hostname)
+    w.fault("ec2", "DescribeInstanceTypes", "AccessDeniedException")
+    result = w.audit("hp-slurm", mode="coverage", since=SINCE)
+    controller = node_of(result, w.controller.instance_id)
+    assert controller.gpu_count == 0, "an m5 is not accelerated, whatever DescribeInstanceTypes said"
+    assert node_of(result, node.instance_id).gpu_count != 0
+    assert "1 GPU node" in result.headline, result.headline
+    assert any("instance family" in g for g in result.visibility_gaps), result.visibility_gaps
+
+
+def test_capacity_reservations_denied_never_makes_p10_pass() -> None:
+    w = HyperPodWorld(gpu_nodes=1)
+    w.fault("ec2", "DescribeCapacityReservations", "UnauthorizedOperation")
+    result = w.audit("hp-slurm", mode="preflight")
+    checks = {c.id: c for c in result.checks}
+    assert checks["P10"].result == "Not checked", checks["P10"]
+    assert "describe-capacity-reservations" in checks["P10"].evidence
