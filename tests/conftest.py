@@ -32,3 +32,17 @@ def _shared_botocore_loader() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(botocore.session, "create_loader", create_loader)
         yield
+
+
+@pytest.fixture(autouse=True)
+def _broken_invariants_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Result any test builds through `judge` keeps every invariant of rules/consistency.py: a broken one
+    fails the test that produced it (tests of the invariants themselves call check_consistency directly)."""
+    from gpuaudit.rules import consistency, judge
+
+    def strict(result, evidence):  # type: ignore[no-untyped-def]
+        checked = consistency.check_consistency(result, evidence)
+        assert not checked.invariants_broken, checked.self_check
+        return checked
+
+    monkeypatch.setattr(judge, "check_consistency", strict)

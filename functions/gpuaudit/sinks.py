@@ -60,6 +60,9 @@ def latest_state(ddb: Any, table: str, cluster: str) -> dict[str, dict[str, str]
 def changes_against(result: Result, previous: dict[str, dict[str, str]]) -> list[str]:
     """What an on-call engineer must hear about: coverage lost or regained, a new alerting verdict, a FAIL."""
     changes = []
+    if result.invariants_broken:  # a result that contradicts itself is said first: on-call must not act on it
+        changes.append(f"SELF-CHECK FAILED ({len(result.invariants_broken)} invariant(s) broken, a gpuaudit bug): "
+                       + _short("; ".join(result.invariants_broken)))
     for node in result.nodes:
         before = previous.get(f"NODE#{node.instance_id}", {})
         was = before.get("xid_status")

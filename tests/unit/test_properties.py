@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.domain.window import padded
-from gpuaudit.model.evidence import AuditRequest, Evidence, GpuLine, StreamActivity
+from gpuaudit.model.evidence import AuditRequest, Evidence, Gap, GpuLine, StreamActivity
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import collect
 from gpuaudit.report.markdown import finalize
@@ -96,3 +96,47 @@ def test_no_account_id_in_report_or_alert(accounts) -> None:
     assert not BARE_12_DIGITS.search(result.report_markdown)
     for a in accounts:
         assert not re.search(rf"(?<![\w-]){a}(?!\w)", result.report_markdown)
+
+
+GAP_KINDS = ("denied", "throttled", "unavailable", "expired-credentials", "unreachable", "deadline", "timed-out",
+             "query-failed", "truncated")
+random_gap = st.builds(
+    lambda kind, op, node_list: Gap(kind=kind, service=op[0], operation=op[1], error_code="Injected",
+                                    error_message="injected", unseen="random gap",
+                                    scope="node-list" if node_list else None),
+    st.sampled_from(GAP_KINDS),
+    st.sampled_from([("logs", "StartQuery"), ("sagemaker", "ListClusterNodes"), ("ec2", "DescribeInstances"),
+                     ("ec2", "DescribeCapacityReservations"), ("cloudtrail", "LookupEvents")]),
+    st.booleans())
+any_xid = st.tuples(st.integers(0, 2), st.integers(1, 160), st.integers(0, 179), st.booleans())
+
+
+@SETTINGS
+@given(mode=st.sampled_from(["coverage", "incident", "preflight"]), gaps=st.lists(random_gap, max_size=4),
+       dropped=st.sets(st.integers(0, 2), max_size=3), xids=st.lists(any_xid, max_size=6),
+       no_capacity=st.booleans(), no_trail=st.booleans(), failed_node=st.sampled_from([None, 0, 1, 2]))
+def test_random_evidence_with_random_gaps_never_breaks_an_invariant(mode, gaps, dropped, xids, no_capacity, no_trail,
+                                                                   failed_node) -> None:
+    evidence = base_evidence(mode)
+    lost = {stream_of(evidence, i) for i in dropped}
+    lines = []
+    for node_index, code, minute, hma_style in xids:
+        group, stream = stream_of(evidence, node_index)
+        text = f"NVRM: Xid (PCI:0000:53:00): {code}, pid=77, name=python3, channel 0x10"
+        message = (f'{{"level":"info","msg":"NPD caught event","details: ":{{"reason":"XidHardwareFailure",'
+                   f'"message":"{text}"}}}}') if hma_style else f"host kernel: {text}"
+        lines.append(GpuLine(time=parse_time(at(8)) + timedelta(minutes=minute), log_group=group, log_stream=stream,
+                             message=message))
+    nodes = [n.model_copy(update={"status": "Failure"}) if failed_node is not None and n.instance_id ==
+             sorted(x.instance_id for x in evidence.nodes if x.role == "compute")[failed_node] else n
+             for n in evidence.nodes]
+    changed = evidence.model_copy(update={
+        "gaps": [*evidence.gaps, *gaps], "nodes": nodes,
+        "stream_activity": [a for a in evidence.stream_activity if (a.log_group, a.log_stream) not in lost],
+        "kernel_streams": [k for k in evidence.kernel_streams if (k.log_group, k.log_stream) not in lost],
+        "gpu_lines": sorted(lines, key=lambda g: g.time),
+        "capacity_reservations": None if no_capacity else evidence.capacity_reservations,
+        "cloudtrail": None if no_trail else evidence.cloudtrail,
+        "cloudtrail_complete": False if no_trail else evidence.cloudtrail_complete})
+    result = run(changed)
+    assert not result.invariants_broken, result.self_check

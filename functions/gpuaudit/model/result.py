@@ -150,6 +150,7 @@ class Result(Out):
     actions: list[str] = Field(default_factory=list)
     calls: list[Call] = Field(default_factory=list)
     self_check: str = ""
+    invariants_broken: list[str] = Field(default_factory=list)  # named invariants this result breaks: a bug
     report_markdown: str = ""
 
     # Account IDs seen by this audit, kept only to redact them from alerts and logs; never serialised.

@@ -1,19 +1,153 @@
-"""The auditor checks its own result before emitting it (RULES §11): a claim that breaks a
-rule is fixed or downgraded, never emitted as is, and the outcome is one line of the report.
+"""The auditor checks its own result before emitting it (RULES §11).
 
-Judgement, so a rule: `judge` ends with it, and the report only renders what it decided."""
+Two kinds of judgement, both run by `judge` last, so the report only renders what they decided:
+* repairs: a claim that is merely under-stated (a verdict with no evidence, an unlabelled hypothesis) is
+  fixed or downgraded and said so;
+* invariants: named properties every Result must have. A broken invariant is a bug: the Result says so
+  plainly (self-check FAILED, which claims, why), the alert leads with it, and the test suite fails on it
+  (tests/conftest.py turns any broken invariant into a test failure).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
-from gpuaudit.domain.streams import HMA_PREFIX
-from gpuaudit.model.result import Result
+from gpuaudit.domain.streams import (
+    HMA_PREFIX,
+    HYPERPOD_NODE_STREAM,
+    PCLUSTER_STREAM,
+    is_hma_group,
+    is_pcluster_group,
+)
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.result import NodeResult, Result
 
 HARDWARE_WORDS = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
+NO_ERRORS = "No GPU errors"
 
 
-def check_consistency(result: Result) -> Result:
+def _gpu_nodes(result: Result) -> list[NodeResult]:
+    return [n for n in result.nodes if n.gpu_count != 0 and n.role in ("compute", "unknown")]
+
+
+def claims_rest_on_reads(result: Result, evidence: Evidence) -> list[str]:
+    """`Ruled out`, `PASS`, `Measured`, `No HMA detections`, `LEAVE ALONE` only on inputs that were read."""
+    broken = []
+    partial = any(g.scope == "node-list" for g in evidence.gaps)
+    gpu = _gpu_nodes(result)
+    for b in result.branches:
+        if b.status != "Ruled out":
+            continue
+        if b.branch in ("A", "F") and (partial or not gpu):
+            broken.append(f"branch {b.branch} Ruled out over an incomplete or empty node list")
+        if b.branch in ("A", "F") and any(n.xid_status == "Not observable" for n in gpu):
+            broken.append(f"branch {b.branch} Ruled out while a GPU node's coverage is Not observable")
+        if b.branch == "B" and evidence.capacity_reservations is None:
+            broken.append("branch B Ruled out without capacity reservations read")
+        if b.branch == "E" and (evidence.cloudtrail is None or not evidence.cloudtrail_complete):
+            broken.append("branch E Ruled out without every CloudTrail change event read")
+    capacity_checks = {"P1", "P10"}
+    for c in result.checks:
+        if c.result == "PASS" and c.id in capacity_checks and evidence.capacity_reservations is None:
+            broken.append(f"{c.id} PASS without capacity reservations read")
+    for n in result.nodes:
+        rows = [r.status for r in n.coverage]
+        if n.xid_status == "Measured" and "Measured" not in rows:
+            broken.append(f"{n.instance_id} Measured with no Measured coverage row")
+        if n.xid_status == "No HMA detections" and evidence.hma_streams is None:
+            broken.append(f"{n.instance_id} No HMA detections although the HMA streams were not listed")
+        if n.verdict == "LEAVE ALONE" and n.xid_status == "Not observable":
+            broken.append(f"{n.instance_id} LEAVE ALONE on Not observable coverage")
+    return broken
+
+
+def no_ruled_out_beside_a_signal(result: Result, evidence: Evidence) -> list[str]:
+    """A branch is never Ruled out while a node carries a signal of that branch's class, from any source."""
+    by = {b.branch: b.status for b in result.branches}
+    broken = []
+    gpu = _gpu_nodes(result)
+    if by.get("A") == "Ruled out":
+        hardware = [n.instance_id for n in gpu if any(e.class_ == "hardware" for e in n.gpu_errors)]
+        failed = [n.instance_id for n in gpu if n.status == "Failure"]
+        impaired = [s.instance_id for s in evidence.instance_status or []
+                    if "impaired" in (s.system_status, s.instance_status)]
+        if hardware or failed or impaired:
+            broken.append("branch A Ruled out beside a hardware-class signal on " + ", ".join(hardware + failed + impaired))
+    if by.get("F") == "Ruled out":
+        app = [n.instance_id for n in gpu if any(e.class_ == "application" for e in n.gpu_errors)]
+        if app:
+            broken.append("branch F Ruled out beside an application-class Xid on " + ", ".join(app))
+    return broken
+
+
+def one_story(result: Result, evidence: Evidence) -> list[str]:
+    """Headline, node verdicts, the GPU errors table and the branch table never disagree."""
+    broken = []
+    with_errors = [n.instance_id for n in result.nodes if n.gpu_errors]
+    if NO_ERRORS in result.headline and with_errors:
+        broken.append("headline says no GPU errors while the GPU errors table lists " + ", ".join(with_errors))
+    for n in result.nodes:
+        if n.verdict in ("REPLACE", "REBOOT") and not n.gpu_errors:
+            broken.append(f"{n.instance_id} {n.verdict} with no row in the GPU errors table")
+    # REPLACE/REBOOT on hardware grounds; a driver-config code (e.g. Xid 151) reboots without being hardware
+    hard = [n for n in result.nodes if n.verdict in ("REPLACE", "REBOOT")
+            and any(e.class_ == "hardware" for e in n.gpu_errors)]
+    by = {b.branch: b for b in result.branches}
+    if "A" in by and by["A"].status == "Root cause" and not any(n.verdict in ("REPLACE", "REBOOT") for n in result.nodes):
+        broken.append("branch A Root cause with no REPLACE/REBOOT node verdict")
+    if "A" in by and hard and by["A"].status in ("Ruled out", "Not assessed"):
+        broken.append(f"branch A {by['A'].status} beside REPLACE/REBOOT on " + ", ".join(n.instance_id for n in hard))
+    for b in result.branches:
+        if b.status == "Root cause" and b.label != "Proven":
+            broken.append(f"branch {b.branch} Root cause not labelled Proven")
+    return broken
+
+
+def no_node_dropped(result: Result, evidence: Evidence) -> list[str]:
+    """The node list is never smaller than the inventory plus the nodes the cluster's own streams name."""
+    listed = {n.instance_id for n in result.nodes}
+    expected = {n.instance_id for n in evidence.nodes}
+    cluster = evidence.cluster
+    keys = [*((a.log_group, a.log_stream) for a in evidence.stream_activity),
+            *((s.log_group, s.log_stream) for s in evidence.listed_streams)]
+    for group, stream in keys:
+        if cluster.kind == "parallelcluster" and is_pcluster_group(group, cluster.name):
+            match = PCLUSTER_STREAM.match(stream)
+        elif cluster.kind != "parallelcluster" and is_hma_group(group, cluster.name):
+            match = HYPERPOD_NODE_STREAM.match(stream)
+        else:
+            match = None
+        if match:
+            expected.add(match["iid"])
+    missing = sorted(expected - listed)
+    return [f"node(s) read but missing from the result: {', '.join(missing)}"] if missing else []
+
+
+INVARIANTS: dict[str, Callable[[Result, Evidence], list[str]]] = {
+    "claims rest on reads": claims_rest_on_reads,
+    "no Ruled out beside a signal": no_ruled_out_beside_a_signal,
+    "one story": one_story,
+    "no node dropped": no_node_dropped,
+}
+
+
+def broken_invariants(result: Result, evidence: Evidence) -> list[str]:
+    return [f"{name}: {detail}" for name, check in INVARIANTS.items() for detail in check(result, evidence)]
+
+
+def check_consistency(result: Result, evidence: Evidence) -> Result:
+    result = _repair(result)
+    broken = broken_invariants(result, evidence)
+    if broken:
+        outcome = (f"Self-check: FAILED — {len(broken)} invariant(s) broken, this result contradicts itself or claims "
+                   "more than was read (a bug in gpuaudit; trust the visibility gaps over the claims): "
+                   + "; ".join(broken) + ". " + result.self_check)
+        return result.model_copy(update={"self_check": outcome, "invariants_broken": broken})
+    return result
+
+
+def _repair(result: Result) -> Result:
     fixes: list[str] = []
     nodes = []
     for node in result.nodes:

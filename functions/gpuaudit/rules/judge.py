@@ -176,7 +176,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         visibility_gaps=gaps, actions=_unique(actions + branch_actions),
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],
-        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]))
+        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]), evidence)
 
 
 def planned_run(evidence: Evidence, config: JudgeConfig) -> str:

@@ -124,6 +124,12 @@ def signals(lines: Sequence[ParsedLine], fabric_manager_expected: bool) -> NodeS
 
 
 def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated: bool) -> tuple[Verdict | None, str | None]:
+    blind = coverage.xid_status == "Not observable" and accelerated
+    if routing is not None and routing.verdict == "LEAVE ALONE" and blind:
+        # LEAVE ALONE claims there is no hardware-class Xid: on unproven coverage that was never read.
+        return "NOT OBSERVABLE", (f"{routing.verdict_evidence} — but coverage could not be proven, so a hardware-class "
+                                  "Xid cannot be ruled out: check the node directly (`dmesg -T | grep -i nvrm`) "
+                                  "before leaving it alone")
     if routing is not None and routing.verdict is not None:
         return routing.verdict, routing.verdict_evidence
     if routing is not None and routing.hypothesis:
@@ -132,7 +138,7 @@ def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated
                            f"{routing.deciding_check}")
     if routing is not None and routing.cause_code is not None:
         return "MONITOR", routing.verdict_evidence
-    if coverage.xid_status == "Not observable" and accelerated:
+    if blind:
         where = "; ".join(f"{r.log_group} / {r.log_stream or 'no stream'}: {r.status}" for r in coverage.rows)
         return "NOT OBSERVABLE", (f"GPU error coverage could not be proven ({where}); check the node directly "
                                   "(`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`) and fix log shipping")
@@ -189,6 +195,20 @@ def memory_signal_routing(lines: Sequence[ParsedLine], reboots: Sequence[datetim
     return best
 
 
+def memory_signal_rows(lines: Sequence[ParsedLine], start: datetime, end: datetime) -> list[GpuError]:
+    """Non-Xid memory signals in the window are rows of the GPU errors table too (no code): a verdict they
+    decide must show the line it rests on beside the Xids."""
+    rows = []
+    for marker, _verdict, _persisting in MEMORY_SIGNALS:
+        seen = [p.line for p in lines if marker in p.line.message and start <= p.line.time <= end]
+        if seen:
+            first = seen[0]
+            rows.append(GpuError(time=first.time, last_time=seen[-1].time, code=None, class_="hardware",
+                                 log_group=first.log_group, log_stream=first.log_stream, message=first.message,
+                                 count=len(seen), meaning=f"non-Xid memory signal `{marker}` (RULES §6)"))
+    return rows
+
+
 def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]) -> list[datetime]:
     """When the node booted again: a kernel banner in its own stream, or a reboot call naming it."""
     times = [p.line.time for p in lines if BOOT_LINE in p.line.message]
@@ -203,7 +223,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
                 service_action: str | None) -> tuple[NodeResult, NodeRouting | None]:
     accelerated = is_accelerated(node, evidence)
     profile = evidence.profiles.get(node.instance_type or "")
-    gpu_errors = collapse(lines, overrides, window_start, window_end)
+    gpu_errors = sorted([*collapse(lines, overrides, window_start, window_end),
+                         *memory_signal_rows(lines, window_start, window_end)], key=lambda e: e.time)
     xids = node_xids(lines, window_end)
     reboots = reboot_times(node, evidence, lines)
     routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides,

@@ -1,0 +1,101 @@
+"""The fault matrix (issue #13): every read operation each mode makes, on every shipped world, failing one at a
+time with each fault kind. Every run must answer (a Result, or the 'cluster cannot be read' exit for the calls
+the audit cannot start without), name the gap, and keep every invariant of rules/consistency.py.
+
+The operations are not listed by hand: a clean run of each (world, mode) records the calls it makes, so a new
+read added to a collector is in the matrix the day it is added."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.embedded.backend import WorldBackend
+from gpuaudit.embedded.world import World, load_world
+from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import collect, run_audit
+from gpuaudit.rules import consistency
+from gpuaudit.rules import judge as judge_module
+
+WORLDS = Path(__file__).resolve().parents[1] / "functions" / "gpuaudit" / "worlds"
+MODES = ("coverage", "incident", "preflight")
+# One error per kind a caller sees: denied, throttled past every retry, unavailable, expired credentials,
+# endpoint unreachable; Logs Insights queries also end Failed or Timeout.
+ERRORS = ("AccessDeniedException", "ThrottlingException", "ServiceUnavailable", "ExpiredTokenException",
+          "EndpointConnectionError")
+QUERY_ENDINGS = ("Failed", "Timeout")
+# Without these the audit has no cluster to audit: the CLI exits 3 ("the account could not be read").
+CLUSTER_READS = {("sagemaker", "DescribeCluster"), ("sagemaker", "ListClusters"), ("ec2", "DescribeInstances")}
+
+
+def shipped_audits() -> Iterator[tuple[World, AuditRequest]]:
+    for audit in json.loads((WORLDS / "demo.json").read_text())["audits"]:
+        world = load_world(WORLDS / audit["world"])
+        for mode in MODES:
+            yield world, AuditRequest(
+                cluster=audit["cluster"], mode=mode,
+                since=parse_time(audit["since"]) if audit.get("since") else None,
+                until=parse_time(audit["until"]) if audit.get("until") else None,
+                run_hours=audit.get("run_hours"))
+
+
+def aws_for(world: World) -> Aws:
+    return Aws(session=WorldBackend(world).session(), region=world.region, clock=lambda: world.now,
+               sleep=lambda _s: None)
+
+
+def faults_for(service: str, operation: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    for error in ERRORS:
+        yield error, {"service": service, "operation": operation, "error": error, "message": f"injected {error}"}
+    if operation == "GetQueryResults":
+        for status in QUERY_ENDINGS:
+            yield f"query {status}", {"service": service, "operation": operation, "status": status}
+
+
+def audit(world: World, request: AuditRequest) -> Result | None:
+    """The pipeline as the CLI runs it, judged without the test-wide strictness (this test collects every
+    broken invariant itself, to print them all); None where the CLI would exit 3."""
+    try:
+        evidence = collect(aws_for(world), request)
+    except CallFailed:
+        return None
+    return judge_module.judge(evidence, judge_module.JudgeConfig.from_request(request), generated_at=world.now)
+
+
+def test_every_read_failing_one_at_a_time_still_answers_names_the_gap_and_keeps_every_invariant(
+        capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(judge_module, "check_consistency", consistency.check_consistency)  # collect, don't raise
+    runs, wrong = 0, []
+    for world, request in shipped_audits():
+        clean = run_audit(aws_for(world), request)
+        if clean.invariants_broken:
+            wrong.append(f"{world.source.split('/')[-1]} {request.mode} with no fault: {clean.invariants_broken}")
+        operations = sorted({(c.service, c.operation) for c in clean.calls})
+        for service, operation in operations:
+            for kind, fault in faults_for(service, operation):
+                runs += 1
+                case = f"{world.source.split('/')[-1]} {request.mode} {service} {operation} {kind}"
+                try:
+                    result = audit(dataclasses.replace(world, faults=[fault]), request)
+                except Exception as exc:  # a traceback is the one outcome never allowed
+                    wrong.append(f"{case}: raised {type(exc).__name__}: {exc}")
+                    continue
+                if result is None:
+                    if (service, operation) not in CLUSTER_READS:
+                        wrong.append(f"{case}: no result (exit 3) for a call the audit can do without")
+                    continue
+                if result.invariants_broken:
+                    wrong.append(f"{case}: {'; '.join(result.invariants_broken)}")
+                named = [g for g in result.visibility_gaps if operation in g or service in g]
+                if not named and kind not in ("ThrottlingException",):
+                    wrong.append(f"{case}: the gap is not named")
+    with capsys.disabled():
+        print(f"\nfault matrix: {runs} combinations run, {len(wrong)} wrong")
+    assert runs > 300
+    assert not wrong, "\n".join(wrong[:40]) + f"\n… {len(wrong)} wrong of {runs}"
