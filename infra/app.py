@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_cdk import App, Environment, Validations
+from aws_cdk import App, Environment, Stack, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from infra.config import bundling_enabled, cdk_json_context, load_config
@@ -16,18 +16,23 @@ STACK_NAME = "GpuAudit"
 READ_ONLY_ROLE_STACK = "GpuAuditReadOnlyRole"
 
 
-def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> tuple[App, GpuAuditStack]:
-    """`context` None: the CDK CLI's context when run by it, else cdk.json's (for `python app.py`)."""
+def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> tuple[App, Stack]:
+    """`context` None: the CDK CLI's context when run by it, else cdk.json's (for `python app.py`).
+
+    One stack per app, so `npx aws-cdk@2 deploy` needs no stack name: the auditor by default; with
+    `-c member_account=true`, the read-only role deployed in each audited member account instead."""
     app = App(context=context, outdir=outdir) if context is not None else App(outdir=outdir)
     resolved = {**cdk_json_context(), **_app_context(app)} if context is None else context
-    stack = GpuAuditStack(app, STACK_NAME, config=load_config(resolved), bundle=bundling_enabled(resolved),
-                          env=Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
-                                          region=os.environ.get("CDK_DEFAULT_REGION")))
-    ReadOnlyRoleStack(app, READ_ONLY_ROLE_STACK)  # deployed separately, in each audited member account
+    env = Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION"))
+    stack: Stack
+    if str(resolved.get("member_account", "false")).lower() == "true":
+        stack = ReadOnlyRoleStack(app, READ_ONLY_ROLE_STACK, env=env)
+    else:
+        stack = GpuAuditStack(app, STACK_NAME, config=load_config(resolved), bundle=bundling_enabled(resolved), env=env)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack
 
 
 def _app_context(app: App) -> dict[str, Any]:
-    keys = ("gpuaudit", "config", "bundle")
+    keys = ("gpuaudit", "config", "bundle", "member_account")
     return {k: v for k in keys if (v := app.node.try_get_context(k)) is not None}

@@ -1,13 +1,15 @@
 """AuditDashboard: one CloudWatch dashboard over the handlers' EMF metrics (handlers/observability.py).
 
 Metric dimensions, as the handlers emit them:
-  Nodes           cluster, xid_status    (verdict.py, one datum per status per audit)
-  Verdicts        cluster, verdict       (verdict.py)
+  Nodes           cluster, service, xid_status (verdict.py, one datum per status per audit)
+  Verdicts        cluster, service, verdict    (verdict.py)
   VisibilityGaps  cluster, service       (verdict.py)
   AlertsPublished cluster, service       (verdict.py)
   StepErrors      service                (runtime.reported_failures, every handler)
 Per-cluster graphs use SEARCH expressions, so every xid_status and verdict appears without being
-listed here, and discovered clusters (`discover: true`) appear without a redeploy.
+listed here, and discovered clusters (`discover: true`) appear without a redeploy. Powertools adds the
+`service` dimension to every metric when POWERTOOLS_SERVICE_NAME is set (the stack sets it), single metrics
+included, so every schema names it (tests/test_deployed_iam.py checks this against what the handlers emit).
 """
 
 from __future__ import annotations
@@ -43,14 +45,14 @@ class AuditDashboard(Construct):
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{stack.stack_name}-{stack.region}",
                                               start="-P7D", period_override=cloudwatch.PeriodOverride.INHERIT)
         nodes = [self._graph(f"Nodes by xid_status: {name}",
-                             search("cluster,xid_status", "Nodes", "Average", "", cluster=name), stacked=True)
+                             search("cluster,service,xid_status", "Nodes", "Average", "", cluster=name), stacked=True)
                  for name in config.clusters]
         if config.discover or not nodes:
-            nodes.append(self._graph("Nodes by xid_status: every cluster (cluster, xid_status)",
-                                     search("cluster,xid_status", "Nodes", "Average", "")))
+            nodes.append(self._graph("Nodes by xid_status: every cluster (cluster, service, xid_status)",
+                                     search("cluster,service,xid_status", "Nodes", "Average", "")))
         self.dashboard.add_widgets(*nodes)
         self.dashboard.add_widgets(
-            self._graph("Verdicts per audit (cluster, verdict)", search("cluster,verdict", "Verdicts", "Average", "")),
+            self._graph("Verdicts per audit (cluster, service, verdict)", search("cluster,service,verdict", "Verdicts", "Average", "")),
             cloudwatch.GraphWidget(
                 title="Audit duration (state machine ExecutionTime)", width=WIDTH, height=HEIGHT,
                 left=[state_machine.metric_time(statistic="Average", period=PERIOD, label="average"),

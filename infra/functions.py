@@ -83,7 +83,9 @@ class AuditFunctions(Construct):
         code = function_code(bundle)
         layers = [] if bundle else [self._powertools_layer()]
         common = {"POWERTOOLS_SERVICE_NAME": "gpuaudit", "POWERTOOLS_METRICS_NAMESPACE": "gpuaudit",
-                  "POWERTOOLS_LOG_LEVEL": "INFO", "EVIDENCE_BUCKET": store.bucket.bucket_name}
+                  "POWERTOOLS_LOG_LEVEL": "INFO", "EVIDENCE_BUCKET": store.bucket.bucket_name,
+                  # X-Ray segments take at most 64 KB: Logs Insights results and payloads are far larger.
+                  "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"}
         specific = {
             "Plan": {"GPUAUDIT_CLUSTERS": json.dumps(config.clusters),
                      "GPUAUDIT_DISCOVER": str(config.discover).lower(),
@@ -100,7 +102,12 @@ class AuditFunctions(Construct):
             "CollectLogs": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
                                                 resources=[payloads]),
                             iam.PolicyStatement(sid="CoverageCache", actions=["s3:GetObject", "s3:PutObject"],
-                                                resources=[store.bucket.arn_for_objects(f"{CACHE_PREFIX}*")])],
+                                                resources=[store.bucket.arn_for_objects(f"{CACHE_PREFIX}*")]),
+                            # Without ListBucket, S3 answers GetObject of a missing key with 403, not 404: the
+                            # first audit of every group would read as a denied cache instead of an empty one.
+                            iam.PolicyStatement(sid="CoverageCacheMisses", actions=["s3:ListBucket"],
+                                                resources=[store.bucket.bucket_arn],
+                                                conditions={"StringLike": {"s3:prefix": [f"{CACHE_PREFIX}*"]}})],
             "Finish": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
                                            resources=[payloads])],
             "Verdict": [

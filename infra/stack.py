@@ -9,6 +9,7 @@ from infra.config import DeployConfig
 from infra.dashboard import AuditDashboard
 from infra.findings import FindingsStore
 from infra.functions import AuditFunctions
+from infra.operations import AuditorAlarms
 from infra.triggers import AuditTriggers
 from infra.workflow import AuditWorkflow
 
@@ -23,6 +24,8 @@ class GpuAuditStack(Stack):
         self.workflow = AuditWorkflow(self, "Workflow", config, self.functions)
         self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
         self.dashboard = AuditDashboard(self, "Dashboard", config, self.workflow.state_machine)
+        self.alarms = AuditorAlarms(self, "Alarms", config, self.workflow.state_machine, self.store.topic,
+                                    self.triggers.dead_letters)
         CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn,
                   description="Start an on-demand audit here (Step Functions console, Start execution)")
         CfnOutput(self, "FindingsTableName", value=self.store.table.table_name)

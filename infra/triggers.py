@@ -4,9 +4,10 @@ Capacity Block expiration warnings, each delivering its event unchanged to the s
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
@@ -22,7 +23,15 @@ class AuditTriggers(Construct):
     def __init__(self, scope: Construct, construct_id: str, config: DeployConfig,
                  state_machine: sfn.IStateMachine) -> None:
         super().__init__(scope, construct_id)
-        start = targets.SfnStateMachine(state_machine, retry_attempts=4, max_event_age=Duration.hours(1))
+        # Events EventBridge could not deliver (throttled StartExecution, a deleted machine) are kept, and alarmed.
+        self.dead_letters = sqs.Queue(self, "DeadLetters", retention_period=Duration.days(14), enforce_ssl=True,
+                                      encryption=sqs.QueueEncryption.SQS_MANAGED)
+        start = targets.SfnStateMachine(state_machine, retry_attempts=4, max_event_age=Duration.hours(1),
+                                        dead_letter_queue=self.dead_letters)
+        Validations.of(self.dead_letters).acknowledge(Acknowledgment(
+            id="AwsSolutions::AwsSolutions-SQS3",
+            reason="This queue is itself the dead-letter queue of the EventBridge targets (cdk-nag sees only "
+                   "SQS-to-SQS redrive); an alarm on its depth notifies the alert topic."))
         self.schedule = events.Rule(
             self, "Schedule", schedule=events.Schedule.expression(config.schedule), targets=[start],
             description="gpuaudit: coverage audit of every audited cluster, window ending at the last whole hour")

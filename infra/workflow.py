@@ -78,6 +78,8 @@ class AuditWorkflow(Construct):
 
         clusters = sfn.DistributedMap(self, "AuditClusters", items_path="$.targets", result_path="$.audits",
                                       max_concurrency=config.cluster_concurrency, label="AuditClusters",
+                                      # One cluster's failed audit never aborts the others (alarmed instead).
+                                      tolerated_failure_percentage=100,
                                       map_execution_type=sfn.StateMachineType.STANDARD)
         clusters.item_processor(inventory.next(batches).next(finish).next(verdict))
 

@@ -93,9 +93,18 @@ def deployed(synth: Synthesized, monkeypatch: pytest.MonkeyPatch, **world: Any) 
     with world_account(monkeypatch, mock_config=SFN_CONFIG, **world) as account:
         monkeypatch.setattr(LambdaSimpleBackend, "invoke", route_to_handlers(modules))
         client = account.session.client("stepfunctions")
-        arn = client.create_state_machine(name="gpuaudit", definition=json.dumps(state_machine_definition(synth)),
+        arn = client.create_state_machine(name="gpuaudit", definition=json.dumps(for_moto(state_machine_definition(synth))),
                                           roleArn="arn:aws:iam::123456789012:role/gpuaudit-state-machine")
         yield Machine(account, client, arn["stateMachineArn"], handler_of)
+
+
+def for_moto(definition: dict[str, Any]) -> dict[str, Any]:
+    """moto 5.2.5's ASL parser refuses `ToleratedFailurePercentage` (valid ASL for a Distributed Map, set so one
+    cluster's failure never aborts the others). It changes nothing when every cluster succeeds, and the
+    tests that fail a cluster assert on that cluster's own result, so it is dropped for the interpreter only;
+    tests/infra pins it in the synthesized template."""
+    text = json.dumps(definition)
+    return json.loads(re.sub(r',\s*"ToleratedFailurePercentage":\s*\d+', "", text))
 
 
 def audits(described: dict[str, Any]) -> list[dict[str, Any]]:

@@ -38,6 +38,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                                limit=payload.BATCHES_SHARE // item.batch.of)
     metrics.add_metric(name="LogsInsightsQueries", unit=MetricUnit.Count, value=len(batch.queries))
     metrics.add_metric(name="CollectorGaps", unit=MetricUnit.Count, value=len(batch.gaps))
+    metrics.add_metric(name="ThrottledQueries", unit=MetricUnit.Count,
+                       value=sum(1 for g in batch.gaps if g.kind == "throttled" and g.service == "logs"))
     logger.info("collected", extra={"cluster": evidence.cluster.name, "batch": item.batch.index,
                                     "of": item.batch.of, "queries": len(batch.queries), "gaps": len(batch.gaps)})
     return CollectedBatch(batch=stored, calls=aws.call_counts()).model_dump(mode="json")

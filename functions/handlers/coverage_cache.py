@@ -8,11 +8,13 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from aws_lambda_powertools import Logger
 from botocore.exceptions import ClientError
 
 from gpuaudit.collectors.cache import FORMAT, CacheState, GroupCache
 
 PREFIX = "cache"
+logger = Logger(child=True)
 
 
 def key(cluster: str, region: str, group: str) -> str:
@@ -31,9 +33,11 @@ class S3GroupCache:
             try:
                 body = self.s3.get_object(Bucket=self.bucket, Key=key(cluster, region, group))["Body"].read()
             except ClientError as err:
-                if err.response["Error"]["Code"] in ("NoSuchKey", "404"):
-                    continue  # first audit of this group: it is read in full
-                raise
+                if err.response["Error"]["Code"] not in ("NoSuchKey", "404"):
+                    # Denied or unavailable: the group is read in full, which is always correct (only slower).
+                    logger.warning("coverage cache not readable; reading the group in full",
+                                   extra={"error": err.response["Error"]["Code"]})
+                continue  # first audit of this group (or an unreadable cache): it is read in full
             try:
                 state.groups[group] = GroupCache.model_validate_json(body)
             except ValueError:
@@ -43,6 +47,10 @@ class S3GroupCache:
     def save(self, state: CacheState) -> None:
         for group in self.groups:
             entry = state.groups.get(group)
-            if entry is not None:
+            if entry is None:
+                continue
+            try:
                 self.s3.put_object(Bucket=self.bucket, Key=key(state.cluster, state.region, group),
                                    Body=entry.model_dump_json().encode(), ContentType="application/json")
+            except ClientError as err:  # the audit stands; the next one reads this group in full
+                logger.warning("coverage cache not written", extra={"error": err.response["Error"]["Code"]})

@@ -87,6 +87,7 @@ def record_metrics(result: Result, outcome: SinkOutcome) -> None:
             metric.add_dimension(name="verdict", value=verdict)
     metrics.add_metric(name="VisibilityGaps", unit=MetricUnit.Count, value=len(result.visibility_gaps))
     metrics.add_metric(name="AlertsPublished", unit=MetricUnit.Count, value=int(outcome.published))
+    metrics.add_metric(name="AuditsCompleted", unit=MetricUnit.Count, value=1)  # the audit-age alarm reads it
 
 
 def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: str, key: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "GpuAudit"
+READ_ONLY_ROLE_STACK = "GpuAuditReadOnlyRole"
 TEST_CONFIG: dict[str, Any] = {
     "clusters": ["research-hp-slurm", "llm-pretrain-b200"],
     "schedule": "rate(1 hour)",
@@ -47,10 +48,12 @@ class Synthesized:
 
 
 @functools.cache
-def synthesize() -> Synthesized:
+def synthesize(member_account: bool = False) -> Synthesized:
+    """The auditor's app; with `member_account`, the app a member account deploys (the read-only role)."""
     outdir = Path(tempfile.mkdtemp(prefix="gpuaudit-cdk-"))
     atexit.register(shutil.rmtree, outdir, True)
-    env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(TEST_CONTEXT),
+    context = {**TEST_CONTEXT, "member_account": member_account}
+    env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(context),
            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true"}
     for offline in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION", "AWS_PROFILE"):
         env.pop(offline, None)
@@ -59,7 +62,8 @@ def synthesize() -> Synthesized:
     if done.returncode != 0:
         raise AssertionError(f"python app.py failed ({done.returncode}):\n{done.stderr[-6000:]}")
     report_path = outdir / "validation-report.json"
-    return Synthesized(outdir=outdir, template=json.loads((outdir / f"{STACK}.template.json").read_text()),
+    stack = READ_ONLY_ROLE_STACK if member_account else STACK
+    return Synthesized(outdir=outdir, template=json.loads((outdir / f"{stack}.template.json").read_text()),
                        report=json.loads(report_path.read_text()) if report_path.exists() else {},
                        stderr=done.stderr)
 

@@ -3,16 +3,20 @@ allowed only the collectors' reads."""
 
 from __future__ import annotations
 
-import json
-
-from cdk_synth import Synthesized
+from cdk_synth import STACK, Synthesized, synthesize
 from test_stack_iam import READS
 
 from infra.app import READ_ONLY_ROLE_STACK
 
 
-def role_template(synth: Synthesized) -> dict:
-    return json.loads((synth.outdir / f"{READ_ONLY_ROLE_STACK}.template.json").read_text())
+def role_template(_auditor: Synthesized) -> dict:
+    return synthesize(member_account=True).template
+
+
+def test_each_app_holds_one_stack_so_deploy_needs_no_stack_name(synth: Synthesized) -> None:
+    assert sorted(p.name for p in synth.outdir.glob("*.template.json")) == [f"{STACK}.template.json"]
+    member = synthesize(member_account=True)
+    assert sorted(p.name for p in member.outdir.glob("*.template.json")) == [f"{READ_ONLY_ROLE_STACK}.template.json"]
 
 
 def test_trust_requires_the_external_id_and_names_only_the_auditor_account(synth: Synthesized) -> None:
@@ -20,7 +24,9 @@ def test_trust_requires_the_external_id_and_names_only_the_auditor_account(synth
     assert len(roles) == 1
     (statement,) = roles[0]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Action"] == "sts:AssumeRole"
-    assert statement["Condition"] == {"StringEquals": {"sts:ExternalId": {"Ref": "ExternalId"}}}
+    assert statement["Condition"]["StringEquals"] == {"sts:ExternalId": {"Ref": "ExternalId"}}
+    principal_arn = statement["Condition"]["ArnLike"]["aws:PrincipalArn"]
+    assert principal_arn == {"Fn::Sub": "arn:${AWS::Partition}:iam::${AuditorAccountId}:role/${AuditorRoleNamePattern}"}
     assert {"Ref": "AuditorAccountId"} in statement["Principal"]["AWS"]["Fn::Join"][1]
 
 

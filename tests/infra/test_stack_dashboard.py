@@ -24,8 +24,8 @@ def test_the_dashboard_graphs_the_handlers_metrics(synth: Synthesized) -> None:
         assert metric in everything, metric
     for cluster in TEST_CONFIG["clusters"]:  # one nodes-by-xid_status graph per configured cluster
         graph = widgets[f"Nodes by xid_status: {cluster}"]
-        assert "{gpuaudit,cluster,xid_status}" in graph and f'cluster=\\"{cluster}\\"' in graph
-    assert "{gpuaudit,cluster,verdict}" in everything and "{gpuaudit,cluster,service}" in everything
+        assert "{gpuaudit,cluster,service,xid_status}" in graph and f'cluster=\\"{cluster}\\"' in graph
+    assert "{gpuaudit,cluster,service,verdict}" in everything and "{gpuaudit,cluster,service}" in everything
 
 
 def test_the_dashboard_name_is_a_stack_output(synth: Synthesized) -> None:

@@ -29,7 +29,7 @@ READS = {
     "health:DescribeAffectedEntities", "fsx:DescribeFileSystems", "cloudwatch:ListMetrics", "cloudwatch:GetMetricData",
     "cloudwatch:DescribeAlarms", "events:ListRules", "servicequotas:GetServiceQuota", "servicequotas:ListServiceQuotas",
 }
-OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query",
+OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "s3:ListBucket", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query",
                        "sns:Publish",
                        "kms:GenerateDataKey", "kms:Decrypt"}
 # The product's own plumbing: its log groups and traces, the state machine invoking its functions and
@@ -89,12 +89,15 @@ def test_own_resource_access_is_scoped_to_the_stacks_own_table_topic_key_and_buc
             assert any(f'"{logical_id}"' in text for logical_id in own), f"{role}: {statement}"
             if "s3:PutObject" in _list(statement["Action"]):
                 assert text.endswith(('/payloads/*"]]}', '/results/*"]]}', '/cache/*"]]}')), f"{role} writes outside its prefixes"
+            if "s3:ListBucket" in _list(statement["Action"]):  # only to learn that a cache key is missing
+                assert statement.get("Condition") == {"StringLike": {"s3:prefix": ["cache/*"]}}, statement
 
 
 def test_the_audit_path_only_reads(synth: Synthesized) -> None:
     statements, roles = identity_statements(synth), step_roles(synth)
     for step in ("inventory", "collect_logs", "finish"):
-        extra = actions_of(statements, roles[step]) - READS - {"s3:GetObject", "s3:PutObject", "logs:CreateLogStream",
+        extra = actions_of(statements, roles[step]) - READS - {"s3:GetObject", "s3:PutObject", "s3:ListBucket",
+                                                               "logs:CreateLogStream",
                                                                "logs:PutLogEvents", "xray:PutTraceSegments",
                                                                "xray:PutTelemetryRecords"}
         assert extra == set(), f"{step} holds {sorted(extra)}"

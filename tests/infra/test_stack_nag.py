@@ -8,7 +8,7 @@ from cdk_synth import STACK, Synthesized
 
 from infra.nag import flatten, reason_for
 
-EXPECTED_RULES = {"AwsSolutions-IAM5", "AwsSolutions-L1", "AwsSolutions-S1"}
+EXPECTED_RULES = {"AwsSolutions-IAM5", "AwsSolutions-L1", "AwsSolutions-S1", "AwsSolutions-SQS3"}
 
 
 def test_aws_solutions_checks_pass(synth: Synthesized) -> None:

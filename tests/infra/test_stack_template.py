@@ -182,3 +182,29 @@ def test_configuration_sizes_concurrency_and_refuses_an_empty_audited_set() -> N
     with pytest.raises(ValueError, match="discover"):
         DeployConfig(clusters=["a"], discovery_tag={"key": "team", "value": "ml"})
     assert DeployConfig(discover=True, discovery_tag={"key": "team", "value": "ml"}).discover
+
+
+def test_the_auditor_alarms_on_itself_to_the_alert_topic(synth: Synthesized) -> None:
+    """Failed/timed-out executions, step errors, throttled queries, undelivered triggers, and per configured
+    cluster no completed audit in 2 h (missing data breaching): each notifies the alert topic."""
+    from cdk_synth import TEST_CONFIG
+
+    alarms = synth.resources("AWS::CloudWatch::Alarm")
+    (topic,) = synth.resources("AWS::SNS::Topic")
+    by_metric = {a["Properties"].get("MetricName"): a["Properties"] for a in alarms.values()}
+    assert {"ExecutionsFailed", "ExecutionsTimedOut", "StepErrors", "ThrottledQueries",
+            "ApproximateNumberOfMessagesVisible", "AuditsCompleted"} <= set(by_metric)
+    for alarm in alarms.values():
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic}]
+    age = [a["Properties"] for a in alarms.values() if a["Properties"].get("MetricName") == "AuditsCompleted"]
+    assert len(age) == len(TEST_CONFIG["clusters"])
+    assert all(p["TreatMissingData"] == "breaching" and p["Period"] == 7200 for p in age)
+
+
+def test_triggers_keep_undeliverable_events_and_one_cluster_never_aborts_the_others(synth: Synthesized) -> None:
+    rules = synth.resources("AWS::Events::Rule")
+    assert rules and all(t["DeadLetterConfig"]["Arn"] for r in rules.values() for t in r["Properties"]["Targets"])
+    definition = json.dumps(synth.resources("AWS::StepFunctions::StateMachine"))
+    assert '\\"ToleratedFailurePercentage\\":100' in definition
+    for function in synth.resources("AWS::Lambda::Function").values():
+        assert function["Properties"]["Environment"]["Variables"]["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"

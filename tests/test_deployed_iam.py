@@ -1,0 +1,271 @@
+"""Every AWS call the deployed Lambdas make is allowed by their synthesized IAM policies (issue #14).
+
+The synthesized state machine runs in moto's interpreter for each trigger (schedule, HyperPod node health
+event, Capacity Block warning, console input), each task routed to its handler in-process with the
+environment the stack sets. Every call each handler makes through boto3 is recorded (function, IAM action,
+resource ARN) and checked against that function's policy from the template: actions and resources with IAM's
+wildcards. S3's rule is applied: GetObject of a key that does not exist is answered 403, not 404, to a role
+without s3:ListBucket on the bucket, so such a call must also be allowed ListBucket.
+
+Not modelled (said, not hidden): policy Conditions (treated as met) and explicit Deny (the stack has none)."""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path[:0] = [str(Path(__file__).parent / "handlers"), str(Path(__file__).parent / "infra")]
+
+from cdk_synth import Synthesized, synthesize  # noqa: E402
+from lambda_harness import (  # noqa: E402
+    BUCKET,
+    HANDLER_MODULES,
+    PCLUSTER_WORLD,
+    TABLE,
+    capacity_block_warning,
+    hyperpod_node_health_event,
+    scheduled_event,
+)
+from moto.awslambda_simple.models import LambdaSimpleBackend  # noqa: E402
+from test_state_machine import audits, deployed  # noqa: E402
+
+IAM_PREFIX = {"monitoring": "cloudwatch", "service-quotas": "servicequotas", "servicequotas": "servicequotas"}
+
+
+@dataclass(frozen=True)
+class Call:
+    function: str  # logical ID of the Lambda
+    action: str
+    resource: str
+    missing_key: bool = False
+
+
+@dataclass
+class Recorder:
+    region: str
+    account: str
+    current: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+
+    def on_params(self, params: dict[str, Any], **_: Any) -> None:
+        self.params = dict(params)
+
+    def on_after_call(self, parsed: dict[str, Any], model: Any, **_: Any) -> None:
+        service = model.service_model.signing_name or model.service_model.endpoint_prefix
+        action = f"{IAM_PREFIX.get(service, service)}:{model.name}"
+        missing = (parsed.get("Error") or {}).get("Code") in ("NoSuchKey", "404") and model.name in (
+            "GetObject", "HeadObject")
+        for resource in self.resources(service, model.name, self.params):
+            self.calls.append(Call(self.current, action, resource, missing))
+
+    def resources(self, service: str, operation: str, p: dict[str, Any]) -> list[str]:
+        r, a = self.region, self.account
+        if service == "s3":
+            return [f"arn:aws:s3:::{p['Bucket']}/{p['Key']}" if "Key" in p else f"arn:aws:s3:::{p['Bucket']}"]
+        if service == "dynamodb":
+            return [f"arn:aws:dynamodb:{r}:{a}:table/{p['TableName']}"]
+        if service == "sns":
+            return [p["TopicArn"]]
+        if service == "logs" and operation not in ("GetQueryResults", "StopQuery"):
+            names = p.get("logGroupNames") or ([p["logGroupName"]] if "logGroupName" in p else [])
+            return [f"arn:aws:logs:{r}:{a}:log-group:{n}" for n in names] or [f"arn:aws:logs:{r}:{a}:log-group:*"]
+        if service == "sagemaker" and "ClusterName" in p:
+            return [f"arn:aws:sagemaker:{r}:{a}:cluster/{p['ClusterName']}"]
+        if service == "sagemaker" and "TrainingPlanName" in p:
+            return [f"arn:aws:sagemaker:{r}:{a}:training-plan/{p['TrainingPlanName']}"]
+        if service == "sagemaker" and "ResourceArn" in p:
+            return [p["ResourceArn"]]
+        return ["*"]  # services and calls IAM cannot scope: only a "*" grant allows them
+
+
+def resolve(value: Any, template: dict[str, Any], topic_arn: str, region: str, account: str) -> Any:
+    """A policy value with the template's intrinsics replaced by the names the test account uses."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [resolve(v, template, topic_arn, region, account) for v in value]
+    if "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(resolve(p, template, topic_arn, region, account) for p in parts)
+    if "Ref" in value:
+        ref = value["Ref"]
+        pseudo = {"AWS::Partition": "aws", "AWS::Region": region, "AWS::AccountId": account, "AWS::URLSuffix":
+                  "amazonaws.com"}
+        if ref in pseudo:
+            return pseudo[ref]
+        kind = template["Resources"][ref]["Type"]
+        return {"AWS::SNS::Topic": topic_arn, "AWS::S3::Bucket": BUCKET, "AWS::DynamoDB::Table": TABLE,
+                "AWS::StepFunctions::StateMachine": f"arn:aws:states:{region}:{account}:stateMachine:{ref}",
+                }.get(kind, ref)
+    if "Fn::Split" in value:
+        sep, text = value["Fn::Split"]
+        return resolve(text, template, topic_arn, region, account).split(sep)
+    if "Fn::Select" in value:
+        index, items = value["Fn::Select"]
+        return resolve(items, template, topic_arn, region, account)[int(index)]
+    if "Fn::GetAtt" in value:
+        ref, attr = value["Fn::GetAtt"]
+        kind = template["Resources"][ref]["Type"]
+        arns = {"AWS::S3::Bucket": f"arn:aws:s3:::{BUCKET}",
+                "AWS::DynamoDB::Table": f"arn:aws:dynamodb:{region}:{account}:table/{TABLE}",
+                "AWS::KMS::Key": f"arn:aws:kms:{region}:{account}:key/{ref}",
+                "AWS::Logs::LogGroup": f"arn:aws:logs:{region}:{account}:log-group:{ref}:*",
+                "AWS::SQS::Queue": f"arn:aws:sqs:{region}:{account}:{ref}"}
+        return arns.get(kind, f"arn:aws:unknown:{region}:{account}:{ref}")
+    raise ValueError(f"cannot resolve {value!r}")
+
+
+def policies_by_function(synth: Synthesized, topic_arn: str, region: str, account: str) -> dict[str, list[dict]]:
+    template = synth.template
+    role_of = {fid: f["Properties"]["Role"]["Fn::GetAtt"][0]
+               for fid, f in synth.resources("AWS::Lambda::Function").items()}
+    statements: dict[str, list[dict[str, Any]]] = {}
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        for role in policy["Properties"].get("Roles", []):
+            for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+                statements.setdefault(role["Ref"], []).append(_resolved(st, template, topic_arn, region, account))
+    return {fid: statements.get(role, []) for fid, role in role_of.items()}
+
+
+def _resolved(st: dict[str, Any], template: dict[str, Any], topic_arn: str, region: str, account: str) -> dict:
+    res = st.get("Resource", [])
+    actions = st.get("Action", [])
+    return {"Effect": st.get("Effect", "Allow"),
+            "Action": actions if isinstance(actions, list) else [actions],
+            "Resource": [resolve(r, template, topic_arn, region, account)
+                         for r in (res if isinstance(res, list) else [res])]}
+
+
+def allowed(statements: list[dict[str, Any]], action: str, resource: str) -> bool:
+    for st in statements:
+        if st["Effect"] != "Allow":
+            continue
+        if not any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in st["Action"]):
+            continue
+        if any(r == "*" or (resource != "*" and fnmatch.fnmatchcase(resource, r)) for r in st["Resource"]):
+            return True
+    return False
+
+
+def denied_calls(calls: list[Call], policies: dict[str, list[dict[str, Any]]]) -> list[str]:
+    out = []
+    for c in calls:
+        if not allowed(policies[c.function], c.action, c.resource):
+            out.append(f"{c.function}: {c.action} on {c.resource}")
+        if c.missing_key:
+            bucket = c.resource.split(":::", 1)[1].split("/", 1)[0]
+            if not allowed(policies[c.function], "s3:ListBucket", f"arn:aws:s3:::{bucket}"):
+                out.append(f"{c.function}: {c.action} of a missing key {c.resource} without s3:ListBucket: S3 "
+                           "answers 403 AccessDenied, not 404")
+    return sorted(set(out))
+
+
+TRIGGERS = {
+    "schedule": (scheduled_event("2026-10-01T18:17:04Z"), {}),
+    "hyperpod node health": (hyperpod_node_health_event("research-hp-slurm", "2026-10-01T16:42:31Z"), {}),
+    "capacity block warning": (capacity_block_warning("cr-0107f80e222f82876", "2026-10-01T17:50:12Z"),
+                               {"world_path": PCLUSTER_WORLD, "clusters": ("llm-pretrain-b200",)}),
+    "console": ({"cluster": "research-hp-slurm", "mode": "incident", "since": "2026-10-01T16:00:00Z"}, {}),
+}
+
+
+@pytest.fixture(scope="module")
+def synth() -> Synthesized:
+    return synthesize()
+
+
+@pytest.mark.parametrize("trigger", list(TRIGGERS))
+def test_every_call_each_lambda_makes_is_allowed_by_its_synthesized_policy(
+        trigger: str, synth: Synthesized, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    event, world = TRIGGERS[trigger]
+    with deployed(synth, monkeypatch, **world) as machine:
+        account = machine.account.topic_arn.split(":")[4]
+        rec = Recorder(region=machine.account.world.region, account=account)
+        routed = LambdaSimpleBackend.invoke
+
+        def invoke(backend: Any, function_name: str, *args: Any, **kwargs: Any) -> bytes:
+            rec.current = function_name.rsplit(":", 1)[-1]
+            return routed(backend, function_name, *args, **kwargs)
+
+        monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+        for module in HANDLER_MODULES:
+            real = module.session_factory
+
+            def recording(*a: Any, _real: Any = real, **k: Any) -> Any:
+                session = _real(*a, **k)
+                session.events.register("provide-client-params", rec.on_params)
+                session.events.register("after-call", rec.on_after_call)
+                return session
+
+            monkeypatch.setattr(module, "session_factory", recording)
+        audited = audits(machine.run(event))
+        policies = policies_by_function(synth, machine.account.topic_arn, rec.region, account)
+    assert audited and all(a.get("audited", True) for a in audited)
+    per_function = Counter(machine.handler_of[c.function] for c in rec.calls)
+    with capsys.disabled():
+        print(f"\n{trigger}: {len(rec.calls)} calls checked against IAM: " +
+              ", ".join(f"{k.rsplit('.', 1)[-1]} {v}" for k, v in sorted(per_function.items())))
+    assert {c.function for c in rec.calls} >= {"Inventory", "CollectLogs", "Verdict"} or len(per_function) >= 4
+    problems = denied_calls(rec.calls, policies)
+    assert not problems, "\n".join(problems)
+
+
+def emitted_metrics(stdout: str) -> set[tuple[str, frozenset[str]]]:
+    """(metric name, dimension names) of every EMF record the handlers printed."""
+    out = set()
+    for line in stdout.splitlines():
+        if not line.startswith('{"_aws"'):
+            continue
+        record = __import__("json").loads(line)
+        for directive in record["_aws"]["CloudWatchMetrics"]:
+            for dims in directive["Dimensions"]:
+                for metric in directive["Metrics"]:
+                    out.add((metric["Name"], frozenset(dims)))
+    return out
+
+
+def dashboard_metrics(synth: Synthesized) -> set[tuple[str, frozenset[str]]]:
+    import json
+    import re
+
+    (dashboard,) = synth.resources("AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    text = "".join(p if isinstance(p, str) else "TOKEN" for p in body["Fn::Join"][1]) if isinstance(body, dict) \
+        else body
+    wanted = set()
+    for widget in json.loads(text)["widgets"]:
+        for metric in widget["properties"].get("metrics", []):
+            for item in metric:
+                if isinstance(item, dict) and "expression" in item:
+                    found = re.search(r"\{gpuaudit,([^}]*)\} MetricName=\"(\w+)\"", item["expression"])
+                    if found:
+                        wanted.add((found[2], frozenset(found[1].split(","))))
+            if metric and metric[0] == "gpuaudit":  # [namespace, name, dim, value, ...]
+                wanted.add((metric[1], frozenset(metric[2::2][:len(metric[2:]) // 2])))
+    return wanted
+
+
+def test_every_dashboard_metric_is_one_the_handlers_emit_with_the_stacks_environment(
+        synth: Synthesized, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    functions = synth.resources("AWS::Lambda::Function")
+    (env,) = {json_env for json_env in [tuple(sorted((k, v) for k, v in f["Properties"]["Environment"]["Variables"]
+                                                    .items() if k.startswith("POWERTOOLS_")))
+                                        for f in functions.values()]}
+    for name, value in env:
+        monkeypatch.setenv(name, str(value))
+    with deployed(synth, monkeypatch) as machine:
+        audits(machine.run(TRIGGERS["schedule"][0]))
+    emitted = emitted_metrics(capsys.readouterr().out)
+    wanted = dashboard_metrics(synth)
+    assert wanted, "the dashboard graphs no metric of the namespace"
+    assert {name for name, _ in wanted} >= {"Nodes", "Verdicts", "VisibilityGaps"}
+    missing = {(n, tuple(sorted(d))) for n, d in wanted
+               if (n, d) not in emitted and n != "StepErrors"}  # StepErrors is emitted only when a step fails
+    assert not missing, f"graphed but never emitted with these dimensions: {sorted(missing)}; emitted {sorted(emitted)}"
