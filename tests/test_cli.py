@@ -91,8 +91,8 @@ def test_out_writes_the_file_and_leaves_stdout_empty(world: Path, tmp_path: Path
 
 def test_out_to_a_missing_folder_fails_without_traceback(world: Path, tmp_path: Path):
     code, _, stderr = audit(world, "--out", str(tmp_path / "no" / "such" / "dir.md"))
-    assert code == EXIT_UNREACHABLE
-    assert "cannot write output" in stderr and "Traceback" not in stderr
+    assert code == EXIT_BAD_INPUT  # a user mistake (issue #17), not an unreachable account
+    assert "--out" in stderr and "cannot write there" in stderr and "Traceback" not in stderr
 
 
 # -- bad input: exit 2, naming the problem -------------------------------------------------------------

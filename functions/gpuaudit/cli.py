@@ -6,6 +6,7 @@ world could not be reached or read. A user error never prints a traceback.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -16,8 +17,10 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape as escape_markup
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.domain.window import BadWindow
@@ -26,6 +29,8 @@ from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
+from gpuaudit.report.escape import visible
+from gpuaudit.report.redact import redact
 from gpuaudit.rules.judge import BadOverride, JudgeConfig, parse_overrides
 from gpuaudit.settings import Settings
 
@@ -49,9 +54,44 @@ def _time_arg(value: str | None, flag: str) -> datetime | None:
     if value is None:
         return None
     try:
-        return parse_time(value)
-    except ValueError:
+        parsed = parse_time(value)
+    except (ValueError, OverflowError):
         raise UserError(f"{flag}: not an ISO-8601 time: {value!r} (e.g. 2026-09-27T10:00:00Z)") from None
+    if not 1970 <= parsed.year <= 2100:
+        raise UserError(f"{flag}: {value!r} is outside the years 1970-2100")
+    return parsed
+
+
+def _positive(value: float | None, flag: str) -> float | None:
+    """A finite number above zero, or None when the flag was not given."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UserError(f"{flag} must be a finite number above 0; got {value}")
+    return value
+
+
+def _cache_path(path: Path | None) -> Path | None:
+    """--cache names a file of its own format (or a new file): never a directory, a world or anything else."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise UserError(f"--cache {path}: is a directory; give a file path")
+    if path.exists():
+        try:
+            with path.open("rb") as f:
+                head = f.read(4096).decode("utf-8", "replace")
+        except OSError as exc:
+            raise UserError(f"--cache {path}: cannot be read: {exc.strerror}") from None
+        if f'"format":"{CACHE_FORMAT}"' not in head.replace(" ", "") and head.strip():
+            raise UserError(f"--cache {path}: exists and is not a gpuaudit cache ({CACHE_FORMAT}); refusing to "
+                            "overwrite it")
+    return path
+
+
+def _out_path(path: Path | None) -> Path | None:
+    if path is not None and (path.is_dir() or not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
+        raise UserError(f"--out {path}: cannot write there (directory, or a folder that does not exist or is not "
+                        "writable)")
+    return path
 
 
 def _aws_for(world: Path | None, region: str | None, role_arn: str | None = None,
@@ -131,12 +171,16 @@ def audit(
             raise UserError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
         if fmt not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
-        if run_hours is not None and run_hours <= 0:
-            raise UserError(f"--run-hours must be positive; got {run_hours}")
+        _positive(run_hours, "--run-hours")
+        _positive(checkpoint_minutes, "--checkpoint-minutes")
+        _positive(deadline_seconds, "--deadline-seconds")
+        cache = _cache_path(cache)
+        out = _out_path(out)
         request = AuditRequest(
             cluster=cluster, mode=mode, since=_time_arg(since, "--since"),  # type: ignore[arg-type]
             until=_time_arg(until, "--until"), last=last,  # type: ignore[arg-type]
-            instance_ids=[i.strip() for i in instances.split(",") if i.strip()] if instances else [],
+            # the same instance named twice is one node
+            instance_ids=list(dict.fromkeys(i.strip() for i in instances.split(",") if i.strip())) if instances else [],
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
         overrides = {**Settings.from_env(os.environ).xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
@@ -157,7 +201,7 @@ def audit(
     except CallFailed as exc:
         _fail(f"the account could not be read: {exc}", EXIT_UNREACHABLE)
     except OSError as exc:
-        _fail(f"cannot write output: {exc}", EXIT_UNREACHABLE)
+        _fail(f"cannot write output: {exc}", EXIT_BAD_INPUT)
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -202,7 +246,7 @@ def report(
 
 
 def _fail(message: str, code: int) -> None:
-    err.print(f"[bold red]gpuaudit:[/] {message}", highlight=False)
+    err.print(f"[bold red]gpuaudit:[/] {escape_markup(visible(redact(message)))}", highlight=False)
     raise typer.Exit(code)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpuaudit.model.result import Result
+from gpuaudit.report.escape import alert_text
 from gpuaudit.report.redact import redact
 
 ALERTING_VERDICTS = {"REPLACE", "REBOOT", "NOT OBSERVABLE"}
@@ -92,7 +93,7 @@ def alert_message(result: Result, changes: list[str], report_link: str | None = 
         lines.append(f"- … and {len(changes) - 20} more")
     if report_link:
         lines += ["", f"Report: {report_link}"]
-    return redact("\n".join(lines), result.account_ids)
+    return redact(alert_text("\n".join(lines)), result.account_ids)
 
 
 def chatbot_payload(result: Result, message: str) -> str:

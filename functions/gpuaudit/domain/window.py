@@ -18,6 +18,11 @@ class BadWindow(ValueError):
     pass
 
 
+# The longest window one audit reads: every hour is binned per stream, and CloudWatch Logs Insights is
+# usually queried within log retention; 90 days covers a Capacity Block's life with margin.
+MAX_WINDOW = timedelta(days=90)
+
+
 def resolve_window(mode: Mode, now: datetime, since: datetime | None = None, until: datetime | None = None,
                    last: str | None = None) -> Window:
     """`--since` alone runs to now; `--last` picks a length ending now; nothing → the mode's default."""
@@ -36,6 +41,9 @@ def resolve_window(mode: Mode, now: datetime, since: datetime | None = None, unt
         raise BadWindow(f"window start {start.isoformat()} is not before its end {end.isoformat()}")
     if start > now:
         raise BadWindow(f"window start {start.isoformat()} is in the future (now {now.isoformat()})")
+    if end - start > MAX_WINDOW:
+        raise BadWindow(f"window {start.isoformat()} → {end.isoformat()} is longer than the maximum of "
+                        f"{MAX_WINDOW.days} days (an audit reads every hour of it; split it into several audits)")
     return Window(start=start, end=min(end, now) if until is None else end, source="user")
 
 

@@ -104,7 +104,16 @@ class WorldBackend:
         except ApiError as err:
             return _response(err.status), {"Error": {"Code": err.code, "Message": err.message},
                                            "ResponseMetadata": {"HTTPStatusCode": err.status}}
-        parsed = _shape(model.output_shape, body, f"{service}.{operation}") if model.output_shape else {}
+        except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
+            # A world item of the wrong shape (a null node, a missing InstanceId, a CloudTrailEvent that is not
+            # an object): bad input in the world file, named, never a traceback from the audit.
+            raise WorldError(f"world {self.world.source}: data served for {service}:{operation} is malformed "
+                             f"({type(exc).__name__}: {exc}); see WORLD-FORMAT") from None
+        try:
+            parsed = _shape(model.output_shape, body, f"{service}.{operation}") if model.output_shape else {}
+        except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
+            raise WorldError(f"world {self.world.source}: data served for {service}:{operation} does not fit the "
+                             f"API's response shape ({type(exc).__name__}: {exc})") from None
         parsed["ResponseMetadata"] = {"HTTPStatusCode": 200, "RequestId": str(uuid.uuid4())}
         return _response(200), parsed
 

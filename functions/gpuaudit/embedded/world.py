@@ -8,6 +8,7 @@ the key path, so the CLI can say exactly what is wrong (exit 2).
 from __future__ import annotations
 
 import json
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -52,9 +53,36 @@ def _epoch_ms(value: Any, where: str) -> int:
     if isinstance(value, bool) or value is None:
         raise WorldError(f"{where}: expected an ISO-8601 UTC time or epoch milliseconds, got {value!r}")
     try:
-        return to_epoch_ms(parse_time(value))
+        ms = to_epoch_ms(parse_time(value))
     except (TypeError, ValueError, OverflowError, OSError) as exc:
         raise WorldError(f"{where}: bad timestamp {value!r} ({exc})") from None
+    if not EARLIEST_MS <= ms < LATEST_MS:
+        raise WorldError(f"{where}: {value!r} is outside the years 1970-2100")
+    return ms
+
+
+EARLIEST_MS, LATEST_MS = 0, 4_102_444_800_000  # 1970-01-01 to 2100-01-01
+MIN_EVERY_S = 0.1  # periodic entries: at most ten lines a second
+MAX_PERIODIC_LINES = 50_000_000  # one entry; generated 10,000-node weeks stay below
+REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
+
+
+def _check_basics(raw: dict[str, Any]) -> None:
+    """What the world's top level and cluster items must be before any call is served, named by key path."""
+    region = raw.get("region")
+    if not isinstance(region, str) or not REGION.match(region):
+        raise WorldError(f"world: region must be an AWS region name such as 'us-west-2', got {region!r}")
+    if not isinstance(raw.get("account_id"), str):
+        raise WorldError(f"world: account_id must be a string, got {raw.get('account_id')!r}")
+    for ci, cluster in enumerate((raw.get("sagemaker") or {}).get("clusters", []) or []):
+        if not isinstance(cluster, dict):
+            raise WorldError(f"world: sagemaker.clusters[{ci}] must be an object, got {cluster!r}")
+        for ni, node in enumerate(cluster.get("Nodes", []) or []):
+            where = f"sagemaker.clusters[{ci}].Nodes[{ni}]"
+            if not isinstance(node, dict) or not isinstance(node.get("InstanceId"), str):
+                raise WorldError(f"world: {where} must be an object with a string InstanceId")
+            if "LaunchTime" in node:
+                _epoch_ms(node["LaunchTime"], f"world: {where}.LaunchTime")
 
 
 @dataclass(frozen=True)
@@ -148,9 +176,19 @@ class World:
         return self.data.get(service, {}).get(key, [])
 
 
+MAX_WORLD_BYTES = 512 * 1024 * 1024  # generated 10,000-node worlds stay far below: they use periodic entries
+
+
 def load_world(path: str | Path) -> World:
+    file = Path(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        if not file.exists():
+            raise WorldError(f"cannot read world file {path}: no such file")
+        if not file.is_file():
+            raise WorldError(f"cannot read world file {path}: not a regular file (a device or a directory)")
+        if file.stat().st_size > MAX_WORLD_BYTES:
+            raise WorldError(f"world file {path}: larger than {MAX_WORLD_BYTES // 2**20} MiB")
+        text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise WorldError(f"cannot read world file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -160,6 +198,8 @@ def load_world(path: str | Path) -> World:
     except json.JSONDecodeError as exc:
         raise WorldError(f"world file {path} is not valid JSON (truncated?): {exc.msg} at line {exc.lineno} "
                          f"column {exc.colno}") from None
+    except RecursionError:
+        raise WorldError(f"world file {path}: JSON nested too deeply") from None
     world = parse_world(raw)
     world.source = str(path)
     return world
@@ -177,6 +217,7 @@ def parse_world(raw: Any) -> World:
     for key in ("now", "account_id", "region"):
         if key not in raw:
             raise WorldError(f"world: missing required key {key!r}")
+    _check_basics(raw)
     now = parse_time_or_error(raw["now"], "now")
     data: dict[str, dict[str, list[Any]]] = {}
     for section, keys in SECTIONS.items():
@@ -248,8 +289,12 @@ def _parse_log_groups(raw_groups: list[Any]) -> dict[str, LogGroup]:
                 if not isinstance(p, dict) or set(p) - {"from", "to", "every_s", "message"}:
                     raise WorldError(f"{pwhere}: expected keys from, to, every_s, message")
                 every = p.get("every_s")
-                if not isinstance(every, (int, float)) or every <= 0:
-                    raise WorldError(f"{pwhere}.every_s: must be a positive number, got {every!r}")
+                if isinstance(every, bool) or not isinstance(every, (int, float)) or not every >= MIN_EVERY_S:
+                    raise WorldError(f"{pwhere}.every_s: must be a number of at least {MIN_EVERY_S}, got {every!r}")
+                span_s = (_epoch_ms(p.get("to"), f"{pwhere}.to") - _epoch_ms(p.get("from"), f"{pwhere}.from")) / 1000
+                if span_s / every > MAX_PERIODIC_LINES:
+                    raise WorldError(f"{pwhere}: {span_s / every:,.0f} lines, more than {MAX_PERIODIC_LINES:,} in one "
+                                     "periodic entry")
                 periodic.append(Periodic(_epoch_ms(p.get("from"), f"{pwhere}.from"),
                                          _epoch_ms(p.get("to"), f"{pwhere}.to"),
                                          int(every * 1000), as_logged(str(p.get("message", "")))))

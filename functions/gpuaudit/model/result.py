@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
 
+from gpuaudit.model.redaction import redact_tree
 from gpuaudit.model.timeutil import iso
 
 SCHEMA = "gpu-audit-result/1"
@@ -166,4 +168,6 @@ class Result(Out):
         return self._account_ids
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2)
+        """The result document as every consumer reads it: account IDs redacted in every field but
+        `cluster.arn` (OUTPUT-CONTRACT privacy)."""
+        return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True)), indent=2, ensure_ascii=False)

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from gpuaudit.model.result import CoverageRow, GpuError, NodeResult, Result
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
+from gpuaudit.report.escape import quote, visible
 from gpuaudit.report.markdown import BRANCH_NAMES
 from gpuaudit.report.redact import MASK, redact
 
@@ -96,7 +97,7 @@ T = TypeVar("T")
 
 def _e(value: object) -> str:
     """Text → HTML: account IDs redacted first, so the mask itself is escaped too."""
-    return escape(redact(str(value)), quote=True)
+    return escape(visible(redact(str(value))), quote=True)
 
 
 def _prose(value: object) -> str:
@@ -296,7 +297,7 @@ def _marker(e: GpuError, x: float, y: float, iid: str) -> str:
     when = iso(e.time) + (f" to {iso(e.last_time)}" if e.last_time and e.last_time != e.time else "")
     reason = f", HMA reason {e.hma_reason}" if e.hma_reason else ""
     title = (f"{what} ×{e.count}, class {e.class_}, {when}, {e.source} stream {e.log_group} / {e.log_stream}"
-             f"{reason} — {e.message[:240]}")
+             f"{reason} — {quote(e.message, 240)}")
     shape = MARKER_SHAPES.get(e.class_, "circle")
     css = f"mk mk-{e.class_ if e.class_ in MARKER_SHAPES else 'other'}"
     r = 5.5
@@ -513,7 +514,7 @@ def _errors(r: Result) -> str:
         if e.hma_reason:
             source += f" (HMA reason {_e(e.hma_reason)})"
         rows.append((f"<code>{_e(n.instance_id)}</code>", _e(_t(e.time)), _e(_t(e.last_time)), str(e.count),
-                     _e(label), _e(e.class_), _or_dash(e.pci), source, f'<span class="mono">{_e(e.message)}</span>'))
+                     _e(label), _e(e.class_), _or_dash(e.pci), source, f'<span class="mono">{_e(quote(e.message))}</span>'))
     return "<h3>GPU errors</h3>" + _table(
         ("Node", "First", "Last", "Count", "Xid", "Class", "PCI", "Source", "Line (verbatim)"), rows,
         scroll=len(rows) > 40)

@@ -7,6 +7,7 @@ from datetime import datetime
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
+from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
 from gpuaudit.report.redact import redact
 
 BRANCH_NAMES = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage (FSx for Lustre)",
@@ -17,8 +18,7 @@ def _t(value: datetime | None) -> str:
     return iso(value) if value else "—"
 
 
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ") if text not in (None, "") else "—"
+_cell = md_cell  # every table cell is account text until proven otherwise
 
 
 def _hours(hours: list[datetime]) -> str:
@@ -31,9 +31,10 @@ def _hours(hours: list[datetime]) -> str:
 
 def _node_line(n: NodeResult) -> str:
     verdict = n.verdict or "no verdict (no GPU signal)"
-    what = f"**{verdict}** — `{n.instance_id}`"
-    meta = ", ".join(x for x in (n.instance_type or "type unknown", n.instance_group, n.status, n.role) if x)
-    evidence = f": {n.verdict_evidence}" if n.verdict_evidence else ""
+    what = f"**{verdict}** — {md_code(n.instance_id)}"
+    meta = md_inline(", ".join(x for x in (n.instance_type or "type unknown", n.instance_group, n.status, n.role)
+                               if x))
+    evidence = f": {md_inline(n.verdict_evidence)}" if n.verdict_evidence else ""
     return f"- {what} ({meta}); Xid status **{n.xid_status}**{evidence}"
 
 
@@ -42,15 +43,16 @@ def render(result: Result) -> str:
     lines: list[str] = []
     kind = r.cluster.kind
     if r.mode == "preflight":
-        lines.append(f"# gpuaudit pre-flight: {r.cluster.name} ({r.cluster.region}) — {r.planned_run or 'planned run'}")
+        lines.append(f"# gpuaudit pre-flight: {md_inline(r.cluster.name)} ({md_inline(r.cluster.region)}) — "
+                     f"{md_inline(r.planned_run or 'planned run')}")
     else:
-        lines.append(f"# gpuaudit {r.mode} audit: {r.cluster.name} ({r.cluster.region})")
+        lines.append(f"# gpuaudit {r.mode} audit: {md_inline(r.cluster.name)} ({md_inline(r.cluster.region)})")
     lines += ["", f"- Impact window: {_t(r.window.start)} → {_t(r.window.end)} (source: {r.window.source}); "
                   f"coverage tested over the padded window {_t(r.window.padded_start)} → {_t(r.window.padded_end)}",
               f"- Orchestrator: {kind}", f"- Generated: {_t(r.generated_at)}", ""]
     if r.mode == "preflight" and r.ready:
         lines += [f"## Ready: {r.ready}", ""]
-    lines += ["## Verdict", "", r.headline, "", f"Confidence: **{r.confidence}**", ""]
+    lines += ["## Verdict", "", md_inline(r.headline), "", f"Confidence: **{r.confidence}**", ""]
     lines += ["## Node verdicts", ""] + [_node_line(n) for n in r.nodes] + [""]
     if r.checks:
         lines += ["## Pre-flight checks", "", "| # | Check | Result | Evidence | Action |", "|---|---|---|---|---|"]
@@ -67,7 +69,7 @@ def render(result: Result) -> str:
               "| Node | Type | GPUs | EFA attached/max | NVSwitch | Fabric Manager | NCCL transport |",
               "|---|---|---|---|---|---|---|"]
     for n in r.nodes:
-        lines.append(f"| `{n.instance_id}` | {_cell(n.instance_type or 'unknown')} | {_cell(n.gpu_count)} | "
+        lines.append(f"| {md_code(n.instance_id)} | {_cell(n.instance_type or 'unknown')} | {_cell(n.gpu_count)} | "
                      f"{_cell(n.efa)} | {_cell(n.nvswitch)} | {_cell(n.signals.fabric_manager)} | "
                      f"{_cell(n.signals.nccl)} |")
     lines += ["", "## GPU error log coverage", "",
@@ -77,10 +79,11 @@ def render(result: Result) -> str:
         xids = len([e for e in n.gpu_errors if e.code is not None])
         for c in n.coverage:
             live = _hours(c.empty_hours) if c.source_kind == "kernel" else "n/a (HMA)"
-            stream = f"`{c.log_stream}`" if c.log_stream else "none"
-            lines.append(f"| `{n.instance_id}` | `{c.log_group}` | {stream} | {_t(c.first_event)} | "
+            stream = md_code(c.log_stream) if c.log_stream else "none"
+            lines.append(f"| {md_code(n.instance_id)} | {md_code(c.log_group)} | {stream} | {_t(c.first_event)} | "
                          f"{_t(c.last_event)} | {live} | {_cell(c.kernel_lines_ever)} | {xids} | **{c.status}** |")
-    notes = [f"- `{n.instance_id}` · `{c.log_stream or c.log_group}`: {c.note}" for n in r.nodes for c in n.coverage
+    notes = [f"- {md_code(n.instance_id)} · {md_code(c.log_stream or c.log_group)}: {md_inline(c.note)}"
+             for n in r.nodes for c in n.coverage
              if c.note]
     if notes:
         lines += ["", "Coverage notes:", *notes]
@@ -92,33 +95,34 @@ def render(result: Result) -> str:
             label = f"Xid {e.code}" if e.code is not None else "—"
             if e.meaning:
                 label += f" ({e.meaning})"
-            source = f"`{e.log_group}` / `{e.log_stream}`"
+            source = f"{md_code(e.log_group)} / {md_code(e.log_stream)}"
             if e.hma_reason:
-                source += f" (HMA reason {e.hma_reason})"
-            lines.append(f"| `{n.instance_id}` | {_t(e.time)} | {_t(e.last_time)} | {e.count} | {_cell(label)} | "
-                         f"{e.class_} | {_cell(e.pci)} | {source} | {_cell(e.message[:300])} |")
+                source += f" (HMA reason {md_inline(e.hma_reason)})"
+            lines.append(f"| {md_code(n.instance_id)} | {_t(e.time)} | {_t(e.last_time)} | {e.count} | {_cell(label)} | "
+                         f"{e.class_} | {_cell(e.pci)} | {source} | {_cell(quote(e.message))} |")
     if r.branches:
         lines += ["", "## Root cause", ""]
         lines += [f"- Branch {b.branch} ({BRANCH_NAMES[b.branch]}): **{b.status}**"
-                  + (f" — {b.label}" if b.label else "") + f". {b.evidence}"
-                  + (f" Confirming measurement: {b.confirming_measurement}" if b.confirming_measurement else "")
+                  + (f" — {b.label}" if b.label else "") + f". {md_inline(b.evidence)}"
+                  + (f" Confirming measurement: {md_inline(b.confirming_measurement)}"
+                     if b.confirming_measurement else "")
                   for b in r.branches if b.status in ("Root cause", "Contributing", "UNVERIFIED")]
         lines += ["", "| Branch | Status | Label | Evidence | Confirming measurement |", "|---|---|---|---|---|"]
         lines += [f"| {b.branch} — {BRANCH_NAMES[b.branch]} | {b.status} | {_cell(b.label)} | {_cell(b.evidence)} | "
                   f"{_cell(b.confirming_measurement)} |" for b in r.branches]
-    services = [f"- `{n.instance_id}`: {n.service_action}" for n in r.nodes if n.service_action]
+    services = [f"- {md_code(n.instance_id)}: {md_inline(n.service_action)}" for n in r.nodes if n.service_action]
     lines += ["", "## Cluster state", ""]
-    lines += [f"- {s}" for s in r.cluster_state] or ["- not read"]
+    lines += [f"- {md_inline(s)}" for s in r.cluster_state] or ["- not read"]
     if services:
         lines += ["", "What the service itself did:", *services]
     lines += ["", "## Recommended operator actions (not executed)", ""]
-    lines += [f"{i}. {a}" for i, a in enumerate(r.actions, 1)] or ["- none"]
+    lines += [f"{i}. {md_inline(a)}" for i, a in enumerate(r.actions, 1)] or ["- none"]
     if r.config_overrides:
-        lines += ["", "## Configuration overrides", "", *[f"- {o}" for o in r.config_overrides]]
+        lines += ["", "## Configuration overrides", "", *[f"- {md_inline(o)}" for o in r.config_overrides]]
     lines += ["", "## Visibility gaps", ""]
-    lines += [f"- {g}" for g in r.visibility_gaps] or ["- none"]
+    lines += [f"- {md_inline(g)}" for g in r.visibility_gaps] or ["- none"]
     calls = ", ".join(f"{c.service} {c.operation} ×{c.count}" for c in r.calls)
-    lines += ["", "## Calls made", "", calls or "none", "", f"**{r.self_check}**", ""]
+    lines += ["", "## Calls made", "", md_inline(calls or "none"), "", f"**{md_inline(r.self_check)}**", ""]
     return redact("\n".join(lines))
 
 

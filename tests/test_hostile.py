@@ -1,0 +1,119 @@
+"""Untrusted text and hostile input (issue #17): whatever the account writes (log lines, stream, group and
+node names) reaches no terminal, table, page or alert raw, and no account ID survives in any form."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuaudit.cli import app
+from gpuaudit.model.redaction import redact
+from gpuaudit.report.escape import QUOTE_LIMIT, md_code, md_inline
+from gpuaudit.sinks import alert_message
+from tests.helpers.worlds import PClusterWorld, at
+
+ESC_TITLE = "\x1b]0;pwned\x07"
+CLEAR = "\x1b[2J"
+HOSTILE = f"{ESC_TITLE}{CLEAR}a|b|c`x` <script>alert(1)</script> <img src=x onerror=alert(2)> [x](javascript:alert(3))"
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+ACCOUNT_FORMS = ["arn:aws:sts::444455556666:assumed-role/r/s", "sagemaker-us-west-2-444455556666",
+                 "1111-2222-3333", "acct444455556666", "444455556666x"]
+
+
+def hostile_world() -> PClusterWorld:
+    w = PClusterWorld("evil", n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-2), at(13))
+    w.stream(w.group, stream, events=[(at(9), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, {HOSTILE} "
+                                              + " ".join(ACCOUNT_FORMS) + " " + "A" * 5000)])
+    return w
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    w = hostile_world()
+    path = tmp_path_factory.mktemp("w") / "evil.world.json"
+    path.write_text(json.dumps(w.raw))
+    runner = CliRunner()
+    found = {}
+    for fmt in ("md", "json", "html"):
+        out = runner.invoke(app, ["audit", "--world", str(path), "--cluster", "evil", "--mode", "incident",
+                                  "--since", at(8), "--until", at(11), "--format", fmt])
+        assert out.exit_code == 0, out.output
+        found[fmt] = out.stdout
+    result = w.audit("evil", mode="incident", since=at(8), until=at(11))
+    found["alert"] = alert_message(result, [f"{result.nodes[0].instance_id}: new verdict {HOSTILE}"])
+    return found
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "html", "alert"])
+def test_no_raw_control_character_reaches_any_output(outputs: dict[str, str], fmt: str) -> None:
+    text = outputs[fmt] if fmt != "json" else json.dumps(json.loads(outputs[fmt]), ensure_ascii=False)
+    assert not RAW_CONTROL.search(text.replace("\n", "").replace("\t", ""))
+
+
+LIVE_TAG = re.compile(r"(?<!\\)<\s*/?\s*(script|img)", re.I)
+LIVE_LINK = re.compile(r"(?<!\\)\]\(javascript:", re.I)
+CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "alert"])
+def test_no_markup_from_the_account_is_live(outputs: dict[str, str], fmt: str) -> None:
+    text = outputs[fmt]
+    assert not LIVE_TAG.search(text), LIVE_TAG.search(text)
+    if fmt != "html":  # in HTML a Markdown link is inert text
+        assert not LIVE_LINK.search(text)
+    assert "HOSTILE" not in text
+
+
+def test_a_pipe_in_a_logged_line_adds_no_table_cell(outputs: dict[str, str]) -> None:
+    width = None
+    for line in outputs["md"].splitlines():
+        if not line.startswith("|"):
+            width = None
+            continue
+        cells = len(CELL_SPLIT.split(line))
+        width = width or cells
+        assert cells == width, line
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "html", "alert"])
+def test_no_account_id_in_any_form(outputs: dict[str, str], fmt: str) -> None:
+    text = outputs[fmt]
+    for form in ("444455556666", "1111-2222-3333"):
+        assert form not in text, (fmt, form)
+
+
+def test_quoted_log_lines_are_cut_and_say_so(outputs: dict[str, str]) -> None:
+    assert "A" * (QUOTE_LIMIT + 1) not in outputs["md"] and "A" * (QUOTE_LIMIT + 1) not in outputs["html"]
+    assert "[cut:" in outputs["md"]
+
+
+def test_escaping_functions_never_let_text_escape_its_span() -> None:
+    assert md_code("a`b``c|d") == "```a`b``c\\|d```"
+    assert md_inline("x\n## fake heading\n- **REPLACE** i-1") == "x \\#\\# fake heading \\- \\*\\*REPLACE\\*\\* i-1" \
+        or "\n" not in md_inline("x\n## fake")
+    assert "\x1b" not in md_inline(ESC_TITLE)
+
+
+def test_redaction_keeps_timestamps_and_resource_ids() -> None:
+    kept = "/aws/parallelcluster/llm-202608261551 i-0123456789012abcd 123e4567-e89b-12d3-a456-426614174000"
+    assert redact(kept) == kept
+    for form in ACCOUNT_FORMS:
+        assert "444455556666" not in redact(form) and "1111-2222-3333" not in redact(form)
+
+
+def test_exit_3_on_stderr_redacts_the_assumed_role_arn_and_shows_controls(tmp_path: Path) -> None:
+    w = hostile_world()
+    w.fault("ec2", "DescribeInstances", "UnauthorizedOperation",
+            message="User: arn:aws:sts::444455556666:assumed-role/audit/s is not authorized \x1b[2J")
+    path = tmp_path / "denied.world.json"
+    path.write_text(json.dumps(w.raw))
+    out = CliRunner().invoke(app, ["audit", "--world", str(path), "--cluster", "evil"])
+    assert out.exit_code == 3, out.output
+    assert "could not be read" in out.output
+    assert "444455556666" not in out.output and "\x1b[" not in out.output
