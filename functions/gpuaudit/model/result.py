@@ -170,4 +170,5 @@ class Result(Out):
     def to_json(self) -> str:
         """The result document as every consumer reads it: account IDs redacted in every field but
         `cluster.arn` (OUTPUT-CONTRACT privacy)."""
-        return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True)), indent=2, ensure_ascii=False)
+        # ensure_ascii: DEL and C1 controls (e.g. U+009B, a terminal's CSI) are \u-escaped like the C0 ones
+        return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True)), indent=2, ensure_ascii=True)
