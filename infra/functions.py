@@ -87,7 +87,7 @@ class AuditFunctions(Construct):
                   # X-Ray segments take at most 64 KB: Logs Insights results and payloads are far larger.
                   "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"}
         specific = {
-            "Plan": {"GPUAUDIT_CLUSTERS": json.dumps(config.clusters),
+            "Plan": {"FINDINGS_TABLE": store.table.table_name, "GPUAUDIT_CLUSTERS": json.dumps(config.clusters),
                      "GPUAUDIT_DISCOVER": str(config.discover).lower(),
                      "GPUAUDIT_DISCOVERY_TAG": f"{config.discovery_tag.key}={config.discovery_tag.value}"
                      if config.discovery_tag else ""},
@@ -97,7 +97,9 @@ class AuditFunctions(Construct):
         }
         payloads = store.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")
         own = {
-            "Plan": [],
+            # Bursts: one conditional claim per cluster, mode and quarter hour (handlers/coalesce.py)
+            "Plan": [iam.PolicyStatement(sid="BurstClaims", actions=["dynamodb:PutItem"],
+                                         resources=[store.table.table_arn])],
             "Inventory": [iam.PolicyStatement(sid="StorePayloads", actions=["s3:PutObject"], resources=[payloads])],
             "CollectLogs": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
                                                 resources=[payloads]),

@@ -204,3 +204,28 @@ def test_alert_and_stored_text_carry_no_account_id(sinks: Sinks):
         assert "111122223333" not in text and "123456789012" not in text
         assert ACCOUNT_LIKE.findall(text) == []
     assert "<account>" in json.loads(sent["message"])["default"]
+
+
+def test_a_degraded_early_result_never_hides_a_complete_later_one_of_the_same_window(sinks: Sinks):
+    # Given a first audit of a window during which Logs Insights was throttled (every query a gap)
+    w = PClusterWorld(n_compute=1)
+    w.healthy(w.compute[0], at(-10), at(12, 25))
+    complete = w.audit(w.cluster, since=at(6), until=at(10))
+    w.fault("logs", "StartQuery", "ThrottlingException")
+    degraded = w.audit(w.cluster, since=at(6), until=at(10))
+    assert degraded.audit_id == complete.audit_id and len(degraded.visibility_gaps) > len(complete.visibility_gaps)
+    sinks.write(degraded)
+
+    # When the complete result of the same window arrives
+    outcome = sinks.write(complete)
+
+    # Then it replaces the degraded one (not a duplicate), and the node's state is Measured again
+    assert not outcome.duplicate and outcome.superseded
+    iid = compute_id(complete)
+    nodes = {i["sk"]["S"]: i["xid_status"]["S"] for i in sinks.items() if i["pk"]["S"] == f"AUDIT#{complete.audit_id}"
+             and i["sk"]["S"].startswith("NODE#")}
+    assert nodes[f"NODE#{iid}"] == "Measured"
+    summary = next(i for i in sinks.items() if i["pk"]["S"] == f"AUDIT#{complete.audit_id}" and i["sk"]["S"] == "SUMMARY")
+    assert summary["gaps"]["N"] == str(len(complete.visibility_gaps))
+    # and the degraded one arriving again after it is a duplicate
+    assert sinks.write(degraded).duplicate

@@ -26,14 +26,22 @@ RETENTION_DAYS = 90
 class SinkOutcome:
     items_written: int = 0
     duplicate: bool = False
+    superseded: bool = False  # a less complete earlier result of the same window was replaced
     alert: str | None = None
     published: bool = False
     changes: list[str] = field(default_factory=list)
 
 
-def _put_new(ddb: Any, table: str, item: dict[str, Any]) -> bool:
+def _put_new(ddb: Any, table: str, item: dict[str, Any], fewer_gaps_than: int | None = None) -> bool:
+    """Write unless the item exists; with `fewer_gaps_than`, also replace one recorded with more gaps."""
+    condition = "attribute_not_exists(pk)"
+    values: dict[str, Any] = {}
+    if fewer_gaps_than is not None:
+        condition += " OR gaps > :gaps OR attribute_not_exists(gaps)"
+        values = {":gaps": {"N": str(fewer_gaps_than)}}
     try:
-        ddb.put_item(TableName=table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        ddb.put_item(TableName=table, Item=item, ConditionExpression=condition,
+                     **({"ExpressionAttributeValues": values} if values else {}))
         return True
     except ClientError as err:
         if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
@@ -109,16 +117,23 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     """`report_link`: where the HTML report is (no credentials in it); the alert's last line and the summary's."""
     outcome = SinkOutcome()
     audit_key = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY")}
-    if "Item" in ddb.get_item(TableName=table, Key=audit_key, ConsistentRead=True):
-        outcome.duplicate = True  # this audit window was already recorded and alerted on
-        return outcome
+    gaps = len(result.visibility_gaps)
+    recorded = ddb.get_item(TableName=table, Key=audit_key, ConsistentRead=True).get("Item")
+    if recorded is not None:
+        # Completeness is part of idempotency: the same window again is a duplicate, unless this result saw
+        # more (fewer gaps) than the one recorded — a degraded early run never hides a complete later one.
+        if gaps >= int(recorded.get("gaps", {}).get("N", "0")):
+            outcome.duplicate = True
+            return outcome
+        outcome.superseded = True
     previous = latest_state(ddb, table, result.cluster.name)
     expires = _s(now_epoch + retention_days * 86400)
     for node in result.nodes:
         item = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(f"NODE#{node.instance_id}"),
                 "xid_status": _s(node.xid_status), "verdict": _s(node.verdict or "none"),
                 "verdict_evidence": _s(redact(node.verdict_evidence or "", result.account_ids)), "expires_at": {"N": expires["S"]}}
-        outcome.items_written += int(_put_new(ddb, table, item))
+        outcome.items_written += int(_put_new(ddb, table, {**item, "gaps": {"N": str(gaps)}},
+                                              gaps if outcome.superseded else None))
     outcome.changes = changes_against(result, previous)
     for node in result.nodes:  # latest state per node: what the next audit compares against
         ddb.put_item(TableName=table, Item={"pk": _s(f"LATEST#{result.cluster.name}"), "sk": _s(f"NODE#{node.instance_id}"),
@@ -141,9 +156,10 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     # the alert (at least once), never skip the alert. Two racing deliveries: the condition lets one win.
     summary = {**audit_key, "cluster": _s(result.cluster.name), "mode": _s(result.mode),
                "headline": _s(redact(result.headline, result.account_ids)), "window_start": _s(result.window.start.isoformat()),
-               "window_end": _s(result.window.end.isoformat()), "expires_at": {"N": expires["S"]}}
+               "window_end": _s(result.window.end.isoformat()), "expires_at": {"N": expires["S"]},
+               "gaps": {"N": str(gaps)}}
     if report_link:
         summary["report_link"] = _s(redact(report_link, result.account_ids))
-    if _put_new(ddb, table, summary):
+    if _put_new(ddb, table, summary, gaps if outcome.superseded else None):
         outcome.items_written += 1
     return outcome

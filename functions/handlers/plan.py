@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.report.redact import redact
 from handlers import runtime
+from handlers.coalesce import coalesce
 from handlers.models import EventBridgeTrigger, Trigger
 from handlers.observability import logger, metrics, step_handler
 from handlers.targets import PlanSettings, plan_for
@@ -36,8 +37,15 @@ def parse_trigger(event: Any) -> Trigger:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     trigger = parse_trigger(event)
     settings = PlanSettings.from_env(dict(os.environ))
+    session = session_factory()
     with runtime.reported_failures():
-        plan = plan_for(trigger, settings, runtime.audit_port(session_factory(), clock))
+        plan = plan_for(trigger, settings, runtime.audit_port(session, clock))
+    if not isinstance(trigger, AuditRequest) and plan.trigger != "schedule" and plan.targets:
+        kept, coalesced, failed = coalesce(session.client("dynamodb"), runtime.env("FINDINGS_TABLE"), plan.targets,
+                                           trigger.time, int(clock().timestamp()))
+        plan = plan.model_copy(update={"targets": kept, "skipped": plan.skipped + coalesced,
+                                       "gaps": plan.gaps + failed})
+        metrics.add_metric(name="AuditsCoalesced", unit=MetricUnit.Count, value=len(coalesced))
     metrics.add_metric(name="AuditsPlanned", unit=MetricUnit.Count, value=len(plan.targets))
     logger.info("planned", extra={"trigger": plan.trigger, "clusters": [t.request.cluster for t in plan.targets],
                                   "skipped": [redact(s) for s in plan.skipped], "gaps": [redact(g) for g in plan.gaps]})

@@ -117,3 +117,25 @@ def test_a_malformed_trigger_gets_a_clear_validation_error(account: Account, eve
     with pytest.raises(InvalidEvent) as raised:
         run(event)
     assert named in str(raised.value)
+
+
+def test_a_burst_of_100_node_events_in_a_quarter_hour_starts_one_audit(account: Account, capsys: Any) -> None:
+    """100 node-health events between 16:45:00 and 16:59:51 (one per node detection): the first plans the
+    incident audit, the other 99 end at Plan, each naming the audit it was coalesced into."""
+    outs = [run(hyperpod_node_health_event("research-hp-slurm", f"2026-10-01T16:{45 + i // 7:02d}:{(i * 7) % 60:02d}Z"))
+            for i in range(100)]
+    audits = [t for o in outs for t in o["targets"]]
+    with capsys.disabled():
+        print(f"\nburst: 100 events -> {len(audits)} audit(s), {sum(len(o['skipped']) for o in outs)} coalesced")
+    assert len(audits) == 1
+    assert all("coalesced" in o["skipped"][0] for o in outs[1:])
+    # the next quarter hour is a new burst: audited again
+    (later,) = run(hyperpod_node_health_event("research-hp-slurm", "2026-10-01T17:00:05Z"))["targets"]
+    assert later["request"]["until"] == "2026-10-01T17:00:00Z"
+
+
+def test_a_claim_that_cannot_be_made_never_blocks_the_audit(monkeypatch: pytest.MonkeyPatch) -> None:
+    with world_account(monkeypatch) as _account:
+        monkeypatch.setenv("FINDINGS_TABLE", "no-such-table")
+        out = run(hyperpod_node_health_event("research-hp-slurm", "2026-10-01T16:42:31Z"))
+    assert len(out["targets"]) == 1 and "burst claim not made" in out["gaps"][0]
