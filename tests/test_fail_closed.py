@@ -83,3 +83,40 @@ def test_capacity_reservations_denied_never_makes_p10_pass() -> None:
     checks = {c.id: c for c in result.checks}
     assert checks["P10"].result == "Not checked", checks["P10"]
     assert "describe-capacity-reservations" in checks["P10"].evidence
+
+
+def test_a_held_xid_48_states_the_bar_for_replace() -> None:
+    # RULES §6 rule 48: neither 171/172 nor a named memory → held as a hypothesis, the REPLACE bar stated
+    w = HyperPodWorld(gpu_nodes=1)
+    w.cluster_metrics(at(0), at(12, 30))
+    node = w.gpu[0]
+    w.kernel_stream(w.group, f"{node.group}/{node.instance_id}", at(0), at(12, 30), host=node.hostname)
+    w.hma_detection(node, at(8), code=48, reason="XidHardwareFailure")
+    n = node_of(w.audit("hp-slurm", mode="incident", since=SINCE), node.instance_id)
+    assert n.verdict == "MONITOR"
+    assert "bar for REPLACE: Xid 64 or a remap failure, `SRAM Threshold Exceeded: Yes`, or the 48 recurring on the " \
+           "same bus" in (n.verdict_evidence or "")
+
+
+def test_a_branch_with_evidence_and_no_leading_cause_is_the_hypothesis_not_contributing() -> None:
+    # RULES §8: Contributing only beside a leading cause. Only NCCL fell back to sockets (branch D), nothing else.
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(0), at(12, 30))
+    w.stream(w.group, stream, events=[(at(9), f"{node.hostname} python[77]: NCCL INFO Channel 00/0 : 0[0] -> 1[0] "
+                                              "[send] via NET/Socket/0")])
+    result = w.audit(w.cluster, mode="incident", since=SINCE)
+    d = next(b for b in result.branches if b.branch == "D")
+    assert d.status == "UNVERIFIED" and d.label == "Hypothesis (to validate)", d
+    assert not any(b.status == "Contributing" for b in result.branches)
+    assert result.headline.startswith("Leading hypothesis: branch D")
+
+
+def test_p3_quota_read_but_absent_is_unverified_not_not_checked() -> None:
+    # The quota listing was read (the call succeeded) and does not hold the instance type's quota
+    w = HyperPodWorld(gpu_nodes=1)
+    w.raw.setdefault("servicequotas", {})["quotas"] = [
+        {"ServiceCode": "sagemaker", "QuotaCode": "L-0000TEST", "QuotaName": "some other quota", "Value": 4}]
+    checks = {c.id: c for c in w.audit("hp-slurm", mode="preflight").checks}
+    assert checks["P3"].result == "UNVERIFIED", checks["P3"]
+    assert "not among the quotas read" in checks["P3"].evidence

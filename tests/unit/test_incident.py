@@ -133,10 +133,11 @@ def test_storage_below_saturation_is_a_hypothesis_with_raw_percent_and_client_ch
     assert "stat" in (c.confirming_measurement or "")
 
 
-def test_storage_saturated_for_five_minutes_contributes() -> None:
+def test_storage_saturated_for_five_minutes_alone_is_the_leading_hypothesis() -> None:
+    # RULES §8: Contributing only beside a leading cause; alone, the saturated storage is the hypothesis itself
     w = fsx_world([95.0] * 6)
     c = branches(w.audit("train", mode="incident", since=at(9), until=at(11)))["C"]
-    assert c.status == "Contributing"
+    assert (c.status, c.label) == ("UNVERIFIED", "Hypothesis (to validate)")
 
 
 def test_cluster_change_before_failure_and_denied_cloudtrail() -> None:
@@ -145,7 +146,8 @@ def test_cluster_change_before_failure_and_denied_cloudtrail() -> None:
         "EventId": "e1", "EventName": "UpdateFileSystem", "EventTime": at(8, 30), "EventSource": "fsx.amazonaws.com",
         "Username": "ops", "Resources": [],
         "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": "train"}})})
-    assert branches(w.audit("train", mode="incident", since=at(9), until=at(11)))["E"].status == "Contributing"
+    # the change alone (no other branch with evidence) is the leading hypothesis, not Contributing (RULES §8)
+    assert branches(w.audit("train", mode="incident", since=at(9), until=at(11)))["E"].status == "UNVERIFIED"
     w.fault("cloudtrail", "LookupEvents", "AccessDeniedException")
     e = branches(w.audit("train", mode="incident", since=at(9), until=at(11)))["E"]
     assert e.status == "Not assessed"  # never Ruled out on evidence that could not be read
@@ -231,6 +233,6 @@ def test_a_replaced_hyperpod_node_is_matched_to_its_replacement_and_explains_pen
         "sagemaker.amazonaws.com", "Username": "ops", "Resources": [],
         "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": "hp", "nodeIds": ["i-0old0000000000001"]}})})
     e = branches(w.audit("hp", mode="incident", since=at(9), until=at(11)))["E"]
-    assert e.status == "Contributing"
+    assert e.status == "UNVERIFIED"  # the only branch with evidence: the leading hypothesis (RULES §8)
     assert "i-0old0000000000001 replaced by i-0new0000000000001" in e.evidence
     assert "not hardware, explains it being Pending" in e.evidence

@@ -264,7 +264,7 @@ def _quota(aws: Aws, service: str, code: str, name: str) -> ServiceQuotaInfo:
         q = aws.call("service-quotas", "GetServiceQuota", ServiceCode=service, QuotaCode=code)["Quota"]
     except CallFailed as failed:
         return ServiceQuotaInfo(service_code=service, quota_code=code, quota_name=name,
-                                error=f"{failed.code}: {failed.message}")
+                                error=f"{failed.code}: {failed.message}", absent=failed.code == "NoSuchResourceException")
     return ServiceQuotaInfo(service_code=service, quota_code=code, quota_name=q.get("QuotaName", name),
                             value=q.get("Value"))
 
@@ -282,7 +282,7 @@ def _quotas(aws: Aws, evidence: Evidence, start: datetime) -> None:
         for code, name in sorted({fq for t in unreserved if (fq := ec2_family_quota(t))}):
             quotas.append(_quota(aws, "ec2", code, name))
     for q in quotas:
-        if q.error:
+        if q.error and not q.absent:  # an absent quota was read: P3 says so, it is no visibility gap
             evidence.gaps.append(Gap(kind="not-read", service="service-quotas", operation="quota",
                                      target=f"{q.service_code} {q.quota_code or ''} ({q.quota_name})",
                                      outcome="not read", error_message=q.error))
@@ -301,7 +301,7 @@ def _sagemaker_cluster_quotas(aws: Aws, types: list[str]) -> list[ServiceQuotaIn
     return [ServiceQuotaInfo(service_code="sagemaker", quota_code=by_name[name].get("QuotaCode"), quota_name=name,
                              value=by_name[name].get("Value")) if name in by_name else
             ServiceQuotaInfo(service_code="sagemaker", quota_code=None, quota_name=name,
-                             error="no quota of that name in ListServiceQuotas") for name in wanted]
+                             error="no quota of that name in ListServiceQuotas", absent=True) for name in wanted]
 
 
 def _file_systems(aws: Aws, evidence: Evidence, lookback: tuple[datetime, datetime]) -> None:

@@ -371,6 +371,7 @@ class ServiceQuotaInfo(Frozen):
     quota_name: str
     value: float | None = None
     error: str | None = None
+    absent: bool = False  # read, and the account has no such quota: a finding (UNVERIFIED), not a missing read
 
 
 class GpuActivity(Frozen):

@@ -363,7 +363,7 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
 def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
     a, b, c, d, e = branch_a(j), branch_b(j), branch_c(j), branch_d(j), branch_e(j)
     f = branch_f(j, [a, b, c, d, e])
-    branches = [a, b, c, d, e, f]
+    branches = [_alone_is_not_contributing(x, [a, b, c, d, e, f]) for x in (a, b, c, d, e, f)]
     by: dict[str, Branch] = {x.branch: x for x in branches}
     root = [x for x in branches if x.status == "Root cause"]
     actions: list[str] = []
@@ -385,6 +385,17 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
         else:
             headline = "Root cause: Not observable — the deciding evidence is missing (see visibility gaps)"
     return branches, headline, actions
+
+
+def _alone_is_not_contributing(branch: Branch, branches: Sequence[Branch]) -> Branch:
+    """RULES §8: `Contributing` only beside a leading cause. A branch with evidence and no leading cause
+    beside it is the leading hypothesis itself: `UNVERIFIED`, labelled Hypothesis, with its measurement."""
+    if branch.status != "Contributing":
+        return branch
+    leading = [x for x in branches if x.branch != branch.branch and x.status in ("Root cause", "UNVERIFIED")]
+    if leading:
+        return branch
+    return branch.model_copy(update={"status": "UNVERIFIED", "label": "Hypothesis (to validate)"})
 
 
 def _first_sentence(text: str) -> str:

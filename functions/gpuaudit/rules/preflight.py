@@ -448,6 +448,11 @@ def p3_part(ctx: Context, grp: GpuGroup) -> Part:
     name, call = _quota_for(ctx, grp)
     quotas = ctx.ev.service_quotas
     quota = next((q for q in quotas or [] if q.quota_name == name), None)
+    if quota is not None and quota.absent:
+        # The read happened and the quota is not in it: a finding about the account, not a missing read.
+        return Part("UNVERIFIED", f"{grp.label}: no reservation or training plan holds the capacity, and the quota "
+                                  f"`{name}` is not among the quotas read — {call}: no headroom for a replacement "
+                                  "is proven", spare_action)
     if quota is None or quota.value is None:
         why = f" ({quota.error})" if quota and quota.error else ""
         return Part("Not checked", f"{grp.label}: no reservation or training plan holds the capacity, and the "

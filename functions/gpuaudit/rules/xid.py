@@ -41,6 +41,9 @@ ECC_CHECK = (
     "SRAM Uncorrectable SEC-DED, DRAM Uncorrectable"
 )
 SRAM_FLAG_CHECK = "nvidia-smi -q -d ECC: SRAM Threshold Exceeded (Yes → REPLACE, RULES §6 rule 48)"
+# RULES §6 rule 48: whatever the split, the bar for REPLACE is stated.
+REPLACE_BAR_48 = ("bar for REPLACE: Xid 64 or a remap failure, `SRAM Threshold Exceeded: Yes`, or the 48 "
+                  "recurring on the same bus")
 GSP_ACTION = (
     "deactivate GSP (`NVreg_EnableGpuFirmware=0`): the fault recurs after reboots, a driver/firmware fault, "
     "not the GPU"
@@ -692,14 +695,14 @@ def _rule_48(xid: _Xid, xids: Sequence[_Xid]) -> _Outcome:
             xid,
             "REBOOT",
             f"rule 48: DRAM ({how}), REBOOT retires the page / activates the "
-            "remapped row; REPLACE if 64 or a remap failure follows or it recurs",
+            f"remapped row; {REPLACE_BAR_48}",
             hardware=True,
         )
     if memory == "SRAM":
         return _outcome(
             xid,
             "REBOOT",
-            f"rule 48: SRAM ({how}), REBOOT and check SRAM Threshold Exceeded",
+            f"rule 48: SRAM ({how}), REBOOT and check SRAM Threshold Exceeded; {REPLACE_BAR_48}",
             hardware=True,
             deciding_check=SRAM_FLAG_CHECK,
         )
@@ -708,7 +711,7 @@ def _rule_48(xid: _Xid, xids: Sequence[_Xid]) -> _Outcome:
         xid,
         None,
         "rule 48: DRAM/SRAM split UNVERIFIED (no Xid 171/172 on the node, the "
-        "message names neither the framebuffer nor an SRAM unit)",
+        f"message names neither the framebuffer nor an SRAM unit); {REPLACE_BAR_48}",
         hypothesis=True,
         deciding_check=ECC_CHECK,
     )
