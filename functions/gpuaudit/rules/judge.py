@@ -273,8 +273,8 @@ def cluster_state(evidence: Evidence) -> list[str]:
             extra = f", OnStartDeepHealthChecks {g.on_start_deep_health_checks or '[] (none)'}"
         if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id:
             extra += f", image update pending ({g.current_image_id} → {g.desired_image_id})"
-        lines.append(f"group `{g.name}` ({g.instance_type}, {g.node_role}): {g.current_count}/{g.target_count} "
-                     f"current/target{extra}")
+        lines.append(f"group `{g.name}` ({g.instance_type}, {g.node_role}): CurrentCount {g.current_count}, "
+                     f"TargetCount {g.target_count}{extra}")
     not_running = [f"{n.instance_id} ({n.status}{': ' + n.status_message if n.status_message else ''})"
                    for n in evidence.nodes if n.status not in ("Running", "running")]
     complete = not any(g.scope == "node-list" for g in evidence.gaps)

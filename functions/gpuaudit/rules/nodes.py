@@ -149,11 +149,13 @@ def efa_text(node: NodeInfo, profile: CapabilityProfile | None) -> str:
     """`<attached> of <max>` (RULES §2); HyperPod attachment lives in a service account: Not observable."""
     if profile is None:
         return "unknown (type not read)" if node.instance_type else "unknown (instance no longer described)"
+    # The API field names, so a reader can re-run `aws ec2 describe-instance-types` and find the same numbers.
     if not profile.efa_supported:
-        return "not supported by the type"
+        return "not supported by the type (EfaSupported false)"
     if node.efa_attached is None:
-        return f"Not observable (HyperPod instances live in a service account) of {profile.max_efa_interfaces}"
-    return f"{node.efa_attached} of {profile.max_efa_interfaces}"
+        return (f"Not observable (HyperPod instances live in a service account) of MaximumEfaInterfaces "
+                f"{profile.max_efa_interfaces}")
+    return f"{node.efa_attached} of MaximumEfaInterfaces {profile.max_efa_interfaces}"
 
 
 
