@@ -4,7 +4,7 @@ failing (or one source the rules must not ignore), on a small world written from
 from __future__ import annotations
 
 from gpuaudit.model.result import Result
-from tests.helpers.worlds import HyperPodWorld, PClusterWorld, at, node_of
+from tests.helpers.worlds import HyperPodWorld, Node, PClusterWorld, at, node_of
 
 SINCE = at(6)
 
@@ -50,12 +50,18 @@ def test_insights_denied_keeps_vanished_nodes_from_stream_listing_and_rules_out_
     assert any("DescribeLogStreams" in c.operation for c in result.calls)
 
 
-def test_hma_reported_hardware_xid_is_never_ruled_out_for_branch_a() -> None:
+def hyperpod_with_hma_xid_48() -> tuple[HyperPodWorld, Node]:
+    """One GPU node, kernel stream live, and the health agent's Xid 48 (no 171/172, no memory named)."""
     w = HyperPodWorld(gpu_nodes=1)
     w.cluster_metrics(at(0), at(12, 30))
     node = w.gpu[0]
     w.kernel_stream(w.group, f"{node.group}/{node.instance_id}", at(0), at(12, 30), host=node.hostname)
     w.hma_detection(node, at(8), code=48, reason="XidHardwareFailure")
+    return w, node
+
+
+def test_hma_reported_hardware_xid_is_never_ruled_out_for_branch_a() -> None:
+    w, node = hyperpod_with_hma_xid_48()
     result = w.audit("hp-slurm", mode="incident", since=SINCE)
     n = node_of(result, node.instance_id)
     assert any(e.code == 48 and e.class_ == "hardware" for e in n.gpu_errors)
@@ -87,11 +93,7 @@ def test_capacity_reservations_denied_never_makes_p10_pass() -> None:
 
 def test_a_held_xid_48_states_the_bar_for_replace() -> None:
     # RULES §6 rule 48: neither 171/172 nor a named memory → held as a hypothesis, the REPLACE bar stated
-    w = HyperPodWorld(gpu_nodes=1)
-    w.cluster_metrics(at(0), at(12, 30))
-    node = w.gpu[0]
-    w.kernel_stream(w.group, f"{node.group}/{node.instance_id}", at(0), at(12, 30), host=node.hostname)
-    w.hma_detection(node, at(8), code=48, reason="XidHardwareFailure")
+    w, node = hyperpod_with_hma_xid_48()
     n = node_of(w.audit("hp-slurm", mode="incident", since=SINCE), node.instance_id)
     assert n.verdict == "MONITOR"
     assert "bar for REPLACE: Xid 64 or a remap failure, `SRAM Threshold Exceeded: Yes`, or the 48 recurring on the " \

@@ -43,6 +43,16 @@ def stream_of(evidence: Evidence, index: int) -> tuple[str, str]:
     return k.log_group, k.log_stream
 
 
+def xid_line(evidence: Evidence, node_index: int, code: int, minute: int, pci: str, hma_reason: str | None) -> GpuLine:
+    """An Xid on a node's kernel stream, as a kernel line or inside a health-agent detection with `hma_reason`."""
+    group, stream = stream_of(evidence, node_index)
+    text = f"NVRM: Xid (PCI:{pci}): {code}, pid=77, name=python3, channel 0x10"
+    message = (f'{{"level":"info","msg":"NPD caught event","details: ":{{"reason":"{hma_reason}",'
+               f'"message":"{text}"}}}}') if hma_reason else f"host kernel: {text}"
+    return GpuLine(time=parse_time(at(8)) + timedelta(minutes=minute), log_group=group, log_stream=stream,
+                   message=message)
+
+
 app_xid = st.tuples(st.integers(0, 2), st.sampled_from(APPLICATION_XIDS), st.integers(0, 179),
                     st.sampled_from(["0000:53:00", "0000:64:00", "0000:00:1e"]), st.booleans())
 
@@ -51,14 +61,8 @@ app_xid = st.tuples(st.integers(0, 2), st.sampled_from(APPLICATION_XIDS), st.int
 @given(st.lists(app_xid, min_size=1, max_size=12), st.sampled_from(["coverage", "incident"]))
 def test_application_class_evidence_never_yields_hardware_action(xids, mode) -> None:
     evidence = base_evidence(mode)
-    lines = []
-    for node_index, code, minute, pci, hma_style in xids:
-        group, stream = stream_of(evidence, node_index)
-        text = f"NVRM: Xid (PCI:{pci}): {code}, pid=77, name=python3, channel 0x10"
-        message = (f'{{"level":"info","msg":"NPD caught event","details: ":{{"reason":"XidUserAppError",'
-                   f'"message":"{text}"}}}}') if hma_style else f"host kernel: {text}"
-        lines.append(GpuLine(time=parse_time(at(8)) + timedelta(minutes=minute), log_group=group, log_stream=stream,
-                             message=message))
+    lines = [xid_line(evidence, node_index, code, minute, pci, "XidUserAppError" if hma_style else None)
+             for node_index, code, minute, pci, hma_style in xids]
     result = run(evidence.model_copy(update={"gpu_lines": sorted(lines, key=lambda g: g.time)}))
     assert all(n.verdict not in ("REPLACE", "REBOOT") for n in result.nodes)
     assert not HARDWARE_HEADLINE.search(result.headline)
@@ -119,14 +123,8 @@ def test_random_evidence_with_random_gaps_never_breaks_an_invariant(mode, gaps, 
                                                                    failed_node) -> None:
     evidence = base_evidence(mode)
     lost = {stream_of(evidence, i) for i in dropped}
-    lines = []
-    for node_index, code, minute, hma_style in xids:
-        group, stream = stream_of(evidence, node_index)
-        text = f"NVRM: Xid (PCI:0000:53:00): {code}, pid=77, name=python3, channel 0x10"
-        message = (f'{{"level":"info","msg":"NPD caught event","details: ":{{"reason":"XidHardwareFailure",'
-                   f'"message":"{text}"}}}}') if hma_style else f"host kernel: {text}"
-        lines.append(GpuLine(time=parse_time(at(8)) + timedelta(minutes=minute), log_group=group, log_stream=stream,
-                             message=message))
+    lines = [xid_line(evidence, node_index, code, minute, "0000:53:00", "XidHardwareFailure" if hma_style else None)
+             for node_index, code, minute, hma_style in xids]
     nodes = [n.model_copy(update={"status": "Failure"}) if failed_node is not None and n.instance_id ==
              sorted(x.instance_id for x in evidence.nodes if x.role == "compute")[failed_node] else n
              for n in evidence.nodes]
