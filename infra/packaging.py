@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS = ROOT / "functions"
 PACKAGES = ("gpuaudit", "handlers")
-# Never shipped to Lambda: the embedded backend and its worlds, the CLI and the dev tools
+# Never shipped to Lambda: the embedded backend and its worlds, the CLI and the dev tools folder
 # (glob patterns, relative to functions/). tests/infra imports the handlers from the package alone.
-DEV_ONLY = ("embedded", "worlds", "cli.py", "demo.py", "__main__.py", "bench.py", "worldgen.py", "conformance.py")
+DEV_ONLY = ("embedded", "worlds", "devtools", "cli.py", "__main__.py")
 EXCLUDE = ["gpuaudit.egg-info", "**/__pycache__", "**/*.pyc", *(f"gpuaudit/{name}" for name in DEV_ONLY)]
 CLI_ONLY = {"typer", "rich"}
 EXTRAS = {"aws-lambda-powertools": "tracer"}  # Powertools' Tracer needs the X-Ray SDK

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gpuaudit.bench import BenchConfig, run_bench
 from gpuaudit.cli import app
+from gpuaudit.devtools.bench import BenchConfig, run_bench
 
 TOP_KEYS = {"nodes", "log_groups", "ours", "naive", "ratio_calls", "ratio_wall", "judge"}
 STEP_KEYS = {"calls", "start_query", "wall_s", "peak_rss_mb"}

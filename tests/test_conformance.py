@@ -1,4 +1,4 @@
-"""scripts/verify-insights (gpuaudit.conformance) run against the embedded backend standing in for an account:
+"""scripts/verify-insights (gpuaudit.devtools.conformance) run against the embedded backend standing in for an account:
 it reads the group with FilterLogEvents only, rebuilds it as a world, runs every template on both sides,
 reports a difference when the two answer differently, and creates nothing."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from helpers.worlds import ACCOUNT, PClusterWorld, at, aws_for
 
-from gpuaudit.conformance import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_SAME, main, verify
+from gpuaudit.devtools.conformance import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_SAME, main, verify
 from gpuaudit.model.timeutil import parse_time
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.worlds import aws_for
 
-from gpuaudit.demo import demo_worlds
+from gpuaudit.devtools.demo import demo_worlds
 from gpuaudit.embedded.world import load_world
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.timeutil import parse_time

@@ -255,7 +255,7 @@ def demo(
     out_dir: Annotated[Path, typer.Option(help="Where to write results and reports")] = Path("out/demo"),
 ) -> None:
     """Run the shipped demo worlds end to end: audit, report, findings table, alert topic."""
-    from gpuaudit.demo import run_demo
+    from gpuaudit.devtools.demo import run_demo
 
     try:
         run_demo(out_dir, Console())
@@ -279,7 +279,7 @@ def world_generate(
     instance_type: Annotated[str, typer.Option(help="p5.48xlarge | p5en.48xlarge | p4d.24xlarge")] = "p5.48xlarge",
 ) -> None:
     """Generate a large, realistic world: nodes, log groups and streams, silent streams, Xids."""
-    from gpuaudit import worldgen
+    from gpuaudit.devtools import worldgen
 
     try:
         spec = worldgen.WorldSpec(kind=kind, nodes=nodes, days=days, silent_fraction=silent_fraction,
@@ -310,7 +310,7 @@ def bench(
     """Scale benchmark: our coverage audit against two Logs Insights queries per node per source."""
     import json as _json
 
-    from gpuaudit.bench import BenchConfig, render_table, run_bench
+    from gpuaudit.devtools.bench import BenchConfig, render_table, run_bench
 
     if fmt not in ("table", "json"):
         _fail(f"--format must be table or json; got {fmt!r}", EXIT_BAD_INPUT)

@@ -129,3 +129,39 @@ def test_rules_collectors_and_domain_are_typed_through() -> None:
                  for p in sorted((PACKAGE / unit).rglob("*.py"))
                  for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "type: ignore" in line]
     assert offenders == []
+
+
+def _literal_strings(node: ast.AST) -> set[str]:
+    items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", [])
+    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+
+
+def _is_order_or_name_table(node: ast.AST) -> bool:
+    """A sequence (an order), or a dict whose values are positions or names (not styling: tuples)."""
+    if isinstance(node, ast.Tuple | ast.List):
+        return True
+    return isinstance(node, ast.Dict) and all(isinstance(v, ast.Constant) for v in node.values)
+
+
+def definitions_of(wanted: set[str], kinds: tuple[type, ...] = (ast.Tuple, ast.List, ast.Dict)) -> list[str]:
+    """Every order or name table in the package that spells out all of `wanted` (Literal[...] types excepted)."""
+    found = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        type_args = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
+        found += [f"{p.relative_to(PACKAGE)}:{n.lineno}" for n in ast.walk(tree)
+                  if isinstance(n, kinds) and id(n) not in type_args and _is_order_or_name_table(n) and wanted <= _literal_strings(n)]
+    return found
+
+
+def test_check_order_and_branch_names_are_defined_once() -> None:
+    """One order of check results and one name per branch (model/result.py); reports and rules use them."""
+    results = {"PASS", "RISK", "FAIL", "UNVERIFIED", "Needs input", "Not checked"}
+    assert definitions_of(results) == [f"model/result.py:{_line_of('CHECK_SEVERITY')}"]
+    # branch names: one letter -> name table (rules/branches.py HEADLINE_ORDER is an order, not names)
+    assert definitions_of(set("ABCDEF"), (ast.Dict,)) == [f"model/result.py:{_line_of('BRANCH_NAMES')}"]
+
+
+def _line_of(name: str) -> int:
+    text = (PACKAGE / "model" / "result.py").read_text(encoding="utf-8").splitlines()
+    return next(i for i, line in enumerate(text, 1) if line.startswith(name))

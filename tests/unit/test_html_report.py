@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import pytest
 from helpers.worlds import PClusterWorld, at, aws_for
 
-from gpuaudit.demo import demo_worlds
+from gpuaudit.devtools.demo import demo_worlds
 from gpuaudit.embedded.world import load_world
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import (

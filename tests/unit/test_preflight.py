@@ -222,7 +222,7 @@ def test_readiness() -> None:
 
 def test_core_fail_is_never_undone_and_extras_only_add_risk(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a P13 that (wrongly) returned FAIL: §10 lets only P7, P11, P12, P16 FAIL among P7–P16.
-    monkeypatch.setitem(preflight.CHECKS, "P13", lambda ctx: preflight._check("P13", "FAIL", "x", "y"))
+    monkeypatch.setitem(preflight.CHECKS, "P13", lambda ctx: preflight.make_check("P13", "FAIL", "x", "y"))
     out = audit(pcluster(), run_hours=48)
     assert {c.id: c.result for c in out.checks}["P13"] == "RISK"
     assert out.ready == "Yes with risks"

@@ -1,4 +1,4 @@
-"""The world generator (gpuaudit.worldgen): deterministic for a seed, loadable, and its knobs
+"""The world generator (gpuaudit.devtools.worldgen): deterministic for a seed, loadable, and its knobs
 (silent fraction, Xid rate) show up exactly in what an audit of the world says."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gpuaudit import worldgen
 from gpuaudit.cli import app
 from gpuaudit.collectors.aws import Aws
+from gpuaudit.devtools import worldgen
 from gpuaudit.domain.streams import PCLUSTER_STREAM, is_hma_group, is_pcluster_group
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import World, load_world, parse_world

@@ -21,6 +21,17 @@ BranchStatus = Literal["Root cause", "Contributing", "Ruled out", "Not assessed"
 CauseLabel = Literal["Proven", "Hypothesis (to validate)"]
 Readiness = Literal["Yes", "Yes with risks", "No"]
 CheckResult = Literal["PASS", "RISK", "FAIL", "UNVERIFIED", "Needs input", "Not checked"]
+# The one order of check results, worst first: how parts combine into one check, and how reports list checks.
+CHECK_SEVERITY: tuple[CheckResult, ...] = ("FAIL", "RISK", "Needs input", "Not checked", "UNVERIFIED", "PASS")
+# The one name of each root-cause branch (RULES §8), for headlines and reports.
+BRANCH_NAMES: dict[BranchLetter, str] = {
+    "A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage (FSx for Lustre)", "D": "GPU communication",
+    "E": "cluster change", "F": "application"}
+
+
+def check_rank(result: CheckResult) -> int:
+    """Position of a check result in CHECK_SEVERITY, worst first."""
+    return CHECK_SEVERITY.index(result)
 Signal = Literal["Observable", "Not observable", "Not applicable"]
 
 

@@ -16,10 +16,9 @@ from datetime import datetime
 from html import escape
 from typing import TypeVar
 
-from gpuaudit.model.result import CoverageRow, GpuError, NodeResult, Result
+from gpuaudit.model.result import BRANCH_NAMES, CoverageRow, GpuError, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
 from gpuaudit.report.escape import quote, visible
-from gpuaudit.report.markdown import BRANCH_NAMES
 from gpuaudit.report.redact import MASK, redact
 
 # Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
@@ -90,7 +89,6 @@ CHECK_BADGE = {"PASS": ("b-ok", "✓"), "RISK": ("b-warn", "▲"), "FAIL": ("b-b
                "Needs input": ("b-info", "✎"), "Not checked": ("b-grey", "–")}
 BRANCH_BADGE = {"Root cause": ("b-bad", "●"), "Contributing": ("b-warn", "◑"), "Ruled out": ("b-ok", "✓"),
                 "Not assessed": ("b-grey", "–"), "UNVERIFIED": ("b-grey", "?")}
-CHECK_ORDER = {"FAIL": 0, "RISK": 1, "UNVERIFIED": 2, "Needs input": 3, "Not checked": 4, "PASS": 5}
 TICK_STEPS = (1, 2, 3, 6, 12, 24)
 T = TypeVar("T")
 
@@ -531,7 +529,7 @@ def _timeline(r: Result) -> str:
 def _checks(r: Result) -> str:
     if not r.checks:
         return ""
-    ordered = sorted(r.checks, key=lambda c: (CHECK_ORDER.get(c.result, 9), len(c.id), c.id))
+    ordered = sorted(r.checks, key=lambda c: (check_rank(c.result), int(c.id[1:])))
     rows = [(_e(c.id), _e(c.title), _badge(c.result, CHECK_BADGE), _prose(c.evidence), _or_dash(c.action))
             for c in ordered]
     return "<h2>Pre-flight checks</h2>" + _table(("#", "Check", "Result", "Evidence", "Action"), rows)

@@ -5,13 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from gpuaudit.model.evidence import Evidence
-from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
 from gpuaudit.report.redact import redact
-
-BRANCH_NAMES = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage (FSx for Lustre)",
-                "D": "GPU communication", "E": "cluster change", "F": "application"}
 
 
 def _t(value: datetime | None) -> str:
@@ -56,8 +53,7 @@ def render(result: Result) -> str:
     lines += ["## Node verdicts", ""] + [_node_line(n) for n in r.nodes] + [""]
     if r.checks:
         lines += ["## Pre-flight checks", "", "| # | Check | Result | Evidence | Action |", "|---|---|---|---|---|"]
-        order = {"FAIL": 0, "RISK": 1, "UNVERIFIED": 2, "Needs input": 3, "Not checked": 4, "PASS": 5}
-        for chk in sorted(r.checks, key=lambda k: (order.get(k.result, 9), int(k.id[1:]))):
+        for chk in sorted(r.checks, key=lambda k: (check_rank(k.result), int(k.id[1:]))):
             lines.append(f"| {chk.id} | {_cell(chk.title)} | **{chk.result}** | {_cell(chk.evidence)} | "
                          f"{_cell(chk.action)} |")
         lines.append("")

@@ -17,7 +17,15 @@ from gpuaudit.domain.capacity import lead_time
 from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence
-from gpuaudit.model.result import Branch, BranchLetter, BranchStatus, CauseLabel, NodeResult, TimelineEntry
+from gpuaudit.model.result import (
+    BRANCH_NAMES,
+    Branch,
+    BranchLetter,
+    BranchStatus,
+    CauseLabel,
+    NodeResult,
+    TimelineEntry,
+)
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.xid import fleet_pattern
 
@@ -30,8 +38,6 @@ CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
 LIFECYCLE = re.compile("|".join(LIFECYCLE_MARKERS))
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
-BRANCH_WORDS = {"A": "GPU/node hardware", "B": "capacity lifecycle", "C": "storage", "D": "GPU communication",
-                "E": "cluster change", "F": "application"}
 
 
 def last_line(node: NodeResult) -> datetime | None:
@@ -375,12 +381,12 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
                     "group or archive) so the next expiry is proven per instance"]
     if root:
         lead = root[0]
-        headline = f"Root cause (Proven): branch {lead.branch}, {BRANCH_WORDS[lead.branch]} — {lead.evidence}"
+        headline = f"Root cause (Proven): branch {lead.branch}, {BRANCH_NAMES[lead.branch]} — {lead.evidence}"
     else:
         leading = next((by[x] for x in HEADLINE_ORDER if by[x].status in ("UNVERIFIED", "Contributing")
                         and by[x].label == "Hypothesis (to validate)"), None)
         if leading is not None:
-            headline = (f"Leading hypothesis: branch {leading.branch}, {BRANCH_WORDS[leading.branch]} — "
+            headline = (f"Leading hypothesis: branch {leading.branch}, {BRANCH_NAMES[leading.branch]} — "
                         f"{_first_sentence(leading.evidence)}")
         else:
             headline = "Root cause: Not observable — the deciding evidence is missing (see visibility gaps)"

@@ -1,6 +1,6 @@
 """`gpuaudit bench`: what a coverage audit costs at scale, against what a per-node investigation costs.
 
-One generated world (gpuaudit.worldgen), three fresh processes, so each peak RSS belongs to one step:
+One generated world (gpuaudit.devtools.worldgen), three fresh processes, so each peak RSS belongs to one step:
 
 * **ours**: `pipeline.run_audit` on the embedded backend, coverage mode, window = the last D days:
   three Logs Insights queries per batch of <= 50 log groups, plus detail queries only for streams
@@ -42,7 +42,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuaudit import worldgen
+from gpuaudit.devtools import worldgen
 
 DEFAULT_SILENT_FRACTION = 0.01
 DEFAULT_XID_RATE = 0.05
@@ -128,7 +128,7 @@ def _ratio(a: float, b: float) -> float | None:
 def _spawn(args: dict[str, Any]) -> dict[str, Any]:
     """One step in a fresh interpreter (so its peak RSS is its own); it prints one JSON line."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    proc = subprocess.run([sys.executable, "-m", "gpuaudit.bench", json.dumps(args)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "gpuaudit.devtools.bench", json.dumps(args)], capture_output=True,
                           text=True, env=env, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:

@@ -1,0 +1,368 @@
+"""Network and GPU fabric (RULES §10 P7, P12, P14–P16): EFA width, NCCL transport, IP headroom, EFA security group, bootstrap route."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from gpuaudit.model.evidence import (
+    RouteTableInfo,
+    SecurityGroupInfo,
+    SgRule,
+)
+from gpuaudit.model.result import Check
+from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.preflight.common import (
+    Context,
+    GpuGroup,
+    Part,
+    combine,
+    id_list,
+    make_check,
+)
+
+if TYPE_CHECKING:
+    from gpuaudit.rules.nodes import ParsedLine
+
+# HyperPod IPs per P5 node (RULES §8 'Frequent non-GPU causes').
+HYPERPOD_P5_IPS = {"hyperpod-slurm": 32, "hyperpod-eks": 81}
+HYPERPOD_P5_TYPES = ("p5.48xlarge", "p5e.48xlarge")
+NCCL_SOCKET = "via NET/Socket/"
+NCCL_GOOD = ("NET/OFI Selected Provider is efa", "Using network AWS Libfabric", "via P2P/CUMEM", "NVLS Creating")
+NCCL_SHM = "via SHM/direct/direct"
+NCCL_IB = "Using network IB"
+NCCL_COMMAND = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,SHM,NVLS "
+                "NCCL_DEBUG_FILE=/fsx/nccl_%h_%p.log")
+FABRIC_MANAGER_FAILED = re.compile(r"(?i)(fabric ?manager|nvidia-fabricmanager)[^\n]*(fail|error|exited|"
+                                   r"core-dump)|Failed to start[^\n]*fabric ?manager")
+BOOTSTRAP_FAILED = re.compile(r"Found the following bootstrap failure nodes|Node bootstrap error|protected mode|"
+                              r"bootstrap failure")
+
+
+def _self_rule(sg: SecurityGroupInfo, rules: list[SgRule]) -> bool:
+    """An all-traffic rule naming the group itself (EFA needs one inbound and one outbound)."""
+    return any(r.protocol == "-1" and sg.group_id in r.group_ids for r in rules)
+
+
+def _open_egress(sg: SecurityGroupInfo) -> bool:
+    return any(r.protocol == "-1" and "0.0.0.0/0" in r.cidrs for r in sg.egress)
+
+
+def _efa_types(ctx: Context) -> tuple[list[str], list[str]]:
+    """(accelerated types that support EFA, types whose EFA support is unknown)."""
+    efa, unknown = [], []
+    for t in sorted({g.instance_type for g in ctx.groups if g.instance_type}):
+        profile = ctx.ev.profiles.get(t)
+        if profile is None or profile.efa_supported is None:
+            unknown.append(t)
+        elif profile.efa_supported:
+            efa.append(t)
+    return efa, unknown
+
+
+def _sg_sets(ctx: Context) -> tuple[list[tuple[str, list[SecurityGroupInfo]]], str | None]:
+    """Security groups per place (the cluster's VpcConfig, or each EC2 compute node), or the unread call."""
+    ev = ctx.ev
+    if ev.security_groups is None:
+        return [], "security groups not read — `aws ec2 describe-security-groups`"
+    by_id = {g.group_id: g for g in ev.security_groups}
+    if ctx.hyperpod:
+        ids = ev.cluster.security_group_ids
+        if not ids:
+            return [], "DescribeCluster returned no VpcConfig.SecurityGroupIds"
+        return [(f"cluster `{ev.cluster.name}` VpcConfig", [by_id[i] for i in ids if i in by_id])], None
+    if ev.instance_network is None:
+        return [], "the nodes' network attachment not read — `aws ec2 describe-instances`"
+    gpu_ids = {i for g in ctx.groups for i in g.node_ids}
+    sets: dict[tuple[str, ...], list[str]] = {}
+    for net in ev.instance_network:
+        if net.instance_id in gpu_ids:
+            sets.setdefault(tuple(net.security_group_ids), []).append(net.instance_id)
+    if not sets:
+        return [], "no running GPU compute node to read security groups from"
+    return [(f"nodes {id_list(nodes)}", [by_id[i] for i in ids if i in by_id]) for ids, nodes in sets.items()], None
+
+
+def _sg_names(sgs: list[SecurityGroupInfo]) -> str:
+    return ", ".join(f"`{g.group_id}` ({g.group_name})" if g.group_name else f"`{g.group_id}`" for g in sgs) or "none"
+
+
+def p7(ctx: Context) -> Check:
+    efa, unknown = _efa_types(ctx)
+    if not efa:
+        if unknown:
+            return make_check("P7", "UNVERIFIED", f"EFA support of {', '.join(unknown)} unknown (DescribeInstanceTypes "
+                                                  "not read)", "`aws ec2 describe-instance-types --instance-types "
+                                                               + " ".join(unknown) + "`")
+        return make_check("P7", "PASS", "not applicable: no accelerated type of the cluster supports EFA ("
+                          + ", ".join(sorted({g.instance_type or '?' for g in ctx.groups})) + ")")
+    sets, unread = _sg_sets(ctx)
+    parts: list[Part] = []
+    if unread:
+        parts.append(Part("Not checked", f"EFA security group rules: {unread}", f"Re-run with read access: {unread}"))
+    for where, sgs in sets:
+        inbound = [g for g in sgs if _self_rule(g, g.ingress)]
+        outbound = [g for g in sgs if _self_rule(g, g.egress)]
+        opened = [g for g in sgs if _open_egress(g)]
+        names = _sg_names(sgs)
+        if not inbound:
+            target = sgs[0].group_id if sgs else "<sg>"
+            parts.append(Part("FAIL", f"{where}: security groups {names} — no self-referencing all-traffic inbound "
+                                      "rule (EFA traffic between the nodes is dropped)",
+                              f"Add an all-traffic inbound rule from {target} to itself: `aws ec2 "
+                              f"authorize-security-group-ingress --group-id {target} --ip-permissions "
+                              f"'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={target}}}]'`"))
+        elif not outbound and not opened:
+            parts.append(Part("FAIL", f"{where}: security groups {names} — self-referencing inbound rule on "
+                                      f"{_sg_names(inbound)}, but no outbound rule reaching the group",
+                              f"Add an all-traffic outbound rule to the group itself on {inbound[0].group_id}: "
+                              f"`aws ec2 authorize-security-group-egress --group-id {inbound[0].group_id} "
+                              f"--ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={inbound[0].group_id}}}]'`"))
+        elif not outbound:
+            note = " (on HyperPod this is a RISK: see P15)" if ctx.hyperpod else ""
+            parts.append(Part("PASS", f"{where}: self-referencing all-traffic inbound rule on {_sg_names(inbound)}; "
+                                      f"outbound to the group only through all traffic to 0.0.0.0/0 on "
+                                      f"{_sg_names(opened)}{note}"))
+        else:
+            parts.append(Part("PASS", f"{where}: self-referencing all-traffic rule inbound ({_sg_names(inbound)}) "
+                                      f"and outbound ({_sg_names(outbound)})"))
+    parts += _efa_width(ctx, efa)
+    return combine("P7", parts)
+
+
+def _efa_width(ctx: Context, efa_types: list[str]) -> list[Part]:
+    parts = []
+    for grp in ctx.groups:
+        if grp.instance_type not in efa_types:
+            continue
+        profile = ctx.ev.profiles[grp.instance_type]
+        if ctx.hyperpod:
+            parts.append(Part("UNVERIFIED", f"{grp.label}: EFA attached Not observable (HyperPod instances live in a "
+                                            f"service account; DescribeInstances cannot see them) of "
+                                            f"{profile.max_efa_interfaces} supported",
+                              "On a node, `fi_info -p efa -t FI_EP_RDM` must list every EFA device; keep "
+                              "`InstanceStress` and `InstanceConnectivity` deep health checks on"))
+            continue
+        short = [n for n in grp.nodes if n.efa_attached is not None and profile.max_efa_interfaces is not None
+                 and n.efa_attached < profile.max_efa_interfaces]
+        if short:
+            parts.append(Part("RISK", f"{grp.label}: fewer EFA interfaces than supported — "
+                              + ", ".join(f"`{n.instance_id}` {n.efa_attached} of {profile.max_efa_interfaces}"
+                                          for n in short) + " (less inter-node bandwidth)",
+                              f"Launch {grp.instance_type} with all {profile.max_efa_interfaces} EFA interfaces "
+                              "(launch template NetworkInterfaces, InterfaceType efa or efa-only)"))
+        elif grp.nodes:
+            parts.append(Part("PASS", f"{grp.label}: " + ", ".join(
+                f"`{n.instance_id}` {n.efa_attached} of {profile.max_efa_interfaces}" for n in grp.nodes)
+                + " EFA interfaces attached"))
+    return parts
+
+
+
+
+def _where(p: ParsedLine) -> str:
+    return f"`{p.line.log_group}` / `{p.line.log_stream}` at {iso(p.line.time)}"
+
+
+def p12(ctx: Context) -> Check:
+    nodes = ctx.gpu_nodes()
+    if not nodes:
+        return make_check("P12", "UNVERIFIED", "no GPU compute node running: the transport of the last run is Not "
+                                               "observable", f"Run the next job with `{NCCL_COMMAND}`")
+    efa_types, _ = _efa_types(ctx)
+    parts: list[Part] = []
+    nccl_seen = False
+    for n in nodes:
+        lines = ctx.lines([n.instance_id])
+        nccl = [p for p in lines if "NCCL INFO" in p.line.message or "NCCL WARN" in p.line.message]
+        nccl_seen = nccl_seen or bool(nccl)
+        fm_failed = [p for p in lines if FABRIC_MANAGER_FAILED.search(p.line.message)]
+        socket = [p for p in nccl if NCCL_SOCKET in p.line.message]
+        if fm_failed:
+            parts.append(Part("FAIL", f"`{n.instance_id}`: Fabric Manager failure — \"{fm_failed[0].line.message[:160]}\""
+                                      f" ({_where(fm_failed[0])})",
+                              f"Reboot `{n.instance_id}` (REPLACE if Fabric Manager fails again)"))
+        if socket and n.instance_type in efa_types:
+            parts.append(Part("FAIL", f"`{n.instance_id}` ({n.instance_type}, EFA): NCCL fell back to TCP "
+                                      f"(`{NCCL_SOCKET}`, {_where(socket[0])})",
+                              "Fix the EFA path (aws-ofi-nccl plugin, `FI_PROVIDER=efa`, security group self rule) "
+                              "and re-run an all_reduce test"))
+        nvswitch = (n.nvswitch or "").startswith("NVSwitch")
+        shm = [p for p in nccl if NCCL_SHM in p.line.message]
+        if shm and nvswitch:
+            parts.append(Part("RISK", f"`{n.instance_id}` ({n.nvswitch}): `{NCCL_SHM}` — GPU peer access unused "
+                                      f"({_where(shm[0])})", "Check NCCL_P2P_DISABLE / container IPC settings"))
+        ib = [p for p in nccl if NCCL_IB in p.line.message]
+        if ib:
+            parts.append(Part("RISK", f"`{n.instance_id}`: `{NCCL_IB}` on EC2 (unexpected; {_where(ib[0])})",
+                              "Install and select the aws-ofi-nccl plugin"))
+        if nccl and not (fm_failed or socket or shm or ib):
+            good = sorted({g for p in nccl for g in NCCL_GOOD if g in p.line.message})
+            fm = f"; Fabric Manager {n.signals.fabric_manager}" if nvswitch else ""
+            parts.append(Part("PASS", f"`{n.instance_id}`: {len(nccl)} NCCL line(s), no socket fallback"
+                                      + (f" ({', '.join(good)})" if good else "") + fm))
+    if not nccl_seen and not any(p.result == "FAIL" for p in parts):
+        ids = id_list(n.instance_id for n in nodes)
+        return make_check("P12", "UNVERIFIED", f"no `NCCL INFO`/`NCCL WARN` lines from {ids} in the window: the transport "
+                                               "of the last run is Not observable",
+                          f"Run the next job (or an all_reduce test) with `{NCCL_COMMAND}`")
+    return combine("P12", parts)
+
+
+
+
+def _need_per_node(ctx: Context, grp: GpuGroup) -> tuple[int, int, str]:
+    """(IPs, network interfaces, how they were found) one replacement node of the group needs."""
+    profile = ctx.ev.profiles.get(grp.instance_type or "")
+    efa = (profile.max_efa_interfaces or 0) if profile and profile.efa_supported else 0
+    if ctx.hyperpod:
+        if grp.instance_type in HYPERPOD_P5_TYPES:
+            ips = HYPERPOD_P5_IPS[ctx.ev.cluster.kind]
+            return ips, max(1, efa), f"{ips} IPs (HyperPod P5 on {ctx.ev.cluster.kind.split('-')[1].title()})"
+        if ctx.ev.cluster.kind == "hyperpod-eks":
+            return 81, max(1, efa), "81 IPs (the HyperPod P5 EKS figure, used as an estimate for this type)"
+        return max(1, efa), max(1, efa), f"{max(1, efa)} IP(s) (estimate: one per EFA interface, at least one)"
+    nets = {n.instance_id: n for n in ctx.ev.instance_network or []}
+    seen = [nets[i] for i in grp.node_ids if i in nets]
+    if seen:
+        top = max(seen, key=lambda n: n.private_ips)
+        return top.private_ips, top.interfaces, (f"{top.private_ips} IPs on {top.interfaces} interface(s), as on "
+                                                 f"`{top.instance_id}`")
+    return max(1, efa), max(1, efa), f"{max(1, efa)} IP(s) (estimate: one per EFA interface, at least one)"
+
+
+def p14(ctx: Context) -> Check:
+    ev = ctx.ev
+    if ev.subnets is None:
+        return make_check("P14", "Not checked", "subnets not read — `aws ec2 describe-subnets --subnet-ids "
+                                                + " ".join(ev.cluster.subnet_ids) + "`", "Re-run with read access")
+    nets = {n.instance_id: n for n in ev.instance_network or []}
+    compute_subnets = {nets[i].subnet_id for g in ctx.groups for i in g.node_ids if i in nets and nets[i].subnet_id}
+    wanted = compute_subnets or set(ev.cluster.subnet_ids)
+    subnets = [s for s in ev.subnets if s.subnet_id in wanted]
+    if not subnets:
+        return make_check("P14", "UNVERIFIED", "no subnet of the cluster's compute nodes is known",
+                          "Name the compute subnets and check `AvailableIpAddressCount`")
+    needs = [(g, *_need_per_node(ctx, g)) for g in ctx.groups]
+    grp, ips, enis, how = max(needs, key=lambda x: x[1])
+    free = ", ".join(f"`{s.subnet_id}` ({s.availability_zone}) {s.available_ips} free IPs" for s in subnets)
+    parts = []
+    best = max((s.available_ips or 0) for s in subnets)
+    if best < ips:
+        parts.append(Part("RISK", f"one replacement {grp.instance_type} needs {how}; {free}: no subnet can take it",
+                          f"Free IPs or add a larger subnet in the capacity's Availability Zone (need ≥ {ips})"))
+    else:
+        parts.append(Part("PASS", f"one replacement {grp.instance_type} needs {how}; {free}"))
+    quota = next((q for q in ev.service_quotas or [] if q.quota_code == "L-DF5E4CA3"), None)
+    if quota is None or quota.value is None:
+        why = f" ({quota.error})" if quota and quota.error else ""
+        parts.append(Part("Not checked", f"ENI quota L-DF5E4CA3 not read{why} — `aws service-quotas get-service-quota "
+                                         "--service-code vpc --quota-code L-DF5E4CA3`", "Re-run with read access"))
+    else:
+        per_group = [(g, _need_per_node(ctx, g)[1]) for g in ctx.groups]
+        used = sum(e * max(g.size, 1) for g, e in per_group) + sum(
+            1 for n in ev.nodes if not any(n.instance_id in g.node_ids for g in ctx.groups))
+        need = used + enis
+        text = (f"ENI quota L-DF5E4CA3 (Network interfaces per Region) = {quota.value:g}; this cluster at target "
+                f"needs about {used} interfaces, {need} with one replacement ({enis} per {grp.instance_type}); other "
+                "ENIs in the Region are not counted (`aws ec2 describe-network-interfaces` not read)")
+        if quota.value < need:
+            parts.append(Part("RISK", text, "Request a higher `Network interfaces per Region` quota (L-DF5E4CA3)"))
+        else:
+            parts.append(Part("PASS", text))
+    return combine("P14", parts)
+
+
+def p15(ctx: Context) -> Check:
+    if not ctx.hyperpod:
+        return make_check("P15", "PASS", f"not applicable: the outbound 0.0.0.0/0 rule is a HyperPod EFA finding; "
+                                         f"cluster `{ctx.ev.cluster.name}` is {ctx.ev.cluster.kind} (EFA rules in P7)")
+    efa, unknown = _efa_types(ctx)
+    if not efa:
+        if unknown:
+            return make_check("P15", "UNVERIFIED", f"EFA support of {', '.join(unknown)} unknown",
+                              "`aws ec2 describe-instance-types`")
+        return make_check("P15", "PASS", "not applicable: no EFA instance type in the cluster")
+    sets, unread = _sg_sets(ctx)
+    if unread:
+        return make_check("P15", "Not checked", f"outbound rules: {unread}", f"Re-run with read access: {unread}")
+    where, sgs = sets[0]
+    outbound = [g for g in sgs if _self_rule(g, g.egress)]
+    opened = [g for g in sgs if _open_egress(g)]
+    if outbound:
+        return make_check("P15", "PASS", f"{where}: outbound self-referencing all-traffic rule on {_sg_names(outbound)}")
+    target = (opened or sgs)[0].group_id if (opened or sgs) else "<sg>"
+    action = (f"Add an all-traffic outbound rule from {target} to itself: `aws ec2 authorize-security-group-egress "
+              f"--group-id {target} --ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={target}}}]'`")
+    if opened:
+        return make_check("P15", "RISK", f"{where}: {_sg_names(opened)} allow(s) outbound all traffic to 0.0.0.0/0 instead "
+                                         "of a self-referencing rule — documented to fail HyperPod EFA health checks",
+                          action)
+    return make_check("P15", "RISK", f"{where}: no outbound rule reaching the group on {_sg_names(sgs)} (see P7)", action)
+
+
+def _route_table(ctx: Context, subnet_id: str, vpc_id: str | None) -> RouteTableInfo | None:
+    tables = ctx.ev.route_tables or []
+    explicit = next((t for t in tables if subnet_id in t.subnet_ids), None)
+    return explicit or next((t for t in tables if t.main and t.vpc_id == vpc_id), None)
+
+
+def p16(ctx: Context) -> Check:
+    ev = ctx.ev
+    parts: list[Part] = []
+    failures = [p for p in ctx.lines() if BOOTSTRAP_FAILED.search(p.line.message)]
+    if failures:
+        first, last = failures[0], failures[-1]
+        parts.append(Part("RISK", f"{len(failures)} bootstrap failure / protected-mode line(s) from {iso(first.line.time)}"
+                                  f" to {iso(last.line.time)}, e.g. `{first.line.log_stream}`: "
+                                  f"\"{first.line.message[:160]}\"",
+                          "Read the head node's `clustermgtd` and `slurm_resume` logs (HyperPod: the "
+                          "`LifecycleConfig/<group>/<instance-id>` streams), fix the cause, then restart the fleet "
+                          "(`pcluster update-compute-fleet --status START_REQUESTED`)"))
+    if ev.cluster.kind == "parallelcluster":
+        parts += _public_subnet_parts(ctx)
+    if not parts:
+        scope = ("" if ev.cluster.kind == "parallelcluster" else
+                 "; the public-subnet rule applies to ParallelCluster")
+        return make_check("P16", "PASS", "no `bootstrap failure`, `Node bootstrap error` or protected-mode line in the "
+                                         f"cluster's log sources over the window{scope}")
+    return combine("P16", parts)
+
+
+def _public_subnet_parts(ctx: Context) -> list[Part]:
+    ev = ctx.ev
+    if ev.instance_network is None:
+        return [Part("Not checked", "the compute nodes' interfaces not read — `aws ec2 describe-instances`",
+                     "Re-run with read access")]
+    if ev.route_tables is None:
+        return [Part("Not checked", "route tables not read — `aws ec2 describe-route-tables`",
+                     "Re-run with read access")]
+    nets = {n.instance_id: n for n in ev.instance_network}
+    compute = [(g, nets[i]) for g in ctx.groups for i in g.node_ids if i in nets and nets[i].subnet_id]
+    if not compute:
+        return [Part("UNVERIFIED", "no running compute node to read its subnet from; the queues' SubnetIds are in the "
+                                   "cluster config", "Check the compute subnets' route tables for a NAT gateway")]
+    parts = []
+    for grp, net in compute:
+        subnet = net.subnet_id or ""
+        table = _route_table(ctx, subnet, net.vpc_id)
+        if table is None:
+            parts.append(Part("UNVERIFIED", f"`{net.instance_id}`: no route table found for `{net.subnet_id}`",
+                              "`aws ec2 describe-route-tables --filters Name=association.subnet-id,Values="
+                              f"{net.subnet_id}`"))
+            continue
+        default = next((r for r in table.routes if r.destination == "0.0.0.0/0"), None)
+        route = f"`{table.route_table_id}` 0.0.0.0/0 → {default.target if default else 'none'}"
+        multi = net.interfaces > 1
+        if default and default.target.startswith("igw-") and multi and not net.public_ip:
+            parts.append(Part("FAIL", f"`{net.instance_id}` ({grp.instance_type}) in `{net.subnet_id}`: {route}, no NAT; "
+                                      f"{net.interfaces} interfaces ({net.efa_interfaces} EFA) and no public IP — it "
+                                      "cannot reach the internet to bootstrap",
+                              f"Move queue `{grp.name}` to a private subnet whose 0.0.0.0/0 route goes to a NAT "
+                              "gateway (EFA nodes with several interfaces get no public IP)"))
+        else:
+            parts.append(Part("PASS", f"`{net.instance_id}` in `{net.subnet_id}`: {route}; {net.interfaces} "
+                                      f"interface(s), public IP {'yes' if net.public_ip else 'no'}"))
+    return parts
+
+

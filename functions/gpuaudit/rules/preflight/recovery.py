@@ -1,0 +1,95 @@
+"""Recovery and visibility (RULES §10 P4–P6): automatic recovery, deep health checks, GPU faults visible."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuaudit.model.result import Check, NodeResult
+from gpuaudit.model.timeutil import iso
+
+if TYPE_CHECKING:
+    pass
+from gpuaudit.rules.preflight.common import (
+    Context,
+    Part,
+    combine,
+    id_list,
+    make_check,
+)
+
+
+def p4(ctx: Context) -> Check:
+    c = ctx.ev.cluster
+    resume = ("a job resumes only with checkpoints plus the orchestrator's auto-resume (`srun --auto-resume=1` on "
+              "HyperPod Slurm) — ask the operator whether jobs are submitted that way")
+    if ctx.hyperpod:
+        if c.node_recovery == "None":
+            return make_check("P4", "FAIL", f"cluster `{c.name}`: setting `NodeRecovery` = None — HyperPod neither "
+                                            f"reboots nor replaces a faulty node; {resume}",
+                              f"`aws sagemaker update-cluster --cluster-name {c.name} --node-recovery Automatic`")
+        if c.node_recovery == "Automatic":
+            return make_check("P4", "PASS", f"cluster `{c.name}`: setting `NodeRecovery` = Automatic — HyperPod "
+                                            f"reboots or replaces a node it finds faulty; {resume}",
+                              "Confirm jobs are submitted with `srun --auto-resume=1` and resume from checkpoints")
+        return make_check("P4", "UNVERIFIED", f"cluster `{c.name}`: `NodeRecovery` "
+                                              f"{c.node_recovery or 'not returned by DescribeCluster'}; {resume}",
+                          f"`aws sagemaker describe-cluster --cluster-name {c.name} --query NodeRecovery`")
+    if c.kind == "parallelcluster":
+        return make_check("P4", "PASS", f"ParallelCluster `{c.name}` has no NodeRecovery setting: its clustermgtd "
+                                        "always replaces nodes failing EC2 health checks or marked down by Slurm; GPU "
+                                        "health checks (`HealthChecks/Gpu/Enabled`) live in the cluster config, which "
+                                        "this audit does not read; jobs resume only with checkpoints and `--requeue`",
+                          f"Confirm `HealthChecks: Gpu: Enabled: true` in the queues of `{c.name}` "
+                          f"(`pcluster describe-cluster --cluster-name {c.name}`) and submit with checkpoints")
+    return make_check("P4", "UNVERIFIED", f"self-managed cluster `{c.name}`: no automatic node recovery setting to read",
+                      "Confirm what replaces a failed node (ASG health checks, EKS node auto-repair) before the run")
+
+
+def p5(ctx: Context) -> Check:
+    if not ctx.hyperpod:
+        return make_check("P5", "UNVERIFIED", f"`OnStartDeepHealthChecks` is a HyperPod setting; {ctx.ev.cluster.kind} "
+                                              "nodes are tested before work only if a custom boot script runs a DCGM "
+                                              "diagnostic, which this audit cannot read",
+                          "Run `dcgmi diag -r 3` from the compute nodes' boot script (ParallelCluster: OnNodeConfigured)")
+    parts = []
+    for grp in ctx.groups:
+        checks = grp.group.on_start_deep_health_checks if grp.group else []
+        if not checks:
+            parts.append(Part("RISK", f"{grp.label}: setting `OnStartDeepHealthChecks` is empty — new and replaced "
+                                      "nodes take work without InstanceStress or InstanceConnectivity tests",
+                              f"Set `OnStartDeepHealthChecks: [\"InstanceStress\", \"InstanceConnectivity\"]` on "
+                              f"group `{grp.name}` (`aws sagemaker update-cluster --cluster-name "
+                              f"{ctx.ev.cluster.name} --instance-groups file://groups.json`)"))
+        else:
+            parts.append(Part("PASS", f"{grp.label}: `OnStartDeepHealthChecks` = {', '.join(checks)}"))
+    return combine("P5", parts)
+
+
+def _coverage_text(n: NodeResult) -> str:
+    rows = []
+    for r in n.coverage:
+        empty = (f", {len(r.empty_hours)} empty hour(s) from {iso(r.empty_hours[0])}" if r.empty_hours else "")
+        rows.append(f"`{r.log_group}` / `{r.log_stream or 'no stream'}`: {r.status}{empty}")
+    return "; ".join(rows) or "no log source found"
+
+
+def p6(ctx: Context) -> Check:
+    nodes = ctx.gpu_nodes()
+    if not nodes:
+        return make_check("P6", "UNVERIFIED", "no GPU compute node to prove coverage on (none running): whether GPU "
+                                              "faults reach the logs is Not observable until nodes launch",
+                          "Re-run the pre-flight once the compute nodes are up")
+    blind = [n for n in nodes if n.xid_status == "Not observable"]
+    if blind:
+        text = "; ".join(f"`{n.instance_id}` (group {n.instance_group or '—'}): Not observable — "
+                         f"{_coverage_text(n)}" for n in blind)
+        return make_check("P6", "FAIL", f"GPU error coverage Not observable on {len(blind)} of {len(nodes)} GPU compute "
+                                        f"node(s): {text}",
+                          f"Fix GPU error log shipping for {id_list(n.instance_id for n in blind)} (kernel log to "
+                          "CloudWatch; on HyperPod confirm `sagemaker-health-monitoring-agent.service` runs); meanwhile "
+                          "check the node directly: `dmesg -T | grep -i nvrm`")
+    text = "; ".join(f"`{n.instance_id}` (group {n.instance_group or '—'}): {n.xid_status} — {_coverage_text(n)}"
+                     for n in nodes)
+    return make_check("P6", "PASS", f"coverage proven on all {len(nodes)} GPU compute node(s): {text}")
+
+
