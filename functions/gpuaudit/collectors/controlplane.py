@@ -6,22 +6,23 @@ Each source is optional: a failed or unsupported call leaves its field None and 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
+from gpuaudit.collectors.preflight import file_system, saturation_peaks
+from gpuaudit.domain.readplan import EVENT_SOURCE, next_read
 from gpuaudit.model.evidence import (
     CapacityReservation,
     CloudTrailEvent,
     ClusterEvent,
     Evidence,
-    FileSystemInfo,
     Gap,
     HealthEvent,
     InstanceStatusInfo,
-    MetricPeak,
+    PlannedRead,
+    ReadSource,
 )
 from gpuaudit.model.timeutil import parse_time
 
@@ -29,36 +30,19 @@ if TYPE_CHECKING:
     from gpuaudit.model.evidence import AuditRequest
 
 CONTINUOUS_ONLY = "ListClusterEvents not supported (NodeProvisioningMode not Continuous)"
-CLOUDTRAIL_EVENTS = {
-    "sagemaker.amazonaws.com": ("UpdateCluster", "UpdateClusterSoftware", "BatchReplaceClusterNodes",
-                                "BatchRebootClusterNodes", "BatchDeleteClusterNodes", "StartClusterHealthCheck"),
-    "ec2.amazonaws.com": ("TerminateInstances", "RunInstances"),
-    "fsx.amazonaws.com": ("UpdateFileSystem",),
-}
-FSX_SATURATION = (("NetworkThroughputUtilization", "FileServer"), ("FileServerDiskThroughputUtilization", "FileServer"),
-                  ("DiskIopsUtilization", "StorageTargetId"), ("CPUUtilization", "FileServer"))
 
 
 def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
-    if evidence.cluster.kind.startswith("hyperpod"):
-        _cluster_events(aws, evidence)
-    if evidence.mode in ("incident", "preflight"):
-        _capacity_reservations(aws, evidence)
-    if evidence.mode == "incident":
-        _cloudtrail(aws, evidence)
-        _health(aws, evidence)
-        _instance_status(aws, evidence)
-        _fsx(aws, evidence)
-    if evidence.mode == "preflight":
-        preflight_collectors.collect(aws, evidence, request)
+    """Execute the read plan one read at a time, each recorded before it runs: the rules judge what was asked."""
+    while (read := next_read(evidence, request)) is not None:
+        evidence.read_plan.append(read)
+        READERS[read.source](aws, evidence, read)
 
 
-def _cluster_events(aws: Aws, evidence: Evidence) -> None:
-    start = evidence.window.start - TIMELINE_MARGIN
-    end = min(evidence.window.end + TIMELINE_MARGIN, evidence.now)
+def _cluster_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     try:
         events = list(aws.paginate("sagemaker", "ListClusterEvents", "Events", ClusterName=evidence.cluster.name,
-                                   EventTimeAfter=start, EventTimeBefore=end))
+                                   EventTimeAfter=read.start, EventTimeBefore=read.end))
     except CallFailed as failed:
         if failed.code == "ValidationException" and "Continuous" in failed.message:
             evidence.gaps.append(Gap(kind="unsupported", service="sagemaker", operation="ListClusterEvents",
@@ -73,7 +57,7 @@ def _cluster_events(aws: Aws, evidence: Evidence) -> None:
                      description=e.get("Description", "")) for e in events]
 
 
-def _capacity_reservations(aws: Aws, evidence: Evidence) -> None:
+def _capacity_reservations(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     items = aws.read_all(evidence.gaps, "capacity reservations not read",
                          "ec2", "DescribeCapacityReservations", "CapacityReservations")
     if items is None:
@@ -86,23 +70,21 @@ def _capacity_reservations(aws: Aws, evidence: Evidence) -> None:
                             available_instance_count=r.get("AvailableInstanceCount")) for r in items]
 
 
-def _cloudtrail(aws: Aws, evidence: Evidence) -> None:
+def _cloudtrail(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     """By event name, never by instance ID: a HyperPod replace gives the node a new ID (RULES §5.7)."""
-    start = evidence.window.start - CLOUDTRAIL_LOOKBACK
     found: list[CloudTrailEvent] = []
     failures = 0
-    for source, names in CLOUDTRAIL_EVENTS.items():
-        for name in names:
-            try:
-                events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=start, EndTime=evidence.now,
-                                           LookupAttributes=[{"AttributeKey": "EventName", "AttributeValue": name}]))
-            except CallFailed as failed:
-                evidence.gaps.append(failed.gap_for(f"CloudTrail {name} events not read"))
-                failures += 1
-                continue
-            found.extend(_trail_event(e) for e in events if e.get("EventSource", source) == source)
-    total = sum(len(names) for names in CLOUDTRAIL_EVENTS.values())
-    evidence.cloudtrail = sorted(found, key=lambda e: e.time) if failures < total else None
+    for name in read.names:
+        source = EVENT_SOURCE[name]
+        try:
+            events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=read.start, EndTime=read.end,
+                                       LookupAttributes=[{"AttributeKey": "EventName", "AttributeValue": name}]))
+        except CallFailed as failed:
+            evidence.gaps.append(failed.gap_for(f"CloudTrail {name} events not read"))
+            failures += 1
+            continue
+        found.extend(_trail_event(e) for e in events if e.get("EventSource", source) == source)
+    evidence.cloudtrail = sorted(found, key=lambda e: e.time) if failures < len(read.names) else None
     evidence.cloudtrail_complete = failures == 0
 
 
@@ -119,7 +101,7 @@ def _trail_event(e: dict[str, Any]) -> CloudTrailEvent:
         error_code=detail.get("errorCode"), error_message=detail.get("errorMessage"))
 
 
-def _health(aws: Aws, evidence: Evidence) -> None:
+def _health(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     try:
         events = list(aws.paginate("health", "DescribeEvents", "events", token="nextToken",
                                    filter={"services": ["EC2", "SAGEMAKER"]}))
@@ -137,7 +119,7 @@ def _health(aws: Aws, evidence: Evidence) -> None:
                                           "support plan for the Health API)"))
 
 
-def _instance_status(aws: Aws, evidence: Evidence) -> None:
+def _instance_status(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     ids = [n.instance_id for n in evidence.nodes if n.discovered_by in ("api", "user")
            and not evidence.cluster.kind.startswith("hyperpod")]
     if not ids:
@@ -154,45 +136,19 @@ def _instance_status(aws: Aws, evidence: Evidence) -> None:
                               for e in s.get("Events", []) or []]) for s in statuses]
 
 
-def _fsx(aws: Aws, evidence: Evidence) -> None:
+def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     systems = aws.read_all(evidence.gaps, "FSx file systems not read; branch C not assessed",
                            "fsx", "DescribeFileSystems", "FileSystems")
     if systems is None:
         return
-    evidence.file_systems = [
-        FileSystemInfo(file_system_id=f["FileSystemId"], file_system_type=f.get("FileSystemType"),
-                       deployment_type=(f.get("LustreConfiguration") or {}).get("DeploymentType"),
-                       storage_type=f.get("StorageType"), dns_name=f.get("DNSName"),
-                       weekly_maintenance=(f.get("LustreConfiguration") or {}).get("WeeklyMaintenanceStartTime"))
-        for f in systems if f.get("FileSystemType") == "LUSTRE"]
-    peaks: list[MetricPeak] = []
-    start, end = evidence.window.start, min(evidence.window.end, evidence.now)
-    try:
-        for fs in evidence.file_systems:
-            for metric, dim in FSX_SATURATION:
-                listed = list(aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace="AWS/FSx",
-                                           MetricName=metric, Dimensions=[{"Name": "FileSystemId",
-                                                                           "Value": fs.file_system_id}]))
-                for m in listed:
-                    dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
-                    if dim not in dims:
-                        continue
-                    peaks.append(_peak(aws, fs.file_system_id, metric, dims, start, end))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("FSx saturation metrics not read; branch C not assessed"))
-        return
-    evidence.fsx_metrics = peaks
+    evidence.file_systems = [file_system(f) for f in systems if f.get("FileSystemType") == "LUSTRE"]
+    evidence.fsx_metrics = saturation_peaks(aws, evidence, read, "FSx saturation metrics not read; branch C not assessed")
 
 
-def _peak(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], start: datetime, end: datetime) -> MetricPeak:
-    out = aws.call("cloudwatch", "GetMetricData", StartTime=start, EndTime=end, MetricDataQueries=[{
-        "Id": "m", "MetricStat": {"Metric": {"Namespace": "AWS/FSx", "MetricName": metric,
-                                             "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()]},
-                                  "Period": 60, "Stat": "Maximum"}}])
-    values = [v for r in out.get("MetricDataResults", []) for v in r.get("Values", [])]
-    return MetricPeak(file_system_id=fs_id, metric=metric, dimensions=dims, statistic="Maximum",
-                      peak=max(values) if values else None,
-                      minutes_at_or_above_90=sum(1 for v in values if v >= 90.0), datapoints=len(values))
+READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
+    "cluster-events": _cluster_events, "capacity-reservations": _capacity_reservations, "cloudtrail": _cloudtrail,
+    "health": _health, "instance-status": _instance_status, "fsx": _fsx, **preflight_collectors.READERS,
+}
 
 
-__all__ = ["collect", "parse_time"]
+__all__ = ["READERS", "collect", "parse_time"]

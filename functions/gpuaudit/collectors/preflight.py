@@ -7,24 +7,18 @@ unread) and a gap naming the call, never an exception.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpuaudit.collectors import controlplane
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.domain.capability import is_accelerated
 from gpuaudit.domain.capacity import (
-    DEFAULT_RUN_HOURS,
     cluster_reservations,
-    ec2_family_quota,
-    extension_hours,
-    holding_reservation,
-    run_fit,
 )
-from gpuaudit.domain.timing import lookback
+from gpuaudit.domain.readplan import FSX_SATURATION, GPU_POWER
 from gpuaudit.model.evidence import (
     AlarmInfo,
-    CapacityReservation,
     EventRuleInfo,
     Evidence,
     ExtensionOffering,
@@ -34,6 +28,9 @@ from gpuaudit.model.evidence import (
     GpuActivity,
     InstanceNetwork,
     MetricPeak,
+    PlannedRead,
+    QuotaAsk,
+    ReadSource,
     Route,
     RouteTableInfo,
     SecurityGroupInfo,
@@ -44,49 +41,10 @@ from gpuaudit.model.evidence import (
 )
 from gpuaudit.model.timeutil import floor_hour
 
-if TYPE_CHECKING:
-    from gpuaudit.model.evidence import AuditRequest
-
-ENI_QUOTA = ("vpc", "L-DF5E4CA3", "Network interfaces per Region")
-GPU_POWER = "GPUPowerUtilization"
 IDLE_BELOW = 5.0  # percent, as reported (RULES §0.6, §8 idle reserved GPUs)
 
 
-def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
-    hyperpod = evidence.cluster.kind.startswith("hyperpod")
-    start = request.run_start or evidence.now
-    if not hyperpod:
-        _instance_network(aws, evidence)
-    _training_plans(aws, evidence)
-    _extension_offerings(aws, evidence, start, request.run_hours)
-    _security_groups(aws, evidence)
-    _subnets(aws, evidence)
-    if not hyperpod:
-        _route_tables(aws, evidence)
-    _alarms(aws, evidence)
-    _event_rules(aws, evidence)
-    _quotas(aws, evidence, start)
-    span = lookback(evidence.now, request.run_hours)  # the last similar run (RULES §10 P8, P9)
-    _file_systems(aws, evidence, span)
-    if not hyperpod:
-        _gpu_activity(aws, evidence, span)
-
-
-def compute_types(evidence: Evidence) -> dict[str, list[str]]:
-    """Accelerated compute instance types of the cluster → their node IDs (HyperPod groups included)."""
-    types: dict[str, list[str]] = defaultdict(list)
-    for n in evidence.nodes:
-        if n.role in ("compute", "unknown") and n.instance_type and is_accelerated(n, evidence):
-            types[n.instance_type].append(n.instance_id)
-    for g in evidence.cluster.instance_groups:
-        if g.node_role == "compute" and g.instance_type and g.instance_type not in types:
-            profile = evidence.profiles.get(g.instance_type)
-            if profile is None or (profile.gpu_count or 0) > 0 or g.instance_type.startswith(("trn", "inf")):
-                types[g.instance_type] = []
-    return dict(types)
-
-
-def _instance_network(aws: Aws, evidence: Evidence) -> None:
+def _instance_network(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     ids = [n.instance_id for n in evidence.nodes if n.discovered_by in ("api", "user")]
     if not ids:
         evidence.instance_network = []
@@ -111,7 +69,7 @@ def _instance_network(aws: Aws, evidence: Evidence) -> None:
     evidence.instance_network = out
 
 
-def _training_plans(aws: Aws, evidence: Evidence) -> None:
+def _training_plans(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     arns = sorted({g.training_plan_arn for g in evidence.cluster.instance_groups if g.training_plan_arn})
     plans = []
     for arn in arns:
@@ -132,35 +90,21 @@ def _training_plans(aws: Aws, evidence: Evidence) -> None:
     evidence.training_plans = plans
 
 
-def _blocks(evidence: Evidence, start: datetime) -> list[tuple[CapacityReservation, str, datetime]]:
-    """The Capacity Blocks the cluster's accelerated capacity runs on, with their instance type and end."""
-    found: dict[str, tuple[CapacityReservation, str, datetime]] = {}
-    for itype, ids in compute_types(evidence).items():
-        held = holding_reservation(cluster_reservations(evidence, itype, ids), start)
-        if held is not None and held.reservation_type == "capacity-block" and held.end_date is not None:
-            found[held.reservation_id] = (held, itype, held.end_date)
-    return list(found.values())
-
-
-def _extension_offerings(aws: Aws, evidence: Evidence, start: datetime, run_hours: float | None) -> None:
-    """Read-only offerings for each Capacity Block; the duration asked for covers the planned run (72 h when
-    the length is unknown), at least one day."""
+def _extension_offerings(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+    """Read-only offerings for each Capacity Block the plan names, for the duration it asks."""
     if evidence.capacity_reservations is None:
         return
     out = []
-    longest = run_hours or max(DEFAULT_RUN_HOURS)
-    for block, itype, end in _blocks(evidence, start):
-        hours = extension_hours(run_fit(end, itype, max(start, block.start_date or start), longest,
-                                        evidence.now).shortfall)
+    for ask in read.offerings:
         try:
             items = list(aws.paginate("ec2", "DescribeCapacityBlockExtensionOfferings",
-                                      "CapacityBlockExtensionOfferings", CapacityReservationId=block.reservation_id,
-                                      CapacityBlockExtensionDurationHours=hours))
+                                      "CapacityBlockExtensionOfferings", CapacityReservationId=ask.reservation_id,
+                                      CapacityBlockExtensionDurationHours=ask.duration_hours))
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap_for(f"extension offerings of {block.reservation_id} not read"))
-            out.append(ExtensionOfferings(reservation_id=block.reservation_id, requested_hours=hours))
+            evidence.gaps.append(failed.gap_for(f"extension offerings of {ask.reservation_id} not read"))
+            out.append(ExtensionOfferings(reservation_id=ask.reservation_id, requested_hours=ask.duration_hours))
             continue
-        out.append(ExtensionOfferings(reservation_id=block.reservation_id, requested_hours=hours, offerings=[
+        out.append(ExtensionOfferings(reservation_id=ask.reservation_id, requested_hours=ask.duration_hours, offerings=[
             ExtensionOffering(offering_id=o.get("CapacityBlockExtensionOfferingId", "unnamed"),
                               instance_type=o.get("InstanceType"), instance_count=o.get("InstanceCount"),
                               start_date=o.get("CapacityBlockExtensionStartDate"),
@@ -178,7 +122,7 @@ def _rule(p: dict[str, Any]) -> SgRule:
                                    if x.get("PrefixListId")])
 
 
-def _security_groups(aws: Aws, evidence: Evidence) -> None:
+def _security_groups(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     ids = set(evidence.cluster.security_group_ids)
     ids |= {g for n in evidence.instance_network or [] for g in n.security_group_ids}
     if not ids:
@@ -194,7 +138,7 @@ def _security_groups(aws: Aws, evidence: Evidence) -> None:
                           egress=[_rule(p) for p in g.get("IpPermissionsEgress", []) or []]) for g in groups]
 
 
-def _subnets(aws: Aws, evidence: Evidence) -> None:
+def _subnets(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     ids = set(evidence.cluster.subnet_ids) | {n.subnet_id for n in evidence.instance_network or [] if n.subnet_id}
     if not ids:
         evidence.subnets = []
@@ -209,7 +153,7 @@ def _subnets(aws: Aws, evidence: Evidence) -> None:
                    map_public_ip_on_launch=s.get("MapPublicIpOnLaunch")) for s in subnets]
 
 
-def _route_tables(aws: Aws, evidence: Evidence) -> None:
+def _route_tables(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     vpcs = sorted({s.vpc_id for s in evidence.subnets or [] if s.vpc_id}
                   | {n.vpc_id for n in evidence.instance_network or [] if n.vpc_id})
     if not vpcs:
@@ -236,7 +180,7 @@ def _route_tables(aws: Aws, evidence: Evidence) -> None:
     evidence.route_tables = out
 
 
-def _alarms(aws: Aws, evidence: Evidence) -> None:
+def _alarms(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     alarms = aws.read_all(evidence.gaps, "CloudWatch alarms in ALARM not read",
                           "cloudwatch", "DescribeAlarms", "MetricAlarms", StateValue="ALARM")
     if alarms is None:
@@ -249,7 +193,7 @@ def _alarms(aws: Aws, evidence: Evidence) -> None:
         for a in alarms]
 
 
-def _event_rules(aws: Aws, evidence: Evidence) -> None:
+def _event_rules(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     rules = aws.read_all(evidence.gaps, "EventBridge rules not read",
                          "events", "ListRules", "Rules")
     if rules is None:
@@ -259,28 +203,22 @@ def _event_rules(aws: Aws, evidence: Evidence) -> None:
                             for r in rules]
 
 
-def _quota(aws: Aws, service: str, code: str, name: str) -> ServiceQuotaInfo:
+def _quota(aws: Aws, ask: QuotaAsk) -> ServiceQuotaInfo:
     try:
-        q = aws.call("service-quotas", "GetServiceQuota", ServiceCode=service, QuotaCode=code)["Quota"]
+        q = aws.call("service-quotas", "GetServiceQuota", ServiceCode=ask.service_code, QuotaCode=ask.quota_code)["Quota"]
     except CallFailed as failed:
-        return ServiceQuotaInfo(service_code=service, quota_code=code, quota_name=name,
+        return ServiceQuotaInfo(service_code=ask.service_code, quota_code=ask.quota_code, quota_name=ask.quota_name,
                                 error=f"{failed.code}: {failed.message}", absent=failed.code == "NoSuchResourceException")
-    return ServiceQuotaInfo(service_code=service, quota_code=code, quota_name=q.get("QuotaName", name),
-                            value=q.get("Value"))
+    return ServiceQuotaInfo(service_code=ask.service_code, quota_code=ask.quota_code,
+                            quota_name=q.get("QuotaName", ask.quota_name), value=q.get("Value"))
 
 
-def _quotas(aws: Aws, evidence: Evidence, start: datetime) -> None:
-    """The ENI quota (P14), and for capacity no plan or reservation holds, the instance quota (P3)."""
-    quotas = [_quota(aws, *ENI_QUOTA)]
-    hyperpod = evidence.cluster.kind.startswith("hyperpod")
-    plan_types = {g.instance_type for g in evidence.cluster.instance_groups if g.training_plan_arn}
-    unreserved = [t for t, ids in compute_types(evidence).items() if t not in plan_types
-                  and holding_reservation(cluster_reservations(evidence, t, ids), start) is None]
-    if hyperpod and unreserved:
-        quotas += _sagemaker_cluster_quotas(aws, unreserved)
-    elif unreserved:
-        for code, name in sorted({fq for t in unreserved if (fq := ec2_family_quota(t))}):
-            quotas.append(_quota(aws, "ec2", code, name))
+def _quotas(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+    """The quotas the plan asks for: by code with GetServiceQuota, by name (no fixed code) from one listing."""
+    by_name = [a for a in read.quotas if a.quota_code is None]
+    quotas = [_quota(aws, a) for a in read.quotas if a.quota_code is not None]
+    if by_name:
+        quotas += _quotas_by_name(aws, by_name)
     for q in quotas:
         if q.error and not q.absent:  # an absent quota was read: P3 says so, it is no visibility gap
             evidence.gaps.append(Gap(kind="not-read", service="service-quotas", operation="quota",
@@ -289,22 +227,59 @@ def _quotas(aws: Aws, evidence: Evidence, start: datetime) -> None:
     evidence.service_quotas = quotas
 
 
-def _sagemaker_cluster_quotas(aws: Aws, types: list[str]) -> list[ServiceQuotaInfo]:
-    """`ml.<type> for cluster usage` has no fixed quota code to ask for: list SageMaker's quotas once."""
-    wanted = {f"ml.{t} for cluster usage": t for t in types}
+def _quotas_by_name(aws: Aws, asks: list[QuotaAsk]) -> list[ServiceQuotaInfo]:
+    """`ml.<type> for cluster usage` has no fixed quota code to ask for: list the service's quotas once."""
+    service = asks[0].service_code
     try:
-        listed = list(aws.paginate("service-quotas", "ListServiceQuotas", "Quotas", ServiceCode="sagemaker"))
+        listed = list(aws.paginate("service-quotas", "ListServiceQuotas", "Quotas", ServiceCode=service))
     except CallFailed as failed:
-        return [ServiceQuotaInfo(service_code="sagemaker", quota_code=None, quota_name=name,
-                                 error=f"ListServiceQuotas: {failed.code}: {failed.message}") for name in wanted]
-    by_name = {q.get("QuotaName"): q for q in listed}
-    return [ServiceQuotaInfo(service_code="sagemaker", quota_code=by_name[name].get("QuotaCode"), quota_name=name,
-                             value=by_name[name].get("Value")) if name in by_name else
-            ServiceQuotaInfo(service_code="sagemaker", quota_code=None, quota_name=name,
-                             error="no quota of that name in ListServiceQuotas", absent=True) for name in wanted]
+        return [ServiceQuotaInfo(service_code=a.service_code, quota_code=None, quota_name=a.quota_name,
+                                 error=f"ListServiceQuotas: {failed.code}: {failed.message}") for a in asks]
+    found = {q.get("QuotaName"): q for q in listed}
+    return [ServiceQuotaInfo(service_code=a.service_code, quota_code=found[a.quota_name].get("QuotaCode"),
+                             quota_name=a.quota_name, value=found[a.quota_name].get("Value"))
+            if a.quota_name in found else
+            ServiceQuotaInfo(service_code=a.service_code, quota_code=None, quota_name=a.quota_name,
+                             error="no quota of that name in ListServiceQuotas", absent=True) for a in asks]
 
 
-def _file_systems(aws: Aws, evidence: Evidence, lookback: tuple[datetime, datetime]) -> None:
+def file_system(f: dict[str, Any]) -> FileSystemInfo:
+    lustre = f.get("LustreConfiguration") or {}
+    return FileSystemInfo(file_system_id=f["FileSystemId"], file_system_type=f.get("FileSystemType"),
+                          deployment_type=lustre.get("DeploymentType"), storage_type=f.get("StorageType"),
+                          dns_name=f.get("DNSName"), weekly_maintenance=lustre.get("WeeklyMaintenanceStartTime"))
+
+
+def saturation_peaks(aws: Aws, evidence: Evidence, read: PlannedRead, unread: str) -> list[MetricPeak] | None:
+    """Per-minute maxima of the saturation metrics the plan names, per dimension ListMetrics finds for each file
+    system; None (and a gap saying `unread`) when a call fails."""
+    peaks: list[MetricPeak] = []
+    try:
+        for fs in evidence.file_systems or []:
+            for metric in read.names:
+                for m in aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace="AWS/FSx", MetricName=metric,
+                                      Dimensions=[{"Name": "FileSystemId", "Value": fs.file_system_id}]):
+                    dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
+                    if FSX_SATURATION[metric] in dims:
+                        peaks.append(_peak(aws, fs.file_system_id, metric, dims, read))
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap_for(unread))
+        return None
+    return peaks
+
+
+def _peak(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], read: PlannedRead) -> MetricPeak:
+    out = aws.call("cloudwatch", "GetMetricData", StartTime=read.start, EndTime=read.end, MetricDataQueries=[{
+        "Id": "m", "MetricStat": {"Metric": {"Namespace": "AWS/FSx", "MetricName": metric,
+                                             "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()]},
+                                  "Period": 60, "Stat": "Maximum"}}])
+    values = [v for r in out.get("MetricDataResults", []) for v in r.get("Values", [])]
+    return MetricPeak(file_system_id=fs_id, metric=metric, dimensions=dims, statistic="Maximum",
+                      peak=max(values) if values else None,
+                      minutes_at_or_above_90=sum(1 for v in values if v >= 90.0), datapoints=len(values))
+
+
+def _file_systems(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     """FSx for Lustre of the cluster and its saturation peaks over the last similar run (RULES §8 C, §10 P8)."""
     try:
         systems = [f for f in aws.paginate("fsx", "DescribeFileSystems", "FileSystems")
@@ -314,27 +289,9 @@ def _file_systems(aws: Aws, evidence: Evidence, lookback: tuple[datetime, dateti
         return
     attached = _attached_file_systems(aws, evidence, systems)
     evidence.cluster_file_system_ids = attached
-    chosen = [f for f in systems if attached is None or f["FileSystemId"] in attached]
-    evidence.file_systems = [
-        FileSystemInfo(file_system_id=f["FileSystemId"], file_system_type=f.get("FileSystemType"),
-                       deployment_type=(f.get("LustreConfiguration") or {}).get("DeploymentType"),
-                       storage_type=f.get("StorageType"), dns_name=f.get("DNSName"),
-                       weekly_maintenance=(f.get("LustreConfiguration") or {}).get("WeeklyMaintenanceStartTime"))
-        for f in chosen]
-    start, end = lookback
-    peaks: list[MetricPeak] = []
-    try:
-        for fs in evidence.file_systems:
-            for metric, dim in controlplane.FSX_SATURATION:
-                for m in aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace="AWS/FSx", MetricName=metric,
-                                      Dimensions=[{"Name": "FileSystemId", "Value": fs.file_system_id}]):
-                    dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
-                    if dim in dims:
-                        peaks.append(controlplane._peak(aws, fs.file_system_id, metric, dims, start, end))
-    except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("FSx saturation metrics not read; storage headroom not checked"))
-        return
-    evidence.fsx_metrics = peaks
+    evidence.file_systems = [file_system(f) for f in systems if attached is None or f["FileSystemId"] in attached]
+    evidence.fsx_metrics = saturation_peaks(aws, evidence, read,
+                                            "FSx saturation metrics not read; storage headroom not checked")
 
 
 def _attached_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, Any]]) -> list[str] | None:
@@ -358,10 +315,10 @@ def _attached_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str,
     return sorted(f["FileSystemId"] for f in systems if f.get("VpcId") in vpcs) if vpcs else None
 
 
-def _gpu_activity(aws: Aws, evidence: Evidence, lookback: tuple[datetime, datetime]) -> None:
+def _gpu_activity(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     """Hourly `GPUPowerUtilization` maxima of EC2 nodes on reserved capacity: an hour is idle when every GPU
     stayed below 5 % (RULES §8 idle reserved GPUs)."""
-    start, end = floor_hour(lookback[0]), lookback[1]
+    start, end = read.start or evidence.now, read.end or evidence.now
     reserved = [n for n in evidence.nodes if n.role == "compute" and n.discovered_by in ("api", "user")
                 and n.instance_type and is_accelerated(n, evidence)
                 and cluster_reservations(evidence, n.instance_type, [n.instance_id])]
@@ -393,4 +350,11 @@ def _gpu_activity(aws: Aws, evidence: Evidence, lookback: tuple[datetime, dateti
     evidence.gpu_activity = out
 
 
-__all__ = ["collect", "compute_types"]
+READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
+    "instance-network": _instance_network, "training-plans": _training_plans,
+    "extension-offerings": _extension_offerings, "security-groups": _security_groups, "subnets": _subnets,
+    "route-tables": _route_tables, "alarms": _alarms, "event-rules": _event_rules, "quotas": _quotas,
+    "file-systems": _file_systems, "gpu-activity": _gpu_activity,
+}
+
+__all__ = ["READERS", "file_system", "saturation_peaks"]

@@ -408,6 +408,42 @@ class CallCount(Frozen):
     count: int
 
 
+# The read plan (domain/readplan.py decides it, the collectors execute it, the rules judge against it).
+ReadSource = Literal[
+    "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
+    "instance-network", "training-plans", "extension-offerings", "security-groups", "subnets", "route-tables",
+    "alarms", "event-rules", "quotas", "file-systems", "gpu-activity",
+]
+
+
+class QuotaAsk(Frozen):
+    """One Service Quotas value the plan asks for; `quota_code` None: found by name in ListServiceQuotas."""
+
+    service_code: str
+    quota_code: str | None
+    quota_name: str
+
+
+class OfferingAsk(Frozen):
+    """Extension offerings of one Capacity Block, for the duration that covers the planned run."""
+
+    reservation_id: str
+    instance_type: str
+    duration_hours: int
+
+
+class PlannedRead(Frozen):
+    """One source the plan asked for: why (the rule that needs it), and exactly what was asked."""
+
+    source: ReadSource
+    reason: str
+    start: datetime | None = None
+    end: datetime | None = None
+    names: list[str] = Field(default_factory=list)  # CloudTrail event names or CloudWatch metric names
+    quotas: list[QuotaAsk] = Field(default_factory=list)
+    offerings: list[OfferingAsk] = Field(default_factory=list)
+
+
 class Evidence(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -447,3 +483,8 @@ class Evidence(BaseModel):
     service_quotas: list[ServiceQuotaInfo] | None = None
     cluster_file_system_ids: list[str] | None = None  # FSx file systems attached to the cluster, when resolved
     gpu_activity: list[GpuActivity] | None = None
+    # What the read plan asked for, in order (domain/readplan.py); a source absent here was never asked for.
+    read_plan: list[PlannedRead] = Field(default_factory=list)
+
+    def planned(self, source: ReadSource) -> PlannedRead | None:
+        return next((r for r in self.read_plan if r.source == source), None)

@@ -175,8 +175,14 @@ def p2_part(ctx: Context, grp: GpuGroup) -> Part:
         return Part("RISK", f"{grp.label} on {h.text}: an ODCR ends before the run; ODCRs are not extended by "
                             "Capacity Block offerings", f"Modify {cr}'s end date (`aws ec2 modify-capacity-reservation "
                                                         f"--capacity-reservation-id {cr} --end-date …`)")
+    asked = ctx.ev.planned("extension-offerings")
+    ask = next((a for a in asked.offerings if a.reservation_id == cr), None) if asked else None
+    hours = ext.requested_hours if ext else ask.duration_hours if ask else 24
     call = (f"`aws ec2 describe-capacity-block-extension-offerings --capacity-reservation-id {cr} "
-            f"--capacity-block-extension-duration-hours {ext.requested_hours if ext else 24}`")
+            f"--capacity-block-extension-duration-hours {hours}`")
+    if ext is None and asked is not None and ask is None:
+        return Part("Not checked", f"{grp.label} on {h.text}: the read plan did not ask for extension offerings of "
+                                   f"`{cr}` — {call}", f"Read them: {call}")
     if ext is None or ext.offerings is None:
         return Part("Not checked", f"{grp.label} on {h.text}: extension offerings not read — {call}",
                     f"Re-run with read access: {call}")
@@ -264,6 +270,13 @@ def p3_part(ctx: Context, grp: GpuGroup) -> Part:
         return Part("UNVERIFIED", f"{grp.label}: no reservation or training plan holds the capacity, and the quota "
                                   f"`{name}` is not among the quotas read — {call}: no headroom for a replacement "
                                   "is proven", spare_action)
+    asked = ctx.ev.planned("quotas")
+    if quota is None and asked is not None and all(a.quota_name != name for a in asked.quotas):
+        # Judged against what was asked: a quota the plan never asked for is not a permission problem.
+        return Part("Not checked", f"{grp.label}: no reservation or training plan holds the capacity, and the read "
+                                   f"plan did not ask for the quota `{name}` (it asked for "
+                                   f"{', '.join(f'`{a.quota_name}`' for a in asked.quotas) or 'none'}) — {call}",
+                    f"Read it: {call}")
     if quota is None or quota.value is None:
         why = f" ({quota.error})" if quota and quota.error else ""
         return Part("Not checked", f"{grp.label}: no reservation or training plan holds the capacity, and the "
