@@ -19,6 +19,11 @@ from gpuaudit.report.escape import alert_text
 from gpuaudit.report.redact import redact
 
 ALERTING_VERDICTS = {"REPLACE", "REBOOT", "NOT OBSERVABLE"}
+# An alert is one message on a phone: bounded well under Chatbot's and SNS's limits at any fleet size.
+ALERT_MAX_CHARS = 3500
+ALERT_HEADLINE_CHARS = 800
+ALERT_CHANGE_CHARS = 200
+ALERT_MAX_CHANGES = 20
 RETENTION_DAYS = 90
 
 
@@ -95,13 +100,21 @@ def _short(text: str | None, limit: int = 160) -> str:
 
 
 def alert_message(result: Result, changes: list[str], report_link: str | None = None) -> str:
-    lines = [f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region})", result.headline, "",
-             *[f"- {c}" for c in changes[:20]]]
-    if len(changes) > 20:
-        lines.append(f"- … and {len(changes) - 20} more")
-    if report_link:
-        lines += ["", f"Report: {report_link}"]
-    return redact(alert_text("\n".join(lines)), result.account_ids)
+    """One SNS/Chatbot message at any fleet size: at most ALERT_MAX_CHARS characters (the headline counts, the
+    changes are listed while they fit, then counted); the report carries the rest."""
+    head = [f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region})",
+            _short(result.headline, ALERT_HEADLINE_CHARS), ""]
+    tail = ["", f"Report: {report_link}"] if report_link else []
+    listed = [f"- {_short(c, ALERT_CHANGE_CHARS)}" for c in changes]
+
+    def text(shown: int) -> str:
+        more = [f"- … and {len(listed) - shown} more (see the report)"] if shown < len(listed) else []
+        return redact(alert_text("\n".join([*head, *listed[:shown], *more, *tail])), result.account_ids)
+
+    shown = min(len(listed), ALERT_MAX_CHANGES)
+    while shown and len(text(shown)) > ALERT_MAX_CHARS:
+        shown -= 1
+    return text(shown)[:ALERT_MAX_CHARS]
 
 
 def chatbot_payload(result: Result, message: str) -> str:

@@ -35,8 +35,42 @@ def _node_line(n: NodeResult) -> str:
     return f"- {what} ({meta}); Xid status **{n.xid_status}**{evidence}"
 
 
+# A fleet report leads with exceptions: beyond this many, healthy nodes are counted per group, not listed one by
+# one (the JSON result keeps every node).
+HEALTHY_LISTED = 50
+HEALTHY = ("Measured", "No HMA detections")
+
+
+def _exception(n: NodeResult) -> bool:
+    """A node the reader must see: a verdict, a GPU line, a status short of proven, or an empty hour."""
+    return bool(n.verdict or n.gpu_errors or n.xid_status not in HEALTHY or any(c.empty_hours for c in n.coverage))
+
+
+def split_healthy(nodes: list[NodeResult]) -> tuple[list[NodeResult], dict[str, list[NodeResult]]]:
+    """(the nodes to list one by one, the healthy rest per group); small clusters list every node."""
+    healthy = [n for n in nodes if not _exception(n)]
+    if len(healthy) <= HEALTHY_LISTED:
+        return nodes, {}
+    groups: dict[str, list[NodeResult]] = {}
+    for n in healthy:
+        groups.setdefault(n.instance_group or "(no group)", []).append(n)
+    return [n for n in nodes if _exception(n)], groups
+
+
+def _healthy_lines(groups: dict[str, list[NodeResult]]) -> list[str]:
+    out = []
+    for group, nodes in sorted(groups.items()):
+        types = ", ".join(sorted({n.instance_type or "type unknown" for n in nodes}))
+        statuses = ", ".join(f"{sum(1 for n in nodes if n.xid_status == s)} {s}" for s in HEALTHY
+                             if any(n.xid_status == s for n in nodes))
+        out.append(f"- {len(nodes)} more node(s) of group {md_code(group)} ({md_inline(types)}): {statuses}, no GPU "
+                   "signal, no empty hour — each is in the JSON result")
+    return out
+
+
 def render(result: Result) -> str:
     r = result
+    listed, healthy = split_healthy(r.nodes)
     lines: list[str] = []
     kind = r.cluster.kind
     if r.mode == "preflight":
@@ -50,7 +84,7 @@ def render(result: Result) -> str:
     if r.mode == "preflight" and r.ready:
         lines += [f"## Ready: {r.ready}", ""]
     lines += ["## Verdict", "", md_inline(r.headline), "", f"Confidence: **{r.confidence}**", ""]
-    lines += ["## Node verdicts", ""] + [_node_line(n) for n in r.nodes] + [""]
+    lines += ["## Node verdicts", ""] + [_node_line(n) for n in listed] + _healthy_lines(healthy) + [""]
     if r.checks:
         lines += ["## Pre-flight checks", "", "| # | Check | Result | Evidence | Action |", "|---|---|---|---|---|"]
         for chk in sorted(r.checks, key=lambda k: (check_rank(k.result), int(k.id[1:]))):
@@ -64,14 +98,16 @@ def render(result: Result) -> str:
     lines += ["## Node capability and fabric", "",
               "| Node | Type | GPUs | EFA attached/max | NVSwitch | Fabric Manager | NCCL transport |",
               "|---|---|---|---|---|---|---|"]
-    for n in r.nodes:
+    for n in listed:
         lines.append(f"| {md_code(n.instance_id)} | {_cell(n.instance_type or 'unknown')} | {_cell(n.gpu_count)} | "
                      f"{_cell(n.efa)} | {_cell(n.nvswitch)} | {_cell(n.signals.fabric_manager)} | "
                      f"{_cell(n.signals.nccl)} |")
+    if healthy:
+        lines += ["", *_healthy_lines(healthy)]
     lines += ["", "## GPU error log coverage", "",
               "| Node | Log group | Log stream | First event | Last event | Live across window | Kernel lines ever | "
               "Xids in window | Status |", "|---|---|---|---|---|---|---|---|---|"]
-    for n in r.nodes:
+    for n in listed:
         xids = len([e for e in n.gpu_errors if e.code is not None])
         for c in n.coverage:
             live = _hours(c.empty_hours) if c.source_kind == "kernel" else "n/a (HMA)"
@@ -79,8 +115,10 @@ def render(result: Result) -> str:
             lines.append(f"| {md_code(n.instance_id)} | {md_code(c.log_group)} | {stream} | {_t(c.first_event)} | "
                          f"{_t(c.last_event)} | {live} | {_cell(c.kernel_lines_ever)} | {xids} | **{c.status}** |")
     notes = [f"- {md_code(n.instance_id)} · {md_code(c.log_stream or c.log_group)}: {md_inline(c.note)}"
-             for n in r.nodes for c in n.coverage
+             for n in listed for c in n.coverage
              if c.note]
+    if healthy:
+        lines += ["", *_healthy_lines(healthy)]
     if notes:
         lines += ["", "Coverage notes:", *notes]
     errors = [(n, e) for n in r.nodes for e in n.gpu_errors]

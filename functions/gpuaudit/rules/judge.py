@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +21,7 @@ from gpuaudit.model.result import (
     Readiness,
     Result,
     TimelineEntry,
+    Verdict,
     WindowOut,
 )
 from gpuaudit.model.timeutil import iso
@@ -291,6 +292,20 @@ def cluster_state(evidence: Evidence) -> list[str]:
     return lines
 
 
+# The headline feeds alerts and the findings summary: at any fleet size it names the few worst nodes and counts
+# the rest (the report lists every node).
+HEADLINE_NODES = 5
+VERDICT_WEIGHT: dict[Verdict, int] = {"REPLACE": 0, "REBOOT": 1, "MONITOR": 2, "LEAVE ALONE": 3}
+
+
+def named(items: list[str], sep: str = ", ") -> str:
+    """All of a short list; the first HEADLINE_NODES of a long one and how many more the report holds."""
+    if len(items) <= HEADLINE_NODES:
+        return sep.join(items)
+    return f"{len(items)} nodes, first {sep.join(items[:HEADLINE_NODES])} (+{len(items) - HEADLINE_NODES} more in the " \
+           "report)"
+
+
 def headline_for(j: Judged, branch_headline: str | None,
                  ready: Readiness | None) -> tuple[str, Literal["High", "Medium", "Low"]]:
     nodes = j.nodes
@@ -299,7 +314,9 @@ def headline_for(j: Judged, branch_headline: str | None,
     for n in accelerated:
         counts[n.xid_status] += 1
     coverage = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    verdicts = [f"{n.instance_id} {n.verdict}" for n in nodes if n.verdict and n.verdict != "NOT OBSERVABLE"]
+    signalled = sorted((n for n in nodes if n.verdict and n.verdict != "NOT OBSERVABLE"),
+                       key=lambda n: VERDICT_WEIGHT[n.verdict or "LEAVE ALONE"])
+    verdicts = [f"{n.instance_id} {n.verdict}" for n in signalled]
     blind = [n.instance_id for n in accelerated if n.xid_status == "Not observable"]
     partial = any(g.scope == "node-list" for g in j.evidence.gaps)
     if branch_headline:
@@ -307,9 +324,12 @@ def headline_for(j: Judged, branch_headline: str | None,
     elif ready is not None:
         head = f"Ready: {ready}."
     elif verdicts:
-        head = "GPU signals found: " + "; ".join(verdicts) + "."
+        by_verdict = Counter(n.verdict for n in signalled)
+        tally = ", ".join(f"{by_verdict[v]} {v}" for v in VERDICT_WEIGHT if by_verdict[v])
+        head = (f"GPU signals found: {'; '.join(verdicts)}." if len(verdicts) <= HEADLINE_NODES else
+                f"GPU signals found on {len(verdicts)} nodes ({tally}): {named(verdicts, '; ')}.")
     elif blind:
-        head = f"GPU errors cannot be ruled out: coverage Not observable on {', '.join(blind)}."
+        head = f"GPU errors cannot be ruled out: coverage Not observable on {named(blind)}."
     elif not accelerated:
         head = "No GPU node was audited (see visibility gaps): no claim about GPU errors is made."
     elif partial:
