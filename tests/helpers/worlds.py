@@ -8,6 +8,7 @@ as `gpuaudit audit --world` does (cli._aws_for). The clock is frozen at `NOW`.
 from __future__ import annotations
 
 import copy
+import json
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -247,10 +248,25 @@ class HyperPodWorld(WorldBuilder):
     def hma_stream_name(self, node: Node) -> str:
         return f"{HMA_PREFIX}{node.group}/{node.instance_id}"
 
-    def hma_detection(self, node: Node, time: str, code: int = 31, reason: str = "XidUserAppError") -> str:
-        line = ('{"level":"info","msg":"NPD caught event: %v","details: ":{"severity":"warn","reason":"'
-                + reason + '","message":"NVRM: Xid (PCI:0000:00:1e): ' + str(code)
-                + ', pid=14760, name=python, channel 0x00000008"},"HealthMonitoringAgentDetectionEvent":"HealthEvent"}')
+    def hma_detection(self, node: Node, time: str, code: int | None = 31, reason: str | None = "XidUserAppError", *,
+                      condition: str | None = None, recommendation: str | None = None,
+                      message: str | None = None) -> str:
+        """One detection as the agent writes it (`NPD caught event`, details, the HealthMonitoringAgentDetectionEvent
+        key); `message` replaces the NVRM Xid line, `code=None` with no message gives a detection without one."""
+        details: dict[str, Any] = {"severity": "warn"}
+        if reason is not None:
+            details["reason"] = reason
+        if condition is not None:
+            details["condition"] = condition
+        if recommendation is not None:
+            details["recommendation"] = recommendation
+        text = message if message is not None else (
+            f"NVRM: Xid (PCI:0000:00:1e): {code}, pid=14760, name=python, channel 0x00000008" if code is not None
+            else None)
+        if text is not None:
+            details["message"] = text
+        line = json.dumps({"level": "info", "msg": "NPD caught event: %v", "details: ": details,
+                           "HealthMonitoringAgentDetectionEvent": "HealthEvent"}, separators=(",", ":"))
         return self.stream(self.group, self.hma_stream_name(node), events=[(time, line)])
 
 

@@ -19,6 +19,14 @@ class HmaDetection:
     recommendation: str | None
 
     @property
+    def words(self) -> str:
+        """What the agent said, as it wrote it: reason, condition, repair action or recommendation."""
+        said = [f"reason {self.reason}" if self.reason else "", f"condition {self.condition}" if self.condition else "",
+                f"RepairAction/Recommendation \"{self.repair_action or self.recommendation}\""
+                if (self.repair_action or self.recommendation) else ""]
+        return ", ".join(s for s in said if s)
+
+    @property
     def is_dcgm_echo(self) -> bool:
         """The DCGM policy-violation line repeats a detection already reported by its NPD line."""
         return self.reason is None and self.err_num is not None

@@ -197,6 +197,60 @@ def memory_signal_routing(lines: Sequence[ParsedLine], reboots: Sequence[datetim
     return best
 
 
+# The health agent's own word (RULES §7): a detection that asks to replace or reboot the node is that verdict.
+HMA_REPLACE = ("NvidiaErrorTerminate",)
+HMA_REBOOT = ("NvidiaErrorReboot",)
+
+
+def hma_asks(d: HmaDetection) -> Verdict | None:
+    """REPLACE or REBOOT when the agent's detection asks for it (its condition, repair action, recommendation or
+    message); an application-caused detection (XidUserAppError) asks for neither."""
+    if d.reason == "XidUserAppError" or d.is_dcgm_echo:
+        return None
+    said = " ".join(x for x in (d.repair_action, d.recommendation, d.message) if x).lower()
+    if d.condition in HMA_REPLACE or "replace" in said:
+        return "REPLACE"
+    if d.condition in HMA_REBOOT or "reboot" in said:
+        return "REBOOT"
+    return None
+
+
+def hma_routing(lines: Sequence[ParsedLine], end: datetime, routing: NodeRouting | None) -> NodeRouting | None:
+    """The strongest health-agent detection that asks for a node action, when it asks for more than the Xids
+    do: a detection whose reason is XidHardwareFailure, condition NvidiaErrorTerminate or message "Please Replace
+    the Faulty Node" is a REPLACE even when no Xid line carries it."""
+    best: NodeRouting | None = None
+    for p in lines:
+        if p.hma is None or p.line.time > end:
+            continue
+        asked = hma_asks(p.hma)
+        if asked is None or (best is not None and STRENGTH[best.verdict] >= STRENGTH[asked]):
+            continue
+        best = NodeRouting(
+            verdict=asked, hardware=True,
+            verdict_evidence=(f"HealthMonitoringAgentDetectionEvent at {iso(p.line.time)} in {p.line.log_group} / "
+                              f"{p.line.log_stream}: {p.hma.words}"
+                              + (f": {p.hma.message[:200]}" if p.hma.message else "")
+                              + f" → {asked} (the health agent's own recommendation, RULES §7)"))
+    if best is None or (routing is not None and STRENGTH[routing.verdict] >= STRENGTH[best.verdict]):
+        return routing
+    return best
+
+
+def hma_rows(lines: Sequence[ParsedLine], start: datetime, end: datetime) -> list[GpuError]:
+    """Detections asking for a node action without an Xid line are GPU error rows too (no code), named as the
+    agent writes them, so the verdict they decide shows the line it rests on."""
+    rows = []
+    for p in lines:
+        if p.hma is None or p.xid is not None or not (start <= p.line.time <= end) or hma_asks(p.hma) is None:
+            continue
+        rows.append(GpuError(time=p.line.time, last_time=p.line.time, code=None, class_="hardware",
+                             log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.line.message,
+                             count=1, source="hma", hma_reason=p.hma.reason,
+                             meaning=f"HealthMonitoringAgentDetectionEvent: {p.hma.words}"))
+    return rows
+
+
 def memory_signal_rows(lines: Sequence[ParsedLine], start: datetime, end: datetime) -> list[GpuError]:
     """Non-Xid memory signals in the window are rows of the GPU errors table too (no code): a verdict they
     decide must show the line it rests on beside the Xids."""
@@ -226,13 +280,15 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     accelerated = is_accelerated(node, evidence)
     profile = evidence.profiles.get(node.instance_type or "")
     gpu_errors = sorted([*collapse(lines, overrides, window_start, window_end),
-                         *memory_signal_rows(lines, window_start, window_end)], key=lambda e: e.time)
+                         *memory_signal_rows(lines, window_start, window_end),
+                         *hma_rows(lines, window_start, window_end)], key=lambda e: e.time)
     xids = node_xids(lines, window_end)
     reboots = reboot_times(node, evidence, lines)
     routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides,
                          reboot_times=reboots, blackwell=is_blackwell(node.instance_type, profile.gpu_name if profile
                                                                       else None)) if xids else None
     routing = memory_signal_routing(lines, reboots, routing)
+    routing = hma_routing(lines, window_end, routing)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated)
     efa = efa_text(node, profile)
     return NodeResult(

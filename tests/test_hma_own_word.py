@@ -1,0 +1,58 @@
+"""The health agent's own word (RULES §7, issue #21 item 3): a detection that asks to replace the node is a
+REPLACE, one that asks for a reboot a REBOOT, named as the agent writes it, with the replace step in the actions.
+
+Worlds are written from RULES and the operator's question ("the agent says replace this node: do we?"), not from
+what the code prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuaudit.model.result import Result
+from tests.helpers.worlds import HyperPodWorld, at, node_of
+
+SINCE, UNTIL = at(6), at(10)
+
+
+def audited(**detection: Any) -> tuple[HyperPodWorld, Result]:
+    w = HyperPodWorld(gpu_nodes=2, gpu_type="ml.p5.48xlarge")
+    w.cluster_metrics(at(-10), at(12, 25))
+    w.hma_detection(w.gpu[0], at(7, 3), **detection)
+    return w, w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+
+
+def test_terminate_condition_without_an_xid_line_is_replace_with_the_replace_step() -> None:
+    w, result = audited(code=None, reason="NvidiaErrorTerminate", condition="NvidiaErrorTerminate",
+                        message="GPU has fallen into an unrecoverable state. Please Replace the Faulty Node")
+    flagged = node_of(result, w.gpu[0].instance_id)
+    assert flagged.verdict == "REPLACE"
+    evidence = flagged.verdict_evidence or ""
+    assert "HealthMonitoringAgentDetectionEvent" in evidence and "condition NvidiaErrorTerminate" in evidence
+    assert f"SagemakerHealthMonitoringAgent/gpu-workers/{w.gpu[0].instance_id}" in evidence
+    # the line it rests on is in the GPU errors table, named as the agent writes it
+    (row,) = flagged.gpu_errors
+    assert row.code is None and row.source == "hma" and "NvidiaErrorTerminate" in (row.meaning or "")
+    assert any("batch-replace-cluster-nodes" in a and w.gpu[0].instance_id in a
+               for a in result.actions)
+    assert "HealthMonitoringAgentDetectionEvent" in result.report_markdown
+    # the other node is untouched
+    assert node_of(result, w.gpu[1].instance_id).verdict is None
+
+
+def test_hardware_failure_recommending_replace_over_an_xid_is_replace() -> None:
+    w, result = audited(code=79, reason="XidHardwareFailure", recommendation="Replace")
+    assert node_of(result, w.gpu[0].instance_id).verdict == "REPLACE"
+
+
+def test_reboot_condition_is_reboot_not_replace() -> None:
+    w, result = audited(code=119, reason="XidHardwareFailure", condition="NvidiaErrorReboot")
+    flagged = node_of(result, w.gpu[0].instance_id)
+    assert flagged.verdict == "REBOOT"
+    assert any("batch-reboot-cluster-nodes" in a for a in result.actions)
+
+
+def test_an_application_detection_asks_for_nothing() -> None:
+    # XidUserAppError is the agent saying the application caused it (RULES §7 LEAVE ALONE), whatever else it says
+    w, result = audited(code=31, reason="XidUserAppError", recommendation="Replace")
+    assert node_of(result, w.gpu[0].instance_id).verdict == "LEAVE ALONE"
