@@ -8,8 +8,8 @@ as `gpuaudit audit --world` does (cli._aws_for). The clock is frozen at `NOW`.
 from __future__ import annotations
 
 import copy
-import json
 import itertools
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
