@@ -35,18 +35,18 @@ def error_of(raw: Any) -> str:
 def test_unknown_top_level_key_is_named():
     # Given a typo'd section name; When parsed; Then the error names it
     message = error_of(base(ec3={"instances": []}))
-    assert "unknown top-level key" in message and "'ec3'" in message
+    assert message.startswith("world: ec3: unknown key; allowed here: account_id, cloudtrail")
 
 
 def test_unknown_key_in_a_section_is_named_with_its_section():
     message = error_of(base(ec2={"instance": []}))
-    assert "'instance'" in message and "'ec2'" in message
+    assert message.startswith("world: ec2.instance: unknown key; allowed here: capacity_block_extension_offerings")
 
 
 def test_unknown_keys_in_a_log_group_and_a_stream_are_named_with_their_path():
     assert "logs.groups[0]" in error_of(base(logs={"groups": [{"logGroupName": "/g", "stream": []}]}))
     message = error_of(one_stream(event=[]))
-    assert "logs.groups[0].streams[0]" in message and "'event'" in message
+    assert message.startswith("world: logs.groups[0].streams[0].event: unknown key; allowed here: arn,")
 
 
 def test_bad_timestamp_in_an_event_names_the_event():
@@ -61,23 +61,24 @@ def test_bad_timestamp_in_periodic_names_the_field():
 
 
 def test_bad_now_is_named():
-    assert error_of(base(now="yesterday")).startswith("now:")
-    assert "now" in error_of(base(now=True))
+    assert error_of(base(now="yesterday")).startswith("world: now: bad timestamp")
+    assert error_of(base(now=True)) == "world: now: must be an ISO-8601 UTC time or epoch milliseconds, got True"
 
 
 def test_missing_required_key_is_named():
     raw = base()
     del raw["account_id"]
-    assert "'account_id'" in error_of(raw)
+    assert error_of(raw) == "world: account_id: missing required key"
 
 
 def test_wrong_format_is_refused():
-    assert "'format' must be 'gpu-audit-world/1'" in error_of(base(format="gpu-audit-world/2"))
+    assert error_of(base(format="gpu-audit-world/2")) == ("world: format: must be 'gpu-audit-world/1', "
+                                                          "got 'gpu-audit-world/2'")
     assert "top level must be a JSON object" in error_of([base()])
 
 
 def test_section_value_of_the_wrong_type_is_named():
-    assert "ec2.instances must be a list" in error_of(base(ec2={"instances": {}}))
+    assert error_of(base(ec2={"instances": {}})) == "world: ec2.instances: must be a list, got {}"
 
 
 def test_fault_with_bad_times_is_named():
