@@ -171,13 +171,24 @@ def _shape(shape: Shape, value: Any, where: str) -> Any:
             raise WorldError(f"{where}: expected a list")
         return [_shape(shape.member, v, f"{where}[{i}]") for i, v in enumerate(value)]
     if kind == "map":
+        if not isinstance(value, dict):
+            raise WorldError(f"{where}: expected an object, got {type(value).__name__}")
         return {k: _shape(shape.value, v, f"{where}.{k}") for k, v in value.items()}
     if kind == "timestamp":
         try:
             return parse_time(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError, OSError) as exc:
             raise WorldError(f"{where}: bad timestamp {value!r} ({exc})") from None
+    # boto3 hands the audit only values of the shape's type: a list where the API returns a string never gets through
+    allowed = SCALAR_TYPES.get(kind)
+    if allowed is not None and (not isinstance(value, allowed) or (isinstance(value, bool) and kind != "boolean")):
+        raise WorldError(f"{where}: expected a {kind}, got {type(value).__name__}")
     return value
+
+
+SCALAR_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "long": (int,), "boolean": (bool,), "double": (int, float),
+    "float": (int, float), "blob": (str, bytes)}
 
 
 # -- pagination and filters -------------------------------------------------------------

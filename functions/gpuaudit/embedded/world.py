@@ -1,8 +1,8 @@
 """World files (WORLD-FORMAT.md): load, validate, and expose as an in-memory account.
 
-Validation is strict where a typo would silently empty a section (unknown keys) and
-where a bad value would surface later as a confusing answer (timestamps). Errors name
-the key path, so the CLI can say exactly what is wrong (exit 2).
+The file must be a regular file under MAX_WORLD_BYTES holding JSON the parser can nest; its value is then
+checked against the schema (world_schema: types, required keys, ranges, unknown keys) before any of it is
+used. Every error names the key path, so the CLI can say exactly what is wrong (exit 2).
 """
 
 from __future__ import annotations
@@ -184,4 +184,7 @@ def _log_group(group: schema.LogGroup, raw_group: dict[str, Any]) -> LogGroup:
             [Periodic(p.start_ms, p.end_ms, int(p.every_s * 1000), p.message) for p in s.periodic],
             s.creationTime)
         for s in group.streams}
-    return LogGroup(group.logGroupName, streams, {k: v for k, v in raw_group.items() if k != "streams"})
+    meta = {k: v for k, v in raw_group.items() if k != "streams"}
+    if group.creationTime is not None:  # DescribeLogGroups returns epoch milliseconds; a world may write ISO text
+        meta["creationTime"] = group.creationTime
+    return LogGroup(group.logGroupName, streams, meta)

@@ -144,13 +144,23 @@ class ClusterEvent(Served):
     ResourceType: Text = ""
 
 
+class InstanceGroup(Served):
+    InstanceGroupName: Id
+    InstanceType: Text = ""
+    CurrentCount: Count = 0
+    TargetCount: Count = 0
+    SlurmConfig: dict[str, Any] = {}
+    OnStartDeepHealthChecks: list[Text] = []
+    TrainingPlanArn: Text = ""
+
+
 class Cluster(Served):
     ClusterName: Id
     ClusterArn: Text = ""
     ClusterStatus: Text = ""
     CreationTime: EpochMs = 0
     NodeProvisioningMode: Text = ""
-    InstanceGroups: list[dict[str, Any]] = []
+    InstanceGroups: list[InstanceGroup] = []
     Nodes: list[ClusterNode] = []
     Events: list[ClusterEvent] = []
 
@@ -170,7 +180,7 @@ class SageMaker(Closed):
 # -- EC2 ----------------------------------------------------------------------------------------------
 class Tag(Served):
     Key: Text
-    Value: Text = ""
+    Value: Text
 
 
 class InstanceState(Served):
@@ -229,6 +239,7 @@ class RouteTableAssociation(Served):
 
 
 class RouteTable(Served):
+    RouteTableId: Id
     VpcId: Text = ""
     Associations: list[RouteTableAssociation] = []
     Tags: list[Tag] = []
@@ -489,7 +500,11 @@ def _explain(error: Any) -> str:
     loc = tuple(error["loc"])
     kind, ctx = error["type"], error.get("ctx") or {}
     got = f", got {_shown(error.get('input'))}"
-    if kind == "missing":
+    if kind == "missing" and isinstance(loc[-1], int):  # a pair short of an item
+        loc = loc[:-1]
+        what = f"must be a JSON array of two: [timestamp, {'message' if 'events' in loc else 'value'}]"
+        got = ""
+    elif kind == "missing":
         what = "missing required key"
         got = ""
     elif kind == "extra_forbidden":
