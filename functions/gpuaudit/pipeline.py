@@ -82,7 +82,7 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
     evidence = evidence.model_copy(update={
         "nodes": nodes, "profiles": profiles, "hma_log_group": logs.hma_log_group, "hma_streams": logs.hma_streams,
         "kernel_streams": logs.kernel_streams, "stream_activity": logs.stream_activity,
-        "listed_streams": logs.listed_streams, "gpu_lines": logs.gpu_lines,
+        "listed_streams": logs.listed_streams, "silent_streams": logs.silent_streams, "gpu_lines": logs.gpu_lines,
         "queries": logs.queries, "gaps": gaps})
     controlplane.collect(aws, evidence, request)
     return evidence

@@ -95,6 +95,7 @@ class LogEvidence:
     discovered_nodes: list[NodeInfo]
     hma_streams: list[str] | None
     listed_streams: list[ListedStream]
+    silent_streams: list[ListedStream]
 
 
 def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap]) -> list[LogGroupInfo]:
@@ -351,6 +352,36 @@ def list_streams(aws: Aws, groups: list[str], since: datetime, gaps: list[Gap]) 
     return listed
 
 
+MAX_SILENT_LOOKUPS = 100  # DescribeLogStreams calls for streams silent in the window (5 TPS account quota)
+
+
+def describe_silent_streams(aws: Aws, kernel: list[KernelStream], activity: list[StreamActivity],
+                            gaps: list[Gap]) -> list[ListedStream]:
+    """When did each kernel-carrying stream with no line in the padded window last write (RULES §4: every empty
+    hour is listed; the reader also needs "last event 3 days before the window")? One DescribeLogStreams by
+    exact-name prefix per stream, at most MAX_SILENT_LOOKUPS; the rest is a gap that says so."""
+    live = {(a.log_group, a.log_stream) for a in activity}
+    silent = sorted({(k.log_group, k.log_stream) for k in kernel} - live)
+    found: list[ListedStream] = []
+    for group, stream in silent[:MAX_SILENT_LOOKUPS]:
+        try:
+            listed = aws.call("logs", "DescribeLogStreams", logGroupName=group, logStreamNamePrefix=stream, limit=5)
+        except CallFailed as failed:
+            gaps.append(failed.gap_for(f"first/last event of the silent stream {group} / {stream} not read"))
+            continue
+        s = next((s for s in listed.get("logStreams", []) if s.get("logStreamName") == stream), None)
+        if s is not None:
+            found.append(ListedStream(log_group=group, log_stream=stream,
+                                      first_event=_time_ms(s.get("firstEventTimestamp")),
+                                      last_event=_time_ms(s.get("lastEventTimestamp"))))
+    if len(silent) > MAX_SILENT_LOOKUPS:
+        gaps.append(Gap(kind="truncated", service="logs", operation="DescribeLogStreams",
+                        target=f"{len(silent)} silent streams",
+                        unseen=f"first/last event times of {len(silent) - MAX_SILENT_LOOKUPS} of {len(silent)} streams "
+                               "silent in the window (their coverage is Not observable either way)"))
+    return found
+
+
 def _time_ms(value: Any) -> datetime | None:
     return parse_time(value) if isinstance(value, (int, float)) else None
 
@@ -409,7 +440,8 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
         stream_activity=[a for a in activity if a.log_group in kept],
         gpu_lines=sorted((g for b in batches for g in b.gpu_lines), key=lambda g: g.time),
         queries=[q for b in batches for q in b.queries], discovered_nodes=discovered, hma_streams=hma_streams,
-        listed_streams=listed)
+        listed_streams=listed, silent_streams=describe_silent_streams(
+            aws, [k for k in kernel if k.log_group in kept], activity, gaps))
 
 
 def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:

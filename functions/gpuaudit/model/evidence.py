@@ -459,6 +459,8 @@ class Evidence(BaseModel):
     kernel_streams: list[KernelStream] = Field(default_factory=list)
     stream_activity: list[StreamActivity] = Field(default_factory=list)
     listed_streams: list[ListedStream] = Field(default_factory=list)  # DescribeLogStreams, when Insights failed
+    # Kernel-carrying streams with no line in the padded window, as DescribeLogStreams lists them: when they died.
+    silent_streams: list[ListedStream] = Field(default_factory=list)
     gpu_lines: list[GpuLine] = Field(default_factory=list)
     cluster_events: list[ClusterEvent] | None = None  # None: not supported or not read
     cloudtrail: list[CloudTrailEvent] | None = None

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from gpuaudit.domain.capability import is_accelerated
 from gpuaudit.domain.streams import HMA_PREFIX, NodeIndex, stream_node_ids
 from gpuaudit.domain.window import Padded
-from gpuaudit.model.evidence import Evidence, KernelStream, NodeInfo, StreamActivity
+from gpuaudit.model.evidence import Evidence, KernelStream, ListedStream, NodeInfo, StreamActivity
 from gpuaudit.model.result import CoverageRow, XidStatus
 from gpuaudit.model.timeutil import HOUR, floor_hour, iso
 
@@ -36,6 +36,7 @@ class StreamIndex:
     kernel: dict[str, list[KernelStream]]
     activity: dict[str, list[StreamActivity]]
     activity_by_key: dict[tuple[str, str], StreamActivity]
+    silent_by_key: dict[tuple[str, str], ListedStream]
 
     @classmethod
     def build(cls, evidence: Evidence, nodes: list[NodeInfo]) -> StreamIndex:
@@ -48,7 +49,8 @@ class StreamIndex:
         for a in evidence.stream_activity:
             for iid in stream_node_ids(a.log_stream, index):
                 activity[iid].append(a)
-        return cls(kernel, activity, {(a.log_group, a.log_stream): a for a in evidence.stream_activity})
+        return cls(kernel, activity, {(a.log_group, a.log_stream): a for a in evidence.stream_activity},
+                   {(s.log_group, s.log_stream): s for s in evidence.silent_streams})
 
 
 def expected_hours(node: NodeInfo, pad: Padded) -> list[datetime]:
@@ -97,13 +99,14 @@ def _live_hours(activity: StreamActivity | None, hours: list[datetime]) -> int:
     return min(activity.live_hours, len(hours))
 
 
-def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None, pad: Padded) -> CoverageRow:
+def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None, pad: Padded,
+                silent: ListedStream | None) -> CoverageRow:
     hours = expected_hours(node, pad)
     empty = empty_hours(activity, hours, pad)
     notes = []
     if activity is None:
         notes.append("kernel lines since launch (query b) but no line at all in the padded window: the stream is "
-                     "empty for the window, not a query error")
+                     "empty for the window, not a query error" + (_died(silent, pad) if silent else ""))
     if empty is None:
         notes.append("per-hour detail could not be read (see visibility gaps); liveness not proven")
         status: XidStatus = "Not observable"
@@ -113,11 +116,22 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
         if _possibly_late(empty, hours, pad):
             notes.append("the gap runs to the query time: possibly late delivery, not yet lost")
     live = _live_hours(activity, hours)
+    seen = activity or silent
     return CoverageRow(log_group=k.log_group, log_stream=k.log_stream, kernel_lines_ever=k.kernel_lines,
                        live_hours=live, empty_hours=empty,
-                       first_event=activity.first_event if activity else None,
-                       last_event=activity.last_event if activity else None, status=status,
+                       first_event=seen.first_event if seen else None,
+                       last_event=seen.last_event if seen else None, status=status,
                        note="; ".join(notes) or None)
+
+
+def _died(silent: ListedStream, pad: Padded) -> str:
+    """When a silent stream last wrote, as DescribeLogStreams says (eventually consistent: within about an hour)."""
+    if silent.last_event is None:
+        return "; DescribeLogStreams lists no event time for it"
+    before = pad.start - silent.last_event
+    ago = f"{before.days} day(s) {before.seconds // 3600} h" if before.days else f"{before.seconds // 3600} h"
+    return (f"; its last event was {iso(silent.last_event)}, {ago} before the padded window "
+            f"(first event {iso(silent.first_event) if silent.first_event else 'not listed'}; DescribeLogStreams)")
 
 
 def _other_logs_row(group: str, streams: list[StreamActivity], since: datetime,
@@ -144,7 +158,8 @@ def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Pad
     for k in sorted(kernel, key=lambda k: (k.log_group, k.log_stream)):
         if k.log_group == evidence.hma_log_group:
             continue
-        rows.append(_kernel_row(node, k, index.activity_by_key.get((k.log_group, k.log_stream)), pad))
+        key = (k.log_group, k.log_stream)
+        rows.append(_kernel_row(node, k, index.activity_by_key.get(key), pad, index.silent_by_key.get(key)))
     capped = {g for q in evidence.queries if q.purpose == "kernel-streams" and q.truncated for g in q.log_groups}
     other: dict[str, list[StreamActivity]] = defaultdict(list)
     for a in index.activity.get(node.instance_id, []):
