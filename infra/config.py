@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpuaudit.model.evidence import LogGroupName
 from infra.packaging import ROOT
 
 QUERIES_PER_BATCH = 3  # collect_batch starts three Logs Insights queries at once (kernel, summary, GPU lines)
@@ -48,6 +49,8 @@ class DeployConfig(BaseModel):
     logs_insights_concurrent_queries: int = Field(default=30, ge=QUERIES_PER_BATCH)
     clusters_in_flight: int = Field(default=5, ge=1)
     xid_class_overrides: list[str] = Field(default_factory=list)  # CODE=CLASS, as the CLI's --xid-class
+    # Per cluster, log groups to search beside those found by substring (the CLI's --log-group), e.g. a job's stdout.
+    log_groups: dict[str, list[LogGroupName]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _something_to_audit(self) -> DeployConfig:
@@ -55,6 +58,9 @@ class DeployConfig(BaseModel):
             raise ValueError("configure `clusters` (names) or `discover: true` (tag-based discovery)")
         if self.discovery_tag and not self.discover:
             raise ValueError("`discovery_tag` needs `discover: true`")
+        unknown = sorted(set(self.log_groups) - set(self.clusters)) if not self.discover else []
+        if unknown:
+            raise ValueError(f"`log_groups` names clusters that are not configured: {', '.join(unknown)}")
         return self
 
     @property

@@ -88,6 +88,7 @@ class AuditFunctions(Construct):
                   "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"}
         specific = {
             "Plan": {"FINDINGS_TABLE": store.table.table_name, "GPUAUDIT_CLUSTERS": json.dumps(config.clusters),
+                     "GPUAUDIT_LOG_GROUPS": json.dumps(config.log_groups),
                      "GPUAUDIT_DISCOVER": str(config.discover).lower(),
                      "GPUAUDIT_DISCOVERY_TAG": f"{config.discovery_tag.key}={config.discovery_tag.value}"
                      if config.discovery_tag else ""},

@@ -164,6 +164,9 @@ def audit(
     xid_class: Annotated[list[str] | None, typer.Option(
         help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
              "report")] = None,
+    log_group: Annotated[list[str] | None, typer.Option(
+        "--log-group", help="Also search this CloudWatch Logs group, e.g. a job's stdout where NCCL prints its "
+                            "transport (repeatable, at most 50; exact name)")] = None,
 ) -> None:
     """Audit one cluster: coverage proof, node verdicts, root cause or readiness."""
     try:
@@ -181,6 +184,7 @@ def audit(
             until=_time_arg(until, "--until"), last=last,  # type: ignore[arg-type]
             # the same instance named twice is one node
             instance_ids=list(dict.fromkeys(i.strip() for i in instances.split(",") if i.strip())) if instances else [],
+            log_groups=list(dict.fromkeys(log_group or [])),  # the same group named twice is read once
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
         overrides = {**Settings.from_env(os.environ).xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
@@ -204,10 +208,15 @@ def audit(
         _fail(f"cannot write output: {exc}", EXIT_BAD_INPUT)
 
 
+FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances"}  # request fields whose flag is named otherwise
+
+
 def _validation_message(exc: ValidationError) -> str:
-    parts = [f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']} (got {e.get('input')!r})"
-             for e in exc.errors()]
-    return "bad input: " + "; ".join(parts)
+    def flag(loc: tuple[int | str, ...]) -> str:
+        head = FLAGS.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-")) if loc else "--?"
+        return head + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+
+    return "bad input: " + "; ".join(f"{flag(e['loc'])}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors())
 
 
 @app.command()

@@ -35,7 +35,7 @@ def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
     window = resolve_window(request.mode, now, request.since, request.until, request.last)
     gaps: list[Gap] = []
     cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps)
-    groups = discover_log_groups(aws, cluster, gaps)
+    groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
     return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,
                     gaps=gaps)
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import PCLUSTER_TAG
 from gpuaudit.domain.window import scheduled_window
-from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.evidence import AuditRequest, LogGroupName, Mode
 from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
@@ -38,10 +38,11 @@ class PlanSettings(BaseModel):
     clusters: list[str] = Field(default_factory=list)
     discover: bool = False
     discovery_tag: DiscoveryTag | None = None
+    log_groups: dict[str, list[LogGroupName]] = Field(default_factory=dict)  # per cluster, named log sources
 
-    @field_validator("clusters", mode="before")
+    @field_validator("clusters", "log_groups", mode="before")
     @classmethod
-    def _json_list(cls, value: object) -> object:
+    def _json(cls, value: object) -> object:
         return json.loads(value) if isinstance(value, str) else value
 
     @classmethod
@@ -50,7 +51,13 @@ class PlanSettings(BaseModel):
         key, _, value = tag.partition("=")
         return cls(clusters=environ.get("GPUAUDIT_CLUSTERS", "[]"),  # type: ignore[arg-type]
                    discover=environ.get("GPUAUDIT_DISCOVER", "false").lower() == "true",
-                   discovery_tag=DiscoveryTag(key=key, value=value) if key else None)
+                   discovery_tag=DiscoveryTag(key=key, value=value) if key else None,
+                   log_groups=environ.get("GPUAUDIT_LOG_GROUPS", "{}"))  # type: ignore[arg-type]
+
+    def request(self, cluster: str, mode: Mode, since: datetime, until: datetime) -> AuditRequest:
+        """One audit of a configured cluster, with the log groups configured for it."""
+        return AuditRequest(cluster=cluster, mode=mode, since=since, until=until,
+                            log_groups=self.log_groups.get(cluster, []))
 
 
 def to_minute(value: datetime) -> datetime:
@@ -116,16 +123,17 @@ def plan_for(trigger: Trigger, settings: PlanSettings, aws: Aws) -> Plan:
     audited = audited_clusters(aws, settings, gaps)
     if isinstance(trigger, ScheduledEvent):
         window = scheduled_window(trigger.time)
-        targets = [AuditTarget(request=AuditRequest(cluster=c, mode="coverage", since=window.start, until=window.end),
+        targets = [AuditTarget(request=settings.request(c, "coverage", window.start, window.end),
                                trigger="schedule", window_source="schedule") for c in audited]
         return Plan(trigger="schedule", targets=targets, gaps=gaps)
     end = to_minute(trigger.time)
     if isinstance(trigger, HyperPodEvent):
-        return _hyperpod_plan(trigger, audited, end, gaps)
-    return _capacity_plan(trigger, audited, end, aws, gaps)
+        return _hyperpod_plan(trigger, audited, end, gaps, settings)
+    return _capacity_plan(trigger, audited, end, aws, gaps, settings)
 
 
-def _hyperpod_plan(trigger: HyperPodEvent, audited: list[str], end: datetime, gaps: list[str]) -> Plan:
+def _hyperpod_plan(trigger: HyperPodEvent, audited: list[str], end: datetime, gaps: list[str],
+                   settings: PlanSettings) -> Plan:
     named = trigger.detail.cluster or ""
     cluster = next((c for c in audited if c in _names(trigger)), None)
     if (trigger.detail.level or "").lower() == "info":
@@ -138,7 +146,7 @@ def _hyperpod_plan(trigger: HyperPodEvent, audited: list[str], end: datetime, ga
     if cluster is None:
         return Plan(trigger="hyperpod-event", targets=[], gaps=gaps,
                     skipped=[f"{named}: not in the audited set ({', '.join(audited) or 'empty'})"])
-    request = AuditRequest(cluster=cluster, mode="incident", since=end - EVENT_LOOKBACK, until=end)
+    request = settings.request(cluster, "incident", end - EVENT_LOOKBACK, end)
     return Plan(trigger="hyperpod-event", gaps=gaps,
                 targets=[AuditTarget(request=request, trigger="hyperpod-event", window_source="event")])
 
@@ -152,7 +160,7 @@ def _names(trigger: HyperPodEvent) -> set[str]:
 
 
 def _capacity_plan(trigger: CapacityBlockWarning, audited: list[str], end: datetime, aws: Aws,
-                   gaps: list[str]) -> Plan:
+                   gaps: list[str], settings: PlanSettings) -> Plan:
     reservation = trigger.detail.capacity_reservation_id
     running = clusters_on_reservation(aws, reservation, gaps)
     affected = [c for c in audited if c in running] if running else list(audited)
@@ -160,6 +168,6 @@ def _capacity_plan(trigger: CapacityBlockWarning, audited: list[str], end: datet
     if not running:
         skipped.append(f"no audited instance names {reservation} (HyperPod capacity is not visible to "
                        f"DescribeInstances): preflight for every audited cluster")
-    targets = [AuditTarget(request=AuditRequest(cluster=c, mode="preflight", since=end - EVENT_LOOKBACK, until=end),
+    targets = [AuditTarget(request=settings.request(c, "preflight", end - EVENT_LOOKBACK, end),
                            trigger="capacity-block-warning", window_source="event") for c in affected]
     return Plan(trigger="capacity-block-warning", targets=targets, skipped=skipped, gaps=gaps)

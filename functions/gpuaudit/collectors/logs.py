@@ -38,6 +38,7 @@ from gpuaudit.domain.streams import (
     stream_node_ids,
 )
 from gpuaudit.model.evidence import (
+    NAMED_BY_OPERATOR,
     ClusterInfo,
     Gap,
     GpuLine,
@@ -98,8 +99,10 @@ class LogEvidence:
     silent_streams: list[ListedStream]
 
 
-def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap]) -> list[LogGroupInfo]:
-    """DescribeLogGroups by substring (never prefix only): the cluster name, then each keyword."""
+def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap],
+                        named: Sequence[str] = ()) -> list[LogGroupInfo]:
+    """DescribeLogGroups by substring (never prefix only): the cluster name, then each keyword; then the groups the
+    operator named, by exact name (a named group that does not exist is a gap, never a silent skip)."""
     found: dict[str, LogGroupInfo] = {}
     for pattern in (cluster.name, *KEYWORDS):
         try:
@@ -114,6 +117,27 @@ def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap]) -> list
                     stored_bytes=g.get("storedBytes"), owner_account=_arn_account(g.get("arn") or g.get("logGroupArn")))
         except CallFailed as failed:
             gaps.append(failed.gap_for(f"log groups matching {pattern!r} not listed"))
+    for name in named:
+        if name in found:
+            found[name] = found[name].model_copy(update={
+                "matched_patterns": [*found[name].matched_patterns, NAMED_BY_OPERATOR]})
+            continue
+        try:
+            exact = [g for g in aws.paginate("logs", "DescribeLogGroups", "logGroups", token="nextToken",
+                                             logGroupNamePrefix=name) if g.get("logGroupName") == name]
+        except CallFailed as failed:
+            gaps.append(failed.gap_for(f"the named log group {name} not read"))
+            continue
+        if not exact:
+            gaps.append(Gap(kind="not-read", service="logs", operation="DescribeLogGroups", target=name,
+                            outcome="found no such group", error_message="no log group of that exact name",
+                            unseen=f"the named log group {name} (--log-group) was not searched"))
+            continue
+        g = exact[0]
+        found[name] = LogGroupInfo(
+            name=name, matched_patterns=[NAMED_BY_OPERATOR],
+            creation_time=parse_time(g["creationTime"]) if g.get("creationTime") else None,
+            stored_bytes=g.get("storedBytes"), owner_account=_arn_account(g.get("arn") or g.get("logGroupArn")))
     return sorted(found.values(), key=lambda g: g.name)
 
 

@@ -7,9 +7,9 @@ result can always be traced back to a call made in this run (RULES §0.4, §11).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 ClusterKind = Literal["hyperpod-slurm", "hyperpod-eks", "parallelcluster", "ec2", "eks"]
 Mode = Literal["coverage", "incident", "preflight"]
@@ -18,6 +18,11 @@ WindowSource = Literal["user", "default-24h", "default-72h", "default-7d", "sche
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# A CloudWatch Logs log group name as the service accepts it (1–512 characters of this set).
+LogGroupName = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[.\-_/#A-Za-z0-9]+$")]
+NAMED_BY_OPERATOR = "named by the operator"
 
 
 class AuditRequest(Frozen):
@@ -29,6 +34,9 @@ class AuditRequest(Frozen):
     until: datetime | None = None
     last: Literal["24h", "72h", "7d"] | None = None
     instance_ids: list[str] = Field(default_factory=list)
+    # Log groups the operator names (a job's own stdout, where NCCL prints its transport), read beside the groups
+    # found by substring; at most 50, each a CloudWatch Logs group name.
+    log_groups: list[LogGroupName] = Field(default_factory=list, max_length=50)
     run_hours: float | None = Field(default=None, gt=0)
     run_start: datetime | None = None
     checkpoint_minutes: float | None = Field(default=None, gt=0)
