@@ -13,13 +13,14 @@ from gpuaudit.collectors.logs import (
     BatchEvidence,
     LogWindow,
     collect_batch,
+    deep_kernel_start,
     discover_log_groups,
     lifetime_start,
     log_batches,
     merge_batches,
 )
 from gpuaudit.collectors.query_budget import QuerySlots
-from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
+from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.model.evidence import AuditRequest, Evidence, Gap
 from gpuaudit.model.result import Result
@@ -42,9 +43,10 @@ def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
 
 def log_window(evidence: Evidence) -> LogWindow:
     pad = padded(evidence.window, evidence.now)
-    return LogWindow(padded_start=pad.start, padded_end=pad.end,
-                     lifetime_start=lifetime_start(evidence.nodes, pad.start, KERNEL_LOOKBACK),
-                     gpu_start=min(pad.start, evidence.window.start - TIMELINE_MARGIN), gpu_end=pad.end)
+    lifetime = lifetime_start(evidence.nodes, pad.start, KERNEL_LOOKBACK)
+    return LogWindow(padded_start=pad.start, padded_end=pad.end, lifetime_start=lifetime,
+                     gpu_start=min(pad.start, evidence.window.start - TIMELINE_MARGIN), gpu_end=pad.end,
+                     deep_kernel_start=deep_kernel_start(evidence.nodes, lifetime, KERNEL_DEEP_LOOKBACK))
 
 
 def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheState | None = None,

@@ -258,6 +258,8 @@ class LogWindow(BaseModel):
     lifetime_start: datetime
     gpu_start: datetime
     gpu_end: datetime
+    # Full reads only: how far back nodes older than lifetime_start are looked up when no kernel stream names them.
+    deep_kernel_start: datetime | None = None
 
 
 class BatchEvidence(BaseModel):
@@ -323,6 +325,9 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     expected = len(hours_between(win.padded_start, win.padded_end))
     kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     node_index = NodeIndex(nodes)
+    if win.deep_kernel_start is not None and not {"kernel"} & (unanswered | truncated):
+        kernel += _deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start, win.lifetime_start)
+        kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     need_detail = {key for key in kernel_keys
                    if looks_like_node_stream(key[1], node_index) and key in summary
                    and summary[key].live_hours < expected}
@@ -345,6 +350,29 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
                          queries=runner.records, gaps=gaps, listed=listed)
+
+
+DEEP_IDS_PER_QUERY = 200  # instance IDs named in one deep kernel query's stream filter
+
+
+def _deep_kernel(runner: InsightsRunner, batch: list[str], index: NodeIndex, nodes: list[NodeInfo],
+                 kernel_keys: set[tuple[str, str]], start: datetime, lifetime: datetime) -> list[KernelStream]:
+    """RULES §4 (b) is "since launch": nodes launched before the bounded lookback whose streams held no `kernel:`
+    line in it are looked up back to their launch (at most KERNEL_DEEP_LOOKBACK), naming only their streams, so a
+    quiet kernel stream is never called "not shipping kernel lines" for want of reading its boot lines."""
+    proven = {iid for _, stream in kernel_keys for iid in stream_node_ids(stream, index)}
+    lacking = sorted(n.instance_id for n in nodes if n.launch_time and n.launch_time < lifetime
+                     and n.instance_id not in proven and n.role in ("compute", "unknown"))
+    found: list[KernelStream] = []
+    for i in range(0, len(lacking), DEEP_IDS_PER_QUERY):
+        ids = lacking[i:i + DEEP_IDS_PER_QUERY]
+        query = f"filter @logStream like /{'|'.join(ids)}/ | {KERNEL_QUERY}"
+        rows = runner.results(runner.start("kernel-streams", batch, start, lifetime, query))
+        for r in rows or []:
+            found.append(KernelStream(log_group=_group_name(r.get("@log", "")), log_stream=r.get("@logStream", ""),
+                                      kernel_lines=int(r["kernel_lines"]),
+                                      last_kernel_line=_time(r.get("last_kernel_line"))))
+    return found
 
 
 MAX_LISTED_PAGES = 20  # DescribeLogStreams pages per group (50 streams each) when Logs Insights is unavailable
@@ -554,8 +582,16 @@ def _time(value: Any) -> datetime | None:
 
 
 def lifetime_start(nodes: list[NodeInfo], padded_start: datetime, lookback: timedelta) -> datetime:
-    """Kernel-stream identification looks back over node lifetimes (since launch), not just the window."""
+    """Kernel-stream identification looks back over node lifetimes (since launch), not just the window — but never
+    more than `lookback` before the padded window: a full read's cost grows with it (docs/DEPLOY.md), and a node
+    older than that is judged on the lines of the bounded span, with the bound said (rules/coverage.py)."""
     launches = [n.launch_time for n in nodes if n.launch_time]
-    earliest = min([*launches, padded_start - lookback]) if not launches or len(launches) < len(nodes) else \
-        min(launches)
-    return min(earliest, padded_start)
+    earliest = min(launches) if launches and len(launches) == len(nodes) else padded_start - lookback
+    return min(max(earliest, padded_start - lookback), padded_start)
+
+
+def deep_kernel_start(nodes: list[NodeInfo], lifetime: datetime, deep: timedelta) -> datetime | None:
+    """Where a full read's second look for older nodes starts (their earliest launch, at most `deep` before the
+    bounded lifetime start); None when no node launched before it."""
+    launches = [n.launch_time for n in nodes if n.launch_time and n.launch_time < lifetime]
+    return max(min(launches), lifetime - deep) if launches else None

@@ -8,8 +8,12 @@ from datetime import datetime, timedelta
 TIMELINE_MARGIN = timedelta(minutes=30)
 # CloudTrail is read from this long before the window: a change made shortly before a failure (RULES §8 E).
 CLOUDTRAIL_LOOKBACK = timedelta(hours=6)
-# `kernel:` lines are counted over the node's lifetime, at most this far back (RULES §4 (b)).
+# `kernel:` lines are counted over the node's lifetime, at most this far back (RULES §4 (b)): the bound of a full
+# read's cost (docs/DEPLOY.md); two weeks holds the boot lines of any node launched since.
 KERNEL_LOOKBACK = timedelta(days=14)
+# A node launched earlier whose streams held no `kernel:` line in those 14 days is looked up once more in a full
+# read, back to its launch (RULES §4 (b): since launch), at most this far: the query names only those nodes' streams.
+KERNEL_DEEP_LOOKBACK = timedelta(days=90)
 # RunInstances of ParallelCluster compute nodes are looked up from this long before the window.
 LAUNCH_LOOKBACK = timedelta(hours=24)
 

@@ -134,7 +134,7 @@ def _died(silent: ListedStream, pad: Padded) -> str:
             f"(first event {iso(silent.first_event) if silent.first_event else 'not listed'}; DescribeLogStreams)")
 
 
-def _other_logs_row(group: str, streams: list[StreamActivity], since: datetime,
+def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], since: datetime,
                     kernel_capped: bool) -> CoverageRow:
     best = sorted(streams, key=lambda a: (not a.log_stream.endswith(KERNEL_HINTS), -a.lines, a.log_stream))[0]
     if kernel_capped:  # (b) was cut at the 10,000-row cap: absence from it is not "no kernel lines"
@@ -143,11 +143,17 @@ def _other_logs_row(group: str, streams: list[StreamActivity], since: datetime,
             first_event=best.first_event, last_event=best.last_event, status="Not observable",
             note="the kernel-streams query over this group hit the Logs Insights 10,000-row cap, so whether the "
                  f"node's streams carry `kernel:` lines was not read (see visibility gaps); {COLLECT_ON_NODE}")
+    if node.launch_time is not None and node.launch_time < since:
+        # (b) is "since launch": older lines were not searched, so "ships no kernel lines" is not shown.
+        why = (f"none held a `kernel:` line since {iso(since)}; the node launched {iso(node.launch_time)}, before "
+               f"that, and older lines were not searched (the lookback is bounded): not proven either way; "
+               f"{COLLECT_ON_NODE}")
+    else:
+        why = f"none held a `kernel:` line since {iso(since)}: the pipeline ships other logs, not kernel messages"
     return CoverageRow(
         log_group=group, log_stream=best.log_stream, kernel_lines_ever=0, live_hours=best.live_hours,
         first_event=best.first_event, last_event=best.last_event, status="Not observable",
-        note=f"{len(streams)} stream(s) of this group name the node; none held a `kernel:` line since {iso(since)}: "
-             "the pipeline ships other logs, not kernel messages")
+        note=f"{len(streams)} stream(s) of this group name the node; {why}")
 
 
 def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Padded,
@@ -167,7 +173,7 @@ def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Pad
             other[a.log_group].append(a)
     for group, streams in sorted(other.items()):
         if group not in {k.log_group for k in kernel}:
-            rows.append(_other_logs_row(group, streams, lifetime_start, group in capped))
+            rows.append(_other_logs_row(node, group, streams, lifetime_start, group in capped))
     return rows
 
 
