@@ -56,3 +56,17 @@ def test_an_application_detection_asks_for_nothing() -> None:
     # XidUserAppError is the agent saying the application caused it (RULES §7 LEAVE ALONE), whatever else it says
     w, result = audited(code=31, reason="XidUserAppError", recommendation="Replace")
     assert node_of(result, w.gpu[0].instance_id).verdict == "LEAVE ALONE"
+
+
+def test_a_gpu_signal_makes_a_gpu_node_whatever_the_type_profile_says() -> None:
+    """DescribeInstanceTypes without GpuInfo (a new or odd type) must not leave branch A Not assessed beside a
+    hardware verdict: the node's own Xid proves its GPU (one story, RULES §8)."""
+    w = HyperPodWorld(gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    for t in w.section("ec2", "instance_types"):
+        t.pop("GpuInfo", None)
+    w.cluster_metrics(at(-10), at(12, 25))
+    w.hma_detection(w.gpu[0], at(7, 3), code=79, reason="XidHardwareFailure", recommendation="Replace")
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    assert node_of(result, w.gpu[0].instance_id).verdict == "REPLACE"
+    assert {b.branch: b.status for b in result.branches}["A"] == "Root cause"
+    assert not result.invariants_broken

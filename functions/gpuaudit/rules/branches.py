@@ -156,7 +156,9 @@ def _branch(letter: BranchLetter, status: BranchStatus, evidence: str, label: Ca
 
 
 def _accelerated(j: Judged) -> list[NodeResult]:
-    return [n for n in j.nodes if n.gpu_count != 0 and n.role in ("compute", "unknown")]
+    """GPU nodes: by their type, or by their own GPU evidence (an Xid proves a GPU whatever the type's profile says)."""
+    return [n for n in j.nodes if n.role in ("compute", "unknown")
+            and (n.gpu_count != 0 or n.gpu_errors or n.instance_id in j.routings)]
 
 
 def unread_fleet(j: Judged) -> str | None:
