@@ -46,3 +46,12 @@ def _broken_invariants_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
         return checked
 
     monkeypatch.setattr(judge, "check_consistency", strict)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fuzz suites' figures (how many inputs were tried), printed once at the end of the run."""
+    fuzz = sys.modules.get("tests.test_fuzz_inputs") or sys.modules.get("test_fuzz_inputs")
+    tried = getattr(fuzz, "TRIED", None)
+    if tried and sum(tried.values()):
+        terminalreporter.write_line(f"fuzz: {tried['worlds']} hostile worlds (x3 formats), {tried['args']} CLI "
+                                    "argument sets tried")
