@@ -48,6 +48,8 @@ class DeployConfig(BaseModel):
     log_retention_days: Literal[1, 3, 7, 14, 30, 90, 180, 365] = 30  # the stack's own log groups
     logs_insights_concurrent_queries: int = Field(default=30, ge=QUERIES_PER_BATCH)
     clusters_in_flight: int = Field(default=5, ge=1)
+    # Seconds the state machine waits before asking CollectLogs again about queries still running.
+    query_wait_seconds: int = Field(default=10, ge=1, le=300)
     xid_class_overrides: list[str] = Field(default_factory=list)  # CODE=CLASS, as the CLI's --xid-class
     # Per cluster, log groups to search beside those found by substring (the CLI's --log-group), e.g. a job's stdout.
     log_groups: dict[str, list[LogGroupName]] = Field(default_factory=dict)

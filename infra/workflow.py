@@ -1,7 +1,8 @@
 """The audit state machine: the CLI's pipeline, step by step, fanned out.
 
     Plan ─▶ AuditClusters (Distributed Map, one child execution per cluster)
-              Inventory ─▶ CollectLogBatches (Map over ≤50-group log batches: CollectLogs)
+              Inventory ─▶ CollectLogBatches (Map over ≤50-group log batches: CollectLogs, looped through
+                           a Wait state while its Logs Insights queries run)
                         ─▶ Finish ─▶ Verdict
 
 Every task retries throttling and transient Lambda errors with exponential backoff and jitter.
@@ -66,7 +67,13 @@ class AuditWorkflow(Construct):
         batches = sfn.Map(self, "CollectLogBatches", items_path="$.inventory.batches",
                           item_selector={"evidence": obj("$.inventory.evidence"), "batch": obj("$$.Map.Item.Value")},
                           max_concurrency=config.batch_concurrency, result_path="$.batches")
-        batches.item_processor(collect)
+        # A Logs Insights query still running ends the CollectLogs invocation (pending: true, its journal of
+        # started queries kept in the payload); the state machine waits, not a Lambda, then invokes it again.
+        wait = sfn.Wait(self, "WaitForQueries", time=sfn.WaitTime.duration(Duration.seconds(config.query_wait_seconds)))
+        running = sfn.Choice(self, "QueriesStillRunning").when(
+            sfn.Condition.boolean_equals("$.pending", True), wait.next(collect)).otherwise(
+            sfn.Pass(self, "BatchCollected"))
+        batches.item_processor(collect.next(running))
 
         finish = invoke("Finish", payload=sfn.TaskInput.from_object({
             "request": obj("$.request"), "evidence": obj("$.inventory.evidence"), "batches": obj("$.batches")}),

@@ -264,3 +264,25 @@ def test_event_triggers_run_incident_and_preflight_audits(synth: Synthesized, mo
     with deployed(synth, monkeypatch, world_path=PCLUSTER_WORLD, clusters=("llm-pretrain-b200",)) as machine:
         (preflight,) = audits(machine.run(capacity_block_warning("cr-0107f80e222f82876", "2026-10-01T17:50:12Z")))
     assert preflight["audited"] and preflight["mode"] == "preflight" and preflight["cluster"] == "llm-pretrain-b200"
+
+
+def _states_with(definition: dict[str, Any], name: str) -> dict[str, Any]:
+    """The state map (top level or a Map's item processor) that holds `name`."""
+    stack = [definition]
+    while stack:
+        states = stack.pop()["States"]
+        if name in states:
+            return states  # type: ignore[no-any-return]
+        stack += [s.get("ItemProcessor") or s.get("Iterator") for s in states.values()
+                  if s["Type"] == "Map" and (s.get("ItemProcessor") or s.get("Iterator"))]
+    raise AssertionError(f"no state {name}")
+
+
+def test_running_queries_are_waited_for_by_the_state_machine_not_a_lambda(synth: Synthesized) -> None:
+    """CollectLogs → (pending?) → Wait → CollectLogs: the loop the handler's `pending` output drives."""
+    states = _states_with(state_machine_definition(synth), "CollectLogs")
+    assert states["CollectLogs"]["Next"] == "QueriesStillRunning"
+    (rule,) = states["QueriesStillRunning"]["Choices"]
+    assert (rule["Variable"], rule["BooleanEquals"], rule["Next"]) == ("$.pending", True, "WaitForQueries")
+    assert states["WaitForQueries"] == {"Type": "Wait", "Seconds": 10, "Next": "CollectLogs"}
+    assert states[states["QueriesStillRunning"]["Default"]]["Type"] == "Pass"

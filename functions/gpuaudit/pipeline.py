@@ -12,6 +12,7 @@ from gpuaudit.collectors.inventory import collect_inventory, collect_profiles, l
 from gpuaudit.collectors.logs import (
     BatchEvidence,
     LogWindow,
+    QueryJournal,
     collect_batch,
     deep_kernel_start,
     discover_log_groups,
@@ -50,7 +51,7 @@ def log_window(evidence: Evidence) -> LogWindow:
 
 
 def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheState | None = None,
-                 slots: QuerySlots | None = None) -> BatchEvidence:
+                 slots: QuerySlots | None = None, journal: QueryJournal | None = None) -> BatchEvidence:
     """Step 2 (one item of the log-source Map): the Logs Insights queries of one batch of ≤ 50 groups,
     within `slots` (the audit's concurrency budget; a batch alone has QUERIES_PER_BATCH).
 
@@ -59,12 +60,12 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
     win = log_window(evidence)
     usable = cache.usable(cached, batch, win) if cached is not None else None
     if usable is None:
-        merged = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots)
+        merged = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots, journal=journal)
     else:
         part = cache.fresh_window(win, usable)
         known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
         fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
-                              slots=slots)
+                              slots=slots, journal=journal)
         merged = cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)
     if cached is not None:
         cache.update(cached, merged, win, evidence.now)

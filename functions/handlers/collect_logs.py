@@ -12,7 +12,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit import pipeline
-from gpuaudit.model.evidence import Evidence
+from gpuaudit.collectors.logs import QueriesPending, QueryJournal
+from gpuaudit.model.evidence import CallCount, Evidence
 from handlers import payload, runtime
 from handlers.coverage_cache import S3GroupCache
 from handlers.models import CollectedBatch, CollectLogsInput
@@ -32,14 +33,35 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
         bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), item.batch.groups)
         cached = bins.load(evidence.cluster.name, evidence.cluster.region)
-        batch = pipeline.collect_logs(aws, evidence, item.batch.groups, cached)
+        journal = QueryJournal.model_validate(payload.load(item.journal, s3)) if item.journal else QueryJournal()
+        try:
+            batch = pipeline.collect_logs(aws, evidence, item.batch.groups, cached, journal=journal)
+        except QueriesPending:
+            # A query is still running: hand it to the state machine's Wait instead of holding this Lambda.
+            journal.calls = _tally(journal.calls, aws.call_counts())
+            stored_journal = payload.store(journal.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"),
+                                           "journal", limit=payload.BATCHES_SHARE // item.batch.of)
+            metrics.add_metric(name="QueriesPending", unit=MetricUnit.Count, value=1)
+            return CollectLogsInput(evidence=item.evidence, batch=item.batch, pending=True,
+                                    journal=stored_journal).model_dump(mode="json")
         bins.save(cached)
         stored = payload.store(batch.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "batch",
                                limit=payload.BATCHES_SHARE // item.batch.of)
+    calls = _tally(journal.calls, aws.call_counts())
     metrics.add_metric(name="LogsInsightsQueries", unit=MetricUnit.Count, value=len(batch.queries))
     metrics.add_metric(name="CollectorGaps", unit=MetricUnit.Count, value=len(batch.gaps))
     metrics.add_metric(name="ThrottledQueries", unit=MetricUnit.Count,
                        value=sum(1 for g in batch.gaps if g.kind == "throttled" and g.service == "logs"))
     logger.info("collected", extra={"cluster": evidence.cluster.name, "batch": item.batch.index,
                                     "of": item.batch.of, "queries": len(batch.queries), "gaps": len(batch.gaps)})
-    return CollectedBatch(batch=stored, calls=aws.call_counts()).model_dump(mode="json")
+    return CollectedBatch(batch=stored, calls=[CallCount(service=k.split(":", 1)[0], operation=k.split(":", 1)[1],
+                                                         count=n) for k, n in sorted(calls.items())]
+                          ).model_dump(mode="json")
+
+
+def _tally(earlier: dict[str, int], now: list[CallCount]) -> dict[str, int]:
+    """Calls of every invocation of this batch, so the result's call counts are the batch's, not the last one's."""
+    out = dict(earlier)
+    for c in now:
+        out[f"{c.service}:{c.operation}"] = out.get(f"{c.service}:{c.operation}", 0) + c.count
+    return out

@@ -134,6 +134,8 @@ class CollectLogsInput(BaseModel):
 
     evidence: dict[str, Any]
     batch: LogBatch
+    pending: bool = False  # set by CollectLogs itself when it asks to be invoked again after a Wait
+    journal: dict[str, Any] | None = None  # QueryJournal, inline or by reference: the queries already started
 
 
 class CollectedBatch(BaseModel):
@@ -141,6 +143,7 @@ class CollectedBatch(BaseModel):
 
     batch: dict[str, Any]  # BatchEvidence, inline or by reference
     calls: list[CallCount]
+    pending: bool = False  # the state machine's Choice reads it: False, the batch is done
 
 
 class FailedBatch(BaseModel):

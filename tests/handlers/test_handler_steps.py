@@ -161,3 +161,35 @@ def test_a_new_cache_format_never_reads_entries_of_the_old_one(monkeypatch: pyte
     monkeypatch.setattr(coverage_cache, "FORMAT", "gpu-audit-cache/2")
     assert coverage_cache.key("c1", "us-west-2", "/aws/g") != current
     assert current.startswith("cache/c1/")
+
+
+SLOW_QUERIES = [{"service": "logs", "operation": "GetQueryResults", "status": "Running", "times": 2}]
+
+
+def test_collect_logs_hands_running_queries_to_the_state_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CollectLogs never waits on a running query: it returns `pending` with its journal; invoked again with its
+    own output (what the Choice → Wait → CollectLogs loop does), it finishes with the batch the CLI collects."""
+    with world_account(monkeypatch, faults=SLOW_QUERIES) as acct:
+        monkeypatch.setattr("gpuaudit.collectors.aws.time.sleep", lambda s: pytest.fail(f"a Lambda slept {s} s"))
+        target = scheduled_target()
+        found = inventory.handler(target, LambdaContext())
+        item: dict[str, Any] = {"evidence": found["evidence"], "batch": found["batches"][0]}
+        rounds = 0
+        while True:
+            rounds += 1
+            item = collect_logs.handler(item, LambdaContext())
+            if not item["pending"]:
+                break
+            assert item["journal"] and rounds < 50
+        assert rounds > 1
+        batch = payload.load(item["batch"], acct.session.client("s3"))
+        assert {q["status"] for q in batch["queries"]} == {"Complete"}
+        calls = {(c["service"], c["operation"]): c["count"] for c in item["calls"]}
+        assert calls[("logs", "StartQuery")] == len(batch["queries"])  # each query started once over all rounds
+        assert calls[("logs", "GetQueryResults")] > len(batch["queries"])  # the rounds' reads are all counted
+    with world_account(monkeypatch) as acct:  # the same batch, queries answering at once
+        found = inventory.handler(scheduled_target(), LambdaContext())
+        fast = collect_logs.handler({"evidence": found["evidence"], "batch": found["batches"][0]}, LambdaContext())
+        assert not fast["pending"]
+        reference = payload.load(fast["batch"], acct.session.client("s3"))
+    assert {k: v for k, v in batch.items() if k != "queries"} == {k: v for k, v in reference.items() if k != "queries"}

@@ -170,23 +170,65 @@ class _Pending:
     settle: Callable[[], None] = lambda: None
     settled: bool = False
     rows: list[dict[str, str]] | None = None
+    key: str = ""  # in the journal
+
+
+class JournalEntry(BaseModel):
+    """One query of a batch across invocations: its ID, when it started, and its outcome once read."""
+
+    query_id: str | None
+    started: datetime
+    status: str | None = None  # None: still running when last asked
+    rows: list[dict[str, str]] | None = None
+    scanned: float = 0.0
+    failure: Gap | None = None  # GetQueryResults itself failed
+
+
+class QueryJournal(BaseModel):
+    """The queries a batch has started and read, kept between Lambda invocations so a query is waited for by
+    the state machine (Wait state), never by a Lambda: on each invocation the batch's collection is replayed,
+    started queries are not started again, finished ones are not read again, and a query still running ends the
+    invocation (QueriesPending) until it finishes or its deadline passes (then it is stopped: a gap)."""
+
+    entries: dict[str, JournalEntry] = {}
+    calls: dict[str, int] = {}  # calls made by earlier invocations, "service:operation" -> count
+
+
+class QueriesPending(Exception):
+    """A journaled query is still running: come back after a wait (the state machine's Wait state)."""
+
+
+def _journal_key(purpose: str, groups: list[str], start: datetime, end: datetime, query: str) -> str:
+    return json.dumps([purpose, groups, iso(start), iso(end), query])
 
 
 class InsightsRunner:
     """Starts queries within the audit's concurrency budget, polls them with a deadline, stops the ones it
-    gives up on. `slots` is shared by every runner of one audit; without one, the runner has its own."""
+    gives up on. `slots` is shared by every runner of one audit; without one, the runner has its own. With a
+    `journal` (the deployed path), it never sleeps: a query still running raises QueriesPending instead."""
 
     def __init__(self, aws: Aws, gaps: list[Gap], poll_seconds: float = 1.0, deadline_s: float = 300.0,
-                 slots: QuerySlots | None = None) -> None:
+                 slots: QuerySlots | None = None, journal: QueryJournal | None = None) -> None:
         self.aws, self.gaps, self.poll_seconds, self.deadline_s = aws, gaps, poll_seconds, deadline_s
         self.slots = slots or QuerySlots()
         self.records: list[QueryRecord] = []
+        self.journal = journal
 
     def start(self, purpose: QueryPurpose, groups: list[str], start: datetime, end: datetime, query: str,
               subject: str = "") -> _Pending:
         pending = _Pending(purpose, groups, start, end, None, subject)
         pending.settle = lambda: self._settle(pending)
         self.slots.take(pending)  # may first settle the oldest query in flight
+        key = _journal_key(purpose, groups, start, end, query)
+        pending.key = key
+        if self.journal is not None and key in self.journal.entries:
+            pending.query_id = self.journal.entries[key].query_id  # started by an earlier invocation
+            if pending.query_id is None:
+                self.gaps.append(self.journal.entries[key].failure or Gap(
+                    kind="not-read", service="logs", operation="StartQuery", target=", ".join(groups)))
+                pending.settled = True
+                self.slots.release(pending)
+            return pending
         try:
             # endTime is inclusive to the whole second: stop one second short so [start, end) is queried and a
             # line at exactly the padded end cannot fill an extra hour bin (and hide an empty hour in the count).
@@ -194,9 +236,15 @@ class InsightsRunner:
                 "logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
                 endTime=math.ceil(end.timestamp()) - 1, queryString=query)["queryId"]
         except CallFailed as failed:
-            self.gaps.append(failed.gap_for(f"{purpose} query over {', '.join(groups)}{subject} not run"))
+            gap = failed.gap_for(f"{purpose} query over {', '.join(groups)}{subject} not run")
+            self.gaps.append(gap)
             pending.settled = True
             self.slots.release(pending)
+            if self.journal is not None:
+                self.journal.entries[key] = JournalEntry(query_id=None, started=self.aws.clock(), failure=gap)
+            return pending
+        if self.journal is not None:
+            self.journal.entries[key] = JournalEntry(query_id=pending.query_id, started=self.aws.clock())
         return pending
 
     def results(self, pending: _Pending) -> list[dict[str, str]] | None:
@@ -212,6 +260,8 @@ class InsightsRunner:
     def _poll(self, pending: _Pending) -> list[dict[str, str]] | None:
         if pending.query_id is None:
             return None
+        if self.journal is not None:
+            return self._read_journaled(pending, self.journal.entries[pending.key])
         waited = 0.0
         while True:
             try:
@@ -234,6 +284,39 @@ class InsightsRunner:
             waited += self.poll_seconds
         rows = [_row(r) for r in out.get("results", [])]
         scanned = float((out.get("statistics") or {}).get("recordsScanned", 0.0))
+        return self._finished(pending, status, rows, scanned)
+
+    def _read_journaled(self, pending: _Pending, entry: JournalEntry) -> list[dict[str, str]] | None:
+        """One look at a journaled query (or none, when an earlier invocation already read it)."""
+        if entry.status is None and entry.failure is None:
+            try:
+                out = self.aws.call("logs", "GetQueryResults", queryId=pending.query_id)
+            except CallFailed as failed:
+                entry.failure = failed.gap_for(f"{pending.purpose} results{pending.subject} not read")
+            else:
+                status = out.get("status", "Unknown")
+                if status in FINISHED:
+                    entry.status, entry.rows = status, [_row(r) for r in out.get("results", [])]
+                    entry.scanned = float((out.get("statistics") or {}).get("recordsScanned", 0.0))
+                elif (self.aws.clock() - entry.started).total_seconds() < self.deadline_s:
+                    raise QueriesPending(pending.purpose)
+                else:
+                    with contextlib.suppress(CallFailed):  # the gap below already says the query was abandoned
+                        self.aws.call("logs", "StopQuery", queryId=pending.query_id)
+                    entry.status = f"{status} (abandoned)"
+        if entry.failure is not None:
+            self.gaps.append(entry.failure)
+            return None
+        if entry.status is not None and entry.status.endswith("(abandoned)"):
+            self.gaps.append(Gap(kind="timed-out", service="logs", operation="GetQueryResults",
+                                 unseen=f"{pending.purpose} query still {entry.status.split(' ')[0]} after "
+                                 f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; stopped"))
+            self._record(pending, entry.status, 0, 0.0, False)
+            return None
+        return self._finished(pending, entry.status or "Unknown", entry.rows or [], entry.scanned)
+
+    def _finished(self, pending: _Pending, status: str, rows: list[dict[str, str]],
+                  scanned: float) -> list[dict[str, str]] | None:
         truncated = len(rows) >= MAX_ROWS
         self._record(pending, status, len(rows), scanned, truncated)
         if status != "Complete":
@@ -282,12 +365,12 @@ def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bo
 def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: list[str], win: LogWindow,
                   runner: InsightsRunner | None = None,
                   known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
-                  slots: QuerySlots | None = None) -> BatchEvidence:
+                  slots: QuerySlots | None = None, journal: QueryJournal | None = None) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
     the audit's concurrency budget, when batches share one."""
     gaps: list[Gap] = []
-    runner = runner or InsightsRunner(aws, gaps, slots=slots)
+    runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
     runner.gaps = gaps
     pending = [("kernel", runner.start("kernel-streams", batch, win.lifetime_start, win.padded_end, KERNEL_QUERY)),
                ("summary", runner.start("stream-summary", batch, win.padded_start, win.padded_end, SUMMARY_QUERY)),

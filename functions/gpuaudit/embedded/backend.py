@@ -61,6 +61,9 @@ class RunningQuery:
     # stopped: the embedded backend answers at once, so "still running" is modelled as "not yet collected",
     # the worst case for a caller that starts queries faster than it reads them.
     holds_slot: bool = True
+    # A `status: Running` fault with `times: N`: the query reports Running for N reads, then Complete (a slow
+    # query, as a state machine's Wait loop meets it); without `times` it never finishes.
+    running_reads: int | None = None
 
 
 @dataclass
@@ -558,7 +561,9 @@ def _start_query(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
                                  p["startTime"], p["endTime"], b.world.account_id, max_chars=None)
     query_id = str(uuid.uuid4())
     stuck = b.behaviour_fault("logs", "GetQueryResults")
-    b.queries[query_id] = RunningQuery(outcome, stuck["status"] if stuck else "Complete")
+    slow = stuck is not None and stuck["status"] == "Running" and stuck.get("times") is not None
+    b.queries[query_id] = RunningQuery(outcome, stuck["status"] if stuck else "Complete",
+                                       running_reads=int(stuck["times"]) if slow and stuck else None)
     return {"queryId": query_id}
 
 
@@ -567,6 +572,11 @@ def _get_query_results(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     query = b.queries.get(p["queryId"])
     if query is None:
         raise ApiError("ResourceNotFoundException", f"Query {p['queryId']} does not exist")
+    if query.running_reads is not None and query.status == "Running":
+        if query.running_reads > 0:
+            query.running_reads -= 1
+        else:
+            query.status = "Complete"
     if query.status not in ("Running", "Scheduled"):
         query.holds_slot = False  # its final status has been collected
     if query.status != "Complete" or query.outcome is None:

@@ -1,0 +1,107 @@
+"""Queries waited in Step Functions (#14 item 3): with a journal, CollectLogs never sleeps on a running Logs
+Insights query. It ends the invocation (QueriesPending); the state machine waits and invokes it again; the replay
+starts no query twice and reads no finished query twice, and gives the same batch as a Lambda that polled. A query
+still running past its deadline is stopped (StopQuery) and named as a gap."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpuaudit import pipeline
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.collectors.logs import BatchEvidence, QueriesPending, QueryJournal
+from gpuaudit.embedded.backend import WorldBackend
+from gpuaudit.model.evidence import AuditRequest
+from tests.helpers.worlds import PClusterWorld, at
+
+SINCE, UNTIL = at(6), at(10)
+
+
+def world(fault: dict[str, Any] | None) -> PClusterWorld:
+    w = PClusterWorld(n_compute=2)
+    w.healthy(w.compute[0], at(-48), at(12, 25))
+    w.healthy(w.compute[1], at(-48), at(8))  # silent from 08:00: a detail query follows the first three
+    if fault:
+        w.raw.setdefault("faults", []).append(fault)
+    return w
+
+
+def no_sleep(seconds: float) -> None:
+    raise AssertionError(f"a journaled collection slept {seconds} s: the Lambda would be held while waiting")
+
+
+class Account:
+    """One backend across invocations (queries keep running between them), a fresh Aws per invocation."""
+
+    def __init__(self, w: PClusterWorld) -> None:
+        self.world = w.world()
+        self.backend = WorldBackend(self.world)
+        self.now: datetime = self.world.now
+        self.calls: dict[tuple[str, str], int] = {}
+
+    def aws(self, sleep: Any = no_sleep) -> Aws:
+        return Aws(session=self.backend.session(), region=self.world.region, clock=lambda: self.now, sleep=sleep)
+
+    def tally(self, aws: Aws) -> None:
+        for (service, op), n in aws.counts.items():
+            self.calls[(service, op)] = self.calls.get((service, op), 0) + n
+
+
+def journaled(w: PClusterWorld, advance: timedelta = timedelta(seconds=10)) -> tuple[BatchEvidence, int, Account]:
+    account = Account(w)
+    request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
+    evidence = pipeline.start_audit(account.aws(), request)
+    (groups,) = pipeline.log_batches(evidence.log_groups)
+    journal = QueryJournal()
+    for invocation in range(1, 50):
+        aws = account.aws()
+        try:
+            batch = pipeline.collect_logs(aws, evidence, groups, journal=journal)
+        except QueriesPending:
+            journal = QueryJournal.model_validate_json(journal.model_dump_json())  # through the payload store
+            account.now += advance  # the state machine's Wait
+            continue
+        finally:
+            account.tally(aws)
+        return batch, invocation, account
+    raise AssertionError("never finished")
+
+
+def polled(w: PClusterWorld) -> BatchEvidence:
+    account = Account(w)
+    aws = account.aws(sleep=lambda _s: None)
+    request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
+    evidence = pipeline.start_audit(aws, request)
+    (groups,) = pipeline.log_batches(evidence.log_groups)
+    return pipeline.collect_logs(aws, evidence, groups)
+
+
+SLOW = {"service": "logs", "operation": "GetQueryResults", "status": "Running", "times": 2}
+
+
+def test_slow_queries_are_waited_for_between_invocations_and_give_the_polled_batch() -> None:
+    batch, invocations, account = journaled(world(SLOW))
+    assert invocations > 1  # the Lambda returned while the queries ran
+    reference = polled(world(SLOW))
+    assert batch.model_dump(exclude={"queries"}) == reference.model_dump(exclude={"queries"})
+    assert [q.purpose for q in batch.queries] == [q.purpose for q in reference.queries]
+    assert {q.status for q in batch.queries} == {"Complete"}
+    # every query started once, whatever the number of invocations
+    assert account.calls[("logs", "StartQuery")] == len(batch.queries)
+    assert ("logs", "StopQuery") not in account.calls
+
+
+def test_fast_queries_finish_in_one_invocation() -> None:
+    batch, invocations, account = journaled(world(None))
+    assert invocations == 1 and account.calls[("logs", "StartQuery")] == len(batch.queries) >= 3
+
+
+def test_a_query_running_past_its_deadline_is_stopped_and_named() -> None:
+    stuck = {"service": "logs", "operation": "GetQueryResults", "status": "Running"}
+    batch, invocations, account = journaled(world(stuck), advance=timedelta(seconds=200))
+    assert invocations >= 2
+    assert account.calls[("logs", "StopQuery")] >= 1
+    timed_out = [g for g in batch.gaps if g.kind == "timed-out"]
+    assert timed_out and all("stopped" in (g.unseen or "") for g in timed_out)
+    assert {q.status for q in batch.queries} == {"Running (abandoned)"}
