@@ -8,6 +8,7 @@ from __future__ import annotations
 from gpuaudit.collectors import cache, controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, CoverageCache
+from gpuaudit.collectors.control_logs import collect_control_streams
 from gpuaudit.collectors.inventory import collect_inventory, collect_profiles, launched_by_cluster
 from gpuaudit.collectors.logs import (
     BatchEvidence,
@@ -82,10 +83,13 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
     logs = merge_batches(aws, evidence.cluster, known, evidence.log_groups, batches, gaps)
     nodes = [*known, *logs.discovered_nodes]
     profiles = collect_profiles(aws, {n.instance_type for n in nodes if n.instance_type}, gaps)
+    control = collect_control_streams(aws, evidence.cluster, nodes, evidence.log_groups, logs.stream_activity,
+                                      logs.hma_log_group, gaps)
     evidence = evidence.model_copy(update={
         "nodes": nodes, "profiles": profiles, "hma_log_group": logs.hma_log_group, "hma_streams": logs.hma_streams,
         "kernel_streams": logs.kernel_streams, "stream_activity": logs.stream_activity,
         "listed_streams": logs.listed_streams, "silent_streams": logs.silent_streams, "gpu_lines": logs.gpu_lines,
+        "control_streams": control,
         "queries": logs.queries, "gaps": gaps})
     controlplane.collect(aws, evidence, request)
     return evidence

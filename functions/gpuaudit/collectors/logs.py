@@ -35,6 +35,7 @@ from gpuaudit.domain.streams import (
     NodeIndex,
     is_hma_group,
     is_pcluster_group,
+    pcluster_control_log,
     stream_node_ids,
 )
 from gpuaudit.model.evidence import (
@@ -414,6 +415,9 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     need_detail = {key for key in kernel_keys
                    if looks_like_node_stream(key[1], node_index) and key in summary
                    and summary[key].live_hours < expected}
+    # Control-plane streams are binned like kernel streams (#15 item 3): every empty hour is listed.
+    need_detail.update(key for key, a in summary.items()
+                       if a.live_hours < expected and pcluster_control_log(key[0], key[1], cluster_name))
     for group in batch:
         if is_hma_group(group, cluster_name):
             other_streams = [key for key in summary if key[0] == group and not key[1].startswith(HMA_PREFIX)]

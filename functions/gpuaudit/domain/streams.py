@@ -14,6 +14,11 @@ INSTANCE_ID = re.compile(r"(?<![0-9a-z])i-[0-9a-f]{8,17}(?![0-9a-z])")
 # ParallelCluster 3: `<hostname>.<instance-id>.<log name>` in /aws/parallelcluster/<cluster>-<timestamp>
 PCLUSTER_STREAM = re.compile(r"^(?P<host>[^.]+)\.(?P<iid>i-[0-9a-f]{8,17})\.(?P<log>.+)$")
 HMA_PREFIX = "SagemakerHealthMonitoringAgent/"
+# ParallelCluster head-node logs that explain a node's launch, bootstrap and termination (RULES §8 non-GPU causes),
+# in the order they decide: clustermgtd (bootstrap failures, protected mode, unhealthy-node terminations),
+# slurm_resume (launch errors such as InsufficientInstanceCapacity), slurmctld (the scheduler's view of nodes).
+PCLUSTER_CONTROL_LOGS = ("clustermgtd", "slurm_resume", "slurmctld")
+HYPERPOD_CLUSTER_LOG = "HyperPod cluster log"  # the control-plane log of HyperPod: its cluster log group as a whole
 # HyperPod cluster log group: `<instance group>/<instance-id>`, with the HMA or lifecycle-script prefix or none
 HYPERPOD_NODE_STREAM = re.compile(
     r"^(?:SagemakerHealthMonitoringAgent/|LifecycleConfig/)?(?P<group>[^/]+)/(?P<iid>i-[0-9a-f]{8,17})$")
@@ -47,3 +52,11 @@ def is_pcluster_group(group: str, cluster: str) -> bool:
 
 def is_hma_group(group: str, cluster: str) -> bool:
     return group.startswith(f"/aws/sagemaker/Clusters/{cluster}/")
+
+
+def pcluster_control_log(group: str, stream: str, cluster: str) -> str | None:
+    """The control-plane log a ParallelCluster stream carries (`clustermgtd`, …), or None for any other stream."""
+    if not is_pcluster_group(group, cluster):
+        return None
+    match = PCLUSTER_STREAM.match(stream)
+    return match["log"] if match and match["log"] in PCLUSTER_CONTROL_LOGS else None

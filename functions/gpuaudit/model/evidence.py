@@ -186,6 +186,20 @@ class ListedStream(Frozen):
     last_event: datetime | None = None
 
 
+class ControlStream(Frozen):
+    """A control-plane log stream looked up with DescribeLogStreams because it held no line in the padded window
+    (RULES §4 'when the logs are dead, ask the control plane'; §0.4 name the stream). `listed` False: the
+    lookup ran and found no such stream (never shipped, or deleted)."""
+
+    log_group: str
+    log_stream: str | None  # None: the HyperPod cluster log group lists no stream besides HMA's
+    role: str  # clustermgtd | slurm_resume | slurmctld | HyperPod cluster log
+    instance_id: str | None = None  # the head node, for ParallelCluster
+    listed: bool = True
+    first_event: datetime | None = None
+    last_event: datetime | None = None
+
+
 class GpuLine(Frozen):
     time: datetime
     log_group: str
@@ -470,6 +484,8 @@ class Evidence(BaseModel):
     # Kernel-carrying streams with no line in the padded window, as DescribeLogStreams lists them: when they died.
     silent_streams: list[ListedStream] = Field(default_factory=list)
     gpu_lines: list[GpuLine] = Field(default_factory=list)
+    # Control-plane streams silent in the padded window, with their last event (DescribeLogStreams); None: not read.
+    control_streams: list[ControlStream] | None = None
     cluster_events: list[ClusterEvent] | None = None  # None: not supported or not read
     cloudtrail: list[CloudTrailEvent] | None = None
     cloudtrail_complete: bool = False  # every event name was looked up without error

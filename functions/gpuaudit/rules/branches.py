@@ -27,6 +27,7 @@ from gpuaudit.model.result import (
     TimelineEntry,
 )
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.xid import fleet_pattern
 
 if TYPE_CHECKING:
@@ -387,9 +388,14 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
     else:
         leading = next((by[x] for x in HEADLINE_ORDER if by[x].status in ("UNVERIFIED", "Contributing")
                         and by[x].label == "Hypothesis (to validate)"), None)
+        dead = deciding_silence(j.evidence, j.control)
         if leading is not None:
             headline = (f"Leading hypothesis: branch {leading.branch}, {BRANCH_NAMES[leading.branch]} — "
                         f"{_first_sentence(leading.evidence)}")
+        elif dead is not None:
+            headline = not_observable_headline(*dead)
+            actions.append(f"Restore the control-plane log `{dead[0].where}` ({dead[0].what}) and read it for the "
+                           "window on the node; until then the cause of the node changes cannot be decided")
         else:
             headline = "Root cause: Not observable — the deciding evidence is missing (see visibility gaps)"
     return branches, headline, actions

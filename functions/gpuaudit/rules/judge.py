@@ -28,6 +28,7 @@ from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import preflight as preflight_rules
 from gpuaudit.rules.consistency import check_consistency
+from gpuaudit.rules.control_plane import ControlLog, control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
@@ -82,6 +83,7 @@ class Judged:
     routings: dict[str, NodeRouting]
     lines_by_node: dict[str, list[ParsedLine]]
     unassigned_lines: list[ParsedLine]
+    control: list[ControlLog] = field(default_factory=list)  # control-plane logs and their hourly state
 
 
 def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
@@ -144,9 +146,10 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         if routing is not None:
             routings[node.instance_id] = routing
         nodes.append(result)
-    judged = Judged(evidence, nodes, routings, lines_by_node, unassigned)
+    control = control_logs(evidence, pad)
+    judged = Judged(evidence, nodes, routings, lines_by_node, unassigned, control)
 
-    gaps = [g.prose() for g in evidence.gaps] + coverage_gaps(judged)
+    gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + coverage_gaps(judged)
     actions = node_actions(judged)
     timeline = build_timeline(judged) if evidence.mode == "incident" else gpu_timeline(judged)
     branches: list[Branch] = []
