@@ -15,6 +15,8 @@ def test_a_stream_silent_for_days_shows_its_last_event_and_how_long_before_the_w
     w.healthy(dead, at(-96), at(-67, 30))  # boot kernel line, then lines until 3 days before the window
     w.other_log(dead, "slurmd", at(-96), at(12, 25))  # the node itself is up: only the kernel stream died
     w.healthy(alive, at(-96), at(12, 25))
+    for log in ("clustermgtd", "slurm_resume", "slurmctld"):  # a live head node: no control-plane lookup either
+        w.other_log(w.head, log, at(-96), at(12, 25))
     result = w.audit(w.cluster, since=SINCE, until=UNTIL)
 
     n = node_of(result, dead.instance_id)
