@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuaudit.model.evidence import LogGroupName
+from gpuaudit.settings import MemberRole
 from infra.packaging import ROOT
 
 QUERIES_PER_BATCH = 3  # collect_batch starts three Logs Insights queries at once (kernel, summary, GPU lines)
@@ -53,6 +54,8 @@ class DeployConfig(BaseModel):
     xid_class_overrides: list[str] = Field(default_factory=list)  # CODE=CLASS, as the CLI's --xid-class
     # Per cluster, log groups to search beside those found by substring (the CLI's --log-group), e.g. a job's stdout.
     log_groups: dict[str, list[LogGroupName]] = Field(default_factory=dict)
+    # Per cluster in a member account: the read-only role its collectors assume (infra/cross_account.py there).
+    member_roles: dict[str, MemberRole] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _something_to_audit(self) -> DeployConfig:
@@ -60,9 +63,10 @@ class DeployConfig(BaseModel):
             raise ValueError("configure `clusters` (names) or `discover: true` (tag-based discovery)")
         if self.discovery_tag and not self.discover:
             raise ValueError("`discovery_tag` needs `discover: true`")
-        unknown = sorted(set(self.log_groups) - set(self.clusters)) if not self.discover else []
-        if unknown:
-            raise ValueError(f"`log_groups` names clusters that are not configured: {', '.join(unknown)}")
+        for key, named in (("log_groups", self.log_groups), ("member_roles", self.member_roles)):
+            unknown = sorted(set(named) - set(self.clusters)) if not self.discover else []
+            if unknown:
+                raise ValueError(f"`{key}` names clusters that are not configured: {', '.join(unknown)}")
         return self
 
     @property

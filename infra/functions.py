@@ -124,6 +124,14 @@ class AuditFunctions(Construct):
                                     resources=[store.alert_key.key_arn]),
             ],
         }
+        # Clusters of member accounts: their collectors read through that account's read-only role.
+        member_arns = sorted({r.role_arn for r in config.member_roles.values()})
+        if member_arns:
+            for name in ("Inventory", "CollectLogs", "Finish"):
+                own[name].append(iam.PolicyStatement(sid="MemberAccountRoles", actions=["sts:AssumeRole"],
+                                                     resources=member_arns))
+                specific.setdefault(name, {})["GPUAUDIT_MEMBER_ROLES"] = json.dumps(
+                    {c: r.model_dump(exclude_none=True) for c, r in config.member_roles.items()})
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for name, spec in SPECS.items():

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape as escape_markup
 
-from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.aws import Aws, CallFailed, assumed_session
 from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
@@ -106,21 +106,15 @@ def _aws_for(world: Path | None, region: str | None, role_arn: str | None = None
             raise UserError(f"--region {region} does not match the world's region {loaded.region}")
         return Aws(session=backend.session(), region=loaded.region, clock=lambda: loaded.now, sleep=lambda _s: None)
     import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
 
     session = boto3.Session(region_name=region) if region else boto3.Session()
     if not session.region_name:
         raise UserError("no region: pass --region or set AWS_REGION")
     if role_arn:  # another account of the organization: its GpuAuditReadOnlyRole (infra/cross_account.py)
         try:
-            params = {"RoleArn": role_arn, "RoleSessionName": "gpuaudit"}
-            if external_id:
-                params["ExternalId"] = external_id
-            creds = session.client("sts").assume_role(**params)["Credentials"]
-        except (ClientError, BotoCoreError) as exc:
+            session = assumed_session(session, role_arn, external_id)
+        except CallFailed as exc:
             raise UserError(f"cannot assume the audit role: {exc}", EXIT_UNREACHABLE) from None
-        session = boto3.Session(aws_access_key_id=creds["AccessKeyId"], aws_secret_access_key=creds["SecretAccessKey"],
-                                aws_session_token=creds["SessionToken"], region_name=session.region_name)
     return Aws(session=session, region=session.region_name)
 
 

@@ -6,6 +6,7 @@ input (`BadOverride`, exit 2 in the CLI); a missing required value names its var
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +15,16 @@ from gpuaudit.rules.judge import parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS
 
 XID_OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
+MEMBER_ROLES_ENV = "GPUAUDIT_MEMBER_ROLES"
+
+
+class MemberRole(BaseModel):
+    """The read-only role a member account deploys (infra/cross_account.py) and the external ID it requires."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role_arn: str = Field(max_length=2048, pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]+$")
+    external_id: str | None = Field(default=None, min_length=2, max_length=1224)
 
 
 class Settings(BaseModel):
@@ -25,13 +36,16 @@ class Settings(BaseModel):
     alert_topic_arn: str | None = Field(default=None, alias="ALERT_TOPIC_ARN")
     finding_retention_days: int = Field(default=RETENTION_DAYS, gt=0, alias="FINDING_RETENTION_DAYS")
     aws_region: str | None = Field(default=None, alias="AWS_REGION")  # set by Lambda itself
+    # Per cluster of a member account: the role the collectors assume (cdk.json `member_roles`), JSON.
+    member_roles: dict[str, MemberRole] = Field(default_factory=dict, alias="GPUAUDIT_MEMBER_ROLES")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """An empty variable counts as unset (CloudFormation writes "" for an optional parameter left out)."""
         given = {name: environ[name] for name in cls.env_names() if environ.get(name)}
         overrides = [i for i in given.pop(XID_OVERRIDES_ENV, "").split(",") if i.strip()]
-        return cls.model_validate({**given, XID_OVERRIDES_ENV: parse_overrides(overrides)})
+        roles = json.loads(given.pop(MEMBER_ROLES_ENV, "{}"))
+        return cls.model_validate({**given, XID_OVERRIDES_ENV: parse_overrides(overrides), MEMBER_ROLES_ENV: roles})
 
     @classmethod
     def env_names(cls) -> list[str]:

@@ -28,9 +28,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     item: CollectLogsInput = runtime.parse_event(event, CollectLogsInput, "CollectLogs expects evidence and a batch")
     session = session_factory()
     s3 = session.client("s3")
-    aws = runtime.audit_port(session, clock, context)
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
+        aws = runtime.audit_port(session, clock, context, evidence.cluster.name)
         bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), item.batch.groups)
         cached = bins.load(evidence.cluster.name, evidence.cluster.region)
         journal = QueryJournal.model_validate(payload.load(item.journal, s3)) if item.journal else QueryJournal()

@@ -27,9 +27,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     joined: FinishInput = runtime.parse_event(event, FinishInput, "Finish expects the request, evidence and batches")
     session = session_factory()
     s3 = session.client("s3")
-    aws = runtime.audit_port(session, clock, context)
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(joined.evidence, s3))
+        aws = runtime.audit_port(session, clock, context, evidence.cluster.name)
         batches: list[BatchEvidence] = []
         tallies: list[list[CallCount]] = [evidence.calls]
         for item in joined.batches:

@@ -24,8 +24,8 @@ clock: Callable[[], datetime] = runtime.utc_now
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     target: AuditTarget = runtime.parse_event(event, AuditTarget, "Inventory expects an audit target")
     session = session_factory()
-    aws = runtime.audit_port(session, clock, context)
     with runtime.reported_failures():
+        aws = runtime.audit_port(session, clock, context, target.request.cluster)
         evidence = pipeline.start_audit(aws, target.request)
         batches = pipeline.log_batches(evidence.log_groups)
         if target.window_source:  # the trigger decided the window: say so in the result (RULES §1)

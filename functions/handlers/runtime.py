@@ -23,7 +23,7 @@ from aws_lambda_powertools.utilities.parser import parse
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
-from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed
+from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed, assumed_session
 from gpuaudit.model.evidence import CallCount, Gap
 from gpuaudit.settings import Settings
 from handlers.observability import metrics
@@ -84,10 +84,15 @@ def env(name: str) -> str:
 DEADLINE_MARGIN_S = 30.0  # time left to serialise what was read before Lambda stops the invocation
 
 
-def audit_port(session: boto3.Session, clock: Any, context: Any = None) -> Aws:
+def audit_port(session: boto3.Session, clock: Any, context: Any = None, cluster: str | None = None) -> Aws:
     """The collectors' AWS port for this invocation: the session's region, the handler's clock, and an
-    audit deadline of the invocation's remaining time minus a margin (no call is made after it)."""
+    audit deadline of the invocation's remaining time minus a margin (no call is made after it). A cluster of a
+    member account (GPUAUDIT_MEMBER_ROLES, from cdk.json `member_roles`) is read through that account's
+    read-only role; the payloads, cache and findings stay on the auditor's own session."""
     region = session.region_name or env("AWS_REGION")
+    member = Settings.from_env(os.environ).member_roles.get(cluster) if cluster else None
+    if member is not None:
+        session = assumed_session(session, member.role_arn, member.external_id, f"gpuaudit-{cluster}"[:64])
     aws = Aws(session=session, region=region, clock=clock)
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     if callable(remaining):

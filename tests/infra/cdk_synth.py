@@ -47,12 +47,17 @@ class Synthesized:
         return {k: v for k, v in self.template["Resources"].items() if v["Type"] == kind}
 
 
+def synthesize(member_account: bool = False, config: dict[str, Any] | None = None) -> Synthesized:
+    """The auditor's app; with `member_account`, the app a member account deploys (the read-only role); `config`
+    replaces TEST_CONFIG (cdk.json's `gpuaudit` context). Synthesized once per distinct input."""
+    return _synthesize(member_account, json.dumps(config or TEST_CONFIG, sort_keys=True))
+
+
 @functools.cache
-def synthesize(member_account: bool = False) -> Synthesized:
-    """The auditor's app; with `member_account`, the app a member account deploys (the read-only role)."""
+def _synthesize(member_account: bool, config_json: str) -> Synthesized:
     outdir = Path(tempfile.mkdtemp(prefix="gpuaudit-cdk-"))
     atexit.register(shutil.rmtree, outdir, True)
-    context = {**TEST_CONTEXT, "member_account": member_account}
+    context = {**TEST_CONTEXT, "member_account": member_account, "gpuaudit": json.loads(config_json)}
     env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(context),
            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true"}
     for offline in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION", "AWS_PROFILE"):

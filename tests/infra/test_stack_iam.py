@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdk_synth import Synthesized
+from cdk_synth import TEST_CONFIG, Synthesized, synthesize
 
 from infra.permissions import AUDIT_READS, PLAN_READS, iam_action
 
@@ -164,3 +164,29 @@ def test_the_template_grants_the_read_policy_as_declared(synth: Synthesized) -> 
     statements, roles = identity_statements(synth), step_roles(synth)
     for step in ("inventory", "collect_logs", "finish"):
         assert actions_of(statements, roles[step]) & READS == set(AUDIT_READS), step
+
+
+MEMBER_ROLE = "arn:aws:iam::444455556666:role/GpuAuditReadOnlyRole"
+
+
+def test_member_account_clusters_are_read_through_their_role_and_only_by_the_collectors(synth: Synthesized) -> None:
+    """#14 item 5: a cluster of a member account (cdk.json `member_roles`) is read through that account's
+    read-only role: the three collecting functions may assume exactly that role, nothing else may."""
+    config = {**TEST_CONFIG, "member_roles": {"llm-pretrain-b200": {"role_arn": MEMBER_ROLE,
+                                                                     "external_id": "gpuaudit-7f3a"}}}
+    member = synthesize(config=config)
+    statements, roles = identity_statements(member), step_roles(member)
+    for module, role in roles.items():
+        assuming = [s for r, s in statements if r == role and "sts:AssumeRole" in _list(s["Action"])]
+        if module in ("inventory", "collect_logs", "finish"):
+            (statement,) = assuming
+            assert _list(statement["Resource"]) == [MEMBER_ROLE]
+        else:
+            assert assuming == [], module
+    envs = {f["Properties"]["Handler"].split(".")[1]: f["Properties"]["Environment"]["Variables"]
+            for f in member.resources("AWS::Lambda::Function").values()}
+    assert json.loads(envs["inventory"]["GPUAUDIT_MEMBER_ROLES"]) == {
+        "llm-pretrain-b200": {"role_arn": MEMBER_ROLE, "external_id": "gpuaudit-7f3a"}}
+    assert "GPUAUDIT_MEMBER_ROLES" not in envs["verdict"]
+    # without member roles, no function may assume anything (the default test stack)
+    assert not [s for _, s in identity_statements(synth) if "sts:AssumeRole" in _list(s["Action"])]

@@ -130,3 +130,20 @@ def _snake(operation: str) -> str:
             out.append("_")
         out.append(ch.lower())
     return "".join(out)
+
+
+def assumed_session(session: boto3.Session, role_arn: str, external_id: str | None = None,
+                    session_name: str = "gpuaudit") -> boto3.Session:
+    """A session on another account's read-only role (infra/cross_account.py), or CallFailed naming why not."""
+    params = {"RoleArn": role_arn, "RoleSessionName": session_name}
+    if external_id:
+        params["ExternalId"] = external_id
+    try:
+        creds = session.client("sts").assume_role(**params)["Credentials"]
+    except ClientError as err:
+        error = err.response.get("Error", {})
+        raise CallFailed("sts", "AssumeRole", error.get("Code", "Unknown"), error.get("Message", str(err))) from None
+    except BotoCoreError as err:
+        raise CallFailed("sts", "AssumeRole", type(err).__name__, str(err)) from None
+    return boto3.Session(aws_access_key_id=creds["AccessKeyId"], aws_secret_access_key=creds["SecretAccessKey"],
+                         aws_session_token=creds["SessionToken"], region_name=session.region_name)
