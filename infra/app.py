@@ -22,6 +22,8 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     One stack per app, so `npx aws-cdk@2 deploy` needs no stack name: the auditor by default; with
     `-c member_account=true`, the read-only role deployed in each audited member account instead."""
     app = App(context=context, outdir=outdir) if context is not None else App(outdir=outdir)
+    # The Distributed Map's ResultWriterV2 (scoped to its prefix) renders only under this feature flag.
+    app.node.set_context("@aws-cdk/aws-stepfunctions:useDistributedMapResultWriterV2", True)
     resolved = {**cdk_json_context(), **_app_context(app)} if context is None else context
     env = Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION"))
     stack: Stack

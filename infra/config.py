@@ -16,6 +16,7 @@ from gpuaudit.model.evidence import LogGroupName
 from gpuaudit.settings import MemberRole
 from infra.packaging import ROOT
 
+RESULT_WRITER_CLUSTERS = 50
 QUERIES_PER_BATCH = 3  # collect_batch starts three Logs Insights queries at once (kernel, summary, GPU lines)
 
 
@@ -68,6 +69,12 @@ class DeployConfig(BaseModel):
             if unknown:
                 raise ValueError(f"`{key}` names clusters that are not configured: {', '.join(unknown)}")
         return self
+
+    @property
+    def writes_map_results(self) -> bool:
+        """The cluster Map's output (an audit summary per cluster, ~1 KB) nears Step Functions' 256 KB limit near
+        200 clusters: from RESULT_WRITER_CLUSTERS configured clusters, or with discovery (no bound), it goes to S3."""
+        return self.discover or len(self.clusters) >= RESULT_WRITER_CLUSTERS
 
     @property
     def batches_in_flight(self) -> int:

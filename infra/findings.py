@@ -18,6 +18,7 @@ from infra.config import DeployConfig
 PAYLOADS_PREFIX = "payloads/"  # handlers/payload.py
 RESULTS_PREFIX = "results/"  # handlers/verdict.py
 CACHE_PREFIX = "cache/"  # handlers/coverage_cache.py: proven hourly bins of incremental audits
+MAP_RESULTS_PREFIX = "map-results/"  # the cluster Map's ResultWriter, when many clusters are audited
 CACHE_RETENTION_DAYS = 9  # a little over the bins' own 8-day retention (collectors/cache.py)
 
 
@@ -58,6 +59,7 @@ class FindingsStore(Construct):
                                  expiration=Duration.days(config.finding_retention_days)),
                 s3.LifecycleRule(id="coverage-cache", prefix=CACHE_PREFIX,
                                  expiration=Duration.days(CACHE_RETENTION_DAYS)),
+
                 s3.LifecycleRule(id="uploads", abort_incomplete_multipart_upload_after=Duration.days(1)),
             ])
         Validations.of(self.bucket).acknowledge(Acknowledgment(
@@ -65,3 +67,18 @@ class FindingsStore(Construct):
             reason="The bucket holds transient step payloads (expired after days) and audit results already "
                    "indexed in the findings table; every writer is one of the stack's own roles. An access-log "
                    "bucket would double the storage for no reader; enable CloudTrail S3 data events if required."))
+        # The cluster Map's results when many clusters are audited (DeployConfig.writes_map_results): a bucket of
+        # their own, so the state machine's write grant reaches nothing else.
+        self.map_results: s3.Bucket | None = None
+        if config.writes_map_results:
+            self.map_results = s3.Bucket(
+                self, "MapResults", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
+                block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+                object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED, removal_policy=RemovalPolicy.DESTROY,
+                auto_delete_objects=False,
+                lifecycle_rules=[s3.LifecycleRule(id="map-results", expiration=Duration.days(config.payload_retention_days),
+                                                  abort_incomplete_multipart_upload_after=Duration.days(1))])
+            Validations.of(self.map_results).acknowledge(Acknowledgment(
+                id="AwsSolutions::AwsSolutions-S1",
+                reason="Holds only the Distributed Map's per-cluster summaries, expired after days; the findings "
+                       "table and results/ keep what is read later. No access-log reader."))

@@ -21,7 +21,7 @@ class GpuAuditStack(Stack):
                          **kwargs)  # type: ignore[arg-type]
         self.store = FindingsStore(self, "Findings", config)
         self.functions = AuditFunctions(self, "Functions", config, self.store, bundle)
-        self.workflow = AuditWorkflow(self, "Workflow", config, self.functions)
+        self.workflow = AuditWorkflow(self, "Workflow", config, self.functions, self.store.map_results)
         self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
         self.dashboard = AuditDashboard(self, "Dashboard", config, self.workflow.state_machine)
         self.alarms = AuditorAlarms(self, "Alarms", config, self.workflow.state_machine, self.store.topic,

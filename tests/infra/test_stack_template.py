@@ -9,7 +9,7 @@ from typing import Any, get_args
 
 import pytest
 from aws_cdk.assertions import Match, Template
-from cdk_synth import TEST_CONFIG, Synthesized, state_machine_definition, task_states
+from cdk_synth import TEST_CONFIG, Synthesized, state_machine_definition, synthesize, task_states
 from handlers import models
 
 from infra.config import DeployConfig
@@ -208,3 +208,24 @@ def test_triggers_keep_undeliverable_events_and_one_cluster_never_aborts_the_oth
     assert '\\"ToleratedFailurePercentage\\":100' in definition
     for function in synth.resources("AWS::Lambda::Function").values():
         assert function["Properties"]["Environment"]["Variables"]["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"
+
+
+def _cluster_map(synth: Synthesized) -> dict[str, Any]:
+    definition = state_machine_definition(synth)
+    return next(s for s in definition["States"].values() if s["Type"] == "Map")  # type: ignore[no-any-return]
+
+
+def test_many_clusters_write_the_map_results_to_s3_not_the_execution_output(synth: Synthesized) -> None:
+    """#14 item 4: the cluster Map's output passes Step Functions' 256 KB near 200 clusters; with discovery
+    (unbounded) or 50+ configured clusters it goes through a ResultWriter to the stack's own bucket."""
+    assert "ResultWriter" not in _cluster_map(synth)  # two configured clusters: the output stays inline
+    many = synthesize(config={**TEST_CONFIG, "clusters": [], "discover": True})
+    writer = _cluster_map(many)["ResultWriter"]
+    assert writer["Resource"] == "arn:aws:states:::s3:putObject"
+    assert writer["Parameters"]["Prefix"] == "map-results/"
+    # a bucket of its own, expiring its objects: the state machine's write grant reaches nothing else
+    (bucket_id,) = [b for b in many.resources("AWS::S3::Bucket") if "MapResults" in b]
+    assert bucket_id in json.dumps(writer["Parameters"]["Bucket"])
+    rules = many.resources("AWS::S3::Bucket")[bucket_id]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert all(r.get("ExpirationInDays") for r in rules)
+    assert len(synth.resources("AWS::S3::Bucket")) == len(many.resources("AWS::S3::Bucket")) - 1
