@@ -23,7 +23,7 @@ from infra.bundling import function_code
 from infra.config import DeployConfig
 from infra.findings import CACHE_PREFIX, PAYLOADS_PREFIX, RESULTS_PREFIX, FindingsStore
 from infra.nag import acknowledge_wildcards, default_policy
-from infra.packaging import pinned_version, runtime_requirements
+from infra.packaging import ARCHITECTURE, pinned_version, runtime_requirements
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 RETENTION = {1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 7: logs.RetentionDays.ONE_WEEK,
@@ -145,7 +145,7 @@ class AuditFunctions(Construct):
                 role.add_to_policy(statement)
             self.roles[name] = role
             self.functions[name] = lambda_.Function(
-                self, name, runtime=RUNTIME, architecture=lambda_.Architecture.X86_64, code=code,
+                self, name, runtime=RUNTIME, architecture=lambda_.Architecture.ARM_64, code=code,
                 handler=f"handlers.{spec.module}.handler", memory_size=spec.memory_mb, timeout=spec.timeout,
                 description=spec.description, role=role, log_group=log_group, tracing=lambda_.Tracing.ACTIVE,
                 layers=layers, environment={**common, **specific.get(name, {})})
@@ -175,5 +175,5 @@ class AuditFunctions(Construct):
     def _powertools_layer(self) -> lambda_.ILayerVersion:
         """The public Powertools layer for this region, resolved at deploy time from AWS's SSM parameter."""
         arn = ssm.StringParameter.value_for_string_parameter(
-            self, f"/aws/service/powertools/python/x86_64/python3.12/{powertools_version()}")
+            self, f"/aws/service/powertools/python/{ARCHITECTURE}/python3.12/{powertools_version()}")
         return lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", arn)

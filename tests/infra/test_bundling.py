@@ -34,7 +34,7 @@ def test_local_bundling_installs_for_lambdas_platform_and_copies_the_packages(tm
     assert LocalPipBundling(["pydantic==2.14.3"], run=run).try_bundle(str(tmp_path))
     (pip,) = commands
     assert pip[1:4] == ["-m", "pip", "install"] and pip[-1] == "pydantic==2.14.3"
-    for flag, value in {"--target": str(tmp_path), "--platform": "manylinux2014_x86_64", "--python-version": "3.12",
+    for flag, value in {"--target": str(tmp_path), "--platform": "manylinux2014_aarch64", "--python-version": "3.12",
                         "--implementation": "cp"}.items():
         assert pip[pip.index(flag) + 1] == value
     assert "--only-binary=:all:" in pip

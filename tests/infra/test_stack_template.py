@@ -229,3 +229,12 @@ def test_many_clusters_write_the_map_results_to_s3_not_the_execution_output(synt
     rules = many.resources("AWS::S3::Bucket")[bucket_id]["Properties"]["LifecycleConfiguration"]["Rules"]
     assert all(r.get("ExpirationInDays") for r in rules)
     assert len(synth.resources("AWS::S3::Bucket")) == len(many.resources("AWS::S3::Bucket")) - 1
+
+
+def test_functions_run_on_arm64_with_the_matching_layer_and_wheels(synth: Synthesized) -> None:
+    """#14 item 4: Graviton, with the Powertools layer and the bundled wheels of the same architecture."""
+    functions = synth.resources("AWS::Lambda::Function").values()
+    assert {tuple(f["Properties"]["Architectures"]) for f in functions} == {("arm64",)}
+    parameters = synth.template["Parameters"]
+    layer_paths = {parameters[layer["Ref"]]["Default"] for f in functions for layer in f["Properties"]["Layers"]}
+    assert len(layer_paths) == 1 and next(iter(layer_paths)).startswith("/aws/service/powertools/python/arm64/python3.12/")
