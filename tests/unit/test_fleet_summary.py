@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 
 from gpuaudit.model.result import NodeResult, Verdict
-from gpuaudit.report.markdown import HEALTHY_LISTED, render
+from gpuaudit.report.fleet import HEALTHY_LISTED
+from gpuaudit.report.html import render_html
+from gpuaudit.report.markdown import render
 from gpuaudit.rules.judge import HEADLINE_NODES, Judged, headline_for
 from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message
 from tests.unit.test_consistency import evidence, gpu_node, result
@@ -87,3 +89,14 @@ def test_the_markdown_report_leads_with_exceptions_and_counts_healthy_nodes_per_
     small = nodes[:HEALTHY_LISTED + 1]
     assert all(f"`{n.instance_id}`" in render(result(nodes=small, headline="h")) for n in small)
     assert "more node(s) of group" in render(result(nodes=nodes[:HEALTHY_LISTED + 2], headline="h"))
+
+
+def test_the_html_report_draws_exceptions_and_counts_the_healthy_rest() -> None:
+    nodes = [n.model_copy(update={"instance_group": "gpu-a", "instance_type": "p5.48xlarge"})
+             for n in fleet({17: "REPLACE"}, blind=frozenset({4242}))]
+    page = render_html(result(nodes=nodes, headline=headline(nodes)))
+    assert len(page) < 600_000, len(page)  # a row and a lane per node would be tens of megabytes
+    assert nodes[17].instance_id in page and nodes[4242].instance_id in page
+    assert nodes[18].instance_id not in page
+    assert "9998 more node(s) of group <code>gpu-a</code> (p5.48xlarge: 9998 Measured)" in page
+    assert "9998 healthy node(s) live every hour are counted in the strip, not drawn" in page

@@ -19,6 +19,7 @@ from typing import TypeVar
 from gpuaudit.model.result import BRANCH_NAMES, CoverageRow, GpuError, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
 from gpuaudit.report.escape import quote, visible
+from gpuaudit.report.fleet import healthy_summary, split_healthy
 from gpuaudit.report.redact import MASK, redact
 
 # Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
@@ -380,24 +381,30 @@ def heatmap(result: Result) -> str:
            f'<p class="meta">{len(hours)} hour column(s), {_e(iso(hours[0]))} → {_e(iso(hours[-1] + HOUR))}; '
            "dashed lines mark the impact window. Each node's lane is its kernel-carrying stream (the one whose "
            "status decides the node); every stream is listed in the coverage table below.</p>"]
+    listed_ids = {n.instance_id for n in split_healthy(result.nodes)[0]}
     for name, nodes in groups.items():
         nodes = sorted(nodes, key=lambda n: STATUS_ORDER.get(n.xid_status, 3))
         lanes = [lane for n in nodes for lane in lanes_for(n, g)]
-        height = len(lanes) * (LANE_H + LANE_GAP) + 2
-        body = [_lane_svg(lane, i * (LANE_H + LANE_GAP), g) for i, lane in enumerate(lanes)]
+        # At fleet size only the exceptions get a lane; the strip below aggregates every node of the group.
+        drawn = [lane for n in nodes if n.instance_id in listed_ids for lane in lanes_for(n, g)]
+        hidden = sum(1 for n in nodes if n.instance_id not in listed_ids)
+        height = len(drawn) * (LANE_H + LANE_GAP) + 2
+        body = [_lane_svg(lane, i * (LANE_H + LANE_GAP), g) for i, lane in enumerate(drawn)]
         body.append(_window_lines(g, result, 0, height))
         counts: dict[str, int] = {}
         for n in nodes:
             counts[n.xid_status] = counts.get(n.xid_status, 0) + 1
         silent = sum(lane.states.count(EMPTY) for lane in lanes)
         tally = ", ".join(f"{v} {_e(k)}" for k, v in sorted(counts.items(), key=lambda kv: STATUS_ORDER.get(kv[0], 3)))
+        aggregated = (f"; {hidden} healthy node(s) live every hour are counted in the strip, not drawn"
+                      if hidden else "")
         summary = (f"<b>{_e(name)}</b> — {len(nodes)} node(s): {tally}; "
-                   f"{silent} empty node-hour(s){_strip(lanes, g)}")
+                   f"{silent} empty node-hour(s){aggregated}{_strip(lanes, g)}")
         svg = (f'<svg width="{g.width}" height="{height}" role="img" '
                f'aria-label="coverage heatmap, {_e(name)}">{"".join(body)}</svg>')
         state = " open" if len(result.nodes) <= OPEN_GROUPS_UP_TO else ""
         # The axis stays in view while a long group scrolls under it; both scroll sideways together.
-        tall = ' class="vscroll"' if len(lanes) > 40 else ""
+        tall = ' class="vscroll"' if len(drawn) > 40 else ""
         out.append(f'<details class="group"{state}><summary>{summary}</summary><div class="hscroll">'
                    f"{_axis(g, result)}<div{tall}>{svg}</div></div></details>")
     return "".join(out)
@@ -460,27 +467,39 @@ def _verdict(r: Result) -> str:
     return "".join(out)
 
 
+def _healthy_note(groups: dict[str, list[NodeResult]]) -> str:
+    """The healthy nodes a fleet-size table does not list, counted per group."""
+    if not groups:
+        return ""
+    items = "".join(f"<li>{len(nodes)} more node(s) of group <code>{_e(g)}</code> ({_e(healthy_summary(nodes))}), "
+                    "no GPU signal, no empty hour</li>" for g, nodes in sorted(groups.items()))
+    return f'<ul class="meta">{items}</ul><p class="meta">Every node is in the JSON result.</p>'
+
+
 def _node_verdicts(r: Result) -> str:
+    listed, healthy = split_healthy(r.nodes)
     rows = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_group), _or_dash(n.instance_type),
              _e(n.status), _e(n.role), _badge(n.verdict, VERDICT_BADGE) if n.verdict else "no verdict (no GPU signal)",
-             _badge(n.xid_status, STATUS_BADGE), _or_dash(n.verdict_evidence)) for n in r.nodes]
+             _badge(n.xid_status, STATUS_BADGE), _or_dash(n.verdict_evidence)) for n in listed]
     return "<h2>Node verdicts</h2>" + _table(
         ("Node", "Group / queue", "Type", "Status", "Role", "Verdict", "Xid status", "Evidence"), rows,
-        scroll=len(rows) > 40)
+        scroll=len(rows) > 40) + _healthy_note(healthy)
 
 
 def _capability(r: Result) -> str:
+    listed, healthy = split_healthy(r.nodes)
     rows = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_type or "unknown"), _or_dash(n.gpu_count),
              _or_dash(n.efa), _or_dash(n.nvswitch), _e(n.signals.fabric_manager), _e(n.signals.nccl),
-             _e(n.signals.efa_counters), _e(n.signals.gpu_activity)) for n in r.nodes]
+             _e(n.signals.efa_counters), _e(n.signals.gpu_activity)) for n in listed]
     return "<h2>Node capability and fabric</h2>" + _table(
         ("Node", "Type", "GPUs", "EFA attached/max", "NVSwitch", "Fabric Manager", "NCCL transport", "EFA counters",
-         "GPU activity"), rows, scroll=len(rows) > 40)
+         "GPU activity"), rows, scroll=len(rows) > 40) + _healthy_note(healthy)
 
 
 def _coverage_table(r: Result) -> str:
     rows = []
-    for n in r.nodes:
+    listed, healthy = split_healthy(r.nodes)
+    for n in listed:
         xids = len([e for e in n.gpu_errors if e.code is not None])
         for c in n.coverage:
             if not c.log_stream:
@@ -496,7 +515,7 @@ def _coverage_table(r: Result) -> str:
                          _badge(c.status, STATUS_BADGE), _or_dash(c.note)))
     return "<h3>GPU error log coverage</h3>" + _table(
         ("Node", "Log group", "Log stream", "First event", "Last event", "Live across window", "Kernel lines ever",
-         "Xids in window", "Status", "Note"), rows, scroll=len(rows) > 40, css="cov")
+         "Xids in window", "Status", "Note"), rows, scroll=len(rows) > 40, css="cov") + _healthy_note(healthy)
 
 
 def _errors(r: Result) -> str:

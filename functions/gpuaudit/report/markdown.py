@@ -8,6 +8,7 @@ from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
+from gpuaudit.report.fleet import healthy_summary, split_healthy
 from gpuaudit.report.redact import redact
 
 
@@ -35,37 +36,9 @@ def _node_line(n: NodeResult) -> str:
     return f"- {what} ({meta}); Xid status **{n.xid_status}**{evidence}"
 
 
-# A fleet report leads with exceptions: beyond this many, healthy nodes are counted per group, not listed one by
-# one (the JSON result keeps every node).
-HEALTHY_LISTED = 50
-HEALTHY = ("Measured", "No HMA detections")
-
-
-def _exception(n: NodeResult) -> bool:
-    """A node the reader must see: a verdict, a GPU line, a status short of proven, or an empty hour."""
-    return bool(n.verdict or n.gpu_errors or n.xid_status not in HEALTHY or any(c.empty_hours for c in n.coverage))
-
-
-def split_healthy(nodes: list[NodeResult]) -> tuple[list[NodeResult], dict[str, list[NodeResult]]]:
-    """(the nodes to list one by one, the healthy rest per group); small clusters list every node."""
-    healthy = [n for n in nodes if not _exception(n)]
-    if len(healthy) <= HEALTHY_LISTED:
-        return nodes, {}
-    groups: dict[str, list[NodeResult]] = {}
-    for n in healthy:
-        groups.setdefault(n.instance_group or "(no group)", []).append(n)
-    return [n for n in nodes if _exception(n)], groups
-
-
 def _healthy_lines(groups: dict[str, list[NodeResult]]) -> list[str]:
-    out = []
-    for group, nodes in sorted(groups.items()):
-        types = ", ".join(sorted({n.instance_type or "type unknown" for n in nodes}))
-        statuses = ", ".join(f"{sum(1 for n in nodes if n.xid_status == s)} {s}" for s in HEALTHY
-                             if any(n.xid_status == s for n in nodes))
-        out.append(f"- {len(nodes)} more node(s) of group {md_code(group)} ({md_inline(types)}): {statuses}, no GPU "
-                   "signal, no empty hour — each is in the JSON result")
-    return out
+    return [f"- {len(nodes)} more node(s) of group {md_code(group)} ({md_inline(healthy_summary(nodes))}), no GPU "
+            "signal, no empty hour — each is in the JSON result" for group, nodes in sorted(groups.items())]
 
 
 def render(result: Result) -> str:

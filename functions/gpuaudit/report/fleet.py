@@ -1,0 +1,34 @@
+"""Fleet-scale reports lead with exceptions (#20): nodes the reader must see one by one, and the healthy rest
+counted per group. The JSON result keeps every node (OUTPUT-CONTRACT); the Markdown and HTML reports use this."""
+
+from __future__ import annotations
+
+from gpuaudit.model.result import NodeResult
+
+# Beyond this many healthy nodes, they are counted per group instead of listed (small clusters list every node).
+HEALTHY_LISTED = 50
+HEALTHY = ("Measured", "No HMA detections")
+
+
+def is_exception(n: NodeResult) -> bool:
+    """A node the reader must see: a verdict, a GPU line, a status short of proven, or an empty hour."""
+    return bool(n.verdict or n.gpu_errors or n.xid_status not in HEALTHY or any(c.empty_hours for c in n.coverage))
+
+
+def split_healthy(nodes: list[NodeResult]) -> tuple[list[NodeResult], dict[str, list[NodeResult]]]:
+    """(the nodes to list one by one, the healthy rest per group)."""
+    healthy = [n for n in nodes if not is_exception(n)]
+    if len(healthy) <= HEALTHY_LISTED:
+        return nodes, {}
+    groups: dict[str, list[NodeResult]] = {}
+    for n in healthy:
+        groups.setdefault(n.instance_group or "(no group)", []).append(n)
+    return [n for n in nodes if is_exception(n)], groups
+
+
+def healthy_summary(nodes: list[NodeResult]) -> str:
+    """Their types and statuses, e.g. "p5.48xlarge: 9,900 Measured" (account text: escape per output)."""
+    types = ", ".join(sorted({n.instance_type or "type unknown" for n in nodes}))
+    statuses = ", ".join(f"{sum(1 for n in nodes if n.xid_status == s)} {s}" for s in HEALTHY
+                         if any(n.xid_status == s for n in nodes))
+    return f"{types}: {statuses}"
