@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.collectors.preflight import file_system, saturation_peaks
+from gpuaudit.collectors.preflight import attached_file_systems, file_system, saturation_peaks
 from gpuaudit.domain.readplan import EVENT_SOURCE, next_read
 from gpuaudit.model.evidence import (
     CapacityReservation,
@@ -141,7 +141,10 @@ def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                            "fsx", "DescribeFileSystems", "FileSystems")
     if systems is None:
         return
-    evidence.file_systems = [file_system(f) for f in systems if f.get("FileSystemType") == "LUSTRE"]
+    lustre = [f for f in systems if f.get("FileSystemType") == "LUSTRE"]
+    evidence.file_systems = [file_system(f) for f in lustre]
+    # Which of them the cluster mounts: storage is Proven only on the mounted file system (RULES §8 C).
+    evidence.cluster_file_system_ids = attached_file_systems(aws, evidence, lustre) if lustre else None
     evidence.fsx_metrics = saturation_peaks(aws, evidence, read, "FSx saturation metrics not read; branch C not assessed")
 
 

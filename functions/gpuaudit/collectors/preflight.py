@@ -39,7 +39,7 @@ from gpuaudit.model.evidence import (
     SubnetInfo,
     TrainingPlanInfo,
 )
-from gpuaudit.model.timeutil import floor_hour
+from gpuaudit.model.timeutil import floor_hour, parse_time
 
 IDLE_BELOW = 5.0  # percent, as reported (RULES §0.6, §8 idle reserved GPUs)
 
@@ -273,10 +273,37 @@ def _peak(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], read: Planned
         "Id": "m", "MetricStat": {"Metric": {"Namespace": "AWS/FSx", "MetricName": metric,
                                              "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()]},
                                   "Period": 60, "Stat": "Maximum"}}])
-    values = [v for r in out.get("MetricDataResults", []) for v in r.get("Values", [])]
+    points = sorted((parse_time(t), float(v)) for r in out.get("MetricDataResults", [])
+                    for t, v in zip(r.get("Timestamps", []), r.get("Values", []), strict=False))
+    values = [v for _, v in points]
+    longest, sustained_from = saturated_runs(points)
     return MetricPeak(file_system_id=fs_id, metric=metric, dimensions=dims, statistic="Maximum",
                       peak=max(values) if values else None,
-                      minutes_at_or_above_90=sum(1 for v in values if v >= 90.0), datapoints=len(values))
+                      minutes_at_or_above_90=sum(1 for v in values if v >= 90.0), datapoints=len(values),
+                      longest_run_at_or_above_90=longest, sustained_from=sustained_from)
+
+
+SUSTAINED_MINUTES = 5
+
+
+def saturated_runs(points: list[tuple[datetime, float]]) -> tuple[int, datetime | None]:
+    """Longest run of consecutive 1-minute datapoints at or above 90 %, and when the first run of at least
+    SUSTAINED_MINUTES began (a missing minute breaks a run: it was not measured)."""
+    longest, run, start, first = 0, 0, None, None
+    previous: datetime | None = None
+    for t, v in points:
+        contiguous = previous is not None and (t - previous).total_seconds() <= 60
+        previous = t
+        if v < 90.0:
+            run = 0
+            continue
+        if run == 0 or not contiguous:
+            run, start = 0, t
+        run += 1
+        longest = max(longest, run)
+        if run >= SUSTAINED_MINUTES and first is None:
+            first = start
+    return longest, first
 
 
 def _file_systems(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
@@ -287,14 +314,14 @@ def _file_systems(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     except CallFailed as failed:
         evidence.gaps.append(failed.gap_for("FSx file systems not read; storage headroom not checked"))
         return
-    attached = _attached_file_systems(aws, evidence, systems)
+    attached = attached_file_systems(aws, evidence, systems)
     evidence.cluster_file_system_ids = attached
     evidence.file_systems = [file_system(f) for f in systems if attached is None or f["FileSystemId"] in attached]
     evidence.fsx_metrics = saturation_peaks(aws, evidence, read,
                                             "FSx saturation metrics not read; storage headroom not checked")
 
 
-def _attached_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, Any]]) -> list[str] | None:
+def attached_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, Any]]) -> list[str] | None:
     """FSx IDs the cluster mounts: HyperPod names them in each group's FsxLustreConfig; ParallelCluster tags
     the file systems it manages; otherwise those in the cluster's VPC. None: not resolved (all are kept)."""
     if evidence.cluster.kind.startswith("hyperpod"):

@@ -79,8 +79,10 @@ def plan(source: ReadSource, ev: Evidence, request: AuditRequest) -> PlannedRead
             return PlannedRead(source=source, reason="changes and replacements before the failure (RULES §5, §8 E)",
                                start=ev.window.start - CLOUDTRAIL_LOOKBACK, end=ev.now, names=list(EVENT_SOURCE))
         case "fsx":
-            return PlannedRead(source=source, reason="storage saturation in the window (RULES §8 C)",
-                               start=ev.window.start, end=min(ev.window.end, ev.now), names=list(FSX_SATURATION))
+            # From TIMELINE_MARGIN before the window: saturation is Proven only when it precedes the slowdown.
+            return PlannedRead(source=source, reason="storage saturation before and in the window (RULES §8 C)",
+                               start=ev.window.start - TIMELINE_MARGIN, end=min(ev.window.end, ev.now),
+                               names=list(FSX_SATURATION))
         case "file-systems":
             return PlannedRead(source=source, reason="storage headroom over the last similar run (RULES §10 P8)",
                                start=last_run[0], end=last_run[1], names=list(FSX_SATURATION))

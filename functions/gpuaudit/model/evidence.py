@@ -276,6 +276,8 @@ class MetricPeak(Frozen):
     peak: float | None
     minutes_at_or_above_90: int
     datapoints: int
+    longest_run_at_or_above_90: int = 0  # consecutive 1-minute datapoints ≥ 90 %: "sustained" (RULES §8 C)
+    sustained_from: datetime | None = None  # start of the first run of 5+ consecutive minutes ≥ 90 %
 
 
 class TrainingPlanInfo(Frozen):

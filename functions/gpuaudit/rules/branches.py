@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from gpuaudit.domain.capacity import lead_time
 from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
-from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence
+from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence, MetricPeak
 from gpuaudit.model.result import (
     BRANCH_NAMES,
     Branch,
@@ -31,6 +31,7 @@ from gpuaudit.rules.control_plane import deciding_silence, not_observable_headli
 from gpuaudit.rules.xid import fleet_pattern
 
 if TYPE_CHECKING:
+    from gpuaudit.rules.bootstrap import BootstrapFailure
     from gpuaudit.rules.judge import Judged
 
 TERMINATION_MATCH = timedelta(minutes=10)
@@ -252,7 +253,29 @@ def branch_b(j: Judged) -> Branch:
                    "events (source aws.ec2; detail instance-id, instance-termination-time) for these instances")
 
 
-def branch_c(j: Judged) -> Branch:
+THROUGHPUT_METRICS = ("NetworkThroughputUtilization", "FileServerDiskThroughputUtilization", "DiskIopsUtilization")
+METADATA_METRICS = ("CPUUtilization",)  # the metadata server's CPU (RULES §8 C)
+SUSTAINED_MINUTES = 5
+STORAGE_CLIENT_CHECK = ("client-side: time a `stat` or small-file open on the mount during the slow period, or "
+                        "Lustre client metrics")
+
+
+def storage_bound(saturated: Sequence[MetricPeak], with_data: Sequence[MetricPeak]) -> str:
+    """RULES §8 C: throughput-bound (network/disk saturated) or metadata-bound (MDS CPU high, throughput well below
+    capacity), from the metrics as reported."""
+    names = {m.metric for m in saturated}
+    throughput = names & set(THROUGHPUT_METRICS)
+    if throughput and names & set(METADATA_METRICS):
+        return ("throughput-bound and metadata-bound: " + ", ".join(sorted(throughput)) + " and the metadata "
+                "server's CPUUtilization both saturated")
+    if throughput:
+        return f"throughput-bound: {', '.join(sorted(throughput))} saturated (large sequential I/O at the limit)"
+    peak = max((m.peak or 0.0 for m in with_data if m.metric in THROUGHPUT_METRICS), default=None)
+    below = f"throughput peaked at {peak} %" if peak is not None else "no throughput metric was reported"
+    return f"metadata-bound: the metadata server's CPUUtilization saturated while {below} (many small files)"
+
+
+def branch_c(j: Judged, others: Sequence[Branch] = ()) -> Branch:
     ev = j.evidence
     if ev.file_systems is None or ev.fsx_metrics is None:
         return _branch("C", "Not assessed", "FSx file systems or their metrics could not be read (see visibility gaps)")
@@ -265,15 +288,50 @@ def branch_c(j: Judged) -> Branch:
                        "cannot be assessed from metrics", None,
                        "client-side: time a `stat` or small-file open on the mount during the slow period")
     peaks = "; ".join(f"{m.file_system_id} {m.metric} {m.dimensions} Maximum {m.peak} % "
-                      f"({m.minutes_at_or_above_90} min ≥ 90 %)" for m in with_data)
-    saturated = [m for m in with_data if m.minutes_at_or_above_90 >= 5]
+                      f"({m.minutes_at_or_above_90} min ≥ 90 %, longest run {m.longest_run_at_or_above_90} min)"
+                      for m in with_data)
+    saturated = [m for m in with_data if m.minutes_at_or_above_90 >= SUSTAINED_MINUTES]
     if saturated:
-        return _branch("C", "Contributing", f"Saturation ≥ 90 % for 5+ min: {peaks}", "Hypothesis (to validate)",
-                       "client-side: time a `stat` or small-file open on the mount during the slow period, or "
-                       "Lustre client metrics")
+        bound = storage_bound(saturated, with_data)
+        unmet, proof = _storage_bar(ev, saturated, others)
+        if not unmet and proof is not None:
+            return _branch("C", "Root cause", f"Storage {bound}. Proven: {proof}. Values as reported: {peaks}",
+                           "Proven")
+        return _branch("C", "Contributing", f"Saturation ≥ 90 % for 5+ min: {peaks}. The metrics say {bound}. Not "
+                       f"Proven: {'; '.join(unmet)}", "Hypothesis (to validate)", STORAGE_CLIENT_CHECK)
     return _branch("C", "UNVERIFIED", f"Storage not saturated (values as reported, percent): {peaks}. FSx publishes "
                    "no client latency, so storage is not the root cause on this evidence", "Hypothesis (to validate)",
                    "client-side: time a `stat` or small-file open on the mount during the slow period")
+
+
+def _storage_bar(ev: Evidence, saturated: Sequence[MetricPeak], others: Sequence[Branch]) -> tuple[list[str], str | None]:
+    """RULES §0.5 / §8 C, Proven: sustained saturation, on a file system the cluster mounts, before the slowdown
+    (the impact window's start), with no other branch holding evidence. Returns what is unmet, and the proof."""
+    unmet: list[str] = []
+    mounted = ev.cluster_file_system_ids
+    if mounted is None:
+        unmet.append("which file system the cluster mounts was not resolved")
+    on_mount = [m for m in saturated if mounted is not None and m.file_system_id in mounted]
+    if mounted is not None and not on_mount:
+        unmet.append(f"the saturated file system is not one the cluster mounts ({', '.join(mounted) or 'none found'})")
+    sustained = [m for m in on_mount if m.sustained_from is not None]
+    if on_mount and not sustained:
+        unmet.append(f"no run of {SUSTAINED_MINUTES}+ consecutive minutes ≥ 90 % on the mounted file system")
+    before = [m for m in sustained if m.sustained_from is not None and m.sustained_from <= ev.window.start]
+    if sustained and not before:
+        first = min(m.sustained_from for m in sustained if m.sustained_from is not None)
+        unmet.append(f"the sustained saturation began {iso(first)}, after the slowdown began ({iso(ev.window.start)})")
+    if ev.window.source not in ("user", "event"):
+        unmet.append(f"the slowdown's start was not given (window {ev.window.source}), so 'before it' cannot be shown")
+    competing = [b.branch for b in others if b.status in ("Root cause", "UNVERIFIED", "Contributing")]
+    if competing:
+        unmet.append(f"branch(es) {', '.join(competing)} also hold evidence")
+    if unmet or not before:
+        return unmet, None
+    m = min(before, key=lambda m: m.sustained_from or ev.window.start)
+    return [], (f"{m.file_system_id} (mounted by the cluster) {m.metric} {m.dimensions} ≥ 90 % for "
+                f"{m.longest_run_at_or_above_90} consecutive minute(s) from {iso(m.sustained_from or ev.window.start)}, "
+                f"before the slowdown began at {iso(ev.window.start)}; no other branch holds evidence")
 
 
 def branch_d(j: Judged) -> Branch:
@@ -370,7 +428,8 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
 
 
 def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
-    a, b, c, d, e = branch_a(j), branch_b(j), branch_c(j), branch_d(j), branch_e(j)
+    a, b, d, e = branch_a(j), branch_b(j), branch_d(j), branch_e(j)
+    c = branch_c(j, [a, b, d, e])
     f = branch_f(j, [a, b, c, d, e])
     branches = [_alone_is_not_contributing(x, [a, b, c, d, e, f]) for x in (a, b, c, d, e, f)]
     by: dict[str, Branch] = {x.branch: x for x in branches}
@@ -382,9 +441,18 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
                     "and alarm on the `Capacity Block Expiration Warning` EventBridge event",
                     "Keep `Capacity Reservation Instance Interruption Warning` events (an EventBridge rule to a log "
                     "group or archive) so the next expiry is proven per instance"]
+    boot = j.bootstrap
+    if boot is not None:
+        actions.append(_bootstrap_action(j, boot))
     if root:
         lead = root[0]
         headline = f"Root cause (Proven): branch {lead.branch}, {BRANCH_NAMES[lead.branch]} — {lead.evidence}"
+        if boot is not None:
+            headline += f" Also stated by clustermgtd: {boot.summary()}."
+    elif boot is not None:
+        # The service's own word on the queue (RULES §8 non-GPU causes): a measured signal, not an inference.
+        headline = (f"Root cause (Proven): {boot.summary()} — a configuration or lifecycle failure, not hardware; "
+                    "no node is replaced for it.")
     else:
         leading = next((by[x] for x in HEADLINE_ORDER if by[x].status in ("UNVERIFIED", "Contributing")
                         and by[x].label == "Hypothesis (to validate)"), None)
@@ -399,6 +467,17 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
         else:
             headline = "Root cause: Not observable — the deciding evidence is missing (see visibility gaps)"
     return branches, headline, actions
+
+
+def _bootstrap_action(j: Judged, boot: BootstrapFailure) -> str:
+    queues = ", ".join(boot.queues) or "the failing queue"
+    text = (f"Bootstrap failures on {queues}: read the failed nodes' `cloud-init-output` and `bootstrap_error_msg` "
+            "streams (on a node: `/var/log/cloud-init-output.log`), fix the queue's custom actions, AMI or network "
+            "and relaunch; do not replace nodes for it")
+    if boot.protected:
+        text += (f"; the queue is INACTIVE (protected mode) until `pcluster update-compute-fleet --cluster-name "
+                 f"{j.evidence.cluster.name} --status START_REQUESTED`")
+    return text
 
 
 def _alone_is_not_contributing(branch: Branch, branches: Sequence[Branch]) -> Branch:

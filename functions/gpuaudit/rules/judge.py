@@ -27,6 +27,7 @@ from gpuaudit.model.result import (
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import preflight as preflight_rules
+from gpuaudit.rules.bootstrap import BootstrapFailure, bootstrap_failure, host_ip
 from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.control_plane import ControlLog, control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
@@ -84,6 +85,7 @@ class Judged:
     lines_by_node: dict[str, list[ParsedLine]]
     unassigned_lines: list[ParsedLine]
     control: list[ControlLog] = field(default_factory=list)  # control-plane logs and their hourly state
+    bootstrap: BootstrapFailure | None = None  # what ParallelCluster's clustermgtd said of bootstrap failures
 
 
 def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
@@ -147,7 +149,10 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
             routings[node.instance_id] = routing
         nodes.append(result)
     control = control_logs(evidence, pad)
-    judged = Judged(evidence, nodes, routings, lines_by_node, unassigned, control)
+    boot = bootstrap_failure(evidence, evidence.gpu_lines)
+    if boot is not None:
+        nodes = [bootstrap_verdict(n, node, boot) for n, node in zip(nodes, evidence.nodes, strict=True)]
+    judged = Judged(evidence, nodes, routings, lines_by_node, unassigned, control, boot)
 
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + coverage_gaps(judged)
     actions = node_actions(judged)
@@ -181,6 +186,20 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],
         calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]), evidence)
+
+
+def bootstrap_verdict(result: NodeResult, node: NodeInfo, boot: BootstrapFailure) -> NodeResult:
+    """RULES §7: a node clustermgtd names as a bootstrap failure is a configuration or lifecycle failure —
+    LEAVE ALONE when it is Running on proven coverage with no GPU verdict of its own; never REPLACE for it (a
+    hardware verdict from its own Xids stands)."""
+    ip = host_ip(node.private_dns)
+    if ip is None or ip not in boot.failed_ips or result.verdict in ("REPLACE", "REBOOT"):
+        return result
+    said = (f"clustermgtd lists it as a bootstrap failure node ({boot.where}): a configuration or lifecycle "
+            "failure, not hardware; read its `cloud-init-output` / `bootstrap_error_msg` stream for the reason")
+    if result.verdict is None and result.xid_status == "Measured" and node.status.lower() == "running":
+        return result.model_copy(update={"verdict": "LEAVE ALONE", "verdict_evidence": said})
+    return result.model_copy(update={"verdict_evidence": "; ".join(x for x in (result.verdict_evidence, said) if x)})
 
 
 def planned_run(evidence: Evidence, config: JudgeConfig) -> str:
