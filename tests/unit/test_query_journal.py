@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from gpuaudit import pipeline
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.logs import BatchEvidence, QueriesPending, QueryJournal
@@ -105,3 +107,54 @@ def test_a_query_running_past_its_deadline_is_stopped_and_named() -> None:
     timed_out = [g for g in batch.gaps if g.kind == "timed-out"]
     assert timed_out and all("stopped" in (g.unseen or "") for g in timed_out)
     assert {q.status for q in batch.queries} == {"Running (abandoned)"}
+
+
+def _fill_quota(account: Account, group: str, quota: int) -> tuple[Aws, list[str]]:
+    """Another audit's queries holding every concurrent slot of the account."""
+    other = account.aws(sleep=lambda _s: None)
+    ids = [other.call("logs", "StartQuery", logGroupNames=[group], startTime=0, endTime=1,
+                      queryString="stats count(*)")["queryId"] for _ in range(quota)]
+    return other, ids
+
+
+def test_a_full_query_quota_is_waited_for_not_recorded_as_a_gap() -> None:
+    """#14 item 2: other executions' queries fill the account's quota; this batch waits in the state machine
+    and starts its queries once they finish, instead of giving up after the in-process retries."""
+    w = world(None)
+    w.raw["logs_concurrent_queries"] = 3
+    account = Account(w)
+    request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
+    evidence = pipeline.start_audit(account.aws(), request)
+    (groups,) = pipeline.log_batches(evidence.log_groups)
+    other, ids = _fill_quota(account, groups[0], 3)
+    journal = QueryJournal()
+    with pytest.raises(QueriesPending):
+        pipeline.collect_logs(account.aws(sleep=lambda _s: None), evidence, groups, journal=journal)
+    assert all(e.query_id is None and e.failure is None for e in journal.entries.values())
+    for query_id in ids:  # the other audit collects its results: its slots free up
+        other.call("logs", "GetQueryResults", queryId=query_id)
+    account.now += timedelta(seconds=10)
+    batch = pipeline.collect_logs(account.aws(sleep=lambda _s: None), evidence, groups, journal=journal)
+    assert not [g for g in batch.gaps if g.operation == "StartQuery"]
+    assert {q.status for q in batch.queries} == {"Complete"}
+
+
+def test_a_quota_full_past_the_deadline_becomes_a_named_gap() -> None:
+    w = world(None)
+    w.raw["logs_concurrent_queries"] = 3
+    account = Account(w)
+    request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
+    evidence = pipeline.start_audit(account.aws(), request)
+    (groups,) = pipeline.log_batches(evidence.log_groups)
+    _fill_quota(account, groups[0], 3)  # never collected: the quota stays full
+    journal = QueryJournal()
+    for _ in range(10):
+        try:
+            batch = pipeline.collect_logs(account.aws(sleep=lambda _s: None), evidence, groups, journal=journal)
+            break
+        except QueriesPending:
+            account.now += timedelta(seconds=120)
+    else:
+        raise AssertionError("never gave up")
+    refused = [g for g in batch.gaps if g.operation == "StartQuery"]
+    assert refused and all(g.error_code == "LimitExceededException" for g in refused)

@@ -195,6 +195,9 @@ class QueryJournal(BaseModel):
     calls: dict[str, int] = {}  # calls made by earlier invocations, "service:operation" -> count
 
 
+QUOTA_FULL = "LimitExceededException"  # StartQuery past the account's concurrent-query quota
+
+
 class QueriesPending(Exception):
     """A journaled query is still running: come back after a wait (the state machine's Wait state)."""
 
@@ -222,11 +225,12 @@ class InsightsRunner:
         self.slots.take(pending)  # may first settle the oldest query in flight
         key = _journal_key(purpose, groups, start, end, query)
         pending.key = key
-        if self.journal is not None and key in self.journal.entries:
-            pending.query_id = self.journal.entries[key].query_id  # started by an earlier invocation
+        entry = self.journal.entries.get(key) if self.journal is not None else None
+        if entry is not None and (entry.query_id is not None or entry.failure is not None):
+            pending.query_id = entry.query_id  # started (or refused for good) by an earlier invocation
             if pending.query_id is None:
-                self.gaps.append(self.journal.entries[key].failure or Gap(
-                    kind="not-read", service="logs", operation="StartQuery", target=", ".join(groups)))
+                self.gaps.append(entry.failure or Gap(kind="not-read", service="logs", operation="StartQuery",
+                                                      target=", ".join(groups)))
                 pending.settled = True
                 self.slots.release(pending)
             return pending
@@ -237,6 +241,13 @@ class InsightsRunner:
                 "logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
                 endTime=math.ceil(end.timestamp()) - 1, queryString=query)["queryId"]
         except CallFailed as failed:
+            if self.journal is not None and failed.code == QUOTA_FULL:
+                # Every concurrent query of the account is in use (other audits, dashboards): wait in the state
+                # machine and start it then, rather than record a gap, until the query's deadline passes.
+                waiting = entry or JournalEntry(query_id=None, started=self.aws.clock())
+                self.journal.entries[key] = waiting
+                if (self.aws.clock() - waiting.started).total_seconds() < self.deadline_s:
+                    raise QueriesPending(f"{purpose}: the account's Logs Insights query quota is in use") from None
             gap = failed.gap_for(f"{purpose} query over {', '.join(groups)}{subject} not run")
             self.gaps.append(gap)
             pending.settled = True
