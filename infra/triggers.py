@@ -11,6 +11,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from gpuaudit.model.evidence import FAILED_CLUSTER_STATES
 from infra.config import DeployConfig
 
 # handlers/models.py parses exactly these (tests/infra pins the two lists together).
@@ -35,10 +36,22 @@ class AuditTriggers(Construct):
         self.schedule = events.Rule(
             self, "Schedule", schedule=events.Schedule.expression(config.schedule), targets=[start],
             description="gpuaudit: coverage audit of every audited cluster, window ending at the last whole hour")
-        self.hyperpod = events.Rule(
-            self, "HyperPodEvents", targets=[start],
-            event_pattern=events.EventPattern(source=["aws.sagemaker"], detail_type=HYPERPOD_DETAIL_TYPES),
-            description="gpuaudit: incident audit of a HyperPod cluster on its cluster, state and node-health events")
+        # Only the events Plan audits start an execution (handlers/targets.py says why the others are skipped):
+        # every node-health event, cluster events above Info, state changes to a failed state.
+        self.hyperpod = [
+            events.Rule(self, "HyperPodNodeHealth", targets=[start], event_pattern=events.EventPattern(
+                source=["aws.sagemaker"], detail_type=["SageMaker HyperPod Cluster Node Health Event"]),
+                description="gpuaudit: incident audit of a HyperPod cluster on a node-health event"),
+            events.Rule(self, "HyperPodClusterEvents", targets=[start], event_pattern=events.EventPattern(
+                source=["aws.sagemaker"], detail_type=["SageMaker HyperPod Cluster Event"],
+                detail={"EventDetails": {"EventLevel": events.Match.any_of(
+                    events.Match.anything_but("Info"), events.Match.does_not_exist())}}),
+                description="gpuaudit: incident audit of a HyperPod cluster on a cluster event above Info"),
+            events.Rule(self, "HyperPodFailedStates", targets=[start], event_pattern=events.EventPattern(
+                source=["aws.sagemaker"], detail_type=["SageMaker HyperPod Cluster State Change"],
+                detail={"ClusterStatus": list(FAILED_CLUSTER_STATES)}),
+                description="gpuaudit: incident audit of a HyperPod cluster entering a failed state"),
+        ]
         self.capacity = events.Rule(
             self, "CapacityBlockWarnings", targets=[start],
             event_pattern=events.EventPattern(source=["aws.ec2"], detail_type=CAPACITY_WARNING_DETAIL_TYPES),

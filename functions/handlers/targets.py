@@ -15,12 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import PCLUSTER_TAG
 from gpuaudit.domain.window import scheduled_window
-from gpuaudit.model.evidence import AuditRequest, LogGroupName, Mode
+from gpuaudit.model.evidence import FAILED_CLUSTER_STATES, AuditRequest, LogGroupName, Mode
 from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
-FAILED_CLUSTER_STATES = {"Failed", "RollingBack"}  # state changes worth an incident audit
 
 
 class DiscoveryTag(BaseModel):

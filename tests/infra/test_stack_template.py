@@ -34,7 +34,7 @@ def only(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def test_one_of_each_resource_the_issue_names(template: Template) -> None:
     for kind, count in {"AWS::StepFunctions::StateMachine": 1, "AWS::Lambda::Function": 5,
-                        "AWS::Events::Rule": 3, "AWS::DynamoDB::Table": 1, "AWS::SNS::Topic": 1,
+                        "AWS::Events::Rule": 5, "AWS::DynamoDB::Table": 1, "AWS::SNS::Topic": 1,
                         "AWS::S3::Bucket": 1, "AWS::KMS::Key": 1, "AWS::Chatbot::SlackChannelConfiguration": 1}.items():
         template.resource_count_is(kind, count)
 
@@ -88,8 +88,8 @@ def test_hourly_schedule_and_event_rules_start_the_state_machine(synth: Synthesi
     schedules = [r for r in rules.values() if r.get("ScheduleExpression") == "rate(1 hour)"]
     hyperpod = [r for r in rules.values() if r.get("EventPattern", {}).get("source") == ["aws.sagemaker"]]
     capacity = [r for r in rules.values() if r.get("EventPattern", {}).get("source") == ["aws.ec2"]]
-    assert len(schedules) == len(hyperpod) == len(capacity) == 1
-    assert "SageMaker HyperPod Cluster Event" in hyperpod[0]["EventPattern"]["detail-type"]
+    assert len(schedules) == len(capacity) == 1 and len(hyperpod) == 3
+    assert {t for r in hyperpod for t in r["EventPattern"]["detail-type"]} == set(HYPERPOD_DETAIL_TYPES)
     assert {"Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning"} == \
         set(capacity[0]["EventPattern"]["detail-type"])
     for rule in rules.values():
@@ -238,3 +238,41 @@ def test_functions_run_on_arm64_with_the_matching_layer_and_wheels(synth: Synthe
     parameters = synth.template["Parameters"]
     layer_paths = {parameters[layer["Ref"]]["Default"] for f in functions for layer in f["Properties"]["Layers"]}
     assert len(layer_paths) == 1 and next(iter(layer_paths)).startswith("/aws/service/powertools/python/arm64/python3.12/")
+
+
+def _matching_rules(synth: Synthesized, event: dict[str, Any]) -> list[str]:
+    """Rules whose pattern matches the event, by moto's EventBridge pattern matcher (AWS's own TestEventPattern
+    is not available offline; moto implements the same literal, anything-but and exists semantics)."""
+    from moto.events.models import EventPattern, EventPatternParser
+
+    return [rule_id for rule_id, r in synth.resources("AWS::Events::Rule").items() if "EventPattern" in r["Properties"]
+            and EventPattern(None, EventPatternParser(json.dumps(r["Properties"]["EventPattern"])).parse())
+            .matches_event(event)]
+
+
+def test_only_events_the_plan_audits_start_an_execution(synth: Synthesized) -> None:
+    """#14 item 2: informational cluster events and state changes to a healthy status start no execution (Plan
+    would skip them anyway); every other HyperPod event, and both Capacity Block warnings, start exactly one."""
+    from tests.handlers.lambda_harness import (
+        capacity_block_warning,
+        hyperpod_cluster_event,
+        hyperpod_node_health_event,
+        hyperpod_state_change,
+    )
+
+    started = {
+        "node health": hyperpod_node_health_event("c", "2026-10-01T18:00:00Z"),
+        "cluster event Error": hyperpod_cluster_event("c", "2026-10-01T18:00:00Z", level="Error"),
+        "cluster event without a level": {**hyperpod_cluster_event("c", "2026-10-01T18:00:00Z"),
+                                          "detail": {"EventDetails": {"ClusterName": "c"}}},
+        "state Failed": hyperpod_state_change("c", "2026-10-01T18:00:00Z", "Failed"),
+        "state RollingBack": hyperpod_state_change("c", "2026-10-01T18:00:00Z", "RollingBack"),
+        "capacity warning": capacity_block_warning("cr-0123456789abcdef0", "2026-10-01T10:50:00Z"),
+    }
+    skipped = {
+        "cluster event Info": hyperpod_cluster_event("c", "2026-10-01T18:00:00Z", level="Info"),
+        "state InService": hyperpod_state_change("c", "2026-10-01T18:00:00Z", "InService"),
+        "state Updating": hyperpod_state_change("c", "2026-10-01T18:00:00Z", "Updating"),
+    }
+    assert {name: len(_matching_rules(synth, e)) for name, e in started.items()} == dict.fromkeys(started, 1)
+    assert {name: _matching_rules(synth, e) for name, e in skipped.items()} == dict.fromkeys(skipped, [])

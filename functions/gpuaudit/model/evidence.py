@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+# HyperPod cluster states worth an incident audit (a state change to any other status starts none).
+FAILED_CLUSTER_STATES = ("Failed", "RollingBack")
 ClusterKind = Literal["hyperpod-slurm", "hyperpod-eks", "parallelcluster", "ec2", "eks"]
 Mode = Literal["coverage", "incident", "preflight"]
 WindowSource = Literal["user", "default-24h", "default-72h", "default-7d", "schedule", "event"]
