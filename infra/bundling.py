@@ -21,6 +21,7 @@ from infra.packaging import (
     EXCLUDE,
     FUNCTIONS,
     PYTHON_VERSION,
+    compile_bytecode,
     copy_packages,
     pip_command,
     runtime_requirements,
@@ -38,6 +39,7 @@ class LocalPipBundling:
     def try_bundle(self, output_dir: str, *_args: Any, **_options: Any) -> bool:
         self.run(pip_command(output_dir, self.requirements), check=True)
         copy_packages(output_dir, self.source)
+        compile_bytecode(output_dir)
         return True
 
 

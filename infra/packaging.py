@@ -8,6 +8,7 @@ runtime: the collectors call recent SageMaker HyperPod APIs an older runtime bot
 
 from __future__ import annotations
 
+import compileall
 import shutil
 import sys
 import tomllib
@@ -57,6 +58,14 @@ def pip_command(output_dir: str, requirements: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", output_dir,
             "--platform", PLATFORM, "--python-version", PYTHON_VERSION, "--implementation", "cp",
             "--only-binary=:all:", *requirements]
+
+
+def compile_bytecode(output_dir: str | Path, version: tuple[int, int] = sys.version_info[:2]) -> bool:
+    """Precompiled modules shorten cold starts, but only files written by the runtime's own Python version are
+    used (`__pycache__/*.cpython-312.pyc`): compile when the deploying interpreter is that version, else skip."""
+    if f"{version[0]}.{version[1]}" != PYTHON_VERSION:
+        return False
+    return bool(compileall.compile_dir(str(output_dir), quiet=1, workers=0))
 
 
 def copy_packages(output_dir: str | Path, source: Path = FUNCTIONS) -> None:

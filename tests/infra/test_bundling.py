@@ -12,7 +12,7 @@ from cdk_synth import Synthesized
 
 from infra.bundling import LocalPipBundling
 from infra.config import bundling_enabled
-from infra.packaging import pinned_version, runtime_requirements
+from infra.packaging import compile_bytecode, pinned_version, runtime_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,3 +62,12 @@ def test_the_shipped_package_imports_every_handler_without_the_embedded_backend(
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_bytecode_is_compiled_only_for_the_runtimes_python(tmp_path: Path) -> None:
+    """#14 item 4: a .pyc of another Python version would be ignored by the 3.12 runtime: only a 3.12 build
+    compiles, and what it writes is the runtime's own cache file."""
+    (tmp_path / "mod.py").write_text("X = 1\n", encoding="utf-8")
+    assert not compile_bytecode(tmp_path, (3, 11)) and not list(tmp_path.rglob("*.pyc"))
+    # told it runs the runtime's version, it compiles (with this interpreter: its own cache tag here)
+    assert compile_bytecode(tmp_path, (3, 12)) and list(tmp_path.rglob(f"mod.{sys.implementation.cache_tag}.pyc"))
