@@ -134,7 +134,9 @@ def emit(result: Result, fmt: str, out: Path | None) -> None:
 
 @app.command()
 def audit(
-    cluster: Annotated[str, typer.Option(help="Cluster name (HyperPod, ParallelCluster) or a label for --instances")],
+    cluster: Annotated[str | None, typer.Option(
+        help="Cluster name (HyperPod, ParallelCluster), or a label for --instances (optional with --instances: "
+             "the result's cluster is then a labelled fleet)")] = None,
     region: Annotated[str | None, typer.Option(help="AWS region (default: the world's, or AWS_REGION)")] = None,
     mode: Annotated[str, typer.Option(help="coverage | incident | preflight")] = "coverage",
     since: Annotated[str | None, typer.Option(help="Window start, ISO-8601 UTC; alone it runs to now")] = None,
@@ -143,7 +145,9 @@ def audit(
     world: Annotated[Path | None, typer.Option(help="Audit a world file instead of an AWS account")] = None,
     fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
-    instances: Annotated[str | None, typer.Option(help="Self-managed EC2/EKS: comma-separated instance IDs")] = None,
+    instances: Annotated[str | None, typer.Option(
+        help="Self-managed EC2/EKS: comma-separated instance IDs; terminated ones are audited from their log "
+             "streams and CloudTrail")] = None,
     run_hours: Annotated[float | None, typer.Option(help="Preflight: planned run length in hours")] = None,
     run_start: Annotated[str | None, typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
     checkpoint_minutes: Annotated[float | None, typer.Option(help="Preflight: checkpoint interval")] = None,
@@ -168,6 +172,9 @@ def audit(
             raise UserError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
         if fmt not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+        if not cluster and not (instances or "").strip(","):
+            raise UserError("--cluster is required unless --instances is given (then the result's cluster is a "
+                            "labelled fleet)")
         _positive(run_hours, "--run-hours")
         _positive(checkpoint_minutes, "--checkpoint-minutes")
         _positive(deadline_seconds, "--deadline-seconds")
@@ -186,7 +193,7 @@ def audit(
         aws = _aws_for(world, region, role_arn, external_id)
         if deadline_seconds is not None:
             aws.deadline = time.monotonic() + deadline_seconds
-        with err.status(f"auditing {cluster} ({mode})…"):
+        with err.status(f"auditing {request.cluster} ({mode})…"):
             result = run_audit(aws, request, JudgeConfig.from_request(request, overrides),
                                FileCache(cache) if cache is not None else None)
         emit(result, fmt, out)

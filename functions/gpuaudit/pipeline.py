@@ -37,7 +37,7 @@ def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
     now = aws.clock()
     window = resolve_window(request.mode, now, request.since, request.until, request.last)
     gaps: list[Gap] = []
-    cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps)
+    cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps, window.start)
     groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
     return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,
                     gaps=gaps)

@@ -139,3 +139,17 @@ def test_a_claim_that_cannot_be_made_never_blocks_the_audit(monkeypatch: pytest.
         monkeypatch.setenv("FINDINGS_TABLE", "no-such-table")
         out = run(hyperpod_node_health_event("research-hp-slurm", "2026-10-01T16:42:31Z"))
     assert len(out["targets"]) == 1 and "burst claim not made" in out["gaps"][0]
+
+
+def test_an_on_demand_request_scoped_by_instances_alone_audits_a_labelled_fleet(account: Account) -> None:
+    (target,) = run({"instance_ids": ["i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2"], "mode": "incident",
+                     "last": "24h"})["targets"]
+    assert target["request"]["cluster"] == "fleet-of-2-instances"
+    assert target["request"]["instance_ids"] == ["i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2"]
+
+
+def test_an_on_demand_request_without_cluster_or_instances_or_with_a_bad_id_is_refused(account: Account) -> None:
+    with pytest.raises(InvalidEvent, match="cluster"):
+        run({"mode": "coverage"})
+    with pytest.raises(InvalidEvent, match="instance_ids"):
+        run({"instance_ids": ["i-0abc"]})

@@ -120,7 +120,8 @@ def _health(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
 
 
 def _instance_status(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
-    ids = [n.instance_id for n in evidence.nodes if n.discovered_by in ("api", "user")
+    # A terminated instance has no status checks; one EC2 has forgotten would fail the whole call.
+    ids = [n.instance_id for n in evidence.nodes if n.discovered_by in ("api", "user") and n.status != "terminated"
            and not evidence.cluster.kind.startswith("hyperpod")]
     if not ids:
         return

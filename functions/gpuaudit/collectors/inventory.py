@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.domain.capability import family_classification, nvswitch_class
-from gpuaudit.domain.timing import LAUNCH_LOOKBACK
+from gpuaudit.domain.timing import LAUNCH_LOOKBACK, NAMED_LAUNCH_LOOKBACK
 from gpuaudit.model.evidence import (
     CapabilityProfile,
     ClusterInfo,
@@ -20,7 +20,7 @@ from gpuaudit.model.evidence import (
     NodeInfo,
     NodeSource,
 )
-from gpuaudit.model.timeutil import parse_time
+from gpuaudit.model.timeutil import iso, parse_time
 
 PCLUSTER_TAG = "parallelcluster:cluster-name"
 NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "ValidationException"}
@@ -37,9 +37,9 @@ def strip_ml(instance_type: str | None) -> str | None:
 
 
 def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
-                      gaps: list[Gap]) -> tuple[ClusterInfo, list[NodeInfo]]:
+                      gaps: list[Gap], since: datetime | None = None) -> tuple[ClusterInfo, list[NodeInfo]]:
     if instance_ids:
-        return _self_managed(aws, name, instance_ids)
+        return _self_managed(aws, name, instance_ids, gaps, since or aws.clock())
     unreachable: CallFailed | None = None
     try:
         described = aws.call("sagemaker", "DescribeCluster", ClusterName=name)
@@ -146,12 +146,81 @@ def _parallelcluster(aws: Aws, name: str, instances: list[dict[str, Any]]) -> tu
     return cluster, nodes
 
 
-def _self_managed(aws: Aws, name: str, instance_ids: list[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
+ID_FILTER_VALUES = 200  # values per EC2 filter
+
+
+def _self_managed(aws: Aws, name: str, instance_ids: list[str], gaps: list[Gap],
+                  since: datetime) -> tuple[ClusterInfo, list[NodeInfo]]:
+    """The instances named. By filter, not InstanceIds: one that EC2 has forgotten (terminated more than about an
+    hour ago) is no error but a node to audit from its log streams and CloudTrail (RULES §2)."""
     try:
-        instances = _instances(aws, InstanceIds=instance_ids)
+        instances = [i for k in range(0, len(instance_ids), ID_FILTER_VALUES) for i in _instances(
+            aws, Filters=[{"Name": "instance-id", "Values": instance_ids[k:k + ID_FILTER_VALUES]}])]
     except CallFailed as failed:
-        raise UnknownCluster(f"instances for {name!r} not found: {failed.code}: {failed.message}") from None
-    return ClusterInfo(name=name, kind="ec2", region=aws.region), [_node_from_instance(i, "user") for i in instances]
+        raise UnknownCluster(f"instances for {name!r} not read: {failed.code}: {failed.message}") from None
+    nodes = [_node_from_instance(i, "user") for i in instances]
+    listed = {n.instance_id for n in nodes}
+    missing = [i for i in instance_ids if i not in listed]
+    if missing:
+        nodes += forgotten_instances(aws, missing, since, gaps)
+    return ClusterInfo(name=name, kind="ec2", region=aws.region), nodes
+
+
+def forgotten_instances(aws: Aws, ids: list[str], since: datetime, gaps: list[Gap]) -> list[NodeInfo]:
+    """Named instances DescribeInstances no longer returns: their type and launch from the RunInstances request
+    and response, their end from TerminateInstances (CloudTrail, looked up by event name, never by ID)."""
+    wanted = set(ids)
+    launched: dict[str, dict[str, Any]] = {}
+    ended: dict[str, str] = {}
+    unread = []
+    for event_name in ("RunInstances", "TerminateInstances"):
+        try:
+            events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=since - NAMED_LAUNCH_LOOKBACK,
+                                       EndTime=aws.clock(), LookupAttributes=[
+                                           {"AttributeKey": "EventName", "AttributeValue": event_name}]))
+        except CallFailed as failed:
+            gaps.append(failed.gap_for(f"CloudTrail {event_name} for {', '.join(ids)} not read: their "
+                                       + ("type and launch" if event_name == "RunInstances" else "termination")
+                                       + " unknown; audited from their log streams"))
+            unread.append(event_name)
+            continue
+        for event in events:
+            detail = _trail_detail(event)
+            if detail.get("errorCode"):
+                continue
+            if event_name == "RunInstances":
+                request = detail.get("requestParameters") or {}
+                for item in ((detail.get("responseElements") or {}).get("instancesSet") or {}).get("items", []) or []:
+                    if item.get("instanceId") in wanted:
+                        launched[item["instanceId"]] = {**item, "requestedType": request.get("instanceType")}
+            else:
+                for item in ((detail.get("requestParameters") or {}).get("instancesSet") or {}).get("items", []) or []:
+                    if item.get("instanceId") in wanted:
+                        when = event.get("EventTime")
+                        ended[item["instanceId"]] = (f"TerminateInstances at {iso(parse_time(when)) if when else '—'} "
+                                                     "(CloudTrail)")
+    nodes = []
+    for iid in ids:
+        item = launched.get(iid, {})
+        launch = item.get("launchTime")
+        said = [ended[iid]] if iid in ended else []
+        if not item and "RunInstances" not in unread:
+            said.append(f"no RunInstances for it in CloudTrail since {since - NAMED_LAUNCH_LOOKBACK:%Y-%m-%dT%H:%MZ}")
+        nodes.append(NodeInfo(
+            instance_id=iid, instance_type=item.get("requestedType") or item.get("instanceType"), status="terminated",
+            status_message="; ".join(["not returned by DescribeInstances", *said]),
+            launch_time=parse_time(launch) if isinstance(launch, (int, float, str)) and launch else None,
+            private_dns=item.get("privateDnsName") or None, role="compute",
+            discovered_by="cloudtrail" if item else "user"))
+    return nodes
+
+
+def _trail_detail(event: dict[str, Any]) -> dict[str, Any]:
+    try:
+        detail = json.loads(event.get("CloudTrailEvent") or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return detail if isinstance(detail, dict) else {}
 
 
 def collect_profiles(aws: Aws, instance_types: set[str], gaps: list[Gap]) -> dict[str, CapabilityProfile]:
@@ -206,10 +275,7 @@ def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: 
         gaps.append(failed.gap_for("compute nodes launched and since terminated are found by log streams only"))
         return []
     for event in events:
-        try:
-            detail = json.loads(event.get("CloudTrailEvent") or "{}")
-        except json.JSONDecodeError:
-            continue
+        detail = _trail_detail(event)
         template = ((detail.get("requestParameters") or {}).get("launchTemplate") or {}).get("launchTemplateName", "")
         if detail.get("errorCode") or not str(template).startswith(prefix):
             continue

@@ -16,6 +16,9 @@ KERNEL_LOOKBACK = timedelta(days=14)
 KERNEL_DEEP_LOOKBACK = timedelta(days=90)
 # RunInstances of ParallelCluster compute nodes are looked up from this long before the window.
 LAUNCH_LOOKBACK = timedelta(hours=24)
+# How far before the window a named instance's RunInstances is looked up (its type and launch): the span kernel
+# lines are searched over, so the node's type is known wherever its lines are.
+NAMED_LAUNCH_LOOKBACK = KERNEL_LOOKBACK
 
 
 def lookback(now: datetime, run_hours: float | None) -> tuple[datetime, datetime]:

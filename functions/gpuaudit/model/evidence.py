@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 # HyperPod cluster states worth an incident audit (a state change to any other status starts none).
 FAILED_CLUSTER_STATES = ("Failed", "RollingBack")
@@ -24,24 +24,40 @@ class Frozen(BaseModel):
 
 # A CloudWatch Logs log group name as the service accepts it (1–512 characters of this set).
 LogGroupName = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[.\-_/#A-Za-z0-9]+$")]
+InstanceId = Annotated[str, StringConstraints(pattern=r"^i-[0-9a-f]{8,17}$")]
+MAX_INSTANCES = 1000
+
+
+def fleet_label(instances: int) -> str:
+    """The cluster name of an audit scoped by instance IDs alone: a label, never taken for a real cluster."""
+    return f"fleet-of-{instances}-instances"
 NAMED_BY_OPERATOR = "named by the operator"
 
 
 class AuditRequest(Frozen):
     """One audit to run: what the CLI parses from flags and the state machine from its input."""
 
-    cluster: str = Field(min_length=1, max_length=256)
+    cluster: str = Field(min_length=1, max_length=256)  # a fleet label when only instance IDs are given
     mode: Mode = "coverage"
     since: datetime | None = None
     until: datetime | None = None
     last: Literal["24h", "72h", "7d"] | None = None
-    instance_ids: list[str] = Field(default_factory=list)
+    instance_ids: list[InstanceId] = Field(default_factory=list, max_length=MAX_INSTANCES)
     # Log groups the operator names (a job's own stdout, where NCCL prints its transport), read beside the groups
     # found by substring; at most 50, each a CloudWatch Logs group name.
     log_groups: list[LogGroupName] = Field(default_factory=list, max_length=50)
     run_hours: float | None = Field(default=None, gt=0)
     run_start: datetime | None = None
     checkpoint_minutes: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fleet(cls, data: Any) -> Any:
+        """`--cluster` is optional when `--instances` scopes the audit: the result's cluster is a labelled fleet."""
+        if isinstance(data, dict) and not data.get("cluster") and data.get("instance_ids"):
+            ids = data["instance_ids"]
+            return {**data, "cluster": fleet_label(len(set(ids)) if isinstance(ids, list) else 0)}
+        return data
 
 
 # Why something was not read. Call failures are classified by error code (collectors/aws.py); the rest name

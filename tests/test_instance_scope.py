@@ -1,0 +1,100 @@
+"""Audit what the operator points at (#15 item 1, part): `--instances` alone (the result's cluster a labelled
+fleet), and instances that no longer exist — audited from the streams that name them and CloudTrail
+(RunInstances / TerminateInstances looked up by event name), their type from the RunInstances request (RULES §2:
+'a node that vanished is still a node of the audit'; §5.7: by event name, never by instance ID)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuaudit.cli import app
+from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import run_audit
+from tests.helpers.worlds import INSTANCE_TYPES, WorldBuilder, at, node_of
+
+GROUP = "/aws/training-pipeline/kernel"  # a customer pipeline, found by the `kernel` substring
+LIVE, GONE, UNKNOWN = "i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2", "i-0ccccccccccccccc3"
+
+
+def _world() -> WorldBuilder:
+    w = WorldBuilder()
+    w.section("ec2", "instance_types").append(INSTANCE_TYPES["p5.48xlarge"])
+    w.section("ec2", "instances").append({
+        "InstanceId": LIVE, "InstanceType": "p5.48xlarge", "LaunchTime": at(-48), "State": {"Code": 16, "Name": "running"},
+        "PrivateDnsName": "ip-10-1-0-5.us-west-2.compute.internal", "SubnetId": "subnet-0123456789abcdef0"})
+    w.kernel_stream(GROUP, f"ip-10-1-0-5-{LIVE}", at(-48), at(12, 25), host="ip-10-1-0-5")
+    w.kernel_stream(GROUP, f"ip-10-1-0-6-{GONE}", at(-48), at(8, 10), host="ip-10-1-0-6")  # ended at 08:10
+    _trail(w, "RunInstances", at(-48), {"instanceType": "p5.48xlarge"},
+           {"instancesSet": {"items": [{"instanceId": GONE, "instanceType": "p5.48xlarge", "launchTime": at(-48),
+                                        "privateDnsName": "ip-10-1-0-6.us-west-2.compute.internal"}]}})
+    _trail(w, "TerminateInstances", at(8, 12), {"instancesSet": {"items": [{"instanceId": GONE}]}}, {})
+    return w
+
+
+def _trail(w: WorldBuilder, name: str, time: str, request: dict, response: dict) -> None:
+    w.section("cloudtrail", "events").append({
+        "EventId": f"{name}-{time}", "EventName": name, "EventTime": time, "EventSource": "ec2.amazonaws.com",
+        "Username": "ops", "Resources": [],
+        "CloudTrailEvent": json.dumps({"requestParameters": request, "responseElements": response})})
+
+
+def _audit(w: WorldBuilder, *ids: str, mode: str = "incident") -> Result:
+    request = AuditRequest.model_validate({"instance_ids": list(ids), "mode": mode,
+                                           "since": parse_time(at(7)), "until": parse_time(at(10))})
+    return run_audit(w.aws(), request)
+
+
+def test_instances_alone_audit_a_labelled_fleet() -> None:
+    result = _audit(_world(), LIVE, mode="coverage")
+    assert result.cluster.name == "fleet-of-1-instances" and result.cluster.kind == "ec2"
+    assert node_of(result, LIVE).xid_status == "Measured"
+
+
+def test_a_terminated_instance_is_audited_from_its_stream_and_cloudtrail() -> None:
+    result = _audit(_world(), LIVE, GONE)
+    gone = node_of(result, GONE)
+    assert gone.instance_type == "p5.48xlarge"  # from the RunInstances request
+    assert gone.status == "terminated" and gone.discovered_by == "cloudtrail"
+    assert gone.gpu_count == 8
+    assert gone.xid_status == "Not observable"  # its stream stops at 08:10, inside the window
+    assert any(r.log_stream == f"ip-10-1-0-6-{GONE}" for r in gone.coverage)
+    assert f"{GONE} (terminated: not returned by DescribeInstances; TerminateInstances at {at(8, 12)} (CloudTrail))" \
+        in str(result.cluster_state)
+    assert any(t.event.startswith("TerminateInstances") for t in result.timeline)  # by event name, then by ID
+
+
+def test_an_instance_no_source_knows_is_still_a_node_of_the_audit_naming_what_was_searched() -> None:
+    result = _audit(_world(), LIVE, UNKNOWN)
+    n = node_of(result, UNKNOWN)
+    assert n.status == "terminated" and n.xid_status == "Not observable"
+    assert "no RunInstances for it in CloudTrail" in str(result.cluster_state)
+
+
+def test_cloudtrail_denied_is_a_named_gap_and_the_instance_is_still_audited() -> None:
+    w = _world()
+    w.fault("cloudtrail", "LookupEvents", "AccessDeniedException")
+    result = _audit(w, LIVE, GONE)
+    assert node_of(result, GONE).instance_type is None
+    assert any("CloudTrail RunInstances" in g and GONE in g and "AccessDenied" in g for g in result.visibility_gaps)
+
+
+def _cli(tmp_path: Path, *args: str) -> tuple[int, str]:
+    path = tmp_path / "w.world.json"
+    path.write_text(json.dumps(_world().raw))
+    out = CliRunner().invoke(app, ["audit", "--world", str(path), "--format", "json", *args])
+    assert "Traceback" not in out.output
+    return out.exit_code, out.output
+
+
+def test_cli_instances_without_cluster_and_bad_scope_inputs(tmp_path: Path) -> None:
+    code, out = _cli(tmp_path, "--instances", f"{LIVE},{GONE}", "--since", at(7), "--until", at(10))
+    assert code == 0 and json.loads(out)["cluster"]["name"] == "fleet-of-2-instances"
+    code, out = _cli(tmp_path, "--since", at(7))
+    assert code == 2 and "--cluster is required unless --instances is given" in out
+    code, out = _cli(tmp_path, "--instances", f"{LIVE},i-0abc")
+    assert code == 2 and "--instances[1]" in out and "i-0abc" in out
