@@ -69,3 +69,21 @@ def test_silent_nodes_add_detail_queries_not_per_node_queries() -> None:
     assert ours["xid_status"]["Not observable"] == 2
     # one detail query per log group holding gaps, never one per node
     assert 0 < ours["queries_by_purpose"]["stream-hours"] <= figures["log_groups"]
+
+
+def test_a_sampled_naive_run_extrapolates_to_the_full_count_and_says_so(small: dict[int, dict[str, Any]]) -> None:
+    """#20 item 4: at 10,000 nodes the naive strategy is run on a sample; per-node work is uniform, so the
+    extrapolated StartQuery count equals a full run's on the same world (here 20 nodes, 5 sampled)."""
+    sampled = run_bench(BenchConfig(nodes=20, days=2.0, silent_fraction=0.0, seed=1, naive_sample=5))
+    full = small[20]["naive"]
+    assert sampled["naive"]["extrapolated"] and sampled["naive"]["sampled_nodes"] == 5
+    assert not full.get("extrapolated")
+    assert (sampled["naive"]["start_query"], sampled["naive"]["calls"]) == (full["start_query"], full["calls"])
+    with pytest.raises(ValueError, match="--naive-sample"):
+        BenchConfig(nodes=20, naive_sample=21).spec()
+
+
+def test_the_answer_sizes_are_reported(small: dict[int, dict[str, Any]]) -> None:
+    ours = small[20]["ours"]
+    assert 0 < ours["headline_chars"] < ours["alert_chars"] <= 3500
+    assert 0 < ours["markdown_chars"] < ours["html_chars"] and ours["json_chars"] > 0

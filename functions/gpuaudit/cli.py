@@ -316,6 +316,8 @@ def bench(
     xid_rate: Annotated[float, typer.Option(help="Xids per node-day")] = 0.05,
     fmt: Annotated[str, typer.Option("--format", help="table | json")] = "table",
     keep: Annotated[Path | None, typer.Option(help="Keep the world and evidence files in this folder")] = None,
+    naive_sample: Annotated[int | None, typer.Option(
+        help="Run the naive strategy on this many nodes and extrapolate (for 10,000-node runs)")] = None,
 ) -> None:
     """Scale benchmark: our coverage audit against two Logs Insights queries per node per source."""
     import json as _json
@@ -326,7 +328,7 @@ def bench(
         _fail(f"--format must be table or json; got {fmt!r}", EXIT_BAD_INPUT)
     try:
         config = BenchConfig(nodes=nodes, days=days, kind=kind, seed=seed, silent_fraction=silent_fraction,
-                             xid_rate=xid_rate)
+                             xid_rate=xid_rate, naive_sample=naive_sample)
         config.spec()
     except ValueError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)

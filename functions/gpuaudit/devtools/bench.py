@@ -60,8 +60,11 @@ class BenchConfig:
     silent_fraction: float = DEFAULT_SILENT_FRACTION
     xid_rate: float = DEFAULT_XID_RATE
     instance_type: str = "p5.48xlarge"
+    naive_sample: int | None = None  # run the naive strategy on this many nodes and extrapolate (said so)
 
     def spec(self) -> worldgen.WorldSpec:
+        if self.naive_sample is not None and not 1 <= self.naive_sample <= self.nodes:
+            raise ValueError(f"--naive-sample must be between 1 and --nodes ({self.nodes}); got {self.naive_sample}")
         return worldgen.WorldSpec(kind=self.kind, nodes=self.nodes, days=self.days,
                                   silent_fraction=self.silent_fraction, xid_rate=self.xid_rate, seed=self.seed,
                                   instance_type=self.instance_type)
@@ -90,7 +93,7 @@ def run_bench(config: BenchConfig, keep_dir: Path | None = None, progress: Any =
         say("ours: coverage audit (run_audit)…")
         ours = _spawn({**common, "step": "ours", "evidence_out": str(evidence_path)})
         say("naive: two queries per node per source…")
-        naive = _spawn({**common, "step": "naive"})
+        naive = _spawn({**common, "step": "naive", "sample": config.naive_sample})
         say("judge: rules + report on the collected evidence…")
         judged = _spawn({"step": "judge", "evidence": str(evidence_path)})
         say("hourly: a full 7-day audit an hour earlier, then the next hourly audit from the cache…")
@@ -234,7 +237,19 @@ def step_ours(args: dict[str, Any]) -> dict[str, Any]:
         "records_scanned": int(sum(q.records_scanned for q in evidence.queries)),
         "audited_nodes": len(result.nodes), "log_groups_found": len(evidence.log_groups),
         "xid_status": statuses, "gaps": len(result.visibility_gaps), "result_sha256": _result_digest(result),
+        **_answer_sizes(result),
     }
+
+
+def _answer_sizes(result: Any) -> dict[str, int]:
+    """What a reader and on-call receive, in characters: headline, first alert, reports, JSON result."""
+    from gpuaudit.report.html import render_html
+    from gpuaudit.sinks import alert_message, changes_against
+
+    return {"headline_chars": len(result.headline),
+            "alert_chars": len(alert_message(result, changes_against(result, {}), "s3://bucket/report.html")),
+            "markdown_chars": len(result.report_markdown), "html_chars": len(render_html(result)),
+            "json_chars": len(result.to_json())}
 
 
 def _group_volume(world: Any, group: str, start_ms: int, end_ms: int) -> tuple[int, int]:
@@ -318,8 +333,10 @@ def step_naive(args: dict[str, Any]) -> dict[str, Any]:
     pad = padded(window, world.now)
     start_s, end_s = int(pad.start.timestamp()), int(pad.end.timestamp())
     gpu_nodes = [n for n in nodes if n.role == "compute"]
+    sampled = gpu_nodes[:args["sample"]] if args.get("sample") else gpu_nodes
+    scale = len(gpu_nodes) / len(sampled) if sampled else 1.0
     failed = answered = 0
-    for node in gpu_nodes:
+    for node in sampled:
         for group in groups:
             stream = naive_streams(group, cluster.name, node)
             if stream is None:
@@ -339,11 +356,15 @@ def step_naive(args: dict[str, Any]) -> dict[str, Any]:
     by_op, total, start_query = _calls(aws)
     scanned = sum(_group_volume(world, g, start_s * 1000, end_s * 1000 + 999)[0] for g in groups) \
         * len(gpu_nodes) * 2
+    # Per-node work is the same for every node: a sample's queries and seconds scale linearly (said in the output).
+    per_node = by_op.get("logs:StartQuery", 0) + by_op.get("logs:GetQueryResults", 0)
     return {
-        "calls": total, "start_query": start_query, "calls_by_operation": by_op,
-        "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load_s": round(load_s, 3), "peak_rss_mb": _peak_rss_mb(),
-        "records_scanned": scanned, "gpu_nodes": len(gpu_nodes), "sources": len(groups),
+        "calls": round(total + per_node * (scale - 1)), "start_query": round(start_query * scale),
+        "calls_by_operation": by_op,
+        "wall_s": round(wall * scale, 3), "cpu_s": round(cpu * scale, 3), "load_s": round(load_s, 3),
+        "peak_rss_mb": _peak_rss_mb(), "records_scanned": scanned, "gpu_nodes": len(gpu_nodes), "sources": len(groups),
         "queries_answered": answered, "queries_failed": failed,
+        "sampled_nodes": len(sampled), "extrapolated": len(sampled) < len(gpu_nodes),
     }
 
 
@@ -434,6 +455,12 @@ def render_table(figures: dict[str, Any], console: Any) -> None:
     console.print(f"ours: collect {ours['collect_s']:.2f} s, judge+report {ours['judge_report_s']:.2f} s, "
                   f"world load {ours['load_s']:.2f} s (not in wall); queries by purpose {ours['queries_by_purpose']}; "
                   f"Xid status {ours['xid_status']}")
+    if naive.get("extrapolated"):
+        console.print(f"naive: run on {naive['sampled_nodes']:,} of {naive['gpu_nodes']:,} nodes; its calls, "
+                      "StartQuery and seconds are extrapolated linearly (records scanned are computed for all)")
+    console.print(f"answer sizes (characters): headline {ours['headline_chars']:,}, first alert "
+                  f"{ours['alert_chars']:,}, Markdown {ours['markdown_chars']:,}, HTML {ours['html_chars']:,}, "
+                  f"JSON {ours['json_chars']:,}")
     h = figures["hourly"]
     console.print(f"incremental: full 7-day audit scanned {h['full_records_scanned']:,} records; the next hourly "
                   f"audit scanned {h['next_records_scanned']:,} (1/{h['ratio']:,.0f}) in {h['next_wall_s']:.2f} s, "
