@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import (
     RunFit,
@@ -19,9 +18,6 @@ from gpuaudit.model.evidence import (
 )
 from gpuaudit.model.result import Check
 from gpuaudit.model.timeutil import iso
-
-if TYPE_CHECKING:
-    pass
 from gpuaudit.rules.preflight.common import (
     Context,
     GpuGroup,

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from gpuaudit.model.result import Check
 from gpuaudit.model.timeutil import iso
-
-if TYPE_CHECKING:
-    pass
 from gpuaudit.rules.preflight.capacity import holding_for
 from gpuaudit.rules.preflight.common import (
     Context,

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gpuaudit.model.result import Check, NodeResult
 from gpuaudit.model.timeutil import iso
-
-if TYPE_CHECKING:
-    pass
 from gpuaudit.rules.preflight.common import (
     Context,
     Part,

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gpuaudit.domain.capacity import (
     cluster_reservations,
 )
 from gpuaudit.domain.timing import lookback
 from gpuaudit.model.result import Check
 from gpuaudit.model.timeutil import iso
-
-if TYPE_CHECKING:
-    pass
 from gpuaudit.rules.preflight.common import (
     Context,
     id_list,
