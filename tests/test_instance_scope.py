@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from gpuaudit.cli import app
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
-from tests.helpers.worlds import INSTANCE_TYPES, WorldBuilder, at, node_of
+from tests.helpers.worlds import INSTANCE_TYPES, WorldBuilder, at, cli_audit, node_of
 
 GROUP = "/aws/training-pipeline/kernel"  # a customer pipeline, found by the `kernel` substring
 LIVE, GONE, UNKNOWN = "i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2", "i-0ccccccccccccccc3"
@@ -84,17 +81,13 @@ def test_cloudtrail_denied_is_a_named_gap_and_the_instance_is_still_audited() ->
 
 
 def _cli(tmp_path: Path, *args: str) -> tuple[int, str]:
-    path = tmp_path / "w.world.json"
-    path.write_text(json.dumps(_world().raw))
-    out = CliRunner().invoke(app, ["audit", "--world", str(path), "--format", "json", *args])
-    assert "Traceback" not in out.output
-    return out.exit_code, out.output
+    return cli_audit(_world().raw, tmp_path, *args)
 
 
 def test_cli_instances_without_cluster_and_bad_scope_inputs(tmp_path: Path) -> None:
     code, out = _cli(tmp_path, "--instances", f"{LIVE},{GONE}", "--since", at(7), "--until", at(10))
     assert code == 0 and json.loads(out)["cluster"]["name"] == "fleet-of-2-instances"
     code, out = _cli(tmp_path, "--since", at(7))
-    assert code == 2 and "--cluster is required unless --instances is given" in out
+    assert code == 2 and "--cluster is required unless --instances or --filesystem is given" in out
     code, out = _cli(tmp_path, "--instances", f"{LIVE},i-0abc")
     assert code == 2 and "--instances[1]" in out and "i-0abc" in out

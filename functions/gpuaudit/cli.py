@@ -135,8 +135,8 @@ def emit(result: Result, fmt: str, out: Path | None) -> None:
 @app.command()
 def audit(
     cluster: Annotated[str | None, typer.Option(
-        help="Cluster name (HyperPod, ParallelCluster), or a label for --instances (optional with --instances: "
-             "the result's cluster is then a labelled fleet)")] = None,
+        help="Cluster name (HyperPod, ParallelCluster), or a label for --instances (optional with --instances or "
+             "--filesystem: the result's cluster is then a labelled fleet)")] = None,
     region: Annotated[str | None, typer.Option(help="AWS region (default: the world's, or AWS_REGION)")] = None,
     mode: Annotated[str, typer.Option(help="coverage | incident | preflight")] = "coverage",
     since: Annotated[str | None, typer.Option(help="Window start, ISO-8601 UTC; alone it runs to now")] = None,
@@ -165,6 +165,9 @@ def audit(
     log_group: Annotated[list[str] | None, typer.Option(
         "--log-group", help="Also search this CloudWatch Logs group, e.g. a job's stdout where NCCL prints its "
                             "transport (repeatable, at most 50; exact name)")] = None,
+    filesystem: Annotated[list[str] | None, typer.Option(
+        "--filesystem", help="Also audit this FSx for Lustre file system, fs-… (repeatable, at most 50): details, "
+                             "maintenance window, saturation metrics; with or without --cluster")] = None,
 ) -> None:
     """Audit one cluster: coverage proof, node verdicts, root cause or readiness."""
     try:
@@ -172,9 +175,9 @@ def audit(
             raise UserError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
         if fmt not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
-        if not cluster and not (instances or "").strip(","):
-            raise UserError("--cluster is required unless --instances is given (then the result's cluster is a "
-                            "labelled fleet)")
+        if not cluster and not (instances or "").strip(",") and not filesystem:
+            raise UserError("--cluster is required unless --instances or --filesystem is given (then the result's "
+                            "cluster is a labelled fleet)")
         _positive(run_hours, "--run-hours")
         _positive(checkpoint_minutes, "--checkpoint-minutes")
         _positive(deadline_seconds, "--deadline-seconds")
@@ -186,6 +189,7 @@ def audit(
             # the same instance named twice is one node
             instance_ids=list(dict.fromkeys(i.strip() for i in instances.split(",") if i.strip())) if instances else [],
             log_groups=list(dict.fromkeys(log_group or [])),  # the same group named twice is read once
+            file_system_ids=list(dict.fromkeys(f.strip() for f in filesystem or [])),
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
         overrides = {**Settings.from_env(os.environ).xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
@@ -209,7 +213,7 @@ def audit(
         _fail(f"cannot write output: {exc}", EXIT_BAD_INPUT)
 
 
-FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances"}  # request fields whose flag is named otherwise
+FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances", "file_system_ids": "--filesystem"}  # request fields whose flag is named otherwise
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -24,7 +24,7 @@ from gpuaudit.collectors.logs import (
 from gpuaudit.collectors.query_budget import QuerySlots
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
-from gpuaudit.model.evidence import AuditRequest, Evidence, Gap
+from gpuaudit.model.evidence import AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
 from gpuaudit.model.result import Result
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
@@ -37,10 +37,15 @@ def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
     now = aws.clock()
     window = resolve_window(request.mode, now, request.since, request.until, request.last)
     gaps: list[Gap] = []
-    cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps, window.start)
-    groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
+    if request.fleet and not request.instance_ids:  # file systems only: no node, so no node log to find
+        cluster, nodes = ClusterInfo(name=request.cluster, kind="ec2", region=aws.region), list[NodeInfo]()
+        groups = discover_log_groups(aws, cluster, gaps, request.log_groups, search=False)
+    else:
+        cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps, window.start)
+        groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
+    cluster = cluster.model_copy(update={"labelled_fleet": request.fleet})
     return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,
-                    gaps=gaps)
+                    gaps=gaps, named_file_systems=list(dict.fromkeys(request.file_system_ids)))
 
 
 def log_window(evidence: Evidence) -> LogWindow:

@@ -30,7 +30,7 @@ def test_schedule_audits_every_configured_cluster_over_the_day_ending_at_the_las
     (target,) = out["targets"]
     assert target["request"] | {"instance_ids": []} == {
         "cluster": "research-hp-slurm", "mode": "coverage", "since": "2026-09-30T18:00:00Z",
-        "until": "2026-10-01T18:00:00Z", "last": None, "instance_ids": [], "log_groups": [], "run_hours": None, "run_start": None,
+        "until": "2026-10-01T18:00:00Z", "last": None, "instance_ids": [], "file_system_ids": [], "log_groups": [], "run_hours": None, "run_start": None,
         "checkpoint_minutes": None}
     assert target["window_source"] == "schedule"
 
@@ -153,3 +153,10 @@ def test_an_on_demand_request_without_cluster_or_instances_or_with_a_bad_id_is_r
         run({"mode": "coverage"})
     with pytest.raises(InvalidEvent, match="instance_ids"):
         run({"instance_ids": ["i-0abc"]})
+
+
+def test_an_on_demand_request_scoped_by_file_systems_alone_audits_a_labelled_fleet(account: Account) -> None:
+    (target,) = run({"file_system_ids": ["fs-0123456789abcdef0"], "mode": "coverage", "last": "24h"})["targets"]
+    assert target["request"]["cluster"] == "fleet-of-1-file-systems"
+    with pytest.raises(InvalidEvent, match="file_system_ids"):
+        run({"file_system_ids": ["fs-XYZ"]})

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws
@@ -271,6 +272,19 @@ class HyperPodWorld(WorldBuilder):
 
 
 # -- reading results ----------------------------------------------------------------------------
+def cli_audit(raw: dict[str, Any], tmp_path: Path, *args: str) -> tuple[int, str]:
+    """`gpuaudit audit --world <raw> --format json ARGS`: the exit code and the output (never a traceback)."""
+    from typer.testing import CliRunner
+
+    from gpuaudit.cli import app
+
+    path = tmp_path / "w.world.json"
+    path.write_text(json.dumps(raw))
+    out = CliRunner().invoke(app, ["audit", "--world", str(path), "--format", "json", *args])
+    assert "Traceback" not in out.output
+    return out.exit_code, out.output
+
+
 def node_of(result: Result, instance_id: str) -> NodeResult:
     found = [n for n in result.nodes if n.instance_id == instance_id]
     assert found, f"{instance_id} not in result nodes {[n.instance_id for n in result.nodes]}"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.collectors.preflight import attached_file_systems, file_system, saturation_peaks
+from gpuaudit.collectors.preflight import file_system, named_lustre, saturation_peaks, scoped_file_systems
 from gpuaudit.domain.readplan import EVENT_SOURCE, next_read
 from gpuaudit.model.evidence import (
     CapacityReservation,
@@ -138,14 +138,17 @@ def _instance_status(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
 
 
 def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
-    systems = aws.read_all(evidence.gaps, "FSx file systems not read; branch C not assessed",
-                           "fsx", "DescribeFileSystems", "FileSystems")
-    if systems is None:
-        return
-    lustre = [f for f in systems if f.get("FileSystemType") == "LUSTRE"]
+    if evidence.named_file_systems:
+        lustre = named_lustre(aws, evidence)
+    else:
+        systems = aws.read_all(evidence.gaps, "FSx file systems not read; branch C not assessed",
+                               "fsx", "DescribeFileSystems", "FileSystems")
+        if systems is None:
+            return
+        lustre = [f for f in systems if f.get("FileSystemType") == "LUSTRE"]
     evidence.file_systems = [file_system(f) for f in lustre]
     # Which of them the cluster mounts: storage is Proven only on the mounted file system (RULES §8 C).
-    evidence.cluster_file_system_ids = attached_file_systems(aws, evidence, lustre) if lustre else None
+    evidence.cluster_file_system_ids = scoped_file_systems(aws, evidence, lustre)
     evidence.fsx_metrics = saturation_peaks(aws, evidence, read, "FSx saturation metrics not read; branch C not assessed")
 
 

@@ -101,11 +101,12 @@ class LogEvidence:
 
 
 def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap],
-                        named: Sequence[str] = ()) -> list[LogGroupInfo]:
+                        named: Sequence[str] = (), search: bool = True) -> list[LogGroupInfo]:
     """DescribeLogGroups by substring (never prefix only): the cluster name, then each keyword; then the groups the
-    operator named, by exact name (a named group that does not exist is a gap, never a silent skip)."""
+    operator named, by exact name (a named group that does not exist is a gap, never a silent skip). `search`
+    False: the named groups only (an audit with no node has no node log to find)."""
     found: dict[str, LogGroupInfo] = {}
-    for pattern in (cluster.name, *KEYWORDS):
+    for pattern in (cluster.name, *KEYWORDS) if search else ():
         try:
             for g in aws.paginate("logs", "DescribeLogGroups", "logGroups", token="nextToken",
                                   logGroupNamePattern=pattern):

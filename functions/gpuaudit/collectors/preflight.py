@@ -306,15 +306,42 @@ def saturated_runs(points: list[tuple[datetime, float]]) -> tuple[int, datetime 
     return longest, first
 
 
+def named_lustre(aws: Aws, evidence: Evidence) -> list[dict[str, Any]]:
+    """The file systems the operator named (`--filesystem`), one DescribeFileSystems each, so one that does not
+    exist (or is not FSx for Lustre) is a named gap and never hides the others."""
+    out = []
+    for fs_id in evidence.named_file_systems:
+        try:
+            found = aws.call("fsx", "DescribeFileSystems", FileSystemIds=[fs_id]).get("FileSystems", [])
+        except CallFailed as failed:
+            evidence.gaps.append(failed.gap_for(f"file system {fs_id} (named with --filesystem) not audited"))
+            continue
+        for f in found:
+            if f.get("FileSystemType") == "LUSTRE":
+                out.append(f)
+            else:
+                evidence.gaps.append(Gap(kind="unsupported", service="fsx", operation="DescribeFileSystems",
+                                         target=fs_id, unseen=f"{fs_id} (named with --filesystem) is "
+                                         f"{f.get('FileSystemType')}, not FSx for Lustre: not audited"))
+    return out
+
+
+def scoped_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, Any]]) -> list[str] | None:
+    """The file systems in scope: those a labelled fleet's operator named, else those the cluster mounts."""
+    if evidence.cluster.labelled_fleet and evidence.named_file_systems:
+        return sorted(f["FileSystemId"] for f in systems)
+    return attached_file_systems(aws, evidence, systems) if systems else None
+
+
 def _file_systems(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     """FSx for Lustre of the cluster and its saturation peaks over the last similar run (RULES §8 C, §10 P8)."""
     try:
-        systems = [f for f in aws.paginate("fsx", "DescribeFileSystems", "FileSystems")
-                   if f.get("FileSystemType") == "LUSTRE"]
+        systems = named_lustre(aws, evidence) if evidence.named_file_systems else [
+            f for f in aws.paginate("fsx", "DescribeFileSystems", "FileSystems") if f.get("FileSystemType") == "LUSTRE"]
     except CallFailed as failed:
         evidence.gaps.append(failed.gap_for("FSx file systems not read; storage headroom not checked"))
         return
-    attached = attached_file_systems(aws, evidence, systems)
+    attached = scoped_file_systems(aws, evidence, systems)
     evidence.cluster_file_system_ids = attached
     evidence.file_systems = [file_system(f) for f in systems if attached is None or f["FileSystemId"] in attached]
     evidence.fsx_metrics = saturation_peaks(aws, evidence, read,

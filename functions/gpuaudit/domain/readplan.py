@@ -54,6 +54,8 @@ def sources_for(evidence: Evidence) -> list[ReadSource]:
         out.append("capacity-reservations")
     if evidence.mode == "incident":
         out += ["cloudtrail", "health", "instance-status", "fsx"]
+    elif evidence.mode == "coverage" and evidence.named_file_systems:
+        out.append("fsx")  # `--filesystem`: details, maintenance window and saturation in every mode
     if evidence.mode == "preflight":
         out += [s for s in PREFLIGHT_SOURCES if not (hyperpod and s in EC2_ONLY)]
     return out

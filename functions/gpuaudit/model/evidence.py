@@ -25,12 +25,16 @@ class Frozen(BaseModel):
 # A CloudWatch Logs log group name as the service accepts it (1–512 characters of this set).
 LogGroupName = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[.\-_/#A-Za-z0-9]+$")]
 InstanceId = Annotated[str, StringConstraints(pattern=r"^i-[0-9a-f]{8,17}$")]
+FileSystemId = Annotated[str, StringConstraints(pattern=r"^fs-[0-9a-f]{8,17}$")]
 MAX_INSTANCES = 1000
+MAX_FILE_SYSTEMS = 50
 
 
-def fleet_label(instances: int) -> str:
-    """The cluster name of an audit scoped by instance IDs alone: a label, never taken for a real cluster."""
-    return f"fleet-of-{instances}-instances"
+def fleet_label(instances: int, file_systems: int = 0) -> str:
+    """The cluster name of an audit scoped by instance IDs and/or file systems alone: a label, never taken for a
+    real cluster."""
+    parts = ([f"{instances}-instances"] if instances else []) + ([f"{file_systems}-file-systems"] if file_systems else [])
+    return "fleet-of-" + "-and-".join(parts)
 NAMED_BY_OPERATOR = "named by the operator"
 
 
@@ -43,6 +47,8 @@ class AuditRequest(Frozen):
     until: datetime | None = None
     last: Literal["24h", "72h", "7d"] | None = None
     instance_ids: list[InstanceId] = Field(default_factory=list, max_length=MAX_INSTANCES)
+    # FSx for Lustre file systems the operator names (`--filesystem`), audited with or without a cluster.
+    file_system_ids: list[FileSystemId] = Field(default_factory=list, max_length=MAX_FILE_SYSTEMS)
     # Log groups the operator names (a job's own stdout, where NCCL prints its transport), read beside the groups
     # found by substring; at most 50, each a CloudWatch Logs group name.
     log_groups: list[LogGroupName] = Field(default_factory=list, max_length=50)
@@ -54,10 +60,19 @@ class AuditRequest(Frozen):
     @classmethod
     def _fleet(cls, data: Any) -> Any:
         """`--cluster` is optional when `--instances` scopes the audit: the result's cluster is a labelled fleet."""
-        if isinstance(data, dict) and not data.get("cluster") and data.get("instance_ids"):
-            ids = data["instance_ids"]
-            return {**data, "cluster": fleet_label(len(set(ids)) if isinstance(ids, list) else 0)}
+        if isinstance(data, dict) and not data.get("cluster") and (data.get("instance_ids") or
+                                                                   data.get("file_system_ids")):
+            return {**data, "cluster": fleet_label(_count(data.get("instance_ids")), _count(data.get("file_system_ids")))}
         return data
+
+    @property
+    def fleet(self) -> bool:
+        """No cluster was named: the audit is of the instances and file systems given."""
+        return self.cluster == fleet_label(len(set(self.instance_ids)), len(set(self.file_system_ids)))
+
+
+def _count(items: Any) -> int:
+    return len({str(i) for i in items}) if isinstance(items, list) else 0
 
 
 # Why something was not read. Call failures are classified by error code (collectors/aws.py); the rest name
@@ -130,6 +145,7 @@ class ClusterInfo(Frozen):
     instance_groups: list[InstanceGroup] = Field(default_factory=list)
     security_group_ids: list[str] = Field(default_factory=list)
     subnet_ids: list[str] = Field(default_factory=list)
+    labelled_fleet: bool = False  # no cluster named: the instances and file systems the operator gave
 
 
 NodeSource = Literal["api", "log-streams", "cloudtrail", "user"]
@@ -528,6 +544,7 @@ class Evidence(BaseModel):
     event_rules: list[EventRuleInfo] | None = None
     service_quotas: list[ServiceQuotaInfo] | None = None
     cluster_file_system_ids: list[str] | None = None  # FSx file systems attached to the cluster, when resolved
+    named_file_systems: list[str] = Field(default_factory=list)  # `--filesystem`: audited in every mode
     gpu_activity: list[GpuActivity] | None = None
     # What the read plan asked for, in order (domain/readplan.py); a source absent here was never asked for.
     read_plan: list[PlannedRead] = Field(default_factory=list)

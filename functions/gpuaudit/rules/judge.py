@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from gpuaudit.domain.streams import NodeIndex, stream_node_ids
+from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.domain.window import padded
 from gpuaudit.model.evidence import Evidence, NodeInfo
 from gpuaudit.model.result import (
@@ -285,9 +287,53 @@ def build_timeline(j: Judged) -> list[TimelineEntry]:
     return branch_rules.timeline(j)
 
 
+def maintenance_in_window(spec: str | None, start: datetime, end: datetime) -> datetime | None:
+    """The first start of the FSx weekly maintenance window (`d:HH:MM` UTC, 1 = Monday) between 30 minutes before
+    `start` and `end` (RULES §8 C: a stall starting inside it is the maintenance window)."""
+    m = re.fullmatch(r"([1-7]):([01]\d|2[0-3]):([0-5]\d)", spec or "")
+    if m is None:
+        return None
+    day = (start - TIMELINE_MARGIN).replace(hour=0, minute=0, second=0, microsecond=0)
+    while day <= end:
+        moment = day.replace(hour=int(m[2]), minute=int(m[3]))
+        if day.isoweekday() == int(m[1]) and start - TIMELINE_MARGIN <= moment <= end:
+            return moment
+        day += timedelta(days=1)
+    return None
+
+
+def storage_summary(evidence: Evidence, fs_id: str) -> str:
+    """One named file system's saturation, quoted as reported (RULES §0.6)."""
+    if evidence.fsx_metrics is None:
+        return "saturation metrics not read (see visibility gaps)"
+    peaks = [m for m in evidence.fsx_metrics if m.file_system_id == fs_id and m.datapoints]
+    if not peaks:
+        return "no AWS/FSx saturation datapoints in the window"
+    saturated = [m for m in peaks if m.minutes_at_or_above_90 >= 5]
+    shown = saturated or [max(peaks, key=lambda m: m.peak or 0.0)]
+    words = "saturated" if saturated else "not saturated, highest"
+    return f"{words}: " + "; ".join(f"{m.metric} {m.dimensions} Maximum {m.peak} % ({m.minutes_at_or_above_90} min "
+                                    "≥ 90 %)" for m in shown)
+
+
+def file_system_lines(evidence: Evidence) -> list[str]:
+    """`--filesystem`: each named FSx for Lustre file system's details, maintenance window and saturation."""
+    lines = []
+    for f in evidence.file_systems or []:
+        if f.file_system_id not in evidence.named_file_systems:
+            continue
+        maintenance = maintenance_in_window(f.weekly_maintenance, evidence.window.start, evidence.window.end)
+        kind = f"{f.file_system_type}, {f.deployment_type or 'no deployment type'}, {f.storage_type or 'no storage type'}"
+        lines.append(f"file system {f.file_system_id} ({kind}): weekly maintenance "
+                     f"{f.weekly_maintenance or 'not returned'} (UTC, day 1 = Monday)"
+                     + (f", starting {iso(maintenance)} within the audit window" if maintenance else "")
+                     + f"; {storage_summary(evidence, f.file_system_id)}")
+    return lines
+
+
 def cluster_state(evidence: Evidence) -> list[str]:
     c = evidence.cluster
-    lines = []
+    lines = file_system_lines(evidence)
     for g in c.instance_groups:
         if g.current_count is None:
             continue
@@ -360,6 +406,10 @@ def headline_for(j: Judged, branch_headline: str | None,
     else:
         head = "No GPU errors in the window, on proven coverage."
     head += f" Coverage of {len(accelerated)} GPU node(s): {coverage or 'none'}."
+    named_fs = [f.file_system_id for f in j.evidence.file_systems or []
+                if f.file_system_id in j.evidence.named_file_systems]
+    if named_fs:
+        head += " Storage: " + "; ".join(f"{fs} {storage_summary(j.evidence, fs)}" for fs in named_fs) + "."
     if partial and (branch_headline or ready is not None or verdicts or blind):
         head += " The node list is incomplete (see visibility gaps)."
     confidence: Literal["High", "Medium", "Low"]
