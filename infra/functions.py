@@ -55,6 +55,8 @@ def _resource(stack: Stack, scope: permissions.Scope) -> str:
         return stack.format_arn(service="sagemaker", resource="cluster", resource_name="*")
     if scope == "sagemaker-training-plan":
         return stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
+    if scope == "eks-cluster":
+        return stack.format_arn(service="eks", resource="cluster", resource_name="*")
     if scope == "log-group":
         return stack.format_arn(service="logs", resource="log-group", resource_name="*",
                                 arn_format=ArnFormat.COLON_RESOURCE_NAME)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-Scope = Literal["sagemaker-cluster", "sagemaker-training-plan", "log-group", "*"]
+Scope = Literal["sagemaker-cluster", "sagemaker-training-plan", "log-group", "eks-cluster", "*"]
 
 # Reads of the collectors (gpuaudit/collectors): inventory, log sources, control plane, preflight.
 AUDIT_READS: dict[str, Scope] = {
@@ -19,6 +19,7 @@ AUDIT_READS: dict[str, Scope] = {
     "sagemaker:DescribeClusterNode": "sagemaker-cluster",
     "sagemaker:ListClusterEvents": "sagemaker-cluster",
     "sagemaker:DescribeTrainingPlan": "sagemaker-training-plan",
+    "eks:DescribeCluster": "eks-cluster",  # endpoint and CA of a HyperPod EKS orchestrator (Kubernetes reads: #19)
     "logs:DescribeLogGroups": "log-group",
     "logs:DescribeLogStreams": "log-group",
     "logs:StartQuery": "log-group",

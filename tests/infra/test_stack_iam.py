@@ -20,7 +20,7 @@ from infra.permissions import AUDIT_READS, PLAN_READS, iam_action
 ROOT = Path(__file__).resolve().parents[2]
 
 READS = {
-    "sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "sagemaker:DescribeClusterNode",
+    "sagemaker:DescribeCluster", "eks:DescribeCluster", "sagemaker:ListClusterNodes", "sagemaker:DescribeClusterNode",
     "sagemaker:ListClusterEvents", "sagemaker:DescribeTrainingPlan", "sagemaker:ListClusters", "sagemaker:ListTags",
     "logs:DescribeLogGroups", "logs:DescribeLogStreams", "logs:StartQuery", "logs:GetQueryResults", "logs:StopQuery",
     "ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceStatus",

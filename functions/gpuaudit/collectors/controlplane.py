@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit.collectors import kubernetes
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.preflight import file_system, named_lustre, saturation_peaks, scoped_file_systems
@@ -154,7 +155,8 @@ def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
 
 READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
     "cluster-events": _cluster_events, "capacity-reservations": _capacity_reservations, "cloudtrail": _cloudtrail,
-    "health": _health, "instance-status": _instance_status, "fsx": _fsx, **preflight_collectors.READERS,
+    "health": _health, "instance-status": _instance_status, "fsx": _fsx, "kubernetes-nodes": kubernetes.read_nodes,
+    **preflight_collectors.READERS,
 }
 
 

@@ -50,6 +50,8 @@ def sources_for(evidence: Evidence) -> list[ReadSource]:
     """The control-plane sources of the audit's mode and orchestrator, in the order they are read."""
     hyperpod = evidence.cluster.kind.startswith("hyperpod")
     out: list[ReadSource] = ["cluster-events"] if hyperpod else []
+    if evidence.cluster.eks_cluster:  # the health agent's verdicts live on the Kubernetes nodes (RULES §7)
+        out.append("kubernetes-nodes")
     if evidence.mode in ("incident", "preflight"):
         out.append("capacity-reservations")
     if evidence.mode == "incident":
@@ -111,6 +113,7 @@ REASONS: dict[ReadSource, str] = {
     "route-tables": "compute nodes can bootstrap (RULES §10 P16)",
     "alarms": "alarms already firing (RULES §10 P13)",
     "event-rules": "capacity end alarmed (RULES §10 P10)",
+    "kubernetes-nodes": "node health labels, taints and conditions on the EKS nodes (RULES §7)",
 }
 
 

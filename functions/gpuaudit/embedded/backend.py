@@ -76,6 +76,11 @@ class WorldBackend:
     def attach(self, session: boto3.Session) -> None:
         session.events.register("before-parameter-build", self._keep_params)
         session.events.register("before-call", self._serve)
+        # The Kubernetes API of the world's EKS clusters, found by collectors/kubernetes.py on the session.
+        session.gpuaudit_kubernetes = self.kubernetes  # type: ignore[attr-defined]
+
+    def kubernetes(self, cluster: str, _endpoint: str, _ca: str) -> EmbeddedKubeApi:
+        return EmbeddedKubeApi(self, cluster)
 
     def session(self) -> boto3.Session:
         """A boto3 session wired to this world (dummy credentials: nothing leaves the process)."""
@@ -700,6 +705,46 @@ def _list_rules(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
     rules = [r for r in b.world.section("events", "rules")
              if not p.get("NamePrefix") or r.get("Name", "").startswith(p["NamePrefix"])]
     return page(rules, p, "Rules", limit="Limit", default=100)
+
+
+# -- EKS and its Kubernetes API ----------------------------------------------------------------------------------
+def _eks_cluster(b: WorldBackend, name: str) -> dict[str, Any]:
+    found = next((c for c in b.world.section("eks", "clusters") if c.get("name") == name), None)
+    if found is None:
+        raise ApiError("ResourceNotFoundException", f"No cluster found for name: {name}.", 404)
+    return found
+
+
+@responds("eks", "DescribeCluster")
+def _describe_eks_cluster(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
+    return {"cluster": {k: v for k, v in _eks_cluster(b, p["name"]).items() if k != "kubernetes"}}
+
+
+@dataclass
+class EmbeddedKubeApi:
+    """GET /api/v1/nodes of a world's EKS cluster, paginated with limit/continue as the API server does; a fault
+    of service "kubernetes" (operation "ListNodes") answers its HTTP status (Unauthorized 401, Forbidden 403,
+    InternalError 500) or a timeout."""
+
+    backend: WorldBackend
+    cluster: str
+
+    def get(self, path: str, query: dict[str, str]) -> dict[str, Any]:
+        from gpuaudit.collectors.aws import CallFailed
+
+        try:
+            self.backend._inject_fault("kubernetes", "ListNodes")
+        except ApiError as err:
+            code = {"Unauthorized": "401", "Forbidden": "403", "InternalError": "500"}.get(err.code, err.code)
+            raise CallFailed("kubernetes", f"GET {path}", code, err.message) from None
+        if path != "/api/v1/nodes":
+            raise CallFailed("kubernetes", f"GET {path}", "404", "the embedded backend serves /api/v1/nodes only")
+        nodes = (_eks_cluster(self.backend, self.cluster).get("kubernetes") or {}).get("nodes", [])
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or len(nodes) or 1)
+        rest = start + limit < len(nodes)
+        return {"kind": "NodeList", "items": nodes[start:start + limit],
+                "metadata": {"continue": str(start + limit)} if rest else {}}
 
 
 @responds("health", "DescribeEvents")

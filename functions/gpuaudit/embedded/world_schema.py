@@ -48,7 +48,7 @@ MAX_ERRORS_SHOWN = 20
 # The services the embedded backend answers, as botocore names them (backend.RESPONDERS; a test keeps the two
 # equal). A fault naming another service could never fire.
 SERVED_SERVICES = ("sagemaker", "ec2", "logs", "cloudtrail", "cloudwatch", "fsx", "events", "health",
-                   "service-quotas")
+                   "service-quotas", "eks", "kubernetes")
 # Behaviour faults: a Logs Insights query that ends with this status instead of Complete.
 QUERY_STATUSES = ("Scheduled", "Running", "Failed", "Timeout", "Cancelled", "Unknown")
 
@@ -348,6 +348,29 @@ class ServiceQuotas(Closed):
     quotas: list[ServiceQuota] = []
 
 
+class KubeNodeItem(Served):
+    """A Node as GET /api/v1/nodes lists it (served as written)."""
+
+    metadata: dict[str, Any]
+    spec: dict[str, Any] = {}
+    status: dict[str, Any] = {}
+
+
+class Kubernetes(Closed):
+    nodes: list[KubeNodeItem] = []
+    events: list[dict[str, Any]] = []
+
+
+class EksCluster(Served):
+    name: Id
+    endpoint: Text = ""
+    kubernetes: Kubernetes = Kubernetes()
+
+
+class Eks(Closed):
+    clusters: list[EksCluster] = []
+
+
 # -- CloudWatch Logs (the format's own shapes: explicit and generated lines) ------------------------------
 class Periodic(Closed):
     """One line every `every_s` seconds from `from` (inclusive) to `to` (exclusive)."""
@@ -457,6 +480,7 @@ class WorldFile(Closed):
     events: EventBridge = EventBridge()
     health: Health = Health()
     servicequotas: ServiceQuotas = ServiceQuotas()
+    eks: Eks = Eks()
 
 
 SECTIONS: dict[str, tuple[str, ...]] = {

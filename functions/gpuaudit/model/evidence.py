@@ -146,6 +146,7 @@ class ClusterInfo(Frozen):
     security_group_ids: list[str] = Field(default_factory=list)
     subnet_ids: list[str] = Field(default_factory=list)
     labelled_fleet: bool = False  # no cluster named: the instances and file systems the operator gave
+    eks_cluster: str | None = None  # HyperPod EKS: the orchestrating EKS cluster's name (Orchestrator.Eks.ClusterArn)
 
 
 NodeSource = Literal["api", "log-streams", "cloudtrail", "user"]
@@ -470,8 +471,25 @@ class CallCount(Frozen):
 ReadSource = Literal[
     "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
     "instance-network", "training-plans", "extension-offerings", "security-groups", "subnets", "route-tables",
-    "alarms", "event-rules", "quotas", "file-systems", "gpu-activity",
+    "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes",
 ]
+
+
+class KubeCondition(Frozen):
+    type: str
+    status: str
+    reason: str | None = None
+    last_transition: datetime | None = None
+
+
+class KubeNode(Frozen):
+    """A Kubernetes node as GET /api/v1/nodes lists it: what the health agent and node monitoring agent set."""
+
+    name: str
+    instance_id: str | None  # from spec.providerID (aws:///<az>/<instance-id>), else the HyperPod node name
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[str] = Field(default_factory=list)  # key=value:effect
+    conditions: list[KubeCondition] = Field(default_factory=list)
 
 
 class QuotaAsk(Frozen):
@@ -546,6 +564,8 @@ class Evidence(BaseModel):
     cluster_file_system_ids: list[str] | None = None  # FSx file systems attached to the cluster, when resolved
     named_file_systems: list[str] = Field(default_factory=list)  # `--filesystem`: audited in every mode
     gpu_activity: list[GpuActivity] | None = None
+    # EKS-orchestrated clusters: the Kubernetes nodes (labels, taints, conditions); None: not read (a gap says why).
+    kube_nodes: list[KubeNode] | None = None
     # What the read plan asked for, in order (domain/readplan.py); a source absent here was never asked for.
     read_plan: list[PlannedRead] = Field(default_factory=list)
 

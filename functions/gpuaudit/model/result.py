@@ -110,6 +110,7 @@ class NodeResult(Out):
     efa: str | None = None  # "<attached> of <max>" or "Not observable (...)"
     nvswitch: str | None = None
     service_action: str | None = None
+    kubernetes: str | None = None  # EKS: the node's health labels, taints and conditions, as the API returns them
 
 
 class Branch(Out):

@@ -480,7 +480,9 @@ def _node_verdicts(r: Result) -> str:
     listed, healthy = split_healthy(r.nodes)
     rows = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_group), _or_dash(n.instance_type),
              _e(n.status), _e(n.role), _badge(n.verdict, VERDICT_BADGE) if n.verdict else "no verdict (no GPU signal)",
-             _badge(n.xid_status, STATUS_BADGE), _or_dash(n.verdict_evidence)) for n in listed]
+             _badge(n.xid_status, STATUS_BADGE),
+             _or_dash(n.verdict_evidence) + (f"<br>Kubernetes: {_e(n.kubernetes)}" if n.kubernetes else ""))
+            for n in listed]
     return "<h2>Node verdicts</h2>" + _table(
         ("Node", "Group / queue", "Type", "Status", "Role", "Verdict", "Xid status", "Evidence"), rows,
         scroll=len(rows) > 40) + _healthy_note(healthy)

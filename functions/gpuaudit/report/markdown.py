@@ -33,7 +33,8 @@ def _node_line(n: NodeResult) -> str:
     meta = md_inline(", ".join(x for x in (n.instance_type or "type unknown", n.instance_group, n.status, n.role)
                                if x))
     evidence = f": {md_inline(n.verdict_evidence)}" if n.verdict_evidence else ""
-    return f"- {what} ({meta}); Xid status **{n.xid_status}**{evidence}"
+    kube = f"; Kubernetes: {md_inline(n.kubernetes)}" if n.kubernetes else ""
+    return f"- {what} ({meta}); Xid status **{n.xid_status}**{evidence}{kube}"
 
 
 def _healthy_lines(groups: dict[str, list[NodeResult]]) -> list[str]:

@@ -11,7 +11,7 @@ from datetime import datetime
 from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
 from gpuaudit.domain.markers import BOOT_LINE, NCCL_MARKER
 from gpuaudit.domain.streams import HMA_PREFIX
-from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo
+from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, KubeNode, NodeInfo
 from gpuaudit.model.result import GpuError, NodeResult, NodeSignals, Signal, Verdict
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.coverage import NodeCoverage
@@ -251,6 +251,63 @@ def hma_rows(lines: Sequence[ParsedLine], start: datetime, end: datetime) -> lis
     return rows
 
 
+# RULES §7: the HyperPod health agent's verdict as the EKS node label states it.
+HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+HEALTH_LABELS = ("sagemaker.amazonaws.com/node-health-status", "sagemaker.amazonaws.com/deep-health-check-status",
+                 "sagemaker.amazonaws.com/fault-type", "sagemaker.amazonaws.com/fault-reason")
+LABEL_VERDICT: dict[str, Verdict] = {"UnschedulablePendingReplacement": "REPLACE",
+                                     "UnschedulablePendingReboot": "REBOOT"}
+
+
+def kube_node_of(node: NodeInfo, evidence: Evidence) -> KubeNode | None:
+    return next((k for k in evidence.kube_nodes or [] if node.instance_id in (k.instance_id, k.name)), None)
+
+
+def kube_text(k: KubeNode) -> str:
+    """The node's own health word: labels, taints, conditions not in their healthy state, as the API writes them."""
+    labels = [f"{name}={k.labels[name]}" for name in HEALTH_LABELS if name in k.labels]
+    unhealthy = [f"{c.type}={c.status}" + (f" ({c.reason})" if c.reason else "") for c in k.conditions
+                 if (c.status != "True") == (c.type == "Ready")]
+    parts = [f"node {k.name}", *labels, *(f"taint {t}" for t in k.taints), *(f"condition {c}" for c in unhealthy)]
+    return "; ".join(parts)
+
+
+def kube_routing(k: KubeNode | None, routing: NodeRouting | None) -> NodeRouting | None:
+    """A label that asks for REPLACE or REBOOT is that verdict (RULES §7) when it asks for more than the logs."""
+    asked = LABEL_VERDICT.get(k.labels.get(HEALTH_LABEL, "")) if k else None
+    if k is None or asked is None or (routing is not None and STRENGTH[routing.verdict] >= STRENGTH[asked]):
+        return routing
+    return NodeRouting(verdict=asked, hardware=True,
+                       verdict_evidence=f"Kubernetes {k.name}: label {HEALTH_LABEL}={k.labels[HEALTH_LABEL]} → "
+                                        f"{asked} (the health agent's verdict on the EKS node, RULES §7)")
+
+
+def kube_rows(k: KubeNode | None, evidence: Evidence) -> list[GpuError]:
+    """A label asking for REPLACE/REBOOT is a row of the GPU errors table (no code), so the verdict shows it."""
+    label = k.labels.get(HEALTH_LABEL, "") if k else ""
+    if k is None or label not in LABEL_VERDICT:
+        return []
+    changed = [c.last_transition for c in k.conditions if c.last_transition]
+    return [GpuError(time=max(changed) if changed else evidence.now, code=None, class_="hardware",
+                     log_group=f"kubernetes {evidence.cluster.eks_cluster}", log_stream=f"node/{k.name}",
+                     message=f"{HEALTH_LABEL}={label}", source="hma",
+                     meaning="node health label set by the HyperPod health agent on the EKS node (RULES §7)")]
+
+
+def kube_disagreement(k: KubeNode | None, verdict: Verdict | None) -> str | None:
+    """The label and the logs tell different stories: said, never silently resolved."""
+    if k is None:
+        return None
+    label = k.labels.get(HEALTH_LABEL)
+    labelled = LABEL_VERDICT.get(label or "")
+    if verdict in ("REPLACE", "REBOOT") and labelled is None:
+        return (f"the EKS node {k.name} is labelled {HEALTH_LABEL}={label or '(absent)'}: the node's own health "
+                "status does not ask for it — the sources disagree")
+    if labelled is not None and verdict not in (labelled, "REPLACE"):
+        return f"the EKS node {k.name} is labelled {label} while the logs give {verdict or 'no verdict'}"
+    return None
+
+
 def memory_signal_rows(lines: Sequence[ParsedLine], start: datetime, end: datetime) -> list[GpuError]:
     """Non-Xid memory signals in the window are rows of the GPU errors table too (no code): a verdict they
     decide must show the line it rests on beside the Xids."""
@@ -279,9 +336,11 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
                 service_action: str | None) -> tuple[NodeResult, NodeRouting | None]:
     accelerated = is_accelerated(node, evidence)
     profile = evidence.profiles.get(node.instance_type or "")
+    kube = kube_node_of(node, evidence)
     gpu_errors = sorted([*collapse(lines, overrides, window_start, window_end),
                          *memory_signal_rows(lines, window_start, window_end),
-                         *hma_rows(lines, window_start, window_end)], key=lambda e: e.time)
+                         *hma_rows(lines, window_start, window_end), *kube_rows(kube, evidence)],
+                        key=lambda e: e.time)
     xids = node_xids(lines, window_end)
     reboots = reboot_times(node, evidence, lines)
     routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides,
@@ -289,7 +348,10 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
                                                                       else None)) if xids else None
     routing = memory_signal_routing(lines, reboots, routing)
     routing = hma_routing(lines, window_end, routing)
+    routing = kube_routing(kube, routing)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated)
+    if (disagreement := kube_disagreement(kube, verdict)) is not None:
+        evidence_text = f"{evidence_text}; {disagreement}" if evidence_text else disagreement
     efa = efa_text(node, profile)
     return NodeResult(
         instance_id=node.instance_id, instance_group=node.instance_group, instance_type=node.instance_type,
@@ -300,4 +362,4 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
         gpu_errors=gpu_errors,
         signals=signals(lines, profile.fabric_manager_expected if profile else False),
         efa=efa, nvswitch=profile.nvswitch if profile else "unverified (type unknown)",
-        service_action=service_action), routing
+        service_action=service_action, kubernetes=kube_text(kube) if kube else None), routing

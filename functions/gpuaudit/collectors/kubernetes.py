@@ -1,0 +1,131 @@
+"""The EKS cluster's own word about its nodes (issue #19): labels, taints and conditions from the Kubernetes API.
+
+Read-only by construction: `eks:DescribeCluster` for the endpoint and CA, a token made from the caller's own
+credentials the way `aws eks get-token` makes one (a presigned STS GetCallerIdentity naming the cluster), and
+plain HTTPS GETs of `/api/v1/nodes` (paginated with limit/continue). No write verb, no kubeconfig, no client
+library. A world's embedded backend answers the same paths through the session it wires (WorldBackend.attach).
+An unreachable or forbidden API is a gap naming the access entry that would allow the read, never healthy nodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import boto3
+from botocore.signers import RequestSigner
+
+from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.model.evidence import Evidence, Gap, KubeCondition, KubeNode, PlannedRead
+from gpuaudit.model.timeutil import parse_time
+
+NODES_PATH = "/api/v1/nodes"
+PAGE = 500
+MAX_PAGES = 100  # 50,000 nodes
+TOKEN_SECONDS = 60
+TIMEOUT_SECONDS = 10
+ACCESS = ("an EKS access entry for the auditor's role with the AmazonEKSViewPolicy access policy (read-only): "
+          "`aws eks create-access-entry --cluster-name {c} --principal-arn <role>` then `aws eks "
+          "associate-access-policy --cluster-name {c} --principal-arn <role> --policy-arn "
+          "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy --access-scope type=cluster`")
+PROVIDER_ID = re.compile(r"(i-[0-9a-f]{8,17})\b")
+
+
+class KubeApi(Protocol):
+    def get(self, path: str, query: dict[str, str]) -> dict[str, Any]:
+        """One GET; raises CallFailed (service "kubernetes") on an HTTP error or a timeout."""
+        ...
+
+
+KubeConnector = Callable[[str, str, str], KubeApi]  # (cluster name, endpoint, CA data) -> API
+
+
+def eks_token(session: boto3.Session, cluster: str, region: str) -> str:
+    """`aws eks get-token`: a presigned GetCallerIdentity URL carrying the cluster name, base64url, prefixed."""
+    sts = session.client("sts", region_name=region)
+    signer = RequestSigner(sts.meta.service_model.service_id, region, "sts", "v4",
+                           session.get_credentials(), session.events)
+    url = signer.generate_presigned_url(
+        {"method": "GET", "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
+         "body": {}, "headers": {"x-k8s-aws-id": cluster}, "context": {}},
+        region_name=region, expires_in=TOKEN_SECONDS, operation_name="")
+    return "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+class HttpsKubeApi:
+    """The cluster's API server over HTTPS, trusting only the cluster's own CA."""
+
+    def __init__(self, endpoint: str, ca_data: str, token: str) -> None:
+        self.endpoint, self.token = endpoint.rstrip("/"), token
+        self.context = ssl.create_default_context(cadata=base64.b64decode(ca_data).decode())
+
+    def get(self, path: str, query: dict[str, str]) -> dict[str, Any]:
+        url = f"{self.endpoint}{path}?{urllib.parse.urlencode(query)}"
+        request = urllib.request.Request(url, method="GET", headers={"Authorization": f"Bearer {self.token}",
+                                                                     "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=self.context) as response:
+                document: dict[str, Any] = json.loads(response.read())
+                return document
+        except urllib.error.HTTPError as err:
+            raise CallFailed("kubernetes", f"GET {path}", str(err.code), err.reason or "HTTP error") from None
+        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            raise CallFailed("kubernetes", f"GET {path}", "Timeout", str(err)) from None
+
+
+def connector_for(aws: Aws) -> KubeConnector:
+    """The world's API when the session is wired to one, else the cluster's real endpoint."""
+    embedded: KubeConnector | None = getattr(aws.session, "gpuaudit_kubernetes", None)
+    if embedded is not None:
+        return embedded
+    return lambda name, endpoint, ca: HttpsKubeApi(endpoint, ca, eks_token(aws.session, name, aws.region))
+
+
+def read_nodes(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+    """Every node of the EKS cluster; None and a gap naming the access that would allow it when not read."""
+    name = evidence.cluster.eks_cluster
+    if name is None:
+        return
+    unseen = f"node health labels of EKS cluster {name} not read: verdicts rest on the logs alone; needs " + \
+        ACCESS.format(c=name)
+    try:
+        described = aws.call("eks", "DescribeCluster", name=name)["cluster"]
+        api = connector_for(aws)(name, described.get("endpoint", ""),
+                                 (described.get("certificateAuthority") or {}).get("data", ""))
+        items: list[dict[str, Any]] = []
+        query = {"limit": str(PAGE)}
+        for _ in range(MAX_PAGES):
+            page = api.get(NODES_PATH, query)
+            items += page.get("items", [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            query = {"limit": str(PAGE), "continue": token}
+        else:
+            evidence.gaps.append(Gap(kind="truncated", service="kubernetes", operation=f"GET {NODES_PATH}",
+                                     target=name, unseen=f"more than {PAGE * MAX_PAGES} nodes: the rest not read"))
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap_for(unseen))
+        return
+    evidence.kube_nodes = [kube_node(item) for item in items]
+
+
+def kube_node(item: dict[str, Any]) -> KubeNode:
+    metadata, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
+    name = str(metadata.get("name", ""))
+    found = PROVIDER_ID.search(str(spec.get("providerID", ""))) or PROVIDER_ID.search(name)
+    return KubeNode(
+        name=name, instance_id=found.group(1) if found else None,
+        labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
+        taints=[f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in spec.get("taints") or []],
+        conditions=[KubeCondition(type=str(c.get("type")), status=str(c.get("status")), reason=c.get("reason"),
+                                  last_transition=parse_time(c["lastTransitionTime"])
+                                  if c.get("lastTransitionTime") else None)
+                    for c in status.get("conditions") or []])

@@ -1,0 +1,95 @@
+"""HyperPod EKS: the health agent's verdict from the cluster's own API (#19). Written from RULES §7 ("HMA
+XidHardwareFailure with a replace recommendation, or EKS label UnschedulablePendingReplacement" → REPLACE;
+"EKS label UnschedulablePendingReboot" → REBOOT) and the operator's question: "Kubernetes has this node tainted
+and pending replacement while SageMaker says Running — what do I do?"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuaudit.collectors import kubernetes
+from gpuaudit.model.result import Result
+from tests.helpers.worlds import ACCOUNT, REGION, HyperPodWorld, at, node_of
+
+SINCE, UNTIL = at(6), at(10)
+HEALTH = "sagemaker.amazonaws.com/node-health-status"
+EKS = "hp-eks-orchestrator"
+
+
+def eks_world(labels: list[str | None], fault: dict[str, Any] | None = None) -> HyperPodWorld:
+    """A HyperPod cluster orchestrated by EKS; node i of the GPU group carries node-health-status labels[i]."""
+    w = HyperPodWorld(gpu_nodes=len(labels), gpu_type="ml.p5.48xlarge")
+    w.described["Orchestrator"] = {"Eks": {"ClusterArn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/{EKS}"}}
+    for group in w.described["InstanceGroups"]:
+        group.pop("SlurmConfig", None)
+    w.cluster_metrics(at(-10), at(12, 25))
+    nodes = []
+    for node, label in zip(w.gpu, labels, strict=True):
+        node_labels = {"sagemaker.amazonaws.com/compute-type": "hyperpod"}
+        if label is not None:
+            node_labels[HEALTH] = label
+        unhealthy = label not in (None, "Schedulable")
+        nodes.append({
+            "metadata": {"name": f"hyperpod-{node.instance_id}", "labels": node_labels},
+            "spec": {"providerID": f"aws:///{REGION}a/{node.instance_id}",
+                     "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}] if unhealthy
+                     else []},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": at(-30)}]}})
+    w.raw["eks"] = {"clusters": [{"name": EKS, "endpoint": "https://example.gr7.us-west-2.eks.amazonaws.com",
+                                  "certificateAuthority": {"data": "LS0tLS1CRUdJTg=="},
+                                  "kubernetes": {"nodes": nodes}}]}
+    if fault:
+        w.raw.setdefault("faults", []).append(fault)
+    return w
+
+
+def audited(w: HyperPodWorld) -> Result:
+    return w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+
+
+def test_every_node_health_label_gives_its_rules_verdict() -> None:
+    labels = ["UnschedulablePendingReplacement", "UnschedulablePendingReboot", "Schedulable", "Unschedulable", None]
+    w = eks_world(labels)
+    result = audited(w)
+    got = {label: node_of(result, n.instance_id) for label, n in zip(labels, w.gpu, strict=True)}
+    assert {label: n.verdict for label, n in got.items()} == {
+        "UnschedulablePendingReplacement": "REPLACE", "UnschedulablePendingReboot": "REBOOT",
+        "Schedulable": None, "Unschedulable": None, None: None}
+    replace = got["UnschedulablePendingReplacement"]
+    assert f"{HEALTH}=UnschedulablePendingReplacement" in (replace.verdict_evidence or "")
+    assert replace.gpu_errors and replace.gpu_errors[0].log_stream == f"node/hyperpod-{w.gpu[0].instance_id}"
+    assert "taint node.kubernetes.io/unschedulable" in (replace.kubernetes or "")
+    assert f"{HEALTH}=Schedulable" in (got["Schedulable"].kubernetes or "")
+    assert not result.invariants_broken
+    assert f"Kubernetes: node hyperpod-{w.gpu[0].instance_id}" in result.report_markdown
+    assert any("batch-replace-cluster-nodes" in a and w.gpu[0].instance_id in a for a in result.actions)
+
+
+def test_a_label_that_disagrees_with_the_logs_is_said() -> None:
+    w = eks_world(["Schedulable"])
+    w.hma_detection(w.gpu[0], at(7, 3), code=79, reason="XidHardwareFailure", recommendation="Replace")
+    n = node_of(audited(w), w.gpu[0].instance_id)
+    assert n.verdict == "REPLACE"  # the logs decide; the disagreement is stated, not resolved silently
+    assert "the sources disagree" in (n.verdict_evidence or "")
+
+
+@pytest.mark.parametrize("error", ["Forbidden", "Unauthorized", "Timeout"])
+def test_an_unreadable_api_is_a_gap_naming_the_access_never_healthy_nodes(error: str) -> None:
+    w = eks_world(["UnschedulablePendingReplacement"],
+                  fault={"service": "kubernetes", "operation": "ListNodes", "error": error})
+    result = audited(w)
+    n = node_of(result, w.gpu[0].instance_id)
+    assert n.verdict is None and n.kubernetes is None  # no claim from a label that was not read
+    (gap,) = [g for g in result.visibility_gaps if "kubernetes" in g]
+    assert "AmazonEKSViewPolicy" in gap and EKS in gap
+
+
+def test_nodes_are_read_page_by_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kubernetes, "PAGE", 1)
+    labels = ["Schedulable", "UnschedulablePendingReboot", "Schedulable"]
+    w = eks_world(labels)
+    result = audited(w)
+    assert node_of(result, w.gpu[1].instance_id).verdict == "REBOOT"  # found on the second page
+    assert all(node_of(result, n.instance_id).kubernetes for n in w.gpu)
