@@ -93,3 +93,25 @@ def test_nodes_are_read_page_by_page(monkeypatch: pytest.MonkeyPatch) -> None:
     result = audited(w)
     assert node_of(result, w.gpu[1].instance_id).verdict == "REBOOT"  # found on the second page
     assert all(node_of(result, n.instance_id).kubernetes for n in w.gpu)
+
+
+def _with_deep_health(w: HyperPodWorld, statuses: list[str]) -> HyperPodWorld:
+    for group in w.described["InstanceGroups"]:  # the setting itself is set: only the labels decide P5
+        group["OnStartDeepHealthChecks"] = ["InstanceStress", "InstanceConnectivity"]
+    for node, status in zip(w.raw["eks"]["clusters"][0]["kubernetes"]["nodes"], statuses, strict=True):
+        node["metadata"]["labels"]["sagemaker.amazonaws.com/deep-health-check-status"] = status
+    return w
+
+
+def test_preflight_p5_reads_the_deep_health_check_labels() -> None:
+    def p5(w: HyperPodWorld) -> tuple[str, str]:
+        (check,) = [c for c in w.audit(w.cluster, mode="preflight").checks if c.id == "P5"]
+        return check.result, check.evidence
+
+    failed = p5(_with_deep_health(eks_world(["Schedulable", "Unschedulable"]), ["Passed", "Failed"]))
+    assert failed[0] == "RISK" and "deep-health-check-status=Failed" in failed[1] and "hyperpod-i-" in failed[1]
+    running = p5(_with_deep_health(eks_world(["Schedulable", "Unschedulable"]), ["Passed", "InProgress"]))
+    assert running[0] == "UNVERIFIED"
+    unread = p5(_with_deep_health(eks_world(["Schedulable"], fault={"service": "kubernetes", "operation": "ListNodes",
+                                                                    "error": "Forbidden"}), ["Failed"]))
+    assert unread[0] == "Not checked" and "not read" in unread[1]

@@ -57,7 +57,36 @@ def p5(ctx: Context) -> Check:
                               f"{ctx.ev.cluster.name} --instance-groups file://groups.json`)"))
         else:
             parts.append(Part("PASS", f"{grp.label}: `OnStartDeepHealthChecks` = {', '.join(checks)}"))
-    return combine("P5", parts)
+    return combine("P5", parts + _deep_health_labels(ctx))
+
+
+DEEP_HEALTH_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
+
+
+def _deep_health_labels(ctx: Context) -> list[Part]:
+    """HyperPod EKS: what the deep health checks concluded, as the nodes' labels say (issue #19)."""
+    if not ctx.ev.cluster.eks_cluster:
+        return []
+    if ctx.ev.kube_nodes is None:
+        return [Part("Not checked", f"the nodes of EKS cluster `{ctx.ev.cluster.eks_cluster}` were not read (see "
+                                    "visibility gaps): their deep-health-check labels are unknown",
+                     "Give the auditor's role an EKS access entry with AmazonEKSViewPolicy and re-run")]
+    by_status: dict[str, list[str]] = {}
+    for k in ctx.ev.kube_nodes:
+        if DEEP_HEALTH_LABEL in k.labels:
+            by_status.setdefault(k.labels[DEEP_HEALTH_LABEL], []).append(k.name)
+    failed, running = by_status.get("Failed", []), by_status.get("InProgress", [])
+    if failed:
+        return [Part("RISK", f"label `{DEEP_HEALTH_LABEL}=Failed` on {id_list(failed)}: these nodes failed their "
+                             "deep health check and take no work until HyperPod reboots or replaces them",
+                     f"Confirm NodeRecovery is Automatic or replace them: `aws sagemaker batch-replace-cluster-nodes "
+                     f"--cluster-name {ctx.ev.cluster.name} --node-ids <instance ids>`")]
+    if running:
+        return [Part("UNVERIFIED", f"deep health checks still running on {id_list(running)} "
+                                   f"(`{DEEP_HEALTH_LABEL}=InProgress`): 45–90 min is normal",
+                     "Re-run the pre-flight once they finish")]
+    return [Part("PASS", f"no node labelled `{DEEP_HEALTH_LABEL}=Failed` or `InProgress` among "
+                         f"{len(ctx.ev.kube_nodes)} Kubernetes node(s)")]
 
 
 def _coverage_text(n: NodeResult) -> str:
