@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpuaudit.model.evidence import LogGroupName
+from gpuaudit.model.evidence import FileSystemId, InstanceId, LogGroupName
 from gpuaudit.settings import MemberRole
 from infra.packaging import ROOT
 
@@ -55,6 +55,10 @@ class DeployConfig(BaseModel):
     xid_class_overrides: list[str] = Field(default_factory=list)  # CODE=CLASS, as the CLI's --xid-class
     # Per cluster, log groups to search beside those found by substring (the CLI's --log-group), e.g. a job's stdout.
     log_groups: dict[str, list[LogGroupName]] = Field(default_factory=dict)
+    # Per configured name, the scope the CLI takes as --instances and --filesystem: a self-managed fleet's instance
+    # IDs (the name is then its label), and FSx for Lustre file systems audited with it.
+    instances: dict[str, list[InstanceId]] = Field(default_factory=dict)
+    file_systems: dict[str, list[FileSystemId]] = Field(default_factory=dict)
     # Per cluster in a member account: the read-only role its collectors assume (infra/cross_account.py there).
     member_roles: dict[str, MemberRole] = Field(default_factory=dict)
 
@@ -64,7 +68,8 @@ class DeployConfig(BaseModel):
             raise ValueError("configure `clusters` (names) or `discover: true` (tag-based discovery)")
         if self.discovery_tag and not self.discover:
             raise ValueError("`discovery_tag` needs `discover: true`")
-        for key, named in (("log_groups", self.log_groups), ("member_roles", self.member_roles)):
+        for key, named in (("log_groups", self.log_groups), ("member_roles", self.member_roles),
+                           ("instances", self.instances), ("file_systems", self.file_systems)):
             unknown = sorted(set(named) - set(self.clusters)) if not self.discover else []
             if unknown:
                 raise ValueError(f"`{key}` names clusters that are not configured: {', '.join(unknown)}")

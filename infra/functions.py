@@ -91,6 +91,8 @@ class AuditFunctions(Construct):
         specific = {
             "Plan": {"FINDINGS_TABLE": store.table.table_name, "GPUAUDIT_CLUSTERS": json.dumps(config.clusters),
                      "GPUAUDIT_LOG_GROUPS": json.dumps(config.log_groups),
+                     "GPUAUDIT_INSTANCES": json.dumps(config.instances),
+                     "GPUAUDIT_FILE_SYSTEMS": json.dumps(config.file_systems),
                      "GPUAUDIT_DISCOVER": str(config.discover).lower(),
                      "GPUAUDIT_DISCOVERY_TAG": f"{config.discovery_tag.key}={config.discovery_tag.value}"
                      if config.discovery_tag else ""},

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
+from handlers.models import ScheduledEvent
+from handlers.targets import PlanSettings, plan_for
 
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
+from infra.config import DeployConfig
 from tests.helpers.worlds import INSTANCE_TYPES, WorldBuilder, at, cli_audit, node_of
 
 GROUP = "/aws/training-pipeline/kernel"  # a customer pipeline, found by the `kernel` substring
@@ -91,3 +97,26 @@ def test_cli_instances_without_cluster_and_bad_scope_inputs(tmp_path: Path) -> N
     assert code == 2 and "--cluster is required unless --instances or --filesystem is given" in out
     code, out = _cli(tmp_path, "--instances", f"{LIVE},i-0abc")
     assert code == 2 and "--instances[1]" in out and "i-0abc" in out
+
+
+def test_cdk_json_entries_carry_the_same_scope_to_every_planned_audit() -> None:
+
+
+
+    config = DeployConfig(clusters=["train-fleet", "llm-pretrain"], instances={"train-fleet": [LIVE, GONE]},
+                          file_systems={"llm-pretrain": ["fs-0123456789abcdef0"]})
+    settings = PlanSettings.from_env({"GPUAUDIT_CLUSTERS": json.dumps(config.clusters),
+                                      "GPUAUDIT_INSTANCES": json.dumps(config.instances),
+                                      "GPUAUDIT_FILE_SYSTEMS": json.dumps(config.file_systems)})
+    event: dict[str, Any] = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events",
+                             "time": "2026-10-01T12:00:00Z", "id": "e1", "account": "111122223333",
+                             "region": "us-west-2", "resources": [], "detail": {}}
+    plan = plan_for(ScheduledEvent.model_validate(event), settings, aws=None)  # type: ignore[arg-type]
+    got = {t.request.cluster: (t.request.instance_ids, t.request.file_system_ids) for t in plan.targets}
+    assert got == {"train-fleet": ([LIVE, GONE], []), "llm-pretrain": ([], ["fs-0123456789abcdef0"])}
+    with pytest.raises(ValueError, match="not configured: other"):
+        DeployConfig(clusters=["train-fleet"], instances={"other": [LIVE]})
+    with pytest.raises(ValueError):
+        DeployConfig(clusters=["train-fleet"], instances={"train-fleet": ["i-0abc"]})
+    with pytest.raises(ValueError):
+        DeployConfig(clusters=["train-fleet"], file_systems={"train-fleet": ["fs-XYZ"]})

@@ -15,7 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import PCLUSTER_TAG
 from gpuaudit.domain.window import scheduled_window
-from gpuaudit.model.evidence import FAILED_CLUSTER_STATES, AuditRequest, LogGroupName, Mode
+from gpuaudit.model.evidence import (
+    FAILED_CLUSTER_STATES,
+    AuditRequest,
+    FileSystemId,
+    InstanceId,
+    LogGroupName,
+    Mode,
+)
 from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
@@ -38,8 +45,10 @@ class PlanSettings(BaseModel):
     discover: bool = False
     discovery_tag: DiscoveryTag | None = None
     log_groups: dict[str, list[LogGroupName]] = Field(default_factory=dict)  # per cluster, named log sources
+    instances: dict[str, list[InstanceId]] = Field(default_factory=dict)  # per name, a self-managed fleet's IDs
+    file_systems: dict[str, list[FileSystemId]] = Field(default_factory=dict)  # per name, FSx file systems
 
-    @field_validator("clusters", "log_groups", mode="before")
+    @field_validator("clusters", "log_groups", "instances", "file_systems", mode="before")
     @classmethod
     def _json(cls, value: object) -> object:
         return json.loads(value) if isinstance(value, str) else value
@@ -51,12 +60,15 @@ class PlanSettings(BaseModel):
         return cls(clusters=environ.get("GPUAUDIT_CLUSTERS", "[]"),  # type: ignore[arg-type]
                    discover=environ.get("GPUAUDIT_DISCOVER", "false").lower() == "true",
                    discovery_tag=DiscoveryTag(key=key, value=value) if key else None,
-                   log_groups=environ.get("GPUAUDIT_LOG_GROUPS", "{}"))  # type: ignore[arg-type]
+                   log_groups=environ.get("GPUAUDIT_LOG_GROUPS", "{}"),  # type: ignore[arg-type]
+                   instances=environ.get("GPUAUDIT_INSTANCES", "{}"),  # type: ignore[arg-type]
+                   file_systems=environ.get("GPUAUDIT_FILE_SYSTEMS", "{}"))  # type: ignore[arg-type]
 
     def request(self, cluster: str, mode: Mode, since: datetime, until: datetime) -> AuditRequest:
-        """One audit of a configured cluster, with the log groups configured for it."""
+        """One audit of a configured cluster, with the log groups, instances and file systems configured for it."""
         return AuditRequest(cluster=cluster, mode=mode, since=since, until=until,
-                            log_groups=self.log_groups.get(cluster, []))
+                            log_groups=self.log_groups.get(cluster, []), instance_ids=self.instances.get(cluster, []),
+                            file_system_ids=self.file_systems.get(cluster, []))
 
 
 def to_minute(value: datetime) -> datetime:
