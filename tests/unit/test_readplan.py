@@ -35,8 +35,14 @@ def test_each_mode_reads_what_its_rules_need_in_one_order() -> None:
     assert sequence(hp.model_copy(update={"mode": "coverage"})) == ["cluster-events"]
     assert sequence(pc.model_copy(update={"mode": "coverage"})) == []
     # incident: the timeline sources (RULES §5) and the branches' evidence (RULES §8 B, C, E)
+    # and the incident questions beside them (#21): a replacement's capacity and IPs, the EFA security group of
+    # a hang, idle reserved GPUs — the training plan read on HyperPod, the EC2-only sources not
     assert sequence(pc.model_copy(update={"mode": "incident"})) == [
-        "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx"]
+        "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
+        "instance-network", "training-plans", "security-groups", "subnets", "gpu-activity"]
+    assert sequence(hp.model_copy(update={"mode": "incident"})) == [
+        "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
+        "training-plans", "security-groups", "subnets"]
     # pre-flight on HyperPod: no EC2-only source (the nodes are not the account's EC2 instances)
     hp_reads = sequence(hp)
     assert hp_reads[:2] == ["cluster-events", "capacity-reservations"]

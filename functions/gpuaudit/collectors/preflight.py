@@ -39,7 +39,7 @@ from gpuaudit.model.evidence import (
     SubnetInfo,
     TrainingPlanInfo,
 )
-from gpuaudit.model.timeutil import floor_hour, parse_time
+from gpuaudit.model.timeutil import floor_hour, hours_between, parse_time
 
 IDLE_BELOW = 5.0  # percent, as reported (RULES §0.6, §8 idle reserved GPUs)
 
@@ -385,23 +385,37 @@ def _gpu_activity(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                       if any(d.get("Name") == "GpuId" for d in m.get("Dimensions", []))]
             if not series:
                 out.append(GpuActivity(instance_id=n.instance_id, metric=GPU_POWER, gpus=0, start=start, end=end,
-                                       hours_observed=0, idle_hours=0))
+                                       hours_observed=0, idle_hours=0,
+                                       hours_in_span=len(hours_between(start, end))))
                 continue
             data = aws.call("cloudwatch", "GetMetricData", StartTime=start, EndTime=end, MetricDataQueries=[
                 {"Id": f"g{i}", "MetricStat": {"Metric": {"Namespace": "AWS/EC2", "MetricName": GPU_POWER,
                                                           "Dimensions": m["Dimensions"]},
                                                "Period": 3600, "Stat": "Maximum"}} for i, m in enumerate(series)])
-            hours: dict[datetime, list[float]] = defaultdict(list)
-            for r in data.get("MetricDataResults", []):
-                for t, v in zip(r.get("Timestamps", []), r.get("Values", []), strict=False):
-                    hours[floor_hour(t)].append(float(v))
-            out.append(GpuActivity(instance_id=n.instance_id, metric=GPU_POWER, gpus=len(series), start=start, end=end,
-                                   hours_observed=len(hours),
-                                   idle_hours=sum(1 for v in hours.values() if max(v) < IDLE_BELOW)))
+            out.append(_activity(n.instance_id, series, data.get("MetricDataResults", []), start, end))
     except CallFailed as failed:
         evidence.gaps.append(failed.gap_for("GPU activity of reserved nodes not read"))
         return
     evidence.gpu_activity = out
+
+
+def _activity(instance_id: str, series: list[dict[str, Any]], results: list[dict[str, Any]], start: datetime,
+              end: datetime) -> GpuActivity:
+    """Hourly maxima per GpuId → idle, busy and missing hours. A GPU with no datapoint in an hour leaves that hour
+    missing unless another GPU was busy: a missing value is never read as idle (RULES §0.2)."""
+    per_hour: dict[datetime, dict[str, float]] = defaultdict(dict)
+    gpu_ids = [next((d["Value"] for d in m["Dimensions"] if d.get("Name") == "GpuId"), str(i))
+               for i, m in enumerate(series)]
+    for r in results:
+        index = int(str(r.get("Id", "g0"))[1:] or 0)
+        for t, v in zip(r.get("Timestamps", []), r.get("Values", []), strict=False):
+            hour = per_hour[floor_hour(t)]
+            hour[gpu_ids[index]] = max(float(v), hour.get(gpu_ids[index], float(v)))
+    busy = sum(1 for v in per_hour.values() if max(v.values()) >= IDLE_BELOW)
+    idle = sum(1 for v in per_hour.values() if len(v) == len(gpu_ids) and max(v.values()) < IDLE_BELOW)
+    return GpuActivity(instance_id=instance_id, metric=GPU_POWER, gpus=len(series), start=start, end=end,
+                       hours_observed=len(per_hour), idle_hours=idle, busy_hours=busy,
+                       hours_in_span=len(hours_between(start, end)), gpu_ids=gpu_ids)
 
 
 READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {

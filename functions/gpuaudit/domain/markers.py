@@ -9,6 +9,8 @@ from __future__ import annotations
 XID_MARKER = "NVRM"  # `NVRM: Xid …` and the driver's own lines (version, load)
 HMA_MARKER = "HealthMonitoringAgentDetectionEvent"
 NCCL_MARKER = "NCCL (INFO|WARN)"
+# A collective that hung: PyTorch's NCCL watchdog line, and NCCL's own timeout (RULES §8 D, a hang).
+NCCL_TIMEOUT_MARKERS = ("collective operation timeout", "NCCL timeout")
 FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager")
 # ParallelCluster / HyperPod lifecycle strings of RULES §8 that decide between hardware, capacity and bootstrap.
 LIFECYCLE_MARKERS = ("InsufficientInstanceCapacity", "bootstrap failure", "Node bootstrap error", "protected mode",
@@ -19,7 +21,7 @@ FALLEN_OFF_BUS_MARKER = "fallen off the bus"
 # nvidia-smi / driver memory health lines of RULES §6 (row remapping, SRAM, page retirement).
 MEMORY_MARKERS = ("infoROM is corrupted", "Remapping Failure Occurred", "SRAM Threshold Exceeded",
                   "Unrepairable Memory", "Pending Page Blacklist", "Repair Pending")
-GPU_LINE_MARKERS = (XID_MARKER, HMA_MARKER, NCCL_MARKER, *FABRIC_MANAGER_MARKERS, *LIFECYCLE_MARKERS,
+GPU_LINE_MARKERS = (XID_MARKER, HMA_MARKER, NCCL_MARKER, *NCCL_TIMEOUT_MARKERS, *FABRIC_MANAGER_MARKERS, *LIFECYCLE_MARKERS,
                     *MEMORY_MARKERS, FALLEN_OFF_BUS_MARKER)
 # HyperPod lifecycle-script and deep-health-check streams: their error lines are read whatever they say.
 HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")

@@ -42,6 +42,10 @@ GPU_POWER = "GPUPowerUtilization"
 PREFLIGHT_SOURCES: tuple[ReadSource, ...] = (
     "instance-network", "training-plans", "extension-offerings", "security-groups", "subnets", "route-tables",
     "alarms", "event-rules", "quotas", "file-systems", "gpu-activity")
+# Incident questions beside the branches: what a replacement needs (a plan's spare, free IPs), the EFA security
+# group of a hang, and idle reserved GPUs in the window (RULES §8 A, B, D, idle reserved GPUs).
+INCIDENT_SOURCES: tuple[ReadSource, ...] = ("instance-network", "training-plans", "security-groups", "subnets",
+                                            "gpu-activity")
 # HyperPod nodes are not EC2 instances of the account: their interfaces, route tables and EC2 metrics are not read.
 EC2_ONLY: frozenset[ReadSource] = frozenset({"instance-network", "route-tables", "gpu-activity"})
 
@@ -56,6 +60,7 @@ def sources_for(evidence: Evidence) -> list[ReadSource]:
         out.append("capacity-reservations")
     if evidence.mode == "incident":
         out += ["cloudtrail", "health", "instance-status", "fsx"]
+        out += [s for s in INCIDENT_SOURCES if not (hyperpod and s in EC2_ONLY)]
     elif evidence.mode == "coverage" and evidence.named_file_systems:
         out.append("fsx")  # `--filesystem`: details, maintenance window and saturation in every mode
     if evidence.mode == "preflight":
@@ -90,6 +95,9 @@ def plan(source: ReadSource, ev: Evidence, request: AuditRequest) -> PlannedRead
         case "file-systems":
             return PlannedRead(source=source, reason="storage headroom over the last similar run (RULES §10 P8)",
                                start=last_run[0], end=last_run[1], names=list(FSX_SATURATION))
+        case "gpu-activity" if ev.mode == "incident":
+            return PlannedRead(source=source, reason="idle reserved GPU hours in the window (RULES §8)",
+                               start=floor_hour(ev.window.start), end=min(ev.window.end, ev.now), names=[GPU_POWER])
         case "gpu-activity":
             return PlannedRead(source=source, reason="idle reserved GPU hours (RULES §8, §10 P9)",
                                start=floor_hour(last_run[0]), end=last_run[1], names=[GPU_POWER])

@@ -441,8 +441,11 @@ class GpuActivity(Frozen):
     gpus: int
     start: datetime
     end: datetime
-    hours_observed: int
-    idle_hours: int
+    hours_observed: int  # hours with at least one datapoint
+    idle_hours: int  # every GPU reported, and every GPU stayed below 5 %
+    busy_hours: int = 0  # at least one GPU at or above 5 %
+    hours_in_span: int = 0  # the hours the read asked for: the rest of them are missing, never idle or busy
+    gpu_ids: list[str] = Field(default_factory=list)
 
 
 QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-hours", "gpu-lines"]

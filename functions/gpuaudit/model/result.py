@@ -129,6 +129,30 @@ class Check(Out):
     action: str | None = None
 
 
+FindingStepStatus = Literal["Blocked", "Cleared", "Measured", "Not observable", "Not checked", "Not applicable"]
+
+
+class FindingStep(Out):
+    """One thing an incident finding checked, in the order it checked it, with the evidence it read."""
+
+    name: str
+    status: FindingStepStatus
+    evidence: str
+
+
+class Finding(Out):
+    """An incident question answered beside the branches (why no replacement, idle reserved GPUs, a hang with idle
+    GPUs): the answer, its label, and every step checked — the one that decided it and the ones cleared or not
+    checked."""
+
+    id: str
+    question: str
+    answer: str
+    label: CauseLabel | None = None
+    steps: list[FindingStep] = Field(default_factory=list)
+    action: str | None = None
+
+
 class TimelineEntry(Out):
     time: datetime
     source: str
@@ -154,6 +178,7 @@ class Result(Out):
     nodes: list[NodeResult] = Field(default_factory=list)
     branches: list[Branch] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)  # incident mode: questions answered beside the branches
     ready: Readiness | None = None
     planned_run: str | None = None  # preflight: "<hours> h from <start>" or the defaults evaluated
     timeline: list[TimelineEntry] = Field(default_factory=list)

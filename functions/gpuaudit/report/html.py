@@ -570,6 +570,17 @@ def _branches(r: Result) -> str:
             + _table(("Branch", "Status", "Label", "Evidence", "Confirming measurement"), rows))
 
 
+def _findings(r: Result) -> str:
+    out = []
+    for f in r.findings:
+        rows = [(_e(s.name), _e(s.status), _prose(s.evidence)) for s in f.steps]
+        out.append(f"<h2>{_e(f.question)}</h2><p><b>{_prose(f.answer)}</b>"
+                   + (f" — {_e(f.label)}" if f.label else "") + "</p>"
+                   + (_table(("Step", "Status", "Evidence"), rows) if rows else "")
+                   + (f"<p>Action (not executed): {_prose(f.action)}</p>" if f.action else ""))
+    return "".join(out)
+
+
 def _lists(r: Result) -> str:
     state = "".join(f"<li>{_prose(s)}</li>" for s in r.cluster_state) or "<li>not read</li>"
     services = "".join(f"<li><code>{_e(n.instance_id)}</code>: {_prose(n.service_action)}</li>"
@@ -591,7 +602,7 @@ def render_html(result: Result) -> str:
     body = (_header(r) + _verdict(r)
             + "<h2>GPU error log coverage, hour by hour</h2>" + heatmap(r) + _node_verdicts(r)
             + _checks(r) + _timeline(r) + _capability(r) + _coverage_table(r) + _errors(r)
-            + _branches(r) + _lists(r))
+            + _branches(r) + _findings(r) + _lists(r))
     page = ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -118,6 +118,13 @@ def render(result: Result) -> str:
         lines += ["", "| Branch | Status | Label | Evidence | Confirming measurement |", "|---|---|---|---|---|"]
         lines += [f"| {b.branch} — {BRANCH_NAMES[b.branch]} | {b.status} | {_cell(b.label)} | {_cell(b.evidence)} | "
                   f"{_cell(b.confirming_measurement)} |" for b in r.branches]
+    for f in r.findings:
+        lines += ["", f"## {md_inline(f.question)}", "",
+                  f"**{md_inline(f.answer)}**" + (f" — {f.label}" if f.label else ""), "",
+                  "| Step | Status | Evidence |", "|---|---|---|"]
+        lines += [f"| {_cell(s.name)} | {s.status} | {_cell(s.evidence)} |" for s in f.steps]
+        if f.action:
+            lines += ["", f"Action (not executed): {md_inline(f.action)}"]
     services = [f"- {md_code(n.instance_id)}: {md_inline(n.service_action)}" for n in r.nodes if n.service_action]
     lines += ["", "## Cluster state", ""]
     lines += [f"- {md_inline(s)}" for s in r.cluster_state] or ["- not read"]

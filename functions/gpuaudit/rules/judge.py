@@ -19,6 +19,7 @@ from gpuaudit.model.result import (
     Call,
     Check,
     ClusterRef,
+    Finding,
     NodeResult,
     Readiness,
     Result,
@@ -28,6 +29,7 @@ from gpuaudit.model.result import (
 )
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import branches as branch_rules
+from gpuaudit.rules import findings as finding_rules
 from gpuaudit.rules import preflight as preflight_rules
 from gpuaudit.rules.bootstrap import BootstrapFailure, bootstrap_failure, host_ip
 from gpuaudit.rules.consistency import check_consistency
@@ -164,8 +166,12 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     branch_actions: list[str] = []
     checks: list[Check] = []
     ready: Readiness | None = None
+    findings: list[Finding] = []
     if evidence.mode == "incident":
         branches, branch_headline, branch_actions = branch_rules.assess(judged)
+        findings = finding_rules.assess(judged, branches)
+        branch_headline = finding_rules.headline_with(branch_headline, findings)
+        branch_actions += [f.action for f in findings if f.action and (f.label or f.id == "idle-reserved-gpus")]
     if evidence.mode == "preflight":
         checks, ready = preflight_rules.assess(judged, config)
         actions += [f"{c.id}: {c.action}" for c in checks if c.action and c.result in ("FAIL", "RISK", "UNVERIFIED")]
@@ -181,7 +187,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,
                          padded_start=pad.start, padded_end=pad.end),
         generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
-        checks=checks, ready=ready,
+        checks=checks, findings=findings, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
         timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
         visibility_gaps=gaps, actions=_unique(actions + branch_actions),

@@ -39,7 +39,7 @@ BOOTSTRAP_FAILED = re.compile(r"Found the following bootstrap failure nodes|Node
                               r"bootstrap failure")
 
 
-def _self_rule(sg: SecurityGroupInfo, rules: list[SgRule]) -> bool:
+def self_rule(sg: SecurityGroupInfo, rules: list[SgRule]) -> bool:
     """An all-traffic rule naming the group itself (EFA needs one inbound and one outbound)."""
     return any(r.protocol == "-1" and sg.group_id in r.group_ids for r in rules)
 
@@ -60,7 +60,7 @@ def _efa_types(ctx: Context) -> tuple[list[str], list[str]]:
     return efa, unknown
 
 
-def _sg_sets(ctx: Context) -> tuple[list[tuple[str, list[SecurityGroupInfo]]], str | None]:
+def sg_sets(ctx: Context) -> tuple[list[tuple[str, list[SecurityGroupInfo]]], str | None]:
     """Security groups per place (the cluster's VpcConfig, or each EC2 compute node), or the unread call."""
     ev = ctx.ev
     if ev.security_groups is None:
@@ -83,7 +83,7 @@ def _sg_sets(ctx: Context) -> tuple[list[tuple[str, list[SecurityGroupInfo]]], s
     return [(f"nodes {id_list(nodes)}", [by_id[i] for i in ids if i in by_id]) for ids, nodes in sets.items()], None
 
 
-def _sg_names(sgs: list[SecurityGroupInfo]) -> str:
+def sg_names(sgs: list[SecurityGroupInfo]) -> str:
     return ", ".join(f"`{g.group_id}` ({g.group_name})" if g.group_name else f"`{g.group_id}`" for g in sgs) or "none"
 
 
@@ -96,15 +96,15 @@ def p7(ctx: Context) -> Check:
                                                                + " ".join(unknown) + "`")
         return make_check("P7", "PASS", "not applicable: no accelerated type of the cluster supports EFA ("
                           + ", ".join(sorted({g.instance_type or '?' for g in ctx.groups})) + ")")
-    sets, unread = _sg_sets(ctx)
+    sets, unread = sg_sets(ctx)
     parts: list[Part] = []
     if unread:
         parts.append(Part("Not checked", f"EFA security group rules: {unread}", f"Re-run with read access: {unread}"))
     for where, sgs in sets:
-        inbound = [g for g in sgs if _self_rule(g, g.ingress)]
-        outbound = [g for g in sgs if _self_rule(g, g.egress)]
+        inbound = [g for g in sgs if self_rule(g, g.ingress)]
+        outbound = [g for g in sgs if self_rule(g, g.egress)]
         opened = [g for g in sgs if _open_egress(g)]
-        names = _sg_names(sgs)
+        names = sg_names(sgs)
         if not inbound:
             target = sgs[0].group_id if sgs else "<sg>"
             parts.append(Part("FAIL", f"{where}: security groups {names} — no self-referencing all-traffic inbound "
@@ -114,18 +114,18 @@ def p7(ctx: Context) -> Check:
                               f"'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={target}}}]'`"))
         elif not outbound and not opened:
             parts.append(Part("FAIL", f"{where}: security groups {names} — self-referencing inbound rule on "
-                                      f"{_sg_names(inbound)}, but no outbound rule reaching the group",
+                                      f"{sg_names(inbound)}, but no outbound rule reaching the group",
                               f"Add an all-traffic outbound rule to the group itself on {inbound[0].group_id}: "
                               f"`aws ec2 authorize-security-group-egress --group-id {inbound[0].group_id} "
                               f"--ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={inbound[0].group_id}}}]'`"))
         elif not outbound:
             note = " (on HyperPod this is a RISK: see P15)" if ctx.hyperpod else ""
-            parts.append(Part("PASS", f"{where}: self-referencing all-traffic inbound rule on {_sg_names(inbound)}; "
+            parts.append(Part("PASS", f"{where}: self-referencing all-traffic inbound rule on {sg_names(inbound)}; "
                                       f"outbound to the group only through all traffic to 0.0.0.0/0 on "
-                                      f"{_sg_names(opened)}{note}"))
+                                      f"{sg_names(opened)}{note}"))
         else:
-            parts.append(Part("PASS", f"{where}: self-referencing all-traffic rule inbound ({_sg_names(inbound)}) "
-                                      f"and outbound ({_sg_names(outbound)})"))
+            parts.append(Part("PASS", f"{where}: self-referencing all-traffic rule inbound ({sg_names(inbound)}) "
+                                      f"and outbound ({sg_names(outbound)})"))
     parts += _efa_width(ctx, efa)
     return combine("P7", parts)
 
@@ -211,7 +211,7 @@ def p12(ctx: Context) -> Check:
 
 
 
-def _need_per_node(ctx: Context, grp: GpuGroup) -> tuple[int, int, str]:
+def need_per_node(ctx: Context, grp: GpuGroup) -> tuple[int, int, str]:
     """(IPs, network interfaces, how they were found) one replacement node of the group needs."""
     profile = ctx.ev.profiles.get(grp.instance_type or "")
     efa = (profile.max_efa_interfaces or 0) if profile and profile.efa_supported else 0
@@ -243,7 +243,7 @@ def p14(ctx: Context) -> Check:
     if not subnets:
         return make_check("P14", "UNVERIFIED", "no subnet of the cluster's compute nodes is known",
                           "Name the compute subnets and check `AvailableIpAddressCount`")
-    needs = [(g, *_need_per_node(ctx, g)) for g in ctx.groups]
+    needs = [(g, *need_per_node(ctx, g)) for g in ctx.groups]
     grp, ips, enis, how = max(needs, key=lambda x: x[1])
     free = ", ".join(f"`{s.subnet_id}` ({s.availability_zone}) {s.available_ips} free IPs" for s in subnets)
     parts = []
@@ -259,7 +259,7 @@ def p14(ctx: Context) -> Check:
         parts.append(Part("Not checked", f"ENI quota L-DF5E4CA3 not read{why} — `aws service-quotas get-service-quota "
                                          "--service-code vpc --quota-code L-DF5E4CA3`", "Re-run with read access"))
     else:
-        per_group = [(g, _need_per_node(ctx, g)[1]) for g in ctx.groups]
+        per_group = [(g, need_per_node(ctx, g)[1]) for g in ctx.groups]
         used = sum(e * max(g.size, 1) for g, e in per_group) + sum(
             1 for n in ev.nodes if not any(n.instance_id in g.node_ids for g in ctx.groups))
         need = used + enis
@@ -283,22 +283,22 @@ def p15(ctx: Context) -> Check:
             return make_check("P15", "UNVERIFIED", f"EFA support of {', '.join(unknown)} unknown",
                               "`aws ec2 describe-instance-types`")
         return make_check("P15", "PASS", "not applicable: no EFA instance type in the cluster")
-    sets, unread = _sg_sets(ctx)
+    sets, unread = sg_sets(ctx)
     if unread:
         return make_check("P15", "Not checked", f"outbound rules: {unread}", f"Re-run with read access: {unread}")
     where, sgs = sets[0]
-    outbound = [g for g in sgs if _self_rule(g, g.egress)]
+    outbound = [g for g in sgs if self_rule(g, g.egress)]
     opened = [g for g in sgs if _open_egress(g)]
     if outbound:
-        return make_check("P15", "PASS", f"{where}: outbound self-referencing all-traffic rule on {_sg_names(outbound)}")
+        return make_check("P15", "PASS", f"{where}: outbound self-referencing all-traffic rule on {sg_names(outbound)}")
     target = (opened or sgs)[0].group_id if (opened or sgs) else "<sg>"
     action = (f"Add an all-traffic outbound rule from {target} to itself: `aws ec2 authorize-security-group-egress "
               f"--group-id {target} --ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={target}}}]'`")
     if opened:
-        return make_check("P15", "RISK", f"{where}: {_sg_names(opened)} allow(s) outbound all traffic to 0.0.0.0/0 instead "
+        return make_check("P15", "RISK", f"{where}: {sg_names(opened)} allow(s) outbound all traffic to 0.0.0.0/0 instead "
                                          "of a self-referencing rule — documented to fail HyperPod EFA health checks",
                           action)
-    return make_check("P15", "RISK", f"{where}: no outbound rule reaching the group on {_sg_names(sgs)} (see P7)", action)
+    return make_check("P15", "RISK", f"{where}: no outbound rule reaching the group on {sg_names(sgs)} (see P7)", action)
 
 
 def _route_table(ctx: Context, subnet_id: str, vpc_id: str | None) -> RouteTableInfo | None:
