@@ -53,7 +53,8 @@ def log_window(evidence: Evidence) -> LogWindow:
     lifetime = lifetime_start(evidence.nodes, pad.start, KERNEL_LOOKBACK)
     return LogWindow(padded_start=pad.start, padded_end=pad.end, lifetime_start=lifetime,
                      gpu_start=min(pad.start, evidence.window.start - TIMELINE_MARGIN), gpu_end=pad.end,
-                     deep_kernel_start=deep_kernel_start(evidence.nodes, lifetime, KERNEL_DEEP_LOOKBACK))
+                     deep_kernel_start=deep_kernel_start(evidence.nodes, lifetime, KERNEL_DEEP_LOOKBACK),
+                     boot_lines=evidence.mode != "coverage")
 
 
 def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheState | None = None,
@@ -95,6 +96,7 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
         "kernel_streams": logs.kernel_streams, "stream_activity": logs.stream_activity,
         "listed_streams": logs.listed_streams, "silent_streams": logs.silent_streams, "gpu_lines": logs.gpu_lines,
         "control_streams": control,
+        "boot_lines": logs.boot_lines,
         "queries": logs.queries, "gaps": gaps})
     controlplane.collect(aws, evidence, request)
     return evidence

@@ -5,6 +5,9 @@ Per batch of at most 50 groups, three queries, never one per node:
   stream-summary  all lines binned by stream and hour over the padded window, then folded to one
                   row per stream (live hours, first/last event)                               (a)
   gpu-lines       NVRM / HMA / NCCL / Fabric Manager lines in the window
+  boot-lines      only for nodes whose window held no Fabric Manager start or driver banner: those boot-time
+                  lines in the nodes' own streams from their launch (at most the kernel lookback) to the
+                  window, newest first, at most BOOT_ROWS rows
 Then `stream-hours` detail queries, only for node streams that were not live in every hour (healthy
 nodes cost nothing extra), packed by group into queries of at most 10,000 (stream, hour) rows and
 `QUERY_CHAR_BUDGET` characters. Every query is started within the audit's concurrency budget
@@ -26,7 +29,8 @@ from pydantic import BaseModel, ConfigDict
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import node_from_log_stream
 from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, QuerySlots, pack
-from gpuaudit.domain.markers import gpu_lines_query
+from gpuaudit.domain.capability import accelerated_by_family, nvswitch_class
+from gpuaudit.domain.markers import DRIVER_BANNER, FABRIC_MANAGER_STARTED, boot_lines_query, gpu_lines_query
 from gpuaudit.domain.streams import (
     HMA_PREFIX,
     HYPERPOD_NODE_STREAM,
@@ -98,6 +102,7 @@ class LogEvidence:
     hma_streams: list[str] | None
     listed_streams: list[ListedStream]
     silent_streams: list[ListedStream]
+    boot_lines: list[GpuLine]
 
 
 def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap],
@@ -356,6 +361,9 @@ class LogWindow(BaseModel):
     gpu_end: datetime
     # Full reads only: how far back nodes older than lifetime_start are looked up when no kernel stream names them.
     deep_kernel_start: datetime | None = None
+    # Incident and pre-flight reads only: boot-time lines are searched from lifetime_start (RULES §2, §10 P11); the
+    # hourly coverage audit, the one that runs unattended, does not pay for them.
+    boot_lines: bool = False
 
 
 class BatchEvidence(BaseModel):
@@ -368,6 +376,7 @@ class BatchEvidence(BaseModel):
     queries: list[QueryRecord]
     gaps: list[Gap]
     listed: list[ListedStream] = []  # DescribeLogStreams, only when the kernel or summary query failed
+    boot_lines: list[GpuLine] = []  # boot-time lines from before the GPU-lines window (boot-lines query)
 
 
 def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bool:
@@ -447,8 +456,53 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     activity = [_with_hours(a, detail.get(key), key in unread) if key in need_detail else a
                 for key, a in sorted(summary.items())]
     listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
+    boot = _boot_lines(runner, batch, node_index, nodes, gpu_lines, win) if "gpu" not in unanswered else []
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
-                         queries=runner.records, gaps=gaps, listed=listed)
+                         queries=runner.records, gaps=gaps, listed=listed, boot_lines=boot)
+
+
+BOOT_ROWS = 1_000  # newest boot-time lines kept per query: a node boots a few times, each boot logs a few lines
+
+
+def lacking_boot_lines(nodes: list[NodeInfo], lines: list[GpuLine], index: NodeIndex) -> list[str]:
+    """GPU nodes whose own streams held, in the GPU-lines window, no driver banner — or, on an NVSwitch type
+    (RULES §2 table), no Fabric Manager start line: the ones a since-launch search is for."""
+    seen_fm: set[str] = set()
+    seen_driver: set[str] = set()
+    for line in lines:
+        owners = stream_node_ids(line.log_stream, index)
+        if any(m in line.message for m in FABRIC_MANAGER_STARTED):
+            seen_fm.update(owners)
+        if DRIVER_BANNER in line.message:
+            seen_driver.update(owners)
+    out = []
+    for n in nodes:
+        itype = (n.instance_type or "").removeprefix("ml.")
+        if n.role not in ("compute", "unknown") or accelerated_by_family(itype) is False:
+            continue
+        fm_expected = bool(itype) and nvswitch_class(itype, None)[1]
+        if n.instance_id not in seen_driver or (fm_expected and n.instance_id not in seen_fm):
+            out.append(n.instance_id)
+    return sorted(out)
+
+
+def _boot_lines(runner: InsightsRunner, batch: list[str], index: NodeIndex, nodes: list[NodeInfo],
+                lines: list[GpuLine], win: LogWindow) -> list[GpuLine]:
+    """RULES §2: Fabric Manager and the driver banner are logged at boot, often before the window. Their cost is
+    bounded: only nodes lacking them in the window, only their streams named, from the lifetime start (launch, at
+    most KERNEL_LOOKBACK before the window, the kernel-streams query's own range) to where the GPU-lines query
+    began — nothing it read is read twice — and at most BOOT_ROWS rows."""
+    if not win.boot_lines or win.lifetime_start >= win.gpu_start:
+        return []
+    lacking = lacking_boot_lines(nodes, lines, index)
+    found: list[GpuLine] = []
+    for i in range(0, len(lacking), DEEP_IDS_PER_QUERY):
+        query = boot_lines_query(lacking[i:i + DEEP_IDS_PER_QUERY], BOOT_ROWS)
+        for r in runner.results(runner.start("boot-lines", batch, win.lifetime_start, win.gpu_start, query)) or []:
+            found.append(GpuLine(time=_time(r.get("@timestamp")) or win.lifetime_start,
+                                 log_group=_group_name(r.get("@log", "")), log_stream=r.get("@logStream", ""),
+                                 message=r.get("@message", "")))
+    return found
 
 
 DEEP_IDS_PER_QUERY = 200  # instance IDs named in one deep kernel query's stream filter
@@ -590,6 +644,7 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
         kernel_streams=[k for k in kernel if k.log_group in kept],
         stream_activity=[a for a in activity if a.log_group in kept],
         gpu_lines=sorted((g for b in batches for g in b.gpu_lines), key=lambda g: g.time),
+        boot_lines=sorted((g for b in batches for g in b.boot_lines), key=lambda g: g.time),
         queries=[q for b in batches for q in b.queries], discovered_nodes=discovered, hma_streams=hma_streams,
         listed_streams=listed, silent_streams=describe_silent_streams(
             aws, [k for k in kernel if k.log_group in kept], activity, gaps))

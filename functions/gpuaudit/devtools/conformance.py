@@ -25,6 +25,8 @@ from typing import Any, TextIO
 
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.logs import (
+    BOOT_ROWS,
+    DEEP_IDS_PER_QUERY,
     FINISHED,
     GPU_QUERY,
     KERNEL_QUERY,
@@ -32,6 +34,8 @@ from gpuaudit.collectors.logs import (
     hours_query,
     hours_query_chunks,
 )
+from gpuaudit.domain.markers import boot_lines_query
+from gpuaudit.domain.streams import INSTANCE_ID
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import FORMAT, World, WorldError, parse_world
 from gpuaudit.model.timeutil import iso, parse_time
@@ -99,6 +103,9 @@ def probes(read: EventRead) -> list[Probe]:
         Probe("stream-summary", SUMMARY_QUERY, start, end, False),
         Probe("gpu-lines", GPU_QUERY, start, end, True),
     ]
+    ids = sorted({m.group(0) for s in streams if (m := INSTANCE_ID.search(s))})
+    if ids:  # the since-launch search for boot-time lines names the nodes' instance IDs
+        found.append(Probe("boot-lines", boot_lines_query(ids[:DEEP_IDS_PER_QUERY], BOOT_ROWS), start, end, True))
     if chunks:
         found.append(Probe("stream-hours", hours_query(chunks[0]), start, end, False))
     # Default row limit when `limit` is omitted, raw-record order and the timestamp format of raw lines.

@@ -11,6 +11,12 @@ HMA_MARKER = "HealthMonitoringAgentDetectionEvent"
 NCCL_MARKER = "NCCL (INFO|WARN)"
 # A collective that hung: PyTorch's NCCL watchdog line, and NCCL's own timeout (RULES §8 D, a hang).
 NCCL_TIMEOUT_MARKERS = ("collective operation timeout", "NCCL timeout")
+# Boot-time lines (RULES §2, §10 P11): Fabric Manager started, and the driver banner with its version. Logged once at
+# boot, often before the window, so they are searched since the node's launch (collectors/logs.py, bounded).
+FABRIC_MANAGER_STARTED = ('Started "Nvidia Fabric Manager"', "Started NVIDIA fabric manager",
+                          "is usable for NVLink subnet management")
+DRIVER_BANNER = "NVRM: loading NVIDIA UNIX"
+BOOT_LINE_MARKERS = (*FABRIC_MANAGER_STARTED, DRIVER_BANNER)
 FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager")
 # ParallelCluster / HyperPod lifecycle strings of RULES §8 that decide between hardware, capacity and bootstrap.
 LIFECYCLE_MARKERS = ("InsufficientInstanceCapacity", "bootstrap failure", "Node bootstrap error", "protected mode",
@@ -34,3 +40,11 @@ def gpu_lines_query(limit: int) -> str:
     return (f"filter @message like /{'|'.join(GPU_LINE_MARKERS)}/ "
             f"or (@logStream like /^({streams})\\// and @message like /{'|'.join(STATUS_STREAM_WORDS)}/) "
             f"| fields @timestamp, @log, @logStream, @message | sort @timestamp asc | limit {limit}")
+
+
+def boot_lines_query(instance_ids: list[str], limit: int) -> str:
+    """The boot-time lines of the named nodes' streams, newest first: the query names only nodes whose window held
+    no such line, and its time range ends where the GPU-lines query began (collectors/logs.py)."""
+    return (f"filter @logStream like /{'|'.join(instance_ids)}/ "
+            f"| filter @message like /{'|'.join(BOOT_LINE_MARKERS)}/ "
+            f"| fields @timestamp, @log, @logStream, @message | sort @timestamp desc | limit {limit}")

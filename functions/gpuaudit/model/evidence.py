@@ -448,7 +448,7 @@ class GpuActivity(Frozen):
     gpu_ids: list[str] = Field(default_factory=list)
 
 
-QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-hours", "gpu-lines"]
+QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-hours", "gpu-lines", "boot-lines"]
 
 
 class QueryRecord(Frozen):
@@ -543,6 +543,8 @@ class Evidence(BaseModel):
     gpu_lines: list[GpuLine] = Field(default_factory=list)
     # Control-plane streams silent in the padded window, with their last event (DescribeLogStreams); None: not read.
     control_streams: list[ControlStream] | None = None
+    # Fabric Manager start and driver banner lines from before the window, since the node's launch (bounded)
+    boot_lines: list[GpuLine] = Field(default_factory=list)
     cluster_events: list[ClusterEvent] | None = None  # None: not supported or not read
     cloudtrail: list[CloudTrailEvent] | None = None
     cloudtrail_complete: bool = False  # every event name was looked up without error

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
+from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
 from gpuaudit.domain.streams import NodeIndex, stream_node_ids
-from gpuaudit.domain.timing import TIMELINE_MARGIN
+from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded
-from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.evidence import Evidence, GpuLine, NodeInfo
 from gpuaudit.model.result import (
     Branch,
     Call,
@@ -21,6 +22,7 @@ from gpuaudit.model.result import (
     ClusterRef,
     Finding,
     NodeResult,
+    NodeSignals,
     Readiness,
     Result,
     TimelineEntry,
@@ -90,6 +92,8 @@ class Judged:
     unassigned_lines: list[ParsedLine]
     control: list[ControlLog] = field(default_factory=list)  # control-plane logs and their hourly state
     bootstrap: BootstrapFailure | None = None  # what ParallelCluster's clustermgtd said of bootstrap failures
+    # boot-time lines (Fabric Manager start, driver banner) from before the window, per node (RULES §2)
+    boot_lines_by_node: dict[str, list[GpuLine]] = field(default_factory=dict)
 
 
 def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
@@ -141,6 +145,10 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         if not owners:
             unassigned.append(p)
     life = lifetime_start(evidence, pad.start)
+    boot_by_node: dict[str, list[GpuLine]] = defaultdict(list)
+    for line in evidence.boot_lines:
+        for iid in stream_node_ids(line.log_stream, node_index):
+            boot_by_node[iid].append(line)
     nodes: list[NodeResult] = []
     routings: dict[str, NodeRouting] = {}
     for node in evidence.nodes:
@@ -148,7 +156,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         lines = lines_by_node.get(node.instance_id, [])
         result, routing = assess_node(node, evidence, coverage, lines, config.xid_overrides,
                                       evidence.window.start, evidence.window.end, None)
-        result = result.model_copy(update={"service_action": service_action(node, evidence, lines)})
+        result = result.model_copy(update={"service_action": service_action(node, evidence, lines),
+                                           "signals": boot_signals(result, boot_by_node.get(node.instance_id, []))})
         if routing is not None:
             routings[node.instance_id] = routing
         nodes.append(result)
@@ -156,7 +165,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     boot = bootstrap_failure(evidence, evidence.gpu_lines)
     if boot is not None:
         nodes = [bootstrap_verdict(n, node, boot) for n, node in zip(nodes, evidence.nodes, strict=True)]
-    judged = Judged(evidence, nodes, routings, lines_by_node, unassigned, control, boot)
+    judged = Judged(evidence, nodes, routings, lines_by_node, unassigned, control, boot, dict(boot_by_node))
 
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + coverage_gaps(judged)
     actions = node_actions(judged)
@@ -210,6 +219,27 @@ def bootstrap_verdict(result: NodeResult, node: NodeInfo, boot: BootstrapFailure
     return result.model_copy(update={"verdict_evidence": "; ".join(x for x in (result.verdict_evidence, said) if x)})
 
 
+def boot_signals(node: NodeResult, boot: list[GpuLine]) -> NodeSignals:
+    """Fabric Manager starts at boot: a start line since the node's launch makes it Observable (RULES §2)."""
+    if node.signals.fabric_manager == "Not observable" and any(m in g.message for g in boot
+                                                               for m in FABRIC_MANAGER_STARTED):
+        return node.signals.model_copy(update={"fabric_manager": "Observable"})
+    return node.signals
+
+
+def boot_search_span(evidence: Evidence) -> str:
+    """Where the search for boot-time lines began: the boot-lines query, else the GPU-lines window only."""
+    boot = [q.start for q in evidence.queries if q.purpose == "boot-lines"]
+    if boot:
+        return (f"from {iso(min(boot))} (each node's launch, at most {KERNEL_LOOKBACK.days} days before the window) "
+                "to the window's end")
+    window = [q.start for q in evidence.queries if q.purpose == "gpu-lines"]
+    if window and evidence.mode == "coverage":
+        return (f"in the window only (from {iso(min(window))}): a coverage audit does not search boot-time lines; an "
+                "incident or pre-flight audit searches since launch")
+    return f"from {iso(min(window))} to the window's end" if window else "(no log source could be read)"
+
+
 def planned_run(evidence: Evidence, config: JudgeConfig) -> str:
     start = iso(config.run_start or evidence.now)
     if config.run_hours is None:
@@ -231,6 +261,13 @@ def coverage_gaps(j: Judged) -> list[str]:
                          for r in n.coverage)
         gaps.append(f"{n.instance_id}: GPU error evidence Not observable — {rows}. Collect on the node: "
                     "`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`; fix kernel log shipping")
+    unseen_fm = [n.instance_id for n in j.nodes if n.signals.fabric_manager == "Not observable"]
+    if unseen_fm:
+        span = boot_search_span(j.evidence)
+        gaps.append(f"Fabric Manager start line (`Started \"Nvidia Fabric Manager\"`) not found for "
+                    f"{', '.join(unseen_fm)} (NVSwitch types) in any source searched {span}: Fabric Manager Not "
+                    "observable. On the node: `systemctl status nvidia-fabricmanager` and "
+                    "`journalctl -u nvidia-fabricmanager`")
     searched = {g.name for g in j.evidence.log_groups}
     used = {r.log_group for n in j.nodes for r in n.coverage}
     dead = sorted(searched - used)

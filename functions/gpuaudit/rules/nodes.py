@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
-from gpuaudit.domain.markers import BOOT_LINE, NCCL_MARKER
+from gpuaudit.domain.markers import BOOT_LINE, FABRIC_MANAGER_STARTED, NCCL_MARKER
 from gpuaudit.domain.streams import HMA_PREFIX
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, KubeNode, NodeInfo
 from gpuaudit.model.result import GpuError, NodeResult, NodeSignals, Signal, Verdict
@@ -31,8 +31,6 @@ from gpuaudit.rules.xid import (
 # Collapsing key: the same fault repeated differs only in timestamps, PIDs and addresses.
 _NOISE = re.compile(r"^\S+\s+\d+\s[\d:]+\s\S+\s|\[\s*\d+\.\d+\]\s*|pid=\S+|0x[0-9a-fA-F_]+|\b\d{3,}\b")
 NCCL = re.compile(NCCL_MARKER)
-FABRIC_MANAGER_STARTED = ('Started "Nvidia Fabric Manager"', "Started NVIDIA fabric manager",
-                          "is usable for NVLink subnet management")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuaudit.domain.timing import KERNEL_LOOKBACK
 from gpuaudit.model.result import Check
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.preflight.capacity import holding_for
@@ -79,12 +80,14 @@ def p11(ctx: Context) -> Check:
                           "Re-run once the compute nodes are up")
     parts = []
     for n in nodes:
-        found = [(p.line, m) for p in ctx.lines([n.instance_id]) if (m := DRIVER_LOADED.search(p.line.message))]
+        found = [(p.line, m) for p in ctx.lines([n.instance_id]) if (m := DRIVER_LOADED.search(p.line.message))] \
+            or [(g, m) for g in ctx.j.boot_lines_by_node.get(n.instance_id, []) if (m := DRIVER_LOADED.search(g.message))]
         key = _minimum_key(n.instance_type)
         if not found:
             parts.append(Part("UNVERIFIED", f"`{n.instance_id}` ({n.instance_type}): driver version unreadable — no "
-                                            "`NVRM: loading NVIDIA UNIX … Kernel Module <version>` line in the window "
-                                            "(it is logged at boot)",
+                                            "`NVRM: loading NVIDIA UNIX … Kernel Module <version>` line in any source "
+                                            "since the node's launch (searched at most "
+                                            f"{KERNEL_LOOKBACK.days} days before the window; it is logged at boot)",
                               f"On `{n.instance_id}`: `nvidia-smi --query-gpu=driver_version --format=csv,noheader`"))
             continue
         line, m = found[-1]
