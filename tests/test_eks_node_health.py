@@ -115,3 +115,37 @@ def test_preflight_p5_reads_the_deep_health_check_labels() -> None:
     unread = p5(_with_deep_health(eks_world(["Schedulable"], fault={"service": "kubernetes", "operation": "ListNodes",
                                                                     "error": "Forbidden"}), ["Failed"]))
     assert unread[0] == "Not checked" and "not read" in unread[1]
+
+
+def test_self_managed_eks_nodes_come_from_the_kubernetes_api() -> None:
+    """`--eks-cluster`: the nodes are the instances the Kubernetes nodes name (providerID), each with its
+    conditions, e.g. the node monitoring agent's AcceleratedHardwareReady=False with its transition time."""
+    from gpuaudit.model.evidence import AuditRequest
+    from gpuaudit.pipeline import run_audit
+    from tests.helpers.worlds import PClusterWorld
+
+    w = PClusterWorld("self-eks", n_compute=2)
+    for node in w.compute:
+        w.healthy(node, at(-48), at(12, 25))
+    sick, well = w.compute
+    items = [{"metadata": {"name": f"ip-10-0-0-{i}.{REGION}.compute.internal", "labels": {}},
+              "spec": {"providerID": f"aws:///{REGION}a/{n.instance_id}"},
+              "status": {"conditions": [
+                  {"type": "Ready", "status": "True", "lastTransitionTime": at(-48)},
+                  {"type": "AcceleratedHardwareReady", "status": "False" if n is sick else "True",
+                   "reason": "NvidiaXidError" if n is sick else "", "lastTransitionTime": at(7)}]}}
+             for i, n in enumerate(w.compute)]
+    w.raw["eks"] = {"clusters": [{"name": "train-eks", "endpoint": "https://example.eks.amazonaws.com",
+                                  "certificateAuthority": {"data": "LS0t"}, "kubernetes": {"nodes": items}}]}
+    request = AuditRequest(cluster="self-eks", since=SINCE, until=UNTIL, eks_cluster="train-eks")  # type: ignore[arg-type]
+    result = run_audit(w.aws(), request)
+    assert result.cluster.kind == "eks"
+    assert {n.instance_id for n in result.nodes} == {sick.instance_id, well.instance_id}  # the head node is not one
+    assert "AcceleratedHardwareReady=False (NvidiaXidError) since 2026-10-01T07:00:00Z" in (
+        node_of(result, sick.instance_id).kubernetes or "")
+    assert "AcceleratedHardwareReady" not in (node_of(result, well.instance_id).kubernetes or "")
+
+    w.raw.setdefault("faults", []).append({"service": "kubernetes", "operation": "ListNodes", "error": "Forbidden"})
+    blind = run_audit(w.aws(), request)
+    assert blind.nodes == [] and "no claim about GPU errors is made" in blind.headline and blind.confidence == "Low"
+    assert any("AmazonEKSViewPolicy" in g for g in blind.visibility_gaps)

@@ -162,6 +162,9 @@ def audit(
     xid_class: Annotated[list[str] | None, typer.Option(
         help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
              "report")] = None,
+    eks_cluster: Annotated[str | None, typer.Option(
+        "--eks-cluster", help="Self-managed EKS: audit the nodes of this EKS cluster (read from its Kubernetes API) "
+                              "and their node-health conditions")] = None,
     log_group: Annotated[list[str] | None, typer.Option(
         "--log-group", help="Also search this CloudWatch Logs group, e.g. a job's stdout where NCCL prints its "
                             "transport (repeatable, at most 50; exact name)")] = None,
@@ -190,6 +193,7 @@ def audit(
             instance_ids=list(dict.fromkeys(i.strip() for i in instances.split(",") if i.strip())) if instances else [],
             log_groups=list(dict.fromkeys(log_group or [])),  # the same group named twice is read once
             file_system_ids=list(dict.fromkeys(f.strip() for f in filesystem or [])),
+            eks_cluster=eks_cluster,
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
         overrides = {**Settings.from_env(os.environ).xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:

@@ -23,7 +23,7 @@ import boto3
 from botocore.signers import RequestSigner
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.model.evidence import Evidence, Gap, KubeCondition, KubeNode, PlannedRead
+from gpuaudit.model.evidence import Evidence, Gap, GapScope, KubeCondition, KubeNode, PlannedRead
 from gpuaudit.model.timeutil import parse_time
 
 NODES_PATH = "/api/v1/nodes"
@@ -89,10 +89,13 @@ def connector_for(aws: Aws) -> KubeConnector:
 
 
 def read_nodes(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+    """The HyperPod EKS orchestrator's nodes (a read-plan source)."""
+    if evidence.cluster.eks_cluster is not None:
+        evidence.kube_nodes = list_nodes(aws, evidence.cluster.eks_cluster, evidence.gaps)
+
+
+def list_nodes(aws: Aws, name: str, gaps: list[Gap], scope: GapScope | None = None) -> list[KubeNode] | None:
     """Every node of the EKS cluster; None and a gap naming the access that would allow it when not read."""
-    name = evidence.cluster.eks_cluster
-    if name is None:
-        return
     unseen = f"node health labels of EKS cluster {name} not read: verdicts rest on the logs alone; needs " + \
         ACCESS.format(c=name)
     try:
@@ -109,12 +112,12 @@ def read_nodes(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                 break
             query = {"limit": str(PAGE), "continue": token}
         else:
-            evidence.gaps.append(Gap(kind="truncated", service="kubernetes", operation=f"GET {NODES_PATH}",
-                                     target=name, unseen=f"more than {PAGE * MAX_PAGES} nodes: the rest not read"))
+            gaps.append(Gap(kind="truncated", service="kubernetes", operation=f"GET {NODES_PATH}", target=name,
+                            unseen=f"more than {PAGE * MAX_PAGES} nodes: the rest not read", scope=scope))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for(unseen))
-        return
-    evidence.kube_nodes = [kube_node(item) for item in items]
+        gaps.append(failed.gap_for(unseen, scope=scope))
+        return None
+    return [kube_node(item) for item in items]
 
 
 def kube_node(item: dict[str, Any]) -> KubeNode:

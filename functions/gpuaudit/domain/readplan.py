@@ -54,8 +54,8 @@ def sources_for(evidence: Evidence) -> list[ReadSource]:
     """The control-plane sources of the audit's mode and orchestrator, in the order they are read."""
     hyperpod = evidence.cluster.kind.startswith("hyperpod")
     out: list[ReadSource] = ["cluster-events"] if hyperpod else []
-    if evidence.cluster.eks_cluster:  # the health agent's verdicts live on the Kubernetes nodes (RULES §7)
-        out.append("kubernetes-nodes")
+    if hyperpod and evidence.cluster.eks_cluster:  # the health agent's verdicts live on the Kubernetes nodes (§7)
+        out.append("kubernetes-nodes")  # (self-managed EKS reads them at inventory: they name its nodes)
     if evidence.mode in ("incident", "preflight"):
         out.append("capacity-reservations")
     if evidence.mode == "incident":

@@ -52,6 +52,8 @@ class AuditRequest(Frozen):
     # Log groups the operator names (a job's own stdout, where NCCL prints its transport), read beside the groups
     # found by substring; at most 50, each a CloudWatch Logs group name.
     log_groups: list[LogGroupName] = Field(default_factory=list, max_length=50)
+    # Self-managed EKS: the EKS cluster whose Kubernetes nodes (providerID) are the nodes to audit.
+    eks_cluster: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
     run_hours: float | None = Field(default=None, gt=0)
     run_start: datetime | None = None
     checkpoint_minutes: float | None = Field(default=None, gt=0)

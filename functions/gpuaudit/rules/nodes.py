@@ -264,8 +264,10 @@ def kube_node_of(node: NodeInfo, evidence: Evidence) -> KubeNode | None:
 def kube_text(k: KubeNode) -> str:
     """The node's own health word: labels, taints, conditions not in their healthy state, as the API writes them."""
     labels = [f"{name}={k.labels[name]}" for name in HEALTH_LABELS if name in k.labels]
-    unhealthy = [f"{c.type}={c.status}" + (f" ({c.reason})" if c.reason else "") for c in k.conditions
-                 if (c.status != "True") == (c.type == "Ready")]
+    # Ready, AcceleratedHardwareReady, KernelReady…: True is healthy; MemoryPressure, DiskPressure…: True is not.
+    unhealthy = [f"{c.type}={c.status}" + (f" ({c.reason})" if c.reason else "") + (
+        f" since {iso(c.last_transition)}" if c.last_transition else "") for c in k.conditions
+                 if (c.status != "True") == c.type.endswith("Ready")]
     parts = [f"node {k.name}", *labels, *(f"taint {t}" for t in k.taints), *(f"condition {c}" for c in unhealthy)]
     return "; ".join(parts)
 
