@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -59,6 +59,10 @@ class DeployConfig(BaseModel):
     # IDs (the name is then its label), and FSx for Lustre file systems audited with it.
     instances: dict[str, list[InstanceId]] = Field(default_factory=dict)
     file_systems: dict[str, list[FileSystemId]] = Field(default_factory=dict)
+    # EKS clusters (HyperPod EKS orchestrators, in this account) whose Kubernetes API the collectors read: the stack
+    # gives each collecting role an access entry with the read-only AmazonEKSViewPolicy (docs/DEPLOY.md).
+    eks_access_entries: list[Annotated[str, Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")]] = Field(
+        default_factory=list)
     # Per cluster in a member account: the read-only role its collectors assume (infra/cross_account.py there).
     member_roles: dict[str, MemberRole] = Field(default_factory=dict)
 

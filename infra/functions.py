@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -75,6 +76,9 @@ def read_statements(stack: Stack, reads: dict[str, permissions.Scope]) -> list[i
 
 def powertools_version() -> str:
     return pinned_version("aws-lambda-powertools", runtime_requirements())
+
+
+EKS_VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"  # read-only Kubernetes access
 
 
 class AuditFunctions(Construct):
@@ -160,6 +164,14 @@ class AuditFunctions(Construct):
                                  roles=[self.roles[n] for n in ("Inventory", "CollectLogs", "Finish")])
         acknowledge_wildcards(plan_reads, permissions.READ_REASONS)
         acknowledge_wildcards(audit_reads, permissions.READ_REASONS)
+        # Read-only Kubernetes access for the collecting roles on the configured EKS clusters (issue #19).
+        for cluster in config.eks_access_entries:
+            for name in ("Inventory", "CollectLogs", "Finish"):
+                eks.CfnAccessEntry(self, f"EksView{name}{''.join(c for c in cluster.title() if c.isalnum())}",
+                                   cluster_name=cluster, principal_arn=self.roles[name].role_arn, type="STANDARD",
+                                   access_policies=[eks.CfnAccessEntry.AccessPolicyProperty(
+                                       policy_arn=EKS_VIEW_POLICY,
+                                       access_scope=eks.CfnAccessEntry.AccessScopeProperty(type="cluster"))])
         for name, role in self.roles.items():
             acknowledge_wildcards(default_policy(role), {
                 "Resource::*": f"{name}: X-Ray PutTraceSegments/PutTelemetryRecords (active tracing) take no "

@@ -276,3 +276,21 @@ def test_only_events_the_plan_audits_start_an_execution(synth: Synthesized) -> N
     }
     assert {name: len(_matching_rules(synth, e)) for name, e in started.items()} == dict.fromkeys(started, 1)
     assert {name: _matching_rules(synth, e) for name, e in skipped.items()} == dict.fromkeys(skipped, [])
+
+
+def test_configured_eks_clusters_get_read_only_access_entries_for_the_collectors(synth: Synthesized) -> None:
+    """#19 item 3: the stack gives Inventory, CollectLogs and Finish an access entry with AmazonEKSViewPolicy
+    (cluster scope) on each configured EKS cluster, and nothing more; none without configuration."""
+    assert not synth.resources("AWS::EKS::AccessEntry")
+    with_eks = synthesize(config={**TEST_CONFIG, "eks_access_entries": ["train-hp-eks-orchestrator"]})
+    entries = with_eks.resources("AWS::EKS::AccessEntry").values()
+    principals = {json.dumps(e["Properties"]["PrincipalArn"]) for e in entries}
+    roles = {f["Properties"]["Handler"].split(".")[1]: f["Properties"]["Role"]["Fn::GetAtt"][0]
+             for f in with_eks.resources("AWS::Lambda::Function").values()}
+    assert len(entries) == 3 and all(e["Properties"]["ClusterName"] == "train-hp-eks-orchestrator" for e in entries)
+    assert {r for r in (roles["inventory"], roles["collect_logs"], roles["finish"])} == {
+        next(role for role in roles.values() if role in p) for p in principals}
+    for e in entries:
+        (policy,) = e["Properties"]["AccessPolicies"]
+        assert policy == {"PolicyArn": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy",
+                          "AccessScope": {"Type": "cluster"}}
