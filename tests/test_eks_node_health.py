@@ -144,6 +144,9 @@ def test_self_managed_eks_nodes_come_from_the_kubernetes_api() -> None:
     assert "AcceleratedHardwareReady=False (NvidiaXidError) since 2026-10-01T07:00:00Z" in (
         node_of(result, sick.instance_id).kubernetes or "")
     assert "AcceleratedHardwareReady" not in (node_of(result, well.instance_id).kubernetes or "")
+    incident = run_audit(w.aws(), request.model_copy(update={"mode": "incident"}))
+    assert any(t.resource == sick.instance_id and "AcceleratedHardwareReady became False (NvidiaXidError)" in t.event
+               and t.time.isoformat().startswith("2026-10-01T07:00") for t in incident.timeline)
 
     w.raw.setdefault("faults", []).append({"service": "kubernetes", "operation": "ListNodes", "error": "Forbidden"})
     blind = run_audit(w.aws(), request)

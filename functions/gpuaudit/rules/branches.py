@@ -148,6 +148,10 @@ def timeline(j: Judged) -> list[TimelineEntry]:
     for ce in ev.cluster_events or []:
         add(ce.time, "HyperPod cluster events", ce.instance_id or ce.instance_group or ev.cluster.name,
             ce.description)
+    for k in ev.kube_nodes or []:  # when each node condition last changed (Kubernetes lastTransitionTime)
+        for c in k.conditions:
+            add(c.last_transition, f"Kubernetes {ev.cluster.eks_cluster}", k.instance_id or k.name,
+                f"node {k.name}: condition {c.type} became {c.status}" + (f" ({c.reason})" if c.reason else ""))
     return sorted(out, key=lambda t: (t.time, t.source))
 
 
