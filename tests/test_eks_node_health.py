@@ -152,3 +152,14 @@ def test_self_managed_eks_nodes_come_from_the_kubernetes_api() -> None:
     blind = run_audit(w.aws(), request)
     assert blind.nodes == [] and "no claim about GPU errors is made" in blind.headline and blind.confidence == "Low"
     assert any("AmazonEKSViewPolicy" in g for g in blind.visibility_gaps)
+
+
+def test_preflight_p6_is_a_risk_when_the_labels_cannot_be_read() -> None:
+    def p6(w: HyperPodWorld) -> str:
+        w.cluster_metrics(at(-30), at(-10))  # the cluster log group live across the default 24 h window too
+        (check,) = [c for c in w.audit(w.cluster, mode="preflight").checks if c.id == "P6"]
+        return check.result
+
+    assert p6(eks_world(["Schedulable"])) == "PASS"
+    assert p6(eks_world(["Schedulable"], fault={"service": "kubernetes", "operation": "ListNodes",
+                                                "error": "Forbidden"})) == "RISK"

@@ -114,6 +114,13 @@ def p6(ctx: Context) -> Check:
                           "check the node directly: `dmesg -T | grep -i nvrm`")
     text = "; ".join(f"`{n.instance_id}` (group {n.instance_group or '—'}): {n.xid_status} — {_coverage_text(n)}"
                      for n in nodes)
+    if ctx.ev.cluster.eks_cluster and ctx.ev.kube_nodes is None:
+        # On EKS the health agent's verdicts are node labels: unreadable labels hide a REPLACE/REBOOT it asked for.
+        return make_check("P6", "RISK", f"coverage proven on all {len(nodes)} GPU compute node(s), but the node-health "
+                                        f"labels of EKS cluster `{ctx.ev.cluster.eks_cluster}` could not be read (see "
+                                        f"visibility gaps): {text}",
+                          "Give the auditor's roles an EKS access entry with AmazonEKSViewPolicy (cdk.json "
+                          "`eks_access_entries`, or docs/DEPLOY.md's two commands)")
     return make_check("P6", "PASS", f"coverage proven on all {len(nodes)} GPU compute node(s): {text}")
 
 
