@@ -163,3 +163,20 @@ def test_preflight_p6_is_a_risk_when_the_labels_cannot_be_read() -> None:
     assert p6(eks_world(["Schedulable"])) == "PASS"
     assert p6(eks_world(["Schedulable"], fault={"service": "kubernetes", "operation": "ListNodes",
                                                 "error": "Forbidden"})) == "RISK"
+
+
+def test_node_events_of_the_window_are_timeline_entries() -> None:
+    w = eks_world(["UnschedulablePendingReboot"])
+    node = f"hyperpod-{w.gpu[0].instance_id}"
+    w.raw["eks"]["clusters"][0]["kubernetes"]["events"] = [
+        {"involvedObject": {"kind": "Node", "name": node}, "type": "Warning", "reason": "NodeNotReady",
+         "message": "Node is not ready", "lastTimestamp": at(7, 30)},
+        {"involvedObject": {"kind": "Node", "name": node}, "type": "Normal", "reason": "Rebooted",
+         "message": "long before the window", "lastTimestamp": at(-40)},
+        {"involvedObject": {"kind": "Pod", "name": "train-0"}, "type": "Warning", "reason": "BackOff",
+         "message": "a pod, not a node", "lastTimestamp": at(7, 40)}]
+    events = [t for t in audited(w).timeline if t.source.startswith("Kubernetes") and "events" in t.source]
+    assert [(t.resource, t.event) for t in events] == [(node, "Warning NodeNotReady: Node is not ready")]
+    unread = eks_world(["Schedulable"], fault={"service": "kubernetes", "operation": "ListEvents",
+                                               "error": "Forbidden"})
+    assert any("node Events" in g and "AmazonEKSViewPolicy" in g for g in audited(unread).visibility_gaps)

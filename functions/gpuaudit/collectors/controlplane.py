@@ -156,6 +156,7 @@ def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
 READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
     "cluster-events": _cluster_events, "capacity-reservations": _capacity_reservations, "cloudtrail": _cloudtrail,
     "health": _health, "instance-status": _instance_status, "fsx": _fsx, "kubernetes-nodes": kubernetes.read_nodes,
+    "kubernetes-events": kubernetes.read_events,
     **preflight_collectors.READERS,
 }
 

@@ -23,10 +23,11 @@ import boto3
 from botocore.signers import RequestSigner
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.model.evidence import Evidence, Gap, GapScope, KubeCondition, KubeNode, PlannedRead
+from gpuaudit.model.evidence import Evidence, Gap, GapScope, KubeCondition, KubeEvent, KubeNode, PlannedRead
 from gpuaudit.model.timeutil import parse_time
 
 NODES_PATH = "/api/v1/nodes"
+EVENTS_PATH = "/api/v1/events"
 PAGE = 500
 MAX_PAGES = 100  # 50,000 nodes
 TOKEN_SECONDS = 60
@@ -94,26 +95,59 @@ def read_nodes(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
         evidence.kube_nodes = list_nodes(aws, evidence.cluster.eks_cluster, evidence.gaps)
 
 
+def read_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+    """Node Events in the planned span (NodeNotReady, Rebooted, the node problem detector's reports)."""
+    name = evidence.cluster.eks_cluster
+    if name is None or read.start is None or read.end is None:
+        return
+    try:
+        api = _api(aws, name)
+        items = _all(api, EVENTS_PATH, {"fieldSelector": "involvedObject.kind=Node"}, evidence.gaps, name)
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap_for(f"node Events of EKS cluster {name} not read; needs "
+                                            + ACCESS.format(c=name)))
+        return
+    events = []
+    for e in items:
+        stamp = e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp")
+        if not stamp:
+            continue
+        time = parse_time(stamp)
+        if read.start <= time <= read.end:
+            events.append(KubeEvent(node=str((e.get("involvedObject") or {}).get("name", "")), time=time,
+                                    type=e.get("type"), reason=e.get("reason"), message=str(e.get("message", ""))))
+    evidence.kube_events = sorted(events, key=lambda e: e.time)
+
+
+def _api(aws: Aws, name: str) -> KubeApi:
+    described = aws.call("eks", "DescribeCluster", name=name)["cluster"]
+    return connector_for(aws)(name, described.get("endpoint", ""),
+                              (described.get("certificateAuthority") or {}).get("data", ""))
+
+
+def _all(api: KubeApi, path: str, query: dict[str, str], gaps: list[Gap], name: str,
+         scope: GapScope | None = None) -> list[dict[str, Any]]:
+    """Every item of a Kubernetes list, page by page (limit/continue); past MAX_PAGES a gap says so."""
+    items: list[dict[str, Any]] = []
+    page_query = {**query, "limit": str(PAGE)}
+    for _ in range(MAX_PAGES):
+        page = api.get(path, page_query)
+        items += page.get("items", [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+        page_query = {**query, "limit": str(PAGE), "continue": token}
+    gaps.append(Gap(kind="truncated", service="kubernetes", operation=f"GET {path}", target=name,
+                    unseen=f"more than {PAGE * MAX_PAGES} items: the rest not read", scope=scope))
+    return items
+
+
 def list_nodes(aws: Aws, name: str, gaps: list[Gap], scope: GapScope | None = None) -> list[KubeNode] | None:
     """Every node of the EKS cluster; None and a gap naming the access that would allow it when not read."""
     unseen = f"node health labels of EKS cluster {name} not read: verdicts rest on the logs alone; needs " + \
         ACCESS.format(c=name)
     try:
-        described = aws.call("eks", "DescribeCluster", name=name)["cluster"]
-        api = connector_for(aws)(name, described.get("endpoint", ""),
-                                 (described.get("certificateAuthority") or {}).get("data", ""))
-        items: list[dict[str, Any]] = []
-        query = {"limit": str(PAGE)}
-        for _ in range(MAX_PAGES):
-            page = api.get(NODES_PATH, query)
-            items += page.get("items", [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                break
-            query = {"limit": str(PAGE), "continue": token}
-        else:
-            gaps.append(Gap(kind="truncated", service="kubernetes", operation=f"GET {NODES_PATH}", target=name,
-                            unseen=f"more than {PAGE * MAX_PAGES} nodes: the rest not read", scope=scope))
+        items = _all(_api(aws, name), NODES_PATH, {}, gaps, name, scope)
     except CallFailed as failed:
         gaps.append(failed.gap_for(unseen, scope=scope))
         return None

@@ -56,6 +56,8 @@ def sources_for(evidence: Evidence) -> list[ReadSource]:
     out: list[ReadSource] = ["cluster-events"] if hyperpod else []
     if hyperpod and evidence.cluster.eks_cluster:  # the health agent's verdicts live on the Kubernetes nodes (§7)
         out.append("kubernetes-nodes")  # (self-managed EKS reads them at inventory: they name its nodes)
+    if evidence.mode == "incident" and evidence.cluster.eks_cluster:
+        out.append("kubernetes-events")  # the node Events of the window (NodeNotReady, Rebooted…)
     if evidence.mode in ("incident", "preflight"):
         out.append("capacity-reservations")
     if evidence.mode == "incident":
@@ -81,6 +83,9 @@ def plan(source: ReadSource, ev: Evidence, request: AuditRequest) -> PlannedRead
     match source:
         case "cluster-events":
             return PlannedRead(source=source, reason="control-plane timeline (RULES §5)",
+                               start=ev.window.start - TIMELINE_MARGIN, end=min(ev.window.end + TIMELINE_MARGIN, ev.now))
+        case "kubernetes-events":
+            return PlannedRead(source=source, reason="node Events of the window on the EKS cluster (RULES §5)",
                                start=ev.window.start - TIMELINE_MARGIN, end=min(ev.window.end + TIMELINE_MARGIN, ev.now))
         case "capacity-reservations":
             return PlannedRead(source=source, reason="what holds the capacity (RULES §8 B, §10 P1–P3)")

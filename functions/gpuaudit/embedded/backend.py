@@ -722,9 +722,9 @@ def _describe_eks_cluster(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class EmbeddedKubeApi:
-    """GET /api/v1/nodes of a world's EKS cluster, paginated with limit/continue as the API server does; a fault
-    of service "kubernetes" (operation "ListNodes") answers its HTTP status (Unauthorized 401, Forbidden 403,
-    InternalError 500) or a timeout."""
+    """GET /api/v1/nodes and /api/v1/events of a world's EKS cluster, paginated with limit/continue as the API
+    server does; a fault of service "kubernetes" (operation ListNodes or ListEvents) answers its HTTP status
+    (Unauthorized 401, Forbidden 403, InternalError 500) or a timeout."""
 
     backend: WorldBackend
     cluster: str
@@ -732,14 +732,18 @@ class EmbeddedKubeApi:
     def get(self, path: str, query: dict[str, str]) -> dict[str, Any]:
         from gpuaudit.collectors.aws import CallFailed
 
+        kinds = {"/api/v1/nodes": ("ListNodes", "nodes"), "/api/v1/events": ("ListEvents", "events")}
+        if path not in kinds:
+            raise CallFailed("kubernetes", f"GET {path}", "404", "the embedded backend serves nodes and events only")
+        operation, key = kinds[path]
         try:
-            self.backend._inject_fault("kubernetes", "ListNodes")
+            self.backend._inject_fault("kubernetes", operation)
         except ApiError as err:
             code = {"Unauthorized": "401", "Forbidden": "403", "InternalError": "500"}.get(err.code, err.code)
             raise CallFailed("kubernetes", f"GET {path}", code, err.message) from None
-        if path != "/api/v1/nodes":
-            raise CallFailed("kubernetes", f"GET {path}", "404", "the embedded backend serves /api/v1/nodes only")
-        nodes = (_eks_cluster(self.backend, self.cluster).get("kubernetes") or {}).get("nodes", [])
+        nodes = (_eks_cluster(self.backend, self.cluster).get("kubernetes") or {}).get(key, [])
+        if query.get("fieldSelector") == "involvedObject.kind=Node":
+            nodes = [e for e in nodes if (e.get("involvedObject") or {}).get("kind") == "Node"]
         start = int(query.get("continue") or 0)
         limit = int(query.get("limit") or len(nodes) or 1)
         rest = start + limit < len(nodes)

@@ -476,7 +476,7 @@ class CallCount(Frozen):
 ReadSource = Literal[
     "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
     "instance-network", "training-plans", "extension-offerings", "security-groups", "subnets", "route-tables",
-    "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes",
+    "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes", "kubernetes-events",
 ]
 
 
@@ -495,6 +495,16 @@ class KubeNode(Frozen):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[str] = Field(default_factory=list)  # key=value:effect
     conditions: list[KubeCondition] = Field(default_factory=list)
+
+
+class KubeEvent(Frozen):
+    """A Kubernetes Event about a node (GET /api/v1/events, involvedObject.kind=Node)."""
+
+    node: str
+    time: datetime
+    type: str | None = None  # Normal, Warning
+    reason: str | None = None
+    message: str = ""
 
 
 class QuotaAsk(Frozen):
@@ -573,6 +583,7 @@ class Evidence(BaseModel):
     gpu_activity: list[GpuActivity] | None = None
     # EKS-orchestrated clusters: the Kubernetes nodes (labels, taints, conditions); None: not read (a gap says why).
     kube_nodes: list[KubeNode] | None = None
+    kube_events: list[KubeEvent] | None = None  # node Events in the window ± margin; None: not read
     # What the read plan asked for, in order (domain/readplan.py); a source absent here was never asked for.
     read_plan: list[PlannedRead] = Field(default_factory=list)
 

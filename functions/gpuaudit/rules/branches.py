@@ -148,6 +148,9 @@ def timeline(j: Judged) -> list[TimelineEntry]:
     for ce in ev.cluster_events or []:
         add(ce.time, "HyperPod cluster events", ce.instance_id or ce.instance_group or ev.cluster.name,
             ce.description)
+    for ke in ev.kube_events or []:
+        add(ke.time, f"Kubernetes {ev.cluster.eks_cluster} events", ke.node,
+            f"{ke.type or 'Event'} {ke.reason or ''}: {ke.message[:200]}".strip())
     for k in ev.kube_nodes or []:  # when each node condition last changed (Kubernetes lastTransitionTime)
         for c in k.conditions:
             add(c.last_transition, f"Kubernetes {ev.cluster.eks_cluster}", k.instance_id or k.name,
