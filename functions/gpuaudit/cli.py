@@ -178,9 +178,9 @@ def audit(
             raise UserError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
         if fmt not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
-        if not cluster and not (instances or "").strip(",") and not filesystem:
-            raise UserError("--cluster is required unless --instances or --filesystem is given (then the result's "
-                            "cluster is a labelled fleet)")
+        if not cluster and not (instances or "").strip(",") and not filesystem and not eks_cluster:
+            raise UserError("--cluster is required unless --instances, --filesystem or --eks-cluster is given (then "
+                            "the result's cluster is a labelled fleet, or the EKS cluster)")
         _positive(run_hours, "--run-hours")
         _positive(checkpoint_minutes, "--checkpoint-minutes")
         _positive(deadline_seconds, "--deadline-seconds")

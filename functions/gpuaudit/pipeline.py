@@ -27,11 +27,7 @@ from gpuaudit.collectors.logs import (
 from gpuaudit.collectors.query_budget import QuerySlots
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
-<<<<<<< HEAD
-from gpuaudit.model.evidence import AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
-=======
 from gpuaudit.model.evidence import AuditRequest, ClusterInfo, Evidence, Gap, KubeNode, NodeInfo
->>>>>>> cc5d316 (Self-managed EKS (#19 item 1): --eks-cluster (and eks_cluster in the state machine input) audits the instances the EKS cluster's Kubernetes nodes name by providerID, with their conditions (AcceleratedHardwareReady… with transition times); an unreadable API leaves an incomplete node list said as such, never a clean one)
 from gpuaudit.model.result import Result
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
@@ -44,8 +40,11 @@ def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
     now = aws.clock()
     window = resolve_window(request.mode, now, request.since, request.until, request.last)
     gaps: list[Gap] = []
-<<<<<<< HEAD
-    if request.fleet and not request.instance_ids:  # file systems only: no node, so no node log to find
+    kube = None
+    if request.eks_cluster:  # self-managed EKS: the Kubernetes nodes name the instances
+        cluster, nodes, kube = eks_inventory(aws, request, gaps, window.start)
+        groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
+    elif request.fleet and not request.instance_ids:  # file systems only: no node, so no node log to find
         cluster, nodes = ClusterInfo(name=request.cluster, kind="ec2", region=aws.region), list[NodeInfo]()
         groups = discover_log_groups(aws, cluster, gaps, request.log_groups, search=False)
     else:
@@ -53,16 +52,7 @@ def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
         groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
     cluster = cluster.model_copy(update={"labelled_fleet": request.fleet})
     return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,
-                    gaps=gaps, named_file_systems=list(dict.fromkeys(request.file_system_ids)))
-=======
-    kube = None
-    if request.eks_cluster:  # self-managed EKS: the Kubernetes nodes name the instances
-        cluster, nodes, kube = eks_inventory(aws, request, gaps, window.start)
-    else:
-        cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps, window.start)
-    groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
-    return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,
-                    gaps=gaps, kube_nodes=kube)
+                    gaps=gaps, named_file_systems=list(dict.fromkeys(request.file_system_ids)), kube_nodes=kube)
 
 
 def eks_inventory(aws: Aws, request: AuditRequest, gaps: list[Gap],
@@ -77,7 +67,6 @@ def eks_inventory(aws: Aws, request: AuditRequest, gaps: list[Gap],
     else:
         cluster, nodes = ClusterInfo(name=request.cluster, kind="eks", region=aws.region), []
     return cluster.model_copy(update={"kind": "eks", "eks_cluster": name}), nodes, kube
->>>>>>> cc5d316 (Self-managed EKS (#19 item 1): --eks-cluster (and eks_cluster in the state machine input) audits the instances the EKS cluster's Kubernetes nodes name by providerID, with their conditions (AcceleratedHardwareReady… with transition times); an unreadable API leaves an incomplete node list said as such, never a clean one)
 
 
 def log_window(evidence: Evidence) -> LogWindow:

@@ -61,7 +61,10 @@ class AuditRequest(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _fleet(cls, data: Any) -> Any:
-        """`--cluster` is optional when `--instances` scopes the audit: the result's cluster is a labelled fleet."""
+        """`--cluster` is optional when `--instances` scopes the audit: the result's cluster is a labelled fleet;
+        with `--eks-cluster` alone, the EKS cluster names the audit."""
+        if isinstance(data, dict) and not data.get("cluster") and isinstance(data.get("eks_cluster"), str):
+            return {**data, "cluster": data["eks_cluster"]}
         if isinstance(data, dict) and not data.get("cluster") and (data.get("instance_ids") or
                                                                    data.get("file_system_ids")):
             return {**data, "cluster": fleet_label(_count(data.get("instance_ids")), _count(data.get("file_system_ids")))}
