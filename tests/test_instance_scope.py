@@ -94,7 +94,7 @@ def test_cli_instances_without_cluster_and_bad_scope_inputs(tmp_path: Path) -> N
     code, out = _cli(tmp_path, "--instances", f"{LIVE},{GONE}", "--since", at(7), "--until", at(10))
     assert code == 0 and json.loads(out)["cluster"]["name"] == "fleet-of-2-instances"
     code, out = _cli(tmp_path, "--since", at(7))
-    assert code == 2 and "--cluster is required unless --instances, --filesystem or --eks-cluster is given" in out
+    assert code == 2 and "--cluster is required unless --instances, --filesystem or --eks-cluster is given" in " ".join(out.split())
     code, out = _cli(tmp_path, "--instances", f"{LIVE},i-0abc")
     assert code == 2 and "--instances[1]" in out and "i-0abc" in out
 
