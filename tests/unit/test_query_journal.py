@@ -14,7 +14,7 @@ from gpuaudit import pipeline
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.logs import BatchEvidence, QueriesPending, QueryJournal
 from gpuaudit.embedded.backend import WorldBackend
-from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.evidence import AuditRequest, Evidence
 from tests.helpers.worlds import PClusterWorld, at
 
 SINCE, UNTIL = at(6), at(10)
@@ -117,16 +117,21 @@ def _fill_quota(account: Account, group: str, quota: int) -> tuple[Aws, list[str
     return other, ids
 
 
-def test_a_full_query_quota_is_waited_for_not_recorded_as_a_gap() -> None:
-    """#14 item 2: other executions' queries fill the account's quota; this batch waits in the state machine
-    and starts its queries once they finish, instead of giving up after the in-process retries."""
+def _quota_full() -> tuple[Account, Evidence, list[str], tuple[Aws, list[str]]]:
+    """An account with a quota of 3 concurrent queries, all held by another audit's queries."""
     w = world(None)
     w.raw["logs_concurrent_queries"] = 3
     account = Account(w)
     request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
     evidence = pipeline.start_audit(account.aws(), request)
     (groups,) = pipeline.log_batches(evidence.log_groups)
-    other, ids = _fill_quota(account, groups[0], 3)
+    return account, evidence, groups, _fill_quota(account, groups[0], 3)
+
+
+def test_a_full_query_quota_is_waited_for_not_recorded_as_a_gap() -> None:
+    """#14 item 2: other executions' queries fill the account's quota; this batch waits in the state machine
+    and starts its queries once they finish, instead of giving up after the in-process retries."""
+    account, evidence, groups, (other, ids) = _quota_full()
     journal = QueryJournal()
     with pytest.raises(QueriesPending):
         pipeline.collect_logs(account.aws(sleep=lambda _s: None), evidence, groups, journal=journal)
@@ -140,13 +145,7 @@ def test_a_full_query_quota_is_waited_for_not_recorded_as_a_gap() -> None:
 
 
 def test_a_quota_full_past_the_deadline_becomes_a_named_gap() -> None:
-    w = world(None)
-    w.raw["logs_concurrent_queries"] = 3
-    account = Account(w)
-    request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
-    evidence = pipeline.start_audit(account.aws(), request)
-    (groups,) = pipeline.log_batches(evidence.log_groups)
-    _fill_quota(account, groups[0], 3)  # never collected: the quota stays full
+    account, evidence, groups, _ = _quota_full()  # the other audit never collects: the quota stays full
     journal = QueryJournal()
     for _ in range(10):
         try:
