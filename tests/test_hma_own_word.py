@@ -70,3 +70,20 @@ def test_a_gpu_signal_makes_a_gpu_node_whatever_the_type_profile_says() -> None:
     assert node_of(result, w.gpu[0].instance_id).verdict == "REPLACE"
     assert {b.branch: b.status for b in result.branches}["A"] == "Root cause"
     assert not result.invariants_broken
+
+
+def test_a_replaced_nodes_detection_still_counts_and_names_its_replacement() -> None:
+    """HyperPod gives a replaced node a new instance ID: the old node's detection (its HMA stream) still counts
+    for the window, and the old ID is named beside the node that replaced it (RULES §5.7)."""
+    w = HyperPodWorld(gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    w.cluster_metrics(at(-10), at(12, 25))
+    old = w.gpu[0]
+    w.hma_detection(old, at(7, 3), code=None, reason="NvidiaErrorTerminate", condition="NvidiaErrorTerminate",
+                    message="Please Replace the Faulty Node")
+    w.described["Nodes"] = [n for n in w.described["Nodes"] if n["InstanceId"] != old.instance_id]
+    new = w.add_node("gpu-workers", "ml.p5.48xlarge", launch=at(7, 40))  # HyperPod's replacement, new ID
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    gone = node_of(result, old.instance_id)
+    assert gone.discovered_by == "log-streams" and gone.verdict == "REPLACE"  # the detection still counts
+    assert f"likely replaced by {new.instance_id}" in (gone.service_action or "")
+    assert f"likely the replacement of {old.instance_id}" in (node_of(result, new.instance_id).service_action or "")

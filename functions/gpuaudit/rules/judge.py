@@ -101,6 +101,38 @@ def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
     return min(starts) if starts else fallback
 
 
+REPLACEMENT_WITHIN = timedelta(hours=6)  # a replacement launches minutes to hours after the old node stops
+
+
+def with_replacements(nodes: list[NodeResult], evidence: Evidence) -> list[NodeResult]:
+    """HyperPod gives a replaced node a new instance ID (RULES §5.7): a node found only by its streams (no longer
+    listed) is named beside the node of the same group that launched next after its last line, as a likely
+    replacement (a hypothesis from group and time, said so); its detections still count for the window."""
+    if not evidence.cluster.kind.startswith("hyperpod"):
+        return nodes
+    launched = {n.instance_id: n.launch_time for n in evidence.nodes if n.launch_time and n.discovered_by == "api"}
+    taken: set[str] = set()
+    notes: dict[str, str] = {}
+    for old in sorted((n for n in nodes if n.discovered_by == "log-streams"), key=lambda n: n.instance_id):
+        last = max((c.last_event for c in old.coverage if c.last_event), default=None)
+        if last is None:
+            continue
+        later = sorted((t, n.instance_id) for n in nodes if n.instance_group == old.instance_group
+                       and n.instance_id not in taken and (t := launched.get(n.instance_id)) is not None
+                       and last <= t <= last + REPLACEMENT_WITHIN)
+        if not later:
+            continue
+        when, new = later[0]
+        taken.add(new)
+        gap = int((when - last).total_seconds() // 60)
+        notes[old.instance_id] = (f"no longer listed by the cluster; likely replaced by {new} (group "
+                                  f"{old.instance_group or '—'}, launched {iso(when)}, {gap} min after this node's "
+                                  "last line; matched by group and time)")
+        notes[new] = f"likely the replacement of {old.instance_id}, whose detections still count for the window"
+    return [n.model_copy(update={"service_action": "; ".join(x for x in (notes[n.instance_id], n.service_action) if x)})
+            if n.instance_id in notes else n for n in nodes]
+
+
 def service_action(node: NodeInfo, evidence: Evidence,
                    lines: list[ParsedLine]) -> str | None:
     """What HyperPod/ParallelCluster itself did to the node, distinct from the operator's action (RULES §7)."""
@@ -161,6 +193,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         if routing is not None:
             routings[node.instance_id] = routing
         nodes.append(result)
+    nodes = with_replacements(nodes, evidence)
     control = control_logs(evidence, pad)
     boot = bootstrap_failure(evidence, evidence.gpu_lines)
     if boot is not None:
