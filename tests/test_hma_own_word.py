@@ -87,3 +87,16 @@ def test_a_replaced_nodes_detection_still_counts_and_names_its_replacement() -> 
     assert gone.discovered_by == "log-streams" and gone.verdict == "REPLACE"  # the detection still counts
     assert f"likely replaced by {new.instance_id}" in (gone.service_action or "")
     assert f"likely the replacement of {old.instance_id}" in (node_of(result, new.instance_id).service_action or "")
+
+
+def test_an_xid_just_before_the_window_that_decides_the_verdict_is_in_the_table() -> None:
+    """The GPU lines are read from 30 min before the window: a hardware Xid there that decides the verdict must
+    be a row of the GPU errors table too (one story), said to be before the window."""
+    w = HyperPodWorld(gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    w.cluster_metrics(at(-10), at(12, 25))
+    w.hma_detection(w.gpu[0], at(5, 45), code=79, reason="XidHardwareFailure", recommendation="Reboot")
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)  # window from 06:00
+    n = node_of(result, w.gpu[0].instance_id)
+    assert n.verdict == "REBOOT" and not result.invariants_broken
+    (row,) = n.gpu_errors
+    assert row.code == 79 and "before the window" in (row.meaning or "")

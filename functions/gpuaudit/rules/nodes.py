@@ -6,7 +6,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
 from gpuaudit.domain.markers import BOOT_LINE, FABRIC_MANAGER_STARTED, NCCL_MARKER
@@ -143,7 +143,7 @@ def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated
     return None, None
 
 
-def efa_text(node: NodeInfo, profile: CapabilityProfile | None) -> str:
+def efa_text(node: NodeInfo, profile: CapabilityProfile | None, hyperpod: bool = False) -> str:
     """`<attached> of <max>` (RULES §2); HyperPod attachment lives in a service account: Not observable."""
     if profile is None:
         return "unknown (type not read)" if node.instance_type else "unknown (instance no longer described)"
@@ -151,8 +151,9 @@ def efa_text(node: NodeInfo, profile: CapabilityProfile | None) -> str:
     if not profile.efa_supported:
         return "not supported by the type (EfaSupported false)"
     if node.efa_attached is None:
-        return (f"Not observable (HyperPod instances live in a service account) of MaximumEfaInterfaces "
-                f"{profile.max_efa_interfaces}")
+        why = ("HyperPod instances live in a service account" if hyperpod
+               else "the instance's interfaces were not described (no longer returned by DescribeInstances)")
+        return f"Not observable ({why}) of MaximumEfaInterfaces {profile.max_efa_interfaces}"
     return f"{node.efa_attached} of MaximumEfaInterfaces {profile.max_efa_interfaces}"
 
 
@@ -308,6 +309,21 @@ def kube_disagreement(k: KubeNode | None, verdict: Verdict | None) -> str | None
     return None
 
 
+def deciding_rows(lines: Sequence[ParsedLine], routing: NodeRouting | None, rows: list[GpuError],
+                  overrides: Mapping[int, str] | None, window_start: datetime) -> list[GpuError]:
+    """The Xid a verdict rests on can precede the window (the GPU lines are read from 30 min before it): its row
+    joins the table, said to be before the window, so the verdict always shows the line it rests on."""
+    code = routing.cause_code if routing is not None else None
+    if code is None or any(e.code == code for e in rows):
+        return []
+    earlier = [p for p in lines if p.xid is not None and p.xid.code == code and p.line.time < window_start]
+    if not earlier:
+        return []
+    found = collapse(earlier, overrides, min(p.line.time for p in earlier), window_start - timedelta(microseconds=1))
+    return [e.model_copy(update={"meaning": f"{e.meaning} — before the window: the Xid the verdict rests on"})
+            for e in found]
+
+
 def memory_signal_rows(lines: Sequence[ParsedLine], start: datetime, end: datetime) -> list[GpuError]:
     """Non-Xid memory signals in the window are rows of the GPU errors table too (no code): a verdict they
     decide must show the line it rests on beside the Xids."""
@@ -349,10 +365,12 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     routing = memory_signal_routing(lines, reboots, routing)
     routing = hma_routing(lines, window_end, routing)
     routing = kube_routing(kube, routing)
+    gpu_errors = sorted([*gpu_errors, *deciding_rows(lines, routing, gpu_errors, overrides, window_start)],
+                        key=lambda e: e.time)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated)
     if (disagreement := kube_disagreement(kube, verdict)) is not None:
         evidence_text = f"{evidence_text}; {disagreement}" if evidence_text else disagreement
-    efa = efa_text(node, profile)
+    efa = efa_text(node, profile, evidence.cluster.kind.startswith("hyperpod"))
     return NodeResult(
         instance_id=node.instance_id, instance_group=node.instance_group, instance_type=node.instance_type,
         status=node.status, role=node.role, discovered_by=node.discovered_by,
