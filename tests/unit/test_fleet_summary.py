@@ -100,3 +100,12 @@ def test_the_html_report_draws_exceptions_and_counts_the_healthy_rest() -> None:
     assert nodes[18].instance_id not in page
     assert "9998 more node(s) of group <code>gpu-a</code> (p5.48xlarge: 9998 Measured)" in page
     assert "9998 healthy node(s) live every hour are counted in the strip, not drawn" in page
+
+
+def test_a_branch_headline_ends_its_sentence_before_the_coverage_count() -> None:
+    nodes = [node(1)]
+    text = headline_for(Judged(evidence(), nodes, {}, {}, []),
+                        "Root cause: Not observable — the deciding evidence is missing (see visibility gaps)", None)[0]
+    assert "(see visibility gaps). Coverage of 1 GPU node(s)" in text
+    already = headline_for(Judged(evidence(), nodes, {}, {}, []), "Leading hypothesis: branch B — ends.", None)[0]
+    assert "ends.. " not in already and "ends. Coverage" in already

@@ -464,7 +464,7 @@ def headline_for(j: Judged, branch_headline: str | None,
     blind = [n.instance_id for n in accelerated if n.xid_status == "Not observable"]
     partial = any(g.scope == "node-list" for g in j.evidence.gaps)
     if branch_headline:
-        head = branch_headline
+        head = branch_headline if branch_headline.rstrip().endswith((".", "!", "?")) else branch_headline.rstrip() + "."
     elif ready is not None:
         head = f"Ready: {ready}."
     elif verdicts:
