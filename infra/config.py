@@ -36,6 +36,20 @@ class SlackChannel(BaseModel):
     channel_id: str = Field(min_length=1)
 
 
+EksClusterName = Annotated[str, Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")]
+
+
+class PrivateEndpoint(BaseModel):
+    """Where the KubeRead function runs to reach an EKS cluster's private API endpoint: subnets with a route to the
+    endpoint and a security group the cluster's security group accepts on 443. KubeRead calls no AWS API, so the
+    subnets need no NAT gateway or VPC endpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    subnet_ids: list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]] = Field(min_length=1, max_length=16)
+    security_group_ids: list[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]] = Field(min_length=1, max_length=5)
+
+
 class DeployConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -61,8 +75,10 @@ class DeployConfig(BaseModel):
     file_systems: dict[str, list[FileSystemId]] = Field(default_factory=dict)
     # EKS clusters (HyperPod EKS orchestrators, in this account) whose Kubernetes API the collectors read: the stack
     # gives each collecting role an access entry with the read-only AmazonEKSViewPolicy (docs/DEPLOY.md).
-    eks_access_entries: list[Annotated[str, Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")]] = Field(
-        default_factory=list)
+    eks_access_entries: list[EksClusterName] = Field(default_factory=list)
+    # Of those, clusters whose API endpoint is private: read by a KubeRead function placed in the cluster's VPC,
+    # whose role (not the collectors') gets the access entry.
+    eks_private_endpoints: dict[EksClusterName, PrivateEndpoint] = Field(default_factory=dict)
     # Per cluster in a member account: the read-only role its collectors assume (infra/cross_account.py there).
     member_roles: dict[str, MemberRole] = Field(default_factory=dict)
 
@@ -77,6 +93,10 @@ class DeployConfig(BaseModel):
             unknown = sorted(set(named) - set(self.clusters)) if not self.discover else []
             if unknown:
                 raise ValueError(f"`{key}` names clusters that are not configured: {', '.join(unknown)}")
+        private = sorted(set(self.eks_private_endpoints) - set(self.eks_access_entries))
+        if private:
+            raise ValueError(f"`eks_private_endpoints` names EKS clusters not in `eks_access_entries`: "
+                             f"{', '.join(private)}")
         return self
 
     @property

@@ -79,6 +79,13 @@ def powertools_version() -> str:
 
 
 EKS_VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"  # read-only Kubernetes access
+# One GET of a node or event list page (500 items, slimmed); the collectors' own 10 s HTTPS timeout applies inside.
+KUBE_READ = Spec("kube_read", 256, Duration.seconds(30), "gpuaudit: GET of a private EKS endpoint's nodes/events")
+
+
+def _id(name: str) -> str:
+    """A construct ID fragment from a cluster name."""
+    return "".join(c for c in name.title() if c.isalnum())
 
 
 class AuditFunctions(Construct):
@@ -142,21 +149,10 @@ class AuditFunctions(Construct):
                     {c: r.model_dump(exclude_none=True) for c, r in config.member_roles.items()})
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
+        self._code, self._layers, self._retention = code, layers, RETENTION[config.log_retention_days]
         for name, spec in SPECS.items():
-            log_group = logs.LogGroup(self, f"{name}Logs", retention=RETENTION[config.log_retention_days],
-                                      removal_policy=RemovalPolicy.DESTROY)
-            role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                            description=f"gpuaudit {name}: least privilege, written inline")
-            role.add_to_policy(iam.PolicyStatement(sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                                                   resources=[log_group.log_group_arn]))
-            for statement in own[name]:
-                role.add_to_policy(statement)
-            self.roles[name] = role
-            self.functions[name] = lambda_.Function(
-                self, name, runtime=RUNTIME, architecture=lambda_.Architecture.ARM_64, code=code,
-                handler=f"handlers.{spec.module}.handler", memory_size=spec.memory_mb, timeout=spec.timeout,
-                description=spec.description, role=role, log_group=log_group, tracing=lambda_.Tracing.ACTIVE,
-                layers=layers, environment={**common, **specific.get(name, {})})
+            self._function(name, spec, own[name], {**common, **specific.get(name, {})})
+        self.kube_readers = self._kube_readers(config, common)
         plan_reads = iam.Policy(self, "PlanReads", statements=read_statements(stack, permissions.PLAN_READS),
                                 roles=[self.roles["Plan"]])
         audit_reads = iam.Policy(self, "AuditReads",
@@ -164,16 +160,19 @@ class AuditFunctions(Construct):
                                  roles=[self.roles[n] for n in ("Inventory", "CollectLogs", "Finish")])
         acknowledge_wildcards(plan_reads, permissions.READ_REASONS)
         acknowledge_wildcards(audit_reads, permissions.READ_REASONS)
-        # Read-only Kubernetes access for the collecting roles on the configured EKS clusters (issue #19).
+        # Read-only Kubernetes access on the configured EKS clusters (issue #19): for the collecting roles, or for
+        # the in-VPC reader's role when the cluster's endpoint is private (the collectors never reach it then).
         for cluster in config.eks_access_entries:
-            for name in ("Inventory", "CollectLogs", "Finish"):
-                eks.CfnAccessEntry(self, f"EksView{name}{''.join(c for c in cluster.title() if c.isalnum())}",
+            readers = [f"KubeRead{_id(cluster)}"] if cluster in config.eks_private_endpoints else \
+                ["Inventory", "CollectLogs", "Finish"]
+            for name in readers:
+                eks.CfnAccessEntry(self, f"EksView{name}{'' if name.startswith('KubeRead') else _id(cluster)}",
                                    cluster_name=cluster, principal_arn=self.roles[name].role_arn, type="STANDARD",
                                    access_policies=[eks.CfnAccessEntry.AccessPolicyProperty(
                                        policy_arn=EKS_VIEW_POLICY,
                                        access_scope=eks.CfnAccessEntry.AccessScopeProperty(type="cluster"))])
-        for name, role in self.roles.items():
-            acknowledge_wildcards(default_policy(role), {
+        for name in SPECS:  # the KubeRead roles acknowledged theirs where they were built
+            acknowledge_wildcards(default_policy(self.roles[name]), {
                 "Resource::*": f"{name}: X-Ray PutTraceSegments/PutTelemetryRecords (active tracing) take no "
                                "resource; IAM requires Resource '*'.",
                 f"/{PAYLOADS_PREFIX}*": f"{name}: its own step payloads in the evidence bucket; keys are content "
@@ -187,6 +186,67 @@ class AuditFunctions(Construct):
                 id="AwsSolutions::AwsSolutions-L1",
                 reason="Pinned to Python 3.12: the bundle is built for CPython 3.12 wheels and the Powertools "
                        "layer used offline is published per Python version; upgrade both together."))
+
+    def _function(self, name: str, spec: Spec, statements: list[iam.PolicyStatement], environment: dict[str, str],
+                  traced: bool = True) -> lambda_.Function:
+        log_group = logs.LogGroup(self, f"{name}Logs", retention=self._retention, removal_policy=RemovalPolicy.DESTROY)
+        role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                        description=f"gpuaudit {name}: least privilege, written inline")
+        role.add_to_policy(iam.PolicyStatement(sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                                               resources=[log_group.log_group_arn]))
+        for statement in statements:
+            role.add_to_policy(statement)
+        self.roles[name] = role
+        self.functions[name] = lambda_.Function(
+            self, name, runtime=RUNTIME, architecture=lambda_.Architecture.ARM_64, code=self._code,
+            handler=f"handlers.{spec.module}.handler", memory_size=spec.memory_mb, timeout=spec.timeout,
+            description=spec.description, role=role, log_group=log_group,
+            tracing=lambda_.Tracing.ACTIVE if traced else lambda_.Tracing.DISABLED,
+            layers=self._layers, environment=environment)
+        return self.functions[name]
+
+    def _kube_readers(self, config: DeployConfig, common: dict[str, str]) -> dict[str, lambda_.Function]:
+        """One KubeRead function per private EKS endpoint, in the cluster's VPC; the collectors may invoke exactly
+        these. Its role holds only what Lambda itself needs to attach the function to the subnets (network
+        interfaces, created and deleted by the Lambda service, never by gpuaudit's code) and no AWS read at all:
+        the endpoint and CA come in the event, the token is presigned locally."""
+        stack = Stack.of(self)
+        readers: dict[str, lambda_.Function] = {}
+        for cluster, where in config.eks_private_endpoints.items():
+            name = f"KubeRead{_id(cluster)}"
+            subnets = [stack.format_arn(service="ec2", resource="subnet", resource_name=s) for s in where.subnet_ids]
+            groups = [stack.format_arn(service="ec2", resource="security-group", resource_name=g)
+                      for g in where.security_group_ids]
+            interfaces = stack.format_arn(service="ec2", resource="network-interface", resource_name="*")
+            statements = [
+                iam.PolicyStatement(sid="VpcAttachment", actions=["ec2:CreateNetworkInterface"],
+                                    resources=[interfaces, *subnets, *groups]),
+                iam.PolicyStatement(sid="VpcAttachmentLifecycle", resources=[interfaces], actions=[
+                    "ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses"]),
+                iam.PolicyStatement(sid="VpcAttachmentLookup", actions=["ec2:DescribeNetworkInterfaces"],
+                                    resources=["*"])]
+            function = self._function(name, KUBE_READ, statements,
+                                      {**common, "POWERTOOLS_TRACE_DISABLED": "true"}, traced=False)
+            cfn = function.node.default_child
+            assert isinstance(cfn, lambda_.CfnFunction)
+            # Not the `vpc` prop: it attaches the AWS managed AWSLambdaVPCAccessExecutionRole (Resource "*" on
+            # every ENI action); the statements above are the same actions scoped to these subnets and groups.
+            cfn.add_property_override("VpcConfig", {"SubnetIds": where.subnet_ids,
+                                                    "SecurityGroupIds": where.security_group_ids})
+            acknowledge_wildcards(default_policy(self.roles[name]), {
+                ":network-interface/*": f"{name}: Lambda creates and deletes the function's network interfaces in the "
+                                        "configured subnets; their IDs are not known before it does.",
+                "Resource::*": f"{name}: ec2:DescribeNetworkInterfaces supports no resource-level permissions; "
+                               "Lambda needs it to attach the function to the configured subnets."})
+            readers[cluster] = function
+        if readers:
+            for name in ("Inventory", "CollectLogs", "Finish"):
+                self.roles[name].add_to_policy(iam.PolicyStatement(
+                    sid="PrivateEksReaders", actions=["lambda:InvokeFunction"],
+                    resources=[f.function_arn for f in readers.values()]))
+                self.functions[name].add_environment("GPUAUDIT_KUBE_READERS", json.dumps(
+                    {c: f.function_name for c, f in readers.items()}))
+        return readers
 
     def _powertools_layer(self) -> lambda_.ILayerVersion:
         """The public Powertools layer for this region, resolved at deploy time from AWS's SSM parameter."""

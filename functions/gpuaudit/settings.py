@@ -16,6 +16,7 @@ from gpuaudit.sinks import RETENTION_DAYS
 
 XID_OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
 MEMBER_ROLES_ENV = "GPUAUDIT_MEMBER_ROLES"
+KUBE_READERS_ENV = "GPUAUDIT_KUBE_READERS"
 
 
 class MemberRole(BaseModel):
@@ -38,6 +39,9 @@ class Settings(BaseModel):
     aws_region: str | None = Field(default=None, alias="AWS_REGION")  # set by Lambda itself
     # Per cluster of a member account: the role the collectors assume (cdk.json `member_roles`), JSON.
     member_roles: dict[str, MemberRole] = Field(default_factory=dict, alias="GPUAUDIT_MEMBER_ROLES")
+    # Per EKS cluster with a private endpoint: the in-VPC KubeRead function that reads it (cdk.json
+    # `eks_private_endpoints`), JSON.
+    kube_readers: dict[str, str] = Field(default_factory=dict, alias="GPUAUDIT_KUBE_READERS")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -45,7 +49,9 @@ class Settings(BaseModel):
         given = {name: environ[name] for name in cls.env_names() if environ.get(name)}
         overrides = [i for i in given.pop(XID_OVERRIDES_ENV, "").split(",") if i.strip()]
         roles = json.loads(given.pop(MEMBER_ROLES_ENV, "{}"))
-        return cls.model_validate({**given, XID_OVERRIDES_ENV: parse_overrides(overrides), MEMBER_ROLES_ENV: roles})
+        readers = json.loads(given.pop(KUBE_READERS_ENV, "{}"))
+        return cls.model_validate({**given, XID_OVERRIDES_ENV: parse_overrides(overrides), MEMBER_ROLES_ENV: roles,
+                                   KUBE_READERS_ENV: readers})
 
     @classmethod
     def env_names(cls) -> list[str]:

@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed, assumed_session
+from gpuaudit.collectors.kubernetes import reader_connector
 from gpuaudit.model.evidence import CallCount, Gap
 from gpuaudit.settings import Settings
 from handlers.observability import metrics
@@ -90,10 +91,13 @@ def audit_port(session: boto3.Session, clock: Any, context: Any = None, cluster:
     member account (GPUAUDIT_MEMBER_ROLES, from cdk.json `member_roles`) is read through that account's
     read-only role; the payloads, cache and findings stay on the auditor's own session."""
     region = session.region_name or env("AWS_REGION")
-    member = Settings.from_env(os.environ).member_roles.get(cluster) if cluster else None
+    settings = Settings.from_env(os.environ)
+    member = settings.member_roles.get(cluster) if cluster else None
     if member is not None:
         session = assumed_session(session, member.role_arn, member.external_id, f"gpuaudit-{cluster}"[:64])
     aws = Aws(session=session, region=region, clock=clock)
+    if settings.kube_readers:  # private EKS endpoints are read by the in-VPC KubeRead function
+        aws.kube_connector = reader_connector(aws, settings.kube_readers)
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     if callable(remaining):
         with contextlib.suppress(TypeError, ValueError):

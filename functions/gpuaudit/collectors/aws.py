@@ -28,7 +28,8 @@ GAP_KINDS: dict[str, GapKind] = {
                      "NoCredentialsError"), "expired-credentials"),
     **dict.fromkeys(("ServiceUnavailable", "ServiceUnavailableException", "InternalError", "InternalFailure",
                      "InternalServerError", "InternalServerException"), "unavailable"),
-    **dict.fromkeys(("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"),
+    **dict.fromkeys(("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
+                     "Unreachable"),
                     "unreachable"),
     DEADLINE_EXCEEDED: "deadline",
 }
@@ -60,6 +61,8 @@ class Aws:
     max_attempts: int = 4
     deadline: float | None = None  # time.monotonic() after which no further call is made (audit deadline)
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # (cluster, endpoint, CA) -> Kubernetes API; None: the cluster's endpoint directly (collectors/kubernetes.py)
+    kube_connector: Callable[[str, str, str], Any] | None = None
     _clients: dict[str, Any] = field(default_factory=dict)
 
     def client(self, service: str) -> Any:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 from botocore.signers import RequestSigner
 
 from gpuaudit.collectors.aws import Aws, CallFailed
@@ -78,15 +79,84 @@ class HttpsKubeApi:
         except urllib.error.HTTPError as err:
             raise CallFailed("kubernetes", f"GET {path}", str(err.code), err.reason or "HTTP error") from None
         except (urllib.error.URLError, TimeoutError, OSError) as err:
-            raise CallFailed("kubernetes", f"GET {path}", "Timeout", str(err)) from None
+            cause = getattr(err, "reason", err)
+            # A certificate the cluster's CA did not sign is not a timeout: it says who answered is not the cluster.
+            code = "TLSFailed" if isinstance(cause, ssl.SSLError) else \
+                "Timeout" if isinstance(cause, TimeoutError) else "Unreachable"
+            raise CallFailed("kubernetes", f"GET {path}", code, str(cause)) from None
+
+
+def https_connector(session: boto3.Session, region: str) -> KubeConnector:
+    """The cluster's real endpoint, with a token made from this session's credentials."""
+    return lambda name, endpoint, ca: HttpsKubeApi(endpoint, ca, eks_token(session, name, region))
 
 
 def connector_for(aws: Aws) -> KubeConnector:
-    """The world's API when the session is wired to one, else the cluster's real endpoint."""
-    embedded: KubeConnector | None = getattr(aws.session, "gpuaudit_kubernetes", None)
-    if embedded is not None:
-        return embedded
-    return lambda name, endpoint, ca: HttpsKubeApi(endpoint, ca, eks_token(aws.session, name, aws.region))
+    """The port's own connector when it has one (the deployed path's in-VPC reader), the world's API when the
+    session is wired to one, else the cluster's real endpoint."""
+    chosen: KubeConnector | None = aws.kube_connector or getattr(aws.session, "gpuaudit_kubernetes", None)
+    return chosen or https_connector(aws.session, aws.region)
+
+
+# The fields the rules read (kube_node, read_events): a private endpoint's answers cross a Lambda response, at most
+# 6 MB, and a node's status.images alone can be tens of KB; nothing else is kept.
+NODE_FIELDS = {"metadata": ("name", "labels"), "spec": ("providerID", "taints"), "status": ("conditions",)}
+EVENT_FIELDS = {"metadata": ("creationTimestamp",), "involvedObject": ("kind", "name")}
+EVENT_SCALARS = ("lastTimestamp", "eventTime", "type", "reason", "message")
+
+
+def slim_list(path: str, document: dict[str, Any]) -> dict[str, Any]:
+    """A node or event list keeping only what the rules read, and its `continue` token."""
+    def keep(item: dict[str, Any], fields: dict[str, tuple[str, ...]], scalars: tuple[str, ...] = ()) -> dict[str, Any]:
+        slim = {part: {k: (item.get(part) or {})[k] for k in keys if k in (item.get(part) or {})}
+                for part, keys in fields.items()}
+        return {**slim, **{k: item[k] for k in scalars if k in item}}
+    fields, scalars = (NODE_FIELDS, ()) if path == NODES_PATH else (EVENT_FIELDS, EVENT_SCALARS)
+    token = (document.get("metadata") or {}).get("continue")
+    return {"items": [keep(i, fields, scalars) for i in document.get("items") or []],
+            "metadata": {"continue": token} if token else {}}
+
+
+class LambdaKubeApi:
+    """A private endpoint, read through the stack's KubeRead function in the cluster's VPC (handlers/kube_read.py):
+    the same GETs, one synchronous Invoke each; the reader's error (HTTP status, timeout) or a failed Invoke is a
+    CallFailed of service "kubernetes", so the collector names the same gap as for a direct read."""
+
+    def __init__(self, aws: Aws, function: str, cluster: str, endpoint: str, ca_data: str) -> None:
+        self.aws, self.function = aws, function
+        self.target = {"cluster": cluster, "endpoint": endpoint, "ca_data": ca_data}
+
+    def get(self, path: str, query: dict[str, str]) -> dict[str, Any]:
+        operation = f"GET {path}"
+        self.aws.counts[("lambda", "Invoke")] += 1
+        try:
+            out = self.aws.client("lambda").invoke(FunctionName=self.function, Payload=json.dumps(
+                {**self.target, "path": path, "query": query}).encode())
+            answer = json.loads(out["Payload"].read() or b"null")
+        except ClientError as err:
+            error = err.response.get("Error", {})
+            raise CallFailed("kubernetes", operation, error.get("Code", "Unknown"),
+                             f"Invoke of {self.function}: {error.get('Message', err)}") from None
+        except (BotoCoreError, ValueError) as err:
+            raise CallFailed("kubernetes", operation, type(err).__name__, f"Invoke of {self.function}: {err}") from None
+        if out.get("FunctionError") or not isinstance(answer, dict) or "document" not in answer and "error" not in answer:
+            message = answer.get("errorMessage") if isinstance(answer, dict) else None
+            raise CallFailed("kubernetes", operation, "ReaderFailed", f"{self.function}: {message or 'no answer'}")
+        if "error" in answer:
+            raise CallFailed("kubernetes", operation, str(answer["error"].get("code", "Unknown")),
+                             str(answer["error"].get("message", "")))
+        document: dict[str, Any] = answer["document"]
+        return document
+
+
+def reader_connector(aws: Aws, readers: dict[str, str]) -> KubeConnector:
+    """EKS clusters with a private endpoint go through their in-VPC reader; the others are read directly."""
+    direct = https_connector(aws.session, aws.region)
+
+    def connect(name: str, endpoint: str, ca: str) -> KubeApi:
+        function = readers.get(name)
+        return LambdaKubeApi(aws, function, name, endpoint, ca) if function else direct(name, endpoint, ca)
+    return connect
 
 
 def read_nodes(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
