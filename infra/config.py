@@ -60,6 +60,8 @@ class DeployConfig(BaseModel):
     alert_emails: list[str] = Field(default_factory=list)
     slack: SlackChannel | None = None
     finding_retention_days: int = Field(default=90, ge=1)
+    # Fleet memory (issue #18): how far back the Verdict step reads a node's earlier audits (at most the retention).
+    history_lookback_days: int = Field(default=30, ge=1)
     payload_retention_days: int = Field(default=3, ge=1)
     log_retention_days: Literal[1, 3, 7, 14, 30, 90, 180, 365] = 30  # the stack's own log groups
     logs_insights_concurrent_queries: int = Field(default=30, ge=QUERIES_PER_BATCH)
@@ -93,6 +95,9 @@ class DeployConfig(BaseModel):
             unknown = sorted(set(named) - set(self.clusters)) if not self.discover else []
             if unknown:
                 raise ValueError(f"`{key}` names clusters that are not configured: {', '.join(unknown)}")
+        if self.history_lookback_days > self.finding_retention_days:
+            raise ValueError(f"`history_lookback_days` ({self.history_lookback_days}) reaches past "
+                             f"`finding_retention_days` ({self.finding_retention_days}): the table keeps no older audit")
         private = sorted(set(self.eks_private_endpoints) - set(self.eks_access_entries))
         if private:
             raise ValueError(f"`eks_private_endpoints` names EKS clusters not in `eks_access_entries`: "

@@ -109,6 +109,7 @@ class AuditFunctions(Construct):
                      if config.discovery_tag else ""},
             "Verdict": {"FINDINGS_TABLE": store.table.table_name, "ALERT_TOPIC_ARN": store.topic.topic_arn,
                         "FINDING_RETENTION_DAYS": str(config.finding_retention_days),
+                        "GPUAUDIT_HISTORY_DAYS": str(config.history_lookback_days),
                         "GPUAUDIT_XID_CLASS_OVERRIDES": ",".join(config.xid_class_overrides)},
         }
         payloads = store.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")

@@ -40,10 +40,12 @@ from moto.awslambda_simple.models import LambdaSimpleBackend  # noqa: E402
 
 from gpuaudit import pipeline  # noqa: E402
 from gpuaudit.collectors.aws import Aws  # noqa: E402
+from gpuaudit.history import SqliteHistory  # noqa: E402
 
 MOTO_PIN = "5.2.5"  # the interpreter behaviour these tests were written against (pyproject.toml pins it)
 SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
-DOMAIN_STEPS = ("start_audit", "log_batches", "collect_logs", "finish_collection", "judge", "finalize")
+DOMAIN_STEPS = ("start_audit", "log_batches", "collect_logs", "finish_collection", "read_history", "judge",
+                "record_history", "finalize")
 SCHEDULED = scheduled_event("2026-10-01T18:17:04Z")
 
 
@@ -139,7 +141,7 @@ class ScheduledRun:
 
 
 @pytest.fixture(scope="module")
-def scheduled_run(synth: Synthesized) -> ScheduledRun:
+def scheduled_run(synth: Synthesized, tmp_path_factory: pytest.TempPathFactory) -> ScheduledRun:
     """One scheduled execution of hyperpod-xid31-app-error (research-hp-slurm), then the CLI on the same audit."""
     with pytest.MonkeyPatch.context() as monkeypatch, deployed(synth, monkeypatch) as machine:
         deployed_spy, cli_spy = Spied(), Spied()
@@ -152,8 +154,10 @@ def scheduled_run(synth: Synthesized) -> ScheduledRun:
         cli_spy.install(monkeypatch)
         world = machine.account.world
         request = pipeline.AuditRequest.model_validate(json.loads(described["output"])["targets"][0]["request"])
+        # Both with a history, empty before this first audit: the findings table's, and the CLI's --history DIR
         cli = pipeline.run_audit(Aws(session=machine.account.backend.session(), region=world.region,
-                                     clock=lambda: world.now), request)
+                                     clock=lambda: world.now), request,
+                                 history=SqliteHistory(tmp_path_factory.mktemp("history")))
         return ScheduledRun(described, result, findings, json.loads(cli.to_json()), deployed_spy.calls,
                             cli_spy.calls, machine.handler_of)
 
@@ -191,7 +195,7 @@ def test_each_task_state_calls_the_domain_functions_the_cli_calls_in_the_same_or
     assert [name for name, _ in tasks] == ["Plan", "Inventory", "CollectLogs", "Finish", "Verdict"]
     per_task = [[fn for caller, fn in scheduled_run.deployed_calls if caller == module] for module in modules]
     assert per_task == [[], ["start_audit", "log_batches"], ["collect_logs"], ["finish_collection"],
-                        ["judge", "finalize"]]
+                        ["read_history", "judge", "record_history", "finalize"]]
     assert [fn for fn in sum(per_task, [])] == [fn for _, fn in scheduled_run.deployed_calls]
     assert [fn for _, fn in scheduled_run.cli_calls] == [fn for _, fn in scheduled_run.deployed_calls]
     assert {caller for caller, _ in scheduled_run.cli_calls} == {"gpuaudit.pipeline"}

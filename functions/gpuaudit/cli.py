@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.markup import escape as escape_markup
 
@@ -25,6 +25,7 @@ from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.domain.window import BadWindow
 from gpuaudit.embedded.world import WorldError
+from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
@@ -84,6 +85,24 @@ def _cache_path(path: Path | None) -> Path | None:
         if f'"format":"{CACHE_FORMAT}"' not in head.replace(" ", "") and head.strip():
             raise UserError(f"--cache {path}: exists and is not a gpuaudit cache ({CACHE_FORMAT}); refusing to "
                             "overwrite it")
+    return path
+
+
+def _history_dir(path: Path | None, must_exist: bool = False) -> Path | None:
+    """--history DIR: a directory for the local history (created when absent, unless reading it)."""
+    if path is None:
+        return None
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--history {path}: is not a directory (the history is kept as {SQLITE_FILE} inside it)")
+    if not path.exists():
+        if must_exist:
+            raise UserError(f"--history {path}: no such directory (no audit has written a history there)")
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise UserError(f"--history {path}: cannot create the directory: {exc.strerror}") from None
+    if not os.access(path, os.R_OK | (0 if must_exist else os.W_OK)):
+        raise UserError(f"--history {path}: not readable/writable")
     return path
 
 
@@ -171,6 +190,10 @@ def audit(
     filesystem: Annotated[list[str] | None, typer.Option(
         "--filesystem", help="Also audit this FSx for Lustre file system, fs-… (repeatable, at most 50): details, "
                              "maintenance window, saturation metrics; with or without --cluster")] = None,
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="Fleet memory: read each node's earlier audits from (and add this one to) a local history in "
+                          "this directory, so an Xid recurring after a reboot days later is REPLACE (default: off; "
+                          "look-back GPUAUDIT_HISTORY_DAYS, 30)")] = None,
 ) -> None:
     """Audit one cluster: coverage proof, node verdicts, root cause or readiness."""
     try:
@@ -186,6 +209,7 @@ def audit(
         _positive(deadline_seconds, "--deadline-seconds")
         cache = _cache_path(cache)
         out = _out_path(out)
+        history = _history_dir(history)
         request = AuditRequest(
             cluster=cluster, mode=mode, since=_time_arg(since, "--since"),  # type: ignore[arg-type]
             until=_time_arg(until, "--until"), last=last,  # type: ignore[arg-type]
@@ -195,7 +219,8 @@ def audit(
             file_system_ids=list(dict.fromkeys(f.strip() for f in filesystem or [])),
             eks_cluster=eks_cluster,
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
-        overrides = {**Settings.from_env(os.environ).xid_overrides, **parse_overrides(xid_class or [])}
+        settings = Settings.from_env(os.environ)
+        overrides = {**settings.xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
             raise UserError("--role-arn applies to AWS accounts, not to --world")
         aws = _aws_for(world, region, role_arn, external_id)
@@ -203,7 +228,8 @@ def audit(
             aws.deadline = time.monotonic() + deadline_seconds
         with err.status(f"auditing {request.cluster} ({mode})…"):
             result = run_audit(aws, request, JudgeConfig.from_request(request, overrides),
-                               FileCache(cache) if cache is not None else None)
+                               FileCache(cache) if cache is not None else None,
+                               SqliteHistory(history) if history is not None else None, settings.history_lookback_days)
         emit(result, fmt, out)
     except UserError as exc:
         _fail(str(exc), exc.code)
@@ -261,6 +287,67 @@ def report(
         _fail(str(exc), exc.code)
     except OSError as exc:
         _fail(f"cannot write output: {exc}", EXIT_UNREACHABLE)
+
+
+@app.command("history")
+def history_command(
+    cluster: Annotated[str | None, typer.Option(help="Cluster name, as the audits named it")] = None,
+    node: Annotated[str | None, typer.Option(help="One node, i-…: its timeline only")] = None,
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="The directory `gpuaudit audit --history DIR` keeps its history in")] = None,
+    days: Annotated[int, typer.Option(help="Look-back in days, ending at the cluster's latest recorded audit")] = 30,
+    fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
+    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
+) -> None:
+    """A node's timeline across audits: verdicts, hardware-class Xids, reboots, coverage (fleet memory)."""
+    from datetime import timedelta
+
+    from gpuaudit.history import HistoryUnreadable
+    from gpuaudit.model.evidence import InstanceId
+    from gpuaudit.report import history as history_report
+
+    try:
+        if not cluster or not cluster.strip():
+            raise UserError("--cluster is required (the cluster name the audits used)")
+        if node is not None:
+            try:
+                TypeAdapter(InstanceId).validate_python(node)
+            except ValidationError:
+                raise UserError(f"--node must be an instance ID like i-0123456789abcdef0; got {node!r}") from None
+        if fmt not in FORMATS:
+            raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+        if not 1 <= days <= 3650:
+            raise UserError(f"--days must be between 1 and 3650; got {days}")
+        if history is None:
+            raise UserError("--history DIR is required: the directory `gpuaudit audit --history DIR` wrote")
+        directory = _history_dir(history, must_exist=True)
+        if directory is None or not (directory / SQLITE_FILE).is_file():
+            raise UserError(f"--history {history}: holds no gpuaudit history ({SQLITE_FILE} not found)")
+        out = _out_path(out)
+        store = SqliteHistory(directory)
+        try:
+            everything = store.read(cluster, [node] if node else None, parse_time("1970-01-01T00:00:00Z"),
+                                    parse_time("2100-01-01T00:00:00Z"))
+        except HistoryUnreadable as exc:
+            raise UserError(f"--history {history}: {exc}", EXIT_UNREACHABLE) from None
+        if not everything.spans:
+            flag = f"--node {node}" if node else f"--cluster {cluster}"
+            raise UserError(f"{flag}: no audit of it is recorded in --history {history}")
+        until = max(s.through for s in everything.spans)
+        since = until - timedelta(days=days)
+        read = everything.model_copy(update={"since": since, "until": until,
+                                             "spans": [s for s in everything.spans if s.through >= since]})
+        text = {"md": history_report.render_markdown, "json": history_report.render_json,
+                "html": history_report.render_html}[fmt](read, cluster)
+        if out is not None:
+            out.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+            err.print(f"wrote {out}")
+        else:
+            sys.stdout.write(text.rstrip("\n") + "\n")
+    except UserError as exc:
+        _fail(str(exc), exc.code)
+    except OSError as exc:
+        _fail(f"cannot write output: {exc}", EXIT_BAD_INPUT)
 
 
 def _fail(message: str, code: int) -> None:

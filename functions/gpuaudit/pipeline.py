@@ -27,10 +27,13 @@ from gpuaudit.collectors.logs import (
 from gpuaudit.collectors.query_budget import QuerySlots
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
+from gpuaudit.history import HistoryUnreadable, read_into, record
 from gpuaudit.model.evidence import AuditRequest, ClusterInfo, Evidence, Gap, KubeNode, NodeInfo
+from gpuaudit.model.history import DEFAULT_LOOKBACK_DAYS, HistoryStore
 from gpuaudit.model.result import Result
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
+from gpuaudit.sinks import RETENTION_DAYS
 
 
 def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
@@ -136,8 +139,30 @@ def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | Non
     return evidence
 
 
+def read_history(store: HistoryStore | None, evidence: Evidence,
+                 lookback_days: int = DEFAULT_LOOKBACK_DAYS) -> Evidence:
+    """Before judging: the earlier audits of this audit's nodes (fleet memory); unreadable is a named gap."""
+    return evidence if store is None else read_into(store, evidence, lookback_days)
+
+
+def record_history(store: HistoryStore | None, result: Result, evidence: Evidence,
+                   retention_days: int = RETENTION_DAYS) -> Result:
+    """After judging, before rendering: this audit's entry per node; a failed write is a visibility gap (the next
+    audit will not see this one)."""
+    if store is None:
+        return result
+    try:
+        record(store, result, evidence, retention_days)
+    except HistoryUnreadable as exc:
+        said = exc.gap.model_copy(update={"unseen": "this audit is not in the history: the next audit cannot see "
+                                                    "its Xids, reboots or verdicts"}).prose()
+        return result.model_copy(update={"visibility_gaps": [*result.visibility_gaps, said]})
+    return result
+
+
 def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None,
-              coverage_cache: CoverageCache | None = None) -> Result:
-    evidence = collect(aws, request, coverage_cache)
+              coverage_cache: CoverageCache | None = None, history: HistoryStore | None = None,
+              lookback_days: int = DEFAULT_LOOKBACK_DAYS) -> Result:
+    evidence = read_history(history, collect(aws, request, coverage_cache), lookback_days)
     result = judge(evidence, config or JudgeConfig.from_request(request), generated_at=aws.clock())
-    return finalize(result, evidence)
+    return finalize(record_history(history, result, evidence), evidence)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuaudit.model.history import DEFAULT_LOOKBACK_DAYS
 from gpuaudit.rules.judge import parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS
 
@@ -36,6 +37,8 @@ class Settings(BaseModel):
     findings_table: str | None = Field(default=None, alias="FINDINGS_TABLE")
     alert_topic_arn: str | None = Field(default=None, alias="ALERT_TOPIC_ARN")
     finding_retention_days: int = Field(default=RETENTION_DAYS, gt=0, alias="FINDING_RETENTION_DAYS")
+    # Fleet memory: how many days of a node's earlier audits the Verdict step reads (issue #18).
+    history_lookback_days: int = Field(default=DEFAULT_LOOKBACK_DAYS, gt=0, alias="GPUAUDIT_HISTORY_DAYS")
     aws_region: str | None = Field(default=None, alias="AWS_REGION")  # set by Lambda itself
     # Per cluster of a member account: the role the collectors assume (cdk.json `member_roles`), JSON.
     member_roles: dict[str, MemberRole] = Field(default_factory=dict, alias="GPUAUDIT_MEMBER_ROLES")

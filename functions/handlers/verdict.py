@@ -1,4 +1,5 @@
-"""Verdict (step 4): pipeline.judge + pipeline.finalize, then the sinks — the result and reports
+"""Verdict (step 4): the nodes' earlier audits from the findings table (fleet memory), pipeline.judge, this audit
+added to that history, pipeline.finalize, then the sinks — the result and reports
 (JSON, Markdown, HTML) to the evidence bucket, findings to DynamoDB, an alert to SNS only when
 something changed. The alert and the findings summary link to the HTML report: its S3 URI and its
 S3 console page, never a presigned URL (that would carry credentials and expire).
@@ -19,6 +20,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit import pipeline
+from gpuaudit.history import DynamoHistory
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
@@ -48,7 +50,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if given.failure is not None:
             evidence.gaps.append(given.failure.gap())
         now = clock()
+        table = settings.required("FINDINGS_TABLE")
+        history = DynamoHistory(session.client("dynamodb"), table)  # fleet memory: the node's earlier audits
+        evidence = pipeline.read_history(history, evidence, settings.history_lookback_days)
         result = pipeline.judge(evidence, pipeline.JudgeConfig.from_request(given.request, settings.xid_overrides), generated_at=now)
+        result = pipeline.record_history(history, result, evidence, settings.finding_retention_days)
         result = pipeline.finalize(result, evidence)
         key = f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}"
         s3.put_object(Bucket=bucket, Key=f"{key}.json", Body=result.to_json().encode(), ContentType="application/json")
@@ -56,7 +62,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                       ContentType="text/markdown")
         s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
                       ContentType="text/html; charset=utf-8")
-        outcome = write_and_alert(session.client("dynamodb"), settings.required("FINDINGS_TABLE"), session.client("sns"),
+        outcome = write_and_alert(session.client("dynamodb"), table, session.client("sns"),
                                   settings.alert_topic_arn, result, int(now.timestamp()),
                                   retention_days=settings.finding_retention_days,
                                   report_link=report_link(bucket, f"{key}.html", s3.meta.region_name))

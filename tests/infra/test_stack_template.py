@@ -154,6 +154,7 @@ def test_functions_are_python_312_traced_thin_handlers(synth: Synthesized) -> No
     assert json.loads(by_handler["handlers.plan.handler"]["GPUAUDIT_CLUSTERS"]) == TEST_CONFIG["clusters"]
     verdict = by_handler["handlers.verdict.handler"]
     assert verdict["FINDING_RETENTION_DAYS"] == "30" and verdict["GPUAUDIT_XID_CLASS_OVERRIDES"] == "31=application"
+    assert verdict["GPUAUDIT_HISTORY_DAYS"] == "30"  # fleet memory look-back (history_lookback_days)
 
 
 def test_offline_synth_ships_the_source_without_the_embedded_backend(synth: Synthesized) -> None:

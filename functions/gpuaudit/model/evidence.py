@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from gpuaudit.model.history import HistoryRead
+
 # HyperPod cluster states worth an incident audit (a state change to any other status starts none).
 FAILED_CLUSTER_STATES = ("Failed", "RollingBack")
 ClusterKind = Literal["hyperpod-slurm", "hyperpod-eks", "parallelcluster", "ec2", "eks"]
@@ -87,7 +89,7 @@ GapKind = Literal[
     "timed-out", "query-failed", "truncated", "unsupported", "step-failed",
 ]
 # Which part of the Evidence a gap leaves incomplete, where a rule must know (today: the node list).
-GapScope = Literal["node-list"]
+GapScope = Literal["node-list", "history"]
 
 
 class Gap(Frozen):
@@ -587,6 +589,9 @@ class Evidence(BaseModel):
     # EKS-orchestrated clusters: the Kubernetes nodes (labels, taints, conditions); None: not read (a gap says why).
     kube_nodes: list[KubeNode] | None = None
     kube_events: list[KubeEvent] | None = None  # node Events in the window ± margin; None: not read
+    # Earlier audits of this cluster's nodes (fleet memory, issue #18); None: no history kept, or it could not be
+    # read (then a gap with scope "history" says why).
+    history: HistoryRead | None = None
     # What the read plan asked for, in order (domain/readplan.py); a source absent here was never asked for.
     read_plan: list[PlannedRead] = Field(default_factory=list)
 

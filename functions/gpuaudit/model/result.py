@@ -82,7 +82,7 @@ class GpuError(Out):
     count: int = 1
     last_time: datetime | None = None
     meaning: str | None = None
-    source: Literal["kernel", "hma"] = "kernel"
+    source: Literal["kernel", "hma", "history"] = "kernel"  # history: seen by an earlier audit (fleet memory)
     hma_reason: str | None = None
 
 
@@ -111,6 +111,9 @@ class NodeResult(Out):
     nvswitch: str | None = None
     service_action: str | None = None
     kubernetes: str | None = None  # EKS: the node's health labels, taints and conditions, as the API returns them
+    # What earlier audits saw of the node (fleet memory, issue #18): verdicts, hardware signals, reboots, and a
+    # recurrence, an escalated REPLACE or flapping; "Not checked: …" when the history could not be read.
+    history: str | None = None
 
 
 class Branch(Out):

@@ -12,7 +12,8 @@ HEALTHY = ("Measured", "No HMA detections")
 
 def is_exception(n: NodeResult) -> bool:
     """A node the reader must see: a verdict, a GPU line, a status short of proven, or an empty hour."""
-    return bool(n.verdict or n.gpu_errors or n.xid_status not in HEALTHY or any(c.empty_hours for c in n.coverage))
+    return bool(n.verdict or n.gpu_errors or n.xid_status not in HEALTHY or any(c.empty_hours for c in n.coverage)
+                or "flapping:" in (n.history or ""))
 
 
 def split_healthy(nodes: list[NodeResult]) -> tuple[list[NodeResult], dict[str, list[NodeResult]]]:

@@ -481,7 +481,8 @@ def _node_verdicts(r: Result) -> str:
     rows = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_group), _or_dash(n.instance_type),
              _e(n.status), _e(n.role), _badge(n.verdict, VERDICT_BADGE) if n.verdict else "no verdict (no GPU signal)",
              _badge(n.xid_status, STATUS_BADGE),
-             _or_dash(n.verdict_evidence) + (f"<br>Kubernetes: {_e(n.kubernetes)}" if n.kubernetes else ""))
+             _or_dash(n.verdict_evidence) + (f"<br>Kubernetes: {_e(n.kubernetes)}" if n.kubernetes else "")
+             + (f"<br>Earlier audits: {_prose(n.history)}" if n.history else ""))
             for n in listed]
     return "<h2>Node verdicts</h2>" + _table(
         ("Node", "Group / queue", "Type", "Status", "Role", "Verdict", "Xid status", "Evidence"), rows,
@@ -502,7 +503,7 @@ def _coverage_table(r: Result) -> str:
     rows = []
     listed, healthy = split_healthy(r.nodes)
     for n in listed:
-        xids = len([e for e in n.gpu_errors if e.code is not None])
+        xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
         for c in n.coverage:
             if not c.log_stream:
                 live = "no stream"

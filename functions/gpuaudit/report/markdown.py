@@ -34,7 +34,8 @@ def _node_line(n: NodeResult) -> str:
                                if x))
     evidence = f": {md_inline(n.verdict_evidence)}" if n.verdict_evidence else ""
     kube = f"; Kubernetes: {md_inline(n.kubernetes)}" if n.kubernetes else ""
-    return f"- {what} ({meta}); Xid status **{n.xid_status}**{evidence}{kube}"
+    earlier = f"; earlier audits: {md_inline(n.history)}" if n.history else ""
+    return f"- {what} ({meta}); Xid status **{n.xid_status}**{evidence}{kube}{earlier}"
 
 
 def _healthy_lines(groups: dict[str, list[NodeResult]]) -> list[str]:
@@ -82,7 +83,7 @@ def render(result: Result) -> str:
               "| Node | Log group | Log stream | First event | Last event | Live across window | Kernel lines ever | "
               "Xids in window | Status |", "|---|---|---|---|---|---|---|---|---|"]
     for n in listed:
-        xids = len([e for e in n.gpu_errors if e.code is not None])
+        xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
         for c in n.coverage:
             live = _hours(c.empty_hours) if c.source_kind == "kernel" else "n/a (HMA)"
             stream = md_code(c.log_stream) if c.log_stream else "none"

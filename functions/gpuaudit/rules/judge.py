@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from gpuaudit.rules.bootstrap import BootstrapFailure, bootstrap_failure, host_i
 from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.control_plane import ControlLog, control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
+from gpuaudit.rules.history import Memory, audit_id
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
 
@@ -72,13 +72,6 @@ class JudgeConfig:
     def from_request(cls, request: AuditRequest, xid_overrides: Mapping[int, str] | None = None) -> JudgeConfig:
         return cls(xid_overrides=dict(xid_overrides or {}), run_hours=request.run_hours,
                    run_start=request.run_start, checkpoint_minutes=request.checkpoint_minutes)
-
-
-def audit_id(evidence: Evidence) -> str:
-    """Deterministic: the same cluster, region, mode and window give the same id (idempotent sinks)."""
-    key = "|".join([evidence.cluster.name, evidence.cluster.region, evidence.mode, iso(evidence.window.start),
-                    iso(evidence.window.end)])
-    return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 @dataclass
@@ -183,11 +176,13 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
             boot_by_node[iid].append(line)
     nodes: list[NodeResult] = []
     routings: dict[str, NodeRouting] = {}
+    this_audit = audit_id(evidence)
     for node in evidence.nodes:
         coverage = node_coverage(node, evidence, index, pad, life, hma_live)
         lines = lines_by_node.get(node.instance_id, [])
         result, routing = assess_node(node, evidence, coverage, lines, config.xid_overrides,
-                                      evidence.window.start, evidence.window.end, None)
+                                      evidence.window.start, evidence.window.end, None,
+                                      Memory.of(evidence, node.instance_id, this_audit))
         result = result.model_copy(update={"service_action": service_action(node, evidence, lines),
                                            "signals": boot_signals(result, boot_by_node.get(node.instance_id, []))})
         if routing is not None:
@@ -223,7 +218,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                         *(r.reservation_id for r in evidence.capacity_reservations or []),
                         *(f.file_system_id for f in evidence.file_systems or [])})
     return check_consistency(Result(
-        audit_id=audit_id(evidence), mode=evidence.mode,
+        audit_id=this_audit, mode=evidence.mode,
         cluster=ClusterRef(name=evidence.cluster.name, kind=evidence.cluster.kind, region=evidence.cluster.region,
                            arn=evidence.cluster.arn),
         window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,

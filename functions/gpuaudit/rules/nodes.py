@@ -10,11 +10,12 @@ from datetime import datetime, timedelta
 
 from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
 from gpuaudit.domain.markers import BOOT_LINE, FABRIC_MANAGER_STARTED, NCCL_MARKER
-from gpuaudit.domain.streams import HMA_PREFIX
+from gpuaudit.domain.streams import HMA_PREFIX, NodeIndex, stream_node_ids
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, KubeNode, NodeInfo
 from gpuaudit.model.result import GpuError, NodeResult, NodeSignals, Signal, Verdict
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.coverage import NodeCoverage
+from gpuaudit.rules.history import PERSISTING_SIGNALS, Memory, remember
 from gpuaudit.rules.hma import HmaDetection, parse_hma
 from gpuaudit.rules.xid import (
     NodeRouting,
@@ -347,9 +348,25 @@ def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]
     return sorted(times)
 
 
+def reboots_by_node(evidence: Evidence) -> dict[str, list[datetime]]:
+    """Every node's reboots as `reboot_times` sees them (the history records them for later audits)."""
+    index = NodeIndex(evidence.nodes)
+    banners: dict[str, list[ParsedLine]] = defaultdict(list)
+    for line in evidence.gpu_lines:
+        if BOOT_LINE in line.message:
+            for iid in stream_node_ids(line.log_stream, index):
+                banners[iid].append(ParsedLine(line, None, None))
+    return {n.instance_id: reboot_times(n, evidence, banners.get(n.instance_id, [])) for n in evidence.nodes}
+
+
+def _signal_times(lines: Sequence[ParsedLine], end: datetime) -> dict[str, list[datetime]]:
+    return {marker: times for marker in PERSISTING_SIGNALS
+            if (times := sorted(p.line.time for p in lines if marker in p.line.message and p.line.time <= end))}
+
+
 def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, lines: Sequence[ParsedLine],
                 overrides: Mapping[int, str] | None, window_start: datetime, window_end: datetime,
-                service_action: str | None) -> tuple[NodeResult, NodeRouting | None]:
+                service_action: str | None, memory: Memory | None = None) -> tuple[NodeResult, NodeRouting | None]:
     accelerated = is_accelerated(node, evidence)
     profile = evidence.profiles.get(node.instance_type or "")
     kube = kube_node_of(node, evidence)
@@ -365,8 +382,12 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     routing = memory_signal_routing(lines, reboots, routing)
     routing = hma_routing(lines, window_end, routing)
     routing = kube_routing(kube, routing)
-    gpu_errors = sorted([*gpu_errors, *deciding_rows(lines, routing, gpu_errors, overrides, window_start)],
-                        key=lambda e: e.time)
+    remembered = remember(node, memory or Memory("off"), routing, xids, _signal_times(lines, window_end), reboots,
+                          overrides, accelerated)
+    routing = remembered.routing
+    history_rows = remembered.rows if not any(e.class_ == "hardware" for e in gpu_errors) else []
+    gpu_errors = sorted([*gpu_errors, *history_rows,
+                         *deciding_rows(lines, routing, gpu_errors, overrides, window_start)], key=lambda e: e.time)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated)
     if (disagreement := kube_disagreement(kube, verdict)) is not None:
         evidence_text = f"{evidence_text}; {disagreement}" if evidence_text else disagreement
@@ -380,4 +401,5 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
         gpu_errors=gpu_errors,
         signals=signals(lines, profile.fabric_manager_expected if profile else False),
         efa=efa, nvswitch=profile.nvswitch if profile else "unverified (type unknown)",
-        service_action=service_action, kubernetes=kube_text(kube) if kube else None), routing
+        service_action=service_action, kubernetes=kube_text(kube) if kube else None,
+        history=remembered.note), routing

@@ -58,6 +58,8 @@ GSP_UNKNOWN_ACTION = (
 )
 
 XID_CLASSES: frozenset[str] = frozenset(get_args(XidClass))
+# The REBOOT bar's words (RULES §7); rules/history.py says how far "first" was checked (earlier audits or not).
+FIRST_OCCURRENCE = "first occurrence of a hardware-class Xid"
 
 
 class _Model(Frozen):
@@ -840,7 +842,7 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
     disagreement = f"; {c.disagreement}" if c.disagreement else ""
     if c.class_ == "hardware" and event.hma_reason == "XidUserAppError":
         disagreement += "; HMA says XidUserAppError, the catalog says hardware: hardware wins"
-    finding = "first occurrence of a hardware-class Xid" if c.class_ == "hardware" else f"{c.class_} class"
+    finding = FIRST_OCCURRENCE if c.class_ == "hardware" else f"{c.class_} class"
     if c.rule == "GSP":
         finding = "first occurrence of a GSP fault: a GPU reset (reboot) clears it"
     return _outcome(xid, c.verdict, finding + disagreement, hardware=hardware, action_text=c.action_text)

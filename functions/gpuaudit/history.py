@@ -1,0 +1,296 @@
+"""Fleet memory stores (issue #18): the product's own record of earlier audits, per node and PCI bus.
+
+Two implementations of `model.history.HistoryStore`, chosen by the caller, never by the rules:
+
+* `SqliteHistory` — the CLI's local history (`--history DIR`, standard-library sqlite3), one file per DIR.
+* `DynamoHistory` — the deployed auditor's findings table. Items `pk = HIST#<cluster>#<instance-id>`,
+  `sk = <audit time>#<audit id>`, so a node's look-back is one Query with a key range (never a Scan); spans
+  are cut after `MAX_SPAN`, so the range `[since - MAX_SPAN, until]` sees every span that reaches `since`.
+  Items expire with the table's TTL (`expires_at`, the findings' retention); a quiet span is ~350 bytes.
+
+Reads fail closed: any error is `HistoryUnreadable` carrying a typed Gap (scope "history"); the audit goes on
+and says recurrence across audits is Not checked. Writes put merged spans (model.history.merged) with a
+condition, so re-running an audit writes nothing new and a less complete run never replaces a complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpuaudit.collectors.aws import GAP_KINDS
+from gpuaudit.model.evidence import Evidence, Gap, GapKind
+from gpuaudit.model.history import (
+    MAX_SPAN,
+    HistoryRead,
+    HistorySpan,
+    HistoryStore,
+    HistoryXid,
+    latest_spans,
+    merged,
+)
+from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import iso, parse_time
+from gpuaudit.rules.history import entries_for
+from gpuaudit.rules.nodes import reboots_by_node
+
+SQLITE_FILE = "gpuaudit-history.sqlite3"
+READ_THREADS = 16  # parallel Query calls: one per node
+
+
+class HistoryUnreadable(Exception):
+    """The store could not be read (or written): the audit goes on with this named gap."""
+
+    def __init__(self, gap: Gap) -> None:
+        super().__init__(gap.prose())
+        self.gap = gap
+
+
+def history_gap(kind: GapKind, service: str, operation: str, target: str, code: str | None,
+                message: str | None) -> Gap:
+    return Gap(kind=kind, service=service, operation=operation, target=target, error_code=code,
+               error_message=(message or "")[:300] or None, scope="history",
+               unseen="earlier audits not read: recurrence of a hardware-class Xid across audits (and a REPLACE not "
+                      "acted on) is Not checked; this audit's Xids are judged on its own logs alone")
+
+
+def _xids_json(xids: Iterable[HistoryXid]) -> str:
+    return json.dumps([[x.code, x.signal, x.pci, iso(x.first), iso(x.last)] for x in xids], separators=(",", ":"))
+
+
+def _xids_from(text: str) -> list[HistoryXid]:
+    return [HistoryXid(code=c, signal=s, pci=p, first=parse_time(f), last=parse_time(last))
+            for c, s, p, f, last in json.loads(text or "[]")]
+
+
+def _times_json(times: Iterable[datetime]) -> str:
+    return json.dumps([iso(t) for t in times])
+
+
+def _times_from(text: str) -> list[datetime]:
+    return [parse_time(t) for t in json.loads(text or "[]")]
+
+
+# --------------------------------------------------------------------------- SQLite (the CLI)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS span (
+    cluster TEXT NOT NULL, instance_id TEXT NOT NULL, audit_time TEXT NOT NULL, audit_id TEXT NOT NULL,
+    last_audit_id TEXT NOT NULL, through TEXT NOT NULL, audits INTEGER NOT NULL, mode TEXT NOT NULL,
+    verdict TEXT, xid_status TEXT NOT NULL, xids TEXT NOT NULL, reboots TEXT NOT NULL, launch_time TEXT,
+    gaps INTEGER NOT NULL,
+    PRIMARY KEY (cluster, instance_id, audit_time, audit_id));
+"""
+_COLUMNS = ("cluster", "instance_id", "audit_time", "audit_id", "last_audit_id", "through", "audits", "mode",
+            "verdict", "xid_status", "xids", "reboots", "launch_time", "gaps")
+
+
+class SqliteHistory:
+    """`--history DIR`: one SQLite file in DIR. Opened per call: the CLI is one process, one audit at a time."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / SQLITE_FILE
+
+    @property
+    def name(self) -> str:
+        return f"sqlite {self.path}"
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path)
+        db.execute(_SCHEMA)
+        return db
+
+    def _gap(self, operation: str, exc: Exception) -> HistoryUnreadable:
+        return HistoryUnreadable(history_gap("unavailable", "history", operation, str(self.path),
+                                             type(exc).__name__, str(exc)))
+
+    def read(self, cluster: str, instance_ids: Sequence[str] | None, since: datetime,
+             until: datetime) -> HistoryRead:
+        try:
+            db = self._connect()
+            try:
+                rows = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM span WHERE cluster = ? AND audit_time >= ? "
+                                  "AND audit_time <= ? AND through >= ?",
+                                  (cluster, iso(since - MAX_SPAN), iso(until), iso(since))).fetchall()
+            finally:
+                db.close()
+            wanted = set(instance_ids) if instance_ids is not None else None
+            spans = [_span_from(dict(zip(_COLUMNS, row, strict=True))) for row in rows
+                     if wanted is None or row[1] in wanted]
+        except (sqlite3.Error, OSError, ValueError, TypeError) as exc:
+            raise self._gap("read", exc) from None
+        return HistoryRead(store=self.name, since=since, until=until, spans=spans, items_read=len(rows), requests=1)
+
+    def write(self, spans: Sequence[HistorySpan], retention_days: int, now: datetime) -> int:
+        """Insert or extend; an existing span is replaced only by a later `through`, or the same one with fewer
+        gaps. Spans older than the retention are deleted (the table's TTL does this in DynamoDB)."""
+        try:
+            db = self._connect()
+            written = 0
+            with db:
+                for s in spans:
+                    values = _row_of(s)
+                    cur = db.execute(
+                        f"INSERT INTO span ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+                        "ON CONFLICT (cluster, instance_id, audit_time, audit_id) DO UPDATE SET "
+                        + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS[4:])
+                        + " WHERE excluded.through > span.through OR (excluded.through = span.through AND "
+                          "excluded.gaps < span.gaps)", values)
+                    written += cur.rowcount
+                db.execute("DELETE FROM span WHERE through < ?", (iso(now - timedelta(days=retention_days)),))
+            db.close()
+            return written
+        except (sqlite3.Error, OSError) as exc:
+            raise self._gap("write", exc) from None
+
+
+def _row_of(s: HistorySpan) -> tuple[Any, ...]:
+    return (s.cluster, s.instance_id, iso(s.audit_time), s.audit_id, s.last_audit_id, iso(s.through), s.audits,
+            s.mode, s.verdict, s.xid_status, _xids_json(s.xids), _times_json(s.reboots),
+            iso(s.launch_time) if s.launch_time else None, s.gaps)
+
+
+def _span_from(row: dict[str, Any]) -> HistorySpan:
+    return HistorySpan(cluster=row["cluster"], instance_id=row["instance_id"], audit_id=row["audit_id"],
+                       audit_time=parse_time(row["audit_time"]), last_audit_id=row["last_audit_id"],
+                       through=parse_time(row["through"]), audits=int(row["audits"]), mode=row["mode"],
+                       verdict=row["verdict"] or None, xid_status=row["xid_status"], xids=_xids_from(row["xids"]),
+                       reboots=_times_from(row["reboots"]),
+                       launch_time=parse_time(row["launch_time"]) if row["launch_time"] else None,
+                       gaps=int(row["gaps"]))
+
+
+# --------------------------------------------------------------------------- DynamoDB (deployed)
+
+
+def history_pk(cluster: str, instance_id: str) -> str:
+    return f"HIST#{cluster}#{instance_id}"
+
+
+class DynamoHistory:
+    """The findings table: one Query per node over its key range (parallel), one conditional PutItem per span."""
+
+    def __init__(self, ddb: Any, table: str, threads: int = READ_THREADS) -> None:
+        self.ddb, self.table, self.threads = ddb, table, threads
+
+    @property
+    def name(self) -> str:
+        return f"dynamodb {self.table}"
+
+    def _gap(self, operation: str, target: str, exc: Exception) -> HistoryUnreadable:
+        code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
+        message = exc.response.get("Error", {}).get("Message", "") if isinstance(exc, ClientError) else str(exc)
+        return HistoryUnreadable(history_gap(GAP_KINDS.get(code, "not-read"), "dynamodb", operation, target, code,
+                                             message))
+
+    def _node(self, cluster: str, instance_id: str, since: datetime, until: datetime) -> tuple[list[HistorySpan], int,
+                                                                                                 int]:
+        params: dict[str, Any] = {
+            "TableName": self.table, "KeyConditionExpression": "pk = :p AND sk BETWEEN :a AND :b",
+            "ExpressionAttributeValues": {":p": {"S": history_pk(cluster, instance_id)},
+                                          ":a": {"S": iso(since - MAX_SPAN)}, ":b": {"S": iso(until) + "#~"}}}
+        spans, items, requests = [], 0, 0
+        while True:
+            out = self.ddb.query(**params)
+            requests += 1
+            items += len(out.get("Items", []))
+            spans += [s for i in out.get("Items", []) if (s := _span_of_item(cluster, instance_id, i)).through >= since]
+            if not out.get("LastEvaluatedKey"):
+                return spans, items, requests
+            params["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+    def read(self, cluster: str, instance_ids: Sequence[str] | None, since: datetime,
+             until: datetime) -> HistoryRead:
+        ids = list(dict.fromkeys(instance_ids if instance_ids is not None else self._known_nodes(cluster)))
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, min(self.threads, len(ids)))) as pool:
+                parts = list(pool.map(lambda i: self._node(cluster, i, since, until), ids))
+        except (ClientError, BotoCoreError, KeyError, ValueError) as exc:
+            raise self._gap("Query", f"{self.table} HIST#{cluster}#…", exc) from None
+        return HistoryRead(store=self.name, since=since, until=until, spans=[s for p in parts for s in p[0]],
+                           items_read=sum(p[1] for p in parts), requests=sum(p[2] for p in parts))
+
+    def _known_nodes(self, cluster: str) -> list[str]:
+        """Every node of the cluster the latest-state items name (one Query of LATEST#<cluster>)."""
+        from gpuaudit.sinks import latest_state
+
+        try:
+            return sorted(k.removeprefix("NODE#") for k in latest_state(self.ddb, self.table, cluster)
+                          if k.startswith("NODE#"))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._gap("Query", f"{self.table} LATEST#{cluster}", exc) from None
+
+    def write(self, spans: Sequence[HistorySpan], retention_days: int, now: datetime) -> int:
+        expires = str(int(now.timestamp()) + retention_days * 86400)
+        written = 0
+        for s in spans:
+            item = _item_of(s, expires)
+            try:
+                self.ddb.put_item(
+                    TableName=self.table, Item=item,
+                    ConditionExpression="attribute_not_exists(pk) OR through < :t OR (through = :t AND gaps > :g)",
+                    ExpressionAttributeValues={":t": item["through"], ":g": item["gaps"]})
+                written += 1
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise self._gap("PutItem", f"{self.table} {item['pk']['S']}", exc) from None
+        return written
+
+
+def _item_of(s: HistorySpan, expires: str) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "pk": {"S": history_pk(s.cluster, s.instance_id)}, "sk": {"S": f"{iso(s.audit_time)}#{s.audit_id}"},
+        "last_audit_id": {"S": s.last_audit_id}, "through": {"S": iso(s.through)}, "audits": {"N": str(s.audits)},
+        "mode": {"S": s.mode}, "xid_status": {"S": s.xid_status}, "gaps": {"N": str(s.gaps)},
+        "expires_at": {"N": expires}}
+    if s.verdict:
+        item["verdict"] = {"S": s.verdict}
+    if s.xids:
+        item["xids"] = {"S": _xids_json(s.xids)}
+    if s.reboots:
+        item["reboots"] = {"S": _times_json(s.reboots)}
+    if s.launch_time:
+        item["launch_time"] = {"S": iso(s.launch_time)}
+    return item
+
+
+def _span_of_item(cluster: str, instance_id: str, item: dict[str, Any]) -> HistorySpan:
+    when, _, audit = item["sk"]["S"].partition("#")
+
+    def text(name: str) -> str | None:
+        return item[name]["S"] if name in item else None
+
+    return HistorySpan(cluster=cluster, instance_id=instance_id, audit_id=audit, audit_time=parse_time(when),
+                       last_audit_id=item["last_audit_id"]["S"], through=parse_time(item["through"]["S"]),
+                       audits=int(item["audits"]["N"]), mode=item["mode"]["S"], verdict=text("verdict"),
+                       xid_status=item["xid_status"]["S"], xids=_xids_from(text("xids") or "[]"),
+                       reboots=_times_from(text("reboots") or "[]"),
+                       launch_time=parse_time(lt) if (lt := text("launch_time")) else None,
+                       gaps=int(item["gaps"]["N"]))
+
+
+# --------------------------------------------------------------------------- in the pipeline
+
+
+def read_into(store: HistoryStore, evidence: Evidence, lookback_days: int) -> Evidence:
+    """The cluster's history for this audit's nodes, `lookback_days` back from the audit's own time; a store that
+    cannot be read leaves `history` None and a named gap (recurrence across audits then Not checked)."""
+    since = evidence.now - timedelta(days=lookback_days)
+    try:
+        read = store.read(evidence.cluster.name, [n.instance_id for n in evidence.nodes], since, evidence.now)
+    except HistoryUnreadable as exc:
+        return evidence.model_copy(update={"gaps": [*evidence.gaps, exc.gap], "history": None})
+    return evidence.model_copy(update={"history": read})
+
+
+def record(store: HistoryStore, result: Result, evidence: Evidence, retention_days: int) -> int:
+    """After judging: this audit's entry per node, folded into each node's latest span when nothing changed."""
+    entries = entries_for(result, evidence, reboots_by_node(evidence))
+    return store.write(merged(entries, latest_spans(evidence.history)), retention_days, evidence.now)

@@ -1,0 +1,118 @@
+"""Fleet memory (issue #18): what earlier audits saw of each node, typed and pure.
+
+Only what the rules need is kept, per node and per GPU PCI bus: each hardware-class Xid (and non-Xid memory
+signal) with its first and last time, the reboots seen, the verdict given, the coverage status, and the audit
+(id and time) that saw it. A node whose state does not change from one audit to the next is one *span*
+(`audits` > 1, `through` the last of them), so thirty days of hourly audits of a quiet node are a handful of
+records, not 720 (a span is cut after `MAX_SPAN`, so a bounded look-back stays one bounded range read).
+
+Two stores implement `HistoryStore` (gpuaudit/history.py): SQLite for the CLI (`--history DIR`) and the findings
+table (DynamoDB) for the deployed auditor. The pipeline does not care which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_LOOKBACK_DAYS = 30
+MAX_SPAN = timedelta(days=7)  # a span is cut after a week: a read of [since - MAX_SPAN, until] sees every span
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HistoryXid(Frozen):
+    """One hardware-class Xid (or a non-Xid memory signal, `code` None and `signal` its marker) on one bus."""
+
+    code: int | None
+    signal: str | None = None
+    pci: str | None = None
+    first: datetime
+    last: datetime
+
+
+class HistorySpan(Frozen):
+    """One node across one or more consecutive audits that saw the same state and nothing new."""
+
+    cluster: str
+    instance_id: str
+    audit_id: str  # the first audit of the span
+    audit_time: datetime  # its time: the end of its window
+    last_audit_id: str
+    through: datetime  # the last audit's time
+    audits: int = Field(default=1, ge=1)
+    mode: str
+    verdict: str | None = None
+    xid_status: str
+    xids: list[HistoryXid] = Field(default_factory=list)
+    reboots: list[datetime] = Field(default_factory=list)
+    launch_time: datetime | None = None
+    gaps: int = 0  # visibility gaps of the audit (an audit of the same window with fewer gaps supersedes it)
+
+    def quiet(self) -> bool:
+        return not self.xids and not self.reboots
+
+    def same_state(self, other: HistorySpan) -> bool:
+        return (self.verdict, self.xid_status, self.launch_time, self.mode) == (
+            other.verdict, other.xid_status, other.launch_time, other.mode)
+
+
+class HistoryRead(Frozen):
+    """What one audit read of its cluster's history: the spans of its nodes in [since, until]."""
+
+    store: str  # "sqlite <path>" or "dynamodb <table>": where it was read
+    since: datetime
+    until: datetime
+    spans: list[HistorySpan] = Field(default_factory=list)
+    items_read: int = 0
+    requests: int = 0
+
+    def of(self, instance_id: str, excluding_audit: str | None = None) -> list[HistorySpan]:
+        """One node's spans in time order, without the audit being judged (a re-run of the same window)."""
+        return sorted((s for s in self.spans if s.instance_id == instance_id and s.audit_id != excluding_audit),
+                      key=lambda s: (s.audit_time, s.audit_id))
+
+
+class HistoryStore(Protocol):
+    """Where the history lives. `read` raises gpuaudit.history.HistoryUnreadable (a named gap); `write` puts
+    spans already merged (see `merged`). `instance_ids` None reads every node of the cluster."""
+
+    @property
+    def name(self) -> str: ...
+
+    def read(self, cluster: str, instance_ids: Sequence[str] | None, since: datetime,
+             until: datetime) -> HistoryRead: ...
+
+    def write(self, spans: Sequence[HistorySpan], retention_days: int, now: datetime) -> int: ...
+
+
+def merged(entries: Sequence[HistorySpan], latest: Mapping[str, HistorySpan]) -> list[HistorySpan]:
+    """This audit's one-audit entries, each folded into its node's latest span when nothing changed: same
+    verdict, coverage, launch time and mode, no Xid or reboot on either side, later than the span, and the span
+    not past MAX_SPAN. A span that cannot take the entry is left as it is and the entry starts a new one."""
+    out = []
+    for entry in entries:
+        last = latest.get(entry.instance_id)
+        if last is not None and last.audit_id != entry.audit_id and last.last_audit_id == entry.audit_id:
+            continue  # this audit is already the end of the node's span (a re-run of the same window)
+        if (last is not None and last.same_state(entry) and last.quiet() and entry.quiet()
+                and entry.audit_time > last.through and entry.audit_time - last.audit_time < MAX_SPAN
+                and last.audit_id != entry.audit_id):
+            out.append(last.model_copy(update={"through": entry.audit_time, "last_audit_id": entry.audit_id,
+                                               "audits": last.audits + 1, "gaps": max(last.gaps, entry.gaps)}))
+        else:
+            out.append(entry)
+    return out
+
+
+def latest_spans(read: HistoryRead | None) -> dict[str, HistorySpan]:
+    """Each node's latest span in a read: what this audit's entry may extend."""
+    latest: dict[str, HistorySpan] = {}
+    for span in sorted(read.spans if read else [], key=lambda s: (s.audit_time, s.through)):
+        latest[span.instance_id] = span
+    return latest

@@ -1,0 +1,259 @@
+"""Fleet memory as evidence (issue #18, RULES §6/§7): what earlier audits saw of a node, judged like any source.
+
+Pure: the spans arrive in `Evidence.history` (read by gpuaudit/history.py), or a gap with scope "history" says
+they could not be read. Three judgements:
+
+* recurrence across audits — a hardware-class Xid on the same PCI bus (or infoROM corruption) seen by an earlier
+  audit, a reboot after it, and again now → REPLACE, naming the earlier audit's id and time;
+* a REPLACE given by an earlier audit and not acted on (the node still listed, not relaunched since) is
+  escalated, said as such, never repeated as a new verdict;
+* a node whose verdict keeps changing across audits is reported as flapping.
+
+With the history unreadable, recurrence is Not checked — a first occurrence is never stated as fact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.history import HistorySpan, HistoryXid
+from gpuaudit.model.result import GpuError, Result
+from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.xid import FIRST_OCCURRENCE, NodeRouting, NodeXid, bus_key, classify
+
+HistoryState = Literal["off", "unreadable", "read"]
+FLAP_CHANGES = 3  # verdict changes across the look-back that make a node "flapping"
+FLAP_SHOWN = 6
+# Non-Xid memory signals whose persistence across a reboot is REPLACE (RULES §6/§7: infoROM corruption).
+PERSISTING_SIGNALS = ("infoROM is corrupted",)
+GONE = {"terminated", "shutting-down", "shuttingdown", "notfound", "stopped", "stopping"}
+HISTORY_GROUP = "gpuaudit history"
+STRENGTH = {None: 0, "LEAVE ALONE": 1, "MONITOR": 2, "NOT OBSERVABLE": 2, "REBOOT": 3, "REPLACE": 4}
+
+
+def audit_id(evidence: Evidence) -> str:
+    """Deterministic: the same cluster, region, mode and window give the same id (idempotent sinks)."""
+    key = "|".join([evidence.cluster.name, evidence.cluster.region, evidence.mode, iso(evidence.window.start),
+                    iso(evidence.window.end)])
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def state_of(evidence: Evidence) -> HistoryState:
+    if evidence.history is not None:
+        return "read"
+    return "unreadable" if any(g.scope == "history" for g in evidence.gaps) else "off"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One node's earlier audits as this audit sees them."""
+
+    state: HistoryState
+    spans: tuple[HistorySpan, ...] = ()
+    since: datetime | None = None
+
+    @classmethod
+    def of(cls, evidence: Evidence, instance_id: str, this_audit: str) -> Memory:
+        state = state_of(evidence)
+        if evidence.history is None:
+            return cls(state)
+        return cls(state, tuple(evidence.history.of(instance_id, excluding_audit=this_audit)),
+                   evidence.history.since)
+
+    @property
+    def audits(self) -> int:
+        return sum(s.audits for s in self.spans)
+
+
+@dataclass
+class Remembered:
+    routing: NodeRouting | None
+    rows: list[GpuError] = field(default_factory=list)  # earlier audits' signals a verdict rests on
+    note: str | None = None  # NodeResult.history
+
+
+def _where(span: HistorySpan) -> str:
+    return f"audit {span.audit_id} ({iso(span.audit_time)})"
+
+
+def _recurrence(memory: Memory, xids: Sequence[NodeXid], signal_times: Mapping[str, list[datetime]],
+                reboots: Sequence[datetime], overrides: Mapping[int, str] | None) -> NodeRouting | None:
+    """The earliest current hardware-class Xid (or persisting signal) seen on the same bus by an earlier audit,
+    with a reboot between the two. GSP faults (their own recurrence rule) and NVLink5 (same-link rule, the link
+    is not kept) are left to the window's own routing."""
+    every_reboot = sorted({*reboots, *(r for s in memory.spans for r in s.reboots)})
+    for x in sorted(xids, key=lambda x: x.time):
+        c = classify(x.code, x.text, overrides)
+        if c.class_ != "hardware" or x.pci is None or c.qualifier_of is not None or c.rule in ("GSP", "NVLink5"):
+            continue
+        for span in memory.spans:
+            for e in span.xids:
+                if e.code != x.code or bus_key(e.pci) != bus_key(x.pci) or not e.first < x.time:
+                    continue
+                reboot = next((r for r in every_reboot if e.first < r < x.time), None)
+                if reboot is None:
+                    continue
+                return NodeRouting(
+                    verdict="REPLACE", hardware=True, cause_code=x.code, cause_class="hardware", pci=x.pci,
+                    verdict_evidence=(f"Xid {x.code} ({c.meaning}, hardware class) on PCI {x.pci} at {iso(x.time)}; "
+                                      f"also at {iso(e.first)} in earlier {_where(span)}, before the reboot at "
+                                      f"{iso(reboot)}: a hardware-class Xid recurring on the same PCI bus across a "
+                                      "reboot (RULES §7) → REPLACE"))
+    for marker, times in signal_times.items():
+        for span in memory.spans:
+            earlier = [e for e in span.xids if e.signal == marker]
+            for e in earlier:
+                later = [t for t in times if t > e.first]
+                reboot = next((r for r in every_reboot if later and e.first < r < later[0]), None)
+                if reboot is not None:
+                    return NodeRouting(
+                        verdict="REPLACE", hardware=True,
+                        verdict_evidence=(f"`{marker}` at {iso(later[0])}; also at {iso(e.first)} in earlier "
+                                          f"{_where(span)}, before the reboot at {iso(reboot)}: persisting after a "
+                                          "reboot (RULES §7) → REPLACE"))
+    return None
+
+
+def _present(node: NodeInfo) -> bool:
+    return node.discovered_by == "api" and node.status.lower() not in GONE
+
+
+def _unacted(memory: Memory, node: NodeInfo) -> HistorySpan | None:
+    """The first REPLACE an earlier audit gave since the node's launch (a stop/start or replacement relaunches it)."""
+    if not _present(node):
+        return None
+    given = [s for s in memory.spans if s.verdict == "REPLACE"
+             and (node.launch_time is None or s.audit_time >= node.launch_time)]
+    return min(given, key=lambda s: s.audit_time) if given else None
+
+
+def _escalated(span: HistorySpan, node: NodeInfo, routing: NodeRouting | None) -> NodeRouting:
+    launched = (f"launched {iso(node.launch_time)}, before that audit" if node.launch_time else
+                "its launch time was not read, so a stop/start since cannot be ruled out")
+    head = (f"REPLACE given at {iso(span.audit_time)} in audit {span.audit_id}, not acted on (node still listed, "
+            f"status {node.status}; {launched}): escalated, not a new verdict")
+    earlier = _signals_text(span.xids)
+    now = (f"this audit: {routing.verdict_evidence}" if routing is not None and routing.verdict is not None
+           else "this audit alone gives no verdict")
+    basis = f"; that audit saw {earlier}" if earlier else ""
+    first = next((x for x in span.xids if x.code is not None), None)
+    keep_cause = routing is not None and routing.verdict == "REPLACE"
+    return NodeRouting(verdict="REPLACE", hardware=True, verdict_evidence=f"{head}{basis}; {now}",
+                       cause_code=routing.cause_code if keep_cause and routing else (first.code if first else None),
+                       cause_class="hardware", pci=routing.pci if keep_cause and routing else (first.pci if first else None))
+
+
+def _signals_text(xids: Sequence[HistoryXid]) -> str:
+    return ", ".join((f"Xid {x.code}" if x.code is not None else f"`{x.signal}`")
+                     + (f" on PCI {x.pci}" if x.pci else "") + f" at {iso(x.first)}" for x in xids)
+
+
+def history_rows(span: HistorySpan) -> list[GpuError]:
+    """An escalated REPLACE rests on what that earlier audit saw: its rows, named as the history's."""
+    said = f"recorded by audit {span.audit_id} (window to {iso(span.audit_time)}), which gave REPLACE"
+    rows = [GpuError(time=x.first, last_time=x.last, code=x.code, pci=x.pci, class_="hardware", source="history",
+                     log_group=HISTORY_GROUP, log_stream=f"audit {span.audit_id}",
+                     message=(f"Xid {x.code}" if x.code is not None else f"`{x.signal}`")
+                     + (f" on PCI {x.pci}" if x.pci else "") + f", {said}",
+                     meaning="from an earlier audit (fleet memory): the REPLACE not acted on") for x in span.xids]
+    return rows or [GpuError(time=span.audit_time, code=None, class_="hardware", source="history",
+                             log_group=HISTORY_GROUP, log_stream=f"audit {span.audit_id}",
+                             message=f"REPLACE {said}",
+                             meaning="from an earlier audit (fleet memory): the REPLACE not acted on")]
+
+
+def _flapping(memory: Memory, verdict: str | None) -> str | None:
+    seq = [(s.verdict, s) for s in memory.spans]
+    steps: list[tuple[str | None, HistorySpan | None]] = [*seq, (verdict, None)]
+    changes = [i for i in range(1, len(steps)) if steps[i][0] != steps[i - 1][0]]
+    if len(changes) < FLAP_CHANGES:
+        return None
+    shown = [steps[changes[0] - 1], *(steps[i] for i in changes)][-FLAP_SHOWN:]
+    trail = " → ".join(f"{v or 'no verdict'} ({_where(s) if s else 'this audit'})" for v, s in shown)
+    return (f"flapping: the verdict changed {len(changes)} times across {memory.audits + 1} audits since "
+            f"{iso(memory.spans[0].audit_time)}: {trail}")
+
+
+def _first_occurrence(routing: NodeRouting | None, memory: Memory) -> NodeRouting | None:
+    """'First occurrence' only as far as was read: with the history unreadable, recurrence is Not checked."""
+    if routing is None or FIRST_OCCURRENCE not in routing.verdict_evidence:
+        return routing
+    said = {"off": f"{FIRST_OCCURRENCE} in the logs read (no history of earlier audits kept)",
+            "unreadable": f"{FIRST_OCCURRENCE} in this audit's logs; recurrence across earlier audits Not checked "
+                          "(the history could not be read: see visibility gaps)",
+            "read": f"{FIRST_OCCURRENCE} (no recurrence across a reboot in {memory.audits} earlier audit(s) since "
+                    f"{iso(memory.since) if memory.since else '—'})"}[memory.state]
+    return routing.model_copy(update={"verdict_evidence": routing.verdict_evidence.replace(FIRST_OCCURRENCE, said)})
+
+
+def _note(memory: Memory, accelerated: bool, said: list[str]) -> str | None:
+    if memory.state == "off":
+        return None
+    if memory.state == "unreadable":
+        return ("Not checked: earlier audits could not be read (see visibility gaps)" if accelerated else None)
+    if not memory.spans:
+        return f"no earlier audit of this node since {iso(memory.since) if memory.since else '—'}"
+    verdicts: dict[str, int] = {}
+    for s in memory.spans:
+        verdicts[s.verdict or "no verdict"] = verdicts.get(s.verdict or "no verdict", 0) + s.audits
+    xids = [x for s in memory.spans for x in s.xids]
+    reboots = sorted({r for s in memory.spans for r in s.reboots})
+    parts = [f"{memory.audits} earlier audit(s) from {iso(memory.spans[0].audit_time)} to "
+             f"{iso(max(s.through for s in memory.spans))}: "
+             + ", ".join(f"{v} ×{n}" for v, n in sorted(verdicts.items()))]
+    if xids:
+        parts.append("hardware signals " + _signals_text(xids[-5:]) + (f" (+{len(xids) - 5} earlier)"
+                                                                       if len(xids) > 5 else ""))
+    if reboots:
+        parts.append(f"{len(reboots)} reboot(s) seen, last at {iso(reboots[-1])}")
+    return "; ".join([*parts, *said])
+
+
+def remember(node: NodeInfo, memory: Memory, routing: NodeRouting | None, xids: Sequence[NodeXid],
+             signal_times: Mapping[str, list[datetime]], reboots: Sequence[datetime],
+             overrides: Mapping[int, str] | None, accelerated: bool) -> Remembered:
+    """The node's routing with its earlier audits read as evidence, the rows a history verdict rests on, and the
+    node's history line."""
+    said: list[str] = []
+    rows: list[GpuError] = []
+    if memory.state == "read":
+        recurring = _recurrence(memory, xids, signal_times, reboots, overrides)
+        if recurring is not None and STRENGTH[routing.verdict if routing else None] < STRENGTH["REPLACE"]:
+            routing = recurring
+            said.append("recurrence across audits → REPLACE")
+        unacted = _unacted(memory, node)
+        if unacted is not None:
+            routing = _escalated(unacted, node, routing)
+            rows = history_rows(unacted)
+            said.append(f"REPLACE given at {iso(unacted.audit_time)} in audit {unacted.audit_id}, not acted on")
+        flap = _flapping(memory, routing.verdict if routing else None)
+        if flap is not None:
+            said.append(flap)
+    return Remembered(_first_occurrence(routing, memory), rows, _note(memory, accelerated, said))
+
+
+def entries_for(result: Result, evidence: Evidence, reboots: Mapping[str, list[datetime]]) -> list[HistorySpan]:
+    """What this audit adds to the history: one entry per node (hardware-class Xids and non-Xid memory signals
+    per bus, reboots seen, verdict, coverage), before folding into spans."""
+    launched = {n.instance_id: n.launch_time for n in evidence.nodes}
+    out = []
+    for n in result.nodes:
+        if n.gpu_count == 0:
+            continue  # no GPU: no Xid, no verdict the rules could remember
+        xids = [HistoryXid(code=e.code, pci=e.pci, first=e.time, last=e.last_time or e.time)
+                for e in n.gpu_errors if e.class_ == "hardware" and e.code is not None and e.source != "history"]
+        xids += [HistoryXid(code=None, signal=marker, pci=None, first=e.time, last=e.last_time or e.time)
+                 for e in n.gpu_errors if e.code is None and e.source == "kernel"
+                 for marker in PERSISTING_SIGNALS if marker in e.message]
+        out.append(HistorySpan(
+            cluster=result.cluster.name, instance_id=n.instance_id, audit_id=result.audit_id,
+            audit_time=result.window.end, last_audit_id=result.audit_id, through=result.window.end,
+            mode=result.mode, verdict=n.verdict, xid_status=n.xid_status, xids=xids,
+            reboots=sorted(set(reboots.get(n.instance_id, []))), launch_time=launched.get(n.instance_id),
+            gaps=len(result.visibility_gaps)))
+    return out
