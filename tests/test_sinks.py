@@ -17,8 +17,9 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
 
 from gpuaudit.embedded.backend import WorldBackend
+from gpuaudit.model.evidence import Gap
 from gpuaudit.model.result import Result
-from gpuaudit.sinks import write_and_alert
+from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, read_gaps, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000
@@ -36,6 +37,11 @@ class Sinks:
 
     def items(self) -> list[dict[str, Any]]:
         return self.ddb.scan(TableName=TABLE)["Items"]
+
+    def latest(self, mode: str = "coverage") -> dict[str, dict[str, str]]:
+        """The latest state the next audit of llm-pretrain in `mode` compares with, by sort key."""
+        return {i["sk"]["S"]: {k: v["S"] for k, v in i.items() if "S" in v} for i in self.items()
+                if i["pk"]["S"] == f"LATEST#llm-pretrain#{mode}"}
 
     def published(self) -> list[dict[str, Any]]:
         """Every message the topic received, as moto's SNS backend recorded it."""
@@ -102,7 +108,7 @@ def test_first_write_of_a_not_observable_gpu_node_publishes_an_alert(sinks: Sink
     keys = {(i["pk"]["S"], i["sk"]["S"]) for i in sinks.items()}
     assert (f"AUDIT#{result.audit_id}", "SUMMARY") in keys
     assert (f"AUDIT#{result.audit_id}", f"NODE#{iid}") in keys
-    assert ("LATEST#llm-pretrain", f"NODE#{iid}") in keys
+    assert ("LATEST#llm-pretrain#coverage", f"NODE#{iid}") in keys
 
 
 def test_first_write_of_a_hardware_verdict_publishes_an_alert(sinks: Sinks):
@@ -161,8 +167,7 @@ def test_coverage_regained_is_a_change(sinks: Sinks):
     assert f"{iid}: coverage regained (Not observable → Measured)" in outcome.changes
     assert outcome.published
     assert len(sinks.published()) == 2
-    latest = {i["sk"]["S"]: i["xid_status"]["S"] for i in sinks.items() if i["pk"]["S"] == "LATEST#llm-pretrain"}
-    assert latest[f"NODE#{iid}"] == "Measured"
+    assert sinks.latest()[f"NODE#{iid}"]["xid_status"] == "Measured"
 
 
 def test_coverage_lost_is_a_change(sinks: Sinks):
@@ -229,3 +234,266 @@ def test_a_degraded_early_result_never_hides_a_complete_later_one_of_the_same_wi
     assert summary["gaps"]["N"] == str(len(complete.visibility_gaps))
     # and the degraded one arriving again after it is a duplicate
     assert sinks.write(degraded).duplicate
+
+
+# Successive audits of one cluster (issue #18 item 4): each call is the next audit, the world's clock moved forward.
+
+def audit_to(end: int, *, xid: int | None = None, code: int = 79, blind: bool = False, throttled: bool = False,
+             mode: str = "coverage", nodes: int = 1, drop_last: bool = False,
+             denied: tuple[str, str] | None = None, terminated_last: bool = False) -> Result:
+    """llm-pretrain audited over the 4 hours to hour `end`, its clock 30 minutes later. Every GPU node ships kernel
+    lines up to then unless `blind`; `xid`: the hour an Xid `code` is logged on the last GPU node; `throttled`: every
+    Logs Insights query is refused (a gap of this audit, not of the node); `drop_last`: the last GPU node is no
+    longer in the cluster (no instance, no stream); `terminated_last`: EC2 still lists it, terminated, and it logs no
+    more; `denied`: a (service, operation) the audit may not call."""
+    w = PClusterWorld(n_compute=nodes, now=at(end, 30))
+    if drop_last:
+        gone = w.compute.pop()
+        w.raw["ec2"]["instances"] = [i for i in w.raw["ec2"]["instances"] if i["InstanceId"] != gone.instance_id]
+    if terminated_last:
+        last = next(i for i in w.raw["ec2"]["instances"] if i["InstanceId"] == w.compute[-1].instance_id)
+        last["State"] = {"Code": 48, "Name": "terminated"}
+    for node in w.compute:
+        if blind or (terminated_last and node is w.compute[-1]):
+            continue
+        stream = w.healthy(node, at(-10), at(end, 25))
+        if xid is not None and node is w.compute[-1]:
+            w.stream(w.group, stream, events=[(at(xid), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): {code}, "
+                                                        "pid=1234, name=python, Ch 00000008")])
+    if throttled:
+        w.fault("logs", "StartQuery", "ThrottlingException")
+    if denied:
+        w.fault(*denied, "AccessDeniedException")
+    return w.audit(w.cluster, mode=mode, since=at(end - 4), until=at(end))
+
+
+GPU = "i-00000000000000002"  # the first compute node of every audit_to world
+SECOND = "i-00000000000000003"
+
+
+def test_a_rerun_of_an_unchanged_state_publishes_nothing_and_rewrites_no_latest_state(sinks: Sinks):
+    # Given a node found REBOOT (Xid 79 at 09:00) and alerted
+    first = sinks.write(audit_to(10, xid=9))
+    assert any(c.startswith(f"{GPU}: new verdict REBOOT — Xid 79") for c in first.changes)
+    recorded = sinks.latest()
+
+    # When the next audit, an hour later, finds the same Xid and verdict
+    again = sinks.write(audit_to(11, xid=9))
+
+    # Then nothing is published and the latest state is not even rewritten
+    assert again.changes == [] and not again.published
+    assert sinks.latest() == recorded
+    assert len(sinks.published()) == 1
+
+
+def test_coverage_lost_then_restored_is_each_alerted_once(sinks: Sinks):
+    sinks.write(audit_to(10))  # Measured, nothing to say
+    lost = sinks.write(audit_to(11, blind=True))
+    still_lost = sinks.write(audit_to(12, blind=True))
+    restored = sinks.write(audit_to(13))
+    still_restored = sinks.write(audit_to(14))
+
+    assert f"{GPU}: coverage lost (Measured → Not observable)" in lost.changes and lost.published
+    assert still_lost.changes == []
+    assert restored.changes == [f"{GPU}: coverage regained (Not observable → Measured)"]
+    assert still_restored.changes == []
+    sent = [json.loads(m["message"])["default"] for m in sinks.published()]
+    assert len(sent) == 2 and "coverage lost" in sent[0] and "coverage regained" in sent[1]
+
+
+def test_a_recovery_is_alerted_with_the_verdict_before_and_after(sinks: Sinks):
+    # Given a node found REBOOT on an Xid 79
+    sinks.write(audit_to(10, xid=9))
+
+    # When a complete audit finds only an application Xid on it, and the next one no GPU line at all
+    to_leave_alone = sinks.write(audit_to(14, xid=13, code=31))
+    quiet = sinks.write(audit_to(18))
+
+    # Then the first says it recovered, naming both verdicts; the second has nothing to say (LEAVE ALONE alerts no one)
+    assert to_leave_alone.changes == [f"{GPU}: recovered (REBOOT → LEAVE ALONE)"] and to_leave_alone.published
+    assert quiet.changes == []
+    # and a REBOOT whose Xid left the window, on coverage still Measured, is a recovery to no signal
+    sinks.write(audit_to(22, xid=21))
+    assert sinks.write(audit_to(26)).changes == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
+
+
+def test_coverage_and_incident_audits_of_the_same_cluster_do_not_cross_talk(sinks: Sinks):
+    # Given a coverage audit that cannot see the node
+    assert sinks.write(audit_to(10, blind=True)).published
+
+    # When an incident audit of the same cluster sees it, then the next coverage audit is blind again
+    incident = sinks.write(audit_to(11, mode="incident"))
+    coverage = sinks.write(audit_to(12, blind=True))
+
+    # Then neither compares with the other's state: no "regained", no "lost", one alert in all
+    assert incident.changes == [] and coverage.changes == []
+    assert len(sinks.published()) == 1
+    assert sinks.latest("coverage")[f"NODE#{GPU}"]["xid_status"] == "Not observable"
+    assert sinks.latest("incident")[f"NODE#{GPU}"]["xid_status"] == "Measured"
+
+
+def test_an_incomplete_audit_does_not_overwrite_a_complete_state_nor_flap_coverage(sinks: Sinks):
+    # Given a complete audit: the node Measured
+    complete = audit_to(10)
+    sinks.write(complete)
+
+    # When Logs Insights is throttled for the next audit (its node reads Not observable for want of a query)
+    degraded = audit_to(11, throttled=True)
+    assert node_of(degraded, GPU).xid_status == "Not observable"
+    during = sinks.write(degraded)
+    after = sinks.write(audit_to(12))
+
+    # Then no coverage lost, nothing published, the complete state stands, and no "regained" after it
+    assert during.changes == [] and not during.published
+    assert sinks.latest()[f"NODE#{GPU}"]["xid_status"] == "Measured"
+    assert sinks.latest()[f"NODE#{GPU}"]["audit_id"] == complete.audit_id
+    assert after.changes == []
+    assert sinks.published() == []
+
+
+def test_an_incomplete_audit_never_alerts_a_false_recovery_and_says_not_re_checked_once(sinks: Sinks):
+    # Given a node found REBOOT by a complete audit
+    sinks.write(audit_to(10, xid=9))
+
+    # When two throttled audits cannot read its logs
+    first_gap = sinks.write(audit_to(11, xid=9, throttled=True))
+    second_gap = sinks.write(audit_to(12, xid=9, throttled=True))
+
+    # Then the first says once that the REBOOT was not re-checked and stands; neither says recovered or lost
+    (line,) = first_gap.changes
+    assert line.startswith(f"{GPU}: not re-checked this audit (logs StartQuery") and line.endswith(
+        "REBOOT recorded by the audit to 2026-10-01T10:00:00Z stands")
+    assert second_gap.changes == []
+    assert sinks.latest()[f"NODE#{GPU}"]["verdict"] == "REBOOT"
+
+    # and when a complete audit finds it REBOOT still, nothing is said; when one finds it gone, that is the recovery
+    assert sinks.write(audit_to(13, xid=9)).changes == []
+    assert sinks.write(audit_to(17)).changes == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
+
+
+def test_what_an_incomplete_audit_did_read_still_counts_but_cannot_clear_a_verdict(sinks: Sinks):
+    # Given a complete audit that could not see the node
+    sinks.write(audit_to(10, blind=True))
+
+    # When an audit that could not read CloudTrail (a gap the first did not have) reads the node's kernel stream
+    partial = audit_to(11, xid=10, denied=("cloudtrail", "LookupEvents"))
+    (gap,) = read_gaps(partial)
+    assert gap.startswith("Not checked: cloudtrail LookupEvents failed — ")
+    outcome = sinks.write(partial)
+
+    # Then what it read is alerted and recorded: coverage regained, a new REBOOT
+    assert f"{GPU}: coverage regained (Not observable → Measured)" in outcome.changes
+    assert any(c.startswith(f"{GPU}: new verdict REBOOT (was NOT OBSERVABLE) — Xid 79") for c in outcome.changes)
+    assert sinks.latest()[f"NODE#{GPU}"]["verdict"] == "REBOOT"
+    # but the state keeps the complete audit's completeness: another audit missing CloudTrail (which holds the
+    # reboots a REPLACE rests on) cannot clear the REBOOT, only an audit as complete as the first can
+    (unchecked,) = sinks.write(audit_to(15, denied=("cloudtrail", "LookupEvents"))).changes
+    assert unchecked.startswith(f"{GPU}: not re-checked this audit (cloudtrail LookupEvents failed — ")
+    assert unchecked.endswith("; REBOOT recorded by the audit to 2026-10-01T11:00:00Z stands")
+    assert sinks.write(audit_to(16)).changes == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
+
+
+def test_a_node_gone_from_the_cluster_is_said_once_and_never_called_a_recovery(sinks: Sinks):
+    # Given two GPU nodes, the second REBOOT
+    sinks.write(audit_to(10, nodes=2, xid=9))
+
+    # When a complete audit no longer finds the second node (terminated or replaced), and the next one neither
+    gone = sinks.write(audit_to(11, nodes=2, drop_last=True))
+    later = sinks.write(audit_to(12, nodes=2, drop_last=True))
+
+    # Then it is said gone (not recovered), once, and its state is kept only until the retention ends
+    assert gone.changes == [f"{SECOND}: no longer in the cluster (was REBOOT): replaced or terminated, not a recovery"]
+    assert later.changes == []
+    item = next(i for i in sinks.items() if i["pk"]["S"] == "LATEST#llm-pretrain#coverage"
+                and i["sk"]["S"] == f"NODE#{SECOND}")
+    assert item["gone"]["S"] and int(item["expires_at"]["N"]) > NOW_EPOCH
+
+
+def test_a_node_listed_terminated_is_said_to_have_left_not_to_have_lost_coverage(sinks: Sinks):
+    # Given two GPU nodes, the second REBOOT
+    sinks.write(audit_to(10, nodes=2, xid=9))
+
+    # When EC2 lists the second terminated, with no kernel line since
+    outcome = sinks.write(audit_to(11, nodes=2, terminated_last=True))
+
+    # Then it left the cluster: no "coverage lost", no NOT OBSERVABLE verdict, no recovery
+    assert outcome.changes == [f"{SECOND}: terminated, left the cluster (was REBOOT): not a recovery"]
+    assert sinks.write(audit_to(12, nodes=2, terminated_last=True)).changes == []
+
+
+def test_a_node_missing_from_an_incomplete_audit_is_not_called_gone(sinks: Sinks):
+    sinks.write(audit_to(10, nodes=2, xid=9))
+    outcome = sinks.write(audit_to(11, nodes=2, drop_last=True, throttled=True))
+    assert not any("no longer in the cluster" in c or "recovered" in c for c in outcome.changes)
+    assert any(c.startswith(f"{SECOND}: not re-checked this audit") for c in outcome.changes)
+    assert "gone" not in sinks.latest()[f"NODE#{SECOND}"]
+
+
+def test_a_preflight_check_newly_fail_then_back_to_pass_is_each_said_once(sinks: Sinks):
+    fail = sinks.write(audit_to(10, blind=True, mode="preflight"))
+    assert any(c.startswith("P6 ") and ": FAIL — " in c for c in fail.changes)
+    assert not any(c.startswith("P6 ") for c in sinks.write(audit_to(11, blind=True, mode="preflight")).changes)
+    passing = audit_to(12, mode="preflight")
+    back = sinks.write(passing)
+    assert [c for c in back.changes if c.startswith("P6 ")] == [f"P6 {check_title(passing, 'P6')}: back to PASS (was FAIL)"]
+    # P7 fails in every one of these worlds: said the first time only
+    assert sum(c.startswith("P7 ") for m in sinks.published() for c in json.loads(m["message"])["default"].split("\n- ")) == 1
+
+
+def check_title(result: Result, check_id: str) -> str:
+    return next(c.title for c in result.checks if c.id == check_id)
+
+
+def test_a_self_contradicting_result_alerts_first_and_does_not_become_the_state_compared_with(sinks: Sinks):
+    # Given a complete audit: the node Measured
+    sinks.write(audit_to(10))
+
+    # When a later result contradicts itself (a gpuaudit bug) and also reads the node Not observable
+    blind = audit_to(11, blind=True)
+    broken = blind.model_copy(update={"invariants_broken": ["one story: headline says no GPU errors while …"]})
+    outcome = sinks.write(broken)
+
+    # Then the alert leads with the self-check, still lists the change, and the trusted state is kept
+    assert outcome.published and outcome.changes[0].startswith("SELF-CHECK FAILED (1 invariant(s) broken")
+    assert f"{GPU}: coverage lost (Measured → Not observable)" in outcome.changes
+    assert json.loads(sinks.published()[0]["message"])["default"].split("\n")[3].startswith("- SELF-CHECK FAILED")
+    assert sinks.latest()[f"NODE#{GPU}"]["xid_status"] == "Measured"
+    # the same contradiction in the next audit is not said again
+    again = audit_to(12, blind=True).model_copy(update={"invariants_broken": broken.invariants_broken})
+    assert sinks.write(again).changes == []
+
+
+def test_the_alert_leads_with_the_worst_change_and_stays_bounded_at_ten_thousand_nodes(sinks: Sinks):
+    # Given 10,000 GPU nodes recorded Measured, then an audit where all lose coverage and the last turns REPLACE
+    base = audit_to(10)
+    template = node_of(base, GPU)
+    fleet = [template.model_copy(update={"instance_id": f"i-{k:017x}"}) for k in range(10_000)]
+    before = compare(base.model_copy(update={"nodes": fleet}), {})
+    previous = {item["sk"]["S"]: {k: v["S"] for k, v in item.items() if "S" in v} for item, _ in before.writes}
+    blind = [n.model_copy(update={"xid_status": "Not observable", "verdict": "NOT OBSERVABLE"}) for n in fleet]
+    blind[-1] = blind[-1].model_copy(update={"verdict": "REPLACE", "verdict_evidence": "Xid 64 on PCI 0000:53:00"})
+    later = base.model_copy(update={"nodes": blind, "audit_id": "later"})
+
+    changes = compare(later, previous).changes
+    text = alert_message(later, changes, "s3://bucket/report.html")
+
+    # Then the REPLACE is the first line, the rest are counted, and the message stays one phone message
+    assert changes[0] == f"{blind[-1].instance_id}: new verdict REPLACE — Xid 64 on PCI 0000:53:00"
+    assert len(changes) == 2 * 10_000  # each node's coverage lost, and its new verdict
+    assert len(text) <= ALERT_MAX_CHARS and text.split("\n")[3] == f"- {changes[0]}" and "more (see the report)" in text
+
+
+def test_read_gaps_are_the_gaps_an_audit_could_not_read_named_without_their_error_message():
+    # Given gaps as the collectors write them (Gap.prose): one call throttled at two rates, one truncated read,
+    # and a capability limit (permanent, not a gap of the audit)
+    throttled = [Gap(kind="throttled", service="logs", operation="StartQuery", error_code="ThrottlingException",
+                     error_message=rate, unseen="kernel-streams query over /aws/x not run").prose()
+                 for rate in ("Rate exceeded", "Rate exceeded (request 1f2e)")]
+    truncated = Gap(kind="truncated", service="logs", operation="GetQueryResults", unseen="10,000 rows kept").prose()
+    limit = Gap(kind="unsupported", service="fsx", operation="DescribeFileSystems", unseen="no FSx API here").prose()
+    results = [audit_to(10).model_copy(update={"visibility_gaps": [gap, truncated, limit]}) for gap in throttled]
+
+    # Then both audits lack the same sources: the query and the truncated read, not the capability limit
+    assert read_gaps(results[0]) == read_gaps(results[1]) == {
+        "Not checked: logs StartQuery failed — kernel-streams query over /aws/x not run",
+        "Visibility gap: 10,000 rows kept"}

@@ -176,7 +176,7 @@ def test_a_scheduled_audit_runs_end_to_end_with_findings_in_dynamodb(scheduled_r
                                                                   "Not observable": 1}
     keys = {(i["pk"], i["sk"]) for i in scheduled_run.findings}
     assert (f"AUDIT#{audit['audit_id']}", "SUMMARY") in keys
-    assert {("LATEST#research-hp-slurm", "NODE#i-0cc3fc1626e53a130"),
+    assert {("LATEST#research-hp-slurm#coverage", "NODE#i-0cc3fc1626e53a130"),
             (f"AUDIT#{audit['audit_id']}", "NODE#i-05ec84d8dbc742547")} <= keys
 
 

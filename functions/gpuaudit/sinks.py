@@ -3,7 +3,8 @@
 Writes are idempotent: audit items are put with `attribute_not_exists`, keyed by the
 deterministic audit_id, so re-running the same audit window writes nothing new and
 publishes no second alert. Alerts go out only when something changed against the
-latest state kept per node.
+latest state kept per cluster and mode (`LATEST#<cluster>#<mode>`), and an audit that
+read less than the one that recorded a state never overwrites it (`compare`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from gpuaudit.model.result import Result
+from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import alert_text
 from gpuaudit.report.redact import redact
 
@@ -25,6 +27,8 @@ ALERT_HEADLINE_CHARS = 800
 ALERT_CHANGE_CHARS = 200
 ALERT_MAX_CHANGES = 20
 RETENTION_DAYS = 90
+# Gap.prose of a source the audit could not read: a failed or unread call, a truncated read.
+UNREAD_PREFIXES = ("Not checked: ", "Visibility gap: ")
 
 
 @dataclass
@@ -54,15 +58,36 @@ def _put_new(ddb: Any, table: str, item: dict[str, Any], fewer_gaps_than: int | 
         raise
 
 
+def _put_latest(ddb: Any, table: str, item: dict[str, Any], replaces: str | None) -> bool:
+    """A latest-state item, put only over the item that was compared with (or none)."""
+    condition, values = "attribute_not_exists(pk)", {}
+    if replaces is not None:
+        condition, values = "audit_id = :seen", {":seen": _s(replaces)}
+    try:
+        ddb.put_item(TableName=table, Item=item, ConditionExpression=condition,
+                     **({"ExpressionAttributeValues": values} if values else {}))
+        return True
+    except ClientError as err:
+        if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return False
+        raise
+
+
 def _s(value: object) -> dict[str, str]:
     return {"S": str(value)}
 
 
-def latest_state(ddb: Any, table: str, cluster: str) -> dict[str, dict[str, str]]:
-    """Every latest-state item of the cluster, across all query pages (a 2,000-node cluster passes 1 MB)."""
+def latest_key(cluster: str, mode: str) -> str:
+    """The partition of a cluster's latest state for one mode: a coverage audit and an incident audit of the same
+    cluster each compare with their own last audit, never with each other's."""
+    return f"LATEST#{cluster}#{mode}"
+
+
+def latest_state(ddb: Any, table: str, cluster: str, mode: str) -> dict[str, dict[str, str]]:
+    """Every latest-state item of the cluster and mode, across all query pages (a 2,000-node cluster passes 1 MB)."""
     state: dict[str, dict[str, str]] = {}
-    params: dict[str, Any] = {"TableName": table, "KeyConditionExpression": "pk = :p",
-                              "ExpressionAttributeValues": {":p": _s(f"LATEST#{cluster}")}}
+    params: dict[str, Any] = {"TableName": table, "KeyConditionExpression": "pk = :p", "ConsistentRead": True,
+                              "ExpressionAttributeValues": {":p": _s(latest_key(cluster, mode))}}
     while True:
         out = ddb.query(**params)
         state.update({i["sk"]["S"]: {k: v["S"] for k, v in i.items() if "S" in v} for i in out.get("Items", [])})
@@ -71,26 +96,188 @@ def latest_state(ddb: Any, table: str, cluster: str) -> dict[str, dict[str, str]
         params["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
 
+def read_gaps(result: Result) -> frozenset[str]:
+    """The sources this audit could not read, from its visibility gaps as Gap.prose writes them (`Not checked: …`
+    for a failed or unread call, `Visibility gap: …` for a truncated read). Each is named without its error message,
+    which differs between audits of the same gap (rates, request IDs). Capability limits and what the world itself
+    lacks (a stream that does not exist, a silent log) are observations, not gaps of the audit."""
+    keys = set()
+    for gap in result.visibility_gaps:
+        if gap.startswith(UNREAD_PREFIXES):
+            head, _, unseen = gap.partition(" — ")
+            keys.add(redact(head.split(" (", 1)[0] + (f" — {unseen}" if unseen else ""), result.account_ids))
+    return frozenset(keys)
+
+
+@dataclass
+class Comparison:
+    """What changed since the last audit of the cluster and mode, and the latest-state items to write for it.
+    Each write is (item, audit_id of the item it replaces, None for a new one): the put is conditional on it."""
+
+    changes: list[str] = field(default_factory=list)
+    writes: list[tuple[dict[str, Any], str | None]] = field(default_factory=list)
+
+
+# Verdicts a less complete audit may confirm or raise, never clear; the order is their severity.
+SEVERITY = {"REPLACE": 2, "REBOOT": 1}
+_BOOKKEEPING = {"pk", "sk", "audit_id", "recorded_at"}
+
+
 def changes_against(result: Result, previous: dict[str, dict[str, str]]) -> list[str]:
-    """What an on-call engineer must hear about: coverage lost or regained, a new alerting verdict, a FAIL."""
-    changes = []
+    """What an on-call engineer must hear about (see `compare`)."""
+    return compare(result, previous).changes
+
+
+def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int = 0) -> Comparison:
+    """The change list against the latest state of the same cluster and mode, worst first: a self-check failure,
+    new REPLACE/REBOOT verdicts, coverage lost, checks newly FAIL, alerting nodes gone from the cluster, alerting
+    verdicts this audit could not re-check, then recoveries (an alerting verdict gone, coverage regained, a check
+    back to PASS). An unchanged state yields nothing and writes nothing.
+
+    Completeness: each recorded node state keeps the read gaps of the audit that recorded it. An audit with a read
+    gap the recorded one did not have is less complete for that state: what it could not read (Not observable, a
+    verdict gone, a node missing from the node list) neither replaces the state nor counts as a loss or a recovery;
+    only what it did read (coverage Measured, a verdict at least as severe) replaces it. A result that contradicts
+    itself is said first and records nothing but the self-check: the next audit compares with the last trusted
+    state, and the same contradiction again is not said twice."""
+    gaps, rows = read_gaps(result), []
+    state = _State(result)
+    broken = json.dumps(sorted(redact(b, result.account_ids) for b in result.invariants_broken))
+    recorded_broken = previous.get("SELFCHECK", {}).get("invariants", "[]")
+    if broken != recorded_broken:
+        state.record("SELFCHECK", {"invariants": broken}, previous.get("SELFCHECK"))
     if result.invariants_broken:  # a result that contradicts itself is said first: on-call must not act on it
-        changes.append(f"SELF-CHECK FAILED ({len(result.invariants_broken)} invariant(s) broken, a gpuaudit bug): "
-                       + _short("; ".join(result.invariants_broken)))
+        if broken == recorded_broken:
+            return Comparison()
+        rows.append((0, f"SELF-CHECK FAILED ({len(result.invariants_broken)} invariant(s) broken, a gpuaudit bug): "
+                        + _short("; ".join(result.invariants_broken))))
+
+    left = {f"NODE#{n.instance_id}": n.status for n in result.nodes if _left(n)}
     for node in result.nodes:
-        before = previous.get(f"NODE#{node.instance_id}", {})
-        was = before.get("xid_status")
-        if was and was != node.xid_status and "Not observable" in (was, node.xid_status):
-            word = "lost" if node.xid_status == "Not observable" else "regained"
-            changes.append(f"{node.instance_id}: coverage {word} ({was} → {node.xid_status})")
-        elif not was and node.xid_status == "Not observable" and (node.gpu_count or 0) != 0:
-            changes.append(f"{node.instance_id}: coverage Not observable")
-        if node.verdict in ALERTING_VERDICTS and before.get("verdict") != node.verdict:
-            changes.append(f"{node.instance_id}: new verdict {node.verdict} — {_short(node.verdict_evidence)}")
+        sk = f"NODE#{node.instance_id}"
+        before = previous.get(sk)
+        if before is not None and before.get("gone"):
+            before = None  # left the cluster and came back: seen anew
+        if sk in left:
+            continue  # terminated: said below if it was alerting, never a loss of coverage or a new verdict
+        now = {"xid_status": node.xid_status, "verdict": node.verdict or "none"}
+        if before is None:
+            rows += _first_seen(node)
+            state.record(sk, {**now, "read_gaps": _gap_text(gaps)}, previous.get(sk))
+            continue
+        baseline = _gap_set(before)
+        unread = node.xid_status == "Not observable" and node.verdict in (None, "NOT OBSERVABLE")
+        if gaps <= baseline or (not unread and _rank(now["verdict"]) >= _rank(before.get("verdict"))):
+            rows += _node_changes(node, before)
+            state.record(sk, {**now, "read_gaps": _gap_text(gaps if gaps <= baseline else baseline)}, before)
+        else:
+            rows += state.not_rechecked(node.instance_id, before, gaps - baseline)
+    listed = {f"NODE#{n.instance_id}" for n in result.nodes}
+    for sk, before in previous.items():
+        if not sk.startswith("NODE#") or before.get("gone") or (sk in listed and sk not in left):
+            continue
+        iid, was = sk.removeprefix("NODE#"), before.get("verdict", "none")
+        if sk not in left and not gaps <= _gap_set(before):  # missing from a less complete audit: not evidence
+            rows += state.not_rechecked(iid, before, gaps - _gap_set(before))
+            continue
+        if was in ALERTING_VERDICTS:
+            rows.append((4, f"{iid}: {left[sk]}, left the cluster (was {was}): not a recovery" if sk in left else
+                            f"{iid}: no longer in the cluster (was {was}): replaced or terminated, not a recovery"))
+        state.record(sk, {**_kept(before), "gone": result.audit_id}, before, {"expires_at": {"N": str(expires_at)}},
+                     keep_time=True)
+
     for check in result.checks:
-        if check.result == "FAIL" and previous.get(f"CHECK#{check.id}", {}).get("result") != "FAIL":
-            changes.append(f"{check.id} {check.title}: FAIL — {_short(check.evidence)}")
-    return changes
+        sk = f"CHECK#{check.id}"
+        was_result = previous.get(sk, {}).get("result")
+        if check.result == "FAIL" and was_result != "FAIL":
+            rows.append((3, f"{check.id} {check.title}: FAIL — {_short(check.evidence)}"))
+        elif was_result == "FAIL" and check.result == "PASS":  # PASS and RISK rest on reads (fail closed)
+            rows.append((6, f"{check.id} {check.title}: back to PASS (was FAIL)"))
+        elif was_result == "FAIL" and check.result == "RISK":
+            rows.append((6, f"{check.id} {check.title}: no longer FAIL (now RISK) — {_short(check.evidence)}"))
+        elif was_result == "FAIL":
+            continue  # UNVERIFIED, Not checked, Needs input: not read, so the FAIL stands
+        state.record(sk, {"result": check.result}, previous.get(sk))
+    # A self-contradicting result's verdicts are not trusted: only its self-check is recorded.
+    writes = [w for w in state.writes if not result.invariants_broken or w[0]["sk"]["S"] == "SELFCHECK"]
+    return Comparison(changes=[line for _, line in sorted(rows, key=lambda r: r[0])], writes=writes)
+
+
+class _State:
+    """The latest-state items one comparison writes: only those that differ from what is recorded."""
+
+    def __init__(self, result: Result) -> None:
+        self.result = result
+        self.writes: list[tuple[dict[str, Any], str | None]] = []
+
+    def record(self, sk: str, attrs: dict[str, str], before: dict[str, str] | None,
+               extra: dict[str, Any] | None = None, *, keep_time: bool = False) -> None:
+        """`keep_time`: a mark on a recorded state (not re-checked, gone) keeps the time the state was recorded."""
+        if before is not None and _kept(before) == attrs:
+            return  # unchanged: a rerun of an unchanged state writes nothing
+        recorded_at = before.get("recorded_at") if keep_time and before is not None else None
+        stamp = {"audit_id": self.result.audit_id, "recorded_at": recorded_at or iso(self.result.window.end)}
+        item = {"pk": _s(latest_key(self.result.cluster.name, self.result.mode)), "sk": _s(sk),
+                **{k: _s(v) for k, v in {**attrs, **stamp}.items()}, **(extra or {})}
+        self.writes.append((item, before.get("audit_id") if before is not None else None))
+
+    def not_rechecked(self, iid: str, before: dict[str, str], unread: frozenset[str]) -> list[tuple[int, str]]:
+        """A less complete audit leaves the recorded state as it is. Said once, and only of a REPLACE or REBOOT the
+        on-call may be acting on: that this audit could neither confirm nor clear it."""
+        was = before.get("verdict", "none")
+        if was not in SEVERITY or before.get("unchecked"):
+            return []
+        self.record(f"NODE#{iid}", {**_kept(before), "unchecked": self.result.audit_id}, before, keep_time=True)
+        gap = _short(min(unread).removeprefix("Not checked: "), 100)
+        return [(5, f"{iid}: not re-checked this audit ({gap}); {was} recorded by the audit to "
+                    f"{before.get('recorded_at', '?')} stands")]
+
+
+def _left(node: NodeResult) -> bool:
+    """EC2 `terminated`/`shutting-down`, HyperPod `ShuttingDown`: the node is leaving the cluster."""
+    return node.status.lower().replace("-", "") in ("terminated", "shuttingdown")
+
+
+def _rank(verdict: str | None) -> int:
+    return SEVERITY.get(verdict or "none", 0)
+
+
+def _gap_text(gaps: frozenset[str]) -> str:
+    return json.dumps(sorted(gaps))
+
+
+def _gap_set(item: dict[str, str]) -> frozenset[str]:
+    return frozenset(json.loads(item.get("read_gaps", "[]")))
+
+
+def _kept(before: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in before.items() if k not in _BOOKKEEPING}
+
+
+def _first_seen(node: NodeResult) -> list[tuple[int, str]]:
+    rows = []
+    if node.xid_status == "Not observable" and (node.gpu_count or 0) != 0:
+        rows.append((2, f"{node.instance_id}: coverage Not observable"))
+    if node.verdict in ALERTING_VERDICTS:
+        rows.append((1 if node.verdict in SEVERITY else 2,
+                     f"{node.instance_id}: new verdict {node.verdict} — {_short(node.verdict_evidence)}"))
+    return rows
+
+
+def _node_changes(node: NodeResult, before: dict[str, str]) -> list[tuple[int, str]]:
+    iid, rows = node.instance_id, []
+    was_x, was_v, now_v = before.get("xid_status"), before.get("verdict", "none"), node.verdict or "none"
+    regained = False
+    if was_x and was_x != node.xid_status and "Not observable" in (was_x, node.xid_status):
+        lost = node.xid_status == "Not observable"
+        regained = not lost
+        rows.append((2 if lost else 6, f"{iid}: coverage {'lost' if lost else 'regained'} ({was_x} → {node.xid_status})"))
+    if now_v in ALERTING_VERDICTS and now_v != was_v:
+        was = f" (was {was_v})" if was_v in ALERTING_VERDICTS else ""
+        rows.append((1 if now_v in SEVERITY else 2, f"{iid}: new verdict {now_v}{was} — {_short(node.verdict_evidence)}"))
+    elif was_v in ALERTING_VERDICTS and now_v not in ALERTING_VERDICTS and not (was_v == "NOT OBSERVABLE" and regained):
+        rows.append((6, f"{iid}: recovered ({was_v} → {now_v if now_v != 'none' else 'no GPU signal in the window'})"))
+    return rows
 
 
 def _short(text: str | None, limit: int = 160) -> str:
@@ -139,7 +326,7 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
             outcome.duplicate = True
             return outcome
         outcome.superseded = True
-    previous = latest_state(ddb, table, result.cluster.name)
+    previous = latest_state(ddb, table, result.cluster.name, result.mode)
     expires = _s(now_epoch + retention_days * 86400)
     for node in result.nodes:
         item = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(f"NODE#{node.instance_id}"),
@@ -147,16 +334,8 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
                 "verdict_evidence": _s(redact(node.verdict_evidence or "", result.account_ids)), "expires_at": {"N": expires["S"]}}
         outcome.items_written += int(_put_new(ddb, table, {**item, "gaps": {"N": str(gaps)}},
                                               gaps if outcome.superseded else None))
-    outcome.changes = changes_against(result, previous)
-    for node in result.nodes:  # latest state per node: what the next audit compares against
-        ddb.put_item(TableName=table, Item={"pk": _s(f"LATEST#{result.cluster.name}"), "sk": _s(f"NODE#{node.instance_id}"),
-                                            "xid_status": _s(node.xid_status), "verdict": _s(node.verdict or "none"),
-                                            "audit_id": _s(result.audit_id)})
-        outcome.items_written += 1
-    for check in result.checks:
-        ddb.put_item(TableName=table, Item={"pk": _s(f"LATEST#{result.cluster.name}"), "sk": _s(f"CHECK#{check.id}"),
-                                            "result": _s(check.result), "audit_id": _s(result.audit_id)})
-        outcome.items_written += 1
+    comparison = compare(result, previous, int(expires["S"]))
+    outcome.changes = comparison.changes
     if outcome.changes and topic_arn:
         outcome.alert = alert_message(result, outcome.changes, report_link)
         sns.publish(TopicArn=topic_arn, Subject=f"gpuaudit: {result.cluster.name}"[:100],
@@ -165,6 +344,11 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
                                         "https": chatbot_payload(result, outcome.alert)}),
                     MessageStructure="json")
         outcome.published = True
+    # The latest state is written after the alert: a crash between them makes the retry compare with the same
+    # state and publish again (at least once), never record a change nobody heard of. Each put holds only if the
+    # item is still the one compared with: an audit that wrote in between is not overwritten.
+    for item, replaces in comparison.writes:
+        outcome.items_written += int(_put_latest(ddb, table, item, replaces))
     # The summary is the commit marker, written last: a crash before it makes a retry redo the writes and
     # the alert (at least once), never skip the alert. Two racing deliveries: the condition lets one win.
     summary = {**audit_key, "cluster": _s(result.cluster.name), "mode": _s(result.mode),

@@ -39,7 +39,7 @@ def test_the_verdict_writes_findings_and_alerts_once_per_audit(pcluster: Account
     assert first["audited"] and not first["findings"]["duplicate"] and first["alert_published"]
     summary = [i for i in items if i["pk"] == f"AUDIT#{first['audit_id']}" and i["sk"] == "SUMMARY"]
     assert len(summary) == 1 and summary[0]["cluster"] == "llm-pretrain-b200"
-    assert {i["sk"] for i in items if i["pk"] == "LATEST#llm-pretrain-b200"} >= {"NODE#i-0e58b081006f7e3df"}
+    assert {i["sk"] for i in items if i["pk"] == "LATEST#llm-pretrain-b200#incident"} >= {"NODE#i-0e58b081006f7e3df"}
     (alert,) = alerts
     assert alert["subject"] == "gpuaudit: llm-pretrain-b200"
     assert "i-0e58b081006f7e3df" in alert["message"]["default"]
