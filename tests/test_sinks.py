@@ -16,6 +16,7 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
 
+from gpuaudit import sinks as sinks_module
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import Gap
 from gpuaudit.model.result import Result
@@ -497,3 +498,20 @@ def test_read_gaps_are_the_gaps_an_audit_could_not_read_named_without_their_erro
     assert read_gaps(results[0]) == read_gaps(results[1]) == {
         "Not checked: logs StartQuery failed — kernel-streams query over /aws/x not run",
         "Visibility gap: 10,000 rows kept"}
+
+
+def test_a_latest_state_written_by_a_racing_audit_is_not_overwritten(sinks: Sinks, monkeypatch: pytest.MonkeyPatch):
+    # Given a state read by one delivery (A's), then replaced by another audit (B) before the first writes
+    first = audit_to(10)
+    sinks.write(first)
+    stale = sinks_module.latest_state(sinks.ddb, TABLE, "llm-pretrain", "coverage")
+    racing = audit_to(11, blind=True)
+    sinks.write(racing)
+    monkeypatch.setattr(sinks_module, "latest_state", lambda *_args: stale)
+
+    # When the first delivery writes what it found against the state it read
+    sinks.write(audit_to(12, xid=11))
+
+    # Then B's newer state stands: each put holds only over the item it was compared with
+    assert sinks.latest()[f"NODE#{GPU}"]["audit_id"] == racing.audit_id
+    assert sinks.latest()[f"NODE#{GPU}"]["xid_status"] == "Not observable"

@@ -43,26 +43,21 @@ class SinkOutcome:
 
 def _put_new(ddb: Any, table: str, item: dict[str, Any], fewer_gaps_than: int | None = None) -> bool:
     """Write unless the item exists; with `fewer_gaps_than`, also replace one recorded with more gaps."""
-    condition = "attribute_not_exists(pk)"
-    values: dict[str, Any] = {}
-    if fewer_gaps_than is not None:
-        condition += " OR gaps > :gaps OR attribute_not_exists(gaps)"
-        values = {":gaps": {"N": str(fewer_gaps_than)}}
-    try:
-        ddb.put_item(TableName=table, Item=item, ConditionExpression=condition,
-                     **({"ExpressionAttributeValues": values} if values else {}))
-        return True
-    except ClientError as err:
-        if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return False
-        raise
+    if fewer_gaps_than is None:
+        return _put_if(ddb, table, item, "attribute_not_exists(pk)", {})
+    return _put_if(ddb, table, item, "attribute_not_exists(pk) OR gaps > :gaps OR attribute_not_exists(gaps)",
+                   {":gaps": {"N": str(fewer_gaps_than)}})
 
 
 def _put_latest(ddb: Any, table: str, item: dict[str, Any], replaces: str | None) -> bool:
     """A latest-state item, put only over the item that was compared with (or none)."""
-    condition, values = "attribute_not_exists(pk)", {}
-    if replaces is not None:
-        condition, values = "audit_id = :seen", {":seen": _s(replaces)}
+    if replaces is None:
+        return _put_if(ddb, table, item, "attribute_not_exists(pk)", {})
+    return _put_if(ddb, table, item, "audit_id = :seen", {":seen": _s(replaces)})
+
+
+def _put_if(ddb: Any, table: str, item: dict[str, Any], condition: str, values: dict[str, Any]) -> bool:
+    """A conditional put: False when the condition does not hold (another write won)."""
     try:
         ddb.put_item(TableName=table, Item=item, ConditionExpression=condition,
                      **({"ExpressionAttributeValues": values} if values else {}))
