@@ -422,6 +422,16 @@ def test_a_node_listed_terminated_is_said_to_have_left_not_to_have_lost_coverage
     assert sinks.write(audit_to(12, nodes=2, terminated_last=True)).changes == []
 
 
+def test_a_node_first_seen_terminated_is_said_once(sinks: Sinks):
+    # Given a first audit in which a GPU node already terminated (e.g. its Capacity Block expired in the window)
+    first = sinks.write(audit_to(10, nodes=2, terminated_last=True))
+    assert f"{SECOND}: coverage Not observable" in first.changes
+
+    # When the next audit lists it terminated again, then a later one no longer lists it
+    assert sinks.write(audit_to(11, nodes=2, terminated_last=True)).changes == []
+    assert sinks.write(audit_to(12, nodes=2, drop_last=True)).changes == []
+
+
 def test_a_node_missing_from_an_incomplete_audit_is_not_called_gone(sinks: Sinks):
     sinks.write(audit_to(10, nodes=2, xid=9))
     outcome = sinks.write(audit_to(11, nodes=2, drop_last=True, throttled=True))

@@ -152,13 +152,19 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
         sk = f"NODE#{node.instance_id}"
         before = previous.get(sk)
         if before is not None and before.get("gone"):
+            if sk in left:
+                continue  # still listed as leaving: already said
             before = None  # left the cluster and came back: seen anew
-        if sk in left:
-            continue  # terminated: said below if it was alerting, never a loss of coverage or a new verdict
         now = {"xid_status": node.xid_status, "verdict": node.verdict or "none"}
         if before is None:
             rows += _first_seen(node)
-            state.record(sk, {**now, "read_gaps": _gap_text(gaps)}, previous.get(sk))
+            gone = {"gone": result.audit_id} if sk in left else {}  # first seen leaving: said once, recorded gone
+            state.record(sk, {**now, "read_gaps": _gap_text(gaps), **gone}, previous.get(sk),
+                         {"expires_at": {"N": str(expires_at)}} if gone else None)
+            continue
+        if sk in left:  # leaving: said below if it was alerting; what it showed before it left, if worse
+            if node.verdict in SEVERITY and node.verdict != before.get("verdict"):
+                rows.append((1, f"{node.instance_id}: new verdict {node.verdict} — {_short(node.verdict_evidence)}"))
             continue
         baseline = _gap_set(before)
         unread = node.xid_status == "Not observable" and node.verdict in (None, "NOT OBSERVABLE")
