@@ -20,7 +20,7 @@ from gpuaudit import sinks as sinks_module
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import Gap
 from gpuaudit.model.result import Result
-from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, read_gaps, write_and_alert
+from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, latest_nodes, read_gaps, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000
@@ -525,3 +525,13 @@ def test_a_latest_state_written_by_a_racing_audit_is_not_overwritten(sinks: Sink
     # Then B's newer state stands: each put holds only over the item it was compared with
     assert sinks.latest()[f"NODE#{GPU}"]["audit_id"] == racing.audit_id
     assert sinks.latest()[f"NODE#{GPU}"]["xid_status"] == "Not observable"
+
+
+def test_latest_nodes_are_those_of_every_mode(sinks: Sinks):
+    # Given a coverage audit of one GPU node and an incident audit that also lists a second
+    sinks.write(audit_to(10))
+    sinks.write(audit_to(11, nodes=2, mode="incident"))
+
+    # Then the history store's node list (sinks.latest_nodes) holds both, and the head node, once each
+    assert latest_nodes(sinks.ddb, TABLE, "llm-pretrain") == ["i-00000000000000001", GPU, SECOND]
+    assert latest_nodes(sinks.ddb, TABLE, "another-cluster") == []

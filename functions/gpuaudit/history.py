@@ -218,14 +218,13 @@ class DynamoHistory:
                            items_read=sum(p[1] for p in parts), requests=sum(p[2] for p in parts))
 
     def _known_nodes(self, cluster: str) -> list[str]:
-        """Every node of the cluster the latest-state items name (one Query of LATEST#<cluster>)."""
-        from gpuaudit.sinks import latest_state
+        """Every node of the cluster the latest-state items name (one Query of LATEST#<cluster>#<mode> per mode)."""
+        from gpuaudit.sinks import latest_nodes
 
         try:
-            return sorted(k.removeprefix("NODE#") for k in latest_state(self.ddb, self.table, cluster)
-                          if k.startswith("NODE#"))
+            return latest_nodes(self.ddb, self.table, cluster)
         except (ClientError, BotoCoreError) as exc:
-            raise self._gap("Query", f"{self.table} LATEST#{cluster}", exc) from None
+            raise self._gap("Query", f"{self.table} LATEST#{cluster}#…", exc) from None
 
     def write(self, spans: Sequence[HistorySpan], retention_days: int, now: datetime) -> int:
         expires = str(int(now.timestamp()) + retention_days * 86400)

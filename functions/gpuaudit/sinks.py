@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from botocore.exceptions import ClientError
 
+from gpuaudit.model.evidence import Mode
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import alert_text
@@ -89,6 +90,12 @@ def latest_state(ddb: Any, table: str, cluster: str, mode: str) -> dict[str, dic
         if not out.get("LastEvaluatedKey"):
             return state
         params["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def latest_nodes(ddb: Any, table: str, cluster: str) -> list[str]:
+    """Every node the cluster's latest state names, in any mode (one Query per mode), gone ones included."""
+    return sorted({sk.removeprefix("NODE#") for mode in get_args(Mode) for sk in latest_state(ddb, table, cluster, mode)
+                   if sk.startswith("NODE#")})
 
 
 def read_gaps(result: Result) -> frozenset[str]:
