@@ -8,18 +8,23 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.worlds import PClusterWorld, at, node_of
+from helpers.worlds import PClusterWorld, at, aws_for, node_of
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
 
 from gpuaudit import sinks as sinks_module
 from gpuaudit.embedded.backend import WorldBackend
-from gpuaudit.model.evidence import Gap
+from gpuaudit.history import SqliteHistory
+from gpuaudit.model.evidence import AuditRequest, Gap
+from gpuaudit.model.history import FLAPPING
 from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import run_audit
 from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, latest_nodes, read_gaps, write_and_alert
 
 TABLE = "gpuaudit-findings"
@@ -535,3 +540,52 @@ def test_latest_nodes_are_those_of_every_mode(sinks: Sinks):
     # Then the history store's node list (sinks.latest_nodes) holds both, and the head node, once each
     assert latest_nodes(sinks.ddb, TABLE, "llm-pretrain") == ["i-00000000000000001", GPU, SECOND]
     assert latest_nodes(sinks.ddb, TABLE, "another-cluster") == []
+
+
+# Fleet memory (items 1-3 of #18) read by the alerts: audits that keep a history (the CLI's SQLite store).
+
+def remembered(tmp_path: Path, xids: dict[int, int], ends: tuple[int, ...], reboot: int | None = None) -> list[Result]:
+    """One GPU node's kernel stream live for days, Xid `code` at each hour of `xids`, a reboot line at `reboot`,
+    audited over the 4 hours to each of `ends` (clock moved forward), each audit reading the history of the last."""
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-48), at(max(ends) + 1), every_s=600)
+    lines = [(at(h), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): {code}, pid=1234, name=python, "
+                     "GPU has fallen off the bus.") for h, code in xids.items()]
+    if reboot is not None:
+        lines.append((at(reboot), f"{node.hostname} kernel: Linux version 6.1.112-124.190.amzn2023.x86_64 #1 SMP"))
+    w.stream(w.group, stream, events=lines)
+    store = SqliteHistory(tmp_path)
+    results = []
+    for end in ends:
+        w.raw["now"] = at(end, 30)
+        request = AuditRequest(cluster=w.cluster, since=parse_time(at(end - 4)), until=parse_time(at(end)))
+        results.append(run_audit(aws_for(w.world()), request, history=store))
+    return results
+
+
+def test_a_replace_not_acted_on_is_alerted_once_as_escalated_never_as_a_recovery(sinks: Sinks, tmp_path: Path):
+    # Given an Xid 79, a reboot, the same Xid on the same bus again (REPLACE from history), then quiet audits
+    first, rebooted, recurring, quiet, quieter = remembered(tmp_path, {8: 79, 80: 79}, (10, 32, 82, 106, 110),
+                                                             reboot=30)
+    assert node_of(recurring, GPU).verdict == node_of(quiet, GPU).verdict == "REPLACE"
+    said = [sinks.write(r).changes for r in (first, rebooted, recurring, quiet, quieter)]
+
+    # Then the REPLACE is alerted when given, escalated once when the next audit finds it not acted on, and the
+    # Xid leaving the window is no recovery
+    assert any(c.startswith(f"{GPU}: new verdict REPLACE — ") for c in said[2])
+    (escalated,) = said[3]
+    assert escalated.startswith(f"{GPU}: REPLACE escalated (given earlier, not acted on) — REPLACE given at")
+    assert said[4] == []
+
+
+def test_a_flapping_node_says_so_on_its_alert_lines(sinks: Sinks, tmp_path: Path):
+    # Given an Xid 79 every other audit: REBOOT, recovered, REBOOT, …
+    results = remembered(tmp_path, {8: 79, 32: 79, 56: 79}, (10, 22, 34, 46, 58))
+    said = [sinks.write(r).changes for r in results]
+    assert FLAPPING in (node_of(results[-1], GPU).history or "") and FLAPPING not in (node_of(results[2], GPU).history or "")
+
+    # Then the lines of the audits that report the flapping name it, the earlier ones do not
+    assert said[1] == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
+    (last,) = said[-1]
+    assert last.startswith(f"{GPU} (flapping across audits): new verdict REBOOT — Xid 79")

@@ -16,6 +16,7 @@ from typing import Any, get_args
 from botocore.exceptions import ClientError
 
 from gpuaudit.model.evidence import Mode
+from gpuaudit.model.history import ESCALATED, FLAPPING
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import alert_text
@@ -162,7 +163,8 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
             if sk in left:
                 continue  # still listed as leaving: already said
             before = None  # left the cluster and came back: seen anew
-        now = {"xid_status": node.xid_status, "verdict": node.verdict or "none"}
+        now = {"xid_status": node.xid_status, "verdict": node.verdict or "none",
+               **({"escalated": "yes"} if ESCALATED in (node.verdict_evidence or "") else {})}
         if before is None:
             rows += _first_seen(node)
             gone = {"gone": result.audit_id} if sk in left else {}  # first seen leaving: said once, recorded gone
@@ -176,7 +178,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
         baseline = _gap_set(before)
         unread = node.xid_status == "Not observable" and node.verdict in (None, "NOT OBSERVABLE")
         if gaps <= baseline or (not unread and _rank(now["verdict"]) >= _rank(before.get("verdict"))):
-            rows += _node_changes(node, before)
+            rows += _flapping(node, _node_changes(node, before))
             state.record(sk, {**now, "read_gaps": _gap_text(gaps if gaps <= baseline else baseline)}, before)
         else:
             rows += state.not_rechecked(node.instance_id, before, gaps - baseline)
@@ -272,6 +274,15 @@ def _first_seen(node: NodeResult) -> list[tuple[int, str]]:
     return rows
 
 
+def _flapping(node: NodeResult, rows: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """A node whose verdict keeps changing across audits (fleet memory) says so on each of its lines: on-call
+    reads it as one more flip, not a new event."""
+    if FLAPPING not in (node.history or ""):
+        return rows
+    return [(rank, line.replace(f"{node.instance_id}:", f"{node.instance_id} (flapping across audits):", 1))
+            for rank, line in rows]
+
+
 def _node_changes(node: NodeResult, before: dict[str, str]) -> list[tuple[int, str]]:
     iid, rows = node.instance_id, []
     was_x, was_v, now_v = before.get("xid_status"), before.get("verdict", "none"), node.verdict or "none"
@@ -280,6 +291,8 @@ def _node_changes(node: NodeResult, before: dict[str, str]) -> list[tuple[int, s
         lost = node.xid_status == "Not observable"
         regained = not lost
         rows.append((2 if lost else 6, f"{iid}: coverage {'lost' if lost else 'regained'} ({was_x} → {node.xid_status})"))
+    if now_v == was_v == "REPLACE" and ESCALATED in (node.verdict_evidence or "") and not before.get("escalated"):
+        rows.append((1, f"{iid}: REPLACE escalated (given earlier, not acted on) — {_short(node.verdict_evidence)}"))
     if now_v in ALERTING_VERDICTS and now_v != was_v:
         was = f" (was {was_v})" if was_v in ALERTING_VERDICTS else ""
         rows.append((1 if now_v in SEVERITY else 2, f"{iid}: new verdict {now_v}{was} — {_short(node.verdict_evidence)}"))

@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_LOOKBACK_DAYS = 30
 MAX_SPAN = timedelta(days=7)  # a span is cut after a week: a read of [since - MAX_SPAN, until] sees every span
+# How the rules say what history found, in a node's verdict evidence and history line; the alerts read them too.
+ESCALATED = "escalated, not a new verdict"  # a REPLACE given by an earlier audit and not acted on
+FLAPPING = "flapping:"  # the verdict keeps changing across audits
 
 
 class Frozen(BaseModel):

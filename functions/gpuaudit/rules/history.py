@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Literal
 
 from gpuaudit.model.evidence import Evidence, NodeInfo
-from gpuaudit.model.history import HistorySpan, HistoryXid
+from gpuaudit.model.history import ESCALATED, FLAPPING, HistorySpan, HistoryXid
 from gpuaudit.model.result import GpuError, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.xid import FIRST_OCCURRENCE, NodeRouting, NodeXid, bus_key, classify
@@ -136,7 +136,7 @@ def _escalated(span: HistorySpan, node: NodeInfo, routing: NodeRouting | None) -
     launched = (f"launched {iso(node.launch_time)}, before that audit" if node.launch_time else
                 "its launch time was not read, so a stop/start since cannot be ruled out")
     head = (f"REPLACE given at {iso(span.audit_time)} in audit {span.audit_id}, not acted on (node still listed, "
-            f"status {node.status}; {launched}): escalated, not a new verdict")
+            f"status {node.status}; {launched}): {ESCALATED}")
     earlier = _signals_text(span.xids)
     now = (f"this audit: {routing.verdict_evidence}" if routing is not None and routing.verdict is not None
            else "this audit alone gives no verdict")
@@ -175,7 +175,7 @@ def _flapping(memory: Memory, verdict: str | None) -> str | None:
         return None
     shown = [steps[changes[0] - 1], *(steps[i] for i in changes)][-FLAP_SHOWN:]
     trail = " → ".join(f"{v or 'no verdict'} ({_where(s) if s else 'this audit'})" for v, s in shown)
-    return (f"flapping: the verdict changed {len(changes)} times across {memory.audits + 1} audits since "
+    return (f"{FLAPPING} the verdict changed {len(changes)} times across {memory.audits + 1} audits since "
             f"{iso(memory.spans[0].audit_time)}: {trail}")
 
 
