@@ -505,14 +505,17 @@ def test_read_gaps_are_the_gaps_an_audit_could_not_read_named_without_their_erro
     throttled = [Gap(kind="throttled", service="logs", operation="StartQuery", error_code="ThrottlingException",
                      error_message=rate, unseen="kernel-streams query over /aws/x not run").prose()
                  for rate in ("Rate exceeded", "Rate exceeded (request 1f2e)")]
-    truncated = Gap(kind="truncated", service="logs", operation="GetQueryResults", unseen="10,000 rows kept").prose()
+    truncated = [Gap(kind="truncated", service="logs", operation="GetLogEvents",
+                     unseen=f"first/last event times of {n} of {n + 50} streams not read").prose() for n in (12, 345)]
     limit = Gap(kind="unsupported", service="fsx", operation="DescribeFileSystems", unseen="no FSx API here").prose()
-    results = [audit_to(10).model_copy(update={"visibility_gaps": [gap, truncated, limit]}) for gap in throttled]
+    results = [audit_to(10).model_copy(update={"visibility_gaps": [gap, cut, limit]})
+               for gap, cut in zip(throttled, truncated, strict=True)]
 
-    # Then both audits lack the same sources: the query and the truncated read, not the capability limit
+    # Then both audits lack the same sources: the query and the truncated read (whatever its counts), not the
+    # capability limit
     assert read_gaps(results[0]) == read_gaps(results[1]) == {
         "Not checked: logs StartQuery failed — kernel-streams query over /aws/x not run",
-        "Visibility gap: 10,000 rows kept"}
+        "Visibility gap: first/last event times of # of # streams not read"}
 
 
 def test_a_latest_state_written_by_a_racing_audit_is_not_overwritten(sinks: Sinks, monkeypatch: pytest.MonkeyPatch):

@@ -10,6 +10,7 @@ read less than the one that recorded a state never overwrites it (`compare`).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -101,15 +102,25 @@ def latest_nodes(ddb: Any, table: str, cluster: str) -> list[str]:
 
 def read_gaps(result: Result) -> frozenset[str]:
     """The sources this audit could not read, from its visibility gaps as Gap.prose writes them (`Not checked: …`
-    for a failed or unread call, `Visibility gap: …` for a truncated read). Each is named without its error message,
-    which differs between audits of the same gap (rates, request IDs). Capability limits and what the world itself
-    lacks (a stream that does not exist, a silent log) are observations, not gaps of the audit."""
-    keys = set()
+    for a failed or unread call, `Visibility gap: …` for a truncated read), as keys that are the same for the same
+    gap in another audit: without the error message (rates, request IDs) and with every number as `#` (counts,
+    times of a truncated read). Capability limits and what the world itself lacks (a stream that does not exist,
+    a silent log) are observations, not gaps of the audit."""
+    return frozenset(_gap_key(text) for text in _unread(result))
+
+
+def _unread(result: Result) -> list[str]:
+    """Each unread source as said (its gap without the error message), account IDs redacted."""
+    said = []
     for gap in result.visibility_gaps:
         if gap.startswith(UNREAD_PREFIXES):
             head, _, unseen = gap.partition(" — ")
-            keys.add(redact(head.split(" (", 1)[0] + (f" — {unseen}" if unseen else ""), result.account_ids))
-    return frozenset(keys)
+            said.append(redact(head.split(" (", 1)[0] + (f" — {unseen}" if unseen else ""), result.account_ids))
+    return said
+
+
+def _gap_key(said: str) -> str:
+    return re.sub(r"\d+", "#", said)
 
 
 @dataclass
@@ -238,7 +249,7 @@ class _State:
         if was not in SEVERITY or before.get("unchecked"):
             return []
         self.record(f"NODE#{iid}", {**_kept(before), "unchecked": self.result.audit_id}, before, keep_time=True)
-        gap = _short(min(unread).removeprefix("Not checked: "), 100)
+        gap = _short(next(t for t in _unread(self.result) if _gap_key(t) in unread).removeprefix("Not checked: "), 100)
         return [(5, f"{iid}: not re-checked this audit ({gap}); {was} recorded by the audit to "
                     f"{before.get('recorded_at', '?')} stands")]
 
