@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuaudit.domain.nccl import line_host
 from gpuaudit.model.evidence import NodeInfo
 
 INSTANCE_ID = re.compile(r"(?<![0-9a-z])i-[0-9a-f]{8,17}(?![0-9a-z])")
@@ -31,6 +32,9 @@ class NodeIndex:
         listed = list(nodes)
         self.ids = {n.instance_id for n in listed}
         self.dns = [(n.instance_id, n.private_dns) for n in listed if n.private_dns]
+        self.hosts: dict[str, list[str]] = {}
+        for iid, dns in self.dns:
+            self.hosts.setdefault(dns.split(".", 1)[0], []).append(iid)
 
 
 def stream_node_ids(stream: str, nodes: Iterable[NodeInfo] | NodeIndex) -> list[str]:
@@ -40,6 +44,15 @@ def stream_node_ids(stream: str, nodes: Iterable[NodeInfo] | NodeIndex) -> list[
     if matched:
         return matched
     return [iid for iid, dns in index.dns if _names_host(stream, dns)]
+
+
+def nccl_host_node_ids(message: str, nodes: NodeIndex) -> list[str]:
+    """IDs of the nodes an NCCL line's own `<hostname>:<pid>:<tid>` prefix names: a job's stdout stream may name
+    neither the instance nor its host, but every NCCL line names its host."""
+    host = line_host(message)
+    if host is None:
+        return []
+    return sorted(nodes.hosts.get(host, []))
 
 
 def _names_host(stream: str, dns: str) -> bool:

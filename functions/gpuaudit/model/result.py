@@ -86,6 +86,21 @@ class GpuError(Out):
     hma_reason: str | None = None
 
 
+class NcclTransport(Out):
+    """One transport a node's NCCL used (RULES §8 D layer 1), by the marker that says so: the first line verbatim
+    with its log group and stream, how many lines said it, and whether it is what the node's hardware calls for."""
+
+    transport: Literal["EFA/OFI", "IB", "Socket", "NVLS", "P2P", "SHM"]
+    marker: str
+    assessment: Literal["good", "bad", "expected", "unverified"]
+    why: str
+    time: datetime
+    log_group: str
+    log_stream: str
+    message: str
+    count: int = 1
+
+
 class NodeSignals(Out):
     nccl: Signal = "Not observable"
     fabric_manager: Signal = "Not applicable"
@@ -107,6 +122,7 @@ class NodeResult(Out):
     coverage: list[CoverageRow] = Field(default_factory=list)
     gpu_errors: list[GpuError] = Field(default_factory=list)
     signals: NodeSignals = Field(default_factory=NodeSignals)
+    nccl_transports: list[NcclTransport] = Field(default_factory=list)  # RULES §8 D layer 1, bad first
     efa: str | None = None  # "<attached> of <max>" or "Not observable (...)"
     nvswitch: str | None = None
     service_action: str | None = None

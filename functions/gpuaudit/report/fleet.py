@@ -13,7 +13,19 @@ HEALTHY = ("Measured", "No HMA detections")
 def is_exception(n: NodeResult) -> bool:
     """A node the reader must see: a verdict, a GPU line, a status short of proven, or an empty hour."""
     return bool(n.verdict or n.gpu_errors or n.xid_status not in HEALTHY or any(c.empty_hours for c in n.coverage)
-                or "flapping:" in (n.history or ""))
+                or "flapping:" in (n.history or "") or any(t.assessment == "bad" for t in n.nccl_transports))
+
+
+def nccl_summary(n: NodeResult) -> str:
+    """The NCCL transport cell (RULES §11): each transport the node's NCCL used with its assessment, bad first;
+    `Not observable` without NCCL lines."""
+    if not n.nccl_transports:
+        return n.signals.nccl + (" (NCCL lines, none naming a transport)" if n.signals.nccl == "Observable" else "")
+    seen: dict[str, str] = {}
+    for t in n.nccl_transports:
+        seen.setdefault(t.transport, t.assessment)
+    return ", ".join(f"{name} ({assessment.upper() if assessment == 'bad' else assessment})"
+                     for name, assessment in seen.items())
 
 
 def split_healthy(nodes: list[NodeResult]) -> tuple[list[NodeResult], dict[str, list[NodeResult]]]:

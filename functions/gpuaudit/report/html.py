@@ -19,7 +19,7 @@ from typing import TypeVar
 from gpuaudit.model.result import BRANCH_NAMES, CoverageRow, GpuError, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
 from gpuaudit.report.escape import quote, visible
-from gpuaudit.report.fleet import healthy_summary, split_healthy
+from gpuaudit.report.fleet import healthy_summary, nccl_summary, split_healthy
 from gpuaudit.report.redact import MASK, redact
 
 # Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
@@ -492,11 +492,19 @@ def _node_verdicts(r: Result) -> str:
 def _capability(r: Result) -> str:
     listed, healthy = split_healthy(r.nodes)
     rows = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_type or "unknown"), _or_dash(n.gpu_count),
-             _or_dash(n.efa), _or_dash(n.nvswitch), _e(n.signals.fabric_manager), _e(n.signals.nccl),
+             _or_dash(n.efa), _or_dash(n.nvswitch), _e(n.signals.fabric_manager), _nccl_cell(n),
              _e(n.signals.efa_counters), _e(n.signals.gpu_activity)) for n in listed]
     return "<h2>Node capability and fabric</h2>" + _table(
         ("Node", "Type", "GPUs", "EFA attached/max", "NVSwitch", "Fabric Manager", "NCCL transport", "EFA counters",
          "GPU activity"), rows, scroll=len(rows) > 40) + _healthy_note(healthy)
+
+
+def _nccl_cell(n: NodeResult) -> str:
+    """The transports, then each first line quoted with its group and stream (log text is untrusted: escaped)."""
+    lines = "".join(f"<br><b>{_e(t.transport)}</b> ({_e(t.assessment)}: {_e(t.why)}): <code>{_e(quote(t.message))}"
+                    f"</code> in <code>{_e(t.log_group)}</code> / <code>{_e(t.log_stream)}</code> at {_e(iso(t.time))}"
+                    + (f" (×{t.count})" if t.count > 1 else "") for t in n.nccl_transports)
+    return _e(nccl_summary(n)) + lines
 
 
 def _coverage_table(r: Result) -> str:

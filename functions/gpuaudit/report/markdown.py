@@ -8,7 +8,7 @@ from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
-from gpuaudit.report.fleet import healthy_summary, split_healthy
+from gpuaudit.report.fleet import healthy_summary, nccl_summary, split_healthy
 from gpuaudit.report.redact import redact
 
 
@@ -76,9 +76,15 @@ def render(result: Result) -> str:
     for n in listed:
         lines.append(f"| {md_code(n.instance_id)} | {_cell(n.instance_type or 'unknown')} | {_cell(n.gpu_count)} | "
                      f"{_cell(n.efa)} | {_cell(n.nvswitch)} | {_cell(n.signals.fabric_manager)} | "
-                     f"{_cell(n.signals.nccl)} |")
+                     f"{_cell(nccl_summary(n))} |")
     if healthy:
         lines += ["", *_healthy_lines(healthy)]
+    transport_lines = [f"- {md_code(n.instance_id)} {md_inline(t.transport)} (**{t.assessment}**: {md_inline(t.why)})"
+                       f" — {md_code(quote(t.message))} in {md_code(t.log_group)} / {md_code(t.log_stream)} at "
+                       f"{_t(t.time)}" + (f" (×{t.count})" if t.count > 1 else "")
+                       for n in listed for t in n.nccl_transports]
+    if transport_lines:
+        lines += ["", "NCCL transport lines (first of each, RULES §8 D layer 1):", *transport_lines]
     lines += ["", "## GPU error log coverage", "",
               "| Node | Log group | Log stream | First event | Last event | Live across window | Kernel lines ever | "
               "Xids in window | Status |", "|---|---|---|---|---|---|---|---|---|"]

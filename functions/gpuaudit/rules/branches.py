@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from gpuaudit.domain.capacity import lead_time
-from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
+from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS, lead_time
+from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS, NCCL_TIMEOUT_MARKERS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence, MetricPeak
 from gpuaudit.model.result import (
@@ -23,11 +23,15 @@ from gpuaudit.model.result import (
     BranchLetter,
     BranchStatus,
     CauseLabel,
+    NcclTransport,
     NodeResult,
     TimelineEntry,
 )
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
+from gpuaudit.rules.findings import sg_step
+from gpuaudit.rules.preflight.common import Context, Plan, gpu_groups
+from gpuaudit.rules.preflight.fabric import NCCL_COMMAND
 from gpuaudit.rules.xid import fleet_pattern
 
 if TYPE_CHECKING:
@@ -342,19 +346,122 @@ def _storage_bar(ev: Evidence, saturated: Sequence[MetricPeak], others: Sequence
 
 
 def branch_d(j: Judged) -> Branch:
+    """RULES §8 D: layer 1 (NCCL transport per node), layer 2 (NVLink Xids), layer 4 (EFA preconditions) read;
+    layer 3 (EFA counters) is not. A socket fallback on an EFA-capable type is checked against its preconditions:
+    EFA interfaces attached vs the type's maximum, and the security group's self-referencing all-traffic rules."""
     nodes = _accelerated(j)
     nvlink = [(n.instance_id, e.code) for n in nodes for e in n.gpu_errors if e.code in NVLINK_CODES]
-    socket = [n.instance_id for n in nodes for p in j.lines_by_node.get(n.instance_id, [])
-              if "via NET/Socket/" in p.line.message]
-    if nvlink or socket:
-        text = "; ".join([f"{i}: Xid {c}" for i, c in nvlink] + [f"{i}: NCCL fell back to NET/Socket" for i in socket])
+    bad = [(n, t) for n in nodes for t in n.nccl_transports if t.assessment == "bad"]
+    socket = [(n, t) for n, t in bad if t.transport == "Socket"]
+    other = [(n, t) for n, t in bad if t.transport != "Socket"]
+    unsure = [(n, t) for n in nodes for t in n.nccl_transports if t.assessment == "unverified"]
+    hang = _hang(j)
+    if socket:
+        return _socket_fallback(j, socket, other, nvlink, hang)
+    if nvlink or other:
+        text = "; ".join([f"{i}: Xid {c}" for i, c in nvlink] + [_bad_line(n, t) for n, t in other])
         return _branch("D", "Contributing", text, "Hypothesis (to validate)",
-                       "EFA counters (`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
+                       f"an all_reduce test (nccl-tests) on the nodes with `{NCCL_DEBUG}`, and EFA counters "
+                       "(`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
+    if hang is not None and (sg := sg_step(_fabric_context(j))).status == "Blocked":
+        return _branch("D", "Root cause", f"NCCL hang at {iso(hang[0])} ({hang[1]}) on a cluster whose EFA security "
+                       f"group rules fail: {sg.evidence}. A missing self-referencing rule is a proven precondition "
+                       "failure (RULES §8 D layer 4)", "Proven")
     if not any(n.signals.nccl == "Observable" for n in nodes):
         return _branch("D", "Not assessed", "no NCCL INFO/WARN lines in any source (layer 1 Not observable); no NVLink "
-                       "Xid read; EFA counters not read. Collect with `NCCL_DEBUG=INFO "
-                       "NCCL_DEBUG_SUBSYS=INIT,NET,P2P,SHM,NVLS NCCL_DEBUG_FILE=/fsx/nccl_%h_%p.log`")
-    return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback; no NVLink Xid")
+                       f"Xid read; EFA counters not read. Collect with `{NCCL_DEBUG}`")
+    used = "; ".join(f"{n.instance_id}: " + ", ".join(sorted({f"{t.transport} ({t.assessment})"
+                                                               for t in n.nccl_transports}))
+                     for n in nodes if n.nccl_transports)
+    if unsure:
+        return _branch("D", "Not assessed", "NCCL transport lines read, but their fit could not be told: "
+                       + "; ".join(f"{n.instance_id}: {t.transport} — {t.why}" for n, t in unsure)
+                       + (f"; {used}" if used else ""))
+    return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback, SHM on NVSwitch or IB"
+                   + (f" ({used})" if used else "") + "; no NVLink Xid; EFA counters not read")
+
+
+NCCL_DEBUG = NCCL_COMMAND
+NCCL_HANG = re.compile("|".join(NCCL_TIMEOUT_MARKERS) + r"|NCCL WARN[^\n]*(?i:timed? ?out)")
+
+
+def _bad_line(n: NodeResult, t: NcclTransport) -> str:
+    return (f"{n.instance_id} ({n.instance_type}): NCCL used {t.transport} — {t.why}: \"{_cut(t.message)}\" in "
+            f"{t.log_group} / {t.log_stream} at {iso(t.time)}")
+
+
+def _cut(message: str, limit: int = 300) -> str:
+    return message if len(message) <= limit else message[:limit] + f"… [cut: {len(message) - limit} more characters]"
+
+
+def _hang(j: Judged) -> tuple[datetime, str] | None:
+    """When the job hung, and where that was read: the first NCCL timeout line in the window; else the slowdown's
+    start when the operator gave it (window source user or event); else None (the hang's time is not known)."""
+    ev = j.evidence
+    lines = sorted((p for v in j.lines_by_node.values() for p in v), key=lambda p: p.line.time)
+    first = next((p for p in lines if NCCL_HANG.search(p.line.message)
+                  and ev.window.start - TIMELINE_MARGIN <= p.line.time <= ev.window.end), None)
+    if first is not None:
+        return first.line.time, f"first NCCL timeout line, {first.line.log_group} / {first.line.log_stream}"
+    if ev.window.source in ("user", "event"):
+        return ev.window.start, "the impact window's start, as given"
+    return None
+
+
+def _fabric_context(j: Judged) -> Context:
+    return Context(j, Plan(j.evidence.now, DEFAULT_RUN_HOURS, False, None), tuple(gpu_groups(j.evidence)))
+
+
+def _efa_width(j: Judged, ids: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """(nodes at full EFA width, nodes short of it, nodes whose attachment is Not observable), as evidence text."""
+    info = {n.instance_id: n for n in j.evidence.nodes}
+    full, short, unseen = [], [], []
+    for iid in ids:
+        node = info.get(iid)
+        profile = j.evidence.profiles.get((node.instance_type if node else None) or "")
+        top = profile.max_efa_interfaces if profile else None
+        if node is None or node.efa_attached is None or top is None:
+            unseen.append(f"{iid}: EFA attached Not observable" + (f" (of {top} supported)" if top else ""))
+        elif node.efa_attached < top:
+            short.append(f"{iid}: {node.efa_attached} of {top} EFA interfaces attached")
+        else:
+            full.append(f"{iid}: {node.efa_attached} of {top} EFA interfaces attached")
+    return full, short, unseen
+
+
+def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport]],
+                     other: Sequence[tuple[NodeResult, NcclTransport]], nvlink: Sequence[tuple[str, int | None]],
+                     hang: tuple[datetime, str] | None) -> Branch:
+    """A socket fallback on an EFA-capable type (RULES §8 D layer 1), with its preconditions checked and stated."""
+    ids = sorted({n.instance_id for n, _ in socket})
+    full, short, unseen = _efa_width(j, ids)
+    sg = sg_step(_fabric_context(j))
+    signal = "; ".join(_bad_line(n, t) for n, t in [*socket, *other])
+    if nvlink:
+        signal += "; " + "; ".join(f"{i}: Xid {c}" for i, c in nvlink)
+    pre = ("Preconditions: EFA width — " + "; ".join(short + unseen + full)
+           + f"; security group self-referencing all-traffic rules inbound and outbound — {sg.status}: {sg.evidence}")
+    if sg.status == "Blocked":
+        return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}. The missing "
+                       "self-referencing rule is a proven precondition failure (RULES §8 D layer 4): EFA traffic "
+                       "between the nodes is dropped", "Proven")
+    early = [t for _, t in socket if hang is not None and t.time <= hang[0]]
+    checked = ("" if sg.status == "Cleared" else
+               f" The security group could not be checked ({sg.status}), so it is not cleared.")
+    if short:
+        cause = " Fewer EFA interfaces than the type supports on " + ", ".join(s.split(":")[0] for s in short) + "."
+    else:
+        cause = (" The preconditions AWS shows are met: look at the node's EFA software (aws-ofi-nccl plugin loaded, "
+                 "`FI_PROVIDER=efa`, `fi_info -p efa`)." if sg.status == "Cleared" and not unseen else "")
+    if early and hang is not None:
+        return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA before the hang ({iso(hang[0])}, "
+                       f"{hang[1]}): {signal}. {pre}.{checked}{cause}", "Proven")
+    when = ("the hang's time is not known (no NCCL timeout line, window not given)" if hang is None else
+            f"the fallback line is after the hang ({iso(hang[0])}, {hang[1]})")
+    return _branch("D", "Contributing", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}.{checked}{cause} Not "
+                   f"Proven: {when}", "Hypothesis (to validate)",
+                   f"re-run an all_reduce test (nccl-tests) on {', '.join(ids)} with `{NCCL_DEBUG}` and read which "
+                   "transport it selects")
 
 
 def branch_e(j: Judged) -> Branch:

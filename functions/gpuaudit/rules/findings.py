@@ -351,7 +351,7 @@ def hang_with_idle_gpus(ctx: Context, branches: Sequence[Branch]) -> Finding | N
     if not timeouts:
         return None
     first = timeouts[0]
-    steps = [_gpu_activity_step(ctx, first), _sg_step(ctx), _deep_health_step(ctx), _change_step(branches),
+    steps = [_gpu_activity_step(ctx, first), sg_step(ctx), _deep_health_step(ctx), _change_step(branches),
              _nccl_debug_step(ctx)]
     found = [s for s in steps if s.status == "Blocked"]
     label: CauseLabel | None = None
@@ -387,7 +387,8 @@ def _gpu_activity_step(ctx: Context, first: ParsedLine) -> FindingStep:
                                              f"{a.hours_in_span} h (GPUPowerUtilization, percent)" for a in seen))
 
 
-def _sg_step(ctx: Context) -> FindingStep:
+def sg_step(ctx: Context) -> FindingStep:
+    """RULES §8 D layer 4: the EFA security group's self-referencing all-traffic rules, inbound and outbound."""
     name = "EFA security group self-referencing rules"
     sets, unread = sg_sets(ctx)
     if unread is not None:

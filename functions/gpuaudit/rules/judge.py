@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
-from gpuaudit.domain.streams import NodeIndex, stream_node_ids
+from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, stream_node_ids
 from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded
 from gpuaudit.model.evidence import Evidence, GpuLine, NodeInfo
@@ -164,7 +164,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     node_index = NodeIndex(evidence.nodes)
     unassigned = []
     for p in parsed:
-        owners = stream_node_ids(p.line.log_stream, node_index)
+        # An NCCL line names its own host: a job's stdout gathers every rank's lines in one stream
+        owners = nccl_host_node_ids(p.line.message, node_index) or stream_node_ids(p.line.log_stream, node_index)
         for iid in owners:
             lines_by_node[iid].append(p)
         if not owners:

@@ -10,9 +10,10 @@ from datetime import datetime, timedelta
 
 from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
 from gpuaudit.domain.markers import BOOT_LINE, FABRIC_MANAGER_STARTED, NCCL_MARKER
+from gpuaudit.domain.nccl import NodeFabric, TransportLine, transport_of, transports
 from gpuaudit.domain.streams import HMA_PREFIX, NodeIndex, stream_node_ids
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, KubeNode, NodeInfo
-from gpuaudit.model.result import GpuError, NodeResult, NodeSignals, Signal, Verdict
+from gpuaudit.model.result import GpuError, NcclTransport, NodeResult, NodeSignals, Signal, Verdict
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.coverage import NodeCoverage
 from gpuaudit.rules.history import PERSISTING_SIGNALS, Memory, remember
@@ -120,6 +121,29 @@ def signals(lines: Sequence[ParsedLine], fabric_manager_expected: bool) -> NodeS
         fm = "Observable" if any(s in p.line.message for p in lines for s in FABRIC_MANAGER_STARTED) else \
             "Not observable"
     return NodeSignals(nccl=nccl, fabric_manager=fm)
+
+
+def node_fabric(profile: CapabilityProfile | None) -> NodeFabric:
+    """What the node's type calls for, from its capability profile (None where the type was not read)."""
+    if profile is None:
+        return NodeFabric(efa_capable=None, nvswitch=None)
+    nvswitch = (True if profile.nvswitch.startswith("NVSwitch (") else
+                None if "unverified" in profile.nvswitch else False)
+    return NodeFabric(efa_capable=profile.efa_supported, nvswitch=nvswitch)
+
+
+def nccl_transports(lines: Sequence[ParsedLine], profile: CapabilityProfile | None) -> list[NcclTransport]:
+    """RULES §8 D layer 1: the transport(s) the node's NCCL used, each with its first line, group and stream."""
+    found = []
+    for p in lines:
+        named = transport_of(p.line.message)
+        if named is not None:
+            found.append(TransportLine(named[0], named[1], p.line.time, p.line.log_group, p.line.log_stream,
+                                       p.line.message))
+    return [NcclTransport(transport=u.transport, marker=u.marker, assessment=u.assessment, why=u.why,
+                          time=u.first.time, log_group=u.first.log_group, log_stream=u.first.log_stream,
+                          message=u.first.message, count=u.count)
+            for u in transports(found, node_fabric(profile))]
 
 
 def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated: bool) -> tuple[Verdict | None, str | None]:
@@ -400,6 +424,7 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
         verdict_evidence=evidence_text, xid_status=coverage.xid_status, coverage=coverage.rows,
         gpu_errors=gpu_errors,
         signals=signals(lines, profile.fabric_manager_expected if profile else False),
+        nccl_transports=nccl_transports(lines, profile),
         efa=efa, nvswitch=profile.nvswitch if profile else "unverified (type unknown)",
         service_action=service_action, kubernetes=kube_text(kube) if kube else None,
         history=remembered.note), routing

@@ -10,7 +10,7 @@ from gpuaudit.model.evidence import (
     SecurityGroupInfo,
     SgRule,
 )
-from gpuaudit.model.result import Check
+from gpuaudit.model.result import Check, NcclTransport
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.preflight.common import (
     Context,
@@ -27,10 +27,6 @@ if TYPE_CHECKING:
 # HyperPod IPs per P5 node (RULES §8 'Frequent non-GPU causes').
 HYPERPOD_P5_IPS = {"hyperpod-slurm": 32, "hyperpod-eks": 81}
 HYPERPOD_P5_TYPES = ("p5.48xlarge", "p5e.48xlarge")
-NCCL_SOCKET = "via NET/Socket/"
-NCCL_GOOD = ("NET/OFI Selected Provider is efa", "Using network AWS Libfabric", "via P2P/CUMEM", "NVLS Creating")
-NCCL_SHM = "via SHM/direct/direct"
-NCCL_IB = "Using network IB"
 NCCL_COMMAND = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,SHM,NVLS "
                 "NCCL_DEBUG_FILE=/fsx/nccl_%h_%p.log")
 FABRIC_MANAGER_FAILED = re.compile(r"(?i)(fabric ?manager|nvidia-fabricmanager)[^\n]*(fail|error|exited|"
@@ -165,42 +161,39 @@ def _where(p: ParsedLine) -> str:
 
 
 def p12(ctx: Context) -> Check:
+    """RULES §10 P12: branch D layer 1 per node (the one classification, domain/nccl.py, read from each node's
+    result) and Fabric Manager."""
     nodes = ctx.gpu_nodes()
     if not nodes:
         return make_check("P12", "UNVERIFIED", "no GPU compute node running: the transport of the last run is Not "
                                                "observable", f"Run the next job with `{NCCL_COMMAND}`")
-    efa_types, _ = _efa_types(ctx)
     parts: list[Part] = []
     nccl_seen = False
     for n in nodes:
         lines = ctx.lines([n.instance_id])
-        nccl = [p for p in lines if "NCCL INFO" in p.line.message or "NCCL WARN" in p.line.message]
-        nccl_seen = nccl_seen or bool(nccl)
+        nccl_seen = nccl_seen or n.signals.nccl == "Observable"
         fm_failed = [p for p in lines if FABRIC_MANAGER_FAILED.search(p.line.message)]
-        socket = [p for p in nccl if NCCL_SOCKET in p.line.message]
         if fm_failed:
             parts.append(Part("FAIL", f"`{n.instance_id}`: Fabric Manager failure — \"{fm_failed[0].line.message[:160]}\""
                                       f" ({_where(fm_failed[0])})",
                               f"Reboot `{n.instance_id}` (REPLACE if Fabric Manager fails again)"))
-        if socket and n.instance_type in efa_types:
-            parts.append(Part("FAIL", f"`{n.instance_id}` ({n.instance_type}, EFA): NCCL fell back to TCP "
-                                      f"(`{NCCL_SOCKET}`, {_where(socket[0])})",
-                              "Fix the EFA path (aws-ofi-nccl plugin, `FI_PROVIDER=efa`, security group self rule) "
-                              "and re-run an all_reduce test"))
-        nvswitch = (n.nvswitch or "").startswith("NVSwitch")
-        shm = [p for p in nccl if NCCL_SHM in p.line.message]
-        if shm and nvswitch:
-            parts.append(Part("RISK", f"`{n.instance_id}` ({n.nvswitch}): `{NCCL_SHM}` — GPU peer access unused "
-                                      f"({_where(shm[0])})", "Check NCCL_P2P_DISABLE / container IPC settings"))
-        ib = [p for p in nccl if NCCL_IB in p.line.message]
-        if ib:
-            parts.append(Part("RISK", f"`{n.instance_id}`: `{NCCL_IB}` on EC2 (unexpected; {_where(ib[0])})",
-                              "Install and select the aws-ofi-nccl plugin"))
-        if nccl and not (fm_failed or socket or shm or ib):
-            good = sorted({g for p in nccl for g in NCCL_GOOD if g in p.line.message})
-            fm = f"; Fabric Manager {n.signals.fabric_manager}" if nvswitch else ""
-            parts.append(Part("PASS", f"`{n.instance_id}`: {len(nccl)} NCCL line(s), no socket fallback"
-                                      + (f" ({', '.join(good)})" if good else "") + fm))
+        for t in n.nccl_transports:
+            said = (f"`{n.instance_id}` ({n.instance_type}): NCCL used {t.transport} (`{t.marker}`) — {t.why} "
+                    f"({_where_t(t)})")
+            if t.assessment == "bad" and t.transport == "Socket":
+                parts.append(Part("FAIL", said, "Fix the EFA path (aws-ofi-nccl plugin, `FI_PROVIDER=efa`, security "
+                                                "group self rule) and re-run an all_reduce test"))
+            elif t.assessment == "bad":
+                parts.append(Part("RISK", said, "Check NCCL_P2P_DISABLE / container IPC settings" if t.transport == "SHM"
+                                  else "Install and select the aws-ofi-nccl plugin"))
+            elif t.assessment == "unverified":
+                parts.append(Part("UNVERIFIED", said, "`aws ec2 describe-instance-types --instance-types "
+                                                      f"{n.instance_type}`"))
+        if n.signals.nccl == "Observable" and not fm_failed and not any(
+                t.assessment in ("bad", "unverified") for t in n.nccl_transports):
+            good = ", ".join(f"{t.transport} (`{t.marker}`)" for t in n.nccl_transports) or "no transport line"
+            fm = f"; Fabric Manager {n.signals.fabric_manager}" if (n.nvswitch or "").startswith("NVSwitch") else ""
+            parts.append(Part("PASS", f"`{n.instance_id}`: NCCL lines read, no socket fallback ({good}){fm}"))
     if not nccl_seen and not any(p.result == "FAIL" for p in parts):
         ids = id_list(n.instance_id for n in nodes)
         return make_check("P12", "UNVERIFIED", f"no `NCCL INFO`/`NCCL WARN` lines from {ids} in the window: the transport "
@@ -209,6 +202,8 @@ def p12(ctx: Context) -> Check:
     return combine("P12", parts)
 
 
+def _where_t(t: NcclTransport) -> str:
+    return f"`{t.log_group}` / `{t.log_stream}` at {iso(t.time)}: \"{t.message[:160]}\""
 
 
 def need_per_node(ctx: Context, grp: GpuGroup) -> tuple[int, int, str]:
