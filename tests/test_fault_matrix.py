@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.devtools.demo import demo_request
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import World, load_world
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
-from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import collect, run_audit
 from gpuaudit.rules import consistency
 from gpuaudit.rules import judge as judge_module
@@ -38,11 +38,7 @@ def shipped_audits() -> Iterator[tuple[World, AuditRequest]]:
     for audit in json.loads((WORLDS / "demo.json").read_text())["audits"]:
         world = load_world(WORLDS / audit["world"])
         for mode in MODES:
-            yield world, AuditRequest(
-                cluster=audit["cluster"], mode=mode,
-                since=parse_time(audit["since"]) if audit.get("since") else None,
-                until=parse_time(audit["until"]) if audit.get("until") else None,
-                run_hours=audit.get("run_hours"))
+            yield world, demo_request({**audit, "mode": mode})  # with its scope: --instances, --log-group…
 
 
 def aws_for(world: World) -> Aws:

@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 from helpers.worlds import aws_for
 
-from gpuaudit.devtools.demo import demo_worlds
+from gpuaudit.devtools.demo import demo_name, demo_request, demo_worlds
 from gpuaudit.embedded.world import load_world
-from gpuaudit.model.evidence import AuditRequest
-from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.html import render_html
 
@@ -39,10 +37,7 @@ pytestmark = pytest.mark.skipif(
 
 def render(entry: dict[str, str], folder: Path) -> tuple[Path, bool]:
     """The report page, and whether its result has any empty kernel hour to show."""
-    request = AuditRequest(cluster=entry["cluster"], mode=entry["mode"],  # type: ignore[arg-type]
-                           since=parse_time(entry["since"]) if entry.get("since") else None,
-                           until=parse_time(entry["until"]) if entry.get("until") else None)
-    result = run_audit(aws_for(load_world(entry["path"])), request)
+    result = run_audit(aws_for(load_world(entry["path"])), demo_request(entry))
     page = folder / "report.html"
     page.write_text(render_html(result), encoding="utf-8")
     return page, any(r.empty_hours for n in result.nodes for r in n.coverage)
@@ -110,7 +105,7 @@ def exact_pixels(rows: list[bytes], colour: tuple[int, int, int]) -> int:
     return sum(1 for row in rows for i in range(0, len(row), 3) if row[i:i + 3] == target)
 
 
-@pytest.mark.parametrize("entry", demo_worlds(), ids=lambda e: e["world"].removesuffix(".world.json"))
+@pytest.mark.parametrize("entry", demo_worlds(), ids=demo_name)
 def test_report_renders_in_chromium_without_console_messages(entry, tmp_path):
     # Given a shared world's HTML report
     page, has_empty_hours = render(entry, tmp_path)

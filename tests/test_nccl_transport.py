@@ -140,6 +140,7 @@ def test_socket_fallback_on_p5_with_preconditions_met_is_a_proven_d_before_the_h
     d = branch(result, "D")
     # the fallback (05:30) precedes the hang (07:15, the watchdog line) on the nodes: Proven
     assert d.status == "Root cause" and d.label == "Proven"
+    assert "before the hang (2026-10-01T07:15:02Z, first NCCL timeout line" in d.evidence  # the watchdog's line
     for n in w.compute:
         assert f"{n.instance_id}: 32 of 32 EFA interfaces attached" in d.evidence
     assert "Cleared" in d.evidence and SG in d.evidence  # the self rules were read and found both ways

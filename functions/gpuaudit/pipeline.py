@@ -11,7 +11,12 @@ from gpuaudit.collectors import cache, controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, CoverageCache
 from gpuaudit.collectors.control_logs import collect_control_streams
-from gpuaudit.collectors.inventory import collect_inventory, collect_profiles, launched_by_cluster
+from gpuaudit.collectors.inventory import (
+    UnknownCluster,
+    collect_inventory,
+    collect_profiles,
+    launched_by_cluster,
+)
 from gpuaudit.collectors.kubernetes import list_nodes
 from gpuaudit.collectors.logs import (
     BatchEvidence,
@@ -64,6 +69,10 @@ def eks_inventory(aws: Aws, request: AuditRequest, gaps: list[Gap],
     cannot be read, the node list is incomplete and the result says so (a node-list gap)."""
     name = request.eks_cluster or ""
     kube = list_nodes(aws, name, gaps, scope="node-list")
+    if any(g.service == "eks" and g.operation == "DescribeCluster" and g.error_code == "ResourceNotFoundException"
+           for g in gaps):  # the account answered: there is no such cluster (a typo is bad input, not a gap)
+        raise UnknownCluster(f"--eks-cluster {name!r}: no EKS cluster of that name in region {aws.region} "
+                             "(eks DescribeCluster: ResourceNotFoundException)")
     ids = list(dict.fromkeys([*request.instance_ids, *(k.instance_id for k in kube or [] if k.instance_id)]))
     if ids:
         cluster, nodes = collect_inventory(aws, request.cluster, ids, gaps, since)

@@ -161,3 +161,24 @@ def test_an_on_demand_request_scoped_by_file_systems_alone_audits_a_labelled_fle
     assert target["request"]["cluster"] == "fleet-of-1-file-systems"
     with pytest.raises(InvalidEvent, match="file_system_ids"):
         run({"file_system_ids": ["fs-XYZ"]})
+
+
+@pytest.mark.parametrize(("event", "field"), [
+    ({"cluster": "llm-pretrain", "log_groups": ["bad name!"]}, "log_groups"),
+    ({"cluster": "llm-pretrain", "log_groups": [""]}, "log_groups"),
+    ({"eks_cluster": "bad name!"}, "eks_cluster"),
+    ({"cluster": "llm-pretrain", "instance_ids": ["i-0123456789abcdef0", "not-an-id"]}, "instance_ids"),
+    ({"cluster": "llm-pretrain", "file_system_ids": ["fs-0"]}, "file_system_ids"),
+])
+def test_a_bad_scope_field_in_the_state_machine_input_is_refused_naming_it(account: Account, event: dict[str, Any],
+                                                                           field: str) -> None:
+    """#15 item 5: every scope input of the state machine, refused naming the field (never a silent skip)."""
+    with pytest.raises(InvalidEvent, match=field):
+        run(event)
+
+
+def test_named_log_groups_and_an_eks_cluster_in_the_state_machine_input_reach_the_audit(account: Account) -> None:
+    (target,) = run({"eks_cluster": "train-eks", "log_groups": ["/aws/batch/job"], "mode": "incident",
+                     "last": "24h"})["targets"]
+    assert target["request"]["cluster"] == "train-eks" and target["request"]["eks_cluster"] == "train-eks"
+    assert target["request"]["log_groups"] == ["/aws/batch/job"]

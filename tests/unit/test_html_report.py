@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import pytest
 from helpers.worlds import PClusterWorld, at, aws_for
 
-from gpuaudit.devtools.demo import demo_worlds
+from gpuaudit.devtools.demo import demo_name, demo_request, demo_worlds
 from gpuaudit.embedded.world import load_world
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import (
@@ -27,7 +27,7 @@ from gpuaudit.model.timeutil import UTC, hours_between, iso, parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.html import render_html
 
-SHARED = {entry["world"].removesuffix(".world.json"): entry for entry in demo_worlds()}
+SHARED = {demo_name(entry): entry for entry in demo_worlds()}
 PCLUSTER, HYPERPOD = "pcluster-capacity-block-expiry", "hyperpod-xid31-app-error"
 
 
@@ -35,10 +35,7 @@ PCLUSTER, HYPERPOD = "pcluster-capacity-block-expiry", "hyperpod-xid31-app-error
 def shared_result(name: str) -> Result:
     """A shared world through the whole pipeline, as `gpuaudit audit --world` runs it."""
     entry = SHARED[name]
-    request = AuditRequest(cluster=entry["cluster"], mode=entry["mode"],
-                           since=parse_time(entry["since"]) if entry.get("since") else None,
-                           until=parse_time(entry["until"]) if entry.get("until") else None)
-    return run_audit(aws_for(load_world(entry["path"])), request)
+    return run_audit(aws_for(load_world(entry["path"])), demo_request(entry))
 
 
 class Page(HTMLParser):

@@ -157,8 +157,8 @@ def _self_managed(aws: Aws, name: str, instance_ids: list[str], gaps: list[Gap],
     try:
         instances = [i for k in range(0, len(instance_ids), ID_FILTER_VALUES) for i in _instances(
             aws, Filters=[{"Name": "instance-id", "Values": instance_ids[k:k + ID_FILTER_VALUES]}])]
-    except CallFailed as failed:
-        raise UnknownCluster(f"instances for {name!r} not read: {failed.code}: {failed.message}") from None
+    except CallFailed:
+        raise  # the account could not be asked (exit 3), not a bad instance list (exit 2): fail closed, say which
     nodes = [_node_from_instance(i, "user") for i in instances]
     listed = {n.instance_id for n in nodes}
     missing = [i for i in instance_ids if i not in listed]

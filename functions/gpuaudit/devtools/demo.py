@@ -33,6 +33,23 @@ def demo_worlds() -> list[dict[str, Any]]:
     return [dict(entry, path=str(folder / entry["world"])) for entry in manifest["audits"]]
 
 
+def demo_request(entry: dict[str, Any]) -> AuditRequest:
+    """The audit a demo entry runs, with the scope flags the CLI takes: `instances` (--instances), `filesystems`
+    (--filesystem), `log_groups` (--log-group), `eks_cluster` (--eks-cluster); `cluster` is optional beside them."""
+    return AuditRequest.model_validate({
+        "cluster": entry.get("cluster"), "mode": entry["mode"],
+        "since": parse_time(entry["since"]) if entry.get("since") else None,
+        "until": parse_time(entry["until"]) if entry.get("until") else None,
+        "run_hours": entry.get("run_hours"), "instance_ids": entry.get("instances", []),
+        "file_system_ids": entry.get("filesystems", []), "log_groups": entry.get("log_groups", []),
+        "eks_cluster": entry.get("eks_cluster")})
+
+
+def demo_name(entry: dict[str, Any]) -> str:
+    """The entry's output stem: its `name`, else its world's (one world can serve several scoped runs)."""
+    return str(entry.get("name") or entry["world"].replace(".world.json", ""))
+
+
 def run_demo(out_dir: Path, console: Console) -> list[Path]:
     from moto import mock_aws
 
@@ -44,11 +61,7 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             backend = WorldBackend(world)
             session = backend.session()
             aws = Aws(session=session, region=world.region, clock=_frozen(world.now), sleep=lambda _s: None)
-            request = AuditRequest(cluster=entry["cluster"], mode=entry["mode"],
-                                   since=parse_time(entry["since"]) if entry.get("since") else None,
-                                   until=parse_time(entry["until"]) if entry.get("until") else None,
-                                   run_hours=entry.get("run_hours"))
-            result = run_audit(aws, request)
+            result = run_audit(aws, demo_request(entry))
             console.rule(f"[bold]{entry['title']}")
             console.print(Markdown(result.report_markdown))
             ddb, sns = session.client("dynamodb"), session.client("sns")
@@ -56,7 +69,7 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             topic = sns.create_topic(Name=TOPIC)["TopicArn"]
             sink = write_and_alert(ddb, TABLE, sns, topic, result, int(world.now.timestamp()))
             again = write_and_alert(ddb, TABLE, sns, topic, result, int(world.now.timestamp()))
-            stem = out_dir / entry["world"].replace(".world.json", "")
+            stem = out_dir / demo_name(entry)
             Path(f"{stem}.result.json").write_text(result.to_json() + "\n", encoding="utf-8")
             Path(f"{stem}.report.md").write_text(result.report_markdown + "\n", encoding="utf-8")
             Path(f"{stem}.report.html").write_text(render_html(result) + "\n", encoding="utf-8")

@@ -398,7 +398,7 @@ def _hang(j: Judged) -> tuple[datetime, str] | None:
     """When the job hung, and where that was read: the first NCCL timeout line in the window; else the slowdown's
     start when the operator gave it (window source user or event); else None (the hang's time is not known)."""
     ev = j.evidence
-    lines = sorted((p for v in j.lines_by_node.values() for p in v), key=lambda p: p.line.time)
+    lines = sorted([*(p for v in j.lines_by_node.values() for p in v), *j.unassigned_lines], key=lambda p: p.line.time)
     first = next((p for p in lines if NCCL_HANG.search(p.line.message)
                   and ev.window.start - TIMELINE_MARGIN <= p.line.time <= ev.window.end), None)
     if first is not None:
@@ -436,7 +436,13 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     ids = sorted({n.instance_id for n, _ in socket})
     full, short, unseen = _efa_width(j, ids)
     sg = sg_step(_fabric_context(j))
-    signal = "; ".join(_bad_line(n, t) for n, t in [*socket, *other])
+    first_node, first = min(socket, key=lambda x: x[1].time)
+    types = ", ".join(sorted({n.instance_type or "type unknown" for n, _ in socket}))
+    signal = (f"{len(ids)} node(s) of EFA-capable type {types} ({', '.join(ids)}) used NCCL's socket transport "
+              f"(`{first.marker}`), a silent TCP fallback (roughly a third of EFA bus bandwidth); first: "
+              f"{_bad_line(first_node, first)}")
+    if other:
+        signal += "; also " + "; ".join(_bad_line(n, t) for n, t in other)
     if nvlink:
         signal += "; " + "; ".join(f"{i}: Xid {c}" for i, c in nvlink)
     pre = ("Preconditions: EFA width — " + "; ".join(short + unseen + full)
