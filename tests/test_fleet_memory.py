@@ -16,6 +16,7 @@ import pytest
 from helpers.worlds import PClusterWorld, at, aws_for, node_of
 from moto import mock_aws
 
+from gpuaudit.devtools.demo import ensure_findings_table
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.history import SQLITE_FILE, DynamoHistory, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
@@ -62,11 +63,7 @@ class Fleet:
 def dynamo_store() -> Iterator[DynamoHistory]:
     with mock_aws():
         ddb = WorldBackend(PClusterWorld().world()).session().client("dynamodb")
-        ddb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                               {"AttributeName": "sk", "AttributeType": "S"}],
-                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                    {"AttributeName": "sk", "KeyType": "RANGE"}])
+        ensure_findings_table(ddb)
         yield DynamoHistory(ddb, TABLE)
 
 

@@ -18,6 +18,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
 
 from gpuaudit import sinks as sinks_module
+from gpuaudit.devtools.demo import ensure_findings_table
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.history import SqliteHistory
 from gpuaudit.model.evidence import AuditRequest, Gap
@@ -61,11 +62,7 @@ def sinks() -> Iterator[Sinks]:
     with mock_aws():
         session = WorldBackend(PClusterWorld().world()).session()
         ddb, sns = session.client("dynamodb"), session.client("sns")
-        ddb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                               {"AttributeName": "sk", "AttributeType": "S"}],
-                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                    {"AttributeName": "sk", "KeyType": "RANGE"}])
+        ensure_findings_table(ddb)
         yield Sinks(ddb, sns, sns.create_topic(Name="gpuaudit-alerts")["TopicArn"])
 
 

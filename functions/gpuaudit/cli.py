@@ -437,5 +437,36 @@ def bench(
         render_table(figures, Console(width=max(Console().width, 120)))
 
 
+
+@app.command("bench-history")
+def bench_history(
+    nodes: Annotated[int, typer.Option(help="GPU nodes audited every hour")] = 2000,
+    days: Annotated[int, typer.Option(help="Days of hourly audits stored before the measured read")] = 30,
+    lookback_days: Annotated[int, typer.Option(help="How far back the measured audit reads")] = 30,
+    xid_rate: Annotated[float, typer.Option(help="Hardware-class Xids per node-day")] = 0.05,
+    silent_rate: Annotated[float, typer.Option(help="Kernel-stream silences per node-day")] = 0.01,
+    seed: Annotated[int, typer.Option(help="Generator seed")] = 0,
+    dynamodb: Annotated[bool, typer.Option(help="Also read the same items from the findings table (moto)")] = True,
+    fmt: Annotated[str, typer.Option("--format", help="table | json")] = "table",
+) -> None:
+    """Fleet memory benchmark: what one audit's history read costs (items, requests, wall, memory)."""
+    import json as _json
+
+    from gpuaudit.devtools.history_bench import HistoryBenchConfig, render_history_table, run_history_bench
+
+    if fmt not in ("table", "json"):
+        _fail(f"--format must be table or json; got {fmt!r}", EXIT_BAD_INPUT)
+    config = HistoryBenchConfig(nodes=nodes, days=days, lookback_days=lookback_days, xid_rate=xid_rate,
+                                silent_rate=silent_rate, seed=seed, dynamodb=dynamodb)
+    try:
+        config.check()
+    except ValueError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    figures = run_history_bench(config)
+    if fmt == "json":
+        sys.stdout.write(_json.dumps(figures, indent=2, default=str) + "\n")
+    else:
+        render_history_table(figures, Console(width=max(Console().width, 120)))
+
 def main() -> None:
     app()

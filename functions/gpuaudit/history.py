@@ -230,7 +230,7 @@ class DynamoHistory:
         expires = str(int(now.timestamp()) + retention_days * 86400)
         written = 0
         for s in spans:
-            item = _item_of(s, expires)
+            item = history_item(s, expires)
             try:
                 self.ddb.put_item(
                     TableName=self.table, Item=item,
@@ -243,7 +243,7 @@ class DynamoHistory:
         return written
 
 
-def _item_of(s: HistorySpan, expires: str) -> dict[str, Any]:
+def history_item(s: HistorySpan, expires: str) -> dict[str, Any]:
     item: dict[str, Any] = {
         "pk": {"S": history_pk(s.cluster, s.instance_id)}, "sk": {"S": f"{iso(s.audit_time)}#{s.audit_id}"},
         "last_audit_id": {"S": s.last_audit_id}, "through": {"S": iso(s.through)}, "audits": {"N": str(s.audits)},

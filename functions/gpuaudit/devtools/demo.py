@@ -65,7 +65,7 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             console.rule(f"[bold]{entry['title']}")
             console.print(Markdown(result.report_markdown))
             ddb, sns = session.client("dynamodb"), session.client("sns")
-            _ensure_table(ddb)
+            ensure_findings_table(ddb)
             topic = sns.create_topic(Name=TOPIC)["TopicArn"]
             sink = write_and_alert(ddb, TABLE, sns, topic, result, int(world.now.timestamp()))
             again = write_and_alert(ddb, TABLE, sns, topic, result, int(world.now.timestamp()))
@@ -92,7 +92,8 @@ def _frozen(now: datetime) -> Callable[[], datetime]:
     return lambda: now
 
 
-def _ensure_table(ddb: Any) -> None:
+def ensure_findings_table(ddb: Any) -> None:
+    """The findings table with the key schema the stack gives it (pk, sk), created once in the embedded account."""
     if TABLE in ddb.list_tables()["TableNames"]:
         return
     ddb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",

@@ -1,0 +1,217 @@
+"""`gpuaudit bench-history`: what reading fleet memory costs one audit (issue #18 item 5).
+
+A cluster of N GPU nodes audited hourly for D days: each audit adds one entry per node, folded by
+`model.history.merged` into the node's latest span and written with the store's own `write` — the path
+`history.record` takes after every audit. What an audit's entry holds is drawn from a seeded generator, as
+a fleet behaves:
+
+* most nodes are quiet (same verdict, coverage Measured, no Xid, no reboot): their hourly entries extend
+  one span, cut after `MAX_SPAN` (seven days);
+* a hardware-class Xid arrives at `xid_rate` per node-day; every audit whose 24-hour window holds it
+  carries it (verdict REBOOT), then the node reboots once and is quiet again — an entry with an Xid or a
+  reboot is never merged, so such a node costs one item per audit for a day;
+* at `silent_rate` per node-day a node's kernel stream goes silent for `silent_hours` (NOT OBSERVABLE).
+
+The store is filled once; the node's latest span is carried in memory between the filling audits (what the
+pipeline reads back each hour is what it wrote). Then one audit reads the look-back as the pipeline does
+(`store.read(cluster, every node, now - lookback, now)`), timed and traced (tracemalloc peak of that read
+alone), from SQLite (`--history DIR`) and from the findings table (DynamoDB in moto: same items, same
+Query per node; moto's latency is not AWS's, the item and request counts are). A Query's read request
+units are computed as DynamoDB bills them: eventually consistent, 0.5 per started 4 KB of items read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import tempfile
+import time
+import tracemalloc
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.history import SQLITE_FILE, DynamoHistory, SqliteHistory, history_item
+from gpuaudit.model.history import (
+    DEFAULT_LOOKBACK_DAYS,
+    HistoryRead,
+    HistorySpan,
+    HistoryStore,
+    HistoryXid,
+    merged,
+)
+
+CLUSTER = "bench-history"
+START = datetime(2026, 9, 1, tzinfo=UTC)
+XID_WINDOW_HOURS = 24  # an hourly audit's window: an Xid stays in it for a day
+RETENTION_DAYS = DEFAULT_LOOKBACK_DAYS + 7
+
+
+@dataclass(frozen=True)
+class HistoryBenchConfig:
+    nodes: int = 2000
+    days: int = 30
+    lookback_days: int = DEFAULT_LOOKBACK_DAYS
+    xid_rate: float = 0.05  # hardware-class Xids per node-day
+    silent_rate: float = 0.01  # kernel stream silences per node-day
+    silent_hours: int = 6
+    seed: int = 0
+    dynamodb: bool = True
+
+    def check(self) -> None:
+        if not 1 <= self.nodes <= 20000:
+            raise ValueError(f"--nodes must be 1..20000; got {self.nodes}")
+        if not 1 <= self.days <= 90:
+            raise ValueError(f"--days must be 1..90; got {self.days}")
+        if not 1 <= self.lookback_days <= self.days:
+            raise ValueError(f"--lookback-days must be 1..--days ({self.days}); got {self.lookback_days}")
+        for name, rate in (("--xid-rate", self.xid_rate), ("--silent-rate", self.silent_rate)):
+            if not 0 <= rate <= 24:
+                raise ValueError(f"{name} must be 0..24 per node-day; got {rate}")
+
+
+@dataclass
+class _NodeState:
+    xid_at: datetime | None = None  # the Xid in the current audit's window
+    rebooted_at: datetime | None = None  # to be reported by the next audit
+    silent_until: datetime | None = None
+
+
+def _entries(config: HistoryBenchConfig, rng: random.Random, states: list[_NodeState], audit: int,
+             when: datetime) -> list[HistorySpan]:
+    audit_id = f"a{audit:05d}"
+    out = []
+    for i, state in enumerate(states):
+        if state.xid_at is not None and when - state.xid_at >= timedelta(hours=XID_WINDOW_HOURS):
+            state.xid_at, state.rebooted_at = None, when  # the REBOOT was acted on: one reboot, then quiet
+        elif state.xid_at is None and rng.random() < config.xid_rate / 24:
+            state.xid_at = when - timedelta(minutes=rng.randint(1, 59))
+        if state.silent_until is None and rng.random() < config.silent_rate / 24:
+            state.silent_until = when + timedelta(hours=config.silent_hours)
+        silent = state.silent_until is not None and when < state.silent_until
+        if state.silent_until is not None and not silent:
+            state.silent_until = None
+        xids = [HistoryXid(code=79, pci="0000:53:00", first=state.xid_at, last=state.xid_at)] if state.xid_at else []
+        reboots = [state.rebooted_at] if state.rebooted_at else []
+        state.rebooted_at = None
+        verdict = "NOT OBSERVABLE" if silent else ("REBOOT" if xids else None)
+        out.append(HistorySpan(cluster=CLUSTER, instance_id=f"i-{i:017x}", audit_id=audit_id, audit_time=when,
+                               last_audit_id=audit_id, through=when, mode="coverage", verdict=verdict,
+                               xid_status="Not observable" if silent else "Measured", xids=xids, reboots=reboots,
+                               launch_time=START - timedelta(days=1)))
+    return out
+
+
+def fill(config: HistoryBenchConfig, store: HistoryStore) -> dict[str, Any]:
+    """Every hourly audit of `days`, written through the store's own merge-and-write path."""
+    rng = random.Random(config.seed)
+    states = [_NodeState() for _ in range(config.nodes)]
+    latest: dict[str, HistorySpan] = {}
+    puts = 0
+    started = time.perf_counter()
+    audits = config.days * 24
+    for audit in range(audits):
+        when = START + timedelta(hours=audit + 1)
+        spans = merged(_entries(config, rng, states, audit, when), latest)
+        puts += len(spans)
+        store.write(spans, RETENTION_DAYS, when)
+        latest.update((s.instance_id, s) for s in spans)
+    return {"audits": audits, "writes": puts, "writes_per_audit": round(puts / audits),
+            "wall_s": round(time.perf_counter() - started, 1), "now": START + timedelta(hours=audits)}
+
+
+def read_once(store: HistoryStore, config: HistoryBenchConfig, now: datetime) -> tuple[HistoryRead, dict[str, Any]]:
+    ids = [f"i-{i:017x}" for i in range(config.nodes)]
+    tracemalloc.start()
+    started = time.perf_counter()
+    read = store.read(CLUSTER, ids, now - timedelta(days=config.lookback_days), now)
+    wall = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return read, {"items_read": read.items_read, "requests": read.requests, "spans": len(read.spans),
+                  "wall_s": round(wall, 2), "peak_traced_mb": round(peak / 2**20, 1)}
+
+
+def _read_units(store_rows: list[HistorySpan]) -> tuple[float, int]:
+    """Eventually consistent Query: 0.5 read request unit per started 4 KB of the items one Query reads."""
+    per_node: dict[str, int] = {}
+    for s in store_rows:
+        item = history_item(s, "0")
+        per_node[s.instance_id] = per_node.get(s.instance_id, 0) + len(json.dumps(item))
+    return sum(0.5 * max(1, math.ceil(size / 4096)) for size in per_node.values()), sum(per_node.values())
+
+
+def _dynamodb_read(config: HistoryBenchConfig, stored: list[HistorySpan], now: datetime) -> tuple[
+        HistoryRead, dict[str, Any]]:
+    """Every stored span put in the findings table (moto) by the deployed store, then the same read."""
+    from moto import mock_aws
+
+    from gpuaudit.devtools.demo import TABLE, ensure_findings_table
+    from gpuaudit.embedded.backend import WorldBackend
+    from gpuaudit.embedded.world import World
+
+    with mock_aws():
+        world = World(now=now, account_id="000000000000", region="us-west-2", data={}, log_groups={}, faults=[])
+        ddb = WorldBackend(world).session().client("dynamodb")
+        ensure_findings_table(ddb)
+        store = DynamoHistory(ddb, TABLE)
+        started = time.perf_counter()
+        store.write(stored, RETENTION_DAYS, now)
+        put_s = time.perf_counter() - started
+        read, figures = read_once(store, config, now)
+        return read, {**figures, "items_put": len(stored), "put_wall_s": round(put_s, 1)}
+
+
+def _spans_key(spans: list[HistorySpan]) -> list[str]:
+    return sorted(s.model_dump_json() for s in spans)
+
+
+def run_history_bench(config: HistoryBenchConfig) -> dict[str, Any]:
+    config.check()
+    with tempfile.TemporaryDirectory() as folder:
+        sqlite = SqliteHistory(Path(folder))
+        filled = fill(config, sqlite)
+        now = filled.pop("now")
+        stored = sqlite.read(CLUSTER, None, START - timedelta(days=1), now).spans
+        read, sqlite_figures = read_once(sqlite, config, now)
+        sqlite_figures["file_mb"] = round((Path(folder) / SQLITE_FILE).stat().st_size / 2**20, 1)
+    units, item_bytes = _read_units(read.spans)
+    figures: dict[str, Any] = {
+        "config": {"nodes": config.nodes, "days": config.days, "lookback_days": config.lookback_days,
+                   "xid_rate": config.xid_rate, "silent_rate": config.silent_rate,
+                   "silent_hours": config.silent_hours, "seed": config.seed},
+        "fill": {**filled, "spans_stored": len(stored)},
+        "sqlite": sqlite_figures,
+        "read_request_units": units, "item_bytes_read": item_bytes,
+        "spans_per_node": round(len(read.spans) / config.nodes, 2),
+    }
+    if config.dynamodb:
+        dyn_read, figures["dynamodb_moto"] = _dynamodb_read(config, stored, now)
+        figures["same_spans"] = _spans_key(dyn_read.spans) == _spans_key(read.spans)
+    return figures
+
+
+def render_history_table(figures: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    c, fill_ = figures["config"], figures["fill"]
+    table = Table(title=(f"gpuaudit bench-history: {c['nodes']:,} nodes × {c['days']} days of hourly audits, "
+                         f"one audit reading {c['lookback_days']} days (seed {c['seed']}, Xid rate {c['xid_rate']:g}, "
+                         f"silent rate {c['silent_rate']:g} per node-day)"))
+    table.add_column("")
+    table.add_column("SQLite (--history DIR)", justify="right")
+    table.add_column("DynamoDB (moto)", justify="right")
+    sq, dy = figures["sqlite"], figures.get("dynamodb_moto", {})
+    for label, key in (("items read", "items_read"), ("requests", "requests"), ("spans returned", "spans"),
+                       ("read wall s", "wall_s"), ("read peak traced MB", "peak_traced_mb")):
+        table.add_row(label, f"{sq[key]:,}", f"{dy[key]:,}" if key in dy else "—")
+    console.print(table)
+    console.print(f"filled by {fill_['audits']:,} audits: {fill_['writes_per_audit']:,} span writes per audit, "
+                  f"{fill_['spans_stored']:,} spans stored (SQLite file {sq['file_mb']} MB, "
+                  f"fill {fill_['wall_s']} s); {figures['spans_per_node']} spans per node in the look-back; "
+                  f"DynamoDB read request units per audit {figures['read_request_units']:,.0f} "
+                  f"({figures['item_bytes_read'] / 2**20:.1f} MB of items); "
+                  f"same spans from both stores: "
+                  f"{'—' if 'same_spans' not in figures else ('yes' if figures['same_spans'] else 'NO')}")

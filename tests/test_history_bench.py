@@ -1,0 +1,55 @@
+"""`gpuaudit bench-history` (issue #18 item 5): the figures it prints are measured on stores filled through the
+product's own merge-and-write path, and both stores return the same spans."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuaudit.cli import app
+from gpuaudit.devtools.history_bench import HistoryBenchConfig, run_history_bench
+from gpuaudit.model.history import MAX_SPAN
+
+
+def test_a_quiet_fleet_costs_one_span_per_node_per_seven_days() -> None:
+    # No Xid, no silence: every hourly entry extends the node's span, cut only at MAX_SPAN
+    days = 10
+    figures = run_history_bench(HistoryBenchConfig(nodes=12, days=days, lookback_days=days, xid_rate=0,
+                                                   silent_rate=0, dynamodb=False))
+    spans_per_node = -(-days * 24 // int(MAX_SPAN.total_seconds() // 3600))  # ceil(240 h / 168 h) = 2
+    assert figures["fill"]["spans_stored"] == 12 * spans_per_node
+    assert figures["fill"]["writes_per_audit"] == 12
+    assert figures["sqlite"]["spans"] == 12 * spans_per_node
+
+
+def test_xids_cost_one_item_per_audit_and_both_stores_read_the_same_spans() -> None:
+    quiet = run_history_bench(HistoryBenchConfig(nodes=8, days=3, lookback_days=2, xid_rate=0, silent_rate=0,
+                                                 dynamodb=False))
+    noisy = run_history_bench(HistoryBenchConfig(nodes=8, days=3, lookback_days=2, xid_rate=2, silent_rate=1,
+                                                 seed=3))
+    assert noisy["fill"]["spans_stored"] > quiet["fill"]["spans_stored"] + 8
+    assert noisy["same_spans"] is True
+    dyn = noisy["dynamodb_moto"]
+    assert dyn["spans"] == noisy["sqlite"]["spans"]
+    assert dyn["requests"] >= 8  # one Query per node at least
+    assert dyn["items_read"] >= dyn["spans"]
+    assert noisy["read_request_units"] >= 0.5 * 8
+
+
+@pytest.mark.parametrize("args, flag", [(["--nodes", "0"], "--nodes"), (["--days", "3", "--lookback-days", "5"],
+                                                                         "--lookback-days"),
+                                        (["--xid-rate", "-1"], "--xid-rate"), (["--format", "csv"], "--format")])
+def test_bad_input_is_refused_naming_the_flag(args: list[str], flag: str) -> None:
+    out = CliRunner().invoke(app, ["bench-history", *args])
+    assert out.exit_code == 2
+    assert flag in out.output
+
+
+def test_json_output_carries_the_figures() -> None:
+    out = CliRunner().invoke(app, ["bench-history", "--nodes", "3", "--days", "1", "--lookback-days", "1",
+                                   "--no-dynamodb", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    figures = json.loads(out.output)
+    assert figures["config"]["nodes"] == 3 and figures["fill"]["audits"] == 24
