@@ -238,7 +238,7 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
 
 def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: datetime) -> None:
     """Keep the final hours of a complete read; a read with any gap leaves the prior entry as it was."""
-    if merged.gaps or any(q.status != "Complete" or q.truncated for q in merged.queries):
+    if merged.gaps or any(q.status != "Complete" or (q.truncated and not q.reread) for q in merged.queries):
         return
     settled = min(floor_hour(now - LATE_DELIVERY_HORIZON), floor_hour(win.padded_end))
     horizon = floor_hour(now - RETENTION)

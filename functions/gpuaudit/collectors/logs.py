@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -178,6 +179,7 @@ class _Pending:
     settled: bool = False
     rows: list[dict[str, str]] | None = None
     key: str = ""  # in the journal
+    record: int | None = None  # its QueryRecord in the runner's records
 
 
 class JournalEntry(BaseModel):
@@ -345,8 +347,14 @@ class InsightsRunner:
         return rows
 
     def _record(self, p: _Pending, status: str, rows: int, scanned: float, truncated: bool) -> None:
+        p.record = len(self.records)
         self.records.append(QueryRecord(purpose=p.purpose, log_groups=p.groups, start=p.start, end=p.end,
                                         status=status, rows=rows, records_scanned=scanned, truncated=truncated))
+
+    def mark_reread(self, p: _Pending) -> None:
+        """The capped query's streams were all read again in parts that stayed under the cap."""
+        if p.record is not None:
+            self.records[p.record] = self.records[p.record].model_copy(update={"reread": True})
 
 
 class LogWindow(BaseModel):
@@ -402,6 +410,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     gpu_lines: list[GpuLine] = []
     truncated: set[str] = set()
     unanswered: set[str] = set()
+    node_index = NodeIndex(nodes)
     for kind, p in pending:
         rows = runner.results(p)
         if rows is None:
@@ -410,10 +419,15 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         if len(rows) >= MAX_ROWS and kind == "gpu":
             rows = _split_gpu_query(runner, batch, win.gpu_start, win.gpu_end, gaps)
         elif len(rows) >= MAX_ROWS:
-            truncated.add(kind)
-            gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
-                            unseen=f"the {p.purpose} query over {', '.join(p.groups)} returned the Logs Insights "
-                            f"maximum of {MAX_ROWS} rows; rows beyond it were not read and are not treated as empty"))
+            query = KERNEL_QUERY if kind == "kernel" else SUMMARY_QUERY
+            rows, left = _reread_in_parts(runner, p, query, rows, node_index, len(nodes))
+            if left:
+                truncated.add(kind)
+                gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
+                                unseen=f"the {p.purpose} query over {', '.join(p.groups)} returned the Logs Insights "
+                                f"maximum of {MAX_ROWS} rows and was read again in parts by instance ID, of which "
+                                f"{left} still reached it or did not answer; rows beyond them were not read and are "
+                                "not treated as empty"))
         for r in rows:
             group, stream = _group_name(r.get("@log", "")), r.get("@logStream", "")
             if kind == "kernel":
@@ -429,7 +443,6 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                                          log_stream=stream, message=r.get("@message", "")))
     expected = len(hours_between(win.padded_start, win.padded_end))
     kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
-    node_index = NodeIndex(nodes)
     if win.deep_kernel_start is not None and not {"kernel"} & (unanswered | truncated):
         kernel += _deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start, win.lifetime_start)
         kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
@@ -596,6 +609,60 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
     if unread and counts is not None:  # the summary row was past the cap: totals come from the detail bins
         update.update(lines=sum(counts.values()), live_hours=sum(1 for n in counts.values() if n > 0))
     return activity.model_copy(update=update)
+
+
+# A per-stream query (kernel-streams, stream-summary) that reaches the 10,000-row cap is read again in parts, each
+# filtered on a range of one instance-ID hex digit (the 8th after "i-"; uniform in EC2's IDs), plus one part for the
+# names that hold no instance ID. Every name falls in a part; a name with two IDs may fall in two, and rows are keyed
+# by stream, so the overlap is harmless. Filtering on @logStream keeps each stream's row whole. A part that still
+# reaches the cap is halved again, down to one digit value (16 parts: 160,000 streams per batch).
+STREAM_PART_HEX = "0123456789abcdef"
+NO_INSTANCE_ID = "filter @logStream not like /i-[0-9a-f]{8}/"
+PART_HEADROOM = 1.25  # parts are sized for 80 % of the cap: the number of streams is estimated from a sample
+
+
+def stream_part_filter(digits: str) -> str:
+    return f"filter @logStream like /i-[0-9a-f]{{7}}[{digits}]/"
+
+
+def stream_parts_needed(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> int:
+    """How many digit ranges (a power of two, 2 to 16): the most streams any one node has among the capped rows
+    (a node's streams are alike across the fleet), times the nodes, over the cap."""
+    per_node = Counter(iid for r in rows for iid in stream_node_ids(r.get("@logStream", ""), index))
+    estimate = max(per_node.values(), default=1) * max(node_count, len(per_node), 1)
+    parts = 2
+    while parts < len(STREAM_PART_HEX) and estimate * PART_HEADROOM / parts >= MAX_ROWS:
+        parts *= 2
+    return parts
+
+
+def _reread_in_parts(runner: InsightsRunner, capped: _Pending, query: str, rows: list[dict[str, str]],
+                     index: NodeIndex, node_count: int) -> tuple[list[dict[str, str]], int]:
+    """The capped query's rows and its parts' rows, one per stream, and how many parts were still capped or
+    unanswered (0: every stream was read)."""
+    def start(digits: str | None) -> tuple[str | None, _Pending]:
+        where = stream_part_filter(digits) if digits else NO_INSTANCE_ID
+        return digits, runner.start(capped.purpose, capped.groups, capped.start, capped.end, f"{where} | {query}",
+                                    f" for streams matching {where.removeprefix('filter @logStream ')}")
+
+    size = len(STREAM_PART_HEX) // stream_parts_needed(rows, index, node_count)
+    queue = [start(STREAM_PART_HEX[i:i + size]) for i in range(0, len(STREAM_PART_HEX), size)] + [start(None)]
+    by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
+    left, halved = 0, [capped]
+    while queue:
+        digits, p = queue.pop(0)
+        part = runner.results(p)
+        by_stream.update(((r.get("@log", ""), r.get("@logStream", "")), r) for r in part or [])
+        if part is not None and len(part) >= MAX_ROWS and digits and len(digits) > 1:
+            half = len(digits) // 2
+            queue += [start(digits[:half]), start(digits[half:])]
+            halved.append(p)
+        else:
+            left += part is None or len(part) >= MAX_ROWS
+    if not left:
+        for p in halved:
+            runner.mark_reread(p)
+    return list(by_stream.values()), left
 
 
 MAX_GPU_SPLITS = 5  # up to 32 time slices of the window before the rest is reported as a gap

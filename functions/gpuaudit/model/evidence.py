@@ -469,6 +469,7 @@ class QueryRecord(Frozen):
     rows: int
     records_scanned: float
     truncated: bool = False
+    reread: bool = False  # truncated, and every stream it covers was read again in parts under the cap
 
 
 class CallCount(Frozen):
