@@ -4,6 +4,7 @@ node names) reaches no terminal, table, page or alert raw, and no account ID sur
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -117,3 +118,31 @@ def test_exit_3_on_stderr_redacts_the_assumed_role_arn_and_shows_controls(tmp_pa
     assert out.exit_code == 3, out.output
     assert "could not be read" in out.output
     assert "444455556666" not in out.output and "\x1b[" not in out.output
+
+
+
+def test_redaction_keeps_exactly_the_protected_spans_at_any_size() -> None:
+    # The protected-span lookup is a bisection; the linear scan it replaced is the reference it must equal, on
+    # texts where 12-digit numbers sit inside, beside and between instance IDs, UUIDs, digests and timestamps.
+    from gpuaudit.model.redaction import DASHED, MASK, PROTECTED, TWELVE, _timestamp
+
+    def reference(text: str) -> str:
+        text = DASHED.sub(MASK, text)
+        protected = [m.span() for m in PROTECTED.finditer(text)]
+        out, last = [], 0
+        for m in TWELVE.finditer(text):
+            start, end = m.span()
+            if any(a <= start and end <= b for a, b in protected):
+                continue
+            if start and text[start - 1] == "-" and _timestamp(m.group(0)):
+                continue
+            out.append(text[last:start] + MASK)
+            last = end
+        return "".join(out) + text[last:]
+
+    rng = random.Random(7)
+    pieces = ["111122223333", "i-0123456789012abcd", "0123456789abcdef0123", " ", "/", "x", "-", "444455556666",
+              "a1b2c3d4-0000-1111-2222-333344445555", "sg-012345678901", "9", "-202609271800", "1111-2222-3333"]
+    for _ in range(500):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
+        assert redact(text) == reference(text), text
