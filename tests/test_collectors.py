@@ -314,11 +314,12 @@ def test_summary_past_ten_thousand_rows_is_a_visibility_gap_never_empty_hours():
 
 
 def test_kernel_query_past_ten_thousand_rows_is_not_read_as_no_kernel_lines():
-    # Given 10,001 old streams with kernel lines before the window (kernel-streams query capped),
-    # and a node whose stream carries kernel lines and is live
+    # Given 10,001 old streams with kernel lines before the window, named by no instance ID (kernel-streams query
+    # capped, and so is its re-read part for names without an ID), and a node whose kernel stream is named by its
+    # host alone, live
     w = PClusterWorld(n_compute=1)
     node = w.compute[0]
-    w.healthy(node, at(-10), at(12, 25))
+    w.kernel_stream(w.group, f"{node.private_dns}/messages", at(-10), at(12, 25), host=node.hostname)
     add_filler_streams(w, w.group, 10_001, at(-20), "host kernel: usb 1-1: new device")
 
     # When audited
@@ -332,3 +333,22 @@ def test_kernel_query_past_ten_thousand_rows_is_not_read_as_no_kernel_lines():
     assert "ships other logs" not in (row.note or "")
     assert "10,000-row cap" in (row.note or "")
     assert row.kernel_lines_ever is None
+
+
+def test_a_capped_kernel_query_is_read_again_by_instance_id_so_a_node_named_by_id_is_measured():
+    # Given the same 10,001 ID-less kernel streams, and a node whose stream names its instance ID
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.healthy(node, at(-10), at(12, 25))
+    add_filler_streams(w, w.group, 10_001, at(-20), "host kernel: usb 1-1: new device")
+
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then the node's stream is read in the part of its instance-ID digit: Measured, with its kernel lines counted;
+    # the names without an ID still passed the cap in their part, which stays a gap that says so
+    n = node_of(result, node.instance_id)
+    assert n.xid_status == "Measured"
+    (row,) = n.coverage
+    assert row.kernel_lines_ever and row.kernel_lines_ever > 0
+    assert any("kernel-streams" in g and "read again in parts by instance ID, of which 1 still reached it" in g
+               for g in result.visibility_gaps)
