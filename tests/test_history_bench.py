@@ -17,7 +17,7 @@ def test_a_quiet_fleet_costs_one_span_per_node_per_seven_days() -> None:
     # No Xid, no silence: every hourly entry extends the node's span, cut only at MAX_SPAN
     days = 10
     figures = run_history_bench(HistoryBenchConfig(nodes=12, days=days, lookback_days=days, xid_rate=0,
-                                                   silent_rate=0, dynamodb=False))
+                                                   silent_rate=0))
     spans_per_node = -(-days * 24 // int(MAX_SPAN.total_seconds() // 3600))  # ceil(240 h / 168 h) = 2
     assert figures["fill"]["spans_stored"] == 12 * spans_per_node
     assert figures["fill"]["writes_per_audit"] == 12
@@ -25,17 +25,19 @@ def test_a_quiet_fleet_costs_one_span_per_node_per_seven_days() -> None:
 
 
 def test_xids_cost_one_item_per_audit_and_both_stores_read_the_same_spans() -> None:
-    quiet = run_history_bench(HistoryBenchConfig(nodes=8, days=3, lookback_days=2, xid_rate=0, silent_rate=0,
-                                                 dynamodb=False))
+    quiet = run_history_bench(HistoryBenchConfig(nodes=8, days=3, lookback_days=2, xid_rate=0, silent_rate=0))
     noisy = run_history_bench(HistoryBenchConfig(nodes=8, days=3, lookback_days=2, xid_rate=2, silent_rate=1,
-                                                 seed=3))
+                                                 seed=3, moto=True))
     assert noisy["fill"]["spans_stored"] > quiet["fill"]["spans_stored"] + 8
     assert noisy["same_spans"] is True
     dyn = noisy["dynamodb_moto"]
     assert dyn["spans"] == noisy["sqlite"]["spans"]
     assert dyn["requests"] >= 8  # one Query per node at least
     assert dyn["items_read"] >= dyn["spans"]
-    assert noisy["read_request_units"] >= 0.5 * 8
+    # the computed DynamoDB cost reads what moto's Query of the same key condition read
+    assert noisy["dynamodb"]["items_read"] == dyn["items_read"]
+    assert noisy["dynamodb"]["requests"] == dyn["requests"] == 8
+    assert noisy["dynamodb"]["read_request_units"] >= 0.5 * 8
 
 
 @pytest.mark.parametrize("args, flag", [(["--nodes", "0"], "--nodes"), (["--days", "3", "--lookback-days", "5"],
@@ -49,7 +51,7 @@ def test_bad_input_is_refused_naming_the_flag(args: list[str], flag: str) -> Non
 
 def test_json_output_carries_the_figures() -> None:
     out = CliRunner().invoke(app, ["bench-history", "--nodes", "3", "--days", "1", "--lookback-days", "1",
-                                   "--no-dynamodb", "--format", "json"])
+                                   "--format", "json"])
     assert out.exit_code == 0, out.output
     figures = json.loads(out.output)
     assert figures["config"]["nodes"] == 3 and figures["fill"]["audits"] == 24

@@ -446,7 +446,8 @@ def bench_history(
     xid_rate: Annotated[float, typer.Option(help="Hardware-class Xids per node-day")] = 0.05,
     silent_rate: Annotated[float, typer.Option(help="Kernel-stream silences per node-day")] = 0.01,
     seed: Annotated[int, typer.Option(help="Generator seed")] = 0,
-    dynamodb: Annotated[bool, typer.Option(help="Also read the same items from the findings table (moto)")] = True,
+    moto: Annotated[bool, typer.Option(help="Also put the spans in the findings table in moto and read them back "
+                                            "(checks the DynamoDB figures; slow)")] = False,
     fmt: Annotated[str, typer.Option("--format", help="table | json")] = "table",
 ) -> None:
     """Fleet memory benchmark: what one audit's history read costs (items, requests, wall, memory)."""
@@ -457,7 +458,7 @@ def bench_history(
     if fmt not in ("table", "json"):
         _fail(f"--format must be table or json; got {fmt!r}", EXIT_BAD_INPUT)
     config = HistoryBenchConfig(nodes=nodes, days=days, lookback_days=lookback_days, xid_rate=xid_rate,
-                                silent_rate=silent_rate, seed=seed, dynamodb=dynamodb)
+                                silent_rate=silent_rate, seed=seed, moto=moto)
     try:
         config.check()
     except ValueError as exc:
