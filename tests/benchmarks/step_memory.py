@@ -1,0 +1,107 @@
+"""Deployed path, per step (issue #20 item 3): what each Lambda of the state machine holds at N nodes.
+
+    .venv/bin/python tests/benchmarks/step_memory.py --nodes 10000 [--days 7] [--kind parallelcluster]
+
+A generated world is served by the embedded backend; the handlers run as the state machine chains them
+(Plan → Inventory → CollectLogs per batch → Finish → Verdict) with the environment the stack sets, the evidence
+bucket, findings table and alert topic in moto (tests/handlers/lambda_harness.py). Per step it prints the wall
+seconds, the Python heap the step allocated at its peak (tracemalloc, reset per step: the world and moto, which a
+Lambda does not hold, were allocated before and are not counted), and the sizes of the documents the step read
+and wrote through the bucket. A Lambda needs about its runtime's baseline (a fresh interpreter with the handler
+imported, printed first) plus the step's peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "tests" / "handlers"), str(ROOT / "tests")]
+
+import pytest  # noqa: E402
+from handlers import collect_logs, finish, inventory, verdict  # noqa: E402
+from lambda_harness import LambdaContext, console_target, world_account  # noqa: E402
+
+from gpuaudit.devtools.worldgen import WorldSpec, generate, write  # noqa: E402
+
+
+def _baseline_mb() -> float:
+    """RSS of a fresh interpreter that imported every handler: what a Lambda holds before its first event."""
+    code = ("import resource, sys; sys.path[:0] = [sys.argv[1]]; "
+            "import handlers.verdict, handlers.collect_logs, handlers.finish, handlers.inventory; "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "functions")], capture_output=True, text=True,
+                         check=True)
+    return round(float(out.stdout.strip()), 1)
+
+
+def _stored_mb(account: Any) -> dict[str, float]:
+    s3 = account.session.client("s3")
+    sizes: dict[str, float] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="gpuaudit-evidence-test"):
+        for item in page.get("Contents", []):
+            kind = item["Key"].split("/")[1] if item["Key"].startswith("payloads/") else item["Key"].split("/")[0]
+            sizes[kind] = round(sizes.get(kind, 0.0) + item["Size"] / 2**20, 2)
+    return sizes
+
+
+def _measured(name: str, step: Callable[[], Any], rows: list[dict[str, Any]]) -> Any:
+    tracemalloc.reset_peak()
+    before, _ = tracemalloc.get_traced_memory()
+    started = time.perf_counter()
+    out = step()
+    wall = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    rows.append({"step": name, "wall_s": round(wall, 1), "peak_heap_mb": round((peak - before) / 2**20, 1)})
+    return out
+
+
+def run(nodes: int, days: float, kind: str) -> dict[str, Any]:
+    spec = WorldSpec(kind=kind, nodes=nodes, days=days, silent_fraction=0.01, xid_rate=0.05, seed=0)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
+        path = Path(folder) / "world.json"
+        write(generate(spec), str(path))
+        mp.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")  # the steps' INFO lines would drown the figures
+        with world_account(mp, path, clusters=(spec.cluster_name,)) as account:
+            target = console_target({"cluster": spec.cluster_name, "mode": "coverage", "last": "7d"})
+            tracemalloc.start()
+            found = _measured("Inventory", lambda: inventory.handler(target, LambdaContext()), rows)
+            batches = [_measured(f"CollectLogs batch {b['index']}",
+                                 lambda b=b: collect_logs.handler({"evidence": found["evidence"], "batch": b},
+                                                                  LambdaContext()), rows)
+                       for b in found["batches"]]
+            joined = _measured("Finish", lambda: finish.handler(
+                {"request": target["request"], "evidence": found["evidence"], "batches": batches}, LambdaContext()),
+                rows)
+            _measured("Verdict", lambda: verdict.handler({"request": target["request"], "evidence": joined["evidence"]},
+                                                         LambdaContext()), rows)
+            tracemalloc.stop()
+            stored = _stored_mb(account)
+    return {"nodes": nodes, "days": days, "kind": kind, "baseline_mb": _baseline_mb(), "steps": rows,
+            "bucket_mb": stored}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--days", type=float, default=7.0, help="days of logs in the world (the audit reads 7 d)")
+    parser.add_argument("--kind", default="parallelcluster", choices=["parallelcluster", "hyperpod"])
+    args = parser.parse_args()
+    if not 1 <= args.nodes <= 20000:
+        parser.error(f"--nodes must be 1..20000; got {args.nodes}")
+    figures = run(args.nodes, args.days, args.kind)
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
