@@ -26,6 +26,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "tests" / "handlers"), str(ROOT / "tests")]
+FIGURES = sys.stdout
+sys.stdout = sys.stderr  # the steps' log lines and metrics (bound at import) go to stderr; the figures to stdout
 
 import pytest  # noqa: E402
 from handlers import collect_logs, finish, inventory, verdict  # noqa: E402
@@ -36,9 +38,10 @@ from gpuaudit.devtools.worldgen import WorldSpec, generate, write  # noqa: E402
 
 def _baseline_mb() -> float:
     """RSS of a fresh interpreter that imported every handler: what a Lambda holds before its first event."""
-    code = ("import resource, sys; sys.path[:0] = [sys.argv[1]]; "
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child of a large parent reports its size
+    code = ("import re, sys; sys.path[:0] = [sys.argv[1]]; "
             "import handlers.verdict, handlers.collect_logs, handlers.finish, handlers.inventory; "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+            "print(int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) / 1024)")
     out = subprocess.run([sys.executable, "-c", code, str(ROOT / "functions")], capture_output=True, text=True,
                          check=True)
     return round(float(out.stdout.strip()), 1)
@@ -71,7 +74,6 @@ def run(nodes: int, days: float, kind: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
         path = Path(folder) / "world.json"
         write(generate(spec), str(path))
-        mp.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")  # the steps' INFO lines would drown the figures
         with world_account(mp, path, clusters=(spec.cluster_name,)) as account:
             target = console_target({"cluster": spec.cluster_name, "mode": "coverage", "last": "7d"})
             tracemalloc.start()
@@ -100,7 +102,7 @@ def main() -> None:
     if not 1 <= args.nodes <= 20000:
         parser.error(f"--nodes must be 1..20000; got {args.nodes}")
     figures = run(args.nodes, args.days, args.kind)
-    print(json.dumps(figures, indent=2))
+    FIGURES.write(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":
