@@ -8,6 +8,8 @@ Per batch of at most 50 groups, three queries, never one per node:
   boot-lines      only for nodes whose window held no Fabric Manager start or driver banner: those boot-time
                   lines in the nodes' own streams from their launch (at most the kernel lookback) to the
                   window, newest first, at most BOOT_ROWS rows
+A kernel-streams or stream-summary result at the 10,000-row cap is read again in parts by instance-ID digit
+(`stream_part_filter`), so a large fleet costs a few more queries, not a detail query per 58 streams.
 Then `stream-hours` detail queries, only for node streams that were not live in every hour (healthy
 nodes cost nothing extra), packed by group into queries of at most 10,000 (stream, hour) rows and
 `QUERY_CHAR_BUDGET` characters. Every query is started within the audit's concurrency budget
