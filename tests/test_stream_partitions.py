@@ -46,6 +46,8 @@ NAMES = [
     "ip-10-0-3-17",  # named by host only
     "I-0ABCDEF0123456789",  # upper case is not an instance ID
     "multi-0123456a.log",  # looks like one: falls in a digit part, which is enough
+    "i-00000000000000001.messages", "i-0000000000000000f", "i-0123456789abcdef01",  # sequential; 18 digits: no ID
+    "i-0123456789abcdef0i-0fedcba9876543210",  # IDs back to back
     "", "x" * 512,
 ]
 
@@ -57,12 +59,15 @@ def test_the_parts_cover_every_stream_name(parts: int) -> None:
     filters.append(NO_INSTANCE_ID)
     rng = random.Random(parts)
     generated = [f"ip-10-1-{rng.randint(0, 255)}-{rng.randint(0, 255)}.i-0{rng.getrandbits(64):016x}.slurmd"
-                 for _ in range(300)]
+                 for _ in range(300)] + [f"group/i-0{n:016x}" for n in range(40)]
     for name in [*NAMES, *generated]:
         assert any(_matches(f, name) for f in filters), name
-    # an ID's own digit decides its part: exactly one digit range holds a name with one ID
+    # an ID's own last digit decides its part: exactly one part holds a name with one ID, and sequential IDs
+    # spread over every part
     one_id = "ip-10-20-1-24.i-04da4f9fc3c6da5d7.system-messages"
     assert sum(_matches(f, one_id) for f in filters) == 1
+    sequential = [f"group/i-0{n:016x}" for n in range(16)]
+    assert all(sum(_matches(f, name) for name in sequential) == size for f in filters[:-1])
     assert not _matches(NO_INSTANCE_ID, one_id) and _matches(NO_INSTANCE_ID, "ip-10-0-3-17")
 
 

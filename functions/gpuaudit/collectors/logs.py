@@ -8,8 +8,8 @@ Per batch of at most 50 groups, three queries, never one per node:
   boot-lines      only for nodes whose window held no Fabric Manager start or driver banner: those boot-time
                   lines in the nodes' own streams from their launch (at most the kernel lookback) to the
                   window, newest first, at most BOOT_ROWS rows
-A kernel-streams or stream-summary result at the 10,000-row cap is read again in parts by instance-ID digit
-(`stream_part_filter`), so a large fleet costs a few more queries, not a detail query per 58 streams.
+A kernel-streams or stream-summary result at the 10,000-row cap is read again in parts by the last digit of
+the instance ID in the stream name (`stream_part_filter`), so a large fleet costs a few more queries, not a detail query per 58 streams.
 Then `stream-hours` detail queries, only for node streams that were not live in every hour (healthy
 nodes cost nothing extra), packed by group into queries of at most 10,000 (stream, hour) rows and
 `QUERY_CHAR_BUDGET` characters. Every query is started within the audit's concurrency budget
@@ -614,17 +614,20 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
 
 
 # A per-stream query (kernel-streams, stream-summary) that reaches the 10,000-row cap is read again in parts, each
-# filtered on a range of one instance-ID hex digit (the 8th after "i-"; uniform in EC2's IDs), plus one part for the
-# names that hold no instance ID. Every name falls in a part; a name with two IDs may fall in two, and rows are keyed
-# by stream, so the overlap is harmless. Filtering on @logStream keeps each stream's row whole. A part that still
-# reaches the cap is halved again, down to one digit value (16 parts: 160,000 streams per batch).
+# filtered on a range of the last hex digit of an instance ID in the stream's name (uniform whether IDs are random,
+# as EC2's are, or sequential, as in test worlds), plus one part for the names that hold no instance ID: the exact
+# complement, so every name falls in a part. A name with two IDs may fall in two; rows are keyed by stream, so the
+# overlap is harmless. Filtering on @logStream keeps each stream's row whole. A part that still reaches the cap is
+# halved again, down to one digit value (16 parts: 160,000 streams per batch). No look-around: the service's
+# regular expressions are not Python's.
 STREAM_PART_HEX = "0123456789abcdef"
-NO_INSTANCE_ID = "filter @logStream not like /i-[0-9a-f]{8}/"
+_ID_LAST_DIGIT = "i-(?:[0-9a-f]{{7}}|[0-9a-f]{{16}})[{digits}](?:[^0-9a-f]|$)"
+NO_INSTANCE_ID = f"filter @logStream not like /{_ID_LAST_DIGIT.format(digits='0-9a-f')}/"
 PART_HEADROOM = 1.25  # parts are sized for 80 % of the cap: the number of streams is estimated from a sample
 
 
 def stream_part_filter(digits: str) -> str:
-    return f"filter @logStream like /i-[0-9a-f]{{7}}[{digits}]/"
+    return f"filter @logStream like /{_ID_LAST_DIGIT.format(digits=digits)}/"
 
 
 def stream_parts_needed(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> int:
