@@ -16,7 +16,7 @@ from gpuaudit.collectors.logs import (
     NO_INSTANCE_ID,
     STREAM_PART_HEX,
     stream_part_filter,
-    stream_parts_needed,
+    stream_part_ranges,
 )
 from gpuaudit.devtools.worldgen import WorldSpec, generate
 from gpuaudit.domain.streams import NodeIndex
@@ -79,22 +79,27 @@ def _rows_of(nodes: int, streams_per_node: int, sample: int, seed: int = 0) -> t
     return rows[:sample], index
 
 
-@pytest.mark.parametrize("streams_per_node, parts", [(1, 2), (2, 4), (4, 8)])
+@pytest.mark.parametrize("streams_per_node, parts", [(1, 2), (2, 3), (4, 6)])
 def test_parts_are_sized_from_the_capped_sample(streams_per_node: int, parts: int) -> None:
-    # 10,000 nodes, a random 10,000 of their streams came back: the parts hold ~80 % of the cap or less
+    # 10,000 nodes, a random 10,000 of their streams came back: as few parts as hold ~80 % of the cap each
     rows, index = _rows_of(10_000, streams_per_node, 10_000)
-    assert stream_parts_needed(rows, index, 10_000) == parts
+    ranges = stream_part_ranges(rows, index, 10_000)
+    assert len(ranges) == parts and "".join(ranges) == STREAM_PART_HEX
+    widest = max(len(r) for r in ranges) / len(STREAM_PART_HEX) * 10_000 * streams_per_node
+    assert widest <= logs.MAX_ROWS * 0.8  # the expected rows of the widest part
+    one_fewer = -(-len(STREAM_PART_HEX) // (parts - 1)) / len(STREAM_PART_HEX) * 10_000 * streams_per_node
+    assert parts == 2 or one_fewer > logs.MAX_ROWS * 0.8  # and no fewer parts would do
 
 
 def test_a_sample_in_name_order_sizes_the_parts_too() -> None:
     # The service may return the rows grouped by stream: then the first nodes show all 12 of their streams
     rows, index = _rows_of(10_000, 12, 120_000)
     rows = sorted(rows, key=lambda r: r["@logStream"])[:10_000]
-    assert stream_parts_needed(rows, index, 10_000) == 16
+    assert len(stream_part_ranges(rows, index, 10_000)) == 16
     # with many streams per node sampled at random the estimate is low (max seen 5 of 12); a part that still
     # reaches the cap is then halved (the differential test below runs that path)
     sampled, index = _rows_of(10_000, 12, 10_000)
-    assert stream_parts_needed(sampled, index, 10_000) >= 8
+    assert len(stream_part_ranges(sampled, index, 10_000)) >= 8
 
 
 def _strip(result: Result) -> dict[str, Any]:

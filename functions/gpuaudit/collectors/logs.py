@@ -630,15 +630,15 @@ def stream_part_filter(digits: str) -> str:
     return f"filter @logStream like /{_ID_LAST_DIGIT.format(digits=digits)}/"
 
 
-def stream_parts_needed(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> int:
-    """How many digit ranges (a power of two, 2 to 16): the most streams any one node has among the capped rows
-    (a node's streams are alike across the fleet), times the nodes, over the cap."""
+def stream_part_ranges(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> list[str]:
+    """The digit ranges of a re-read: as few as keep each part near 80 % of the cap (at least two), for an estimate
+    of the streams: the most streams any one node has among the capped rows (a node's streams are alike across the
+    fleet), times the nodes."""
     per_node = Counter(iid for r in rows for iid in stream_node_ids(r.get("@logStream", ""), index))
     estimate = max(per_node.values(), default=1) * max(node_count, len(per_node), 1)
-    parts = 2
-    while parts < len(STREAM_PART_HEX) and estimate * PART_HEADROOM / parts >= MAX_ROWS:
-        parts *= 2
-    return parts
+    digits = len(STREAM_PART_HEX)
+    size = max(1, min(digits // 2, int(digits * MAX_ROWS / (estimate * PART_HEADROOM))))
+    return [STREAM_PART_HEX[i:i + size] for i in range(0, digits, size)]
 
 
 def _reread_in_parts(runner: InsightsRunner, capped: _Pending, query: str, rows: list[dict[str, str]],
@@ -650,8 +650,7 @@ def _reread_in_parts(runner: InsightsRunner, capped: _Pending, query: str, rows:
         return digits, runner.start(capped.purpose, capped.groups, capped.start, capped.end, f"{where} | {query}",
                                     f" for streams matching {where.removeprefix('filter @logStream ')}")
 
-    size = len(STREAM_PART_HEX) // stream_parts_needed(rows, index, node_count)
-    queue = [start(STREAM_PART_HEX[i:i + size]) for i in range(0, len(STREAM_PART_HEX), size)] + [start(None)]
+    queue = [start(digits) for digits in stream_part_ranges(rows, index, node_count)] + [start(None)]
     by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
     left, halved = 0, [capped]
     while queue:
