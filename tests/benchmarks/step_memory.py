@@ -6,7 +6,7 @@ A generated world is served by the embedded backend; the handlers run as the sta
 (Plan → Inventory → CollectLogs per batch → Finish → Verdict) with the environment the stack sets, the evidence
 bucket, findings table and alert topic in moto (tests/handlers/lambda_harness.py). Per step it prints the wall
 seconds, the Python heap the step allocated at its peak (tracemalloc, reset per step: the world and moto, which a
-Lambda does not hold, were allocated before and are not counted; CollectLogs is measured on its second run, with
+Lambda does not hold, were allocated before and are not counted; the AWS calls it made, by operation; CollectLogs is measured on its second run, with
 the embedded Logs Insights answers memoised, so the evaluator's work, done by AWS for a Lambda, is not counted), and the sizes of the documents the step read
 and wrote through the bucket. A Lambda needs about its runtime's baseline (a fresh interpreter with the handler
 imported, printed first) plus the step's peak.
@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ FIGURES = sys.stdout
 sys.stdout = sys.stderr  # the steps' log lines and metrics (bound at import) go to stderr; the figures to stdout
 
 import pytest  # noqa: E402
+from botocore.client import BaseClient  # noqa: E402
 from handlers import collect_logs, finish, inventory, verdict  # noqa: E402
 from lambda_harness import LambdaContext, console_target, world_account  # noqa: E402
 
@@ -59,15 +61,27 @@ def _stored_mb(account: Any) -> dict[str, float]:
     return sizes
 
 
+CALLS: Counter[str] = Counter()
+
+
+def _counting(real: Callable[..., Any]) -> Callable[..., Any]:
+    def call(client: Any, operation: str, params: Any) -> Any:
+        CALLS[f"{client.meta.service_model.service_name}:{operation}"] += 1
+        return real(client, operation, params)
+    return call
+
+
 def _measured(name: str, step: Callable[[], Any], rows: list[dict[str, Any]]) -> Any:
     gc.collect()  # garbage of the earlier steps, freed during this one, would hide part of its peak
+    CALLS.clear()
     tracemalloc.reset_peak()
     before, _ = tracemalloc.get_traced_memory()
     started = time.perf_counter()
     out = step()
     wall = time.perf_counter() - started
     _, peak = tracemalloc.get_traced_memory()
-    rows.append({"step": name, "wall_s": round(wall, 1), "peak_heap_mb": round((peak - before) / 2**20, 1)})
+    rows.append({"step": name, "wall_s": round(wall, 1), "peak_heap_mb": round((peak - before) / 2**20, 1),
+                 "aws_calls": sum(CALLS.values()), "most_called": dict(CALLS.most_common(4))})
     return out
 
 
@@ -107,6 +121,7 @@ def run(nodes: int, days: float, kind: str) -> dict[str, Any]:
         write(generate(spec), str(path))
         with world_account(mp, path, clusters=(spec.cluster_name,)) as account:
             target = console_target({"cluster": spec.cluster_name, "mode": "coverage", "last": "7d"})
+            mp.setattr(BaseClient, "_make_api_call", _counting(BaseClient._make_api_call))
             tracemalloc.start()
             found = _measured("Inventory", lambda: inventory.handler(target, LambdaContext()), rows)
             # Logs Insights runs in AWS, not in the Lambda: each batch is collected once to fill a memo of the
