@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -589,3 +590,24 @@ def test_a_flapping_node_says_so_on_its_alert_lines(sinks: Sinks, tmp_path: Path
     assert said[1] == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
     (last,) = said[-1]
     assert last.startswith(f"{GPU} (flapping across audits): new verdict REBOOT — Xid 79")
+
+
+def test_independent_puts_run_side_by_side_and_a_failure_is_raised() -> None:
+    # Given four puts that can only all finish if they run at the same time (a barrier of four)
+    import threading
+
+    from gpuaudit.sinks import put_all
+
+    barrier = threading.Barrier(4, timeout=10)
+
+    def put(written: bool) -> bool:
+        barrier.wait()
+        return written
+
+    assert put_all(partial(put, w) for w in (True, True, False, True)) == 3
+
+    def failing() -> bool:
+        raise RuntimeError("AccessDenied")
+
+    with pytest.raises(RuntimeError, match="AccessDenied"):
+        put_all([lambda: True, failing, lambda: True])

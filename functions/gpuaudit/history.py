@@ -20,6 +20,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -227,20 +228,24 @@ class DynamoHistory:
             raise self._gap("Query", f"{self.table} LATEST#{cluster}#…", exc) from None
 
     def write(self, spans: Sequence[HistorySpan], retention_days: int, now: datetime) -> int:
+        from gpuaudit.sinks import put_all
+
         expires = str(int(now.timestamp()) + retention_days * 86400)
-        written = 0
-        for s in spans:
-            item = history_item(s, expires)
-            try:
-                self.ddb.put_item(
-                    TableName=self.table, Item=item,
-                    ConditionExpression="attribute_not_exists(pk) OR through < :t OR (through = :t AND gaps > :g)",
-                    ExpressionAttributeValues={":t": item["through"], ":g": item["gaps"]})
-                written += 1
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    raise self._gap("PutItem", f"{self.table} {item['pk']['S']}", exc) from None
-        return written
+        items = [history_item(s, expires) for s in spans]
+        return put_all(partial(self._put, item) for item in items)
+
+    def _put(self, item: dict[str, Any]) -> bool:
+        """Insert or extend a span: False when a later (or as late and more complete) one is already there."""
+        try:
+            self.ddb.put_item(
+                TableName=self.table, Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR through < :t OR (through = :t AND gaps > :g)",
+                ExpressionAttributeValues={":t": item["through"], ":g": item["gaps"]})
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise self._gap("PutItem", f"{self.table} {item['pk']['S']}", exc) from None
+            return False
 
 
 def history_item(s: HistorySpan, expires: str) -> dict[str, Any]:

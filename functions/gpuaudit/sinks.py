@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, get_args
 
 from botocore.exceptions import ClientError
@@ -42,6 +45,19 @@ class SinkOutcome:
     alert: str | None = None
     published: bool = False
     changes: list[str] = field(default_factory=list)
+
+
+WRITE_THREADS = 16  # independent conditional puts, one key each: at 10,000 nodes one at a time is minutes
+
+
+def put_all(puts: Iterable[Callable[[], bool]], threads: int = WRITE_THREADS) -> int:
+    """Run independent puts side by side (boto3 clients are thread-safe); how many were written. The first error
+    is raised, as a loop would raise it, once the puts in flight have finished."""
+    calls = list(puts)
+    if len(calls) <= 1:
+        return sum(int(call()) for call in calls)
+    with ThreadPoolExecutor(max_workers=min(threads, len(calls))) as pool:
+        return sum(int(written) for written in pool.map(lambda call: call(), calls))
 
 
 def _put_new(ddb: Any, table: str, item: dict[str, Any], fewer_gaps_than: int | None = None) -> bool:
@@ -360,12 +376,12 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
         outcome.superseded = True
     previous = latest_state(ddb, table, result.cluster.name, result.mode)
     expires = _s(now_epoch + retention_days * 86400)
-    for node in result.nodes:
-        item = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(f"NODE#{node.instance_id}"),
-                "xid_status": _s(node.xid_status), "verdict": _s(node.verdict or "none"),
-                "verdict_evidence": _s(redact(node.verdict_evidence or "", result.account_ids)), "expires_at": {"N": expires["S"]}}
-        outcome.items_written += int(_put_new(ddb, table, {**item, "gaps": {"N": str(gaps)}},
-                                              gaps if outcome.superseded else None))
+    node_items = [{"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(f"NODE#{node.instance_id}"),
+                   "xid_status": _s(node.xid_status), "verdict": _s(node.verdict or "none"),
+                   "verdict_evidence": _s(redact(node.verdict_evidence or "", result.account_ids)),
+                   "expires_at": {"N": expires["S"]}, "gaps": {"N": str(gaps)}} for node in result.nodes]
+    replaced = gaps if outcome.superseded else None
+    outcome.items_written += put_all(partial(_put_new, ddb, table, item, replaced) for item in node_items)
     comparison = compare(result, previous, int(expires["S"]))
     outcome.changes = comparison.changes
     if outcome.changes and topic_arn:
@@ -379,8 +395,8 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     # The latest state is written after the alert: a crash between them makes the retry compare with the same
     # state and publish again (at least once), never record a change nobody heard of. Each put holds only if the
     # item is still the one compared with: an audit that wrote in between is not overwritten.
-    for item, replaces in comparison.writes:
-        outcome.items_written += int(_put_latest(ddb, table, item, replaces))
+    outcome.items_written += put_all(partial(_put_latest, ddb, table, item, replaces)
+                                     for item, replaces in comparison.writes)
     # The summary is the commit marker, written last: a crash before it makes a retry redo the writes and
     # the alert (at least once), never skip the alert. Two racing deliveries: the condition lets one win.
     summary = {**audit_key, "cluster": _s(result.cluster.name), "mode": _s(result.mode),
