@@ -44,8 +44,10 @@ class Spec:
 SPECS = {
     "Plan": Spec("plan", 256, Duration.minutes(1), "gpuaudit: trigger -> audits to run"),
     "Inventory": Spec("inventory", 512, Duration.minutes(5), "gpuaudit step 1: pipeline.start_audit"),
-    # A batch polls up to five Logs Insights queries; InsightsRunner gives each 300 s.
-    "CollectLogs": Spec("collect_logs", 512, Duration.minutes(15), "gpuaudit step 2: pipeline.collect_logs"),
+    # A batch polls up to five Logs Insights queries; InsightsRunner gives each 300 s. Memory: at 10,000 nodes the
+    # step's heap peaks at 277 MB over a 52 MB interpreter (docs/BENCHMARKS.md, deployed steps): 512 MB left too
+    # little room for allocator overhead; Finish and Verdict (269 and 349 MB) keep 1,024 MB.
+    "CollectLogs": Spec("collect_logs", 1024, Duration.minutes(15), "gpuaudit step 2: pipeline.collect_logs"),
     "Finish": Spec("finish", 1024, Duration.minutes(10), "gpuaudit step 3: pipeline.finish_collection"),
     "Verdict": Spec("verdict", 1024, Duration.minutes(5), "gpuaudit step 4: judge + finalize + sinks"),
 }
