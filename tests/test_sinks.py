@@ -611,3 +611,13 @@ def test_independent_puts_run_side_by_side_and_a_failure_is_raised() -> None:
 
     with pytest.raises(RuntimeError, match="AccessDenied"):
         put_all([lambda: True, failing, lambda: True])
+
+
+def test_the_dynamodb_client_pools_a_connection_per_thread() -> None:
+    # botocore pools 10 connections by default; 16 threads on it would drop and reopen connections
+    import boto3
+
+    from gpuaudit.sinks import DYNAMODB_THREADS, dynamodb_client
+
+    client = dynamodb_client(boto3.Session(region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x"))
+    assert client.meta.config.max_pool_connections == DYNAMODB_THREADS > 10

@@ -41,9 +41,9 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.rules.history import entries_for
 from gpuaudit.rules.nodes import reboots_by_node
+from gpuaudit.sinks import DYNAMODB_THREADS, put_all
 
 SQLITE_FILE = "gpuaudit-history.sqlite3"
-READ_THREADS = 16  # parallel Query calls: one per node
 
 
 class HistoryUnreadable(Exception):
@@ -178,7 +178,7 @@ def history_pk(cluster: str, instance_id: str) -> str:
 class DynamoHistory:
     """The findings table: one Query per node over its key range (parallel), one conditional PutItem per span."""
 
-    def __init__(self, ddb: Any, table: str, threads: int = READ_THREADS) -> None:
+    def __init__(self, ddb: Any, table: str, threads: int = DYNAMODB_THREADS) -> None:
         self.ddb, self.table, self.threads = ddb, table, threads
 
     @property
@@ -228,8 +228,6 @@ class DynamoHistory:
             raise self._gap("Query", f"{self.table} LATEST#{cluster}#…", exc) from None
 
     def write(self, spans: Sequence[HistorySpan], retention_days: int, now: datetime) -> int:
-        from gpuaudit.sinks import put_all
-
         expires = str(int(now.timestamp()) + retention_days * 86400)
         items = [history_item(s, expires) for s in spans]
         return put_all(partial(self._put, item) for item in items)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, get_args
 
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from gpuaudit.model.evidence import Mode
@@ -47,10 +48,17 @@ class SinkOutcome:
     changes: list[str] = field(default_factory=list)
 
 
-WRITE_THREADS = 16  # independent conditional puts, one key each: at 10,000 nodes one at a time is minutes
+# DynamoDB calls run side by side: a Query per node to read history, a conditional put per node and key to write
+# (at 10,000 nodes, one at a time is minutes). The client's connection pool must be as large (dynamodb_client).
+DYNAMODB_THREADS = 16
 
 
-def put_all(puts: Iterable[Callable[[], bool]], threads: int = WRITE_THREADS) -> int:
+def dynamodb_client(session: Any) -> Any:
+    """A DynamoDB client whose connection pool holds a connection per thread (botocore's default is 10)."""
+    return session.client("dynamodb", config=Config(max_pool_connections=DYNAMODB_THREADS))
+
+
+def put_all(puts: Iterable[Callable[[], bool]], threads: int = DYNAMODB_THREADS) -> int:
     """Run independent puts side by side (boto3 clients are thread-safe); how many were written. The first error
     is raised, as a loop would raise it, once the puts in flight have finished."""
     calls = list(puts)

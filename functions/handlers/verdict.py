@@ -27,7 +27,7 @@ from gpuaudit.model.timeutil import iso
 from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
-from gpuaudit.sinks import SinkOutcome, write_and_alert
+from gpuaudit.sinks import SinkOutcome, dynamodb_client, write_and_alert
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, step_handler
@@ -51,7 +51,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             evidence.gaps.append(given.failure.gap())
         now = clock()
         table = settings.required("FINDINGS_TABLE")
-        history = DynamoHistory(session.client("dynamodb"), table)  # fleet memory: the node's earlier audits
+        ddb = dynamodb_client(session)  # one client, its pool sized for the reads and writes run side by side
+        history = DynamoHistory(ddb, table)  # fleet memory: the node's earlier audits
         evidence = pipeline.read_history(history, evidence, settings.history_lookback_days)
         result = pipeline.judge(evidence, pipeline.JudgeConfig.from_request(given.request, settings.xid_overrides), generated_at=now)
         result = pipeline.record_history(history, result, evidence, settings.finding_retention_days)
@@ -62,7 +63,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                       ContentType="text/markdown")
         s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
                       ContentType="text/html; charset=utf-8")
-        outcome = write_and_alert(session.client("dynamodb"), table, session.client("sns"),
+        outcome = write_and_alert(ddb, table, session.client("sns"),
                                   settings.alert_topic_arn, result, int(now.timestamp()),
                                   retention_days=settings.finding_retention_days,
                                   report_link=report_link(bucket, f"{key}.html", s3.meta.region_name))

@@ -652,7 +652,7 @@ def _reread_in_parts(runner: InsightsRunner, capped: _Pending, query: str, rows:
 
     queue = [start(digits) for digits in stream_part_ranges(rows, index, node_count)] + [start(None)]
     by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
-    left, halved = 0, [capped]
+    left, superseded = 0, [capped]  # the queries whose rows the parts read again
     while queue:
         digits, p = queue.pop(0)
         part = runner.results(p)
@@ -660,11 +660,11 @@ def _reread_in_parts(runner: InsightsRunner, capped: _Pending, query: str, rows:
         if part is not None and len(part) >= MAX_ROWS and digits and len(digits) > 1:
             half = len(digits) // 2
             queue += [start(digits[:half]), start(digits[half:])]
-            halved.append(p)
+            superseded.append(p)
         else:
             left += part is None or len(part) >= MAX_ROWS
     if not left:
-        for p in halved:
+        for p in superseded:
             runner.mark_reread(p)
     return list(by_stream.values()), left
 

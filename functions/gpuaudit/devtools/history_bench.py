@@ -74,6 +74,10 @@ class HistoryBenchConfig:
                 raise ValueError(f"{name} must be 0..24 per node-day; got {rate}")
 
 
+def node_ids(nodes: int) -> list[str]:
+    return [f"i-{i:017x}" for i in range(nodes)]
+
+
 @dataclass
 class _NodeState:
     xid_at: datetime | None = None  # the Xid in the current audit's window
@@ -85,7 +89,7 @@ def _entries(config: HistoryBenchConfig, rng: random.Random, states: list[_NodeS
              when: datetime) -> list[HistorySpan]:
     audit_id = f"a{audit:05d}"
     out = []
-    for i, state in enumerate(states):
+    for node_id, state in zip(node_ids(len(states)), states, strict=True):
         if state.xid_at is not None and when - state.xid_at >= timedelta(hours=XID_WINDOW_HOURS):
             state.xid_at, state.rebooted_at = None, when  # the REBOOT was acted on: one reboot, then quiet
         elif state.xid_at is None and rng.random() < config.xid_rate / 24:
@@ -99,7 +103,7 @@ def _entries(config: HistoryBenchConfig, rng: random.Random, states: list[_NodeS
         reboots = [state.rebooted_at] if state.rebooted_at else []
         state.rebooted_at = None
         verdict = "NOT OBSERVABLE" if silent else ("REBOOT" if xids else None)
-        out.append(HistorySpan(cluster=CLUSTER, instance_id=f"i-{i:017x}", audit_id=audit_id, audit_time=when,
+        out.append(HistorySpan(cluster=CLUSTER, instance_id=node_id, audit_id=audit_id, audit_time=when,
                                last_audit_id=audit_id, through=when, mode="coverage", verdict=verdict,
                                xid_status="Not observable" if silent else "Measured", xids=xids, reboots=reboots,
                                launch_time=START - timedelta(days=1)))
@@ -126,7 +130,7 @@ def fill(config: HistoryBenchConfig, store: HistoryStore) -> dict[str, Any]:
 
 def read_once(store: HistoryStore, config: HistoryBenchConfig, now: datetime) -> tuple[HistoryRead, dict[str, Any]]:
     """The audit's read, timed untraced, then once more under tracemalloc for its peak (tracing slows Python)."""
-    ids = [f"i-{i:017x}" for i in range(config.nodes)]
+    ids = node_ids(config.nodes)
     since = now - timedelta(days=config.lookback_days)
     started = time.perf_counter()
     read = store.read(CLUSTER, ids, since, now)
@@ -191,7 +195,7 @@ def run_history_bench(config: HistoryBenchConfig) -> dict[str, Any]:
         stored = sqlite.read(CLUSTER, None, START - timedelta(days=1), now).spans
         read, sqlite_figures = read_once(sqlite, config, now)
         sqlite_figures["file_mb"] = round((Path(folder) / SQLITE_FILE).stat().st_size / 2**20, 1)
-    ids = [f"i-{i:017x}" for i in range(config.nodes)]
+    ids = node_ids(config.nodes)
     figures: dict[str, Any] = {
         "config": {"nodes": config.nodes, "days": config.days, "lookback_days": config.lookback_days,
                    "xid_rate": config.xid_rate, "silent_rate": config.silent_rate,
