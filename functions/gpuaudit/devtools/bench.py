@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -185,6 +186,17 @@ def _result_digest(result: Any) -> str:
     return hashlib.sha256(result.to_json().encode()).hexdigest()
 
 
+# What varies with how the evidence was read (call counts, the report's cost lines, the self-check of them) or
+# when (audit ID, time): without them, two collection strategies that read the same evidence give the same digest.
+HOW_READ = ("calls", "report_markdown", "self_check", "generated_at", "audit_id")
+
+
+def answer_digest(result: Any) -> str:
+    doc = json.loads(result.to_json())
+    return hashlib.sha256(json.dumps({k: v for k, v in doc.items() if k not in HOW_READ},
+                                     sort_keys=True).encode()).hexdigest()
+
+
 def _load(args: dict[str, Any]) -> tuple[Any, Any, Any, float]:
     from gpuaudit.collectors.aws import Aws
     from gpuaudit.embedded.backend import WorldBackend
@@ -223,22 +235,24 @@ def step_ours(args: dict[str, Any]) -> dict[str, Any]:
     evidence = captured["evidence"]
     Path(args["evidence_out"]).write_text(evidence.model_dump_json(), encoding="utf-8")
     by_op, total, start_query = _calls(aws)
-    purposes: dict[str, int] = {}
-    for q in evidence.queries:
-        purposes[q.purpose] = purposes.get(q.purpose, 0) + 1
     statuses: dict[str, int] = {}
     for n in result.nodes:
         statuses[n.xid_status] = statuses.get(n.xid_status, 0) + 1
     return {
-        "calls": total, "start_query": start_query, "calls_by_operation": by_op, "queries_by_purpose": purposes,
+        "calls": total, "start_query": start_query, "calls_by_operation": by_op, "queries_by_purpose": _by_purpose(evidence.queries),
         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "collect_s": round(captured["collect_s"], 3),
         "judge_report_s": round(wall - captured["collect_s"], 3), "load_s": round(load_s, 3),
         "peak_rss_mb": peak,
         "records_scanned": int(sum(q.records_scanned for q in evidence.queries)),
         "audited_nodes": len(result.nodes), "log_groups_found": len(evidence.log_groups),
         "xid_status": statuses, "gaps": len(result.visibility_gaps), "result_sha256": _result_digest(result),
+        "answer_sha256": answer_digest(result),
         **_answer_sizes(result),
     }
+
+
+def _by_purpose(queries: Any) -> dict[str, int]:
+    return dict(Counter(q.purpose for q in queries))
 
 
 def _answer_sizes(result: Any) -> dict[str, int]:
@@ -405,7 +419,8 @@ def step_hourly(args: dict[str, Any]) -> dict[str, Any]:
     next_scanned = sum(q.records_scanned for q in nxt.queries)
     return {"full_records_scanned": int(full_scanned), "next_records_scanned": int(next_scanned),
             "ratio": _ratio(full_scanned, next_scanned), "next_wall_s": round(wall, 3),
-            "next_start_query": sum(1 for q in nxt.queries), "cache_kb": round(Path(args["cache"]).stat().st_size / 1024, 1)}
+            "next_start_query": sum(1 for q in nxt.queries), "next_queries_by_purpose": _by_purpose(nxt.queries),
+            "cache_kb": round(Path(args["cache"]).stat().st_size / 1024, 1)}
 
 
 STEPS = {"ours": step_ours, "naive": step_naive, "judge": step_judge, "hourly": step_hourly}
