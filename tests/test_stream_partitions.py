@@ -6,35 +6,53 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.worlds import audit, aws_for
 
 from gpuaudit.collectors import logs
+from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.logs import (
     NO_INSTANCE_ID,
     STREAM_PART_HEX,
+    in_parts,
+    part_ranges,
     stream_part_filter,
     stream_part_ranges,
 )
+from gpuaudit.devtools.bench import HOW_READ
 from gpuaudit.devtools.worldgen import WorldSpec, generate
-from gpuaudit.domain.streams import NodeIndex
+from gpuaudit.domain.streams import INSTANCE_ID, NodeIndex
 from gpuaudit.embedded.insights import execution
-from gpuaudit.embedded.insights.syntax import FilterCmd, Like, parse_query
+from gpuaudit.embedded.insights.syntax import BoolOp, Expr, FilterCmd, Like, Not, parse_query
 from gpuaudit.embedded.world import parse_world
-from gpuaudit.model.evidence import AuditRequest, NodeInfo
+from gpuaudit.model.evidence import AuditRequest, NodeInfo, QueryPurpose
 from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.pipeline import collect
+from gpuaudit.report.markdown import finalize
+from gpuaudit.rules.judge import JudgeConfig, judge
 
 
 def _matches(filter_text: str, name: str) -> bool:
     """The filter as the embedded Logs Insights parses it, applied to one stream name."""
     command = parse_query(f"{filter_text} | stats count(*) by @logStream").commands[0]
-    assert isinstance(command, FilterCmd) and isinstance(command.expr, Like)
-    like = command.expr
-    assert not isinstance(like.pattern, str)
-    return bool(like.pattern.search(name)) != like.negate
+    assert isinstance(command, FilterCmd)
+    return _holds(command.expr, name)
+
+
+def _holds(expr: Expr, name: str) -> bool:
+    if isinstance(expr, Like):
+        assert not isinstance(expr.pattern, str)
+        return bool(expr.pattern.search(name)) != expr.negate
+    if isinstance(expr, Not):
+        return not _holds(expr.operand, name)
+    assert isinstance(expr, BoolOp)
+    held = [_holds(operand, name) for operand in expr.operands]
+    return all(held) if expr.op == "and" else any(held)
 
 
 NAMES = [
@@ -54,21 +72,38 @@ NAMES = [
 
 @pytest.mark.parametrize("parts", [2, 4, 8, 16])
 def test_the_parts_cover_every_stream_name(parts: int) -> None:
+    # The first read's parts: digit ranges, the first one also taking the names without an instance ID; and the
+    # same parts after the first was halved (a part still at the cap), where those names get a part of their own
     size = len(STREAM_PART_HEX) // parts
-    filters = [stream_part_filter(STREAM_PART_HEX[i:i + size]) for i in range(0, len(STREAM_PART_HEX), size)]
-    filters.append(NO_INSTANCE_ID)
+    ranges = [STREAM_PART_HEX[i:i + size] for i in range(0, len(STREAM_PART_HEX), size)]
+    first = [stream_part_filter(r, unnamed=i == 0) for i, r in enumerate(ranges)]
+    halves = [ranges[0][:size // 2], ranges[0][size // 2:]] if size > 1 else [ranges[0]]
+    split = [*(stream_part_filter(h) for h in halves), stream_part_filter(None), *first[1:]]
+    assert stream_part_filter(None) == NO_INSTANCE_ID
     rng = random.Random(parts)
     generated = [f"ip-10-1-{rng.randint(0, 255)}-{rng.randint(0, 255)}.i-0{rng.getrandbits(64):016x}.slurmd"
                  for _ in range(300)] + [f"group/i-0{n:016x}" for n in range(40)]
-    for name in [*NAMES, *generated]:
-        assert any(_matches(f, name) for f in filters), name
-    # an ID's own last digit decides its part: exactly one part holds a name with one ID, and sequential IDs
-    # spread over every part
     one_id = "ip-10-20-1-24.i-04da4f9fc3c6da5d7.system-messages"
-    assert sum(_matches(f, one_id) for f in filters) == 1
+    for filters in (first, split):
+        for name in [*NAMES, *generated]:
+            assert any(_matches(f, name) for f in filters), name
+        # an ID's own last digit decides its part: exactly one part holds a name with one ID
+        assert sum(_matches(f, one_id) for f in filters) == 1
+    # sequential IDs spread over every digit part; a host name rides with the first part, then has its own
     sequential = [f"group/i-0{n:016x}" for n in range(16)]
-    assert all(sum(_matches(f, name) for name in sequential) == size for f in filters[:-1])
-    assert not _matches(NO_INSTANCE_ID, one_id) and _matches(NO_INSTANCE_ID, "ip-10-0-3-17")
+    assert all(sum(_matches(f, name) for name in sequential) == size for f in first)
+    assert [_matches(f, "ip-10-0-3-17") for f in first] == [True] + [False] * (len(first) - 1)
+    assert [_matches(f, "ip-10-0-3-17") for f in split].count(True) == 1 and _matches(NO_INSTANCE_ID, "ip-10-0-3-17")
+    assert not _matches(NO_INSTANCE_ID, one_id)
+
+
+@pytest.mark.parametrize("streams, parts", [(8_001, 2), (20_002, 3), (40_004, 6), (160_000, 16), (500_000, 16)])
+def test_a_read_expected_past_the_cap_starts_in_parts_sized_for_80_percent(streams: int, parts: int) -> None:
+    assert in_parts(streams) and not in_parts(8_000)  # 8,000 streams fit one query at 80 % of the cap
+    ranges = part_ranges(streams)
+    assert len(ranges) == parts and "".join(ranges) == STREAM_PART_HEX
+    widest = max(len(r) for r in ranges) / len(STREAM_PART_HEX) * streams
+    assert widest <= logs.MAX_ROWS * 0.8 or len(ranges) == len(STREAM_PART_HEX)
 
 
 def _rows_of(nodes: int, streams_per_node: int, sample: int, seed: int = 0) -> tuple[list[dict[str, str]], NodeIndex]:
@@ -105,21 +140,41 @@ def test_a_sample_in_name_order_sizes_the_parts_too() -> None:
 def _strip(result: Result) -> dict[str, Any]:
     """The result without what depends on how many queries were run (calls, the report's cost lines)."""
     doc = json.loads(result.to_json())
-    for key in ("calls", "report_markdown", "self_check", "generated_at", "audit_id"):
-        doc.pop(key, None)
-    return doc
+    return {k: v for k, v in doc.items() if k not in HOW_READ}
 
 
-@pytest.mark.parametrize("kind, nodes, cap", [("parallelcluster", 30, 40), ("parallelcluster", 30, 60),
-                                              ("hyperpod", 40, 30)])
-def test_a_capped_audit_re_read_in_parts_gives_the_uncapped_result(monkeypatch: pytest.MonkeyPatch, kind: str,
-                                                                   nodes: int, cap: int) -> None:
-    spec = WorldSpec(kind=kind, nodes=nodes, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
-    world = parse_world(generate(spec))
-    uncapped = audit(aws_for(world), spec.cluster_name)
-    # Given the same world with the row cap lowered in the service (embedded) and in the collector alike
+def _with_training_logs(raw: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """Every node of the world also writes a training log to a group that holds no `kernel:` line: the node's row
+    for that group says so (RULES §4 (b)) — and must, whether or not the batch's kernel-streams read was capped."""
+    ids = sorted({m.group(0) for g in raw["logs"]["groups"] for s in g["streams"]
+                  if (m := INSTANCE_ID.search(s["logStreamName"]))})
+    now = parse_time(raw["now"])
+    start = now - timedelta(days=3)
+    streams = [{"logStreamName": f"{iid}/train", "creationTime": int(start.timestamp() * 1000), "events": [],
+                "periodic": [{"from": iso(start), "to": iso(now), "every_s": 600, "message": "step 100 loss 2.1"}]}
+               for iid in ids]
+    raw["logs"]["groups"].append({"logGroupName": f"/gpu/{cluster}/train",
+                                  "creationTime": int(start.timestamp() * 1000), "streams": streams})
+    return raw
+
+
+def _lower_the_cap(monkeypatch: pytest.MonkeyPatch, cap: int) -> None:
+    """The 10,000-row cap lowered in the service (embedded) and in the collector alike."""
     monkeypatch.setattr(execution, "MAX_RESULT_ROWS", cap)
     monkeypatch.setattr(logs, "MAX_ROWS", cap)
+
+
+@pytest.mark.parametrize("kind, nodes, cap, training_logs", [
+    ("parallelcluster", 30, 40, False), ("parallelcluster", 30, 60, False), ("hyperpod", 40, 30, False),
+    ("parallelcluster", 30, 40, True), ("hyperpod", 40, 30, True)])
+def test_a_capped_audit_re_read_in_parts_gives_the_uncapped_result(monkeypatch: pytest.MonkeyPatch, kind: str,
+                                                                   nodes: int, cap: int, training_logs: bool) -> None:
+    spec = WorldSpec(kind=kind, nodes=nodes, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
+    raw = generate(spec)
+    world = parse_world(_with_training_logs(raw, spec.cluster_name) if training_logs else raw)
+    uncapped = audit(aws_for(world), spec.cluster_name)
+    # Given the same world with the row cap lowered
+    _lower_the_cap(monkeypatch, cap)
     capped = audit(aws_for(world), spec.cluster_name)
     records = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name)).queries
     # Then some per-stream query reached the cap and every one that did was read again completely
@@ -128,3 +183,79 @@ def test_a_capped_audit_re_read_in_parts_gives_the_uncapped_result(monkeypatch: 
     assert not any("maximum of" in g for g in capped.visibility_gaps)
     # and the answer is the uncapped audit's, node for node
     assert _strip(capped) == _strip(uncapped)
+    if training_logs:
+        rows = [c for n in capped.nodes for c in n.coverage if c.log_group.endswith("/train")]
+        assert rows and all("none held a `kernel:` line" in (c.note or "") for c in rows)
+
+
+def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path) -> None:
+    # Given a world audited an hour ago (which filled the coverage cache), with the row cap lowered below the
+    # streams that read found, and the same world audited the same way with the cap as it is
+    spec = WorldSpec(kind="parallelcluster", nodes=30, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
+    raw = generate(spec)
+    request = AuditRequest(cluster=spec.cluster_name, last="24h")
+
+    def hourly(tag: str) -> tuple[Result, list[tuple[str, str]]]:
+        world = parse_world(raw)
+        cache, now = FileCache(tmp_path / f"{tag}.json"), world.now
+        world.now = now - timedelta(hours=1)
+        collect(aws_for(world), request, cache)
+        world.now = now
+        aws = aws_for(world)
+        started.clear()
+        evidence = collect(aws, request, cache)
+        result = judge(evidence, JudgeConfig.from_request(request), generated_at=aws.clock())
+        return finalize(result, evidence), list(started)
+
+    started: list[tuple[str, str]] = []
+    start = logs.InsightsRunner.start
+
+    def recording(runner: logs.InsightsRunner, purpose: QueryPurpose, *args: Any, **kwargs: Any) -> Any:
+        started.append((purpose, args[3]))  # (groups, start, end, query)
+        return start(runner, purpose, *args, **kwargs)
+
+    monkeypatch.setattr(logs.InsightsRunner, "start", recording)
+    as_is, _ = hourly("as-is")
+    _lower_the_cap(monkeypatch, 40)
+    # When the next hourly audit runs
+    in_parts_, queries = hourly("capped")
+    # Then its stream-summary read, expected from the cache at about 120 streams, starts in parts (no whole query
+    # reached the cap first): the first part also takes the names without an instance ID
+    summary = [query for purpose, query in queries if purpose == "stream-summary"]
+    assert len(summary) >= 3 and all(q.startswith("filter @logStream") for q in summary)
+    assert "not like" in summary[0] and summary[0].startswith("filter @logStream like")
+    # and the answer is that of the audit that never met the cap
+    assert _strip(in_parts_) == _strip(as_is)
+
+
+def test_detail_queries_are_packed_by_the_live_hours_the_summary_counted() -> None:
+    # 250 streams of a 170-hour window that were live 20 hours each: up to 9,000 rows per query, not 58 streams
+    streams = [f"i-0{n:016x}/messages" for n in range(250)]
+    by_hours = logs.hours_query_chunks(streams, 170)
+    by_live = logs.hours_query_chunks(streams, 170, lambda _s: 20)
+    assert [len(c) for c in by_hours] == [58] * 4 + [18]
+    assert [len(c) for c in by_live] == [250]  # 5,000 rows
+    # a stream the summary did not count is taken to fill every hour
+    mixed = logs.hours_query_chunks(streams, 170, lambda s: 170 if s.endswith("0/messages") else 20)
+    assert all(sum(170 if s.endswith("0/messages") else 20 for s in c) <= logs.DETAIL_ROWS for c in mixed)
+
+
+@pytest.mark.parametrize("kind", ["parallelcluster", "hyperpod"])
+def test_a_detail_query_that_reaches_the_cap_is_read_again_in_halves(monkeypatch: pytest.MonkeyPatch,
+                                                                     kind: str) -> None:
+    # Given a world with silent nodes (their kernel streams need per-hour detail), audited over 3 days as it is
+    spec = WorldSpec(kind=kind, nodes=30, days=3.0, silent_fraction=0.3, xid_rate=0.1, seed=5)
+    world = parse_world(generate(spec))
+    since = iso(world.now - timedelta(days=3))
+    as_is = audit(aws_for(world), spec.cluster_name, since=since)
+    # When the detail queries are packed past the (lowered) cap, as lines that arrive between the summary and the
+    # detail query would make them
+    _lower_the_cap(monkeypatch, 100)  # above the 77 hours one stream can fill
+    monkeypatch.setattr(logs, "DETAIL_ROWS", 10_000)
+    evidence = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name, since=parse_time(since)))
+    halved = audit(aws_for(world), spec.cluster_name, since=since)
+    # Then each capped one was read again in halves, and the answer is the same
+    hours = [q for q in evidence.queries if q.purpose == "stream-hours"]
+    assert any(q.truncated for q in hours) and all(q.reread for q in hours if q.truncated)
+    assert _strip(halved) == _strip(as_is)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -397,39 +397,57 @@ def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bo
 def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: list[str], win: LogWindow,
                   runner: InsightsRunner | None = None,
                   known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
-                  slots: QuerySlots | None = None, journal: QueryJournal | None = None) -> BatchEvidence:
+                  slots: QuerySlots | None = None, journal: QueryJournal | None = None,
+                  expected_streams: Mapping[str, int] | None = None) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
-    the audit's concurrency budget, when batches share one."""
+    the audit's concurrency budget, when batches share one. `expected_streams`: rows the "kernel" and "summary"
+    reads are expected to return (the last read's streams): one expected past the cap is read in parts at once."""
     gaps: list[Gap] = []
     runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
     runner.gaps = gaps
-    pending = [("kernel", runner.start("kernel-streams", batch, win.lifetime_start, win.padded_end, KERNEL_QUERY)),
-               ("summary", runner.start("stream-summary", batch, win.padded_start, win.padded_end, SUMMARY_QUERY)),
-               ("gpu", runner.start("gpu-lines", batch, win.gpu_start, win.gpu_end, GPU_QUERY))]
+    reads: dict[str, tuple[QueryPurpose, datetime, datetime, str]] = {
+        "kernel": ("kernel-streams", win.lifetime_start, win.padded_end, KERNEL_QUERY),
+        "summary": ("stream-summary", win.padded_start, win.padded_end, SUMMARY_QUERY),
+        "gpu": ("gpu-lines", win.gpu_start, win.gpu_end, GPU_QUERY)}
+    expect = expected_streams or {}
+    pending: dict[str, _Pending | _Parts] = {
+        kind: _Parts(runner, purpose, batch, start, end, query, part_ranges(expect[kind]))
+        if in_parts(expect.get(kind, 0)) else runner.start(purpose, batch, start, end, query)
+        for kind, (purpose, start, end, query) in reads.items()}
     kernel: list[KernelStream] = []
     summary: dict[tuple[str, str], StreamActivity] = {}
     gpu_lines: list[GpuLine] = []
     truncated: set[str] = set()
     unanswered: set[str] = set()
     node_index = NodeIndex(nodes)
-    for kind, p in pending:
-        rows = runner.results(p)
-        if rows is None:
-            unanswered.add(kind)
-            continue
-        if len(rows) >= MAX_ROWS and kind == "gpu":
-            rows = _split_gpu_query(runner, batch, win.gpu_start, win.gpu_end, gaps)
-        elif len(rows) >= MAX_ROWS:
-            query = KERNEL_QUERY if kind == "kernel" else SUMMARY_QUERY
-            rows, left = _reread_in_parts(runner, p, query, rows, node_index, len(nodes))
-            if left:
-                truncated.add(kind)
-                gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
-                                unseen=f"the {p.purpose} query over {', '.join(p.groups)} returned the Logs Insights "
-                                f"maximum of {MAX_ROWS} rows and was read again in parts by instance ID, of which "
-                                f"{left} still reached it or did not answer; rows beyond them were not read and are "
-                                "not treated as empty"))
+    for kind, p in pending.items():
+        purpose, start, end, query = reads[kind]
+        if isinstance(p, _Parts):  # expected past the cap: read in parts from the start
+            parts = p.read()
+            if not parts.answered:
+                unanswered.add(kind)
+                continue
+            rows = parts.rows
+        else:
+            whole = runner.results(p)
+            if whole is None:
+                unanswered.add(kind)
+                continue
+            rows, parts = whole, PartsRead(whole, 0, True)
+            if len(rows) >= MAX_ROWS and kind == "gpu":
+                rows = _split_gpu_query(runner, batch, win.gpu_start, win.gpu_end, gaps)
+            elif len(rows) >= MAX_ROWS:
+                parts = _Parts(runner, purpose, batch, start, end, query,
+                               stream_part_ranges(rows, node_index, len(nodes)), rows, capped=p).read()
+                rows = parts.rows
+        if parts.left:
+            truncated.add(kind)
+            gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
+                            unseen=f"the {purpose} query over {', '.join(batch)} was read in parts by the instance ID "
+                            f"in the stream name, of which {parts.left} reached the Logs Insights maximum of "
+                            f"{MAX_ROWS} rows or did not answer; rows beyond them were not read and are not "
+                            "treated as empty"))
         for r in rows:
             group, stream = _group_name(r.get("@log", "")), r.get("@logStream", "")
             if kind == "kernel":
@@ -467,7 +485,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         summary.update({key: StreamActivity(log_group=key[0], log_stream=key[1], lines=0, live_hours=0)
                         for key in unread})
         need_detail |= unread
-    detail = _hour_detail(runner, need_detail, expected, win.padded_start, win.padded_end)
+    detail = _hour_detail(runner, need_detail, expected, win.padded_start, win.padded_end,
+                          {key: a.live_hours for key, a in summary.items() if key not in unread})
     activity = [_with_hours(a, detail.get(key), key in unread) if key in need_detail else a
                 for key, a in sorted(summary.items())]
     listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
@@ -613,60 +632,95 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
     return activity.model_copy(update=update)
 
 
-# A per-stream query (kernel-streams, stream-summary) that reaches the 10,000-row cap is read again in parts, each
-# filtered on a range of the last hex digit of an instance ID in the stream's name (uniform whether IDs are random,
-# as EC2's are, or sequential, as in test worlds), plus one part for the names that hold no instance ID: the exact
-# complement, so every name falls in a part. A name with two IDs may fall in two; rows are keyed by stream, so the
+# A per-stream query (kernel-streams, stream-summary) that reaches the 10,000-row cap — or that is expected to, from
+# the streams the last read found — is read in parts, each filtered on a range of the last hex digit of an instance
+# ID in the stream's name (uniform whether IDs are random, as EC2's are, or sequential, as in test worlds). The names
+# that hold no instance ID ride with the first part (`or ... not like`): together the parts are the exact complement
+# of nothing, so every name falls in a part. A name with two IDs may fall in two; rows are keyed by stream, so the
 # overlap is harmless. Filtering on @logStream keeps each stream's row whole. A part that still reaches the cap is
-# halved again, down to one digit value (16 parts: 160,000 streams per batch). No look-around: the service's
+# halved, down to one digit value (16 parts: 160,000 streams per batch); the names without an ID then get a part of
+# their own, which cannot be split (past 10,000 such names per batch it stays a gap). No look-around: the service's
 # regular expressions are not Python's.
 STREAM_PART_HEX = "0123456789abcdef"
 _ID_LAST_DIGIT = "i-(?:[0-9a-f]{{7}}|[0-9a-f]{{16}})[{digits}](?:[^0-9a-f]|$)"
-NO_INSTANCE_ID = f"filter @logStream not like /{_ID_LAST_DIGIT.format(digits='0-9a-f')}/"
-PART_HEADROOM = 1.25  # parts are sized for 80 % of the cap: the number of streams is estimated from a sample
+_ANY_ID = _ID_LAST_DIGIT.format(digits="0-9a-f")
+NO_INSTANCE_ID = f"filter @logStream not like /{_ANY_ID}/"
+PART_HEADROOM = 1.25  # parts are sized for 80 % of the cap: the number of streams is an estimate
 
 
-def stream_part_filter(digits: str) -> str:
-    return f"filter @logStream like /{_ID_LAST_DIGIT.format(digits=digits)}/"
+def stream_part_filter(digits: str | None, unnamed: bool = False) -> str:
+    """The streams whose name holds an instance ID ending in one of `digits`, and with `unnamed` those whose name
+    holds none (`digits` None: only those)."""
+    if digits is None:
+        return NO_INSTANCE_ID
+    where = f"filter @logStream like /{_ID_LAST_DIGIT.format(digits=digits)}/"
+    return f"{where} or @logStream not like /{_ANY_ID}/" if unnamed else where
 
 
-def stream_part_ranges(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> list[str]:
-    """The digit ranges of a re-read: as few as keep each part near 80 % of the cap (at least two), for an estimate
-    of the streams: the most streams any one node has among the capped rows (a node's streams are alike across the
-    fleet), times the nodes."""
-    per_node = Counter(iid for r in rows for iid in stream_node_ids(r.get("@logStream", ""), index))
-    estimate = max(per_node.values(), default=1) * max(node_count, len(per_node), 1)
+def part_ranges(streams: int) -> list[str]:
+    """The digit ranges for about `streams` streams: as few as keep each part near 80 % of the cap, at least two."""
     digits = len(STREAM_PART_HEX)
-    size = max(1, min(digits // 2, int(digits * MAX_ROWS / (estimate * PART_HEADROOM))))
+    size = max(1, min(digits // 2, int(digits * MAX_ROWS / (max(streams, 1) * PART_HEADROOM))))
     return [STREAM_PART_HEX[i:i + size] for i in range(0, digits, size)]
 
 
-def _reread_in_parts(runner: InsightsRunner, capped: _Pending, query: str, rows: list[dict[str, str]],
-                     index: NodeIndex, node_count: int) -> tuple[list[dict[str, str]], int]:
-    """The capped query's rows and its parts' rows, one per stream, and how many parts were still capped or
-    unanswered (0: every stream was read)."""
-    def start(digits: str | None) -> tuple[str | None, _Pending]:
-        where = stream_part_filter(digits) if digits else NO_INSTANCE_ID
-        return digits, runner.start(capped.purpose, capped.groups, capped.start, capped.end, f"{where} | {query}",
-                                    f" for streams matching {where.removeprefix('filter @logStream ')}")
+def in_parts(streams: int) -> bool:
+    """Is a per-stream read of about `streams` streams read in parts from the start (its whole would be capped)?"""
+    return streams * PART_HEADROOM > MAX_ROWS
 
-    queue = [start(digits) for digits in stream_part_ranges(rows, index, node_count)] + [start(None)]
-    by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
-    left, superseded = 0, [capped]  # the queries whose rows the parts read again
-    while queue:
-        digits, p = queue.pop(0)
-        part = runner.results(p)
-        by_stream.update(((r.get("@log", ""), r.get("@logStream", "")), r) for r in part or [])
-        if part is not None and len(part) >= MAX_ROWS and digits and len(digits) > 1:
-            half = len(digits) // 2
-            queue += [start(digits[:half]), start(digits[half:])]
-            superseded.append(p)
-        else:
-            left += part is None or len(part) >= MAX_ROWS
-    if not left:
-        for p in superseded:
-            runner.mark_reread(p)
-    return list(by_stream.values()), left
+
+def stream_part_ranges(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> list[str]:
+    """The digit ranges of a re-read, for an estimate of the streams from the capped rows: the most streams any one
+    node has among them (a node's streams are alike across the fleet), times the nodes."""
+    per_node = Counter(iid for r in rows for iid in stream_node_ids(r.get("@logStream", ""), index))
+    return part_ranges(max(per_node.values(), default=1) * max(node_count, len(per_node), 1))
+
+
+@dataclass
+class PartsRead:
+    rows: list[dict[str, str]]
+    left: int  # parts still at the cap or unanswered: 0 when every stream was read
+    answered: bool  # at least one part returned rows
+
+
+class _Parts:
+    """A per-stream read in parts: every part is started at once (within the query budget), then read, and a part
+    still at the cap is halved. `rows`: a capped whole's rows, when the whole was read first (`capped`)."""
+
+    def __init__(self, runner: InsightsRunner, purpose: QueryPurpose, groups: list[str], start: datetime,
+                 end: datetime, query: str, ranges: list[str], rows: Sequence[dict[str, str]] = (),
+                 capped: _Pending | None = None) -> None:
+        self.runner, self.purpose, self.groups, self.start, self.end, self.query = \
+            runner, purpose, groups, start, end, query
+        self.by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
+        self.superseded = [capped] if capped else []  # the queries whose rows the parts read again
+        self.queue = deque(self._begin(digits, i == 0) for i, digits in enumerate(ranges))
+
+    def _begin(self, digits: str | None, unnamed: bool) -> tuple[str | None, bool, _Pending]:
+        where = stream_part_filter(digits, unnamed)
+        return digits, unnamed, self.runner.start(self.purpose, self.groups, self.start, self.end,
+                                                  f"{where} | {self.query}",
+                                                  f" for streams matching {where.removeprefix('filter @logStream ')}")
+
+    def read(self) -> PartsRead:
+        left, answered = 0, False
+        while self.queue:
+            digits, unnamed, p = self.queue.popleft()
+            part = self.runner.results(p)
+            answered |= part is not None
+            self.by_stream.update(((r.get("@log", ""), r.get("@logStream", "")), r) for r in part or [])
+            if part is None or len(part) < MAX_ROWS or digits is None or (len(digits) == 1 and not unnamed):
+                left += part is None or len(part) >= MAX_ROWS
+                continue
+            self.superseded.append(p)
+            halves = [digits[:len(digits) // 2], digits[len(digits) // 2:]] if len(digits) > 1 else [digits]
+            self.queue.extend(self._begin(d, False) for d in halves)
+            if unnamed:
+                self.queue.append(self._begin(None, False))
+        if not left:
+            for p in self.superseded:
+                self.runner.mark_reread(p)
+        return PartsRead(list(self.by_stream.values()), left, answered)
 
 
 MAX_GPU_SPLITS = 5  # up to 32 time slices of the window before the rest is reported as a gap
@@ -735,31 +789,55 @@ def _hma_streams(aws: Aws, group: str, gaps: list[Gap]) -> list[str] | None:
         return None
 
 
-def hours_query_chunks(streams: Sequence[str], expected_hours: int) -> list[list[str]]:
-    """Streams of one group cut so that no detail query passes 10,000 rows (one per stream and hour) or
-    QUERY_CHAR_BUDGET characters of query text (stream names run to 512 characters)."""
+DETAIL_ROWS = 9_000  # rows a detail query is packed for: a tenth of the cap left for lines that arrive meanwhile
+
+
+def hours_query_chunks(streams: Sequence[str], expected_hours: int,
+                       live_hours: Callable[[str], int] | None = None) -> list[list[str]]:
+    """Streams of one group cut so that no detail query passes 10,000 rows (one per stream and live hour) or
+    QUERY_CHAR_BUDGET characters of query text (stream names run to 512 characters). With `live_hours` (the
+    summary's count over the same range: the rows a stream will return), chunks are packed by it to DETAIL_ROWS;
+    without, every stream is taken to fill each of the `expected_hours`."""
     fixed = len(hours_query([]))
-    return pack(streams, _hours_query_cost, QUERY_CHAR_BUDGET - fixed, max(1, MAX_ROWS // max(1, expected_hours)))
+    if live_hours is None:
+        return pack(streams, _hours_query_cost, QUERY_CHAR_BUDGET - fixed, max(1, MAX_ROWS // max(1, expected_hours)))
+    return pack(streams, _hours_query_cost, QUERY_CHAR_BUDGET - fixed, len(streams),
+                weight=lambda s: min(expected_hours, max(1, live_hours(s))), max_weight=DETAIL_ROWS)
 
 
 def _hour_detail(runner: InsightsRunner, keys: set[tuple[str, str]], expected_hours: int, start: datetime,
-                 end: datetime) -> dict[tuple[str, str], dict[datetime, int]]:
-    """Per-hour counts for the named streams, in queries within the row and length limits."""
+                 end: datetime, live_hours: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], dict[datetime, int]]:
+    """Per-hour counts for the named streams, in queries within the row and length limits, packed by the live
+    hours the summary counted (`live_hours`; a stream not in it is taken to fill every hour). A query that still
+    reaches the cap (lines arrived since the summary) is read again in halves."""
     by_group: dict[str, list[str]] = {}
     for group, stream in sorted(keys):
         by_group.setdefault(group, []).append(stream)
     detail: dict[tuple[str, str], dict[datetime, int]] = {}
-    chunks: list[tuple[list[str], list[str]]] = []
-    for group, streams in by_group.items():
-        chunks.extend(([group], chunk) for chunk in hours_query_chunks(streams, expected_hours))
-    started = [(chunk, runner.start("stream-hours", groups, start, end, hours_query(chunk), _streams_named(chunk)))
-               for groups, chunk in chunks]
-    for chunk, p in started:
+
+    def begin(group: str, chunk: list[str]) -> tuple[str, list[str], _Pending]:
+        return group, chunk, runner.start("stream-hours", [group], start, end, hours_query(chunk),
+                                          _streams_named(chunk))
+
+    queue = deque(begin(group, chunk) for group, streams in by_group.items()
+                  for chunk in hours_query_chunks(streams, expected_hours, {
+                      s: live_hours.get((group, s), expected_hours) for s in streams}.__getitem__))
+    while queue:
+        group, chunk, p = queue.popleft()
         rows = runner.results(p)
         if rows is None:
             continue
+        if len(rows) >= MAX_ROWS:
+            if len(chunk) > 1:
+                queue.extend(begin(group, half) for half in (chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]))
+                runner.mark_reread(p)
+            else:
+                runner.gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
+                                       unseen=f"per-hour detail of {group} / {chunk[0]} reached the Logs Insights "
+                                       f"maximum of {MAX_ROWS} rows; its hours were not read"))
+            continue
         for stream in chunk:
-            detail[(p.groups[0], stream)] = {}
+            detail[(group, stream)] = {}
         for r in rows:
             hour = _time(r.get("hour"))
             if hour is not None:

@@ -31,19 +31,22 @@ def batches_in_flight(concurrent_queries: int = DEFAULT_CONCURRENT_QUERIES) -> i
     return max(1, concurrent_queries // QUERIES_PER_BATCH)
 
 
-def pack(items: Iterable[_T], size: Callable[[_T], int], budget: int, max_items: int) -> list[list[_T]]:
-    """`items` in order, cut into consecutive chunks of at most `max_items` whose sizes sum to at most `budget`.
-    An item larger than the budget alone gets a chunk of its own (the call that carries it names it if it fails)."""
+def pack(items: Iterable[_T], size: Callable[[_T], int], budget: int, max_items: int,
+         weight: Callable[[_T], int] | None = None, max_weight: int = 0) -> list[list[_T]]:
+    """`items` in order, cut into consecutive chunks of at most `max_items` whose sizes sum to at most `budget`
+    (and, with `weight`, whose weights sum to at most `max_weight`). An item over a limit alone gets a chunk of
+    its own (the call that carries it names it if it fails)."""
     chunks: list[list[_T]] = []
     current: list[_T] = []
-    used = 0
+    used = load = 0
     for item in items:
-        cost = size(item)
-        if current and (used + cost > budget or len(current) >= max_items):
+        cost, heft = size(item), weight(item) if weight else 0
+        if current and (used + cost > budget or len(current) >= max_items or load + heft > max_weight):
             chunks.append(current)
-            current, used = [], 0
+            current, used, load = [], 0, 0
         current.append(item)
         used += cost
+        load += heft
     if current:
         chunks.append(current)
     return chunks
