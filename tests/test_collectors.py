@@ -275,6 +275,33 @@ def test_node_stream_with_gaps_triggers_exactly_one_detail_query():
     assert with_hours == {w.stream_name(gap_a), w.stream_name(gap_b)}
 
 
+def test_one_detail_query_over_two_groups_keeps_each_groups_streams_apart():
+    # Given node 1's kernel stream under the same name in two groups — silent 07:00–09:00 in the first, live
+    # throughout in the second — and node 2's stream in the second group, silent 08:00–09:00
+    w = PClusterWorld(n_compute=2)
+    one, two = w.compute
+    mirror = w.log_group(f"/aws/{w.cluster}/kernel-mirror")
+    stream = w.healthy(one, at(-10), at(7))
+    w.lines(w.group, stream, at(9), at(12, 25))
+    w.kernel_stream(mirror, stream, at(-10), at(12, 25), host=one.hostname)
+    other = w.kernel_stream(mirror, w.stream_name(two), at(-10), at(8), host=two.hostname)
+    w.lines(mirror, other, at(9), at(12, 25))
+
+    # When the audit collects and judges
+    ev = evidence_of(w, w.cluster)
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then one detail query reads both gap streams over both groups, and each stream keeps its own hours: the
+    # mirror's live copy of node 1's name, read by that query too, is neither merged into nor taken for the other
+    (detail,) = purposes(ev, "stream-hours")
+    assert detail.log_groups == sorted([w.group, mirror])
+    rows = {c.log_group: c for c in node_of(result, one.instance_id).coverage}
+    assert iso_list(rows[w.group].empty_hours) == hours(7, 8) and rows[w.group].status == "Not observable"
+    assert rows[mirror].empty_hours == [] and rows[mirror].status == "Measured"
+    (row_two,) = [c for c in node_of(result, two.instance_id).coverage if c.log_group == mirror]
+    assert iso_list(row_two.empty_hours) == hours(8)
+
+
 def test_all_healthy_nodes_need_no_detail_query():
     # Given only healthy nodes
     w = healthy_cluster(3)

@@ -230,15 +230,17 @@ def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(mon
 
 
 def test_detail_queries_are_packed_by_the_live_hours_the_summary_counted() -> None:
-    # 250 streams of a 170-hour window that were live 20 hours each: up to 9,000 rows per query, not 58 streams
-    streams = [f"i-0{n:016x}/messages" for n in range(250)]
-    by_hours = logs.hours_query_chunks(streams, 170)
-    by_live = logs.hours_query_chunks(streams, 170, lambda _s: 20)
-    assert [len(c) for c in by_hours] == [58] * 4 + [18]
-    assert [len(c) for c in by_live] == [250]  # 5,000 rows
-    # a stream the summary did not count is taken to fill every hour
-    mixed = logs.hours_query_chunks(streams, 170, lambda s: 170 if s.endswith("0/messages") else 20)
-    assert all(sum(170 if s.endswith("0/messages") else 20 for s in c) <= logs.DETAIL_ROWS for c in mixed)
+    # 250 streams of a 170-hour window, live 20 hours each: 5,000 rows, one query (not 58 streams a query)
+    keys = [("/g", f"i-0{n:016x}/messages") for n in range(250)]
+    assert [len(c) for c in logs.hours_query_chunks([s for _, s in keys], 170)] == [58] * 4 + [18]
+    assert [len(c) for c in logs.detail_chunks(keys, 170, dict.fromkeys(keys, 20))] == [250]
+    # a stream the summary did not count is taken to fill every hour; no query is packed past DETAIL_ROWS
+    counted = {k: 20 for n, k in enumerate(keys) if n % 4}
+    chunks = logs.detail_chunks(keys, 170, counted)
+    assert len(chunks) > 1 and all(sum(counted.get(k, 170) for k in c) <= logs.DETAIL_ROWS for c in chunks)
+    # streams of two groups share a query
+    two = [("/a", "i-0000000000000000a/syslog"), ("/b", "i-0000000000000000b/syslog")]
+    assert logs.detail_chunks(two, 170, dict.fromkeys(two, 100)) == [two]
 
 
 @pytest.mark.parametrize("kind", ["parallelcluster", "hyperpod"])

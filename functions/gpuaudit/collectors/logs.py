@@ -792,57 +792,60 @@ def _hma_streams(aws: Aws, group: str, gaps: list[Gap]) -> list[str] | None:
 DETAIL_ROWS = 9_000  # rows a detail query is packed for: a tenth of the cap left for lines that arrive meanwhile
 
 
-def hours_query_chunks(streams: Sequence[str], expected_hours: int,
-                       live_hours: Callable[[str], int] | None = None) -> list[list[str]]:
-    """Streams of one group cut so that no detail query passes 10,000 rows (one per stream and live hour) or
-    QUERY_CHAR_BUDGET characters of query text (stream names run to 512 characters). With `live_hours` (the
-    summary's count over the same range: the rows a stream will return), chunks are packed by it to DETAIL_ROWS;
-    without, every stream is taken to fill each of the `expected_hours`."""
+def hours_query_chunks(streams: Sequence[str], expected_hours: int) -> list[list[str]]:
+    """Streams cut so that no detail query passes 10,000 rows, each stream taken to fill each of the
+    `expected_hours`, or QUERY_CHAR_BUDGET characters of query text (stream names run to 512 characters)."""
     fixed = len(hours_query([]))
-    if live_hours is None:
-        return pack(streams, _hours_query_cost, QUERY_CHAR_BUDGET - fixed, max(1, MAX_ROWS // max(1, expected_hours)))
-    return pack(streams, _hours_query_cost, QUERY_CHAR_BUDGET - fixed, len(streams),
-                weight=lambda s: min(expected_hours, max(1, live_hours(s))), max_weight=DETAIL_ROWS)
+    return pack(streams, _hours_query_cost, QUERY_CHAR_BUDGET - fixed, max(1, MAX_ROWS // max(1, expected_hours)))
 
 
-def _hour_detail(runner: InsightsRunner, keys: set[tuple[str, str]], expected_hours: int, start: datetime,
-                 end: datetime, live_hours: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], dict[datetime, int]]:
-    """Per-hour counts for the named streams, in queries within the row and length limits, packed by the live
-    hours the summary counted (`live_hours`; a stream not in it is taken to fill every hour). A query that still
-    reaches the cap (lines arrived since the summary) is read again in halves."""
-    by_group: dict[str, list[str]] = {}
-    for group, stream in sorted(keys):
-        by_group.setdefault(group, []).append(stream)
-    detail: dict[tuple[str, str], dict[datetime, int]] = {}
+StreamKey = tuple[str, str]  # (log group, stream)
 
-    def begin(group: str, chunk: list[str]) -> tuple[str, list[str], _Pending]:
-        return group, chunk, runner.start("stream-hours", [group], start, end, hours_query(chunk),
-                                          _streams_named(chunk))
 
-    queue = deque(begin(group, chunk) for group, streams in by_group.items()
-                  for chunk in hours_query_chunks(streams, expected_hours, {
-                      s: live_hours.get((group, s), expected_hours) for s in streams}.__getitem__))
+def detail_chunks(keys: Iterable[StreamKey], expected_hours: int,
+                  live_hours: Mapping[StreamKey, int]) -> list[list[StreamKey]]:
+    """Streams of any groups of the batch cut into detail queries of at most DETAIL_ROWS rows — a stream returns
+    one row per hour holding a line, which the summary counted over the same range (`live_hours`; a stream it did
+    not count is taken to fill every hour) — and QUERY_CHAR_BUDGET characters of query text."""
+    fixed = len(hours_query([]))
+    return pack(sorted(keys), lambda k: _hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, MAX_ROWS,
+                weight=lambda k: min(expected_hours, max(1, live_hours.get(k, expected_hours))), max_weight=DETAIL_ROWS)
+
+
+def _hour_detail(runner: InsightsRunner, keys: set[StreamKey], expected_hours: int, start: datetime,
+                 end: datetime, live_hours: Mapping[StreamKey, int]) -> dict[StreamKey, dict[datetime, int]]:
+    """Per-hour counts for the named streams, in queries within the row and length limits (`detail_chunks`), each
+    over the groups its streams are in. A query that still reaches the cap (lines arrived since the summary, or a
+    same-named stream of another group) is read again in halves."""
+    detail: dict[StreamKey, dict[datetime, int]] = {}
+
+    def begin(chunk: list[StreamKey]) -> tuple[list[StreamKey], _Pending]:
+        names = [stream for _, stream in chunk]
+        return chunk, runner.start("stream-hours", sorted({group for group, _ in chunk}), start, end,
+                                   hours_query(names), _streams_named(names))
+
+    queue = deque(begin(chunk) for chunk in detail_chunks(keys, expected_hours, live_hours))
     while queue:
-        group, chunk, p = queue.popleft()
+        chunk, p = queue.popleft()
         rows = runner.results(p)
         if rows is None:
             continue
         if len(rows) >= MAX_ROWS:
             if len(chunk) > 1:
-                queue.extend(begin(group, half) for half in (chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]))
+                queue.extend(begin(half) for half in (chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]))
                 runner.mark_reread(p)
             else:
                 runner.gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
-                                       unseen=f"per-hour detail of {group} / {chunk[0]} reached the Logs Insights "
-                                       f"maximum of {MAX_ROWS} rows; its hours were not read"))
+                                       unseen=f"per-hour detail of {chunk[0][0]} / {chunk[0][1]} reached the Logs "
+                                       f"Insights maximum of {MAX_ROWS} rows; its hours were not read"))
             continue
-        for stream in chunk:
-            detail[(group, stream)] = {}
+        wanted = set(chunk)
+        for key in chunk:
+            detail[key] = {}
         for r in rows:
-            hour = _time(r.get("hour"))
-            if hour is not None:
-                detail.setdefault((_group_name(r.get("@log", "")), r["@logStream"]), {})[floor_hour(hour)] = \
-                    int(r["lines"])
+            hour, key = _time(r.get("hour")), (_group_name(r.get("@log", "")), r.get("@logStream", ""))
+            if hour is not None and key in wanted:
+                detail[key][floor_hour(hour)] = int(r["lines"])
     return detail
 
 
