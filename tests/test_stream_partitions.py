@@ -16,8 +16,9 @@ from helpers.worlds import audit, aws_for
 from gpuaudit.collectors import logs
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.logs import (
+    ENDINGS,
     NO_INSTANCE_ID,
-    STREAM_PART_HEX,
+    Endings,
     in_parts,
     part_ranges,
     stream_part_filter,
@@ -37,11 +38,15 @@ from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
 
 
-def _matches(filter_text: str, name: str) -> bool:
-    """The filter as the embedded Logs Insights parses it, applied to one stream name."""
+def _compiled(filter_text: str) -> Expr:
+    """The filter as the embedded Logs Insights parses it."""
     command = parse_query(f"{filter_text} | stats count(*) by @logStream").commands[0]
     assert isinstance(command, FilterCmd)
-    return _holds(command.expr, name)
+    return command.expr
+
+
+def _matches(filter_text: str, name: str) -> bool:
+    return _holds(_compiled(filter_text), name)
 
 
 def _holds(expr: Expr, name: str) -> bool:
@@ -70,15 +75,20 @@ NAMES = [
 ]
 
 
-@pytest.mark.parametrize("parts", [2, 4, 8, 16])
+def _equal_parts(parts: int) -> list[Endings]:
+    return [(ENDINGS * i // parts, ENDINGS * (i + 1) // parts) for i in range(parts)]
+
+
+@pytest.mark.parametrize("parts", [2, 3, 5, 16, 100, 256])
 def test_the_parts_cover_every_stream_name(parts: int) -> None:
-    # The first read's parts: digit ranges, the first one also taking the names without an instance ID; and the
-    # same parts after the first was halved (a part still at the cap), where those names get a part of their own
-    size = len(STREAM_PART_HEX) // parts
-    ranges = [STREAM_PART_HEX[i:i + size] for i in range(0, len(STREAM_PART_HEX), size)]
-    first = [stream_part_filter(r, unnamed=i == 0) for i, r in enumerate(ranges)]
-    halves = [ranges[0][:size // 2], ranges[0][size // 2:]] if size > 1 else [ranges[0]]
-    split = [*(stream_part_filter(h) for h in halves), stream_part_filter(None), *first[1:]]
+    # The first read's parts: ranges of two-digit endings, the first one also taking the names without an instance
+    # ID; and the same parts after the first was halved (a part still at the cap), where those names get a part of
+    # their own
+    ranges = _equal_parts(parts)
+    first = [_compiled(stream_part_filter(r, unnamed=i == 0)) for i, r in enumerate(ranges)]
+    lo, hi = ranges[0]
+    halves = [(lo, (lo + hi) // 2), ((lo + hi) // 2, hi)] if hi - lo > 1 else [ranges[0]]
+    split = [*(_compiled(stream_part_filter(h)) for h in halves), _compiled(stream_part_filter(None)), *first[1:]]
     assert stream_part_filter(None) == NO_INSTANCE_ID
     rng = random.Random(parts)
     generated = [f"ip-10-1-{rng.randint(0, 255)}-{rng.randint(0, 255)}.i-0{rng.getrandbits(64):016x}.slurmd"
@@ -86,24 +96,39 @@ def test_the_parts_cover_every_stream_name(parts: int) -> None:
     one_id = "ip-10-20-1-24.i-04da4f9fc3c6da5d7.system-messages"
     for filters in (first, split):
         for name in [*NAMES, *generated]:
-            assert any(_matches(f, name) for f in filters), name
-        # an ID's own last digit decides its part: exactly one part holds a name with one ID
-        assert sum(_matches(f, one_id) for f in filters) == 1
-    # sequential IDs spread over every digit part; a host name rides with the first part, then has its own
+            assert any(_holds(f, name) for f in filters), name
+        assert sum(_holds(f, one_id) for f in filters) == 1  # an ID's own ending decides its one part
+    # every ending (numbered 16 × last digit + the one before), of 17- and 8-digit IDs, falls in exactly the part
+    # whose range holds it
+    for ending in range(ENDINGS):
+        owner = next(i for i, (a, b) in enumerate(ranges) if a <= ending < b)
+        digits = f"{ending % 16:x}{ending // 16:x}"
+        for name in (f"h.i-0{'7' * 14}{digits}.messages", f"i-{'0' * 6}{digits}/syslog"):
+            assert [i for i, f in enumerate(first) if _holds(f, name)] == [owner], name
+    # sequential IDs (the last digit turns fastest) spread over the parts as random ones do
     sequential = [f"group/i-0{n:016x}" for n in range(16)]
-    assert all(sum(_matches(f, name) for name in sequential) == size for f in first)
-    assert [_matches(f, "ip-10-0-3-17") for f in first] == [True] + [False] * (len(first) - 1)
-    assert [_matches(f, "ip-10-0-3-17") for f in split].count(True) == 1 and _matches(NO_INSTANCE_ID, "ip-10-0-3-17")
+    assert all(sum(_holds(f, name) for name in sequential) == (b - a) // 16 for f, (a, b) in zip(first, ranges,
+                                                                                              strict=True)
+               if (b - a) % 16 == 0 and a % 16 == 0)
+    # a host name rides with the first part, then has its own
+    assert [_holds(f, "ip-10-0-3-17") for f in first] == [True] + [False] * (len(first) - 1)
+    assert [_holds(f, "ip-10-0-3-17") for f in split].count(True) == 1 and _matches(NO_INSTANCE_ID, "ip-10-0-3-17")
     assert not _matches(NO_INSTANCE_ID, one_id)
 
 
-@pytest.mark.parametrize("streams, parts", [(8_001, 2), (20_002, 3), (40_004, 6), (160_000, 16), (500_000, 16)])
-def test_a_read_expected_past_the_cap_starts_in_parts_sized_for_80_percent(streams: int, parts: int) -> None:
-    assert in_parts(streams) and not in_parts(8_000)  # 8,000 streams fit one query at 80 % of the cap
+def _widest_rows(ranges: list[Endings], streams: int) -> float:
+    return max(b - a for a, b in ranges) / ENDINGS * streams
+
+
+@pytest.mark.parametrize("streams, parts", [(8_334, 2), (20_002, 3), (40_004, 5), (100_000, 13), (120_000, 16),
+                                            (3_000_000, 256)])
+def test_a_read_expected_past_the_cap_starts_in_as_few_parts_as_keep_each_within_83_percent(streams: int,
+                                                                                          parts: int) -> None:
+    assert in_parts(streams) and not in_parts(8_333)  # 8,333 streams fit one query within 83 % of the cap
     ranges = part_ranges(streams)
-    assert len(ranges) == parts and "".join(ranges) == STREAM_PART_HEX
-    widest = max(len(r) for r in ranges) / len(STREAM_PART_HEX) * streams
-    assert widest <= logs.MAX_ROWS * 0.8 or len(ranges) == len(STREAM_PART_HEX)
+    assert len(ranges) == parts and ranges == _equal_parts(parts)
+    assert _widest_rows(ranges, streams) <= logs.MAX_ROWS / logs.PART_HEADROOM or parts == ENDINGS
+    assert parts == 2 or _widest_rows(_equal_parts(parts - 1), streams) > logs.MAX_ROWS / logs.PART_HEADROOM
 
 
 def _rows_of(nodes: int, streams_per_node: int, sample: int, seed: int = 0) -> tuple[list[dict[str, str]], NodeIndex]:
@@ -114,16 +139,12 @@ def _rows_of(nodes: int, streams_per_node: int, sample: int, seed: int = 0) -> t
     return rows[:sample], index
 
 
-@pytest.mark.parametrize("streams_per_node, parts", [(1, 2), (2, 3), (4, 6)])
+@pytest.mark.parametrize("streams_per_node, parts", [(1, 2), (2, 3), (4, 5)])
 def test_parts_are_sized_from_the_capped_sample(streams_per_node: int, parts: int) -> None:
-    # 10,000 nodes, a random 10,000 of their streams came back: as few parts as hold ~80 % of the cap each
+    # 10,000 nodes, a random 10,000 of their streams came back: the estimate (most streams one node showed, times
+    # the nodes) is the fleet's, and the parts those of a known count
     rows, index = _rows_of(10_000, streams_per_node, 10_000)
-    ranges = stream_part_ranges(rows, index, 10_000)
-    assert len(ranges) == parts and "".join(ranges) == STREAM_PART_HEX
-    widest = max(len(r) for r in ranges) / len(STREAM_PART_HEX) * 10_000 * streams_per_node
-    assert widest <= logs.MAX_ROWS * 0.8  # the expected rows of the widest part
-    one_fewer = -(-len(STREAM_PART_HEX) // (parts - 1)) / len(STREAM_PART_HEX) * 10_000 * streams_per_node
-    assert parts == 2 or one_fewer > logs.MAX_ROWS * 0.8  # and no fewer parts would do
+    assert stream_part_ranges(rows, index, 10_000) == part_ranges(10_000 * streams_per_node) == _equal_parts(parts)
 
 
 def test_a_sample_in_name_order_sizes_the_parts_too() -> None:
@@ -134,7 +155,7 @@ def test_a_sample_in_name_order_sizes_the_parts_too() -> None:
     # with many streams per node sampled at random the estimate is low (max seen 5 of 12); a part that still
     # reaches the cap is then halved (the differential test below runs that path)
     sampled, index = _rows_of(10_000, 12, 10_000)
-    assert len(stream_part_ranges(sampled, index, 10_000)) >= 8
+    assert len(stream_part_ranges(sampled, index, 10_000)) >= 6
 
 
 def _strip(result: Result) -> dict[str, Any]:
@@ -164,22 +185,34 @@ def _lower_the_cap(monkeypatch: pytest.MonkeyPatch, cap: int) -> None:
     monkeypatch.setattr(logs, "MAX_ROWS", cap)
 
 
-@pytest.mark.parametrize("kind, nodes, cap, training_logs", [
-    ("parallelcluster", 30, 40, False), ("parallelcluster", 30, 60, False), ("hyperpod", 40, 30, False),
-    ("parallelcluster", 30, 40, True), ("hyperpod", 40, 30, True)])
-def test_a_capped_audit_re_read_in_parts_gives_the_uncapped_result(monkeypatch: pytest.MonkeyPatch, kind: str,
-                                                                   nodes: int, cap: int, training_logs: bool) -> None:
+@pytest.mark.parametrize("kind, nodes, cap, training_logs, path", [
+    # (a HyperPod node has about one stream, so its reads are capped only where its nodes would be: counted)
+    ("parallelcluster", 30, 40, False, "re-read"), ("parallelcluster", 30, 60, False, "re-read"),
+    ("parallelcluster", 30, 40, True, "re-read"),
+    ("parallelcluster", 30, 25, False, "counted"), ("hyperpod", 40, 30, False, "counted"),
+    ("hyperpod", 40, 30, True, "counted")])
+def test_a_read_past_the_cap_in_parts_gives_the_uncapped_result(monkeypatch: pytest.MonkeyPatch, kind: str,
+                                                                nodes: int, cap: int, training_logs: bool,
+                                                                path: str) -> None:
     spec = WorldSpec(kind=kind, nodes=nodes, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
     raw = generate(spec)
     world = parse_world(_with_training_logs(raw, spec.cluster_name) if training_logs else raw)
     uncapped = audit(aws_for(world), spec.cluster_name)
-    # Given the same world with the row cap lowered
+    # Given the same world with the row cap lowered: below the streams only ("re-read"), or below the nodes too
+    # ("counted": a stream per node would pass it)
     _lower_the_cap(monkeypatch, cap)
+    assert in_parts(nodes + 1) == (path == "counted")
     capped = audit(aws_for(world), spec.cluster_name)
     records = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name)).queries
-    # Then some per-stream query reached the cap and every one that did was read again completely
     capped_queries = [q for q in records if q.truncated and q.purpose in ("kernel-streams", "stream-summary")]
-    assert capped_queries and all(q.reread for q in capped_queries)
+    counts = [q for q in records if q.purpose == "stream-count"]
+    if path == "re-read":
+        # Then some per-stream query reached the cap and every one that did was read again completely
+        assert capped_queries and all(q.reread for q in capped_queries) and not counts
+    else:
+        # Then the kernel-streams and stream-summary rows were counted first and read in parts from the start
+        assert len(counts) == 2 and all(q.rows == 1 for q in counts)
+        assert all(q.reread for q in capped_queries)
     assert not any("maximum of" in g for g in capped.visibility_gaps)
     # and the answer is the uncapped audit's, node for node
     assert _strip(capped) == _strip(uncapped)

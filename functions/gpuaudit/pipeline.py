@@ -105,8 +105,9 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
         part = cache.fresh_window(win, usable)
         known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
         # The last read's streams size this one's summary: expected past the 10,000-row cap, it starts in parts.
-        # (Kernel streams are not sized so: this read counts only the kernel lines since the last, usually few.)
-        expected = {"summary": sum(len(c.hours) for c in usable)}
+        # Kernel streams are not counted first: this read counts only the kernel lines since the last, usually few
+        # (read whole, and again in parts if it reaches the cap).
+        expected = {"summary": sum(len(c.hours) for c in usable), "kernel": 0}
         fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
                               slots=slots, journal=journal, expected_streams=expected)
         merged = cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)

@@ -159,9 +159,11 @@ def test_a_quota_full_past_the_deadline_becomes_a_named_gap() -> None:
     assert refused and all(g.error_code == "LimitExceededException" for g in refused)
 
 
-def test_a_capped_read_re_read_in_parts_is_waited_for_and_gives_the_polled_batch(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given more streams than the (lowered) row cap, and queries that stay Running for two reads
+@pytest.mark.parametrize("nodes, path", [(4, "re-read"), (12, "counted")])
+def test_a_read_past_the_cap_in_parts_is_waited_for_and_gives_the_polled_batch(
+        monkeypatch: pytest.MonkeyPatch, nodes: int, path: str) -> None:
+    # Given more streams than the (lowered) row cap — with few nodes (the whole read reaches the cap and is read
+    # again in parts) or nodes past it too (the rows are counted first) — and queries that stay Running for two reads
     from gpuaudit.collectors import logs
     from gpuaudit.embedded.insights import execution
 
@@ -169,17 +171,21 @@ def test_a_capped_read_re_read_in_parts_is_waited_for_and_gives_the_polled_batch
     monkeypatch.setattr(logs, "MAX_ROWS", 8)
 
     def big() -> PClusterWorld:
-        w = PClusterWorld(n_compute=12)
+        w = PClusterWorld(n_compute=nodes)
         for node in w.compute:
             w.healthy(node, at(-48), at(12, 25))
+            w.other_log(node, "slurmd", at(-48), at(12, 25))
         w.healthy(w.compute[0], at(-48), at(8))
         w.raw.setdefault("faults", []).append(SLOW)
         return w
 
     batch, invocations, account = journaled(big())
     reference = polled(big())
-    # Then the parts are started across invocations, each once, and the batch is the polled one
+    # Then the count and the parts are started across invocations, each once, and the batch is the polled one
     assert invocations > 1
-    assert any(q.truncated and q.reread for q in batch.queries)
+    if path == "re-read":
+        assert any(q.truncated and q.reread for q in batch.queries)
+    else:
+        assert [q.purpose for q in batch.queries].count("stream-count") == 2
     assert batch.model_dump(exclude={"queries"}) == reference.model_dump(exclude={"queries"})
     assert account.calls[("logs", "StartQuery")] == len(batch.queries)

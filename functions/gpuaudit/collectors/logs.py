@@ -65,15 +65,15 @@ MAX_GROUPS_PER_QUERY = 50
 MAX_ROWS = 10_000
 FINISHED = {"Complete", "Failed", "Cancelled", "Timeout", "Unknown"}
 
-KERNEL_QUERY = (
-    'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/ '
-    "| stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line by @log, @logStream"
-)
+KERNEL_FILTER = 'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/'
+KERNEL_QUERY = f"{KERNEL_FILTER} | stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line by @log, @logStream"
 SUMMARY_QUERY = (
     "stats count(*) as lines, min(@timestamp) as first, max(@timestamp) as last by @log, @logStream, bin(1h) as hour "
     "| stats count(*) as live_hours, sum(lines) as total_lines, min(first) as first_event, max(last) as last_event "
     "by @log, @logStream"
 )
+# How many rows a per-stream read returns (streams with a line, or with a kernel line): one row.
+STREAM_COUNT = "stats count(*) as lines by @log, @logStream | stats count(*) as streams"
 # The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
 GPU_QUERY = gpu_lines_query(MAX_ROWS)
 
@@ -401,8 +401,12 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                   expected_streams: Mapping[str, int] | None = None) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
-    the audit's concurrency budget, when batches share one. `expected_streams`: rows the "kernel" and "summary"
-    reads are expected to return (the last read's streams): one expected past the cap is read in parts at once."""
+    the audit's concurrency budget, when batches share one.
+
+    A per-stream read (kernel streams, stream summary) expected past the 10,000-row cap is read in parts from the
+    start: `expected_streams` gives its rows when known (an hourly read, from the last read's streams); when it
+    does not and the fleet alone would pass the cap (a stream or more per node), a `stream-count` query counts them
+    first (one row). Otherwise the whole is read, and read again in parts if it reaches the cap."""
     gaps: list[Gap] = []
     runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
     runner.gaps = gaps
@@ -410,18 +414,28 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         "kernel": ("kernel-streams", win.lifetime_start, win.padded_end, KERNEL_QUERY),
         "summary": ("stream-summary", win.padded_start, win.padded_end, SUMMARY_QUERY),
         "gpu": ("gpu-lines", win.gpu_start, win.gpu_end, GPU_QUERY)}
-    expect = expected_streams or {}
-    pending: dict[str, _Pending | _Parts] = {
-        kind: _Parts(runner, purpose, batch, start, end, query, part_ranges(expect[kind]))
-        if in_parts(expect.get(kind, 0)) else runner.start(purpose, batch, start, end, query)
-        for kind, (purpose, start, end, query) in reads.items()}
+    counts = {"kernel": f"{KERNEL_FILTER} | {STREAM_COUNT}", "summary": STREAM_COUNT}
+    expect = dict(expected_streams or {})
+
+    def read(kind: str, streams: int | None) -> _Pending | _Parts:
+        purpose, start, end, query = reads[kind]
+        if streams is not None and in_parts(streams):
+            return _Parts(runner, purpose, batch, start, end, query, part_ranges(streams))
+        return runner.start(purpose, batch, start, end, query)
+
+    counting = {kind: runner.start("stream-count", batch, reads[kind][1], reads[kind][2], query,
+                                   f" (rows of the {reads[kind][0]} read)")
+                for kind, query in counts.items() if kind not in expect and in_parts(len(nodes))}
+    pending: dict[str, _Pending | _Parts] = {kind: read(kind, expect.get(kind)) for kind in reads if kind not in counting}
+    for kind, count in counting.items():  # a count not read leaves the whole to be read (re-read if capped)
+        pending[kind] = read(kind, _streams_counted(runner.results(count)))
     kernel: list[KernelStream] = []
     summary: dict[tuple[str, str], StreamActivity] = {}
     gpu_lines: list[GpuLine] = []
     truncated: set[str] = set()
     unanswered: set[str] = set()
     node_index = NodeIndex(nodes)
-    for kind, p in pending.items():
+    for kind, p in sorted(pending.items(), key=lambda item: list(reads).index(item[0])):
         purpose, start, end, query = reads[kind]
         if isinstance(p, _Parts):  # expected past the cap: read in parts from the start
             parts = p.read()
@@ -632,36 +646,57 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
     return activity.model_copy(update=update)
 
 
-# A per-stream query (kernel-streams, stream-summary) that reaches the 10,000-row cap — or that is expected to, from
-# the streams the last read found — is read in parts, each filtered on a range of the last hex digit of an instance
-# ID in the stream's name (uniform whether IDs are random, as EC2's are, or sequential, as in test worlds). The names
-# that hold no instance ID ride with the first part (`or ... not like`): together the parts are the exact complement
-# of nothing, so every name falls in a part. A name with two IDs may fall in two; rows are keyed by stream, so the
-# overlap is harmless. Filtering on @logStream keeps each stream's row whole. A part that still reaches the cap is
-# halved, down to one digit value (16 parts: 160,000 streams per batch); the names without an ID then get a part of
-# their own, which cannot be split (past 10,000 such names per batch it stays a gap). No look-around: the service's
-# regular expressions are not Python's.
-STREAM_PART_HEX = "0123456789abcdef"
-_ID_LAST_DIGIT = "i-(?:[0-9a-f]{{7}}|[0-9a-f]{{16}})[{digits}](?:[^0-9a-f]|$)"
-_ANY_ID = _ID_LAST_DIGIT.format(digits="0-9a-f")
+# A per-stream query (kernel-streams, stream-summary) expected past the 10,000-row cap — counted first, or known
+# from the last read — or that reaches it, is read in parts, each filtered on a range of the last two hex digits
+# of an instance ID in the stream's name (256 endings, uniform whether IDs are random, as EC2's are, or sequential,
+# as in test worlds). The names that hold no instance ID ride with the first part (`or ... not like`), so every
+# name falls in a part. A name with two IDs may fall in two; rows are keyed by stream, so the overlap is harmless.
+# Filtering on @logStream keeps each stream's row whole. A part that still reaches the cap is halved, down to one
+# ending (2.56 million streams per batch); the names without an ID then get a part of their own, which cannot be
+# split (past 10,000 such names per batch it stays a gap). No look-around: the service's regular expressions are
+# not Python's.
+_HEX = "0123456789abcdef"
+ENDINGS = 256  # two hex digits
+Endings = tuple[int, int]  # [first, last + 1) of the 256 two-digit endings, as numbers
+_ID_ENDING = "i-(?:[0-9a-f]{{6}}|[0-9a-f]{{15}})(?:{endings})(?:[^0-9a-f]|$)"  # IDs of 8 or 17 digits
+_ANY_ID = _ID_ENDING.format(endings="[0-9a-f]{2}")
 NO_INSTANCE_ID = f"filter @logStream not like /{_ANY_ID}/"
-PART_HEADROOM = 1.25  # parts are sized for 80 % of the cap: the number of streams is an estimate
+PART_HEADROOM = 1.2  # parts are sized for 83 % of the cap: IDs spread unevenly, and a count may be an estimate
 
 
-def stream_part_filter(digits: str | None, unnamed: bool = False) -> str:
-    """The streams whose name holds an instance ID ending in one of `digits`, and with `unnamed` those whose name
-    holds none (`digits` None: only those)."""
-    if digits is None:
+def _endings_pattern(span: Endings) -> str:
+    """The endings [lo, hi) as alternatives of explicit characters (`[9ab]`, never `[9-b]`). An ending's number
+    is 16 × its last digit + the digit before, so sequential IDs, whose last digit turns fastest, spread over the
+    parts as random ones do."""
+    def chars(a: int, b: int) -> str:
+        return _HEX[a] if a == b else f"[{_HEX[a:b + 1]}]"
+
+    (a_last, a_before), (b_last, b_before) = divmod(span[0], 16), divmod(span[1] - 1, 16)
+    if a_last == b_last:
+        return chars(a_before, b_before) + _HEX[a_last]
+    pieces = [chars(a_before, 15) + _HEX[a_last]]
+    if b_last - a_last > 1:
+        pieces.append("[0-9a-f]" + chars(a_last + 1, b_last - 1))
+    return "|".join([*pieces, chars(0, b_before) + _HEX[b_last]])
+
+
+def stream_part_filter(span: Endings | None, unnamed: bool = False) -> str:
+    """The streams whose name holds an instance ID ending in `span`, and with `unnamed` those whose name holds
+    none (`span` None: only those)."""
+    if span is None:
         return NO_INSTANCE_ID
-    where = f"filter @logStream like /{_ID_LAST_DIGIT.format(digits=digits)}/"
+    where = f"filter @logStream like /{_ID_ENDING.format(endings=_endings_pattern(span))}/"
     return f"{where} or @logStream not like /{_ANY_ID}/" if unnamed else where
 
 
-def part_ranges(streams: int) -> list[str]:
-    """The digit ranges for about `streams` streams: as few as keep each part near 80 % of the cap, at least two."""
-    digits = len(STREAM_PART_HEX)
-    size = max(1, min(digits // 2, int(digits * MAX_ROWS / (max(streams, 1) * PART_HEADROOM))))
-    return [STREAM_PART_HEX[i:i + size] for i in range(0, digits, size)]
+def part_ranges(streams: int) -> list[Endings]:
+    """Endings for about `streams` streams: as few near-equal parts as keep the widest within 83 % of the cap, at
+    least two (at most 256: one ending each)."""
+    parts = max(2, math.ceil(streams * PART_HEADROOM / MAX_ROWS))
+    while parts < ENDINGS and math.ceil(ENDINGS / parts) * streams * PART_HEADROOM > ENDINGS * MAX_ROWS:
+        parts += 1
+    parts = min(parts, ENDINGS)
+    return [(ENDINGS * i // parts, ENDINGS * (i + 1) // parts) for i in range(parts)]
 
 
 def in_parts(streams: int) -> bool:
@@ -669,8 +704,8 @@ def in_parts(streams: int) -> bool:
     return streams * PART_HEADROOM > MAX_ROWS
 
 
-def stream_part_ranges(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> list[str]:
-    """The digit ranges of a re-read, for an estimate of the streams from the capped rows: the most streams any one
+def stream_part_ranges(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> list[Endings]:
+    """The endings of a re-read, for an estimate of the streams from the capped rows: the most streams any one
     node has among them (a node's streams are alike across the fleet), times the nodes."""
     per_node = Counter(iid for r in rows for iid in stream_node_ids(r.get("@logStream", ""), index))
     return part_ranges(max(per_node.values(), default=1) * max(node_count, len(per_node), 1))
@@ -683,38 +718,49 @@ class PartsRead:
     answered: bool  # at least one part returned rows
 
 
+def _streams_counted(rows: list[dict[str, str]] | None) -> int | None:
+    """The `streams` of a STREAM_COUNT result (no row: none); None when it was not read."""
+    if rows is None:
+        return None
+    try:
+        return int(float(rows[0].get("streams", "0"))) if rows else 0
+    except ValueError:
+        return None
+
+
 class _Parts:
     """A per-stream read in parts: every part is started at once (within the query budget), then read, and a part
     still at the cap is halved. `rows`: a capped whole's rows, when the whole was read first (`capped`)."""
 
     def __init__(self, runner: InsightsRunner, purpose: QueryPurpose, groups: list[str], start: datetime,
-                 end: datetime, query: str, ranges: list[str], rows: Sequence[dict[str, str]] = (),
+                 end: datetime, query: str, ranges: list[Endings], rows: Sequence[dict[str, str]] = (),
                  capped: _Pending | None = None) -> None:
         self.runner, self.purpose, self.groups, self.start, self.end, self.query = \
             runner, purpose, groups, start, end, query
         self.by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
         self.superseded = [capped] if capped else []  # the queries whose rows the parts read again
-        self.queue = deque(self._begin(digits, i == 0) for i, digits in enumerate(ranges))
+        self.queue = deque(self._begin(span, i == 0) for i, span in enumerate(ranges))
 
-    def _begin(self, digits: str | None, unnamed: bool) -> tuple[str | None, bool, _Pending]:
-        where = stream_part_filter(digits, unnamed)
-        return digits, unnamed, self.runner.start(self.purpose, self.groups, self.start, self.end,
-                                                  f"{where} | {self.query}",
-                                                  f" for streams matching {where.removeprefix('filter @logStream ')}")
+    def _begin(self, span: Endings | None, unnamed: bool) -> tuple[Endings | None, bool, _Pending]:
+        where = stream_part_filter(span, unnamed)
+        return span, unnamed, self.runner.start(self.purpose, self.groups, self.start, self.end,
+                                                f"{where} | {self.query}",
+                                                f" for streams matching {where.removeprefix('filter @logStream ')}")
 
     def read(self) -> PartsRead:
         left, answered = 0, False
         while self.queue:
-            digits, unnamed, p = self.queue.popleft()
+            span, unnamed, p = self.queue.popleft()
             part = self.runner.results(p)
             answered |= part is not None
             self.by_stream.update(((r.get("@log", ""), r.get("@logStream", "")), r) for r in part or [])
-            if part is None or len(part) < MAX_ROWS or digits is None or (len(digits) == 1 and not unnamed):
+            if part is None or len(part) < MAX_ROWS or span is None or (span[1] - span[0] == 1 and not unnamed):
                 left += part is None or len(part) >= MAX_ROWS
                 continue
             self.superseded.append(p)
-            halves = [digits[:len(digits) // 2], digits[len(digits) // 2:]] if len(digits) > 1 else [digits]
-            self.queue.extend(self._begin(d, False) for d in halves)
+            middle = (span[0] + span[1]) // 2
+            halves = [(span[0], middle), (middle, span[1])] if span[1] - span[0] > 1 else [span]
+            self.queue.extend(self._begin(half, False) for half in halves)
             if unnamed:
                 self.queue.append(self._begin(None, False))
         if not left:

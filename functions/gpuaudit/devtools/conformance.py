@@ -27,12 +27,16 @@ from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.logs import (
     BOOT_ROWS,
     DEEP_IDS_PER_QUERY,
+    ENDINGS,
     FINISHED,
     GPU_QUERY,
+    KERNEL_FILTER,
     KERNEL_QUERY,
+    STREAM_COUNT,
     SUMMARY_QUERY,
     hours_query,
     hours_query_chunks,
+    stream_part_filter,
 )
 from gpuaudit.domain.markers import boot_lines_query
 from gpuaudit.domain.streams import INSTANCE_ID
@@ -93,7 +97,7 @@ def read_events(aws: Aws, group: str, start_s: int, end_s: int, max_events: int)
 
 
 def probes(read: EventRead) -> list[Probe]:
-    """The product's four templates over the read window, then the behaviours the evaluator assumes."""
+    """The product's templates over the read window, then the behaviours the evaluator assumes."""
     start, end = read.start_s, read.end_s
     streams = sorted({str(e["logStreamName"]) for e in read.events})
     hours = max(1, (end - start) // 3600 + 1)
@@ -102,6 +106,11 @@ def probes(read: EventRead) -> list[Probe]:
         Probe("kernel-streams", KERNEL_QUERY, start, end, False),
         Probe("stream-summary", SUMMARY_QUERY, start, end, False),
         Probe("gpu-lines", GPU_QUERY, start, end, True),
+        # at fleet scale: the rows of the two per-stream reads counted first, and a part of one by ID ending
+        Probe("stream-count", STREAM_COUNT, start, end, False),
+        Probe("kernel-count", f"{KERNEL_FILTER} | {STREAM_COUNT}", start, end, False),
+        Probe("stream-part", f"{stream_part_filter((0, ENDINGS // 2), unnamed=True)} | {SUMMARY_QUERY}", start, end,
+              False),
     ]
     ids = sorted({m.group(0) for s in streams if (m := INSTANCE_ID.search(s))})
     if ids:  # the since-launch search for boot-time lines names the nodes' instance IDs

@@ -455,7 +455,8 @@ class GpuActivity(Frozen):
     gpu_ids: list[str] = Field(default_factory=list)
 
 
-QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-hours", "gpu-lines", "boot-lines"]
+# stream-count: how many rows a kernel-streams or stream-summary read will return, asked first at fleet scale
+QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-count", "stream-hours", "gpu-lines", "boot-lines"]
 
 
 class QueryRecord(Frozen):
