@@ -30,7 +30,7 @@ from gpuaudit.domain.streams import INSTANCE_ID, NodeIndex
 from gpuaudit.embedded.insights import execution
 from gpuaudit.embedded.insights.syntax import BoolOp, Expr, FilterCmd, Like, Not, parse_query
 from gpuaudit.embedded.world import parse_world
-from gpuaudit.model.evidence import AuditRequest, NodeInfo, QueryPurpose
+from gpuaudit.model.evidence import AuditRequest, NodeInfo, QueryPurpose, StreamActivity
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.pipeline import collect
@@ -288,9 +288,46 @@ def test_a_detail_query_that_reaches_the_cap_is_read_again_in_halves(monkeypatch
     # detail query would make them
     _lower_the_cap(monkeypatch, 100)  # above the 77 hours one stream can fill
     monkeypatch.setattr(logs, "DETAIL_ROWS", 10_000)
+    monkeypatch.setattr(logs, "one_run", lambda _a: None)  # every gap stream read by detail query
     evidence = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name, since=parse_time(since)))
     halved = audit(aws_for(world), spec.cluster_name, since=since)
     # Then each capped one was read again in halves, and the answer is the same
     hours = [q for q in evidence.queries if q.purpose == "stream-hours"]
     assert any(q.truncated for q in hours) and all(q.reread for q in hours if q.truncated)
     assert _strip(halved) == _strip(as_is)
+
+
+@pytest.mark.parametrize("kind", ["parallelcluster", "hyperpod"])
+def test_streams_whose_live_hours_are_one_run_need_no_detail_query(monkeypatch: pytest.MonkeyPatch,
+                                                                   kind: str) -> None:
+    # Given a world where 30 % of the nodes went silent for good at some hour, and nodes launched inside the window
+    spec = WorldSpec(kind=kind, nodes=30, days=3.0, silent_fraction=0.3, xid_rate=0.1, seed=6)
+    world = parse_world(generate(spec))
+    since = iso(world.now - timedelta(days=3))
+    request = AuditRequest(cluster=spec.cluster_name, since=parse_time(since))
+    # When audited as the product does, and with every gap stream's hours read by a detail query instead
+    summary_only = audit(aws_for(world), spec.cluster_name, since=since)
+    queries = collect(aws_for(world), request).queries
+    monkeypatch.setattr(logs, "one_run", lambda _a: None)
+    detailed = audit(aws_for(world), spec.cluster_name, since=since)
+    detail_queries = collect(aws_for(world), request).queries
+    # Then the summary alone gave those streams' hours, and they are the hours the detail query read
+    assert not [q for q in queries if q.purpose == "stream-hours"]
+    assert [q for q in detail_queries if q.purpose == "stream-hours"]
+    assert any(c.empty_hours for n in summary_only.nodes for c in n.coverage)  # silent nodes, listed hour by hour
+    assert _strip(summary_only) == _strip(detailed)
+
+
+def test_one_run_is_proven_only_by_as_many_live_hours_as_hours_spanned() -> None:
+    def activity(first: str, last: str, live: int) -> StreamActivity:
+        return StreamActivity(log_group="/g", log_stream="s", lines=99, live_hours=live,
+                              first_event=parse_time(first), last_event=parse_time(last))
+
+    # 07:10 .. 10:50 spans the hours 07, 08, 09, 10: live in all four is one run
+    assert logs.one_run(activity("2026-10-01T07:10:00Z", "2026-10-01T10:50:00Z", 4)) == {
+        parse_time(f"2026-10-01T{h:02d}:00:00Z"): 1 for h in (7, 8, 9, 10)}
+    # live in three of them: a hole somewhere, which only the detail query can place
+    assert logs.one_run(activity("2026-10-01T07:10:00Z", "2026-10-01T10:50:00Z", 3)) is None
+    assert logs.one_run(activity("2026-10-01T07:10:00Z", "2026-10-01T07:50:00Z", 1)) == {
+        parse_time("2026-10-01T07:00:00Z"): 1}
+    assert logs.one_run(StreamActivity(log_group="/g", log_stream="s", lines=0, live_hours=0)) is None

@@ -58,7 +58,7 @@ from gpuaudit.model.evidence import (
     QueryRecord,
     StreamActivity,
 )
-from gpuaudit.model.timeutil import floor_hour, hours_between, iso, parse_time
+from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso, parse_time
 
 KEYWORDS = ("kernel", "messages", "syslog", "system", "dmesg", "journal", "gpu")
 MAX_GROUPS_PER_QUERY = 50
@@ -499,8 +499,10 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         summary.update({key: StreamActivity(log_group=key[0], log_stream=key[1], lines=0, live_hours=0)
                         for key in unread})
         need_detail |= unread
-    detail = _hour_detail(runner, need_detail, expected, win.padded_start, win.padded_end,
+    in_one_run = {key: hours for key in need_detail - unread if (hours := one_run(summary[key])) is not None}
+    detail = _hour_detail(runner, need_detail - in_one_run.keys(), expected, win.padded_start, win.padded_end,
                           {key: a.live_hours for key, a in summary.items() if key not in unread})
+    detail.update(in_one_run)
     activity = [_with_hours(a, detail.get(key), key in unread) if key in need_detail else a
                 for key, a in sorted(summary.items())]
     listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
@@ -637,6 +639,20 @@ def describe_silent_streams(aws: Aws, kernel: list[KernelStream], activity: list
 
 def _time_ms(value: Any) -> datetime | None:
     return parse_time(value) if isinstance(value, (int, float)) else None
+
+
+def one_run(activity: StreamActivity) -> dict[datetime, int] | None:
+    """The live hours of a stream its summary alone proves: live in as many hours as there are from its first
+    line's hour to its last line's, so each of those held a line and no other did (a node that went silent for
+    good, or started late). None when the live hours have holes: the detail query reads them. Each hour is
+    marked 1: which hours held a line is what the rules read, not how many lines."""
+    if activity.first_event is None or activity.last_event is None:
+        return None
+    first, last = floor_hour(activity.first_event), floor_hour(activity.last_event)
+    span = (last - first) // HOUR + 1
+    if activity.live_hours != span:
+        return None
+    return {first + i * HOUR: 1 for i in range(span)}
 
 
 def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, unread: bool) -> StreamActivity:
