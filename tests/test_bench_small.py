@@ -63,12 +63,14 @@ def test_ratios_and_the_judge_step_agree_with_the_audit(small: dict[int, dict[st
     assert figures["ours"]["xid_status"] == {"Measured": 21}
 
 
-def test_silent_nodes_add_detail_queries_not_per_node_queries() -> None:
+def test_silent_nodes_add_no_per_node_queries() -> None:
     figures = run_bench(BenchConfig(nodes=8, days=1.0, silent_fraction=0.25, xid_rate=0.0, seed=2))
     ours = figures["ours"]
     assert ours["xid_status"]["Not observable"] == 2
-    # one detail query per log group holding gaps, never one per node
-    assert 0 < ours["queries_by_purpose"]["stream-hours"] <= figures["log_groups"]
+    # a node silent for good has its live hours in one run, which the summary proves: no detail query, and never
+    # one per node
+    assert ours["queries_by_purpose"].get("stream-hours", 0) == 0
+    assert ours["start_query"] == 3 * -(-ours["log_groups_found"] // 50)
 
 
 def test_a_sampled_naive_run_extrapolates_to_the_full_count_and_says_so(small: dict[int, dict[str, Any]]) -> None:

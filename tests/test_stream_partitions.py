@@ -25,15 +25,16 @@ from gpuaudit.collectors.logs import (
     stream_part_ranges,
 )
 from gpuaudit.devtools.bench import HOW_READ
+from gpuaudit.devtools.demo import demo_request
 from gpuaudit.devtools.worldgen import WorldSpec, generate
 from gpuaudit.domain.streams import INSTANCE_ID, NodeIndex
 from gpuaudit.embedded.insights import execution
 from gpuaudit.embedded.insights.syntax import BoolOp, Expr, FilterCmd, Like, Not, parse_query
-from gpuaudit.embedded.world import parse_world
+from gpuaudit.embedded.world import load_world, parse_world
 from gpuaudit.model.evidence import AuditRequest, NodeInfo, QueryPurpose, StreamActivity
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
-from gpuaudit.pipeline import collect
+from gpuaudit.pipeline import collect, run_audit
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
 
@@ -331,3 +332,28 @@ def test_one_run_is_proven_only_by_as_many_live_hours_as_hours_spanned() -> None
     assert logs.one_run(activity("2026-10-01T07:10:00Z", "2026-10-01T07:50:00Z", 1)) == {
         parse_time("2026-10-01T07:00:00Z"): 1}
     assert logs.one_run(StreamActivity(log_group="/g", log_stream="s", lines=0, live_hours=0)) is None
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "functions" / "gpuaudit" / "worlds"
+
+
+@pytest.mark.parametrize("audit_spec", json.loads((SHIPPED / "demo.json").read_text())["audits"],
+                         ids=lambda a: a["world"].removesuffix(".world.json"))
+@pytest.mark.parametrize("mode", ["coverage", "incident"])
+def test_every_shipped_world_gives_the_same_result_however_its_streams_are_read(
+        monkeypatch: pytest.MonkeyPatch, audit_spec: dict[str, Any], mode: str) -> None:
+    # Given a shipped world, audited as the product reads it
+    world = load_world(SHIPPED / audit_spec["world"])
+    request = demo_request({**audit_spec, "mode": mode})
+    as_read = run_audit(aws_for(world), request)
+    # When every gap stream's hours come from a detail query, and when the row cap is lowered below its streams
+    # (read whole and again in parts) and below its nodes (counted first, read in parts)
+    with monkeypatch.context() as patched:
+        patched.setattr(logs, "one_run", lambda _a: None)
+        results = [run_audit(aws_for(world), request)]
+    for cap in (12, 6):  # one node has 4 streams: a single ending cannot be split below that
+        _lower_the_cap(monkeypatch, cap)
+        results.append(run_audit(aws_for(world), request))
+    # Then the answer is the same every way
+    for other in results:
+        assert _strip(other) == _strip(as_read)
