@@ -30,7 +30,7 @@ from gpuaudit.devtools.worldgen import WorldSpec, generate
 from gpuaudit.domain.streams import INSTANCE_ID, NodeIndex
 from gpuaudit.embedded.insights import execution
 from gpuaudit.embedded.insights.syntax import BoolOp, Expr, FilterCmd, Like, Not, parse_query
-from gpuaudit.embedded.world import load_world, parse_world
+from gpuaudit.embedded.world import World, load_world, parse_world
 from gpuaudit.model.evidence import AuditRequest, NodeInfo, QueryPurpose, StreamActivity
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
@@ -277,21 +277,26 @@ def test_detail_queries_are_packed_by_the_live_hours_the_summary_counted() -> No
     assert logs.detail_chunks(two, 170, dict.fromkeys(two, 100)) == [two]
 
 
+def _three_days_with_silent_nodes(kind: str, seed: int) -> tuple[World, str, str]:
+    """30 nodes, 30 % of them silent for good from some hour of the last 3 days: the world, cluster, `since`."""
+    spec = WorldSpec(kind=kind, nodes=30, days=3.0, silent_fraction=0.3, xid_rate=0.1, seed=seed)
+    world = parse_world(generate(spec))
+    return world, spec.cluster_name, iso(world.now - timedelta(days=3))
+
+
 @pytest.mark.parametrize("kind", ["parallelcluster", "hyperpod"])
 def test_a_detail_query_that_reaches_the_cap_is_read_again_in_halves(monkeypatch: pytest.MonkeyPatch,
                                                                      kind: str) -> None:
     # Given a world with silent nodes (their kernel streams need per-hour detail), audited over 3 days as it is
-    spec = WorldSpec(kind=kind, nodes=30, days=3.0, silent_fraction=0.3, xid_rate=0.1, seed=5)
-    world = parse_world(generate(spec))
-    since = iso(world.now - timedelta(days=3))
-    as_is = audit(aws_for(world), spec.cluster_name, since=since)
+    world, cluster, since = _three_days_with_silent_nodes(kind, seed=5)
+    as_is = audit(aws_for(world), cluster, since=since)
     # When the detail queries are packed past the (lowered) cap, as lines that arrive between the summary and the
     # detail query would make them
     _lower_the_cap(monkeypatch, 100)  # above the 77 hours one stream can fill
     monkeypatch.setattr(logs, "DETAIL_ROWS", 10_000)
     monkeypatch.setattr(logs, "one_run", lambda _a: None)  # every gap stream read by detail query
-    evidence = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name, since=parse_time(since)))
-    halved = audit(aws_for(world), spec.cluster_name, since=since)
+    evidence = collect(aws_for(world), AuditRequest(cluster=cluster, since=parse_time(since)))
+    halved = audit(aws_for(world), cluster, since=since)
     # Then each capped one was read again in halves, and the answer is the same
     hours = [q for q in evidence.queries if q.purpose == "stream-hours"]
     assert any(q.truncated for q in hours) and all(q.reread for q in hours if q.truncated)
@@ -302,15 +307,13 @@ def test_a_detail_query_that_reaches_the_cap_is_read_again_in_halves(monkeypatch
 def test_streams_whose_live_hours_are_one_run_need_no_detail_query(monkeypatch: pytest.MonkeyPatch,
                                                                    kind: str) -> None:
     # Given a world where 30 % of the nodes went silent for good at some hour, and nodes launched inside the window
-    spec = WorldSpec(kind=kind, nodes=30, days=3.0, silent_fraction=0.3, xid_rate=0.1, seed=6)
-    world = parse_world(generate(spec))
-    since = iso(world.now - timedelta(days=3))
-    request = AuditRequest(cluster=spec.cluster_name, since=parse_time(since))
+    world, cluster, since = _three_days_with_silent_nodes(kind, seed=6)
+    request = AuditRequest(cluster=cluster, since=parse_time(since))
     # When audited as the product does, and with every gap stream's hours read by a detail query instead
-    summary_only = audit(aws_for(world), spec.cluster_name, since=since)
+    summary_only = audit(aws_for(world), cluster, since=since)
     queries = collect(aws_for(world), request).queries
     monkeypatch.setattr(logs, "one_run", lambda _a: None)
-    detailed = audit(aws_for(world), spec.cluster_name, since=since)
+    detailed = audit(aws_for(world), cluster, since=since)
     detail_queries = collect(aws_for(world), request).queries
     # Then the summary alone gave those streams' hours, and they are the hours the detail query read
     assert not [q for q in queries if q.purpose == "stream-hours"]
