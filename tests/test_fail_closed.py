@@ -3,6 +3,11 @@ failing (or one source the rules must not ignore), on a small world written from
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.model.result import Result
 from tests.helpers.worlds import HyperPodWorld, Node, PClusterWorld, at, node_of
 
@@ -122,3 +127,72 @@ def test_p3_quota_read_but_absent_is_unverified_not_not_checked() -> None:
     checks = {c.id: c for c in w.audit("hp-slurm", mode="preflight").checks}
     assert checks["P3"].result == "UNVERIFIED", checks["P3"]
     assert "not among the quotas read" in checks["P3"].evidence
+
+
+def _refuse_queries(monkeypatch: pytest.MonkeyPatch, *markers: str) -> None:
+    """Logs Insights refuses the queries whose text holds one of `markers` (a read of a batch); the others answer."""
+    call = Aws.call
+
+    def refusing(self: Aws, service: str, operation: str, **params: Any) -> dict[str, Any]:
+        if operation == "StartQuery" and any(m in params.get("queryString", "") for m in markers):
+            raise CallFailed("logs", "StartQuery", "AccessDeniedException", "not authorized to query")
+        return call(self, service, operation, **params)
+
+    monkeypatch.setattr(Aws, "call", refusing)
+
+
+def _live_nodes() -> PClusterWorld:
+    w = PClusterWorld(n_compute=2)
+    for n in w.compute:
+        w.healthy(n, at(0), at(12, 30))
+    return w
+
+
+def test_a_kernel_streams_read_that_failed_proves_no_node_ships_no_kernel_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given live nodes whose kernel-streams query is refused, while the stream summary answers
+    w = _live_nodes()
+    _refuse_queries(monkeypatch, "kernel_lines")
+    result = w.audit(w.cluster, since=SINCE)
+    # Then no node is said to carry zero kernel lines or to ship "other logs, not kernel messages": the kernel lines
+    # were not read, and the row says so
+    assert any("kernel-streams" in g for g in result.visibility_gaps)
+    for n in w.compute:
+        (row,) = node_of(result, n.instance_id).coverage
+        assert row.status == "Not observable" and row.kernel_lines_ever is None
+        assert "ships other logs" not in (row.note or "") and "not read" in (row.note or "")
+
+
+def test_a_stream_summary_that_failed_is_never_read_as_empty_hours(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given live nodes whose stream-summary query is refused, while the kernel streams answer
+    w = _live_nodes()
+    _refuse_queries(monkeypatch, "live_hours")
+    result = w.audit(w.cluster, since=SINCE)
+    # Then each kernel stream's hours are read by name instead (a detail query), and prove what they prove
+    for n in w.compute:
+        (row,) = node_of(result, n.instance_id).coverage
+        assert row.status == "Measured" and row.empty_hours == [] and row.live_hours > 0
+
+
+def test_a_stream_summary_and_detail_that_failed_list_no_empty_hour(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the same nodes, with the stream-summary query and the detail queries by name both refused
+    w = _live_nodes()
+    _refuse_queries(monkeypatch, "live_hours", "@logStream in [")
+    result = w.audit(w.cluster, since=SINCE)
+    # Then no hour is listed as empty, no stream is said to have died, and liveness is not proven
+    for n in w.compute:
+        (row,) = node_of(result, n.instance_id).coverage
+        assert row.status == "Not observable" and row.empty_hours == []
+        assert "could not be read" in (row.note or "") and "DescribeLogStreams" not in (row.note or "")
+        assert "not a query error" not in (row.note or "")
+
+
+def test_per_stream_reads_that_failed_never_say_no_stream_names_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given both per-stream queries refused (the GPU lines answer)
+    w = _live_nodes()
+    _refuse_queries(monkeypatch, "live_hours", "kernel_lines")
+    result = w.audit(w.cluster, since=SINCE)
+    # Then no node is said to have no stream: what was not read may hold it
+    for n in w.compute:
+        rows = node_of(result, n.instance_id).coverage
+        assert rows and all(r.status == "Not observable" for r in rows)
+        assert not any("no stream names this node in the log groups searched" in (r.note or "") for r in rows)

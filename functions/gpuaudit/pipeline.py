@@ -133,7 +133,8 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
         "kernel_streams": logs.kernel_streams, "stream_activity": logs.stream_activity,
         "listed_streams": logs.listed_streams, "silent_streams": logs.silent_streams, "gpu_lines": logs.gpu_lines,
         "control_streams": control,
-        "boot_lines": logs.boot_lines,
+        "boot_lines": logs.boot_lines, "kernel_unread_groups": logs.kernel_unread_groups,
+        "summary_unread_groups": logs.summary_unread_groups,
         "queries": logs.queries, "gaps": gaps})
     controlplane.collect(aws, evidence, request)
     return evidence

@@ -106,6 +106,8 @@ class LogEvidence:
     listed_streams: list[ListedStream]
     silent_streams: list[ListedStream]
     boot_lines: list[GpuLine]
+    kernel_unread_groups: list[str]  # groups whose kernel-streams read did not complete
+    summary_unread_groups: list[str]  # groups whose stream-summary read did not complete
 
 
 def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap],
@@ -387,6 +389,9 @@ class BatchEvidence(BaseModel):
     gaps: list[Gap]
     listed: list[ListedStream] = []  # DescribeLogStreams, only when the kernel or summary query failed
     boot_lines: list[GpuLine] = []  # boot-time lines from before the GPU-lines window (boot-lines query)
+    # The per-stream reads ("kernel", "summary") that did not complete (a query failed, or a part stayed capped):
+    # in this batch's groups a stream's absence from them proves nothing.
+    unread: list[str] = []
 
 
 def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bool:
@@ -491,10 +496,10 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
             other_streams = [key for key in summary if key[0] == group and not key[1].startswith(HMA_PREFIX)]
             if not any(summary[key].live_hours >= expected for key in other_streams):
                 need_detail.update(other_streams)
-    # Rows past the 10,000-row cap were never read: a node's kernel stream missing from a truncated summary is
-    # asked for by name (detail query), never taken as empty for the window.
+    # Rows past the 10,000-row cap, or of a summary that failed, were never read: a node's kernel stream missing
+    # from the summary is asked for by name (detail query), never taken as empty for the window.
     unread: set[tuple[str, str]] = set()
-    if "summary" in truncated:
+    if "summary" in truncated | unanswered:
         unread = {key for key in kernel_keys if looks_like_node_stream(key[1], node_index) and key not in summary}
         summary.update({key: StreamActivity(log_group=key[0], log_stream=key[1], lines=0, live_hours=0)
                         for key in unread})
@@ -508,7 +513,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
     boot = _boot_lines(runner, batch, node_index, nodes, gpu_lines, win) if "gpu" not in unanswered else []
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
-                         queries=runner.records, gaps=gaps, listed=listed, boot_lines=boot)
+                         queries=runner.records, gaps=gaps, listed=listed, boot_lines=boot,
+                         unread=sorted({"kernel", "summary"} & (truncated | unanswered)))
 
 
 BOOT_ROWS = 1_000  # newest boot-time lines kept per query: a node boots a few times, each boot logs a few lines
@@ -834,7 +840,9 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
         boot_lines=sorted((g for b in batches for g in b.boot_lines), key=lambda g: g.time),
         queries=[q for b in batches for q in b.queries], discovered_nodes=discovered, hma_streams=hma_streams,
         listed_streams=listed, silent_streams=describe_silent_streams(
-            aws, [k for k in kernel if k.log_group in kept], activity, gaps))
+            aws, [k for k in kernel if k.log_group in kept], activity, gaps),
+        kernel_unread_groups=sorted(g for b in batches if "kernel" in b.unread for g in b.groups),
+        summary_unread_groups=sorted(g for b in batches if "summary" in b.unread for g in b.groups))
 
 
 def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:

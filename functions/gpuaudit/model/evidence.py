@@ -557,6 +557,10 @@ class Evidence(BaseModel):
     kernel_streams: list[KernelStream] = Field(default_factory=list)
     stream_activity: list[StreamActivity] = Field(default_factory=list)
     listed_streams: list[ListedStream] = Field(default_factory=list)  # DescribeLogStreams, when Insights failed
+    # Log groups whose kernel-streams / stream-summary read did not complete (a query failed, or a part stayed at the
+    # 10,000-row cap): there a stream's absence from kernel_streams / stream_activity proves nothing.
+    kernel_unread_groups: list[str] = Field(default_factory=list)
+    summary_unread_groups: list[str] = Field(default_factory=list)
     # Kernel-carrying streams with no line in the padded window, as DescribeLogStreams lists them: when they died.
     silent_streams: list[ListedStream] = Field(default_factory=list)
     gpu_lines: list[GpuLine] = Field(default_factory=list)

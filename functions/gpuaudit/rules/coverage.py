@@ -135,14 +135,15 @@ def _died(silent: ListedStream, pad: Padded) -> str:
 
 
 def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], since: datetime,
-                    kernel_capped: bool) -> CoverageRow:
+                    kernel_unread: bool) -> CoverageRow:
     best = sorted(streams, key=lambda a: (not a.log_stream.endswith(KERNEL_HINTS), -a.lines, a.log_stream))[0]
-    if kernel_capped:  # (b) was cut at the 10,000-row cap: absence from it is not "no kernel lines"
+    if kernel_unread:  # (b) failed or was cut at the 10,000-row cap: absence from it is not "no kernel lines"
         return CoverageRow(
             log_group=group, log_stream=best.log_stream, kernel_lines_ever=None, live_hours=best.live_hours,
             first_event=best.first_event, last_event=best.last_event, status="Not observable",
-            note="the kernel-streams query over this group hit the Logs Insights 10,000-row cap, so whether the "
-                 f"node's streams carry `kernel:` lines was not read (see visibility gaps); {COLLECT_ON_NODE}")
+            note="the kernel-streams query over this group did not complete (it failed, or stayed at the Logs "
+                 "Insights 10,000-row cap), so whether the node's streams carry `kernel:` lines was not read (see "
+                 f"visibility gaps); {COLLECT_ON_NODE}")
     if node.launch_time is not None and node.launch_time < since:
         # (b) is "since launch": older lines were not searched, so "ships no kernel lines" is not shown.
         why = (f"none held a `kernel:` line since {iso(since)}; the node launched {iso(node.launch_time)}, before "
@@ -166,15 +167,15 @@ def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Pad
             continue
         key = (k.log_group, k.log_stream)
         rows.append(_kernel_row(node, k, index.activity_by_key.get(key), pad, index.silent_by_key.get(key)))
-    capped = {g for q in evidence.queries if q.purpose == "kernel-streams" and q.truncated and not q.reread
-              for g in q.log_groups}
+    unread = {g for q in evidence.queries if q.purpose == "kernel-streams" and q.truncated and not q.reread
+              for g in q.log_groups} | set(evidence.kernel_unread_groups)
     other: dict[str, list[StreamActivity]] = defaultdict(list)
     for a in index.activity.get(node.instance_id, []):
         if a.log_group != evidence.hma_log_group and (a.log_group, a.log_stream) not in kernel_keys:
             other[a.log_group].append(a)
     for group, streams in sorted(other.items()):
         if group not in {k.log_group for k in kernel}:
-            rows.append(_other_logs_row(node, group, streams, lifetime_start, group in capped))
+            rows.append(_other_logs_row(node, group, streams, lifetime_start, group in unread))
     return rows
 
 
@@ -232,8 +233,11 @@ def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: P
                                 note=f"{node.instance_type} has no GPU or Trainium device: Xid evidence does not apply"))
     elif not rows:
         searched = ", ".join(g.name for g in evidence.log_groups) or "none found"
-        rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable",
-                                note=f"no stream names this node in the log groups searched: {searched}"))
+        unread = sorted({*evidence.kernel_unread_groups, *evidence.summary_unread_groups})
+        note = f"no stream names this node in the log groups searched: {searched}" if not unread else (
+            f"no stream read names this node; the per-stream queries over {', '.join(unread)} did not complete "
+            "(see visibility gaps), so its streams may be there")
+        rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable", note=note))
     if any(r.status == "Measured" for r in rows):
         status: XidStatus = "Measured"
     elif any(r.status == "No HMA detections" for r in rows):
