@@ -33,17 +33,25 @@ class NodeIndex:
         self.ids = {n.instance_id for n in listed}
         self.dns = [(n.instance_id, n.private_dns) for n in listed if n.private_dns]
         self.hosts: dict[str, list[str]] = {}
-        for iid, dns in self.dns:
+        # by a DNS name's first label: the nodes a stream can name by host are those whose first label is a token
+        # of the stream, so a name is matched against a few nodes, not all (10,000 × 40,000 at fleet scale)
+        self.by_label: dict[str, list[int]] = {}
+        for at, (iid, dns) in enumerate(self.dns):
             self.hosts.setdefault(dns.split(".", 1)[0], []).append(iid)
+            self.by_label.setdefault(dns.split(".", 1)[0], []).append(at)
+
+
+_TOKEN = re.compile(r"[\w-]+")  # what `_names_host` bounds a name by: a host's first label is one of these
 
 
 def stream_node_ids(stream: str, nodes: Iterable[NodeInfo] | NodeIndex) -> list[str]:
-    """IDs of the nodes a stream names (usually zero or one)."""
+    """IDs of the nodes a stream names (usually zero or one): by instance ID, else by private DNS name."""
     index = nodes if isinstance(nodes, NodeIndex) else NodeIndex(nodes)
     matched = sorted(i for i in set(INSTANCE_ID.findall(stream)) if i in index.ids)
     if matched:
         return matched
-    return [iid for iid, dns in index.dns if _names_host(stream, dns)]
+    candidates = sorted({at for token in _TOKEN.findall(stream) for at in index.by_label.get(token, ())})
+    return [index.dns[at][0] for at in candidates if _names_host(stream, index.dns[at][1])]
 
 
 def nccl_host_node_ids(message: str, nodes: NodeIndex) -> list[str]:
