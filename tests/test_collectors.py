@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.worlds import (
+    REGION,
     HyperPodWorld,
     PClusterWorld,
     WorldBuilder,
@@ -340,14 +341,25 @@ def test_summary_past_ten_thousand_rows_is_a_visibility_gap_never_empty_hours():
     assert row.status == "Not observable"
 
 
+def add_host_named_streams(w: WorldBuilder, group: str, count: int, time: str, message: str,
+                           last_digit: int | None = None) -> None:
+    """Tiny streams named by EC2 host name alone (`ip-1-9-a-b.<region>.compute.internal`, sorting before the nodes'
+    `ip-10-…` in stats output), with the IP address's last digit spread over 0-9, or all `last_digit`."""
+    g = next(g for g in w.section("logs", "groups") if g["logGroupName"] == group)
+    g["streams"].extend({"logStreamName": f"ip-1-9-{i // 10}-{i % 10}{'' if last_digit is None else last_digit}."
+                                          f"{REGION}.compute.internal", "events": [[time, message]]}
+                        for i in range(count))
+
+
 def test_kernel_query_past_ten_thousand_rows_is_not_read_as_no_kernel_lines():
-    # Given 10,001 old streams with kernel lines before the window, named by no instance ID (kernel-streams query
-    # capped, and so is its re-read part for names without an ID), and a node whose kernel stream is named by its
-    # host alone, live
+    # Given 10,001 old streams with kernel lines before the window, named by no instance ID and by EC2 host names
+    # ending in the same digit as the node's (kernel-streams query capped, and so is every part it is read again
+    # in), and a node whose kernel stream is named by its host alone, live
     w = PClusterWorld(n_compute=1)
     node = w.compute[0]
     w.kernel_stream(w.group, f"{node.private_dns}/messages", at(-10), at(12, 25), host=node.hostname)
-    add_filler_streams(w, w.group, 10_001, at(-20), "host kernel: usb 1-1: new device")
+    add_host_named_streams(w, w.group, 10_001, at(-20), "host kernel: usb 1-1: new device",
+                           last_digit=int(node.hostname[-1]))
 
     # When audited
     result = w.audit(w.cluster, since=SINCE, until=UNTIL)
@@ -360,6 +372,25 @@ def test_kernel_query_past_ten_thousand_rows_is_not_read_as_no_kernel_lines():
     assert "ships other logs" not in (row.note or "")
     assert "10,000-row cap" in (row.note or "")
     assert row.kernel_lines_ever is None
+
+
+def test_a_capped_kernel_query_is_read_again_by_host_name_so_a_node_named_by_host_is_measured():
+    # Given 10,001 old kernel streams named by EC2 host names alone (the last digits spread), and a node whose
+    # kernel stream is named by its host alone, live
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.kernel_stream(w.group, f"{node.private_dns}/messages", at(-10), at(12, 25), host=node.hostname)
+    add_host_named_streams(w, w.group, 10_001, at(-20), "host kernel: usb 1-1: new device")
+
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then the names without an instance ID are read again by their host name's last digit: every part stays under
+    # the cap, no gap, and the node is Measured from its own stream
+    assert not any("kernel-streams" in g and "10000 rows" in g for g in result.visibility_gaps)
+    n = node_of(result, node.instance_id)
+    assert n.xid_status == "Measured"
+    (row,) = n.coverage
+    assert row.log_stream == f"{node.private_dns}/messages" and row.kernel_lines_ever
 
 
 def test_a_capped_kernel_query_is_read_again_by_instance_id_so_a_node_named_by_id_is_measured():

@@ -19,6 +19,7 @@ from gpuaudit.collectors.logs import (
     ENDINGS,
     NO_INSTANCE_ID,
     Endings,
+    Part,
     in_parts,
     part_ranges,
     stream_part_filter,
@@ -115,6 +116,26 @@ def test_the_parts_cover_every_stream_name(parts: int) -> None:
     assert [_holds(f, "ip-10-0-3-17") for f in first] == [True] + [False] * (len(first) - 1)
     assert [_holds(f, "ip-10-0-3-17") for f in split].count(True) == 1 and _matches(NO_INSTANCE_ID, "ip-10-0-3-17")
     assert not _matches(NO_INSTANCE_ID, one_id)
+
+
+HOST_NAMES = ["ip-10-0-3-17.ec2.internal/messages", "ip-10-0-3-7", "ip-10-0-3-", "ip-10-0-3-170x", "ip-10-0-3",
+              "my-ip-10-0-0-1-foo", "ip-1-2-3-4-5", "10.0.3.17/syslog", "node017", "ip-10-0-3-9999999999"]
+
+
+@pytest.mark.parametrize("split", [[Part(host_digits="01234"), Part(host_digits="56789"), Part(host_digits="")],
+                                   [*(Part(host_digits=d) for d in "0123456789"), Part(host_digits="")]])
+def test_names_without_an_id_split_by_their_host_name_fall_in_exactly_one_part(split: list[Part]) -> None:
+    # The part of the names without an instance ID, when it reaches the cap, is read again by the last digit of an
+    # EC2 host name (`ip-a-b-c-d`), and one more part takes the names with neither
+    assert Part().halves()[-1] == Part(host_digits="") and Part(host_digits="7").halves() == []
+    filters = [_compiled(p.filter()) for p in split]
+    for name in [*NAMES, *HOST_NAMES]:
+        matched = sum(_holds(f, name) for f in filters)
+        assert matched == (0 if _matches(f"filter @logStream like /{logs._ANY_ID}/", name) else 1), name
+    # the IP address's last digit decides: ip-10-0-3-17 goes with 7
+    seven = next(p for p in split if p.host_digits and "7" in p.host_digits)
+    assert _matches(seven.filter(), "ip-10-0-3-17.ec2.internal/messages")
+    assert _matches(Part(host_digits="").filter(), "node017")
 
 
 def _widest_rows(ranges: list[Endings], streams: int) -> float:

@@ -674,15 +674,18 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
 # as in test worlds). The names that hold no instance ID ride with the first part (`or ... not like`), so every
 # name falls in a part. A name with two IDs may fall in two; rows are keyed by stream, so the overlap is harmless.
 # Filtering on @logStream keeps each stream's row whole. A part that still reaches the cap is halved, down to one
-# ending (2.56 million streams per batch); the names without an ID then get a part of their own, which cannot be
-# split (past 10,000 such names per batch it stays a gap). No look-around: the service's regular expressions are
-# not Python's.
+# ending (2.56 million streams per batch); the names without an ID then get a part of their own, split in turn by
+# the last digit of an EC2 host name (`ip-10-0-3-17`: streams named `{hostname}`), down to one digit; the names
+# with neither (past 10,000 per batch) stay a gap. No look-around: the service's regular expressions are not
+# Python's.
 _HEX = "0123456789abcdef"
 ENDINGS = 256  # two hex digits
 Endings = tuple[int, int]  # [first, last + 1) of the 256 two-digit endings, as numbers
 _ID_ENDING = "i-(?:[0-9a-f]{{6}}|[0-9a-f]{{15}})(?:{endings})(?:[^0-9a-f]|$)"  # IDs of 8 or 17 digits
 _ANY_ID = _ID_ENDING.format(endings="[0-9a-f]{2}")
 NO_INSTANCE_ID = f"filter @logStream not like /{_ANY_ID}/"
+_EC2_HOST = "ip-[0-9]+-[0-9]+-[0-9]+-[0-9]*[{digits}](?:[^0-9]|$)"  # its last digit: the IP address's
+_DIGITS = "0123456789"
 PART_HEADROOM = 1.2  # parts are sized for 83 % of the cap: IDs spread unevenly, and a count may be an estimate
 
 
@@ -702,13 +705,44 @@ def _endings_pattern(span: Endings) -> str:
     return "|".join([*pieces, chars(0, b_before) + _HEX[b_last]])
 
 
+@dataclass(frozen=True)
+class Part:
+    """A share of a per-stream read by the names of its streams: those whose instance ID ends in `endings`, and
+    with `unnamed` those that hold no ID. Without `endings`, only names without an ID: all of them (`host_digits`
+    None), those whose EC2 host name ends in one of `host_digits`, or ("") those with no such host name either."""
+
+    endings: Endings | None = None
+    unnamed: bool = False
+    host_digits: str | None = None
+
+    def filter(self) -> str:
+        if self.endings is not None:
+            where = f"filter @logStream like /{_ID_ENDING.format(endings=_endings_pattern(self.endings))}/"
+            return f"{where} or @logStream not like /{_ANY_ID}/" if self.unnamed else where
+        if self.host_digits is None:
+            return NO_INSTANCE_ID
+        if self.host_digits:
+            return f"{NO_INSTANCE_ID} and @logStream like /{_EC2_HOST.format(digits=self.host_digits)}/"
+        return f"{NO_INSTANCE_ID} and @logStream not like /{_EC2_HOST.format(digits=_DIGITS)}/"
+
+    def halves(self) -> list[Part]:
+        """The parts this one is read again in when it reaches the cap; none when it cannot be split."""
+        if self.endings is not None:
+            lo, hi = self.endings
+            split = [Part((lo, (lo + hi) // 2)), Part(((lo + hi) // 2, hi))] if hi - lo > 1 else \
+                [Part(self.endings)] if self.unnamed else []
+            return [*split, Part()] if self.unnamed else split
+        if self.host_digits is None:
+            return [Part(host_digits=_DIGITS[:5]), Part(host_digits=_DIGITS[5:]), Part(host_digits="")]
+        digits = self.host_digits
+        return [Part(host_digits=digits[:len(digits) // 2]), Part(host_digits=digits[len(digits) // 2:])] \
+            if len(digits) > 1 else []
+
+
 def stream_part_filter(span: Endings | None, unnamed: bool = False) -> str:
     """The streams whose name holds an instance ID ending in `span`, and with `unnamed` those whose name holds
     none (`span` None: only those)."""
-    if span is None:
-        return NO_INSTANCE_ID
-    where = f"filter @logStream like /{_ID_ENDING.format(endings=_endings_pattern(span))}/"
-    return f"{where} or @logStream not like /{_ANY_ID}/" if unnamed else where
+    return Part(span, unnamed).filter()
 
 
 def part_ranges(streams: int) -> list[Endings]:
@@ -761,30 +795,26 @@ class _Parts:
             runner, purpose, groups, start, end, query
         self.by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
         self.superseded = [capped] if capped else []  # the queries whose rows the parts read again
-        self.queue = deque(self._begin(span, i == 0) for i, span in enumerate(ranges))
+        self.queue = deque(self._begin(Part(span, unnamed=i == 0)) for i, span in enumerate(ranges))
 
-    def _begin(self, span: Endings | None, unnamed: bool) -> tuple[Endings | None, bool, _Pending]:
-        where = stream_part_filter(span, unnamed)
-        return span, unnamed, self.runner.start(self.purpose, self.groups, self.start, self.end,
-                                                f"{where} | {self.query}",
-                                                f" for streams matching {where.removeprefix('filter @logStream ')}")
+    def _begin(self, part: Part) -> tuple[Part, _Pending]:
+        where = part.filter()
+        return part, self.runner.start(self.purpose, self.groups, self.start, self.end, f"{where} | {self.query}",
+                                       f" for streams matching {where.removeprefix('filter @logStream ')}")
 
     def read(self) -> PartsRead:
         left, answered = 0, False
         while self.queue:
-            span, unnamed, p = self.queue.popleft()
-            part = self.runner.results(p)
-            answered |= part is not None
-            self.by_stream.update(((r.get("@log", ""), r.get("@logStream", "")), r) for r in part or [])
-            if part is None or len(part) < MAX_ROWS or span is None or (span[1] - span[0] == 1 and not unnamed):
-                left += part is None or len(part) >= MAX_ROWS
+            part, p = self.queue.popleft()
+            rows = self.runner.results(p)
+            answered |= rows is not None
+            self.by_stream.update(((r.get("@log", ""), r.get("@logStream", "")), r) for r in rows or [])
+            halves = part.halves() if rows is not None and len(rows) >= MAX_ROWS else []
+            if not halves:
+                left += rows is None or len(rows) >= MAX_ROWS
                 continue
             self.superseded.append(p)
-            middle = (span[0] + span[1]) // 2
-            halves = [(span[0], middle), (middle, span[1])] if span[1] - span[0] > 1 else [span]
-            self.queue.extend(self._begin(half, False) for half in halves)
-            if unnamed:
-                self.queue.append(self._begin(None, False))
+            self.queue.extend(self._begin(half) for half in halves)
         if not left:
             for p in self.superseded:
                 self.runner.mark_reread(p)
