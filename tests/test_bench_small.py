@@ -89,3 +89,13 @@ def test_the_answer_sizes_are_reported(small: dict[int, dict[str, Any]]) -> None
     ours = small[20]["ours"]
     assert 0 < ours["headline_chars"] < ours["alert_chars"] <= 3500
     assert 0 < ours["markdown_chars"] < ours["html_chars"] and ours["json_chars"] > 0
+
+
+def test_a_fleet_whose_kernel_streams_are_named_by_host_is_measured_like_one_named_by_id() -> None:
+    # Given the same small fleet with the customer kernel group's streams named by host alone
+    by_host = run_bench(BenchConfig(nodes=6, days=1.0, silent_fraction=0.0, xid_rate=0.0, seed=3, host_named=True))
+    by_id = run_bench(BenchConfig(nodes=6, days=1.0, silent_fraction=0.0, xid_rate=0.0, seed=3))
+    # Then every node is Measured either way, with the same queries, and the naive investigator names those streams
+    assert by_host["host_named"] and by_host["ours"]["xid_status"] == by_id["ours"]["xid_status"] == {"Measured": 7}
+    assert by_host["ours"]["start_query"] == by_id["ours"]["start_query"]
+    assert by_host["naive"]["queries_failed"] == 0 and by_host["naive"]["start_query"] == by_id["naive"]["start_query"]

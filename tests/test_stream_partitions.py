@@ -212,14 +212,21 @@ def _lower_the_cap(monkeypatch: pytest.MonkeyPatch, cap: int) -> None:
     ("parallelcluster", 30, 40, False, "re-read"), ("parallelcluster", 30, 60, False, "re-read"),
     ("parallelcluster", 30, 40, True, "re-read"),
     ("parallelcluster", 30, 25, False, "counted"), ("hyperpod", 40, 30, False, "counted"),
-    ("hyperpod", 40, 30, True, "counted")])
+    ("hyperpod", 40, 30, True, "counted"),
+    # streams of the customer kernel group named by host alone: past the cap they are split by the host's last digit
+    ("parallelcluster-host-named", 30, 25, False, "counted"), ("parallelcluster-host-named", 30, 40, False, "re-read")])
 def test_a_read_past_the_cap_in_parts_gives_the_uncapped_result(monkeypatch: pytest.MonkeyPatch, kind: str,
                                                                 nodes: int, cap: int, training_logs: bool,
                                                                 path: str) -> None:
-    spec = WorldSpec(kind=kind, nodes=nodes, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
+    spec = WorldSpec(kind=kind.removesuffix("-host-named"), nodes=nodes, days=2.0, silent_fraction=0.1, xid_rate=0.1,
+                     seed=4, host_named=kind.endswith("-host-named"))
     raw = generate(spec)
     world = parse_world(_with_training_logs(raw, spec.cluster_name) if training_logs else raw)
     uncapped = audit(aws_for(world), spec.cluster_name)
+    if spec.host_named:  # the host-named streams are read and name their nodes
+        host_rows = [c for n in uncapped.nodes for c in n.coverage if c.log_group.startswith("/aws/training-logs/")]
+        assert host_rows and all(c.log_stream and "i-" not in c.log_stream for c in host_rows)
+        assert sum(c.status == "Measured" for c in host_rows) >= nodes * 0.8
     # Given the same world with the row cap lowered: below the streams only ("re-read"), or below the nodes too
     # ("counted": a stream per node would pass it)
     _lower_the_cap(monkeypatch, cap)

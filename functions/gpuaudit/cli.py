@@ -382,13 +382,14 @@ def world_generate(
     xid_rate: Annotated[float, typer.Option(help="Xids per node-day")] = 0.05,
     seed: Annotated[int, typer.Option(help="Same seed, same bytes")] = 0,
     instance_type: Annotated[str, typer.Option(help="p5.48xlarge | p5en.48xlarge | p4d.24xlarge")] = "p5.48xlarge",
+    host_named: Annotated[bool, typer.Option(help="Name the customer kernel group's streams by host alone")] = False,
 ) -> None:
     """Generate a large, realistic world: nodes, log groups and streams, silent streams, Xids."""
     from gpuaudit.devtools import worldgen
 
     try:
         spec = worldgen.WorldSpec(kind=kind, nodes=nodes, days=days, silent_fraction=silent_fraction,
-                                  xid_rate=xid_rate, seed=seed, instance_type=instance_type)
+                                  xid_rate=xid_rate, seed=seed, instance_type=instance_type, host_named=host_named)
         world = worldgen.generate(spec)
         size = worldgen.write(world, str(out))
     except ValueError as exc:
@@ -413,6 +414,7 @@ def bench(
     keep: Annotated[Path | None, typer.Option(help="Keep the world and evidence files in this folder")] = None,
     naive_sample: Annotated[int | None, typer.Option(
         help="Run the naive strategy on this many nodes and extrapolate (for 10,000-node runs)")] = None,
+    host_named: Annotated[bool, typer.Option(help="Name the customer kernel group's streams by host alone")] = False,
 ) -> None:
     """Scale benchmark: our coverage audit against two Logs Insights queries per node per source."""
     import json as _json
@@ -423,7 +425,7 @@ def bench(
         _fail(f"--format must be table or json; got {fmt!r}", EXIT_BAD_INPUT)
     try:
         config = BenchConfig(nodes=nodes, days=days, kind=kind, seed=seed, silent_fraction=silent_fraction,
-                             xid_rate=xid_rate, naive_sample=naive_sample)
+                             xid_rate=xid_rate, naive_sample=naive_sample, host_named=host_named)
         config.spec()
     except ValueError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)

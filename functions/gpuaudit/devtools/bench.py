@@ -62,13 +62,14 @@ class BenchConfig:
     xid_rate: float = DEFAULT_XID_RATE
     instance_type: str = "p5.48xlarge"
     naive_sample: int | None = None  # run the naive strategy on this many nodes and extrapolate (said so)
+    host_named: bool = False  # the customer kernel group's streams named by host alone (worldgen.WorldSpec)
 
     def spec(self) -> worldgen.WorldSpec:
         if self.naive_sample is not None and not 1 <= self.naive_sample <= self.nodes:
             raise ValueError(f"--naive-sample must be between 1 and --nodes ({self.nodes}); got {self.naive_sample}")
         return worldgen.WorldSpec(kind=self.kind, nodes=self.nodes, days=self.days,
                                   silent_fraction=self.silent_fraction, xid_rate=self.xid_rate, seed=self.seed,
-                                  instance_type=self.instance_type)
+                                  instance_type=self.instance_type, host_named=self.host_named)
 
 
 # --------------------------------------------------------------------------- parent
@@ -88,7 +89,8 @@ def run_bench(config: BenchConfig, keep_dir: Path | None = None, progress: Any =
         world_bytes = worldgen.write(world, str(world_path))
         del world
         generate_s = time.perf_counter() - started
-        common = {"world": str(world_path), "cluster": spec.cluster_name, "days": config.days, "kind": config.kind}
+        common = {"world": str(world_path), "cluster": spec.cluster_name, "days": config.days, "kind": config.kind,
+                  "host_named": config.host_named}
         say(f"world: {shape['nodes']} nodes, {shape['streams']} streams, "
             f"{shape['periodic_lines'] + shape['events']:,} lines, {world_bytes / 1e6:.1f} MB")
         say("ours: coverage audit (run_audit)…")
@@ -105,6 +107,7 @@ def run_bench(config: BenchConfig, keep_dir: Path | None = None, progress: Any =
         "kind": config.kind,
         "seed": config.seed,
         "silent_fraction": config.silent_fraction,
+        "host_named": config.host_named,
         "xid_rate": config.xid_rate,
         "audited_nodes": ours["audited_nodes"],
         "log_groups": shape["log_groups"],
@@ -318,7 +321,7 @@ def install_stream_pushdown(backend: Any, session: Any) -> None:
     session.events.register_first("before-call.cloudwatch-logs.StartQuery", serve)
 
 
-def naive_streams(group: str, cluster: str, node: Any) -> str | None:
+def naive_streams(group: str, cluster: str, node: Any, host_named: bool = False) -> str | None:
     """The stream an investigator would name for `node` in `group`, by each source's convention."""
     from gpuaudit.domain.streams import is_hma_group, is_pcluster_group
 
@@ -327,6 +330,8 @@ def naive_streams(group: str, cluster: str, node: Any) -> str | None:
         return f"{host}.{node.instance_id}.system-messages" if host else None
     if is_hma_group(group, cluster):
         return f"SagemakerHealthMonitoringAgent/{node.instance_group}/{node.instance_id}"
+    if host_named:
+        return node.private_dns or None
     return f"{node.private_dns}-{node.instance_id}" if node.private_dns else None
 
 
@@ -352,7 +357,7 @@ def step_naive(args: dict[str, Any]) -> dict[str, Any]:
     failed = answered = 0
     for node in sampled:
         for group in groups:
-            stream = naive_streams(group, cluster.name, node)
+            stream = naive_streams(group, cluster.name, node, bool(args.get("host_named")))
             if stream is None:
                 continue
             for template in (NAIVE_KERNEL_QUERY, NAIVE_HOURS_QUERY):

@@ -103,6 +103,9 @@ class WorldSpec:
     instance_type: str = "p5.48xlarge"
     now: str = NOW
     cluster: str | None = None
+    # The customer kernel group's streams named `{hostname}` (the private DNS name alone) instead of
+    # `{hostname}-{instance id}`: an agent configured so, whose streams are found by host name.
+    host_named: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -408,7 +411,8 @@ def generate(spec: WorldSpec) -> dict[str, Any]:
 
 def _customer_kernel_group(spec: WorldSpec, nodes: list[_Node], created: datetime, now: datetime) -> dict[str, Any]:
     name = f"/aws/{PIPELINE}/{spec.cluster_name}/kernel"
-    streams = [_kernel_stream(f"{n.dns}-{n.instance_id}", n, now, _ms(n.launch) + 95_000) for n in nodes]
+    streams = [_kernel_stream(n.dns if spec.host_named else f"{n.dns}-{n.instance_id}", n, now, _ms(n.launch) + 95_000)
+               for n in nodes]
     return {"logGroupName": name, "creationTime": _ms(created), "retentionInDays": 30, "metricFilterCount": 2,
             "logGroupClass": "STANDARD", "streams": streams}
 
