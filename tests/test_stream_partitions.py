@@ -84,13 +84,15 @@ def _equal_parts(parts: int) -> list[Endings]:
 @pytest.mark.parametrize("parts", [2, 3, 5, 16, 100, 256])
 def test_the_parts_cover_every_stream_name(parts: int) -> None:
     # The first read's parts: ranges of two-digit endings, the first one also taking the names without an instance
-    # ID; and the same parts after the first was halved (a part still at the cap), where those names get a part of
-    # their own
+    # ID; and the same parts after the first reached the cap (those names get a part of their own) and its range
+    # was halved
     ranges = _equal_parts(parts)
     first = [_compiled(stream_part_filter(r, unnamed=i == 0)) for i, r in enumerate(ranges)]
+    assert Part(ranges[0], unnamed=True).halves() == [Part(ranges[0]), Part()]
     lo, hi = ranges[0]
-    halves = [(lo, (lo + hi) // 2), ((lo + hi) // 2, hi)] if hi - lo > 1 else [ranges[0]]
-    split = [*(_compiled(stream_part_filter(h)) for h in halves), _compiled(stream_part_filter(None)), *first[1:]]
+    halves = Part(ranges[0]).halves() or [Part(ranges[0])]
+    assert len(halves) == (2 if hi - lo > 1 else 1)
+    split = [*(_compiled(h.filter()) for h in halves), _compiled(stream_part_filter(None)), *first[1:]]
     assert stream_part_filter(None) == NO_INSTANCE_ID
     rng = random.Random(parts)
     generated = [f"ip-10-1-{rng.randint(0, 255)}-{rng.randint(0, 255)}.i-0{rng.getrandbits(64):016x}.slurmd"

@@ -728,10 +728,10 @@ class Part:
     def halves(self) -> list[Part]:
         """The parts this one is read again in when it reaches the cap; none when it cannot be split."""
         if self.endings is not None:
+            if self.unnamed:  # the names without an ID leave it first: its range was sized for the IDs alone
+                return [Part(self.endings), Part()]
             lo, hi = self.endings
-            split = [Part((lo, (lo + hi) // 2)), Part(((lo + hi) // 2, hi))] if hi - lo > 1 else \
-                [Part(self.endings)] if self.unnamed else []
-            return [*split, Part()] if self.unnamed else split
+            return [Part((lo, (lo + hi) // 2)), Part(((lo + hi) // 2, hi))] if hi - lo > 1 else []
         if self.host_digits is None:
             return [Part(host_digits=_DIGITS[:5]), Part(host_digits=_DIGITS[5:]), Part(host_digits="")]
         digits = self.host_digits
