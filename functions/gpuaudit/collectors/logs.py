@@ -464,7 +464,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
             truncated.add(kind)
             gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
                             unseen=f"the {purpose} query over {', '.join(batch)} was read in parts by the instance ID "
-                            f"in the stream name, of which {parts.left} reached the Logs Insights maximum of "
+                            f"or host name in the stream name, of which {parts.left} reached the Logs Insights maximum of "
                             f"{MAX_ROWS} rows or did not answer; rows beyond them were not read and are not "
                             "treated as empty"))
         for r in rows:
