@@ -5,6 +5,7 @@ No timing assertions: wall seconds and RSS are reported, never tested."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,10 +92,14 @@ def test_the_answer_sizes_are_reported(small: dict[int, dict[str, Any]]) -> None
     assert 0 < ours["markdown_chars"] < ours["html_chars"] and ours["json_chars"] > 0
 
 
-def test_a_fleet_whose_kernel_streams_are_named_by_host_is_measured_like_one_named_by_id() -> None:
+def test_a_fleet_whose_kernel_streams_are_named_by_host_is_measured_like_one_named_by_id(tmp_path: Path) -> None:
     # Given the same small fleet with the customer kernel group's streams named by host alone
-    by_host = run_bench(BenchConfig(nodes=6, days=1.0, silent_fraction=0.0, xid_rate=0.0, seed=3, host_named=True))
+    by_host = run_bench(BenchConfig(nodes=6, days=1.0, silent_fraction=0.0, xid_rate=0.0, seed=3, host_named=True),
+                        keep_dir=tmp_path)
     by_id = run_bench(BenchConfig(nodes=6, days=1.0, silent_fraction=0.0, xid_rate=0.0, seed=3))
+    world = json.loads((tmp_path / "world.json").read_text())
+    (customer,) = [g for g in world["logs"]["groups"] if g["logGroupName"].startswith("/aws/training-logs/")]
+    assert customer["streams"] and all("i-" not in s["logStreamName"] for s in customer["streams"])
     # Then every node is Measured either way, with the same queries, and the naive investigator names those streams
     assert by_host["host_named"] and by_host["ours"]["xid_status"] == by_id["ours"]["xid_status"] == {"Measured": 7}
     assert by_host["ours"]["start_query"] == by_id["ours"]["start_query"]

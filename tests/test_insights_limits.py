@@ -10,7 +10,7 @@ from helpers.worlds import PClusterWorld, WorldBuilder, at
 from test_collectors import evidence_of, purposes
 
 from gpuaudit import pipeline
-from gpuaudit.collectors.logs import hours_query, hours_query_chunks
+from gpuaudit.collectors.logs import DETAIL_ROWS, detail_chunks, hours_query
 from gpuaudit.collectors.query_budget import (
     MAX_QUERY_CHARS,
     QUERIES_PER_BATCH,
@@ -117,16 +117,19 @@ def test_pack_cuts_by_size_and_by_count_in_order():
     assert pack([4, 4, 4, 1, 9, 2], size=int, budget=8, max_items=10) == [[4, 4], [4, 1], [9], [2]]
     assert pack(range(5), size=lambda _: 1, budget=100, max_items=2) == [[0, 1], [2, 3], [4]]
     assert pack([], size=len, budget=1, max_items=1) == []
+    # and by weight: 5 + 4 > 8, so the second item starts a chunk
+    assert pack([5, 4, 4, 1], size=lambda _: 1, budget=100, max_items=10, weight=int, max_weight=8) == [[5], [4, 4],
+                                                                                                    [1]]
 
 
 def test_detail_chunks_stay_within_the_character_budget_and_the_row_cap():
-    long_names = [f"{i:03d}" + "n" * (STREAM_NAME_MAX - 3) for i in range(300)]
-    chunks = hours_query_chunks(long_names, expected_hours=30)
-    assert [name for chunk in chunks for name in chunk] == long_names
-    assert all(len(hours_query(chunk)) <= QUERY_CHAR_BUDGET for chunk in chunks)
+    long_names = [("/g", f"{i:03d}" + "n" * (STREAM_NAME_MAX - 3)) for i in range(300)]
+    chunks = detail_chunks(long_names, 30, {})
+    assert [key for chunk in chunks for key in chunk] == long_names
+    assert all(len(hours_query([name for _, name in chunk])) <= QUERY_CHAR_BUDGET for chunk in chunks)
     assert len(chunks) == 18  # 17 names of 516 characters fit in the 9,000-character budget with the template
-    short = [f"s{i}" for i in range(1_000)]
-    assert {len(c) for c in hours_query_chunks(short, expected_hours=100)[:-1]} == {100}  # 10,000 rows / 100 h
+    short = [("/g", f"s{i:04d}") for i in range(1_000)]
+    assert {len(c) for c in detail_chunks(short, 100, {})[:-1]} == {DETAIL_ROWS // 100}  # each stream fills 100 h
 
 
 class Probe:

@@ -294,9 +294,9 @@ def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(mon
 
 
 def test_detail_queries_are_packed_by_the_live_hours_the_summary_counted() -> None:
-    # 250 streams of a 170-hour window, live 20 hours each: 5,000 rows, one query (not 58 streams a query)
+    # 250 streams of a 170-hour window, live 20 hours each: 5,000 rows, one query (52 a query when uncounted)
     keys = [("/g", f"i-0{n:016x}/messages") for n in range(250)]
-    assert [len(c) for c in logs.hours_query_chunks([s for _, s in keys], 170)] == [58] * 4 + [18]
+    assert [len(c) for c in logs.detail_chunks(keys, 170, {})] == [52] * 4 + [42]  # uncounted: 170 rows each
     assert [len(c) for c in logs.detail_chunks(keys, 170, dict.fromkeys(keys, 20))] == [250]
     # a stream the summary did not count is taken to fill every hour; no query is packed past DETAIL_ROWS
     counted = {k: 20 for n, k in enumerate(keys) if n % 4}

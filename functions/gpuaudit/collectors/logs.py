@@ -8,12 +8,14 @@ Per batch of at most 50 groups, three queries, never one per node:
   boot-lines      only for nodes whose window held no Fabric Manager start or driver banner: those boot-time
                   lines in the nodes' own streams from their launch (at most the kernel lookback) to the
                   window, newest first, at most BOOT_ROWS rows
-A kernel-streams or stream-summary result at the 10,000-row cap is read again in parts by the last digit of
-the instance ID in the stream name (`stream_part_filter`), so a large fleet costs a few more queries, not a detail query per 58 streams.
-Then `stream-hours` detail queries, only for node streams that were not live in every hour (healthy
-nodes cost nothing extra), packed by group into queries of at most 10,000 (stream, hour) rows and
-`QUERY_CHAR_BUDGET` characters. Every query is started within the audit's concurrency budget
-(collectors/query_budget.py): over budget, it waits for an earlier one instead of failing.
+A kernel-streams or stream-summary read past the 10,000-row cap (counted first at fleet scale, known from the
+last read, or found capped) is read in parts by the instance ID's ending, or host name, in the stream name
+(`Part`), so a large fleet costs a few more queries, not one per node.
+Then `stream-hours` detail queries, only for node streams whose live hours have a hole (healthy nodes, and
+streams silent for good, cost nothing extra: `one_run`), packed over the batch's groups by the live hours the
+summary counted and by `QUERY_CHAR_BUDGET` characters (`detail_chunks`). Every query is started within the
+audit's concurrency budget (collectors/query_budget.py): over budget, it waits for an earlier one instead of
+failing.
 """
 
 from __future__ import annotations
@@ -892,13 +894,6 @@ def _hma_streams(aws: Aws, group: str, gaps: list[Gap]) -> list[str] | None:
 DETAIL_ROWS = 9_000  # rows a detail query is packed for: a tenth of the cap left for lines that arrive meanwhile
 
 
-def hours_query_chunks(streams: Sequence[str], expected_hours: int) -> list[list[str]]:
-    """Streams cut so that no detail query passes 10,000 rows, each stream taken to fill each of the
-    `expected_hours`, or QUERY_CHAR_BUDGET characters of query text (stream names run to 512 characters)."""
-    fixed = len(hours_query([]))
-    return pack(streams, _hours_query_cost, QUERY_CHAR_BUDGET - fixed, max(1, MAX_ROWS // max(1, expected_hours)))
-
-
 StreamKey = tuple[str, str]  # (log group, stream)
 
 
@@ -906,7 +901,8 @@ def detail_chunks(keys: Iterable[StreamKey], expected_hours: int,
                   live_hours: Mapping[StreamKey, int]) -> list[list[StreamKey]]:
     """Streams of any groups of the batch cut into detail queries of at most DETAIL_ROWS rows — a stream returns
     one row per hour holding a line, which the summary counted over the same range (`live_hours`; a stream it did
-    not count is taken to fill every hour) — and QUERY_CHAR_BUDGET characters of query text."""
+    not count is taken to fill every hour) — and QUERY_CHAR_BUDGET characters of query text (stream names run to
+    512 characters)."""
     fixed = len(hours_query([]))
     return pack(sorted(keys), lambda k: _hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, MAX_ROWS,
                 weight=lambda k: min(expected_hours, max(1, live_hours.get(k, expected_hours))), max_weight=DETAIL_ROWS)
@@ -918,6 +914,8 @@ def _hour_detail(runner: InsightsRunner, keys: set[StreamKey], expected_hours: i
     over the groups its streams are in. A query that still reaches the cap (lines arrived since the summary, or a
     same-named stream of another group) is read again in halves."""
     detail: dict[StreamKey, dict[datetime, int]] = {}
+    halved: list[_Pending] = []  # capped queries, marked read again once every half was read
+    complete = True
 
     def begin(chunk: list[StreamKey]) -> tuple[list[StreamKey], _Pending]:
         names = [stream for _, stream in chunk]
@@ -929,12 +927,14 @@ def _hour_detail(runner: InsightsRunner, keys: set[StreamKey], expected_hours: i
         chunk, p = queue.popleft()
         rows = runner.results(p)
         if rows is None:
+            complete = False
             continue
         if len(rows) >= MAX_ROWS:
             if len(chunk) > 1:
                 queue.extend(begin(half) for half in (chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]))
-                runner.mark_reread(p)
+                halved.append(p)
             else:
+                complete = False
                 runner.gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
                                        unseen=f"per-hour detail of {chunk[0][0]} / {chunk[0][1]} reached the Logs "
                                        f"Insights maximum of {MAX_ROWS} rows; its hours were not read"))
@@ -946,6 +946,8 @@ def _hour_detail(runner: InsightsRunner, keys: set[StreamKey], expected_hours: i
             hour, key = _time(r.get("hour")), (_group_name(r.get("@log", "")), r.get("@logStream", ""))
             if hour is not None and key in wanted:
                 detail[key][floor_hour(hour)] = int(r["lines"])
+    for p in halved if complete else []:
+        runner.mark_reread(p)
     return detail
 
 

@@ -34,8 +34,8 @@ from gpuaudit.collectors.logs import (
     KERNEL_QUERY,
     STREAM_COUNT,
     SUMMARY_QUERY,
+    detail_chunks,
     hours_query,
-    hours_query_chunks,
     stream_part_filter,
 )
 from gpuaudit.domain.markers import boot_lines_query
@@ -101,7 +101,7 @@ def probes(read: EventRead) -> list[Probe]:
     start, end = read.start_s, read.end_s
     streams = sorted({str(e["logStreamName"]) for e in read.events})
     hours = max(1, (end - start) // 3600 + 1)
-    chunks = hours_query_chunks(streams, hours)
+    chunks = [[name for _, name in chunk] for chunk in detail_chunks((("", s) for s in streams), hours, {})]
     found = [
         Probe("kernel-streams", KERNEL_QUERY, start, end, False),
         Probe("stream-summary", SUMMARY_QUERY, start, end, False),

@@ -167,8 +167,7 @@ def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Pad
             continue
         key = (k.log_group, k.log_stream)
         rows.append(_kernel_row(node, k, index.activity_by_key.get(key), pad, index.silent_by_key.get(key)))
-    unread = {g for q in evidence.queries if q.purpose == "kernel-streams" and q.truncated and not q.reread
-              for g in q.log_groups} | set(evidence.kernel_unread_groups)
+    unread = set(evidence.kernel_unread_groups)
     other: dict[str, list[StreamActivity]] = defaultdict(list)
     for a in index.activity.get(node.instance_id, []):
         if a.log_group != evidence.hma_log_group and (a.log_group, a.log_stream) not in kernel_keys:
