@@ -186,6 +186,6 @@ def test_a_read_past_the_cap_in_parts_is_waited_for_and_gives_the_polled_batch(
     if path == "re-read":
         assert any(q.truncated and q.reread for q in batch.queries)
     else:
-        assert [q.purpose for q in batch.queries].count("stream-count") == 2
+        assert [q.purpose for q in batch.queries].count("stream-count") == 1
     assert batch.model_dump(exclude={"queries"}) == reference.model_dump(exclude={"queries"})
     assert account.calls[("logs", "StartQuery")] == len(batch.queries)

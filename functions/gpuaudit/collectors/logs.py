@@ -67,6 +67,11 @@ MAX_GROUPS_PER_QUERY = 50
 MAX_ROWS = 10_000
 FINISHED = {"Complete", "Failed", "Cancelled", "Timeout", "Unknown"}
 
+def _quoted_insights(text: str) -> str:
+    """A Logs Insights string literal: single quotes when the text holds a double quote (no escapes needed)."""
+    return f"'{text}'" if '"' in text and "'" not in text else json.dumps(text)
+
+
 KERNEL_FILTER = 'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/'
 KERNEL_QUERY = f"{KERNEL_FILTER} | stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line by @log, @logStream"
 SUMMARY_QUERY = (
@@ -74,8 +79,16 @@ SUMMARY_QUERY = (
     "| stats count(*) as live_hours, sum(lines) as total_lines, min(first) as first_event, max(last) as last_event "
     "by @log, @logStream"
 )
-# How many rows a per-stream read returns (streams with a line, or with a kernel line): one row.
-STREAM_COUNT = "stats count(*) as lines by @log, @logStream | stats count(*) as streams"
+# How many rows the two per-stream reads return, in one query and one row: `streams` (a line: stream-summary rows)
+# and `kernel_streams` (a kernel line: kernel-streams rows). `strcontains` is the documented 1-or-0 substring test
+# (a query cannot test a regex per line), so the JSON form of KERNEL_FILTER is counted in its two usual spacings
+# only; a count is only a size, and a part it makes too big is read again in halves (`_Parts`).
+KERNEL_MARKERS = ("kernel:", '"_TRANSPORT":"kernel"', '"_TRANSPORT": "kernel"')
+STREAM_COUNTS = (
+    f"fields greatest({', '.join(f'strcontains(@message, {_quoted_insights(m)})' for m in KERNEL_MARKERS)}) "
+    "as kernel_line | stats max(kernel_line) as kernel by @log, @logStream "
+    "| stats count(*) as streams, sum(kernel) as kernel_streams"
+)
 # The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
 GPU_QUERY = gpu_lines_query(MAX_ROWS)
 
@@ -421,7 +434,6 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         "kernel": ("kernel-streams", win.lifetime_start, win.padded_end, KERNEL_QUERY),
         "summary": ("stream-summary", win.padded_start, win.padded_end, SUMMARY_QUERY),
         "gpu": ("gpu-lines", win.gpu_start, win.gpu_end, GPU_QUERY)}
-    counts = {"kernel": f"{KERNEL_FILTER} | {STREAM_COUNT}", "summary": STREAM_COUNT}
     expect = dict(expected_streams or {})
 
     def read(kind: str, streams: int | None) -> _Pending | _Parts:
@@ -430,12 +442,15 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
             return _Parts(runner, purpose, batch, start, end, query, part_ranges(streams))
         return runner.start(purpose, batch, start, end, query)
 
-    counting = {kind: runner.start("stream-count", batch, reads[kind][1], reads[kind][2], query,
-                                   f" (rows of the {reads[kind][0]} read)")
-                for kind, query in counts.items() if kind not in expect and in_parts(len(nodes))}
+    counting = [kind for kind in ("kernel", "summary") if kind not in expect and in_parts(len(nodes))]
+    count = runner.start("stream-count", batch, min(reads[kind][1] for kind in counting),
+                         max(reads[kind][2] for kind in counting), STREAM_COUNTS,
+                         f" (rows of the {' and '.join(reads[kind][0] for kind in counting)} reads)") \
+        if counting else None
     pending: dict[str, _Pending | _Parts] = {kind: read(kind, expect.get(kind)) for kind in reads if kind not in counting}
-    for kind, count in counting.items():  # a count not read leaves the whole to be read (re-read if capped)
-        pending[kind] = read(kind, _streams_counted(runner.results(count)))
+    counted = _streams_counted(runner.results(count)) if count else None
+    for kind in counting:  # a count not read leaves the whole to be read (re-read if capped)
+        pending[kind] = read(kind, None if counted is None else counted[kind])
     kernel: list[KernelStream] = []
     summary: dict[tuple[str, str], StreamActivity] = {}
     gpu_lines: list[GpuLine] = []
@@ -776,12 +791,15 @@ class PartsRead:
     answered: bool  # at least one part returned rows
 
 
-def _streams_counted(rows: list[dict[str, str]] | None) -> int | None:
-    """The `streams` of a STREAM_COUNT result (no row: none); None when it was not read."""
+def _streams_counted(rows: list[dict[str, str]] | None) -> dict[str, int] | None:
+    """The rows each per-stream read will return, from a STREAM_COUNTS result (no row: none); None when it was not
+    read. Over the kernel read's longer range `streams` also counts streams silent in the summary's window: more
+    parts than needed, never fewer."""
     if rows is None:
         return None
+    row = rows[0] if rows else {}
     try:
-        return int(float(rows[0].get("streams", "0"))) if rows else 0
+        return {"summary": int(float(row.get("streams", "0"))), "kernel": int(float(row.get("kernel_streams", "0")))}
     except ValueError:
         return None
 

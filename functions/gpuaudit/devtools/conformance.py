@@ -30,9 +30,8 @@ from gpuaudit.collectors.logs import (
     ENDINGS,
     FINISHED,
     GPU_QUERY,
-    KERNEL_FILTER,
     KERNEL_QUERY,
-    STREAM_COUNT,
+    STREAM_COUNTS,
     SUMMARY_QUERY,
     detail_chunks,
     hours_query,
@@ -106,9 +105,11 @@ def probes(read: EventRead) -> list[Probe]:
         Probe("kernel-streams", KERNEL_QUERY, start, end, False),
         Probe("stream-summary", SUMMARY_QUERY, start, end, False),
         Probe("gpu-lines", GPU_QUERY, start, end, True),
-        # at fleet scale: the rows of the two per-stream reads counted first, and a part of one by ID ending
-        Probe("stream-count", STREAM_COUNT, start, end, False),
-        Probe("kernel-count", f"{KERNEL_FILTER} | {STREAM_COUNT}", start, end, False),
+        # at fleet scale: the rows of the two per-stream reads counted first (one query: strcontains, greatest, a
+        # computed field under two stats), the per-line kernel test it sums, and a part of one by ID ending
+        Probe("stream-count", STREAM_COUNTS, start, end, False),
+        Probe("kernel-lines", STREAM_COUNTS.split(" | ")[0] + " | stats sum(kernel_line) as kernel_lines, "
+              "count(*) as lines by @logStream", start, end, False),
         Probe("stream-part", f"{stream_part_filter((0, ENDINGS // 2), unnamed=True)} | {SUMMARY_QUERY}", start, end,
               False),
     ]

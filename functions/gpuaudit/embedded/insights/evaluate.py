@@ -14,7 +14,7 @@ from operator import attrgetter, floordiv, itemgetter, mul
 from typing import Any
 
 from gpuaudit.embedded.insights.records import LogRecord
-from gpuaudit.embedded.insights.syntax import Agg, BoolOp, Expr, In, Like, Not, Scalar, StatsCmd
+from gpuaudit.embedded.insights.syntax import Agg, BoolOp, Call, Expr, In, Like, Not, QueryError, Scalar, StatsCmd
 
 # --------------------------------------------------------------------------- values
 
@@ -113,9 +113,20 @@ class _Env:
 
     def __init__(self) -> None:
         self.aliases: dict[str, _Acc] = {}
+        # Aliases computed from fields every line of a LogRun shares (no time field): constant along a run.
+        self.run_constant: set[str] = set()
 
     def field(self, name: str) -> _Acc:
         return self.aliases.get(name) or self.lookup(name)
+
+    def define(self, item: str | Call, name: str) -> _Acc:
+        """`fields <item> as <name>`: the accessor, remembered under `name` when it is a new name."""
+        acc = self.field(item) if isinstance(item, str) else _compile_call(item, self)
+        if item != name:
+            self.aliases[name] = acc
+            if isinstance(item, Call) and not _TIME_FIELDS.intersection(_call_fields(item)):
+                self.run_constant.add(name)
+        return acc
 
     def lookup(self, name: str) -> _Acc:
         raise NotImplementedError
@@ -177,6 +188,34 @@ class _RowEnv(_Env):
         return _ABSENT if position is None else _acc(itemgetter(position), None, "any")
 
     # No bin(): the parser refuses bin() in a second stats, as the service does (syntax._check_stats_rules).
+
+
+# --------------------------------------------------------------------------- computed fields
+
+_TIME_FIELDS = frozenset({"@timestamp", "@ingestionTime", "@ptr"})
+
+
+def _call_fields(call: Call) -> set[str]:
+    """The fields a computed value reads."""
+    if call.func == "strcontains":
+        return {str(call.args[0])}
+    return set().union(*(_call_fields(arg) for arg in call.args if isinstance(arg, Call)))
+
+
+def _compile_call(call: Call, env: _Env) -> _Acc:
+    """A number per item. strcontains reads a field every record has (a string), so the answer is 1 or 0, never
+    absent; what the service gives for a missing field is not documented, so the parser's callers keep to those."""
+    if call.func == "strcontains":
+        field, needle = str(call.args[0]), str(call.args[1])
+        acc = env.field(field)
+        if acc.kind != "str":
+            raise QueryError(f"unsupported strcontains({field}, ...) after stats: the evaluator reads only fields "
+                             "every record has (@message, @logStream, @log)")
+        get = acc.value
+        return _acc(lambda item: 1 if needle in get(item) else 0, None, "num")
+    pick = max if call.func == "greatest" else min
+    parts = [_compile_call(arg, env).raw if isinstance(arg, Call) else (lambda _, n=arg: n) for arg in call.args]
+    return _acc(lambda item: pick([part(item) for part in parts]), None, "num")
 
 
 # --------------------------------------------------------------------------- filters

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuaudit.embedded.insights.evaluate import (
     _NEWEST_FIRST,
+    _TIME_FIELDS,
     _Acc,
     _compile_filter,
     _Env,
@@ -22,7 +23,6 @@ from gpuaudit.embedded.insights.evaluate import (
 )
 from gpuaudit.embedded.insights.records import LogRun, QueryOutcome, ScanItem, expanded
 from gpuaudit.embedded.insights.runs import (
-    _TIME_FIELDS,
     _mergeable,
     _message_bytes,
     _per_stream,
@@ -108,9 +108,17 @@ def _execute(
         leading = [_compile_filter(expr, env) for expr in leading_exprs]
         # The lines of a run differ only in their time: filters that read no time field decide a run at once.
         runs_whole = not any(_TIME_FIELDS.intersection(_fields_of(expr)) for expr in leading_exprs)
+        computed = commands[first] if first < len(commands) else None
+        if isinstance(computed, FieldsCmd) and first + 1 < len(commands) \
+                and isinstance(commands[first + 1], StatsCmd):
+            # `fields f(...) as x | stats ...`: the stats reads x as a field computed per record (the display the
+            # fields command would set is replaced by the stats' columns), so the streaming path still applies.
+            for item, name in computed.items:
+                env.define(item, name)
+            first += 1
         stats = commands[first] if first < len(commands) else None
         if isinstance(stats, StatsCmd) and _mergeable(stats, env):
-            kept_runs: list[LogRun] | None = [] if runs_whole and _run_aggregable(stats) else None
+            kept_runs: list[LogRun] | None = [] if runs_whole and _run_aggregable(stats, env) else None
             chunks = _scan_chunks(records, low, high, leading, tally, runs_whole, kept_runs)
             after = commands[first + 1] if first + 1 < len(commands) else None
             if kept_runs is not None and isinstance(after, StatsCmd) and _per_stream(stats, after):
@@ -134,11 +142,7 @@ def _execute(
                 matched = len(items)
         elif isinstance(command, FieldsCmd):
             display = display or []
-            for name, out_name in command.items:
-                acc = env.field(name)
-                display.append((out_name, acc))
-                if out_name != name:
-                    env.aliases[out_name] = acc
+            display.extend((name, env.define(item, name)) for item, name in command.items)
         elif isinstance(command, SortCmd):
             items = _sort_items(items, [(env.field(name), desc) for name, desc in command.keys])
             ordered = True

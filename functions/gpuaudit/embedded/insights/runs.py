@@ -10,6 +10,7 @@ from operator import attrgetter, sub
 from typing import Any, cast
 
 from gpuaudit.embedded.insights.evaluate import (
+    _TIME_FIELDS,
     Predicate,
     _Acc,
     _compile_agg,
@@ -217,18 +218,17 @@ def _add(a: Any, b: Any) -> Any:
     return a + b
 
 
-_TIME_FIELDS = frozenset({"@timestamp", "@ingestionTime", "@ptr"})
-
-
-def _run_aggregable(cmd: StatsCmd) -> bool:
+def _run_aggregable(cmd: StatsCmd, env: _Env) -> bool:
     """A `_mergeable` stats that sees only what the lines of a run share: grouped by fields other than
     time and at most one bin, counting, and taking min/max of @timestamp or @ingestionTime (a run's
-    lines have no ingestion time of their own, so it is their timestamp)."""
+    lines have no ingestion time of their own, so it is their timestamp) or of a value computed from the
+    fields its lines share (`fields strcontains(@message, "x") as k`)."""
     if sum(term.bin_ms is not None for term in cmd.by) > 1:
         return False
     if any(term.bin_ms is None and term.field in _TIME_FIELDS for term in cmd.by):
         return False
-    return all(agg.arg is None or agg.func == "count" or agg.arg in _TIME_FIELDS for agg in cmd.aggs)
+    return all(agg.arg is None or agg.func == "count" or agg.arg in _TIME_FIELDS or agg.arg in env.run_constant
+               for agg in cmd.aggs)
 
 
 def _fold_runs(
@@ -243,22 +243,28 @@ def _fold_runs(
     Built a column at a time per run; a run whose groups are all new (the usual case) is one dict update."""
     keys = [None if term.bin_ms is not None else env.field(term.field or "").raw for term in cmd.by]
     width = next((term.bin_ms for term in cmd.by if term.bin_ms is not None), None)
-    # Per aggregation: which of (count, first, last) it takes, and the output conversion of a timestamp.
-    picks = [0 if agg.arg is None or agg.func == "count" else 1 if agg.func == "min" else 2 for agg in cmd.aggs]
-    finals = [None if pick == 0 else env.field(agg.arg or "").final for pick, agg in zip(picks, cmd.aggs, strict=True)]
+    # Per aggregation: which of (count, first, last, the run's constant value) it takes, and the output
+    # conversion of a timestamp.
+    picks = [0 if agg.arg is None or agg.func == "count" else 3 if agg.arg in env.run_constant
+             else 1 if agg.func == "min" else 2 for agg in cmd.aggs]
+    finals = [None if pick in (0, 3) else env.field(agg.arg or "").final
+              for pick, agg in zip(picks, cmd.aggs, strict=True)]
+    constants = [env.field(agg.arg or "").raw for agg in cmd.aggs if agg.arg in env.run_constant]
     for run in runs:
         stamps = run.timestamps
         first_line = LogRecord(run.log_group, run.log_stream, stamps[0], run.message)
         buckets, begins, ends = _bins(stamps, width)
         start, step = stamps.start, stamps.step
         segment = (list(map(sub, ends, begins)), [start + i * step for i in begins],
-                   [start + (i - 1) * step for i in ends])
+                   [start + (i - 1) * step for i in ends], *[[raw(first_line)] * len(begins) for raw in constants])
         if width is None:  # one group per run
             group_keys = [tuple([raw(first_line) for raw in keys if raw is not None])]
         else:  # the bin column bounds the repeated constant ones
             group_keys = list(zip(*[buckets if raw is None else repeat(raw(first_line)) for raw in keys], strict=False))
-        values = list(zip(*[segment[pick] if final is None else map(final, segment[pick])
-                            for pick, final in zip(picks, finals, strict=True)], strict=False))
+        columns = iter(segment[3:])
+        values = list(zip(*[next(columns) if pick == 3 else segment[pick] if final is None
+                            else map(final, segment[pick]) for pick, final in zip(picks, finals, strict=True)],
+                          strict=False))
         if partials.keys().isdisjoint(group_keys):
             partials.update(zip(group_keys, values, strict=True))
             continue

@@ -24,6 +24,11 @@ INVALID_PARAMETER = "InvalidParameterException"  # a parameter outside its const
 
 _ERROR_QUERY_CHARS = 200
 _AGGREGATIONS = frozenset({"count", "count_distinct", "sum", "min", "max", "avg", "earliest", "latest"})
+# Functions the evaluator computes per record in `fields` (documented on the query syntax page: "String functions",
+# "Numeric operations"): strcontains(string1, string2) "returns 1 if string1 contains string2 and 0 otherwise";
+# greatest / least of numbers. Others the service has are refused as unsupported (a limit of the evaluator).
+_SCALAR_FUNCTIONS = frozenset({"strcontains", "greatest", "least"})
+_ALWAYS_PRESENT = frozenset({"@message", "@logStream", "@log"})
 _BIN_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}
 _UNSUPPORTED_COMMANDS = frozenset(
@@ -136,8 +141,16 @@ Expr = Like | Compare | In | Not | BoolOp
 
 
 @dataclass(frozen=True)
+class Call:
+    """A function computed per record: `strcontains(field, "text")`, `greatest(...)` / `least(...)` of calls."""
+
+    func: str  # lower-case
+    args: tuple[str | Scalar | Call, ...]  # strcontains: (field name, string); greatest/least: calls or numbers
+
+
+@dataclass(frozen=True)
 class FieldsCmd:
-    items: tuple[tuple[str, str], ...]  # (field, output name)
+    items: tuple[tuple[str | Call, str], ...]  # (field or computed value, output name)
 
 
 @dataclass(frozen=True)
@@ -259,6 +272,39 @@ class _Parser:
         self.fields.add(name)
         return name
 
+    def at_call(self, names: frozenset[str]) -> bool:
+        tok, after = self.peek(), self.peek(1)
+        return (tok is not None and tok.kind == "ident" and tok.text.lower() in names
+                and after is not None and after.kind == "punct" and after.text == "(")
+
+    def call(self) -> Call:
+        """`strcontains(<field>, "<text>")`, or `greatest` / `least` of such calls and numbers."""
+        func = self.take("a function").text.lower()
+        self.expect_punct("(")
+        args: list[str | Scalar | Call]
+        if func == "strcontains":
+            args = [self.field()]
+            if args[0] not in _ALWAYS_PRESENT:
+                raise self.error(f"unsupported strcontains on {args[0]} (the evaluator reads only "
+                                 f"{', '.join(sorted(_ALWAYS_PRESENT))}, which every record has)")
+            self.expect_punct(",")
+            text = self.literal()
+            if not isinstance(text, str):
+                raise self.error(f"strcontains needs a string to look for, found {text}")
+            args.append(text)
+        else:
+            def operand() -> Scalar | Call:
+                if self.at_call(_SCALAR_FUNCTIONS):
+                    return self.call()
+                number = self.literal()
+                if isinstance(number, str):
+                    raise self.error(f"{func} needs numbers, found '{number}'")
+                return number
+
+            args = list(self.comma_separated(operand))
+        self.expect_punct(")")
+        return Call(func, tuple(args))
+
     def comma_separated(self, item: Callable[[], _T]) -> list[_T]:
         items = [item()]
         while self.at_punct(","):
@@ -268,9 +314,11 @@ class _Parser:
 
     # -- commands
     def fields_cmd(self) -> FieldsCmd:
-        def item() -> tuple[str, str]:
-            name = self.field()
-            return name, self.alias() or name
+        def item() -> tuple[str | Call, str]:
+            start = self.pos
+            value = self.call() if self.at_call(_SCALAR_FUNCTIONS) else self.field()
+            text = "".join(tok.text for tok in self.tokens[start:self.pos])
+            return value, self.alias() or (text if isinstance(value, Call) else value)
 
         return FieldsCmd(tuple(self.comma_separated(item)))
 
@@ -489,7 +537,7 @@ def _check_stats_rules(query: str, commands: list[Command]) -> None:
     produced = {term.name for term in first.by} | {agg.name for agg in first.aggs}
     for command in commands[first_at + 1 : second_at]:  # `fields x as y` between the two names new columns
         if isinstance(command, FieldsCmd):
-            produced |= {alias for name, alias in command.items if name in produced}
+            produced |= {alias for item, alias in command.items if item in produced}
     read = [term.field for term in second.by if term.field] + [agg.arg for agg in second.aggs if agg.arg]
     unknown = sorted({name for name in read if name not in produced})
     if unknown:
