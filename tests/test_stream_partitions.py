@@ -5,6 +5,7 @@ re-read gives exactly the result of an audit that never hit the cap (differentia
 from __future__ import annotations
 
 import json
+import math
 import random
 from datetime import timedelta
 from pathlib import Path
@@ -393,3 +394,62 @@ def test_every_shipped_world_gives_the_same_result_however_its_streams_are_read(
     # Then the answer is the same every way
     for other in results:
         assert _strip(other) == _strip(as_read)
+
+
+def _kernel_lines_as_spaced_json(raw: dict[str, Any]) -> dict[str, Any]:
+    """Every `kernel:` line rewritten as journald JSON with spaces around the colon: still a kernel line to the
+    kernel read's regex, but not to the count's `strcontains` tests, so the count finds no kernel stream."""
+    def rewrite(message: str) -> str:
+        head, found, tail = message.partition("kernel: ")
+        return f'{head}{{"_TRANSPORT" : "kernel", "MESSAGE" : "{tail}"}}' if found else message
+
+    for group in raw["logs"]["groups"]:
+        for stream in group["streams"]:
+            stream["events"] = [[ts, rewrite(message)] for ts, message in stream.get("events", [])]
+            for entry in stream.get("periodic", []):
+                entry["message"] = rewrite(entry["message"])
+    return raw
+
+
+def _streams_of_replaced_nodes(raw: dict[str, Any], count: int) -> dict[str, Any]:
+    """`count` kernel streams of nodes gone before the summary's window (lines four to three days before `now`, inside
+    the kernel read's range): counted by the one count query as summary rows, which they are not."""
+    now = parse_time(raw["now"])
+    start, end = now - timedelta(days=4), now - timedelta(days=3)
+    group = raw["logs"]["groups"][0]
+    group["streams"] += [{"logStreamName": f"ip-10-9-0-{i}.i-0dead{i:012x}.system-messages",
+                          "creationTime": int(start.timestamp() * 1000), "events": [],
+                          "periodic": [{"from": iso(start), "to": iso(end), "every_s": 300,
+                                        "message": "ip-10-9-0-1 kernel: eth0: link up"}]} for i in range(count)]
+    return raw
+
+
+@pytest.mark.parametrize("estimate", ["short", "long"])
+def test_the_count_only_sizes_the_parts_a_wrong_one_still_reads_every_stream(monkeypatch: pytest.MonkeyPatch,
+                                                                             estimate: str) -> None:
+    # Given a world the one count query miscounts: kernel lines its substring tests do not see ("short": the
+    # kernel read then reaches the cap whole and is read again in parts), or streams live only before the summary's
+    # window ("long": the summary is read in more parts than it needs)
+    spec = WorldSpec(kind="parallelcluster", nodes=30, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
+    raw = generate(spec)
+    world = parse_world(_kernel_lines_as_spaced_json(raw) if estimate == "short" else _streams_of_replaced_nodes(raw, 60))
+    uncapped = audit(aws_for(world), spec.cluster_name)
+    assert sum(c.status == "Measured" for n in uncapped.nodes for c in n.coverage) >= spec.nodes
+    plain = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name)).queries
+    # When the cap is lowered below the nodes, so the two per-stream reads are counted first
+    _lower_the_cap(monkeypatch, 25)
+    capped = audit(aws_for(world), spec.cluster_name)
+    records = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name)).queries
+    kernel = [q for q in records if q.purpose == "kernel-streams"]
+    summary = [q for q in records if q.purpose == "stream-summary"]
+    assert [q.purpose for q in records].count("stream-count") == 1
+    if estimate == "short":
+        # Then the kernel read was started whole, reached the cap, and every stream was read again in parts
+        assert kernel[0].truncated and kernel[0].reread and len(kernel) > 1
+    else:
+        # Then the summary was read in more parts than its rows need, none of them capped
+        rows = next(q.rows for q in plain if q.purpose == "stream-summary")
+        assert len(summary) > math.ceil(rows * logs.PART_HEADROOM / 25) and not any(q.truncated for q in summary)
+    # and the answer is the uncapped audit's, node for node
+    assert not any("maximum of" in g for g in capped.visibility_gaps)
+    assert _strip(capped) == _strip(uncapped)

@@ -138,6 +138,32 @@ def test_fields_selects_and_orders_output_and_aliases() -> None:
     ]
 
 
+def test_strcontains_is_1_or_0_per_record_and_greatest_and_least_pick_among_them() -> None:
+    records = [
+        rec(at(0), "kernel: eth0 up", "n1"),
+        rec(at(0, 1), '{"_TRANSPORT":"kernel","MESSAGE":"x"}', "n1"),
+        rec(at(0, 2), "heartbeat", "n2"),
+        rec(at(0, 3), "Kernel: upper case is another string", "n2"),
+    ]
+    query = ("fields strcontains(@message, 'kernel:') as k, greatest(strcontains(@message, 'kernel:'), "
+             "strcontains(@message, '\"_TRANSPORT\":\"kernel\"')) as either, least(strcontains(@message, 'e'), 0) as "
+             "none, @logStream | sort @timestamp asc")
+    assert cells(run(query, records)) == [
+        [("k", "1"), ("either", "1"), ("none", "0"), ("@logStream", "n1")],
+        [("k", "0"), ("either", "1"), ("none", "0"), ("@logStream", "n1")],
+        [("k", "0"), ("either", "0"), ("none", "0"), ("@logStream", "n2")],
+        [("k", "0"), ("either", "0"), ("none", "0"), ("@logStream", "n2")],
+    ]
+    # Summed and maximised per stream, then counted over streams: the one stream-count query's form
+    counted = ("fields greatest(strcontains(@message, 'kernel:'), strcontains(@message, '_TRANSPORT')) as line "
+               "| stats max(line) as kernel, sum(line) as lines by @logStream "
+               "| stats count(*) as streams, sum(kernel) as kernel_streams, sum(lines) as kernel_lines")
+    assert cells(run(counted, records)) == [[("streams", "2"), ("kernel_streams", "1"), ("kernel_lines", "2")]]
+    # A default name is the expression as written
+    assert cells(run("fields strcontains(@logStream, 'n2') | filter @message = 'heartbeat'", records)) == [
+        [("strcontains(@logStream,'n2')", "1")]]
+
+
 def test_scanned_matched_and_bytes() -> None:
     records = [
         rec(at(0), "héllo Xid"),  # 10 bytes in UTF-8 (é is 2)
@@ -437,6 +463,10 @@ def test_row_cap_on_raw_records_keeps_the_newest() -> None:
         ("filter strlen(@message) > 10", "'strlen'"),
         ("filter ispresent(foo)", "'ispresent'"),
         ("fields concat(@message, 'x')", "'concat'"),
+        ("fields strcontains(foo, 'x') as k", "strcontains on foo"),
+        ("fields strcontains(@message, 3) as k", "a string to look for"),
+        ("fields greatest(strcontains(@message, 'x'), 'y') as k", "greatest needs numbers"),
+        ("fields strlen(@message) as n | stats max(n)", "'strlen'"),
         ('filter @message like "unbalanced', 'unbalanced "'),
         ("filter @message like 'unbalanced", "unbalanced '"),
         ("filter @message like /unbalanced", "unbalanced /"),

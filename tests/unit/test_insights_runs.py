@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.collectors.logs import GPU_QUERY, KERNEL_QUERY, SUMMARY_QUERY, hours_query
+from gpuaudit.collectors.logs import GPU_QUERY, KERNEL_QUERY, STREAM_COUNTS, SUMMARY_QUERY, hours_query
 from gpuaudit.embedded.insights import LogRecord, LogRun, QueryOutcome, ScanItem, run_query
 
 ACCOUNT = "111122223333"
@@ -67,6 +67,10 @@ QUERIES = [
     KERNEL_QUERY,
     SUMMARY_QUERY,
     GPU_QUERY,
+    STREAM_COUNTS,
+    # a value computed from the line's text is the same on every line of a run: aggregated whole
+    "fields strcontains(@message, 'kernel:') as k | stats max(k) as m, min(k), count(*) by @logStream, bin(1h)",
+    "fields least(strcontains(@message, 'beat'), 1) as b | filter @message like /e/ | stats max(b) by @log",
     hours_query(["s1", "s3"]),
     "stats count(*) by bin(1h)",
     "stats count(*) as n, min(@timestamp), max(@timestamp) by @logStream, bin(30m)",

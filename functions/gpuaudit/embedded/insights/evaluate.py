@@ -14,7 +14,18 @@ from operator import attrgetter, floordiv, itemgetter, mul
 from typing import Any
 
 from gpuaudit.embedded.insights.records import LogRecord
-from gpuaudit.embedded.insights.syntax import Agg, BoolOp, Call, Expr, In, Like, Not, QueryError, Scalar, StatsCmd
+from gpuaudit.embedded.insights.syntax import (
+    Agg,
+    BoolOp,
+    Call,
+    Expr,
+    In,
+    Like,
+    Not,
+    QueryError,
+    Scalar,
+    StatsCmd,
+)
 
 # --------------------------------------------------------------------------- values
 
@@ -214,8 +225,9 @@ def _compile_call(call: Call, env: _Env) -> _Acc:
         get = acc.value
         return _acc(lambda item: 1 if needle in get(item) else 0, None, "num")
     pick = max if call.func == "greatest" else min
-    parts = [_compile_call(arg, env).raw if isinstance(arg, Call) else (lambda _, n=arg: n) for arg in call.args]
-    return _acc(lambda item: pick([part(item) for part in parts]), None, "num")
+    numbers = [arg for arg in call.args if not isinstance(arg, Call)]
+    parts = [_compile_call(arg, env).raw for arg in call.args if isinstance(arg, Call)]
+    return _acc(lambda item: pick([*numbers, *[part(item) for part in parts]]), None, "num")
 
 
 # --------------------------------------------------------------------------- filters
