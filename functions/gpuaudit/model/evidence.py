@@ -455,7 +455,7 @@ class GpuActivity(Frozen):
     gpu_ids: list[str] = Field(default_factory=list)
 
 
-# stream-count: how many rows a kernel-streams or stream-summary read will return, asked first at fleet scale
+# stream-count: how many rows the kernel-streams and stream-summary reads will return, asked first at fleet scale
 QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-count", "stream-hours", "gpu-lines", "boot-lines"]
 
 
