@@ -22,9 +22,11 @@ from gpuaudit.collectors.logs import (
     BatchEvidence,
     LogWindow,
     QueryJournal,
+    Rows,
     collect_batch,
     deep_kernel_start,
     discover_log_groups,
+    holds_instance_id,
     lifetime_start,
     log_batches,
     merge_batches,
@@ -104,10 +106,12 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
     else:
         part = cache.fresh_window(win, usable)
         known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
-        # The last read's streams size this one's summary: expected past the 10,000-row cap, it starts in parts.
-        # Kernel streams are not counted first: this read counts only the kernel lines since the last, usually few
-        # (read whole, and again in parts if it reaches the cap).
-        expected = {"summary": sum(len(c.hours) for c in usable), "kernel": 0}
+        # The last read's streams size this one's summary: expected past the 10,000-row cap, it starts in parts
+        # (those named without an instance ID apart when they would crowd the first part). Kernel streams are not
+        # counted first: this read counts only the kernel lines since the last, usually few (read whole, and again
+        # in parts if it reaches the cap).
+        names = [stream for c in usable for stream in c.hours]
+        expected = {"summary": Rows(len(names), sum(not holds_instance_id(name) for name in names)), "kernel": Rows(0)}
         fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
                               slots=slots, journal=journal, expected_streams=expected)
         merged = cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,11 +84,16 @@ SUMMARY_QUERY = (
 # and `kernel_streams` (a kernel line: kernel-streams rows). `strcontains` is the documented 1-or-0 substring test
 # (a query cannot test a regex per line), so the JSON form of KERNEL_FILTER is counted in its two usual spacings
 # only; a count is only a size, and a part it makes too big is read again in halves (`_Parts`).
+# `id_streams` / `kernel_id_streams`: those whose name holds "i-" (an instance ID, as a substring test sees it), so
+# the names without one, which ride with the first part, can be given parts of their own from the start.
 KERNEL_MARKERS = ("kernel:", '"_TRANSPORT":"kernel"', '"_TRANSPORT": "kernel"')
+_KERNEL_LINE = f"greatest({', '.join(f'strcontains(@message, {_quoted_insights(m)})' for m in KERNEL_MARKERS)})"
+_NAMED = 'strcontains(@logStream, "i-")'
 STREAM_COUNTS = (
-    f"fields greatest({', '.join(f'strcontains(@message, {_quoted_insights(m)})' for m in KERNEL_MARKERS)}) "
-    "as kernel_line | stats max(kernel_line) as kernel by @log, @logStream "
-    "| stats count(*) as streams, sum(kernel) as kernel_streams"
+    f"fields {_KERNEL_LINE} as kernel_line, {_NAMED} as named, least({_KERNEL_LINE}, {_NAMED}) as kernel_named "
+    "| stats max(kernel_line) as kernel, max(named) as id, max(kernel_named) as kernel_id by @log, @logStream "
+    "| stats count(*) as streams, sum(kernel) as kernel_streams, sum(id) as id_streams, "
+    "sum(kernel_id) as kernel_id_streams"
 )
 # The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
 GPU_QUERY = gpu_lines_query(MAX_ROWS)
@@ -418,7 +424,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                   runner: InsightsRunner | None = None,
                   known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
                   slots: QuerySlots | None = None, journal: QueryJournal | None = None,
-                  expected_streams: Mapping[str, int] | None = None) -> BatchEvidence:
+                  expected_streams: Mapping[str, Rows] | None = None) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
     the audit's concurrency budget, when batches share one.
@@ -436,10 +442,10 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         "gpu": ("gpu-lines", win.gpu_start, win.gpu_end, GPU_QUERY)}
     expect = dict(expected_streams or {})
 
-    def read(kind: str, streams: int | None) -> _Pending | _Parts:
+    def read(kind: str, rows: Rows | None) -> _Pending | _Parts:
         purpose, start, end, query = reads[kind]
-        if streams is not None and in_parts(streams):
-            return _Parts(runner, purpose, batch, start, end, query, part_ranges(streams))
+        if rows is not None and in_parts(rows.streams):
+            return _Parts(runner, purpose, batch, start, end, query, planned_parts(rows))
         return runner.start(purpose, batch, start, end, query)
 
     counting = [kind for kind in ("kernel", "summary") if kind not in expect and in_parts(len(nodes))]
@@ -475,7 +481,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                 rows = _split_gpu_query(runner, batch, win.gpu_start, win.gpu_end, gaps)
             elif len(rows) >= MAX_ROWS:
                 parts = _Parts(runner, purpose, batch, start, end, query,
-                               stream_part_ranges(rows, node_index, len(nodes)), rows, capped=p).read()
+                               id_parts(stream_part_ranges(rows, node_index, len(nodes))), rows, capped=p).read()
                 rows = parts.rows
         if parts.left:
             truncated.add(kind)
@@ -701,6 +707,7 @@ Endings = tuple[int, int]  # [first, last + 1) of the 256 two-digit endings, as 
 _ID_ENDING = "i-(?:[0-9a-f]{{6}}|[0-9a-f]{{15}})(?:{endings})(?:[^0-9a-f]|$)"  # IDs of 8 or 17 digits
 _ANY_ID = _ID_ENDING.format(endings="[0-9a-f]{2}")
 NO_INSTANCE_ID = f"filter @logStream not like /{_ANY_ID}/"
+_ANY_ID_RX = re.compile(_ANY_ID)
 _EC2_HOST = "ip-[0-9]+-[0-9]+-[0-9]+-[0-9]*[{digits}](?:[^0-9]|$)"  # its last digit: the IP address's
 _DIGITS = "0123456789"
 PART_HEADROOM = 1.2  # parts are sized for 83 % of the cap: IDs spread unevenly, and a count may be an estimate
@@ -772,6 +779,39 @@ def part_ranges(streams: int) -> list[Endings]:
     return [(ENDINGS * i // parts, ENDINGS * (i + 1) // parts) for i in range(parts)]
 
 
+@dataclass(frozen=True)
+class Rows:
+    """How many rows a per-stream read returns: its streams, and of them those whose name holds no instance ID."""
+
+    streams: int
+    unnamed: int = 0
+
+
+def id_parts(ranges: list[Endings]) -> list[Part]:
+    """Parts by instance-ID ending, the names without an ID riding with the first."""
+    return [Part(span, unnamed=i == 0) for i, span in enumerate(ranges)]
+
+
+def planned_parts(rows: Rows) -> list[Part]:
+    """The parts of a read of `rows` expected past the cap: its ID-named streams by ending; the names without an ID
+    ride with the first part while that part stays within 83 % of the cap, else they are read apart from the start
+    (by the last digit of their EC2 host name when they alone would pass it), not found by the first part's cap."""
+    named = max(rows.streams - rows.unnamed, 0)
+    ranges = part_ranges(named) if in_parts(named) else [(0, ENDINGS)]
+    if not in_parts(named // len(ranges) + rows.unnamed):
+        return id_parts(ranges)
+    if not in_parts(rows.unnamed):
+        return [*map(Part, ranges), Part()]
+    groups = min(len(_DIGITS), math.ceil(rows.unnamed * PART_HEADROOM / MAX_ROWS))
+    digits = [_DIGITS[len(_DIGITS) * i // groups:len(_DIGITS) * (i + 1) // groups] for i in range(groups)]
+    return [*map(Part, ranges), *(Part(host_digits=d) for d in digits), Part(host_digits="")]
+
+
+def holds_instance_id(stream: str) -> bool:
+    """Does the stream's name hold an instance ID, as the parts' filters read it (8 or 17 hex digits)?"""
+    return _ANY_ID_RX.search(stream) is not None
+
+
 def in_parts(streams: int) -> bool:
     """Is a per-stream read of about `streams` streams read in parts from the start (its whole would be capped)?"""
     return streams * PART_HEADROOM > MAX_ROWS
@@ -791,7 +831,7 @@ class PartsRead:
     answered: bool  # at least one part returned rows
 
 
-def _streams_counted(rows: list[dict[str, str]] | None) -> dict[str, int] | None:
+def _streams_counted(rows: list[dict[str, str]] | None) -> dict[str, Rows] | None:
     """The rows each per-stream read will return, from a STREAM_COUNTS result (no row: none); None when it was not
     read. Over the kernel read's longer range `streams` also counts streams silent in the summary's window: more
     parts than needed, never fewer."""
@@ -799,9 +839,11 @@ def _streams_counted(rows: list[dict[str, str]] | None) -> dict[str, int] | None
         return None
     row = rows[0] if rows else {}
     try:
-        return {"summary": int(float(row.get("streams", "0"))), "kernel": int(float(row.get("kernel_streams", "0")))}
+        streams, named, kernel, kernel_named = (int(float(row.get(name, "0"))) for name in (
+            "streams", "id_streams", "kernel_streams", "kernel_id_streams"))
     except ValueError:
         return None
+    return {"summary": Rows(streams, streams - named), "kernel": Rows(kernel, kernel - kernel_named)}
 
 
 class _Parts:
@@ -809,13 +851,13 @@ class _Parts:
     still at the cap is halved. `rows`: a capped whole's rows, when the whole was read first (`capped`)."""
 
     def __init__(self, runner: InsightsRunner, purpose: QueryPurpose, groups: list[str], start: datetime,
-                 end: datetime, query: str, ranges: list[Endings], rows: Sequence[dict[str, str]] = (),
+                 end: datetime, query: str, parts: list[Part], rows: Sequence[dict[str, str]] = (),
                  capped: _Pending | None = None) -> None:
         self.runner, self.purpose, self.groups, self.start, self.end, self.query = \
             runner, purpose, groups, start, end, query
         self.by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
         self.superseded = [capped] if capped else []  # the queries whose rows the parts read again
-        self.queue = deque(self._begin(Part(span, unnamed=i == 0)) for i, span in enumerate(ranges))
+        self.queue = deque(map(self._begin, parts))
 
     def _begin(self, part: Part) -> tuple[Part, _Pending]:
         where = part.filter()
