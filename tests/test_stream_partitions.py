@@ -21,8 +21,12 @@ from gpuaudit.collectors.logs import (
     NO_INSTANCE_ID,
     Endings,
     Part,
+    Rows,
+    host_parts,
+    id_parts,
     in_parts,
     part_ranges,
+    planned_parts,
     stream_part_filter,
     stream_part_ranges,
 )
@@ -30,7 +34,7 @@ from gpuaudit.devtools.bench import HOW_READ
 from gpuaudit.devtools.demo import demo_request
 from gpuaudit.devtools.worldgen import WorldSpec, generate
 from gpuaudit.domain.streams import INSTANCE_ID, NodeIndex
-from gpuaudit.embedded.insights import execution
+from gpuaudit.embedded.insights import LogRecord, execution, run_query
 from gpuaudit.embedded.insights.syntax import BoolOp, Expr, FilterCmd, Like, Not, parse_query
 from gpuaudit.embedded.world import World, load_world, parse_world
 from gpuaudit.model.evidence import AuditRequest, NodeInfo, QueryPurpose, StreamActivity
@@ -125,12 +129,16 @@ HOST_NAMES = ["ip-10-0-3-17.ec2.internal/messages", "ip-10-0-3-7", "ip-10-0-3-",
               "my-ip-10-0-0-1-foo", "ip-1-2-3-4-5", "10.0.3.17/syslog", "node017", "ip-10-0-3-9999999999"]
 
 
-@pytest.mark.parametrize("split", [[Part(host_digits="01234"), Part(host_digits="56789"), Part(host_digits="")],
+@pytest.mark.parametrize("split", [Part().halves(), host_parts(3), host_parts(10),
+                                   [*Part().halves()[:1], *Part().halves()[1].halves()],
+                                   [*host_parts(10)[:9], *host_parts(10)[9].halves()],
                                    [*(Part(host_digits=d) for d in "0123456789"), Part(host_digits="")]])
 def test_names_without_an_id_split_by_their_host_name_fall_in_exactly_one_part(split: list[Part]) -> None:
     # The part of the names without an instance ID, when it reaches the cap, is read again by the last digit of an
-    # EC2 host name (`ip-a-b-c-d`), and one more part takes the names with neither
-    assert Part().halves()[-1] == Part(host_digits="") and Part(host_digits="7").halves() == []
+    # EC2 host name (`ip-a-b-c-d`), the names with neither riding with the last digits until they are alone
+    assert Part().halves() == [Part(host_digits="01234"), Part(host_digits="56789", unhosted=True)]
+    assert Part(host_digits="7").halves() == [] and Part(host_digits="").halves() == []
+    assert Part(host_digits="9", unhosted=True).halves() == [Part(host_digits="9"), Part(host_digits="")]
     filters = [_compiled(p.filter()) for p in split]
     for name in [*NAMES, *HOST_NAMES]:
         matched = sum(_holds(f, name) for f in filters)
@@ -139,6 +147,33 @@ def test_names_without_an_id_split_by_their_host_name_fall_in_exactly_one_part(s
     seven = next(p for p in split if p.host_digits and "7" in p.host_digits)
     assert _matches(seven.filter(), "ip-10-0-3-17.ec2.internal/messages")
     assert _matches(Part(host_digits="").filter(), "node017")
+
+
+@pytest.mark.parametrize("rows, ids, apart", [
+    (Rows(40_004), 5, None), (Rows(20_000, 500), 3, None),  # few or none without an ID: they ride with the first
+    (Rows(20_000, 3_000), 3, 1),  # they would crowd the first part: one part of their own
+    (Rows(40_004, 10_000), 4, 2), (Rows(12_000, 12_000), 1, 2), (Rows(200_000, 70_000), 16, 9)])  # by host digit
+def test_names_without_an_id_are_read_apart_from_the_start_when_they_would_crowd_the_first_part(
+        rows: Rows, ids: int, apart: int | None) -> None:
+    # Given the rows a read was counted to return, and how many of its streams are named without an instance ID
+    parts = planned_parts(rows)
+    # Then the ID-named streams are read in as few parts as keep each within 83 % of the cap, and the others ride
+    # with the first, or are read apart (by host digit when they alone would pass the cap: no part found capped)
+    by_id = [p for p in parts if p.endings is not None]
+    named = rows.streams - rows.unnamed
+    assert len(by_id) == ids
+    assert [p.endings for p in by_id] == (part_ranges(named) if in_parts(named) else [(0, ENDINGS)])
+    if apart is None:
+        assert parts == id_parts([p.endings for p in by_id if p.endings])
+    else:
+        assert len(parts) == ids + apart and not any(p.unnamed for p in parts)
+        assert parts[ids:] == ([Part()] if apart == 1 else host_parts(apart))
+        assert all(not in_parts(rows.unnamed // apart) for _ in parts[ids:])
+    # and every name falls in a part, an ID's in exactly one
+    filters = [_compiled(p.filter()) for p in parts]
+    for name in [*NAMES, *HOST_NAMES, "ip-10-20-1-24.i-04da4f9fc3c6da5d7.system-messages"]:
+        held = sum(_holds(f, name) for f in filters)
+        assert held == 1 if not name.startswith("i-0123456789abcdef0 then") else held >= 1, name
 
 
 def _widest_rows(ranges: list[Endings], streams: int) -> float:
@@ -256,11 +291,13 @@ def test_a_read_past_the_cap_in_parts_gives_the_uncapped_result(monkeypatch: pyt
         assert rows and all("none held a `kernel:` line" in (c.note or "") for c in rows)
 
 
+@pytest.mark.parametrize("host_named", [False, True])
 def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(monkeypatch: pytest.MonkeyPatch,
-                                                                             tmp_path: Path) -> None:
+                                                                             tmp_path: Path, host_named: bool) -> None:
     # Given a world audited an hour ago (which filled the coverage cache), with the row cap lowered below the
     # streams that read found, and the same world audited the same way with the cap as it is
-    spec = WorldSpec(kind="parallelcluster", nodes=30, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
+    spec = WorldSpec(kind="parallelcluster", nodes=30, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4,
+                     host_named=host_named)
     raw = generate(spec)
     request = AuditRequest(cluster=spec.cluster_name, last="24h")
 
@@ -292,7 +329,11 @@ def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(mon
     # reached the cap first): the first part also takes the names without an instance ID
     summary = [query for purpose, query in queries if purpose == "stream-summary"]
     assert len(summary) >= 3 and all(q.startswith("filter @logStream") for q in summary)
-    assert "not like" in summary[0] and summary[0].startswith("filter @logStream like")
+    if not host_named:
+        assert "not like" in summary[0] and summary[0].startswith("filter @logStream like")
+    else:  # the cache's 30 names without an ID would crowd the first part: they are read apart from the start
+        assert not any(" or @logStream not like" in q for q in summary)
+        assert sum(q.startswith(f"{NO_INSTANCE_ID} |") for q in summary) == 1
     # and the answer is that of the audit that never met the cap
     assert _strip(in_parts_) == _strip(as_is)
 
@@ -453,3 +494,21 @@ def test_the_count_only_sizes_the_parts_a_wrong_one_still_reads_every_stream(mon
     # and the answer is the uncapped audit's, node for node
     assert not any("maximum of" in g for g in capped.visibility_gaps)
     assert _strip(capped) == _strip(uncapped)
+
+
+def test_the_count_query_counts_the_rows_of_both_reads_and_the_names_without_an_id() -> None:
+    # Given five streams: two named by instance ID (one with kernel lines), two by host (one with a journald JSON
+    # kernel line), one by neither, each with a few lines
+    def lines(stream: str, *messages: str) -> list[LogRecord]:
+        return [LogRecord("/g", stream, 1_000 * (i + 1), m) for i, m in enumerate(messages)]
+
+    records = [*lines("ip-10-0-0-1.i-0123456789abcdef0.messages", "systemd: ok", "kernel: eth0 up"),
+               *lines("worker/i-0fedcba9876543210", "slurmd: ok"),
+               *lines("ip-10-0-0-2", '{"_TRANSPORT":"kernel","MESSAGE":"NVRM: Xid 79"}', "x"),
+               *lines("ip-10-0-0-3", "sshd: ok"), *lines("node017", "kernel: hello", "kernel: again")]
+    # When the one count query runs over them
+    rows = [{c["field"]: c["value"] for c in row} for row in run_query(logs.STREAM_COUNTS, records, 0, 10, "1").rows]
+    # Then it returns one row: 5 streams, 3 with a kernel line, 2 named by ID, 1 of them with a kernel line
+    assert rows == [{"streams": "5", "kernel_streams": "3", "id_streams": "2", "kernel_id_streams": "1"}]
+    assert logs._streams_counted(rows) == {"summary": Rows(5, 3), "kernel": Rows(3, 2)}
+    assert logs._streams_counted(None) is None and logs._streams_counted([]) == {"summary": Rows(0), "kernel": Rows(0)}

@@ -733,11 +733,13 @@ def _endings_pattern(span: Endings) -> str:
 class Part:
     """A share of a per-stream read by the names of its streams: those whose instance ID ends in `endings`, and
     with `unnamed` those that hold no ID. Without `endings`, only names without an ID: all of them (`host_digits`
-    None), those whose EC2 host name ends in one of `host_digits`, or ("") those with no such host name either."""
+    None), those whose EC2 host name ends in one of `host_digits` (with `unhosted`, also those with no such host
+    name), or ("") those with no such host name either."""
 
     endings: Endings | None = None
     unnamed: bool = False
     host_digits: str | None = None
+    unhosted: bool = False
 
     def filter(self) -> str:
         if self.endings is not None:
@@ -746,7 +748,10 @@ class Part:
         if self.host_digits is None:
             return NO_INSTANCE_ID
         if self.host_digits:
-            return f"{NO_INSTANCE_ID} and @logStream like /{_EC2_HOST.format(digits=self.host_digits)}/"
+            hosted = f"@logStream like /{_EC2_HOST.format(digits=self.host_digits)}/"
+            if self.unhosted:
+                return f"{NO_INSTANCE_ID} and ({hosted} or @logStream not like /{_EC2_HOST.format(digits=_DIGITS)}/)"
+            return f"{NO_INSTANCE_ID} and {hosted}"
         return f"{NO_INSTANCE_ID} and @logStream not like /{_EC2_HOST.format(digits=_DIGITS)}/"
 
     def halves(self) -> list[Part]:
@@ -757,10 +762,19 @@ class Part:
             lo, hi = self.endings
             return [Part((lo, (lo + hi) // 2)), Part(((lo + hi) // 2, hi))] if hi - lo > 1 else []
         if self.host_digits is None:
-            return [Part(host_digits=_DIGITS[:5]), Part(host_digits=_DIGITS[5:]), Part(host_digits="")]
-        digits = self.host_digits
-        return [Part(host_digits=digits[:len(digits) // 2]), Part(host_digits=digits[len(digits) // 2:])] \
-            if len(digits) > 1 else []
+            return host_parts(2)
+        digits, unhosted = self.host_digits, self.unhosted
+        if len(digits) > 1:
+            return [Part(host_digits=digits[:len(digits) // 2]),
+                    Part(host_digits=digits[len(digits) // 2:], unhosted=unhosted)]
+        return [Part(host_digits=digits), Part(host_digits="")] if unhosted and digits else []
+
+
+def host_parts(count: int) -> list[Part]:
+    """The names without an instance ID in `count` parts (2 to 10) by their EC2 host name's last digit, the names
+    with no such host name riding with the last."""
+    cut = [len(_DIGITS) * i // count for i in range(count + 1)]
+    return [Part(host_digits=_DIGITS[a:b], unhosted=b == len(_DIGITS)) for a, b in zip(cut, cut[1:], strict=False)]
 
 
 def stream_part_filter(span: Endings | None, unnamed: bool = False) -> str:
@@ -802,9 +816,7 @@ def planned_parts(rows: Rows) -> list[Part]:
         return id_parts(ranges)
     if not in_parts(rows.unnamed):
         return [*map(Part, ranges), Part()]
-    groups = min(len(_DIGITS), math.ceil(rows.unnamed * PART_HEADROOM / MAX_ROWS))
-    digits = [_DIGITS[len(_DIGITS) * i // groups:len(_DIGITS) * (i + 1) // groups] for i in range(groups)]
-    return [*map(Part, ranges), *(Part(host_digits=d) for d in digits), Part(host_digits="")]
+    return [*map(Part, ranges), *host_parts(min(len(_DIGITS), math.ceil(rows.unnamed * PART_HEADROOM / MAX_ROWS)))]
 
 
 def holds_instance_id(stream: str) -> bool:
