@@ -694,8 +694,9 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
 # A per-stream query (kernel-streams, stream-summary) expected past the 10,000-row cap — counted first, or known
 # from the last read — or that reaches it, is read in parts, each filtered on a range of the last two hex digits
 # of an instance ID in the stream's name (256 endings, uniform whether IDs are random, as EC2's are, or sequential,
-# as in test worlds). The names that hold no instance ID ride with the first part (`or ... not like`), so every
-# name falls in a part. A name with two IDs may fall in two; rows are keyed by stream, so the overlap is harmless.
+# as in test worlds). The names that hold no instance ID ride with the first part (`or ... not like`), or, when the
+# count (or the cache) says they would crowd it, have parts of their own from the start, so every name falls in a
+# part. A name with two IDs may fall in two; rows are keyed by stream, so the overlap is harmless.
 # Filtering on @logStream keeps each stream's row whole. A part that still reaches the cap is halved, down to one
 # ending (2.56 million streams per batch); the names without an ID then get a part of their own, split in turn by
 # the last digit of an EC2 host name (`ip-10-0-3-17`: streams named `{hostname}`), down to one digit; the names
