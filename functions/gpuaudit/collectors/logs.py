@@ -9,8 +9,8 @@ Per batch of at most 50 groups, three queries, never one per node:
                   lines in the nodes' own streams from their launch (at most the kernel lookback) to the
                   window, newest first, at most BOOT_ROWS rows
 A kernel-streams or stream-summary read past the 10,000-row cap (both counted first in one `stream-count` query at
-fleet scale, known from the last read, or found capped) is read in parts by the instance ID's ending, or host name, in the stream name
-(`Part`), so a large fleet costs a few more queries, not one per node.
+fleet scale, known from the last read, or found capped) is read in parts by the instance ID's ending, or host
+name, in the stream name (`Part`), so a large fleet costs a few more queries, not one per node.
 Then `stream-hours` detail queries, only for node streams whose live hours have a hole (healthy nodes, and
 streams silent for good, cost nothing extra: `one_run`), packed over the batch's groups by the live hours the
 summary counted and by `QUERY_CHAR_BUDGET` characters (`detail_chunks`). Every query is started within the
@@ -67,6 +67,7 @@ KEYWORDS = ("kernel", "messages", "syslog", "system", "dmesg", "journal", "gpu")
 MAX_GROUPS_PER_QUERY = 50
 MAX_ROWS = 10_000
 FINISHED = {"Complete", "Failed", "Cancelled", "Timeout", "Unknown"}
+
 
 def _quoted_insights(text: str) -> str:
     """A Logs Insights string literal: single quotes when the text holds a double quote (no escapes needed)."""
@@ -432,7 +433,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     A per-stream read (kernel streams, stream summary) expected past the 10,000-row cap is read in parts from the
     start: `expected_streams` gives its rows when known (an hourly read, from the last read's streams); when it
     does not and the fleet alone would pass the cap (a stream or more per node), one `stream-count` query counts
-    the rows of every such read first (one row). Otherwise the whole is read, and read again in parts if it reaches the cap."""
+    the rows of every such read first (one row). Otherwise the whole is read, and read again in parts if it
+    reaches the cap."""
     gaps: list[Gap] = []
     runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
     runner.gaps = gaps
