@@ -155,3 +155,17 @@ def test_shipped_worlds_load(folder: Path):
         world = load_world(path)
         assert world.region == "us-west-2"
         assert world.source == str(path)
+
+
+
+def test_demo_audits_read_every_instance_type_they_meet():
+    # Given each audit the demo runs on the shipped worlds (the product's first impression); When run; Then no
+    # DescribeInstanceTypes call failed for a type the world lacks (`InvalidInstanceType … t3.medium`)
+    from helpers.worlds import aws_for
+
+    from gpuaudit.devtools.demo import demo_request, demo_worlds
+    from gpuaudit.pipeline import run_audit
+
+    for entry in demo_worlds():
+        result = run_audit(aws_for(load_world(entry["path"])), demo_request(entry))
+        assert not [g for g in result.visibility_gaps if "DescribeInstanceTypes" in g], entry["title"]
