@@ -10,7 +10,7 @@ from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK
 from gpuaudit.model.evidence import AuditRequest, Evidence
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import collect, run_audit
-from tests.helpers.worlds import PClusterWorld, at, node_of
+from tests.helpers.worlds import NOW, PClusterWorld, at, node_of
 
 SINCE, UNTIL = at(6), at(10)
 PADDED_START = parse_time(at(5))
@@ -50,7 +50,7 @@ def test_an_old_quiet_kernel_stream_is_proven_by_its_boot_lines() -> None:
     ev = collect(w.aws(), request)
     bounded = (PADDED_START - KERNEL_LOOKBACK).isoformat()
     # the bounded read, then the second look from the launch to where the bounded read began
-    assert kernel_queries(ev) == sorted([(bounded, parse_time(at(11)).isoformat()),
+    assert kernel_queries(ev) == sorted([(bounded, parse_time(NOW).isoformat()),  # to the query time (§4 b)
                                          (parse_time(at(-30 * 24)).isoformat(), bounded)])
     assert node_of(run_audit(w.aws(), request), w.compute[0].instance_id).xid_status == "Measured"
 

@@ -89,7 +89,7 @@ def log_window(evidence: Evidence) -> LogWindow:
     return LogWindow(padded_start=pad.start, padded_end=pad.end, lifetime_start=lifetime,
                      gpu_start=min(pad.start, evidence.window.start - TIMELINE_MARGIN), gpu_end=pad.end,
                      deep_kernel_start=deep_kernel_start(evidence.nodes, lifetime, KERNEL_DEEP_LOOKBACK),
-                     boot_lines=evidence.mode != "coverage")
+                     boot_lines=evidence.mode != "coverage", kernel_end=evidence.now)
 
 
 def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheState | None = None,

@@ -178,7 +178,7 @@ def fresh_window(win: LogWindow, caches: list[GroupCache]) -> LogWindow:
     settled = caches[0].settled_until
     return LogWindow(padded_start=max(win.padded_start, settled), padded_end=win.padded_end,
                      lifetime_start=caches[0].kernel_as_of, gpu_start=max(win.gpu_start, settled),
-                     gpu_end=win.gpu_end)
+                     gpu_end=win.gpu_end, kernel_end=win.kernel_end)
 
 
 def _live_runs(a: StreamActivity, span: Runs) -> Runs | None:
@@ -248,7 +248,7 @@ def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: dateti
     full = _span(_floor_h(win.padded_start), _ceil_h(win.padded_end))
     keep_from, keep_to, settled_h = _ceil_h(covered_from), _ceil_h(win.padded_start), _ceil_h(settled)
     for group in merged.groups:
-        entry = GroupCache(covered_from=covered_from, settled_until=settled, kernel_as_of=win.padded_end,
+        entry = GroupCache(covered_from=covered_from, settled_until=settled, kernel_as_of=win.kernel_until,
                            kernel={k.log_stream: k for k in merged.kernel if k.log_group == group})
         old = prior.get(group)
         for a in (x for x in merged.activity if x.log_group == group):

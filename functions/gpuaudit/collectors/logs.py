@@ -398,6 +398,13 @@ class LogWindow(BaseModel):
     # Incident and pre-flight reads only: boot-time lines are searched from lifetime_start (RULES §2, §10 P11); the
     # hourly coverage audit, the one that runs unattended, does not pay for them.
     boot_lines: bool = False
+    # Where query (b) stops: the query time. `kernel lines ever` counts from launch to `now`, not to the window's
+    # end (RULES §4 b); None (an older payload) falls back to the padded end.
+    kernel_end: datetime | None = None
+
+    @property
+    def kernel_until(self) -> datetime:
+        return self.kernel_end or self.padded_end
 
 
 class BatchEvidence(BaseModel):
@@ -439,7 +446,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
     runner.gaps = gaps
     reads: dict[str, tuple[QueryPurpose, datetime, datetime, str]] = {
-        "kernel": ("kernel-streams", win.lifetime_start, win.padded_end, KERNEL_QUERY),
+        "kernel": ("kernel-streams", win.lifetime_start, win.kernel_until, KERNEL_QUERY),
         "summary": ("stream-summary", win.padded_start, win.padded_end, SUMMARY_QUERY),
         "gpu": ("gpu-lines", win.gpu_start, win.gpu_end, GPU_QUERY)}
     expect = dict(expected_streams or {})

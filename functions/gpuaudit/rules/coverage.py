@@ -125,13 +125,28 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
 
 
 def _died(silent: ListedStream, pad: Padded) -> str:
-    """When a silent stream last wrote, as DescribeLogStreams says (eventually consistent: within about an hour)."""
+    """When a silent stream last wrote, as DescribeLogStreams says (eventually consistent: within about an hour),
+    placed against the padded window: before it, after it (the stream wrote again later), or inside it."""
     if silent.last_event is None:
         return "; DescribeLogStreams lists no event time for it"
-    before = pad.start - silent.last_event
-    ago = f"{before.days} day(s) {before.seconds // 3600} h" if before.days else f"{before.seconds // 3600} h"
-    return (f"; its last event was {iso(silent.last_event)}, {ago} before the padded window "
-            f"(first event {iso(silent.first_event) if silent.first_event else 'not listed'}; DescribeLogStreams)")
+    first = f"first event {iso(silent.first_event) if silent.first_event else 'not listed'}; DescribeLogStreams"
+    last = iso(silent.last_event)
+    if silent.last_event < pad.start:
+        return f"; its last event was {last}, {_duration(pad.start - silent.last_event)} before the padded window ({first})"
+    if silent.last_event >= pad.end:
+        return (f"; its last event was {last}, {_duration(silent.last_event - pad.end)} after the padded window: the "
+                f"stream wrote again after the window, nothing inside it ({first})")
+    return (f"; its listed last event {last} falls inside the padded window, yet the query read no line there "
+            f"(DescribeLogStreams' event times are eventually consistent; {first})")
+
+
+def _duration(span: timedelta) -> str:
+    """A span as days and hours (minutes under an hour), never negative: callers order the two ends."""
+    minutes = max(int(span.total_seconds() // 60), 0)
+    days, rest = divmod(minutes, 24 * 60)
+    if days:
+        return f"{days} day(s) {rest // 60} h"
+    return f"{rest // 60} h" if rest >= 60 else f"{rest} min"
 
 
 def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], since: datetime,
