@@ -23,6 +23,7 @@ from gpuaudit.model.result import (
     BranchLetter,
     BranchStatus,
     CauseLabel,
+    FindingStep,
     NcclTransport,
     NodeResult,
     TimelineEntry,
@@ -363,22 +364,34 @@ def branch_d(j: Judged) -> Branch:
         return _branch("D", "Contributing", text, "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) on the nodes with `{NCCL_DEBUG}`, and EFA counters "
                        "(`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
-    if hang is not None and (sg := sg_step(_fabric_context(j))).status == "Blocked":
+    sg = sg_step(_fabric_context(j))
+    layer4 = _layer4(sg)
+    if hang is not None and sg.status == "Blocked":
         return _branch("D", "Root cause", f"NCCL hang at {iso(hang[0])} ({hang[1]}) on a cluster whose EFA security "
                        f"group rules fail: {sg.evidence}. A missing self-referencing rule is a proven precondition "
                        "failure (RULES §8 D layer 4)", "Proven")
+    if sg.status == "Blocked":
+        return _branch("D", "Contributing", f"EFA precondition failure (proven): {sg.evidence}; no NCCL hang or "
+                       "failure onset was read, so it is not shown to have caused this failure", "Hypothesis (to validate)",
+                       f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`")
     if not any(n.signals.nccl == "Observable" for n in nodes):
         return _branch("D", "Not assessed", "no NCCL INFO/WARN lines in any source (layer 1 Not observable); no NVLink "
-                       f"Xid read; EFA counters not read. Collect with `{NCCL_DEBUG}`")
+                       f"Xid read; EFA counters not read; {layer4}. Collect with `{NCCL_DEBUG}`")
     used = "; ".join(f"{n.instance_id}: " + ", ".join(sorted({f"{t.transport} ({t.assessment})"
                                                                for t in n.nccl_transports}))
                      for n in nodes if n.nccl_transports)
     if unsure:
         return _branch("D", "Not assessed", "NCCL transport lines read, but their fit could not be told: "
                        + "; ".join(f"{n.instance_id}: {t.transport} — {t.why}" for n, t in unsure)
-                       + (f"; {used}" if used else ""))
+                       + (f"; {used}" if used else "") + f"; {layer4}")
     return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback, SHM on NVSwitch or IB"
-                   + (f" ({used})" if used else "") + "; no NVLink Xid; EFA counters not read")
+                   + (f" ({used})" if used else "") + f"; no NVLink Xid; EFA counters not read; {layer4}")
+
+
+def _layer4(sg: FindingStep) -> str:
+    """RULES §0.4, §8 D layer 4: the security groups whose rules were read, and the self rule found or missing —
+    said whatever layer 1 showed, so a cleared precondition names what cleared it."""
+    return f"layer 4, EFA security group self-referencing all-traffic rules — {sg.status}: {sg.evidence}"
 
 
 NCCL_DEBUG = NCCL_COMMAND

@@ -1,0 +1,76 @@
+"""Branch D names what it read (#35 item 8), from RULES §0.4 ("every claim carries the identifiers behind it … for
+what was cleared as much as for what was blamed") and §8 D layer 4 (a security group with a self-referencing
+all-traffic rule inbound and outbound; a missing rule is a proven precondition failure).
+
+With no NCCL line anywhere, layer 1 is Not observable — but the security group rules were still read, so the
+branch row names the group (`sg-…`) and says whether the self-referencing rule was found or is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuaudit.model.result import Branch, Result
+from tests.helpers.worlds import HyperPodWorld, PClusterWorld, at
+
+SG = "sg-0c0ffee000000a11"
+SINCE, UNTIL = at(6), at(10)
+
+
+def _rules(to_self: bool) -> list[dict[str, Any]]:
+    if to_self:
+        return [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": SG}], "IpRanges": []}]
+    return [{"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "UserIdGroupPairs": [],
+             "IpRanges": [{"CidrIp": "10.0.0.0/16"}]}]
+
+
+def _pcluster(*, inbound: bool, outbound: bool) -> PClusterWorld:
+    """Two p5 nodes in SG, kernel streams live, and no NCCL line in any source."""
+    w = PClusterWorld(n_compute=2)
+    ids = {n.instance_id for n in w.compute}
+    for raw in w.section("ec2", "instances"):
+        if raw["InstanceId"] in ids:
+            raw["SecurityGroups"] = [{"GroupId": SG, "GroupName": "train-efa"}]
+            raw["VpcId"] = "vpc-0abc"
+    w.section("ec2", "security_groups").append({"GroupId": SG, "GroupName": "train-efa", "VpcId": "vpc-0abc",
+                                                "IpPermissions": _rules(inbound),
+                                                "IpPermissionsEgress": _rules(outbound)})
+    for n in w.compute:
+        w.healthy(n, at(-48), at(12, 25))
+    return w
+
+
+def _d(result: Result) -> Branch:
+    return next(b for b in result.branches if b.branch == "D")
+
+
+def test_no_nccl_lines_still_names_the_security_group_and_the_self_rule_found() -> None:
+    w = _pcluster(inbound=True, outbound=True)
+    d = _d(w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL))
+    assert d.status == "Not assessed"  # layer 1 is Not observable: not ruled out on the rules alone
+    assert "no NCCL INFO/WARN lines" in d.evidence
+    assert SG in d.evidence
+    assert "inbound" in d.evidence and "outbound" in d.evidence and "Cleared" in d.evidence
+
+
+@pytest.mark.parametrize(("inbound", "outbound", "missing"), [(False, True, "inbound"), (True, False, "outbound")])
+def test_a_missing_self_rule_is_named_with_its_group_and_is_never_cleared(inbound: bool, outbound: bool,
+                                                                          missing: str) -> None:
+    w = _pcluster(inbound=inbound, outbound=outbound)
+    d = _d(w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL))
+    assert SG in d.evidence
+    assert f"no all-traffic {missing} rule" in d.evidence
+    assert d.status not in ("Ruled out", "Not assessed")  # a missing rule is a proven precondition failure
+    assert "precondition failure" in d.evidence
+
+
+def test_hyperpod_names_the_cluster_vpc_security_group() -> None:
+    w = HyperPodWorld(gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    w.described["VpcConfig"] = {"SecurityGroupIds": [SG], "Subnets": ["subnet-0123456789abcdef0"]}
+    w.section("ec2", "security_groups").append({"GroupId": SG, "GroupName": "hp-efa", "VpcId": "vpc-0abc",
+                                                "IpPermissions": _rules(True), "IpPermissionsEgress": _rules(True)})
+    w.cluster_metrics(at(-48), at(12, 25))
+    d = _d(w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL))
+    assert SG in d.evidence and "VpcConfig" in d.evidence
