@@ -30,8 +30,8 @@ from gpuaudit.model.result import (
 )
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
-from gpuaudit.rules.findings import sg_step
-from gpuaudit.rules.preflight.common import Context, Plan, gpu_groups
+from gpuaudit.rules.findings import affected_groups, capacity_error_step, capacity_step, sg_step, subnet_step
+from gpuaudit.rules.preflight.common import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.preflight.fabric import NCCL_COMMAND
 from gpuaudit.rules.xid import fleet_pattern
 
@@ -227,14 +227,7 @@ def branch_b(j: Judged) -> Branch:
         return _branch("B", "Not assessed", "capacity reservations could not be read (see visibility gaps)")
     ends = block_ends(j)
     if not ends:
-        vanished = [n.instance_id for n in j.nodes if n.discovered_by == "log-streams"]
-        groups_short = [g.name for g in ev.cluster.instance_groups
-                        if g.current_count is not None and g.target_count is not None and g.current_count < g.target_count]
-        if vanished or groups_short:
-            return _branch("B", "Not assessed", "nodes vanished or groups are below target ("
-                           + ", ".join(vanished + groups_short) + ") but no capacity reservation ends near the window")
-        return _branch("B", "Ruled out", f"{len(ev.capacity_reservations)} capacity reservation(s) read; none of the "
-                       "cluster's instance types ends in the window, no node vanished, every group at target")
+        return _capacity_reads(j)
     parts = []
     warned = [p for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
               if "Interruption Warning" in p.line.message]
@@ -263,6 +256,67 @@ def branch_b(j: Judged) -> Branch:
                    "Hypothesis (to validate)",
                    "an EventBridge archive or rule target holding `Capacity Reservation Instance Interruption Warning` "
                    "events (source aws.ec2; detail instance-id, instance-termination-time) for these instances")
+
+
+def _capacity_reads(j: Judged) -> Branch:
+    """RULES §8 B with no block ending at the window: B is `Ruled out` only when each of its signals was read and
+    came back clean — no reservation or training plan ending near the window, the short group's reservation or
+    training plan with capacity available, enough free IPs for one node, no capacity error — and the row says
+    which reads cleared it. A blocked read is evidence for B; an unread one leaves B `Not assessed`."""
+    ctx = _fabric_context(j)
+    groups = affected_groups(ctx)
+    vanished = [n.instance_id for n in j.nodes if n.discovered_by == "log-streams" and n.role != "head"]
+    steps = [_ending_step(j), _short_groups_step(ctx, groups, vanished), subnet_step(ctx, groups or list(ctx.groups)),
+             capacity_error_step(ctx)]
+    said = "; ".join(f"{s.name} — {s.status}: {s.evidence}" for s in steps)
+    blocked = [s for s in steps if s.status == "Blocked"]
+    if blocked:
+        return _branch("B", "Contributing", f"Capacity signal read: {said}", "Hypothesis (to validate)",
+                       "the cluster events or DescribeClusterNode of the node that was not replaced, naming the "
+                       "capacity or IP error at the time of the launch")
+    unread = [s.name for s in steps if s.status not in ("Cleared", "Not applicable")]
+    if unread:
+        return _branch("B", "Not assessed", f"not read: {', '.join(unread)}; {said}")
+    return _branch("B", "Ruled out", f"Cleared by: {said}")
+
+
+def _ending_step(j: Judged) -> FindingStep:
+    """No Capacity Block, capacity reservation or training plan of the cluster ends within the window ± margin."""
+    ev = j.evidence
+    start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
+    read = ", ".join(f"`{r.reservation_id}` ({r.instance_type}, state {r.state}, EndDate "
+                     f"{iso(r.end_date) if r.end_date else 'none'})" for r in ev.capacity_reservations or [])
+    plans = list(ev.training_plans or [])
+    ending = [p for p in plans if p.end_time is not None and start <= p.end_time <= end]
+    plan_text = "; ".join(f"training plan `{p.name}` Status {p.status}, EndTime "
+                          f"{iso(p.end_time) if p.end_time else 'none'} (DescribeTrainingPlan)" for p in plans)
+    text = (f"{len(ev.capacity_reservations or [])} capacity reservation(s) read (DescribeCapacityReservations)"
+            + (f": {read}" if read else "") + (f"; {plan_text}" if plan_text else "")
+            + f" — none holding the cluster's instance types ends between {iso(start)} and {iso(end)}")
+    if ending:
+        return FindingStep(name="reservations ending near the window", status="Blocked", evidence=(
+            "; ".join(f"training plan `{p.name}` ends {iso(p.end_time)} (EndTime, DescribeTrainingPlan), inside "
+                      f"the window ± {int(TIMELINE_MARGIN.total_seconds() // 60)} min" for p in ending
+                      if p.end_time is not None)))
+    return FindingStep(name="reservations ending near the window", status="Cleared", evidence=text)
+
+
+def _short_groups_step(ctx: Context, groups: Sequence[GpuGroup], vanished: Sequence[str]) -> FindingStep:
+    """The capacity of every group below target (or holding a failed node): its reservation or training plan
+    with an instance to replace into. With no such group, the counts read are what cleared it."""
+    name = "capacity of the short groups"
+    if groups:
+        step = capacity_step(ctx, list(groups))
+        return step.model_copy(update={"name": name})
+    if vanished:
+        return FindingStep(name=name, status="Not checked", evidence=(
+            f"nodes {', '.join(vanished)} vanished (seen in the logs, not returned by the node list) and no capacity "
+            "reservation ends near the window: what ended them is not shown by the capacity reads"))
+    counts = [f"{g.label} CurrentCount {g.group.current_count}, TargetCount {g.group.target_count}"
+              for g in ctx.groups if g.group is not None and g.group.current_count is not None]
+    text = ("every group at target: " + "; ".join(counts) + " (DescribeCluster)" if counts else
+            "no group below target and no node vanished (every node seen in the logs is in the node list)")
+    return FindingStep(name=name, status="Cleared", evidence=text)
 
 
 THROUGHPUT_METRICS = ("NetworkThroughputUtilization", "FileServerDiskThroughputUtilization", "DiskIopsUtilization")

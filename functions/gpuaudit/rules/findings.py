@@ -72,7 +72,7 @@ def _quote(text: str) -> str:
 
 
 # -- why no replacement (RULES §8 A recovery, B, frequent non-GPU causes) ---------------------------------------
-def _affected_groups(ctx: Context) -> list[GpuGroup]:
+def affected_groups(ctx: Context) -> list[GpuGroup]:
     troubled = {n.instance_id for n in ctx.j.nodes if n.status in TROUBLED or n.verdict == "REPLACE"}
     out = []
     for g in ctx.groups:
@@ -84,7 +84,7 @@ def _affected_groups(ctx: Context) -> list[GpuGroup]:
     return out
 
 
-def _capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
+def capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
     name = "capacity to replace into"
     parts: list[tuple[FindingStepStatus, str]] = []
     for g in groups:
@@ -135,6 +135,41 @@ def _capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
                                              "holds it (on-demand capacity is not visible before a launch) and no "
                                              "InsufficientInstanceCapacity was read"))
     return _merge(name, parts)
+
+
+CAPACITY_ERROR = "InsufficientInstanceCapacity"
+
+
+def capacity_error_step(ctx: Context) -> FindingStep:
+    """RULES §8 B: an `InsufficientInstanceCapacity` in a log line read (clustermgtd, slurm_resume), a cluster event,
+    a node's status message or a CloudTrail call's error. Cleared only when CloudTrail was read whole: an EC2 launch
+    error lives there, and logs alone cannot clear it."""
+    name = "capacity errors"
+    ev = ctx.ev
+    lines = [p for p in _all_lines(ctx.j) if CAPACITY_ERROR in p.line.message]
+    if lines:
+        return _step(name, "Blocked", f"{CAPACITY_ERROR} in {_where(lines[0])}: {_quote(lines[0].line.message)}"
+                     + (f" (+{len(lines) - 1} more line(s))" if len(lines) > 1 else ""))
+    events = [e for e in ev.cluster_events or [] if CAPACITY_ERROR in e.description]
+    if events:
+        return _step(name, "Blocked", f"{CAPACITY_ERROR} in the cluster event at {iso(events[0].time)} "
+                     f"(ListClusterEvents): {_quote(events[0].description)}")
+    nodes = [n for n in ev.nodes if n.status_message and CAPACITY_ERROR in n.status_message]
+    if nodes:
+        return _step(name, "Blocked", f"{CAPACITY_ERROR} in the status of `{nodes[0].instance_id}` "
+                     f"(DescribeClusterNode): {_quote(nodes[0].status_message or '')}")
+    trail = [e for e in ev.cloudtrail or [] if CAPACITY_ERROR in f"{e.error_code} {e.error_message}"]
+    if trail:
+        e = trail[0]
+        return _step(name, "Blocked", f"{e.event_name} at {iso(e.time)} failed: {e.error_code}: "
+                     f"{_quote(e.error_message or '')} (CloudTrail)" + (f" (+{len(trail) - 1} more call(s))"
+                                                                         if len(trail) > 1 else ""))
+    if ev.cloudtrail is None or not ev.cloudtrail_complete:
+        return _step(name, "Not checked", f"no {CAPACITY_ERROR} in the log lines read, but CloudTrail was not read "
+                     "for every event name (see visibility gaps) — `aws cloudtrail lookup-events --lookup-attributes "
+                     "AttributeKey=EventName,AttributeValue=RunInstances`")
+    return _step(name, "Cleared", f"no {CAPACITY_ERROR} in CloudTrail ({len(ev.cloudtrail)} event(s) read by event "
+                 "name), the cluster events or the log lines read")
 
 
 def _merge(name: str, parts: list[tuple[FindingStepStatus, str]]) -> FindingStep:
@@ -195,7 +230,7 @@ def _count_step(groups: list[GpuGroup]) -> FindingStep:
     return _merge("CurrentCount against TargetCount", parts)
 
 
-def _subnet_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
+def subnet_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
     name = "free IPs in the cluster's subnets"
     ev = ctx.ev
     ids = ev.cluster.subnet_ids or sorted({n.subnet_id for n in ev.instance_network or [] if n.subnet_id})
@@ -230,11 +265,11 @@ def why_no_replacement(ctx: Context) -> Finding | None:
     Checked in order: capacity, the replacement's lifecycle script, the counts, subnet IPs, NodeRecovery."""
     if not ctx.hyperpod:
         return None
-    groups = _affected_groups(ctx)
+    groups = affected_groups(ctx)
     if not groups:
         return None
-    steps = [_capacity_step(ctx, groups), _lifecycle_step(ctx, groups), _count_step(groups),
-             _subnet_step(ctx, groups), _recovery_step(ctx)]
+    steps = [capacity_step(ctx, groups), _lifecycle_step(ctx, groups), _count_step(groups),
+             subnet_step(ctx, groups), _recovery_step(ctx)]
     causes = [s for s in steps if s.status == "Blocked" and s.name != "CurrentCount against TargetCount"]
     labels = ", ".join(g.label for g in groups)
     label: CauseLabel | None
