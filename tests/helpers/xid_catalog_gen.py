@@ -146,6 +146,7 @@ def generate(reference_path: Path) -> dict[str, Any]:
             "action2_intrinfo_v2": r["action2_decode_v2"],
             "action2": r["action2"],
             "severity": r["severity"],
+            "hw_sw": r["hw_sw"],
         }
         for r in reference["nvlink5_decode_144_150"]
     ]

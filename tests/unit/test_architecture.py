@@ -112,7 +112,7 @@ def test_the_gpu_query_is_built_from_every_marker_the_rules_match() -> None:
     selected = re.search(r"filter @message like /(?P<re>[^/]+)/", GPU_QUERY)
     assert selected is not None
     wanted = re.compile(selected["re"])
-    samples = [*(marker for marker, _, _ in MEMORY_SIGNALS), markers.BOOT_LINE, markers.HMA_MARKER,
+    samples = [*(signal.marker for signal in MEMORY_SIGNALS), markers.BOOT_LINE, markers.HMA_MARKER,
                "NVRM: Xid (PCI:0000:53:00): 48, pid=1, DBE", "NCCL INFO NET/OFI Selected Provider is efa",
                "NCCL WARN Call to connect returned Connection refused", "nvidia-fabricmanager.service failed",
                *(m for m in markers.LIFECYCLE_MARKERS)]

@@ -111,7 +111,7 @@ HMA_MESSAGE = (
 )
 
 
-def xid(code: int, minutes: float = 0, pci: str | None = BUS, text: str = "", **kw: str) -> NodeXid:
+def xid(code: int, minutes: float = 0, pci: str | None = BUS, text: str = "", **kw: str | int) -> NodeXid:
     return NodeXid(time=T0 + timedelta(minutes=minutes), code=code, pci=pci, text=text, **kw)
 
 
@@ -261,6 +261,33 @@ def test_parse_colon_separator_function_suffix_and_unknown_pid() -> None:
 def test_odd_or_redacted_bus_field_keeps_the_code(bus_field: str, pci: str | None) -> None:
     line = parse_xid(f"kernel: NVRM: Xid ({bus_field}): 79, pid=12, name=x, GPU has fallen off the bus.")
     assert line is not None and (line.code, line.pci, line.pid) == (79, pci, 12)
+
+
+@pytest.mark.parametrize(
+    ("bus_field", "pci", "gpu_instance", "compute_instance"),
+    [  # the driver's three forms (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c)
+        ("PCI:0000:01:00", "0000:01:00", None, None),
+        ("PCI:0000:01:00 GPU-I:05", "0000:01:00", 5, None),
+        ("PCI:0000:3b:00 GPU-I:01 GPU-CI:02", "0000:3b:00", 1, 2),
+        ("PCI:0009:01:00.0 GPU-I:12", "0009:01:00.0", 12, None),  # non-zero domain and a function suffix
+        ("PCI:XXXX:XX:XX GPU-I:03", None, 3, None),  # a redacted bus keeps the instance, and the code
+    ],
+)
+def test_mig_attribution_keeps_the_bus_and_reads_the_instances(
+    bus_field: str, pci: str | None, gpu_instance: int | None, compute_instance: int | None
+) -> None:
+    line = parse_xid(f"kernel: NVRM: Xid ({bus_field}): 94, pid=7194, name=python, Contained: CE User Channel (0x9).")
+    assert line is not None
+    assert (line.code, line.pci, line.gpu_instance, line.compute_instance, line.pid) == (
+        94, pci, gpu_instance, compute_instance, 7194)
+    assert line.text.startswith("pid=7194, name=python, Contained")
+
+
+def test_mig_instance_is_named_in_the_node_evidence() -> None:
+    routing = route_node([xid(94, pci="0000:01:00", gpu_instance=5, text="pid=7194, name=python, Contained")],
+                         node_running=True)
+    assert routing.verdict == "LEAVE ALONE" and routing.pci == "0000:01:00"
+    assert "on PCI 0000:01:00, MIG instance GPU-I:05" in routing.verdict_evidence
 
 
 def test_bus_key_normalises_domain_and_function() -> None:
@@ -501,17 +528,52 @@ def test_nvlink5_decode_overrules_the_printed_word_and_says_so() -> None:
     assert ignore.disagreement and "prints Fatal" in ignore.disagreement
 
 
+def test_nvlink5_decode_class_is_the_decodes_and_the_disagreement_is_said_in_its_words() -> None:
+    """RULES §6 rule NVLink5: the decode decides. NVIDIA's sheet gives each row a severity (Fatal, Link Fatal,
+    Non-fatal), an action and whether the condition is HW, SW or FW: the class and verdict follow that row."""
+    # printed Nonfatal; decode v2 SAW_MVB status 0x2: Fatal, RESET_GPU, HW → hardware, REBOOT
+    nonfatal = "SAW_MVB Nonfatal XC0 i0 Link 03 (0x00000001 0x00000002 0x00000000 0x00000000 0x0 0x0 0x0)"
+    hardware = classify(144, nonfatal)
+    assert (hardware.class_, hardware.verdict, hardware.verdict_if_recurs) == ("hardware", "REBOOT", "REPLACE")
+    assert hardware.disagreement and "prints Nonfatal, the decode says Fatal (RESET_GPU)" in hardware.disagreement
+    routed = route_node([xid(144, text=nonfatal)], node_running=True)
+    assert routed.verdict == "REBOOT" and routed.hardware and routed.cause_class == "hardware"
+    assert "hardware class" in routed.verdict_evidence and "Fatal, RESET_GPU, HW" in routed.verdict_evidence
+    # printed Fatal; decode v1 NETIR_LINK_EVT sub-code 38: Link Fatal, but IGNORE → informational, MONITOR, and the
+    # decode is never misquoted as "nonfatal"
+    link_fatal = "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6 0x00000000 0x00000000 0x00000000 0x0 0x0 0x0)"
+    ignored = classify(149, link_fatal)
+    assert (ignored.class_, ignored.verdict, ignored.decoded_action) == ("informational", "MONITOR", "IGNORE")
+    assert ignored.decode_note and "Link Fatal, IGNORE, HW/SW" in ignored.decode_note
+    assert "nonfatal" not in (ignored.decode_note or "").lower()
+    quiet = route_node([xid(149, text=link_fatal)], node_running=True)
+    assert quiet.verdict == "MONITOR" and not quiet.hardware and "REBOOT candidate" not in quiet.verdict_evidence
+    # a reset the sheet calls SW (v2 NETIR_LINK_DOWN sub-code 15): REBOOT, but not on hardware grounds, never REPLACE
+    software = "NETIR_LINK_EVT/NETIR_LINK_DOWN Fatal XC0 i0 Link 03 (0x00f00011 0x00000000 0x0 0x0 0x0 0x0 0x0)"
+    sw = classify(149, software)
+    assert (sw.class_, sw.verdict, sw.verdict_if_recurs) == ("driver-config", "REBOOT", None)
+    assert "Link Fatal, RESET_GPU, SW" in (sw.decode_note or "")
+    sw_routed = route_node([xid(149, text=software)], node_running=True)
+    assert sw_routed.verdict == "REBOOT" and not sw_routed.hardware
+    reboot = [T0 + timedelta(minutes=30)]
+    again = route_node([xid(149, text=software), xid(149, 60, text=software)], node_running=True, reboot_times=reboot)
+    assert again.verdict == "REBOOT"  # a software condition returning is not a hardware recurrence
+
+
 def test_nvlink5_decode_needs_an_exact_row() -> None:
     assert decode_nvlink5(144, 0x1, 0x3) is None  # two status bits at once: no row, no guess
     assert decode_nvlink5(149, 0x0, 0x0) is None
-    assert decode_nvlink5(144, 0x1, 0x10) == ("RESET_GPU", "SAW_MVB, status 0x00000010, v2 (R575 and later)")
+    assert decode_nvlink5(144, 0x1, 0x10) == (
+        "RESET_GPU", "SAW_MVB, status 0x00000010, v2 (R575 and later)", "Fatal", "HW")
 
 
 def test_nvlink5_promotable_error_takes_action_2() -> None:
     # RLW_RXPIPE v2: 0000110 → IGNORE; with bit 7 set (10000110) → action 2, RESET_GPU.
-    assert decode_nvlink5(145, 0b0000110, 0x1) == ("IGNORE", "RLW_RXPIPE, status 0x00000001, v2 (R575 and later)")
+    assert decode_nvlink5(145, 0b0000110, 0x1) == (
+        "IGNORE", "RLW_RXPIPE, status 0x00000001, v2 (R575 and later)", "Non-fatal*", "SW")
     assert decode_nvlink5(145, 0b10000110, 0x1) == (
-        "RESET_GPU", "RLW_RXPIPE (action 2), status 0x00000001, v2 (R575 and later)"
+        "RESET_GPU", "RLW_RXPIPE (action 2), status 0x00000001, v2 (R575 and later)",
+        "Non-fatal* promoted by action 2", "SW"
     )
 
 

@@ -45,6 +45,7 @@ def test_corpus_covers_the_parsing_cases_the_issue_names() -> None:
     assert any("NVRM: The NVIDIA GPU" in line for line in lines)  # multi-line fallen off the bus
     assert any(re.search(r"NVRM: GPU [0-9a-f:.]+: GPU has fallen", line) for line in lines)
     assert any("\n" in line for line in lines)  # one journald message holding several lines
+    assert any(re.search(r"\(PCI:[0-9a-f:]+ GPU-I:\d+\)", line) for line in lines)  # MIG GPU-instance form
     assert {entry["expect"]["code"] for entry in ENTRIES} >= {13, 31, 43, 45, 79, 94, 109, 119, 144, 145, 149, 154}
 
 
@@ -61,5 +62,6 @@ def test_real_driver_line_gives_its_code_bus_and_verdict(entry: dict[str, Any]) 
     # code, bus and verdict
     assert [xid.code for xid in xids] == [entry["expect"]["code"]]
     assert bus_key(xids[0].pci) == entry["expect"]["pci"]
+    assert xids[0].gpu_instance == entry["expect"].get("gpu_instance")  # MIG lines keep bus and GPU instance
     routing = route_node(xids, node_running=True)
     assert routing.verdict == entry["expect"]["verdict"], routing.verdict_evidence

@@ -75,6 +75,8 @@ class GpuError(Out):
     time: datetime
     code: int | None
     pci: str | None = None
+    gpu_instance: int | None = None  # MIG: the GPU instance the driver attributes the Xid to (`GPU-I:05`)
+    compute_instance: int | None = None  # MIG: its compute instance (`GPU-CI:02`)
     class_: XidClass = Field(validation_alias="class", serialization_alias="class")
     log_group: str
     log_stream: str

@@ -19,8 +19,10 @@ from gpuaudit.rules.coverage import NodeCoverage
 from gpuaudit.rules.history import PERSISTING_SIGNALS, Memory, remember
 from gpuaudit.rules.hma import HmaDetection, parse_hma
 from gpuaudit.rules.xid import (
+    SRAM_THRESHOLD,
     NodeRouting,
     NodeXid,
+    SramThreshold,
     XidLine,
     classify,
     fallen_off_bus,
@@ -91,7 +93,8 @@ def collapse(node_lines: Sequence[ParsedLine], overrides: Mapping[int, str] | No
             continue
         c = classify(p.xid.code, p.xid.text, overrides)
         entries[key] = GpuError(
-            time=p.line.time, last_time=p.line.time, code=p.xid.code, pci=p.xid.pci, class_=c.class_,
+            time=p.line.time, last_time=p.line.time, code=p.xid.code, pci=p.xid.pci,
+            gpu_instance=p.xid.gpu_instance, compute_instance=p.xid.compute_instance, class_=c.class_,
             log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.xid.raw,
             meaning=c.meaning + (f" (class overridden to {c.override} by configuration)" if c.override else "")
             if c.meaning else ("unknown code: quoted verbatim, see https://docs.nvidia.com/deploy/xid-errors/"),
@@ -104,7 +107,8 @@ def node_xids(node_lines: Sequence[ParsedLine], end: datetime) -> list[NodeXid]:
     for p in node_lines:
         if p.xid is None or p.line.time > end or (p.hma is not None and p.hma.is_dcgm_echo):
             continue
-        out.append(NodeXid(time=p.line.time, code=p.xid.code, pci=p.xid.pci, text=p.xid.text,
+        out.append(NodeXid(time=p.line.time, code=p.xid.code, pci=p.xid.pci, gpu_instance=p.xid.gpu_instance,
+                           compute_instance=p.xid.compute_instance, text=p.xid.text,
                            hma_reason=p.hma.reason if p.hma else None,
                            hma_recommendation=(p.hma.recommendation or p.hma.repair_action) if p.hma else None))
     return out
@@ -184,17 +188,44 @@ def efa_text(node: NodeInfo, profile: CapabilityProfile | None, hyperpod: bool =
 
 
 
-# Non-Xid memory signals as they appear in a log line (RULES §6): (marker, verdict, verdict if it persists).
-MEMORY_SIGNALS: tuple[tuple[str, Verdict, Verdict], ...] = (
-    ("infoROM is corrupted", "REBOOT", "REPLACE"),
-    ("Remapping Failure Occurred: Yes", "REPLACE", "REPLACE"),
-    ("SRAM Threshold Exceeded: Yes", "REPLACE", "REPLACE"),
-    ("Unrepairable Memory: Yes", "REPLACE", "REPLACE"),
-    ("Pending Page Blacklist: Yes", "REBOOT", "REBOOT"),
-    ("Channel Repair Pending: Yes", "REBOOT", "REBOOT"),
-    ("TPC Repair Pending: Yes", "REBOOT", "REBOOT"),
+@dataclass(frozen=True)
+class MemorySignal:
+    """A non-Xid memory signal of RULES §6 as nvidia-smi or the driver prints it, and the verdicts it carries."""
+
+    marker: str  # the words as printed (nvidia-smi's field name, or the driver's phrase)
+    verdict: Verdict
+    persisting: Verdict  # the verdict when it is seen again after a reboot
+    flag: bool = True  # an nvidia-smi `Field : Yes` line; False: a phrase matched as it stands
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        # nvidia-smi -q pads its fields (`SRAM Threshold Exceeded           : Yes`): any spacing around the colon.
+        return re.compile(re.escape(self.marker) + (r"\s*:\s*Yes\b" if self.flag else ""), re.IGNORECASE)
+
+    def seen_in(self, message: str) -> bool:
+        return self.pattern.search(message) is not None
+
+
+MEMORY_SIGNALS: tuple[MemorySignal, ...] = (
+    MemorySignal("infoROM is corrupted", "REBOOT", "REPLACE", flag=False),
+    MemorySignal("Remapping Failure Occurred", "REPLACE", "REPLACE"),
+    MemorySignal("SRAM Threshold Exceeded", "REPLACE", "REPLACE"),
+    MemorySignal("Unrepairable Memory", "REPLACE", "REPLACE"),
+    MemorySignal("Pending Page Blacklist", "REBOOT", "REBOOT"),
+    MemorySignal("Channel Repair Pending", "REBOOT", "REBOOT"),
+    MemorySignal("TPC Repair Pending", "REBOOT", "REBOOT"),
 )
 STRENGTH = {None: 0, "LEAVE ALONE": 1, "MONITOR": 2, "NOT OBSERVABLE": 2, "REBOOT": 3, "REPLACE": 4}
+
+
+def sram_threshold(lines: Sequence[ParsedLine], end: datetime) -> SramThreshold | None:
+    """The newest `SRAM Threshold Exceeded : Yes|No` reading among the node's lines up to `end` (rule 48)."""
+    readings = [(p.line, m) for p in lines if p.line.time <= end and (m := SRAM_THRESHOLD.search(p.line.message))]
+    if not readings:
+        return None
+    line, match = max(readings, key=lambda r: r[0].time)
+    return SramThreshold(exceeded=match["value"].lower() == "yes", time=line.time,
+                         where=f"{line.log_group} / {line.log_stream}")
 
 
 def memory_signal_routing(lines: Sequence[ParsedLine], reboots: Sequence[datetime],
@@ -202,18 +233,19 @@ def memory_signal_routing(lines: Sequence[ParsedLine], reboots: Sequence[datetim
     """The strongest non-Xid memory signal, when it asks for more than the Xids do; persisting across a
     reboot (seen before and after one) escalates as §6 says."""
     best: NodeRouting | None = None
-    for marker, verdict, persisting in MEMORY_SIGNALS:
-        seen = sorted(p.line.time for p in lines if marker in p.line.message)
-        if not seen:
+    for signal in MEMORY_SIGNALS:
+        found = [p.line for p in lines if signal.seen_in(p.line.message)]
+        if not found:
             continue
+        seen = sorted(line.time for line in found)
         persists = any(seen[0] < r < seen[-1] for r in reboots)
-        chosen = persisting if persists else verdict
-        where = next(p.line for p in lines if marker in p.line.message)
+        chosen = signal.persisting if persists else signal.verdict
+        where = found[0]
         candidate = NodeRouting(
             verdict=chosen,
-            verdict_evidence=(f"`{marker}` at {iso(seen[0])} in {where.log_group} / {where.log_stream}"
-                              + (f", again after a reboot at {iso(seen[-1])}" if persists else "")
-                              + f" → {chosen} (non-Xid memory signal, RULES §6)"), hardware=True)
+            verdict_evidence=(f"`{where.message.strip()[:200]}` at {iso(seen[0])} in {where.log_group} / "
+                              f"{where.log_stream}" + (f", again after a reboot at {iso(seen[-1])}" if persists else "")
+                              + f" → {chosen} (non-Xid memory signal `{signal.marker}`, RULES §6)"), hardware=True)
         if best is None or STRENGTH[candidate.verdict] > STRENGTH[best.verdict]:
             best = candidate
     if best is None or (routing is not None and STRENGTH[routing.verdict] >= STRENGTH[best.verdict]):
@@ -353,13 +385,13 @@ def memory_signal_rows(lines: Sequence[ParsedLine], start: datetime, end: dateti
     """Non-Xid memory signals in the window are rows of the GPU errors table too (no code): a verdict they
     decide must show the line it rests on beside the Xids."""
     rows = []
-    for marker, _verdict, _persisting in MEMORY_SIGNALS:
-        seen = [p.line for p in lines if marker in p.line.message and start <= p.line.time <= end]
+    for signal in MEMORY_SIGNALS:
+        seen = [p.line for p in lines if signal.seen_in(p.line.message) and start <= p.line.time <= end]
         if seen:
             first = seen[0]
             rows.append(GpuError(time=first.time, last_time=seen[-1].time, code=None, class_="hardware",
                                  log_group=first.log_group, log_stream=first.log_stream, message=first.message,
-                                 count=len(seen), meaning=f"non-Xid memory signal `{marker}` (RULES §6)"))
+                                 count=len(seen), meaning=f"non-Xid memory signal `{signal.marker}` (RULES §6)"))
     return rows
 
 
@@ -402,7 +434,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     reboots = reboot_times(node, evidence, lines)
     routing = route_node(xids, node_running=node.status in ("Running", "running"), overrides=overrides,
                          reboot_times=reboots, blackwell=is_blackwell(node.instance_type, profile.gpu_name if profile
-                                                                      else None)) if xids else None
+                                                                      else None),
+                         sram_threshold=sram_threshold(lines, window_end)) if xids else None
     routing = memory_signal_routing(lines, reboots, routing)
     routing = hma_routing(lines, window_end, routing)
     routing = kube_routing(kube, routing)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
-from typing import Literal, cast, get_args
+from typing import Literal, NamedTuple, cast, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -99,7 +99,8 @@ class Nvlink5Decode(_Model):
     action2_intrinfo_v1: str | None = None
     action2_intrinfo_v2: str | None = None
     action2: DecodeAction | None = None
-    severity: str
+    severity: str  # the sheet's word: Fatal, Link Fatal, Non-fatal (`*` promotable, `**`/`?` not always fatal)
+    hw_sw: str  # whether the condition is generally HW, SW, FW related (HW/SW: not uniquely classified)
 
 
 class XidCatalog(_Model):
@@ -135,6 +136,8 @@ def catalog_by_code() -> Mapping[int, CatalogEntry]:
 class XidLine(_Model):
     code: int
     pci: str | None  # None: the bus field is absent, redacted or not a PCI bus ID
+    gpu_instance: int | None = None  # MIG: the GPU instance the driver attributes the Xid to (`GPU-I:05`)
+    compute_instance: int | None = None  # MIG: and its compute instance (`GPU-CI:02`)
     pid: int | None
     process: str | None
     text: str  # what follows the code and its separator, verbatim
@@ -146,6 +149,9 @@ class XidLine(_Model):
 # non-zero domain; a redacted or odd bus field (`PCI:XXXX:XX:XX`, `<redacted>`) still has a code.
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^()\n\"\\]{0,64})\)\s*[:,]?\s*(?P<code>\d+)\b\s*[:,]?\s*")
 _PCI_ID = re.compile(r"(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?")
+# The parenthesis is the bus, then on a MIG GPU the instances the driver attributes the Xid to: the driver's
+# three forms are `PCI:%04x:%02x:%02x`, `… GPU-I:%02u` and `… GPU-I:%02u GPU-CI:%02u` (kernel_rc.c).
+_MIG_ATTRIBUTION = re.compile(r"(?P<key>GPU-C?I):(?P<value>\d+)")
 _PID = re.compile(r"\bpid=(?:'?<unknown>'?|(?P<pid>\d+))")
 _NAME = re.compile(r"\bname=(?P<name>[^,\s]+)")
 _BUS = re.compile(r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{2}):(?P<device>[0-9a-f]{2})(?:\.[0-7])?$")
@@ -190,6 +196,15 @@ def _process(text: str) -> tuple[str | None, int | None]:
     return (None if name in (None, "", "<unknown>") else name), pid
 
 
+def _bus_field(field: str) -> tuple[str | None, dict[str, int]]:
+    """The parenthesis of an Xid line → the PCI bus ID (None when absent, redacted or odd) and the MIG
+    instances named after it (`GPU-I`, `GPU-CI`). An unreadable bus never hides the instances, nor the reverse."""
+    tokens = field.split()
+    bus = tokens[0] if tokens and not _MIG_ATTRIBUTION.fullmatch(tokens[0]) else None
+    instances = {m["key"]: int(m["value"]) for token in tokens if (m := _MIG_ATTRIBUTION.fullmatch(token))}
+    return (bus if bus is not None and _PCI_ID.fullmatch(bus) else None), instances
+
+
 def parse_xid(message: str) -> XidLine | None:
     """The first Xid in one log message, or None when it holds no `NVRM: Xid` line."""
     match = _XID.search(message)
@@ -198,10 +213,12 @@ def parse_xid(message: str) -> XidLine | None:
     end = _message_end(message, match.start(), match.end())
     text = message[match.end() : end].rstrip()
     process, pid = _process(text)
-    bus = match["bus"].strip()
+    pci, instances = _bus_field(match["bus"])
     return XidLine(
         code=int(match["code"]),
-        pci=bus if _PCI_ID.fullmatch(bus) else None,
+        pci=pci,
+        gpu_instance=instances.get("GPU-I"),
+        compute_instance=instances.get("GPU-CI"),
         pid=pid,
         process=process,
         text=text,
@@ -317,9 +334,10 @@ _CLASS_VERDICT: dict[str, Verdict | None] = {
 
 # Rule 48: the message names the memory that faulted. Both or neither named → undetermined.
 _DRAM_WORDS = re.compile(r"frame ?buffer|\bFB\b|\bDRAM\b|\bHBM\b", re.IGNORECASE)
-_SRAM_WORDS = re.compile(
-    r"\bSRAM\b|\bL1C?\b|\bL2\b|\bLRF\b|\bSHM\b|register file|shared memory|\bSM\b", re.IGNORECASE
-)
+# An SM (streaming multiprocessor) exception names an engine, not an SRAM: it is no SRAM word.
+_SRAM_WORDS = re.compile(r"\bSRAM\b|\bL1C?\b|\bL2\b|\bLRF\b|\bSHM\b|register file|shared memory", re.IGNORECASE)
+# nvidia-smi -q -d ECC prints the aggregate flag padded: `SRAM Threshold Exceeded           : Yes`.
+SRAM_THRESHOLD = re.compile(r"SRAM Threshold Exceeded\s*:\s*(?P<value>Yes|No)\b", re.IGNORECASE)
 _RECOVERY = re.compile(
     r"recovery action changed from \S+ \([^)]*\) to (?P<hex>0x[0-9a-f]+)(?: \((?P<name>[^)]*)\))?",
     re.IGNORECASE,
@@ -339,10 +357,28 @@ _LINK = re.compile(r"\blink\s+(?P<link>\d+)", re.IGNORECASE)
 
 def memory_named(text: str) -> Memory:
     """RULES §6 rule 48: which memory the 48 message names, else UNVERIFIED."""
-    dram, sram = bool(_DRAM_WORDS.search(text)), bool(_SRAM_WORDS.search(text))
-    if dram != sram:
-        return "DRAM" if dram else "SRAM"
-    return "UNVERIFIED"
+    return memory_words(text)[0]
+
+
+def memory_words(text: str) -> tuple[Memory, str | None]:
+    """Which memory the 48 message names, and the word that names it (None when neither or both are named)."""
+    dram, sram = _DRAM_WORDS.search(text), _SRAM_WORDS.search(text)
+    if (dram is None) != (sram is None):
+        return ("DRAM", dram[0]) if dram else ("SRAM", sram[0] if sram else None)
+    return "UNVERIFIED", None
+
+
+class SramThreshold(_Model):
+    """nvidia-smi's aggregate `SRAM Threshold Exceeded` flag as a log read on the node shows it (RULES §6, rule 48):
+    the newest reading, with where it was read."""
+
+    exceeded: bool
+    time: datetime
+    where: str  # `<log group> / <log stream>`
+
+    def said(self) -> str:
+        return (f"`SRAM Threshold Exceeded: {'Yes' if self.exceeded else 'No'}` read from nvidia-smi at {iso(self.time)} "
+                f"in {self.where}")
 
 
 def _override_for(code: int, overrides: Mapping[int, str] | None) -> XidClass | None:
@@ -443,14 +479,38 @@ def _status_matches(status: str | None, value: int) -> bool:
     return status is None or any(int(option, 16) == value for option in status.split("/"))
 
 
-def decode_nvlink5(code: int, intr_info: int, error_status: int) -> tuple[DecodeAction, str] | None:
-    """NVIDIA's "XID 144-150 Decode" for one line's registers: the action and the row it came from, or
-    None when no row matches or the two register layouts (before R575, from R575) give different actions.
+class Nvlink5Reading(NamedTuple):
+    """What NVIDIA's register decode says of one NVLink5 line: the row, its severity, action and HW/SW column."""
+
+    action: DecodeAction
+    row: str  # which row, and which register layout
+    severity: str  # the sheet's word; "promoted by action 2" when the promotable decode applied
+    hw_sw: str
+
+    @property
+    def fatal(self) -> bool:
+        return self.action == "RESET_GPU" or ("fatal" in self.severity.lower() and "non" not in self.severity.lower())
+
+    @property
+    def xid_class(self) -> XidClass:
+        """RULES §6: a reset on a HW (or HW/SW) condition is hardware; on a SW/FW condition a reboot that is not a
+        hardware verdict; IGNORE and the 154 evaluation are informational."""
+        if self.action == "RESET_GPU":
+            return "hardware" if "HW" in self.hw_sw else "driver-config"
+        return "informational"
+
+    def said(self) -> str:
+        return f"NVIDIA's register decode ({self.row}): {self.severity}, {self.action}, {self.hw_sw}"
+
+
+def decode_nvlink5(code: int, intr_info: int, error_status: int) -> Nvlink5Reading | None:
+    """NVIDIA's "XID 144-150 Decode" for one line's registers: the row that matches, or None when no row matches
+    or the two register layouts (before R575, from R575) give different actions.
 
     The driver version is not in the line, so both layouts are tried: a layout's masks fix the
     sub-component bits, so a line matches at most one in practice, and a tie that disagrees is no decode.
     """
-    found: dict[DecodeAction, str] = {}
+    found: dict[DecodeAction, Nvlink5Reading] = {}
     for row in load_catalog().nvlink5_decode:
         if row.xid != code or not _status_matches(row.error_status, error_status):
             continue
@@ -458,13 +518,16 @@ def decode_nvlink5(code: int, intr_info: int, error_status: int) -> tuple[Decode
             ("v1 (before R575)", row.intrinfo_v1, row.action2_intrinfo_v1),
             ("v2 (R575 and later)", row.intrinfo_v2, row.action2_intrinfo_v2),
         ):
+            status = f"status {row.error_status or 'any'}, {layout}"
             if _mask_matches(mask, intr_info):
-                found.setdefault(row.action, f"{row.subcode}, status {row.error_status or 'any'}, {layout}")
+                found.setdefault(row.action, Nvlink5Reading(row.action, f"{row.subcode}, {status}", row.severity,
+                                                            row.hw_sw))
             elif row.action2 is not None and _mask_matches(action2_mask, intr_info):
-                found.setdefault(row.action2, f"{row.subcode} (action 2), status {row.error_status}, {layout}")
+                found.setdefault(row.action2, Nvlink5Reading(row.action2, f"{row.subcode} (action 2), {status}",
+                                                             f"{row.severity} promoted by action 2", row.hw_sw))
     if len(found) != 1:
         return None
-    return next(iter(found.items()))
+    return next(iter(found.values()))
 
 
 def _decode_nvlink5(base: XidClassification, text: str) -> XidClassification:
@@ -484,23 +547,29 @@ def _decode_nvlink5(base: XidClassification, text: str) -> XidClassification:
         }
         fatal = printed
     else:
-        action, row = decoded
-        fatal = action == "RESET_GPU" if action != "XID_154_EVAL" else printed
-        note = f"NVIDIA's register decode ({row}): {action}"
-        if action != "XID_154_EVAL" and printed is not None and printed != fatal:
-            word = "Fatal" if printed else "Nonfatal"
-            note += f"; the line prints {word}, the decode says {'fatal' if fatal else 'nonfatal'}: the decode decides"
+        # RULES §6 rule NVLink5: where the decode is in the catalog data it decides (class and verdict), and a
+        # printed word that disagrees with it is said, each side in its own words.
+        fatal = decoded.fatal
+        note = decoded.said()
+        if printed is not None and printed != fatal:
+            note += (f"; the line prints {match['severity'] if match else ''}, the decode says {decoded.severity} "
+                     f"({decoded.action}): the decode decides")
             update["disagreement"] = note
-        update |= {"decoded_action": action, "decode_note": note, "fatal": fatal}
-        if action == "XID_154_EVAL":
+        update |= {"decoded_action": decoded.action, "decode_note": note, "fatal": fatal,
+                   "class_": decoded.xid_class}
+        if decoded.action == "XID_154_EVAL":
             update |= {"verdict": "MONITOR", "deciding_check": "the decode says: follow the Xid 154 on this GPU"}
             return base.model_copy(update=update)
+        if decoded.action == "IGNORE":
+            update["verdict"] = "MONITOR"
+            return base.model_copy(update=update)
     if fatal is True:
+        hardware = update.get("class_", base.class_) == "hardware"
         update |= {
             "verdict": "REBOOT",
-            "verdict_if_recurs": "REPLACE",
-            "deciding_check": f"nvidia-smi nvlink -s: {where} stays down → REBOOT; "
-            f"returns on the same link after the reboot → REPLACE",
+            "verdict_if_recurs": "REPLACE" if hardware else None,
+            "deciding_check": f"nvidia-smi nvlink -s: {where} stays down → REBOOT; returns on the same link after "
+            + ("the reboot → REPLACE" if hardware else "the reboot → a software/firmware fault: escalate, never REPLACE"),
         }
     elif fatal is False:
         update["verdict"] = "MONITOR"
@@ -592,6 +661,8 @@ class NodeXid(_Model):
     time: datetime
     code: int
     pci: str | None = None
+    gpu_instance: int | None = None  # MIG attribution, as the line names it
+    compute_instance: int | None = None
     text: str = ""
     hma_reason: str | None = None  # e.g. "XidUserAppError", "XidHardwareFailure"
     hma_recommendation: str | None = None
@@ -683,24 +754,34 @@ def _followed(i: int, xids: Sequence[_Xid]) -> _Xid | None:
     )
 
 
-def _rule_48(xid: _Xid, xids: Sequence[_Xid]) -> _Outcome:
-    """RULES §6 rule 48: decide which memory faulted before anything else."""
+def _rule_48(xid: _Xid, xids: Sequence[_Xid], sram: SramThreshold | None = None) -> _Outcome:
+    """RULES §6 rule 48: decide which memory faulted before anything else, and say from what it was read."""
     event = xid.event
     qualifiers = [q.event for q in xids if q.c.qualifier_of == 48 and _same_gpu(q.event, event)]
-    memory, how = xid.c.memory, "the message names it"
+    memory, word = memory_words(event.text) if event.code == 48 else (xid.c.memory or "UNVERIFIED", None)
+    how = f"the 48's message names `{word}`" if word else "the message names it"
     if qualifiers:
         # The driver's own qualifier beats reading the text; the nearest one belongs to this 48.
         nearest = min(qualifiers, key=lambda q: abs((q.time - event.time).total_seconds()))
-        memory, how = ("DRAM" if nearest.code == 171 else "SRAM"), f"Xid {nearest.code} on the node"
+        memory, how = ("DRAM" if nearest.code == 171 else "SRAM"), f"Xid {nearest.code} at {iso(nearest.time)} on the node"
+    if sram is not None and sram.exceeded:
+        # The REPLACE bar (RULES §7 "SRAM threshold exceeded"): nvidia-smi's own flag, whichever memory the 48 named.
+        named = {"DRAM": f"the 48 itself: DRAM ({how})", "SRAM": f"the 48 itself: SRAM ({how})",
+                 "UNVERIFIED": "the 48's own DRAM/SRAM split not in the log (no Xid 171/172, no memory named)"}[memory]
+        return _outcome(xid, "REPLACE", f"rule 48: SRAM threshold exceeded, {sram.said()}; {named}", hardware=True)
+    flag = f"; {sram.said()}" if sram is not None else ""
     if memory == "DRAM":
         return _outcome(
             xid,
             "REBOOT",
             f"rule 48: DRAM ({how}), REBOOT retires the page / activates the "
-            f"remapped row; {REPLACE_BAR_48}",
+            f"remapped row{flag}; {REPLACE_BAR_48}",
             hardware=True,
         )
     if memory == "SRAM":
+        if sram is not None:  # the flag was read: No
+            return _outcome(xid, "REBOOT", f"rule 48: SRAM ({how}){flag}: below the threshold, REBOOT; {REPLACE_BAR_48}",
+                            hardware=True)
         return _outcome(
             xid,
             "REBOOT",
@@ -713,13 +794,13 @@ def _rule_48(xid: _Xid, xids: Sequence[_Xid]) -> _Outcome:
         xid,
         None,
         "rule 48: DRAM/SRAM split UNVERIFIED (no Xid 171/172 on the node, the "
-        f"message names neither the framebuffer nor an SRAM unit); {REPLACE_BAR_48}",
+        f"message names neither the framebuffer nor an SRAM unit){flag}; {REPLACE_BAR_48}",
         hypothesis=True,
         deciding_check=ECC_CHECK,
     )
 
 
-def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
+def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold | None = None) -> _Outcome | None:
     """One Xid's outcome on its node; None when another Xid on the node speaks for it."""
     xid = xids[i]
     event, c = xid.event, xid.c
@@ -756,10 +837,10 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
     if c.qualifier_of == 48:
         if any(o.event.code == 48 and _same_gpu(o.event, event) for o in xids):
             return None  # rule 48 reads it for that Xid 48
-        return _rule_48(xid, xids)  # the 48 itself fell outside the window
+        return _rule_48(xid, xids, sram)  # the 48 itself fell outside the window
 
     if c.rule == "48":
-        return _rule_48(xid, xids)
+        return _rule_48(xid, xids, sram)
 
     if c.rule == "63":
         if c.remap_pending:
@@ -783,13 +864,13 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool) -> _Outcome | None:
         link = c.link if c.link is not None else "not readable"
         resolution = c.decode_note or f"precise resolution UNVERIFIED ({CATALOG_URL})"
         finding = f"rule NVLink5: {c.subcomponent or 'sub-component not readable'}, {flag}, link {link}; {resolution}"
-        if c.fatal:
+        if c.verdict == "REBOOT":
             finding += "; REBOOT candidate if the link stays down"
         return _outcome(
             xid,
             c.verdict,
             finding,
-            hardware=c.fatal is True,
+            hardware=c.class_ == "hardware" and c.verdict == "REBOOT",
             hypothesis=c.fatal is None,
             deciding_check=c.deciding_check,
         )
@@ -924,10 +1005,12 @@ def route_node(
     reboot_times: Sequence[datetime] = (),
     overrides: Mapping[int, str] | None = None,
     blackwell: bool | None = None,
+    sram_threshold: SramThreshold | None = None,
 ) -> NodeRouting:
     """RULES §6 routing rules and §7 bars over one node's Xids → exactly one NodeRouting.
 
-    `blackwell` (see `is_blackwell`) decides the action for a GSP fault (119/120) that recurs.
+    `blackwell` (see `is_blackwell`) decides the action for a GSP fault (119/120) that recurs;
+    `sram_threshold`, nvidia-smi's flag as read on the node, settles rule 48.
     """
     if not events:
         return NodeRouting(
@@ -939,7 +1022,8 @@ def route_node(
         _Xid(event, _with_hma(event, classify(event.code, event.text, overrides)))
         for event in sorted(events, key=lambda event: event.time)
     ]
-    judged = [outcome for i in range(len(xids)) if (outcome := _judge(i, xids, node_running)) is not None]
+    judged = [outcome for i in range(len(xids)) if (outcome := _judge(i, xids, node_running, sram_threshold))
+              is not None]
     gsp = _gsp_recurrence(xids, reboot_times, blackwell)
     if gsp is not None:  # the recurrence, not each first occurrence, speaks for the node's GSP faults
         judged = [gsp] + [outcome for outcome in judged if outcome.xid.c.rule != "GSP"]
@@ -962,12 +1046,20 @@ def _with_hma(event: NodeXid, c: XidClassification) -> XidClassification:
     return c
 
 
+def mig_text(gpu_instance: int | None, compute_instance: int | None) -> str:
+    """The MIG instance an Xid is attributed to, as the driver numbers it (`GPU-I:05 GPU-CI:02`), or ''."""
+    named = [f"{key}:{value:02d}" for key, value in (("GPU-I", gpu_instance), ("GPU-CI", compute_instance))
+             if value is not None]
+    return f", MIG instance {' '.join(named)}" if named else ""
+
+
 def _routing(
     best: _Outcome, xids: Sequence[_Xid], judged: Sequence[_Outcome], node_running: bool
 ) -> NodeRouting:
     event, c = best.xid.event, best.xid.c
     process, pid = _process(event.text)
     where = f" on PCI {event.pci}" if event.pci else " (PCI bus not in the message)"
+    where += mig_text(event.gpu_instance, event.compute_instance)
     owner = ""
     if process or pid is not None:
         owner = f", process {process or '<unknown>'} pid {pid if pid is not None else '<unknown>'}"
