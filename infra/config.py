@@ -76,7 +76,8 @@ class DeployConfig(BaseModel):
     instances: dict[str, list[InstanceId]] = Field(default_factory=dict)
     file_systems: dict[str, list[FileSystemId]] = Field(default_factory=dict)
     # EKS clusters (HyperPod EKS orchestrators, in this account) whose Kubernetes API the collectors read: the stack
-    # gives each collecting role an access entry with the read-only AmazonEKSViewPolicy (docs/DEPLOY.md).
+    # gives each collecting role an access entry in Kubernetes group gpuaudit-readers, which the shipped RBAC
+    # manifest (deploy/kubernetes/gpuaudit-reader.yaml, applied with kubectl) binds to read nodes and events.
     eks_access_entries: list[EksClusterName] = Field(default_factory=list)
     # Of those, clusters whose API endpoint is private: read by a KubeRead function placed in the cluster's VPC,
     # whose role (not the collectors') gets the access entry.

@@ -19,6 +19,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from gpuaudit.domain.kube_access import READER_GROUP
 from infra import permissions
 from infra.bundling import function_code
 from infra.config import DeployConfig
@@ -80,7 +81,6 @@ def powertools_version() -> str:
     return pinned_version("aws-lambda-powertools", runtime_requirements())
 
 
-EKS_VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"  # read-only Kubernetes access
 # One GET of a node or event list page (500 items, slimmed); the collectors' own 10 s HTTPS timeout applies inside.
 KUBE_READ = Spec("kube_read", 256, Duration.seconds(30), "gpuaudit: GET of a private EKS endpoint's nodes/events")
 
@@ -163,17 +163,18 @@ class AuditFunctions(Construct):
                                  roles=[self.roles[n] for n in ("Inventory", "CollectLogs", "Finish")])
         acknowledge_wildcards(plan_reads, permissions.READ_REASONS)
         acknowledge_wildcards(audit_reads, permissions.READ_REASONS)
-        # Read-only Kubernetes access on the configured EKS clusters (issue #19): for the collecting roles, or for
-        # the in-VPC reader's role when the cluster's endpoint is private (the collectors never reach it then).
+        # Read-only Kubernetes access on the configured EKS clusters (issues #19, #33): for the collecting roles, or
+        # for the in-VPC reader's role when the cluster's endpoint is private (the collectors never reach it then).
+        # The entry puts the role in READER_GROUP; Kubernetes RBAC (the shipped ClusterRole gpuaudit-reader, bound to
+        # that group by deploy/kubernetes/gpuaudit-reader.yaml) grants the reads. No EKS access policy: the view
+        # policy mirrors the namespaced `view` role and cannot list nodes.
         for cluster in config.eks_access_entries:
             readers = [f"KubeRead{_id(cluster)}"] if cluster in config.eks_private_endpoints else \
                 ["Inventory", "CollectLogs", "Finish"]
             for name in readers:
                 eks.CfnAccessEntry(self, f"EksView{name}{'' if name.startswith('KubeRead') else _id(cluster)}",
                                    cluster_name=cluster, principal_arn=self.roles[name].role_arn, type="STANDARD",
-                                   access_policies=[eks.CfnAccessEntry.AccessPolicyProperty(
-                                       policy_arn=EKS_VIEW_POLICY,
-                                       access_scope=eks.CfnAccessEntry.AccessScopeProperty(type="cluster"))])
+                                   kubernetes_groups=[READER_GROUP])
         for name in SPECS:  # the KubeRead roles acknowledged theirs where they were built
             acknowledge_wildcards(default_policy(self.roles[name]), {
                 "Resource::*": f"{name}: X-Ray PutTraceSegments/PutTelemetryRecords (active tracing) take no "
@@ -226,7 +227,9 @@ class AuditFunctions(Construct):
                                     resources=[interfaces, *subnets, *groups]),
                 iam.PolicyStatement(sid="VpcAttachmentLifecycle", resources=[interfaces], actions=[
                     "ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses"]),
-                iam.PolicyStatement(sid="VpcAttachmentLookup", actions=["ec2:DescribeNetworkInterfaces"],
+                # AWSLambdaVPCAccessExecutionRole's read actions: Lambda looks the subnets up when it attaches.
+                iam.PolicyStatement(sid="VpcAttachmentLookup",
+                                    actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],
                                     resources=["*"])]
             function = self._function(name, KUBE_READ, statements,
                                       {**common, "POWERTOOLS_TRACE_DISABLED": "true"}, traced=False)
@@ -239,8 +242,9 @@ class AuditFunctions(Construct):
             acknowledge_wildcards(default_policy(self.roles[name]), {
                 ":network-interface/*": f"{name}: Lambda creates and deletes the function's network interfaces in the "
                                         "configured subnets; their IDs are not known before it does.",
-                "Resource::*": f"{name}: ec2:DescribeNetworkInterfaces supports no resource-level permissions; "
-                               "Lambda needs it to attach the function to the configured subnets."})
+                "Resource::*": f"{name}: ec2:DescribeNetworkInterfaces and ec2:DescribeSubnets support no "
+                               "resource-level permissions; Lambda needs them to attach the function to the configured "
+                               "subnets."})
             readers[cluster] = function
         if readers:
             for name in ("Inventory", "CollectLogs", "Finish"):

@@ -2,7 +2,7 @@
 
 The only function of the stack that runs in a VPC, and the only one that never calls AWS: the endpoint and CA
 arrive in the event (the collectors read them with eks:DescribeCluster), the token is presigned locally from this
-function's own role (the role its EKS access entry names, AmazonEKSViewPolicy), and the answer is one GET of the
+function's own role (the role its EKS access entry names, in group gpuaudit-readers), and the answer is one GET of the
 node or event list, slimmed to the fields the rules read. Any other path or verb is refused before a connection
 is opened: read-only by construction. Errors come back as data ({"error": {code, message}}) so the collector turns
 them into the same named gap as a direct read."""

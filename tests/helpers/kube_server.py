@@ -2,7 +2,12 @@
 
 Its own CA signs its certificate (cryptography), so the client is tested as it runs against EKS: it must trust
 that CA and nothing else, send the bearer token, page with limit/continue, and read 401/403 as the API server
-answers them. It serves the node and event lists it is given and records every request."""
+answers them. It serves the node and event lists it is given and records every request.
+
+It authorizes as EKS does: a bearer token authenticates as `identity` (the access entry's username and Kubernetes
+groups; None: no access entry, 401 Unauthorized), and every request is evaluated against `rbac` (by default the
+shipped deploy/kubernetes/gpuaudit-reader.yaml, as `kubectl apply` leaves it) before anything is served: a request
+RBAC does not allow gets the API server's 403 Status, so this stand-in is no more lenient than the cluster."""
 
 from __future__ import annotations
 
@@ -25,6 +30,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from gpuaudit.domain.kube_access import READER_GROUP
+from tests.helpers.kube_rbac import UNAUTHORIZED, Identity, Rbac, forbidden_status, request_info
+
+# What the stack's access entry makes of the auditor's role (EKS's default username for an IAM role).
+AUDITOR = Identity(user="arn:aws:sts::123456789012:assumed-role/GpuAudit-FunctionsInventoryRole/{{SessionName}}",
+                   groups=(READER_GROUP, "system:authenticated"))
 
 
 def _certificate(subject: str, issuer_key: Any, issuer: x509.Name | None, key: Any, ca: bool) -> x509.Certificate:
@@ -57,6 +69,8 @@ class KubeServer:
     events: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200  # what every request is answered with when not 200 (401, 403, 500)
     requests: list[tuple[str, dict[str, list[str]], str]] = field(default_factory=list)  # path, query, auth
+    identity: Identity | None = AUDITOR  # who a bearer token is; None: EKS knows no access entry for it
+    rbac: Rbac = field(default_factory=Rbac.from_manifest)
 
 
 @contextmanager
@@ -76,10 +90,18 @@ def kube_server(nodes: list[dict[str, Any]], signed_by: tuple[Any, x509.Certific
             url = urlparse(self.path)
             query = parse_qs(url.query)
             state.requests.append((url.path, query, self.headers.get("Authorization", "")))
+            info = request_info(url.path, query, "GET")
+            if state.status == 401 or state.identity is None or \
+                    not self.headers.get("Authorization", "").startswith("Bearer "):
+                return self._send(401, UNAUTHORIZED)
+            if state.status == 403 or not state.rbac.allows(state.identity, info):
+                return self._send(403, forbidden_status(state.identity, info))
             items = {"/api/v1/nodes": state.nodes, "/api/v1/events": state.events}.get(url.path)
             if state.status != 200 or items is None:
                 code = state.status if state.status != 200 else 404
-                body = {"kind": "Status", "status": "Failure", "code": code, "reason": "Forbidden"}
+                body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": code,
+                        "reason": "NotFound" if code == 404 else "InternalError", "message": "the server could not "
+                        "find the requested resource" if code == 404 else "an error on the server"}
                 return self._send(code, body)
             start = int(query.get("continue", ["0"])[0])
             limit = int(query.get("limit", [str(len(items) or 1)])[0])

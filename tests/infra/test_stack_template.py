@@ -12,9 +12,11 @@ from aws_cdk.assertions import Match, Template
 from cdk_synth import TEST_CONFIG, Synthesized, state_machine_definition, synthesize, task_states
 from handlers import models
 
+from gpuaudit.domain.kube_access import READER_GROUP
 from infra.config import DeployConfig
 from infra.findings import CACHE_RETENTION_DAYS
 from infra.triggers import CAPACITY_WARNING_DETAIL_TYPES, HYPERPOD_DETAIL_TYPES
+from tests.helpers.kube_rbac import Rbac
 
 
 @pytest.fixture(scope="module")
@@ -280,8 +282,9 @@ def test_only_events_the_plan_audits_start_an_execution(synth: Synthesized) -> N
 
 
 def test_configured_eks_clusters_get_read_only_access_entries_for_the_collectors(synth: Synthesized) -> None:
-    """#19 item 3: the stack gives Inventory, CollectLogs and Finish an access entry with AmazonEKSViewPolicy
-    (cluster scope) on each configured EKS cluster, and nothing more; none without configuration."""
+    """#19 item 3, #33 item 4: the stack gives Inventory, CollectLogs and Finish an access entry on each configured
+    EKS cluster that puts them in the Kubernetes group the shipped ClusterRoleBinding names, and no EKS access policy
+    (AmazonEKSViewPolicy cannot list nodes); none without configuration."""
     assert not synth.resources("AWS::EKS::AccessEntry")
     with_eks = synthesize(config={**TEST_CONFIG, "eks_access_entries": ["train-hp-eks-orchestrator"]})
     entries = with_eks.resources("AWS::EKS::AccessEntry").values()
@@ -291,7 +294,8 @@ def test_configured_eks_clusters_get_read_only_access_entries_for_the_collectors
     assert len(entries) == 3 and all(e["Properties"]["ClusterName"] == "train-hp-eks-orchestrator" for e in entries)
     assert {r for r in (roles["inventory"], roles["collect_logs"], roles["finish"])} == {
         next(role for role in roles.values() if role in p) for p in principals}
+    bound = {name for _kind, _role, namespace, subjects in Rbac.from_manifest().bindings if not namespace
+             for kind, name in subjects if kind == "Group"}
     for e in entries:
-        (policy,) = e["Properties"]["AccessPolicies"]
-        assert policy == {"PolicyArn": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy",
-                          "AccessScope": {"Type": "cluster"}}
+        assert "AccessPolicies" not in e["Properties"] and e["Properties"]["Type"] == "STANDARD"
+        assert e["Properties"]["KubernetesGroups"] == [READER_GROUP] and READER_GROUP in bound

@@ -4,7 +4,9 @@ Read-only by construction: `eks:DescribeCluster` for the endpoint and CA, a toke
 credentials the way `aws eks get-token` makes one (a presigned STS GetCallerIdentity naming the cluster), and
 plain HTTPS GETs of `/api/v1/nodes` (paginated with limit/continue). No write verb, no kubeconfig, no client
 library. A world's embedded backend answers the same paths through the session it wires (WorldBackend.attach).
-An unreachable or forbidden API is a gap naming the access entry that would allow the read, never healthy nodes.
+An unreachable or forbidden API is a gap naming what would allow the read, never healthy nodes: on 401 the access
+entry (EKS knows no Kubernetes identity for the role), on 403 the RBAC (the shipped ClusterRole and its binding to
+the access entry's group, deploy/kubernetes/gpuaudit-reader.yaml).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.signers import RequestSigner
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.domain.kube_access import RBAC_MANIFEST, READER_GROUP, READER_ROLE
 from gpuaudit.model.evidence import Evidence, Gap, GapScope, KubeCondition, KubeEvent, KubeNode, PlannedRead
 from gpuaudit.model.timeutil import parse_time
 
@@ -33,10 +36,24 @@ PAGE = 500
 MAX_PAGES = 100  # 50,000 nodes
 TOKEN_SECONDS = 60
 TIMEOUT_SECONDS = 10
-ACCESS = ("an EKS access entry for the auditor's role with the AmazonEKSViewPolicy access policy (read-only): "
-          "`aws eks create-access-entry --cluster-name {c} --principal-arn <role>` then `aws eks "
-          "associate-access-policy --cluster-name {c} --principal-arn <role> --policy-arn "
-          "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy --access-scope type=cluster`")
+def access_needed(cluster: str, failed: CallFailed) -> str:
+    """What would allow the read, from how the API server refused it: 401 is authentication (the access entry),
+    403 is authorization (RBAC, or an access entry without the group the binding names)."""
+    if failed.service != "kubernetes":  # eks:DescribeCluster itself: the API server was never asked
+        return f"the endpoint and CA of EKS cluster {cluster} were not read ({failed.service}:{failed.operation})"
+    code = failed.code
+    entry = (f"an EKS access entry for the auditor's role with Kubernetes group `{READER_GROUP}` (cdk.json "
+             f"`eks_access_entries` creates it for the stack's roles; else `aws eks create-access-entry --cluster-name "
+             f"{cluster} --principal-arn <role> --type STANDARD --kubernetes-groups {READER_GROUP}`)")
+    rbac = (f"the ClusterRole `{READER_ROLE}` (get/list/watch on nodes and events) and its ClusterRoleBinding to "
+            f"group `{READER_GROUP}` on cluster {cluster} (`kubectl apply -f {RBAC_MANIFEST}`)")
+    if code == "401":
+        return f"EKS did not authenticate the auditor's role: needs {entry}"
+    if code == "403":
+        return f"Kubernetes RBAC refused the read: needs {rbac}, and the role's access entry carrying that group"
+    return f"the API server's answer was not read ({code}); reading it needs {entry} and {rbac}"
+
+
 PROVIDER_ID = re.compile(r"(i-[0-9a-f]{8,17})\b")
 
 
@@ -77,13 +94,23 @@ class HttpsKubeApi:
                 document: dict[str, Any] = json.loads(response.read())
                 return document
         except urllib.error.HTTPError as err:
-            raise CallFailed("kubernetes", f"GET {path}", str(err.code), err.reason or "HTTP error") from None
+            raise CallFailed("kubernetes", f"GET {path}", str(err.code), _status_message(err)) from None
         except (urllib.error.URLError, TimeoutError, OSError) as err:
             cause = getattr(err, "reason", err)
             # A certificate the cluster's CA did not sign is not a timeout: it says who answered is not the cluster.
             code = "TLSFailed" if isinstance(cause, ssl.SSLError) else \
                 "Timeout" if isinstance(cause, TimeoutError) else "Unreachable"
             raise CallFailed("kubernetes", f"GET {path}", code, str(cause)) from None
+
+
+def _status_message(err: urllib.error.HTTPError) -> str:
+    """The API server's own words from its Status body (a 403 names the verb, resource and group refused)."""
+    try:
+        status = json.loads(err.read(64_000) or b"{}")
+    except (ValueError, OSError):
+        status = {}
+    message = status.get("message") if isinstance(status, dict) else None
+    return str(message or err.reason or "HTTP error")[:500]
 
 
 def https_connector(session: boto3.Session, region: str) -> KubeConnector:
@@ -174,8 +201,8 @@ def read_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
         api = _api(aws, name)
         items = _all(api, EVENTS_PATH, {"fieldSelector": "involvedObject.kind=Node"}, evidence.gaps, name)
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for(f"node Events of EKS cluster {name} not read; needs "
-                                            + ACCESS.format(c=name)))
+        evidence.gaps.append(failed.gap_for(f"node Events of EKS cluster {name} not read; "
+                                            + access_needed(name, failed)))
         return
     events = []
     for e in items:
@@ -214,11 +241,11 @@ def _all(api: KubeApi, path: str, query: dict[str, str], gaps: list[Gap], name: 
 
 def list_nodes(aws: Aws, name: str, gaps: list[Gap], scope: GapScope | None = None) -> list[KubeNode] | None:
     """Every node of the EKS cluster; None and a gap naming the access that would allow it when not read."""
-    unseen = f"node health labels of EKS cluster {name} not read: verdicts rest on the logs alone; needs " + \
-        ACCESS.format(c=name)
     try:
         items = _all(_api(aws, name), NODES_PATH, {}, gaps, name, scope)
     except CallFailed as failed:
+        unseen = f"node health labels of EKS cluster {name} not read: verdicts rest on the logs alone; " + \
+            access_needed(name, failed)
         gaps.append(failed.gap_for(unseen, scope=scope))
         return None
     return [kube_node(item) for item in items]

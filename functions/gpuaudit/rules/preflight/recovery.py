@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuaudit.domain.kube_access import RBAC_MANIFEST, READER_GROUP
 from gpuaudit.model.result import Check, NodeResult
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.preflight.common import (
@@ -70,7 +71,9 @@ def _deep_health_labels(ctx: Context) -> list[Part]:
     if ctx.ev.kube_nodes is None:
         return [Part("Not checked", f"the nodes of EKS cluster `{ctx.ev.cluster.eks_cluster}` were not read (see "
                                     "visibility gaps): their deep-health-check labels are unknown",
-                     "Give the auditor's role an EKS access entry with AmazonEKSViewPolicy and re-run")]
+                     "Give the auditor's role read access to the nodes (the gap names what is missing: the EKS "
+                     f"access entry with Kubernetes group `{READER_GROUP}`, or `kubectl apply -f {RBAC_MANIFEST}`) "
+                     "and re-run")]
     by_status: dict[str, list[str]] = {}
     for k in ctx.ev.kube_nodes:
         if DEEP_HEALTH_LABEL in k.labels:
@@ -119,8 +122,9 @@ def p6(ctx: Context) -> Check:
         return make_check("P6", "RISK", f"coverage proven on all {len(nodes)} GPU compute node(s), but the node-health "
                                         f"labels of EKS cluster `{ctx.ev.cluster.eks_cluster}` could not be read (see "
                                         f"visibility gaps): {text}",
-                          "Give the auditor's roles an EKS access entry with AmazonEKSViewPolicy (cdk.json "
-                          "`eks_access_entries`, or docs/DEPLOY.md's two commands)")
+                          f"Give the auditor's roles read access to the nodes: EKS access entries with Kubernetes group "
+                          f"`{READER_GROUP}` (cdk.json `eks_access_entries`) and the ClusterRole bound to it "
+                          f"(`kubectl apply -f {RBAC_MANIFEST}`); the visibility gap says which is missing")
     return make_check("P6", "PASS", f"coverage proven on all {len(nodes)} GPU compute node(s): {text}")
 
 
