@@ -384,9 +384,9 @@ def _gpu_activity(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                                               Dimensions=[{"Name": "InstanceId", "Value": n.instance_id}])
                       if any(d.get("Name") == "GpuId" for d in m.get("Dimensions", []))]
             if not series:
+                span = hours_between(start, end)
                 out.append(GpuActivity(instance_id=n.instance_id, metric=GPU_POWER, gpus=0, start=start, end=end,
-                                       hours_observed=0, idle_hours=0,
-                                       hours_in_span=len(hours_between(start, end))))
+                                       hours_observed=0, idle_hours=0, hours_in_span=len(span), missing_hours=span))
                 continue
             data = aws.call("cloudwatch", "GetMetricData", StartTime=start, EndTime=end, MetricDataQueries=[
                 {"Id": f"g{i}", "MetricStat": {"Metric": {"Namespace": "AWS/EC2", "MetricName": GPU_POWER,
@@ -413,9 +413,12 @@ def _activity(instance_id: str, series: list[dict[str, Any]], results: list[dict
             hour[gpu_ids[index]] = max(float(v), hour.get(gpu_ids[index], float(v)))
     busy = sum(1 for v in per_hour.values() if max(v.values()) >= IDLE_BELOW)
     idle = sum(1 for v in per_hour.values() if len(v) == len(gpu_ids) and max(v.values()) < IDLE_BELOW)
+    span = hours_between(start, end)
+    missing = [h for h in span if not per_hour.get(h)
+               or (len(per_hour[h]) < len(gpu_ids) and max(per_hour[h].values()) < IDLE_BELOW)]
     return GpuActivity(instance_id=instance_id, metric=GPU_POWER, gpus=len(series), start=start, end=end,
                        hours_observed=len(per_hour), idle_hours=idle, busy_hours=busy,
-                       hours_in_span=len(hours_between(start, end)), gpu_ids=gpu_ids)
+                       hours_in_span=len(span), gpu_ids=gpu_ids, missing_hours=missing)
 
 
 READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {

@@ -453,6 +453,8 @@ class GpuActivity(Frozen):
     busy_hours: int = 0  # at least one GPU at or above 5 %
     hours_in_span: int = 0  # the hours the read asked for: the rest of them are missing, never idle or busy
     gpu_ids: list[str] = Field(default_factory=list)
+    # UTC hour starts neither idle nor busy: no datapoint, or a GPU silent with none of the others busy (§8)
+    missing_hours: list[datetime] = Field(default_factory=list)
 
 
 # stream-count: how many rows the kernel-streams and stream-summary reads will return, asked first at fleet scale

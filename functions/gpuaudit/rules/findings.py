@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS, cluster_reservations
@@ -355,7 +356,9 @@ def idle_reserved_gpus(ctx: Context) -> Finding | None:
         gpus = f"GpuId {', '.join(a.gpu_ids)}" if a.gpu_ids else f"{a.gpus} GPUs"
         steps.append(_step(f"`{iid}`", "Measured" if a.hours_observed else "Not observable",
                            f"on {names}, {gpus}: {a.idle_hours} h idle, {a.busy_hours} h busy, {missing} h missing "
-                           f"of {a.hours_in_span} h ({iso(a.start)} → {iso(a.end)})"))
+                           f"of {a.hours_in_span} h ({iso(a.start)} → {iso(a.end)})"
+                           + (f"; Not observable (no datapoint, neither idle nor busy) in UTC hour(s) "
+                              f"{utc_hours(a.missing_hours)}" if a.missing_hours else "")))
         for r in reservations[:1]:  # a node is counted against the one reservation it runs on
             tally = per_reservation[r.reservation_id]
             tally[0] += a.idle_hours
@@ -376,6 +379,35 @@ def idle_reserved_gpus(ctx: Context) -> Finding | None:
     return Finding(id="idle-reserved-gpus", question=question, answer=answer, steps=steps,
                    action=("Paid-for capacity sat idle: start the workload, or release the capacity it does not need"
                            if idle else None))
+
+
+def utc_hours(hours: Sequence[datetime]) -> str:
+    """Every hour start, as UTC (RULES §8: missing metric hours are listed by UTC hour, like §4's empty hours)."""
+    return ", ".join(iso(h) for h in hours)
+
+
+def observability_gaps(j: Judged) -> list[str]:
+    """What the incident or pre-flight could not see of GPU activity (RULES §4 other signals, §8 idle reserved
+    GPUs): HyperPod's nodes, whose system metrics are not in CloudWatch, and every hour an EC2 node's
+    GPUPowerUtilization has no datapoint. Each is a visibility gap with what collects it, never an idle hour."""
+    ev = j.evidence
+    if ev.mode == "coverage":
+        return []
+    ctx = Context(j, Plan(ev.now, DEFAULT_RUN_HOURS, False, None), tuple(gpu_groups(ev)))
+    if ctx.hyperpod:
+        ids = [i for g in ctx.groups for i in g.node_ids]
+        if not ctx.groups:
+            return []
+        return [f"GPU activity Not observable in CloudWatch for the HyperPod nodes {id_list(ids)} (groups "
+                f"{', '.join(g.name for g in ctx.groups)}): HyperPod exports no system metrics (no "
+                f"GPUPowerUtilization, no CWAgent NVIDIA metrics) — collect it with {OBSERVABILITY_ADDON}"]
+    out = []
+    for a in ev.gpu_activity or []:
+        if a.missing_hours:
+            out.append(f"{a.metric} of `{a.instance_id}` has no datapoint in {len(a.missing_hours)} of "
+                       f"{a.hours_in_span} UTC hour(s) ({utc_hours(a.missing_hours)}): Not observable then, neither "
+                       "idle nor busy — publish GPU metrics (CloudWatch agent `nvidia_gpu`)")
+    return out
 
 
 # -- a hang with idle GPUs (RULES §8 D layer 4, E) -------------------------------------------------------------

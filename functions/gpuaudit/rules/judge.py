@@ -196,7 +196,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         nodes = [bootstrap_verdict(n, node, boot) for n, node in zip(nodes, evidence.nodes, strict=True)]
     judged = Judged(evidence, nodes, routings, lines_by_node, unassigned, control, boot, dict(boot_by_node))
 
-    gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + coverage_gaps(judged)
+    gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + coverage_gaps(judged) \
+        + finding_rules.observability_gaps(judged)
     actions = node_actions(judged)
     timeline = build_timeline(judged) if evidence.mode == "incident" else gpu_timeline(judged)
     branches: list[Branch] = []
