@@ -66,5 +66,5 @@ def test_truncated_world_file_is_bad_input(tmp_path: Path) -> None:
 def test_bad_xid_override_and_bad_last_are_bad_input(tmp_path: Path) -> None:
     world = str(Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json")
     assert invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--xid-class", "31=oops").exit_code == 2
-    out = invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--last", "30d")
+    out = invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--last", "30 days")
     assert out.exit_code == 2 and "--last" in out.output

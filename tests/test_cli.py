@@ -100,7 +100,8 @@ def test_out_to_a_missing_folder_fails_without_traceback(world: Path, tmp_path: 
     (("--mode", "bogus"), "--mode must be one of coverage, incident, preflight; got 'bogus'"),
     (("--format", "yaml"), "--format must be one of"),
     (("--until", "not-a-time"), "--until: not an ISO-8601 time: 'not-a-time'"),
-    (("--last", "5h"), "--last"),
+    (("--last", "5 hours"), "--last must be a length like 30m, 2h, 6h or 2d"),
+    (("--last", "91d"), "--last 91d: longer than the maximum window of 90 days"),
     (("--until", at(3)), "is not before its end"),
     (("--region", "eu-west-1"), "--region eu-west-1 does not match the world's region us-west-2"),
     (("--run-hours", "-1"), "--run-hours"),
@@ -116,7 +117,7 @@ def test_bad_flags_exit_2_naming_the_flag(world: Path, extra: tuple[str, ...], n
 def test_bad_since_exits_2_naming_it(world: Path):
     code, _, stderr = invoke("audit", "--world", str(world), "--cluster", "llm-pretrain", "--since", "yesterday")
     assert code == EXIT_BAD_INPUT
-    assert "--since: not an ISO-8601 time: 'yesterday'" in stderr
+    assert "--since: not an ISO-8601 time or a length: 'yesterday'" in stderr
 
 
 def test_unknown_cluster_exits_2_naming_what_was_searched(world: Path):

@@ -1,16 +1,18 @@
-"""Command line: `gpuaudit audit …` against an account or a world, `gpuaudit demo`.
+"""Command line: `gpuaudit audit …` against an account or a world, `gpuaudit history`, `gpuaudit report`.
 
-Exit codes: 0 audited (whatever the findings); 2 bad input, naming what; 3 the account or
-world could not be reached or read. A user error never prints a traceback.
+Exit codes: 0 audited (whatever the findings, unless a gate below is asked for); 2 bad input, naming what;
+3 the account or world could not be reached or read (credentials, region, endpoints); 4 a gate failed
+(`--fail-on VERDICT`, `--fail-if-not-ready`); 130 interrupted (Ctrl-C). A user error never prints a traceback.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -19,29 +21,55 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.markup import escape as escape_markup
 
+from gpuaudit import __version__
 from gpuaudit.collectors.aws import Aws, CallFailed, assumed_session
 from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
-from gpuaudit.domain.window import BadWindow
+from gpuaudit.domain.window import BadWindow, is_duration, parse_duration
 from gpuaudit.embedded.world import WorldError
 from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
-from gpuaudit.model.result import Result
+from gpuaudit.model.result import SCHEMA, NodeResult, Result
 from gpuaudit.model.timeutil import parse_time
+from gpuaudit.outputs import BadOutput, Keep, Output, plan, print_table, render, report_file
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.escape import visible
+from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY
+from gpuaudit.report.records import FINDINGS_SCHEMA
 from gpuaudit.report.redact import redact
 from gpuaudit.rules.judge import BadOverride, JudgeConfig, parse_overrides
 from gpuaudit.settings import Settings
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 2, 3
+EXIT_OK, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_GATE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 MODES = ("coverage", "incident", "preflight")
 FORMATS = ("md", "json", "html")
 REPORT_FORMATS = ("html", "md")
+SCOPE, WINDOW, OUTPUT, GATES, ACCESS, PREFLIGHT, ADVANCED = (
+    "Scope", "Window", "Output", "Filters and CI gates", "AWS access", "Preflight", "Advanced")
+DEVELOPER = "Developer tools"
+
+AUDIT_EXAMPLES = """Examples:
+
+  gpuaudit audit --cluster my-hyperpod --last 2h                     # summary table on a terminal
+
+  gpuaudit audit --cluster my-hyperpod --profile prod --region us-west-2 --mode incident --since 6h
+
+  gpuaudit audit --cluster my-hyperpod --mode preflight --run-hours 72 --fail-if-not-ready
+
+  gpuaudit audit --cluster my-hyperpod --only-exceptions --fail-on REPLACE,NOT_OBSERVABLE   # CI gate: exit 4
+
+  gpuaudit audit --cluster my-hyperpod --out-dir out/            # report.md, result.json, report.html, findings.*
+
+  gpuaudit audit --cluster my-hyperpod --format ndjson | jq -c 'select(.verdict == "REPLACE")'
+
+  gpuaudit audit --world functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json --cluster research-hp-slurm --out report.md
+
+Exit codes: 0 audited; 2 bad input; 3 account unreachable or credentials; 4 a --fail-on/--fail-if-not-ready gate;
+130 interrupted."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Read-only auditor for GPU training clusters on AWS.")
+                  rich_markup_mode="rich", help="Read-only auditor for GPU training clusters on AWS.")
 err = Console(stderr=True)
 
 
@@ -51,13 +79,37 @@ class UserError(Exception):
         self.code = code
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"gpuaudit {__version__} (result schema {SCHEMA}, findings schema {FINDINGS_SCHEMA})\n")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the version and the result/findings schema versions, then exit")] = False) -> None:
+    """Read-only auditor for GPU training clusters on AWS: log coverage proof, node verdicts, readiness."""
+
+
+DATE_PREFIX = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
+
+
 def _time_arg(value: str | None, flag: str) -> datetime | None:
     if value is None:
         return None
+    calendar = DATE_PREFIX.match(value.strip())
+    if calendar is not None:
+        try:
+            date(*(int(part) for part in calendar.groups()))
+        except ValueError:
+            raise UserError(f"{flag}: {calendar.group(0)} is not a date") from None
     try:
         parsed = parse_time(value)
     except (ValueError, OverflowError):
-        raise UserError(f"{flag}: not an ISO-8601 time: {value!r} (e.g. 2026-09-27T10:00:00Z)") from None
+        lengths = " or a length" if flag == "--since" else ""
+        example = ", or 2h for two hours ago" if lengths else ""
+        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {value!r} (e.g. 2026-09-27T10:00:00Z{example})") from None
     if not 1970 <= parsed.year <= 2100:
         raise UserError(f"{flag}: {value!r} is outside the years 1970-2100")
     return parsed
@@ -106,113 +158,260 @@ def _history_dir(path: Path | None, must_exist: bool = False) -> Path | None:
     return path
 
 
-def _out_path(path: Path | None) -> Path | None:
+def _out_path(path: Path | None, flag: str = "--out") -> Path | None:
     if path is not None and (path.is_dir() or not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
-        raise UserError(f"--out {path}: cannot write there (directory, or a folder that does not exist or is not "
+        raise UserError(f"{flag} {path}: cannot write there (directory, or a folder that does not exist or is not "
                         "writable)")
     return path
 
 
+def _out_dir(path: Path | None) -> Path | None:
+    """--out-dir DIR: created when absent (its parent must exist), never a file."""
+    if path is None:
+        return None
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out-dir {path}: is a file; give a directory")
+    if not path.exists():
+        try:
+            path.mkdir()
+        except OSError as exc:
+            raise UserError(f"--out-dir {path}: cannot create the directory: {exc.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise UserError(f"--out-dir {path}: not writable")
+    return path
+
+
 def _aws_for(world: Path | None, region: str | None, role_arn: str | None = None,
-             external_id: str | None = None) -> Aws:
+             external_id: str | None = None, profile: str | None = None) -> Aws:
     if world is not None:
         from gpuaudit.embedded.backend import WorldBackend
         from gpuaudit.embedded.world import load_world
 
+        if profile is not None:
+            raise UserError("--profile applies to AWS accounts, not to --world")
         loaded = load_world(world)
         backend = WorldBackend(loaded)
         if region and region != loaded.region:
             raise UserError(f"--region {region} does not match the world's region {loaded.region}")
         return Aws(session=backend.session(), region=loaded.region, clock=lambda: loaded.now, sleep=lambda _s: None)
-    import boto3
+    from gpuaudit.collectors.session import AccessProblem, open_session
 
-    session = boto3.Session(region_name=region) if region else boto3.Session()
-    if not session.region_name:
-        raise UserError("no region: pass --region or set AWS_REGION")
+    try:
+        access = open_session(profile, region, os.environ)
+    except AccessProblem as exc:
+        raise UserError(str(exc), EXIT_BAD_INPUT if exc.flag else EXIT_UNREACHABLE) from None
+    session = access.session
     if role_arn:  # another account of the organization: its GpuAuditReadOnlyRole (infra/cross_account.py)
         try:
             session = assumed_session(session, role_arn, external_id)
         except CallFailed as exc:
             raise UserError(f"cannot assume the audit role: {exc}", EXIT_UNREACHABLE) from None
-    return Aws(session=session, region=session.region_name)
+    return Aws(session=session, region=access.region)
 
 
 def emit(result: Result, fmt: str, out: Path | None) -> None:
-    if fmt == "html":
-        from gpuaudit.report.html import render_html
-
-        text = render_html(result)
-    else:
-        text = result.to_json() if fmt == "json" else result.report_markdown
+    """One output of `report`: a file (said on stderr) or stdout."""
+    text = render(result, fmt)
     if out is not None:
-        out.write_text(text + "\n", encoding="utf-8")
-        err.print(f"wrote {out}")
+        out.write_text(text, encoding="utf-8")
+        err.print(f"wrote {escape_markup(visible(str(out)))}", soft_wrap=True, highlight=False)
     else:
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(text)
 
 
-@app.command()
+def _verdicts(value: str | None, flag: str) -> set[str]:
+    """A comma-separated verdict list, as typed: REPLACE,REBOOT; NOT_OBSERVABLE or not-observable for the spaced ones."""
+    if value is None:
+        return set()
+    chosen: set[str] = set()
+    for word in (w.strip() for w in value.split(",")):
+        if not word:
+            continue
+        verdict = re.sub(r"[_\-\s]+", " ", word).upper()
+        if verdict not in VERDICT_SEVERITY:
+            named = ", ".join(v.replace(" ", "_") for v in VERDICT_SEVERITY)
+            raise UserError(f"{flag}: {word!r} is not a verdict; use {named}")
+        chosen.add(verdict)
+    if not chosen:
+        raise UserError(f"{flag}: name at least one verdict")
+    return chosen
+
+
+def _node_filter(verdicts: set[str], only_exceptions: bool) -> tuple[Keep | None, str | None]:
+    """The rows --verdict / --only-exceptions keep (both given: a node must pass both), and how to say so."""
+    if not verdicts and not only_exceptions:
+        return None, None
+
+    def keep(node: NodeResult) -> bool:
+        exception = node.verdict in EXCEPTIONS or (node.verdict is None and node.xid_status != "Measured")
+        return (not verdicts or node.verdict in verdicts) and (not only_exceptions or exception)
+
+    said = [f"--verdict {','.join(v for v in VERDICT_SEVERITY if v in verdicts)}"] if verdicts else []
+    return keep, " ".join([*said, *(["--only-exceptions"] if only_exceptions else [])])
+
+
+def _gate(result: Result, fail_on: set[str], if_not_ready: bool) -> str | None:
+    """Why a gate fails this result, or None. Judged on the whole result, whatever the filters show."""
+    reasons = []
+    hit = {v: sum(n.verdict == v for n in result.nodes) for v in VERDICT_SEVERITY if v in fail_on}
+    if any(hit.values()):
+        reasons.append("--fail-on: " + ", ".join(f"{c} node(s) {v}" for v, c in hit.items() if c))
+    if if_not_ready and result.ready not in ("Yes", "Yes with risks"):
+        reasons.append(f"--fail-if-not-ready: ready is {result.ready or 'unknown'}")
+    return "; ".join(reasons) or None
+
+
+def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: str | None, stdout: Console,
+           quiet: bool) -> None:
+    full = report_file(outputs)
+    for o in outputs:
+        if o.path is not None:
+            o.path.write_text(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full),
+                              encoding="utf-8")
+            if not quiet:
+                err.print(f"wrote {escape_markup(visible(str(o.path)))} ({o.fmt})", soft_wrap=True, highlight=False)
+        elif o.fmt == "table" and stdout.is_terminal:
+            print_table(stdout, result, keep=keep, filtered=filtered, full_report=full)
+        else:
+            sys.stdout.write(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full))
+            sys.stdout.flush()
+
+
+def _did_you_mean(aws: Aws, wanted: str) -> str:
+    """After an unknown cluster: the region's HyperPod clusters (one ListClusters call), closest first."""
+    from difflib import get_close_matches
+
+    from gpuaudit.collectors.inventory import cluster_names
+
+    names = cluster_names(aws)
+    if not names:
+        return ""
+    close = get_close_matches(wanted, names, n=3, cutoff=0.5)
+    listed = ", ".join(names[:20]) + (f" … ({len(names) - 20} more)" if len(names) > 20 else "")
+    return (f"; did you mean {' or '.join(close)}?" if close else "") + \
+        f" HyperPod clusters in {aws.region}: {listed}"
+
+
+@app.command(epilog=AUDIT_EXAMPLES)
 def audit(
     cluster: Annotated[str | None, typer.Option(
         help="Cluster name (HyperPod, ParallelCluster), or a label for --instances (optional with --instances or "
-             "--filesystem: the result's cluster is then a labelled fleet)")] = None,
-    region: Annotated[str | None, typer.Option(help="AWS region (default: the world's, or AWS_REGION)")] = None,
-    mode: Annotated[str, typer.Option(help="coverage | incident | preflight")] = "coverage",
-    since: Annotated[str | None, typer.Option(help="Window start, ISO-8601 UTC; alone it runs to now")] = None,
-    until: Annotated[str | None, typer.Option(help="Window end, ISO-8601 UTC")] = None,
-    last: Annotated[str | None, typer.Option(help="24h | 72h | 7d, ending now")] = None,
-    world: Annotated[Path | None, typer.Option(help="Audit a world file instead of an AWS account")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
-    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
+             "--filesystem: the result's cluster is then a labelled fleet)", rich_help_panel=SCOPE)] = None,
+    mode: Annotated[str, typer.Option(help="coverage | incident | preflight", rich_help_panel=SCOPE)] = "coverage",
     instances: Annotated[str | None, typer.Option(
         help="Self-managed EC2/EKS: comma-separated instance IDs; terminated ones are audited from their log "
-             "streams and CloudTrail")] = None,
-    run_hours: Annotated[float | None, typer.Option(help="Preflight: planned run length in hours")] = None,
-    run_start: Annotated[str | None, typer.Option(help="Preflight: planned start, ISO-8601 UTC (default now)")] = None,
-    checkpoint_minutes: Annotated[float | None, typer.Option(help="Preflight: checkpoint interval")] = None,
-    role_arn: Annotated[str | None, typer.Option(
-        help="Audit another account: assume its read-only role (deploy infra/cross_account.py there)")] = None,
-    external_id: Annotated[str | None, typer.Option(help="External ID the read-only role requires")] = None,
-    cache: Annotated[Path | None, typer.Option(
-        help="Incremental audits: keep proven hourly bins in this file and query only the hours that can still "
-             "change")] = None,
-    deadline_seconds: Annotated[float | None, typer.Option(
-        help="Stop calling AWS after this many seconds and report what was read (the rest: Not checked)")] = None,
-    xid_class: Annotated[list[str] | None, typer.Option(
-        help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
-             "report")] = None,
+             "streams and CloudTrail", rich_help_panel=SCOPE)] = None,
     eks_cluster: Annotated[str | None, typer.Option(
         "--eks-cluster", help="Self-managed EKS: audit the nodes of this EKS cluster (read from its Kubernetes API) "
-                              "and their node-health conditions")] = None,
-    log_group: Annotated[list[str] | None, typer.Option(
-        "--log-group", help="Also search this CloudWatch Logs group, e.g. a job's stdout where NCCL prints its "
-                            "transport (repeatable, at most 50; exact name)")] = None,
+                              "and their node-health conditions", rich_help_panel=SCOPE)] = None,
     filesystem: Annotated[list[str] | None, typer.Option(
         "--filesystem", help="Also audit this FSx for Lustre file system, fs-… (repeatable, at most 50): details, "
-                             "maintenance window, saturation metrics; with or without --cluster")] = None,
+                             "maintenance window, saturation metrics; with or without --cluster",
+        rich_help_panel=SCOPE)] = None,
+    log_group: Annotated[list[str] | None, typer.Option(
+        "--log-group", help="Also search this CloudWatch Logs group, e.g. a job's stdout where NCCL prints its "
+                            "transport (repeatable, at most 50; exact name)", rich_help_panel=SCOPE)] = None,
+    world: Annotated[Path | None, typer.Option(help="Audit a world file (a frozen account) instead of AWS",
+                                               rich_help_panel=SCOPE)] = None,
+    since: Annotated[str | None, typer.Option(
+        help="Window start: ISO-8601 UTC, or a length back from now (30m, 2h, 2d); alone it runs to now",
+        rich_help_panel=WINDOW)] = None,
+    until: Annotated[str | None, typer.Option(help="Window end, ISO-8601 UTC", rich_help_panel=WINDOW)] = None,
+    last: Annotated[str | None, typer.Option(
+        help="A length ending now: 30m, 2h, 6h, 24h, 2d, 7d … (at most 90d)", rich_help_panel=WINDOW)] = None,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", help="table | md | json | html | ndjson | csv (default: table on a terminal, md otherwise; or "
+                         "--out's extension)", rich_help_panel=OUTPUT)] = None,
+    out: Annotated[str | None, typer.Option(
+        help="Write here (format from the extension: .md .json .html .ndjson .csv .txt); - is stdout",
+        rich_help_panel=OUTPUT)] = None,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out-dir", help="Write every format in one run: report.md, result.json, report.html, findings.ndjson, "
+                          "findings.csv", rich_help_panel=OUTPUT)] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no 'wrote' lines on stderr",
+                                        rich_help_panel=OUTPUT)] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Each AWS call and phase on stderr",
+                                          rich_help_panel=OUTPUT)] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="No colour (also NO_COLOR=1)",
+                                           rich_help_panel=OUTPUT)] = False,
+    verdict: Annotated[str | None, typer.Option(
+        help="Show only nodes with these verdicts, e.g. REPLACE,REBOOT (table and finding records)",
+        rich_help_panel=GATES)] = None,
+    only_exceptions: Annotated[bool, typer.Option(
+        "--only-exceptions", help="Show only nodes that need something: not LEAVE ALONE", rich_help_panel=GATES)] = False,
+    fail_on: Annotated[str | None, typer.Option(
+        "--fail-on", help="Exit 4 when any node has one of these verdicts, e.g. REPLACE,NOT_OBSERVABLE",
+        rich_help_panel=GATES)] = None,
+    fail_if_not_ready: Annotated[bool, typer.Option(
+        "--fail-if-not-ready", help="Preflight: exit 4 unless ready is Yes or Yes with risks",
+        rich_help_panel=GATES)] = False,
+    profile: Annotated[str | None, typer.Option(
+        help="AWS profile (default: AWS_PROFILE, then the default chain)", rich_help_panel=ACCESS)] = None,
+    region: Annotated[str | None, typer.Option(
+        help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then the profile's; a world's own)",
+        rich_help_panel=ACCESS)] = None,
+    role_arn: Annotated[str | None, typer.Option(
+        help="Audit another account: assume its read-only role (deploy infra/cross_account.py there)",
+        rich_help_panel=ACCESS)] = None,
+    external_id: Annotated[str | None, typer.Option(help="External ID the read-only role requires",
+                                                    rich_help_panel=ACCESS)] = None,
+    run_hours: Annotated[float | None, typer.Option(help="Planned run length in hours",
+                                                    rich_help_panel=PREFLIGHT)] = None,
+    run_start: Annotated[str | None, typer.Option(help="Planned start, ISO-8601 UTC (default now)",
+                                                  rich_help_panel=PREFLIGHT)] = None,
+    checkpoint_minutes: Annotated[float | None, typer.Option(help="Checkpoint interval",
+                                                             rich_help_panel=PREFLIGHT)] = None,
+    cache: Annotated[Path | None, typer.Option(
+        help="Incremental audits: keep proven hourly bins in this file and query only the hours that can still "
+             "change", rich_help_panel=ADVANCED)] = None,
     history: Annotated[Path | None, typer.Option(
         "--history", help="Fleet memory: read each node's earlier audits from (and add this one to) a local history in "
                           "this directory, so an Xid recurring after a reboot days later is REPLACE (default: off; "
-                          "look-back GPUAUDIT_HISTORY_DAYS, 30)")] = None,
+                          "look-back GPUAUDIT_HISTORY_DAYS, 30)", rich_help_panel=ADVANCED)] = None,
+    deadline_seconds: Annotated[float | None, typer.Option(
+        help="Stop calling AWS after this many seconds and report what was read (the rest: Not checked)",
+        rich_help_panel=ADVANCED)] = None,
+    xid_class: Annotated[list[str] | None, typer.Option(
+        help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
+             "report", rich_help_panel=ADVANCED)] = None,
 ) -> None:
     """Audit one cluster: coverage proof, node verdicts, root cause or readiness."""
+    from gpuaudit.collectors.session import next_step
+    from gpuaudit.console import AuditProgress
+
+    aws: Aws | None = None
+    stdout = Console(no_color=True if no_color else None, highlight=False, soft_wrap=True)
     try:
         if mode not in MODES:
             raise UserError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
-        if fmt not in FORMATS:
-            raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+        outputs = plan(fmt, out, _out_dir(out_dir), stdout.is_terminal)
         if not cluster and not (instances or "").strip(",") and not filesystem and not eks_cluster:
             raise UserError("--cluster is required unless --instances, --filesystem or --eks-cluster is given (then "
                             "the result's cluster is a labelled fleet, or the EKS cluster)")
+        if fail_if_not_ready and mode != "preflight":
+            raise UserError("--fail-if-not-ready applies to --mode preflight (readiness is judged there)")
+        keep, filtered = _node_filter(_verdicts(verdict, "--verdict"), only_exceptions)
+        fail_verdicts = _verdicts(fail_on, "--fail-on")
         _positive(run_hours, "--run-hours")
         _positive(checkpoint_minutes, "--checkpoint-minutes")
         _positive(deadline_seconds, "--deadline-seconds")
         cache = _cache_path(cache)
-        out = _out_path(out)
+        for o in outputs:
+            _out_path(o.path, "--out-dir" if out_dir is not None and o.path is not None
+                      and o.path.parent == out_dir else "--out")
         history = _history_dir(history)
+        if last is not None:
+            parse_duration(last, "--last")
+        relative_since = since is not None and is_duration(since)
+        if relative_since and until is not None:
+            raise UserError("--since 2h counts back from now and cannot take --until; give --since and --until as "
+                            "ISO-8601 times, or --last alone")
+        if relative_since and last is not None:
+            raise UserError("--since and --last both set a length ending now; give one")
         request = AuditRequest(
-            cluster=cluster, mode=mode, since=_time_arg(since, "--since"),  # type: ignore[arg-type]
-            until=_time_arg(until, "--until"), last=last,  # type: ignore[arg-type]
+            cluster=cluster, mode=mode,  # type: ignore[arg-type]
+            since=None if relative_since else _time_arg(since, "--since"),
+            until=_time_arg(until, "--until"), last=since if relative_since else last,
             # the same instance named twice is one node
             instance_ids=list(dict.fromkeys(i.strip() for i in instances.split(",") if i.strip())) if instances else [],
             log_groups=list(dict.fromkeys(log_group or [])),  # the same group named twice is read once
@@ -223,22 +422,38 @@ def audit(
         overrides = {**settings.xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
             raise UserError("--role-arn applies to AWS accounts, not to --world")
-        aws = _aws_for(world, region, role_arn, external_id)
+        aws = _aws_for(world, region, role_arn, external_id, profile)
         if deadline_seconds is not None:
             aws.deadline = time.monotonic() + deadline_seconds
-        with err.status(f"auditing {request.cluster} ({mode})…"):
-            result = run_audit(aws, request, JudgeConfig.from_request(request, overrides),
-                               FileCache(cache) if cache is not None else None,
-                               SqliteHistory(history) if history is not None else None, settings.history_lookback_days)
-        emit(result, fmt, out)
+        progress = AuditProgress(err, show=err.is_terminal and not quiet, verbose=verbose)
+        aws.watcher = progress
+        with progress:
+            try:
+                result = run_audit(aws, request, JudgeConfig.from_request(request, overrides),
+                                   FileCache(cache) if cache is not None else None,
+                                   SqliteHistory(history) if history is not None else None,
+                                   settings.history_lookback_days, progress)
+            except UnknownCluster as exc:
+                raise UserError(str(exc) + (_did_you_mean(aws, request.cluster) if not request.instance_ids
+                                            and not request.eks_cluster else "")) from None
+            progress.phase("rendering")
+        _write(outputs, result, keep, filtered, stdout, quiet)
+        failed = _gate(result, fail_verdicts, fail_if_not_ready)
+        if failed:
+            _fail(f"gate failed — {failed}", EXIT_GATE)
+    except KeyboardInterrupt:
+        _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
     except UserError as exc:
         _fail(str(exc), exc.code)
+    except BadOutput as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
     except (WorldError, BadWindow, UnknownCluster, BadOverride) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     except ValidationError as exc:
         _fail(_validation_message(exc), EXIT_BAD_INPUT)
     except CallFailed as exc:
-        _fail(f"the account could not be read: {exc}", EXIT_UNREACHABLE)
+        hint = next_step(exc.code, profile or os.environ.get("AWS_PROFILE"))
+        _fail(f"the account could not be read: {exc}" + (f"; {hint}" if hint else ""), EXIT_UNREACHABLE)
     except OSError as exc:
         _fail(f"cannot write output: {exc}", EXIT_BAD_INPUT)
 
@@ -351,7 +566,8 @@ def history_command(
 
 
 def _fail(message: str, code: int) -> None:
-    err.print(f"[bold red]gpuaudit:[/] {escape_markup(visible(redact(message)))}", highlight=False)
+    # one line however long: a CI log keeps the message whole (the terminal wraps it, Rich does not)
+    err.print(f"[bold red]gpuaudit:[/] {escape_markup(visible(redact(message)))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -369,7 +585,7 @@ def demo(
 
 
 world_app = typer.Typer(no_args_is_help=True, help="Generate world files (frozen accounts) for scale tests.")
-app.add_typer(world_app, name="world")
+app.add_typer(world_app, name="world", rich_help_panel=DEVELOPER)
 
 
 @world_app.command("generate")
@@ -402,7 +618,7 @@ def world_generate(
               f"{shape['events'] + shape['periodic_lines']:,} log lines, {shape['xid_lines']} Xid lines", highlight=False)
 
 
-@app.command()
+@app.command(rich_help_panel=DEVELOPER)
 def bench(
     nodes: Annotated[int, typer.Option(help="GPU nodes in the generated world")],
     days: Annotated[float, typer.Option(help="Audit window: the last D days")] = 7.0,
@@ -440,7 +656,7 @@ def bench(
 
 
 
-@app.command("bench-history")
+@app.command("bench-history", rich_help_panel=DEVELOPER)
 def bench_history(
     nodes: Annotated[int, typer.Option(help="GPU nodes audited every hour")] = 2000,
     days: Annotated[int, typer.Option(help="Days of hourly audits stored before the measured read")] = 30,

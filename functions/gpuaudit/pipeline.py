@@ -38,27 +38,33 @@ from gpuaudit.history import HistoryUnreadable, read_into, record
 from gpuaudit.model.evidence import AuditRequest, ClusterInfo, Evidence, Gap, KubeNode, NodeInfo
 from gpuaudit.model.history import DEFAULT_LOOKBACK_DAYS, HistoryStore
 from gpuaudit.model.result import Result
+from gpuaudit.progress import ProgressHook, Silent
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.judge import JudgeConfig, judge
 from gpuaudit.sinks import RETENTION_DAYS
 
 
-def start_audit(aws: Aws, request: AuditRequest) -> Evidence:
+def start_audit(aws: Aws, request: AuditRequest, progress: ProgressHook | None = None) -> Evidence:
     """Step 1 (Plan/Inventory): window, cluster, nodes and candidate log groups.
 
     Raises UnknownCluster / BadWindow for bad input; every later failure becomes a named gap."""
+    progress = progress or Silent()
+    progress.phase("inventory")
     now = aws.clock()
     window = resolve_window(request.mode, now, request.since, request.until, request.last)
     gaps: list[Gap] = []
     kube = None
     if request.eks_cluster:  # self-managed EKS: the Kubernetes nodes name the instances
         cluster, nodes, kube = eks_inventory(aws, request, gaps, window.start)
+        progress.phase("log groups", nodes=len(nodes))
         groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
     elif request.fleet and not request.instance_ids:  # file systems only: no node, so no node log to find
         cluster, nodes = ClusterInfo(name=request.cluster, kind="ec2", region=aws.region), list[NodeInfo]()
+        progress.phase("log groups", nodes=0)
         groups = discover_log_groups(aws, cluster, gaps, request.log_groups, search=False)
     else:
         cluster, nodes = collect_inventory(aws, request.cluster, request.instance_ids or None, gaps, window.start)
+        progress.phase("log groups", nodes=len(nodes))
         groups = discover_log_groups(aws, cluster, gaps, request.log_groups)
     cluster = cluster.model_copy(update={"labelled_fleet": request.fleet})
     return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,
@@ -144,14 +150,18 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
     return evidence
 
 
-def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | None = None) -> Evidence:
+def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | None = None,
+            progress: ProgressHook | None = None) -> Evidence:
     """Every AWS read of one audit, in the order the state machine runs them."""
-    evidence = start_audit(aws, request)
+    progress = progress or Silent()
+    evidence = start_audit(aws, request, progress)
+    progress.phase("queries", nodes=len(evidence.nodes), log_groups=len(evidence.log_groups))
     cached = coverage_cache.load(evidence.cluster.name, evidence.cluster.region) if coverage_cache else None
     slots = QuerySlots()  # one budget for the whole audit: its batches run in turn and queue behind it
     batches = [collect_logs(aws, evidence, batch, cached, slots) for batch in log_batches(evidence.log_groups)]
     if coverage_cache is not None and cached is not None:
         coverage_cache.save(cached)
+    progress.phase("control plane")
     evidence = finish_collection(aws, evidence, batches, request)
     evidence.calls = aws.call_counts()
     return evidence
@@ -180,7 +190,8 @@ def record_history(store: HistoryStore | None, result: Result, evidence: Evidenc
 
 def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None,
               coverage_cache: CoverageCache | None = None, history: HistoryStore | None = None,
-              lookback_days: int = DEFAULT_LOOKBACK_DAYS) -> Result:
-    evidence = read_history(history, collect(aws, request, coverage_cache), lookback_days)
+              lookback_days: int = DEFAULT_LOOKBACK_DAYS, progress: ProgressHook | None = None) -> Result:
+    evidence = read_history(history, collect(aws, request, coverage_cache, progress), lookback_days)
+    (progress or Silent()).phase("judging", nodes=len(evidence.nodes))
     result = judge(evidence, config or JudgeConfig.from_request(request), generated_at=aws.clock())
     return finalize(record_history(history, result, evidence), evidence)

@@ -16,6 +16,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuaudit.model.evidence import CallCount, Gap, GapKind, GapScope
+from gpuaudit.progress import ProgressHook
 
 THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
               "LimitExceededException", "RequestThrottled", "SlowDown"}
@@ -63,6 +64,7 @@ class Aws:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     # (cluster, endpoint, CA) -> Kubernetes API; None: the cluster's endpoint directly (collectors/kubernetes.py)
     kube_connector: Callable[[str, str, str], Any] | None = None
+    watcher: ProgressHook | None = None  # told of every call attempt (CLI progress, --verbose); never decides
     _clients: dict[str, Any] = field(default_factory=dict)
 
     def client(self, service: str) -> Any:
@@ -84,16 +86,22 @@ class Aws:
             self.counts[(service, operation)] += 1
             try:
                 response: dict[str, Any] = method(**params)
+                if self.watcher is not None:
+                    self.watcher.call(service, operation, response, None)
                 return response
             except ClientError as err:
                 code = err.response.get("Error", {}).get("Code", "Unknown")
                 message = err.response.get("Error", {}).get("Message", str(err))
+                if self.watcher is not None:
+                    self.watcher.call(service, operation, None, code)
                 if code in THROTTLING and attempt < self.max_attempts and not self._past_deadline(delay):
                     self.sleep(delay)
                     delay *= 2
                     continue
                 raise CallFailed(service, operation, code, message) from None
             except BotoCoreError as err:
+                if self.watcher is not None:
+                    self.watcher.call(service, operation, None, type(err).__name__)
                 raise CallFailed(service, operation, type(err).__name__, str(err)) from None
         raise AssertionError("unreachable")
 

@@ -32,6 +32,16 @@ class UnknownCluster(LookupError):
     """No HyperPod cluster, ParallelCluster or instance list matches the name given."""
 
 
+def cluster_names(aws: Aws) -> list[str]:
+    """The HyperPod clusters of the region, for "did you mean" after an unknown name: one ListClusters page, no
+    pagination (a hint, not an inventory); empty when the call fails."""
+    try:
+        page = aws.call("sagemaker", "ListClusters", MaxResults=100)
+    except CallFailed:
+        return []
+    return sorted({str(c["ClusterName"]) for c in page.get("ClusterSummaries", []) if c.get("ClusterName")})
+
+
 def strip_ml(instance_type: str | None) -> str | None:
     return instance_type[3:] if instance_type and instance_type.startswith("ml.") else instance_type
 

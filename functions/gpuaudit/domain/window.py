@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -10,8 +11,9 @@ from gpuaudit.model.evidence import Mode, Window
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between
 
 DEFAULT_LENGTH = {"coverage": timedelta(hours=24), "incident": timedelta(hours=24), "preflight": timedelta(hours=24)}
-LAST = {"24h": (timedelta(hours=24), "default-24h"), "72h": (timedelta(hours=72), "default-72h"),
-        "7d": (timedelta(days=7), "default-7d")}
+# A length ending now, as kubectl/docker `--since` write it: minutes, hours or days (30m, 2h, 6h, 2d).
+DURATION = re.compile(r"^([1-9][0-9]{0,5})([mhd])$")
+UNIT = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
 
 
 class BadWindow(ValueError):
@@ -23,15 +25,29 @@ class BadWindow(ValueError):
 MAX_WINDOW = timedelta(days=90)
 
 
+def parse_duration(text: str, flag: str = "--last") -> timedelta:
+    """`30m`, `2h`, `6h`, `2d`: a whole number of minutes, hours or days, above zero and at most MAX_WINDOW."""
+    match = DURATION.match(text.strip())
+    if match is None:
+        raise BadWindow(f"{flag} must be a length like 30m, 2h, 6h or 2d (minutes, hours, days); got {text!r}")
+    length = int(match.group(1)) * UNIT[match.group(2)]
+    if length > MAX_WINDOW:
+        raise BadWindow(f"{flag} {text}: longer than the maximum window of {MAX_WINDOW.days} days (an audit reads "
+                        "every hour of it; split it into several audits)")
+    return length
+
+
+def is_duration(text: str) -> bool:
+    return DURATION.match(text.strip()) is not None
+
+
 def resolve_window(mode: Mode, now: datetime, since: datetime | None = None, until: datetime | None = None,
                    last: str | None = None) -> Window:
     """`--since` alone runs to now; `--last` picks a length ending now; nothing → the mode's default."""
     if last is not None:
         if since or until:
             raise BadWindow("--last cannot be combined with --since/--until")
-        if last not in LAST:
-            raise BadWindow(f"--last must be one of {', '.join(LAST)}; got {last!r}")
-        length, _ = LAST[last]
+        length = parse_duration(last)
         return Window(start=now - length, end=now, source="user")
     if since is None and until is None:
         return Window(start=now - DEFAULT_LENGTH[mode], end=now, source="default-24h")

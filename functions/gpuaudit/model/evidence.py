@@ -47,7 +47,7 @@ class AuditRequest(Frozen):
     mode: Mode = "coverage"
     since: datetime | None = None
     until: datetime | None = None
-    last: Literal["24h", "72h", "7d"] | None = None
+    last: str | None = Field(default=None, pattern=r"^[1-9][0-9]{0,5}[mhd]$")  # 30m, 2h, 2d (domain/window.py)
     instance_ids: list[InstanceId] = Field(default_factory=list, max_length=MAX_INSTANCES)
     # FSx for Lustre file systems the operator names (`--filesystem`), audited with or without a cluster.
     file_system_ids: list[FileSystemId] = Field(default_factory=list, max_length=MAX_FILE_SYSTEMS)

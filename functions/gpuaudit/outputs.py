@@ -1,0 +1,112 @@
+"""Where an audit's outputs go and in which format (the CLI's `--format`, `--out`, `--out-dir`).
+
+Rules (aws-cli/kubectl where they have one): `--out -` is stdout; the format follows `--out`'s extension unless
+`--format` names one, and a `--format` that contradicts the extension is an error; a name without a known
+extension needs `--format`. With neither, stdout gets the terminal summary on a terminal and Markdown otherwise
+(a pipe or a file gets the report, not a screen layout). `--out-dir DIR` writes every format in one run.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.report.records import records, to_csv, to_ndjson
+
+FORMATS = ("table", "md", "json", "html", "ndjson", "csv")
+EXTENSIONS = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html",
+              ".ndjson": "ndjson", ".jsonl": "ndjson", ".csv": "csv", ".txt": "table"}
+# --out-dir: one file per format (the table is the terminal's; the report's files carry it all)
+DIR_FILES = (("md", "report.md"), ("json", "result.json"), ("html", "report.html"),
+             ("ndjson", "findings.ndjson"), ("csv", "findings.csv"))
+REPORTS = ("md", "html")
+Keep = Callable[[NodeResult], bool]  # the formats "full report: FILE" points at, best first
+
+
+class BadOutput(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Output:
+    fmt: str
+    path: Path | None  # None: stdout
+
+
+def plan(fmt: str | None, out: str | None, out_dir: Path | None, stdout_is_terminal: bool) -> list[Output]:
+    """The outputs of one run, files first, stdout last (at most once)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise BadOutput(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    screen = "table" if stdout_is_terminal else "md"
+    planned: list[Output] = []
+    if out_dir is not None:
+        planned += [Output(f, out_dir / name) for f, name in DIR_FILES]
+    if out is not None and out != "-":
+        path = Path(out)
+        by_name = EXTENSIONS.get(path.suffix.lower())
+        if by_name is None and fmt is None:
+            hint = f"; did you mean --format {out}?" if out in FORMATS else ""
+            raise BadOutput(f"--out {out}: cannot tell the format from the name (known extensions: "
+                            f"{' '.join(EXTENSIONS)}); add one or pass --format{hint}")
+        if by_name is not None and fmt is not None and by_name != fmt:
+            raise BadOutput(f"--format {fmt} conflicts with --out {out} (a {path.suffix} file is {by_name}): "
+                            "drop one, or make them agree")
+        planned.append(Output(fmt or by_name or screen, path))
+    elif out == "-":
+        planned.append(Output(fmt or screen, None))
+    elif out_dir is None or fmt is not None or stdout_is_terminal:
+        # nothing named stdout: it gets --format, else the screen default (with --out-dir, only on a terminal)
+        planned.append(Output(fmt or screen, None))
+    if out is not None and out != "-" and fmt is None and stdout_is_terminal:
+        planned.append(Output("table", None))  # a terminal still sees the summary, pointing at the file
+    return planned
+
+
+def report_file(planned: Sequence[Output]) -> Path | None:
+    """The full report this run writes to a file, for the summary's last line."""
+    for wanted in REPORTS:
+        for o in planned:
+            if o.fmt == wanted and o.path is not None:
+                return o.path
+    return None
+
+
+def render(result: Result, fmt: str, *, keep: Keep | None = None, filtered: str | None = None,
+           full_report: Path | None = None, width: int = 10_000) -> str:
+    """One output's text. The table rendered here is plain (a file, a pipe): no colour, no wrapping. `keep`
+    (--verdict, --only-exceptions) chooses the nodes of the table and the records; the result JSON and the
+    Markdown/HTML reports stay whole: they are the audit's evidence, and a report without some nodes would read as
+    if they had not been audited."""
+    nodes = [n for n in result.nodes if keep(n)] if keep is not None else None
+    if fmt == "json":
+        return result.to_json() + "\n"
+    if fmt == "md":
+        return result.report_markdown.rstrip("\n") + "\n"
+    if fmt == "html":
+        from gpuaudit.report.html import render_html
+
+        return render_html(result).rstrip("\n") + "\n"
+    if fmt == "ndjson":
+        return to_ndjson(records(result, nodes))
+    if fmt == "csv":
+        return to_csv(records(result, nodes))
+    buffer = io.StringIO()
+    print_table(Console(file=buffer, no_color=True, color_system=None, width=width, highlight=False), result,
+                keep=keep, filtered=filtered, full_report=full_report)
+    return buffer.getvalue()
+
+
+def print_table(console: Console, result: Result, *, keep: Keep | None = None,
+                filtered: str | None = None, full_report: Path | None = None) -> None:
+    from gpuaudit.report.escape import one_line
+    from gpuaudit.report.terminal import shown_nodes, summary
+
+    nodes = [n for n in shown_nodes(result) if keep(n)] if keep is not None else None
+    named = one_line(str(full_report)) if full_report is not None else None
+    for line in summary(result, nodes, named, filtered):
+        console.print(line, soft_wrap=True, highlight=False)
