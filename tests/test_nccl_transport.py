@@ -160,7 +160,7 @@ def test_socket_fallback_without_a_known_hang_time_is_a_hypothesis() -> None:
     request = AuditRequest(cluster=w.cluster, mode="incident", log_groups=[JOB_GROUP])  # type: ignore[arg-type]
     d = branch(run_audit(w.aws(), request), "D")
     assert d.label == "Hypothesis (to validate)" and d.status != "Root cause"
-    assert "hang's time is not known" in d.evidence and d.confirming_measurement
+    assert "onset is not known" in d.evidence and d.confirming_measurement
 
 
 def test_socket_fallback_with_too_few_efa_interfaces_names_them() -> None:

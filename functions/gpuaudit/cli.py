@@ -319,6 +319,9 @@ def audit(
     until: Annotated[str | None, typer.Option(help="Window end, ISO-8601 UTC", rich_help_panel=WINDOW)] = None,
     last: Annotated[str | None, typer.Option(
         help="A length ending now: 30m, 2h, 6h, 24h, 2d, 7d … (at most 90d)", rich_help_panel=WINDOW)] = None,
+    onset: Annotated[str | None, typer.Option(
+        help="Incident: when the failure began, ISO-8601 UTC, inside the window (default: the first failure signal "
+             "read); a cause is Proven only before it", rich_help_panel=WINDOW)] = None,
     fmt: Annotated[str | None, typer.Option(
         "--format", help="table | md | json | html | ndjson | csv (default: table on a terminal, md otherwise; or "
                          "--out's extension)", rich_help_panel=OUTPUT)] = None,
@@ -417,7 +420,8 @@ def audit(
             log_groups=list(dict.fromkeys(log_group or [])),  # the same group named twice is read once
             file_system_ids=list(dict.fromkeys(f.strip() for f in filesystem or [])),
             eks_cluster=eks_cluster,
-            run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes)
+            run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes,
+            onset=_time_arg(onset, "--onset"))
         settings = Settings.from_env(os.environ)
         overrides = {**settings.xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:

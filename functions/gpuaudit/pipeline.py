@@ -51,7 +51,7 @@ def start_audit(aws: Aws, request: AuditRequest, progress: ProgressHook | None =
     progress = progress or Silent()
     progress.phase("inventory")
     now = aws.clock()
-    window = resolve_window(request.mode, now, request.since, request.until, request.last)
+    window = resolve_window(request.mode, now, request.since, request.until, request.last, request.onset)
     gaps: list[Gap] = []
     kube = None
     if request.eks_cluster:  # self-managed EKS: the Kubernetes nodes name the instances

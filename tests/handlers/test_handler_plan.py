@@ -32,7 +32,7 @@ def test_schedule_audits_every_configured_cluster_over_the_day_ending_at_the_las
         "cluster": "research-hp-slurm", "mode": "coverage", "since": "2026-09-30T18:00:00Z",
         "until": "2026-10-01T18:00:00Z", "last": None, "instance_ids": [], "file_system_ids": [], "log_groups": [],
         "eks_cluster": None, "run_hours": None, "run_start": None,
-        "checkpoint_minutes": None}
+        "checkpoint_minutes": None, "onset": None}
     assert target["window_source"] == "schedule"
 
 

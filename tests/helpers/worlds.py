@@ -145,8 +145,9 @@ class WorldBuilder:
         return aws_for(world)
 
     def audit(self, cluster: str, *, mode: str = "coverage", since: str | None = None,
-              until: str | None = None, instance_ids: Iterable[str] = ()) -> Result:
-        return audit(self.aws(), cluster, mode=mode, since=since, until=until, instance_ids=instance_ids)
+              until: str | None = None, instance_ids: Iterable[str] = (), onset: str | None = None) -> Result:
+        return audit(self.aws(), cluster, mode=mode, since=since, until=until, instance_ids=instance_ids,
+                     onset=onset)
 
 
 def aws_for(world: World) -> Aws:
@@ -155,10 +156,10 @@ def aws_for(world: World) -> Aws:
 
 
 def audit(aws: Aws, cluster: str, *, mode: str = "coverage", since: str | None = None, until: str | None = None,
-          instance_ids: Iterable[str] = ()) -> Result:
+          instance_ids: Iterable[str] = (), onset: str | None = None) -> Result:
     request = AuditRequest(cluster=cluster, mode=mode,  # type: ignore[arg-type]
                            since=parse_time(since) if since else None, until=parse_time(until) if until else None,
-                           instance_ids=list(instance_ids))
+                           instance_ids=list(instance_ids), onset=parse_time(onset) if onset else None)
     return run_audit(aws, request)
 
 

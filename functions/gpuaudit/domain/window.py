@@ -42,8 +42,20 @@ def is_duration(text: str) -> bool:
 
 
 def resolve_window(mode: Mode, now: datetime, since: datetime | None = None, until: datetime | None = None,
-                   last: str | None = None) -> Window:
-    """`--since` alone runs to now; `--last` picks a length ending now; nothing → the mode's default."""
+                   last: str | None = None, onset: datetime | None = None) -> Window:
+    """`--since` alone runs to now; `--last` picks a length ending now; nothing → the mode's default. A stated
+    onset (`--onset`) must fall inside the window: the failure began where the audit looks (RULES §0.5)."""
+    window = _window(mode, now, since, until, last)
+    if onset is None:
+        return window
+    if not window.start <= onset <= min(window.end, now):
+        raise BadWindow(f"--onset {onset.isoformat()} is outside the impact window {window.start.isoformat()} → "
+                        f"{min(window.end, now).isoformat()}: give an onset inside it, or widen the window "
+                        "(--since/--until)")
+    return window.model_copy(update={"onset": onset})
+
+
+def _window(mode: Mode, now: datetime, since: datetime | None, until: datetime | None, last: str | None) -> Window:
     if last is not None:
         if since or until:
             raise BadWindow("--last cannot be combined with --since/--until")

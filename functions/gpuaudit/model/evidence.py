@@ -59,6 +59,8 @@ class AuditRequest(Frozen):
     run_hours: float | None = Field(default=None, gt=0)
     run_start: datetime | None = None
     checkpoint_minutes: float | None = Field(default=None, gt=0)
+    # Incident: when the failure began, as the operator states it (`--onset`); inside the impact window (RULES §0.5).
+    onset: datetime | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -71,6 +73,17 @@ class AuditRequest(Frozen):
                                                                    data.get("file_system_ids")):
             return {**data, "cluster": fleet_label(_count(data.get("instance_ids")), _count(data.get("file_system_ids")))}
         return data
+
+    @model_validator(mode="after")
+    def _onset_in_window(self) -> AuditRequest:
+        """A stated onset lies inside the window it is measured in (RULES §0.5); the window's own defaults are
+        checked when it is resolved (domain/window.py)."""
+        if self.onset is not None and (self.since is not None and self.onset < self.since
+                                       or self.until is not None and self.onset > self.until):
+            raise ValueError(f"onset {self.onset.isoformat()} is outside the impact window "
+                             f"{self.since.isoformat() if self.since else '…'} → "
+                             f"{self.until.isoformat() if self.until else 'now'}")
+        return self
 
     @property
     def fleet(self) -> bool:
@@ -126,6 +139,9 @@ class Window(Frozen):
     start: datetime
     end: datetime
     source: WindowSource
+    # The failure's onset as the operator states it (RULES §0.5): "before the failure" is measured from it. The
+    # window's start is a search bound, never the onset.
+    onset: datetime | None = None
 
 
 class InstanceGroup(Frozen):

@@ -56,6 +56,10 @@ class WindowOut(Out):
     source: str
     padded_start: datetime | None = None
     padded_end: datetime | None = None
+    # What "before the failure" was measured from (RULES §0.5): the stated onset or the first failure signal read;
+    # None when neither exists (the window's start is never the onset).
+    onset: datetime | None = None
+    onset_source: str | None = None
 
 
 class CoverageRow(Out):

@@ -27,6 +27,14 @@ def _hours(hours: list[datetime]) -> str:
     return f"no — {len(hours)} empty hour(s): {shown}{more}"
 
 
+def _onset_line(r: Result) -> str:
+    """RULES §0.5: what "before the failure" was measured from; the window's start is never called the onset."""
+    if r.window.onset is None:
+        return ("- Failure onset: not known — none stated (`--onset`) and no failure signal read (NCCL timeout, node "
+                "status change); no cause is shown to precede it")
+    return f"- Failure onset: {_t(r.window.onset)} ({md_inline(r.window.onset_source or '')})"
+
+
 def _node_line(n: NodeResult) -> str:
     verdict = n.verdict or "no verdict (no GPU signal)"
     what = f"**{verdict}** — {md_code(n.instance_id)}"
@@ -55,6 +63,7 @@ def render(result: Result) -> str:
         lines.append(f"# gpuaudit {r.mode} audit: {md_inline(r.cluster.name)} ({md_inline(r.cluster.region)})")
     lines += ["", f"- Impact window: {_t(r.window.start)} → {_t(r.window.end)} (source: {r.window.source}); "
                   f"coverage tested over the padded window {_t(r.window.padded_start)} → {_t(r.window.padded_end)}",
+              *([_onset_line(r)] if r.mode == "incident" else []),
               f"- Orchestrator: {kind}", f"- Generated: {_t(r.generated_at)}", ""]
     if r.mode == "preflight" and r.ready:
         lines += [f"## Ready: {r.ready}", ""]

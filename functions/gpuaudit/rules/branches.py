@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS, lead_time
-from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS, NCCL_TIMEOUT_MARKERS
+from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence, MetricPeak
 from gpuaudit.model.result import (
@@ -31,6 +31,7 @@ from gpuaudit.model.result import (
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.findings import affected_groups, capacity_error_step, capacity_step, sg_step, subnet_step
+from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.preflight.common import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.preflight.fabric import NCCL_COMMAND
 from gpuaudit.rules.xid import fleet_pattern
@@ -195,6 +196,14 @@ def branch_a(j: Judged) -> Branch:
                 if s.system_status == "impaired" or s.instance_status == "impaired"]
     if hardware:
         text = "; ".join(f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}" for n in hardware)
+        onset = failure_onset(j)
+        firsts = [min(times) for n in hardware if (times := [e.time for e in n.gpu_errors if e.class_ == "hardware"])]
+        if onset is not None and firsts and min(firsts) > onset.time:
+            # RULES §0.5: Proven only before the failure; a hardware signal after it may be its effect
+            return _branch("A", "Contributing", f"Hardware-class GPU signal on the node: {text}. Not Proven: the "
+                           f"first hardware-class signal ({iso(min(firsts))}) is after {onset_text(onset)}",
+                           "Hypothesis (to validate)", "the node's kernel log before the onset (`dmesg -T`, "
+                           "`nvidia-smi -q`): a hardware fault that began earlier")
         return _branch("A", "Root cause", f"Hardware-class GPU signal on the node: {text}", "Proven")
     # The GPU errors table is the branch's source: a hardware-class row from any source (kernel line or HMA
     # detection) that did not meet a verdict's bar is a hypothesis, never a clean node.
@@ -359,7 +368,7 @@ def branch_c(j: Judged, others: Sequence[Branch] = ()) -> Branch:
     saturated = [m for m in with_data if m.minutes_at_or_above_90 >= SUSTAINED_MINUTES]
     if saturated:
         bound = storage_bound(saturated, with_data)
-        unmet, proof = _storage_bar(ev, saturated, others)
+        unmet, proof = _storage_bar(j, saturated, others)
         if not unmet and proof is not None:
             return _branch("C", "Root cause", f"Storage {bound}. Proven: {proof}. Values as reported: {peaks}",
                            "Proven")
@@ -370,11 +379,13 @@ def branch_c(j: Judged, others: Sequence[Branch] = ()) -> Branch:
                    "client-side: time a `stat` or small-file open on the mount during the slow period")
 
 
-def _storage_bar(ev: Evidence, saturated: Sequence[MetricPeak], others: Sequence[Branch]) -> tuple[list[str], str | None]:
-    """RULES §0.5 / §8 C, Proven: sustained saturation, on a file system the cluster mounts, before the slowdown
-    (the impact window's start), with no other branch holding evidence. Returns what is unmet, and the proof."""
+def _storage_bar(j: Judged, saturated: Sequence[MetricPeak],
+                 others: Sequence[Branch]) -> tuple[list[str], str | None]:
+    """RULES §0.5 / §8 C, Proven: sustained saturation, on a file system the cluster mounts, before the failure's
+    onset (stated, or the first failure signal read), with no other branch holding evidence. Returns what is
+    unmet, and the proof."""
     unmet: list[str] = []
-    mounted = ev.cluster_file_system_ids
+    mounted = j.evidence.cluster_file_system_ids
     if mounted is None:
         unmet.append("which file system the cluster mounts was not resolved")
     on_mount = [m for m in saturated if mounted is not None and m.file_system_id in mounted]
@@ -383,21 +394,24 @@ def _storage_bar(ev: Evidence, saturated: Sequence[MetricPeak], others: Sequence
     sustained = [m for m in on_mount if m.sustained_from is not None]
     if on_mount and not sustained:
         unmet.append(f"no run of {SUSTAINED_MINUTES}+ consecutive minutes ≥ 90 % on the mounted file system")
-    before = [m for m in sustained if m.sustained_from is not None and m.sustained_from <= ev.window.start]
-    if sustained and not before:
+    onset = failure_onset(j)
+    if onset is None:
+        unmet.append(f"{onset_text(None)}, so 'before the failure' cannot be shown (the window's start is a search "
+                     "bound, not the onset)")
+    before = [m for m in sustained if m.sustained_from is not None and onset is not None
+              and m.sustained_from <= onset.time]
+    if sustained and onset is not None and not before:
         first = min(m.sustained_from for m in sustained if m.sustained_from is not None)
-        unmet.append(f"the sustained saturation began {iso(first)}, after the slowdown began ({iso(ev.window.start)})")
-    if ev.window.source not in ("user", "event"):
-        unmet.append(f"the slowdown's start was not given (window {ev.window.source}), so 'before it' cannot be shown")
+        unmet.append(f"the sustained saturation began {iso(first)}, after {onset_text(onset)}")
     competing = [b.branch for b in others if b.status in ("Root cause", "UNVERIFIED", "Contributing")]
     if competing:
         unmet.append(f"branch(es) {', '.join(competing)} also hold evidence")
-    if unmet or not before:
+    if unmet or not before or onset is None:
         return unmet, None
-    m = min(before, key=lambda m: m.sustained_from or ev.window.start)
+    m = min(before, key=lambda m: m.sustained_from or onset.time)
     return [], (f"{m.file_system_id} (mounted by the cluster) {m.metric} {m.dimensions} ≥ 90 % for "
-                f"{m.longest_run_at_or_above_90} consecutive minute(s) from {iso(m.sustained_from or ev.window.start)}, "
-                f"before the slowdown began at {iso(ev.window.start)}; no other branch holds evidence")
+                f"{m.longest_run_at_or_above_90} consecutive minute(s) from {iso(m.sustained_from or onset.time)}, "
+                f"before {onset_text(onset)}; no other branch holds evidence")
 
 
 def branch_d(j: Judged) -> Branch:
@@ -449,7 +463,6 @@ def _layer4(sg: FindingStep) -> str:
 
 
 NCCL_DEBUG = NCCL_COMMAND
-NCCL_HANG = re.compile("|".join(NCCL_TIMEOUT_MARKERS) + r"|NCCL WARN[^\n]*(?i:timed? ?out)")
 
 
 def _bad_line(n: NodeResult, t: NcclTransport) -> str:
@@ -462,17 +475,10 @@ def _cut(message: str, limit: int = 300) -> str:
 
 
 def _hang(j: Judged) -> tuple[datetime, str] | None:
-    """When the job hung, and where that was read: the first NCCL timeout line in the window; else the slowdown's
-    start when the operator gave it (window source user or event); else None (the hang's time is not known)."""
-    ev = j.evidence
-    lines = sorted([*(p for v in j.lines_by_node.values() for p in v), *j.unassigned_lines], key=lambda p: p.line.time)
-    first = next((p for p in lines if NCCL_HANG.search(p.line.message)
-                  and ev.window.start - TIMELINE_MARGIN <= p.line.time <= ev.window.end), None)
-    if first is not None:
-        return first.line.time, f"first NCCL timeout line, {first.line.log_group} / {first.line.log_stream}"
-    if ev.window.source in ("user", "event"):
-        return ev.window.start, "the impact window's start, as given"
-    return None
+    """When the failure began, and where that was read (RULES §0.5): the stated onset, else the first failure
+    signal read (rules/onset.py); None when neither exists — the window's start is never taken for it."""
+    onset = failure_onset(j)
+    return None if onset is None else (onset.time, onset.source)
 
 
 def _fabric_context(j: Judged) -> Context:
@@ -529,7 +535,7 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     if early and hang is not None:
         return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA before the hang ({iso(hang[0])}, "
                        f"{hang[1]}): {signal}. {pre}.{checked}{cause}", "Proven")
-    when = ("the hang's time is not known (no NCCL timeout line, window not given)" if hang is None else
+    when = (f"the failure's onset is not known ({onset_text(None)})" if hang is None else
             f"the fallback line is after the hang ({iso(hang[0])}, {hang[1]})")
     return _branch("D", "Contributing", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}.{checked}{cause} Not "
                    f"Proven: {when}", "Hypothesis (to validate)",

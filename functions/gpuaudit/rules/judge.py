@@ -38,6 +38,7 @@ from gpuaudit.rules.control_plane import ControlLog, control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.history import Memory, audit_id
 from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
+from gpuaudit.rules.onset import failure_onset
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
 
 if TYPE_CHECKING:
@@ -215,6 +216,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         checks, ready = preflight_rules.assess(judged, config)
         actions += [f"{c.id}: {c.action}" for c in checks if c.action and c.result in ("FAIL", "RISK", "UNVERIFIED")]
     headline, confidence = headline_for(judged, branch_headline, ready)
+    onset = failure_onset(judged) if evidence.mode == "incident" else None
     resources = sorted({evidence.cluster.name, *(n.instance_id for n in nodes),
                         *(c.log_group for n in nodes for c in n.coverage if c.log_group.startswith("/")),
                         *(r.reservation_id for r in evidence.capacity_reservations or []),
@@ -224,7 +226,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         cluster=ClusterRef(name=evidence.cluster.name, kind=evidence.cluster.kind, region=evidence.cluster.region,
                            arn=evidence.cluster.arn),
         window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,
-                         padded_start=pad.start, padded_end=pad.end),
+                         padded_start=pad.start, padded_end=pad.end, onset=onset.time if onset else None,
+                         onset_source=onset.source if onset else None),
         generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
         checks=checks, findings=findings, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
