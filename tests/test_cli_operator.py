@@ -428,3 +428,26 @@ def test_region_comes_from_aws_region_then_aws_default_region_then_the_profile(m
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     with pytest.raises(AccessProblem, match="no AWS region: pass --region, set AWS_REGION"):
         open_session(None, None, {})
+
+
+def test_report_renders_a_saved_result_as_the_summary_or_records(mixed: Path, tmp_path: Path):
+    saved = tmp_path / "result.json"
+    assert audit_mixed(mixed, "--out", str(saved))[0] == 0
+    code, stdout, _ = invoke("report", str(saved), "--format", "table")
+    assert code == 0 and [r[1] for r in table_rows(stdout)] == [r[1] for r in table_rows(audit_mixed(
+        mixed, "--format", "table")[1])]
+    code, stdout, _ = invoke("report", str(saved), "--format", "ndjson")
+    assert code == 0 and len(stdout.splitlines()) == len(json.loads(saved.read_text())["nodes"])
+
+
+def test_credentials_that_expire_mid_audit_name_the_next_step(tmp_path: Path):
+    from helpers.worlds import HyperPodWorld
+
+    w = HyperPodWorld()
+    w.fault("sagemaker", "DescribeCluster", "ExpiredTokenException")
+    w.fault("ec2", "DescribeInstances", "ExpiredTokenException")
+    path = tmp_path / "expired.world.json"
+    path.write_text(json.dumps(w.raw), encoding="utf-8")
+    code, _, stderr = invoke("audit", "--world", str(path), "--cluster", w.cluster)
+    assert code == 3
+    assert "ExpiredTokenException" in stderr and "aws sso login" in one_line_error(stderr)

@@ -44,7 +44,7 @@ from gpuaudit.settings import Settings
 EXIT_OK, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_GATE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 MODES = ("coverage", "incident", "preflight")
 FORMATS = ("md", "json", "html")
-REPORT_FORMATS = ("html", "md")
+REPORT_FORMATS = ("html", "md", "table", "ndjson", "csv")
 SCOPE, WINDOW, OUTPUT, GATES, ACCESS, PREFLIGHT, ADVANCED = (
     "Scope", "Window", "Output", "Filters and CI gates", "AWS access", "Preflight", "Advanced")
 DEVELOPER = "Developer tools"
@@ -476,10 +476,10 @@ def _validation_message(exc: ValidationError) -> str:
 @app.command()
 def report(
     result_file: Annotated[Path, typer.Argument(metavar="RESULT.json", help="A result written by `audit --format json`")],
-    fmt: Annotated[str, typer.Option("--format", help="html | md")] = "html",
+    fmt: Annotated[str, typer.Option("--format", help="html | md | table | ndjson | csv")] = "html",
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
 ) -> None:
-    """Render a saved result as an HTML or Markdown report."""
+    """Render a saved result as an HTML or Markdown report, the terminal summary, or finding records."""
     from pydantic import ValidationError
 
     from gpuaudit.report.markdown import render
@@ -498,10 +498,12 @@ def report(
             where = ".".join(str(p) for p in first["loc"]) or "document"
             raise UserError(f"{result_file} is not a gpuaudit result JSON ({exc.error_count()} error(s); "
                             f"first at {where}: {first['msg']})") from None
-        if fmt == "html":
-            emit(result, "html", out)
-        else:
+        if fmt == "md":
             emit(result.model_copy(update={"report_markdown": render(result)}), "md", out)
+        elif fmt == "table" and out is None and Console().is_terminal:
+            print_table(Console(highlight=False, soft_wrap=True), result)
+        else:
+            emit(result, fmt, out)
     except UserError as exc:
         _fail(str(exc), exc.code)
     except OSError as exc:
