@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
@@ -16,7 +16,7 @@ from gpuaudit.domain.capability import is_accelerated
 from gpuaudit.domain.capacity import (
     cluster_reservations,
 )
-from gpuaudit.domain.readplan import FSX_SATURATION, GPU_POWER
+from gpuaudit.domain.readplan import FSX_READINGS, FSX_SATURATION, GPU_POWER
 from gpuaudit.model.evidence import (
     AlarmInfo,
     EventRuleInfo,
@@ -24,6 +24,7 @@ from gpuaudit.model.evidence import (
     ExtensionOffering,
     ExtensionOfferings,
     FileSystemInfo,
+    FsxReading,
     Gap,
     GpuActivity,
     InstanceNetwork,
@@ -247,40 +248,66 @@ def file_system(f: dict[str, Any]) -> FileSystemInfo:
     lustre = f.get("LustreConfiguration") or {}
     return FileSystemInfo(file_system_id=f["FileSystemId"], file_system_type=f.get("FileSystemType"),
                           deployment_type=lustre.get("DeploymentType"), storage_type=f.get("StorageType"),
-                          dns_name=f.get("DNSName"), weekly_maintenance=lustre.get("WeeklyMaintenanceStartTime"))
+                          dns_name=f.get("DNSName"), weekly_maintenance=lustre.get("WeeklyMaintenanceStartTime"),
+                          storage_capacity_gib=f.get("StorageCapacity"))
 
 
 def saturation_peaks(aws: Aws, evidence: Evidence, read: PlannedRead, unread: str) -> list[MetricPeak] | None:
-    """Per-minute maxima of the saturation metrics the plan names, per dimension ListMetrics finds for each file
-    system; None (and a gap saying `unread`) when a call fails."""
+    """Every row of RULES §8 C's table the plan names, per dimension ListMetrics finds for each file system: the
+    per-minute maxima of the saturation percents (returned), and the Sum / Minimum rows (set on
+    `evidence.fsx_readings`). None (and a gap saying `unread`) when a call fails: both stay unread."""
     peaks: list[MetricPeak] = []
+    readings: list[FsxReading] = []
     try:
         for fs in evidence.file_systems or []:
             for metric in read.names:
                 for m in aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace="AWS/FSx", MetricName=metric,
                                       Dimensions=[{"Name": "FileSystemId", "Value": fs.file_system_id}]):
                     dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
-                    if FSX_SATURATION[metric] in dims:
+                    if metric in FSX_SATURATION and FSX_SATURATION[metric] in dims:
                         peaks.append(_peak(aws, fs.file_system_id, metric, dims, read))
+                    elif metric in FSX_READINGS and set(dims) == {"FileSystemId", *filter(None, [FSX_READINGS[metric][0]])}:
+                        readings.append(_reading(aws, fs.file_system_id, metric, dims, read))
     except CallFailed as failed:
         evidence.gaps.append(failed.gap_for(unread))
         return None
+    evidence.fsx_readings = readings
     return peaks
 
 
-def _peak(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], read: PlannedRead) -> MetricPeak:
+def _series(aws: Aws, metric: str, dims: dict[str, str], read: PlannedRead, stat: str) -> list[tuple[datetime, float]]:
     out = aws.call("cloudwatch", "GetMetricData", StartTime=read.start, EndTime=read.end, MetricDataQueries=[{
         "Id": "m", "MetricStat": {"Metric": {"Namespace": "AWS/FSx", "MetricName": metric,
                                              "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()]},
-                                  "Period": 60, "Stat": "Maximum"}}])
-    points = sorted((parse_time(t), float(v)) for r in out.get("MetricDataResults", [])
-                    for t, v in zip(r.get("Timestamps", []), r.get("Values", []), strict=False))
+                                  "Period": 60, "Stat": stat}}])
+    return sorted((parse_time(t), float(v)) for r in out.get("MetricDataResults", [])
+                  for t, v in zip(r.get("Timestamps", []), r.get("Values", []), strict=False))
+
+
+def _peak(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], read: PlannedRead) -> MetricPeak:
+    points = _series(aws, metric, dims, read, "Maximum")
     values = [v for _, v in points]
     longest, sustained_from = saturated_runs(points)
     return MetricPeak(file_system_id=fs_id, metric=metric, dimensions=dims, statistic="Maximum",
                       peak=max(values) if values else None,
                       minutes_at_or_above_90=sum(1 for v in values if v >= 90.0), datapoints=len(values),
                       longest_run_at_or_above_90=longest, sustained_from=sustained_from)
+
+
+BUCKET = timedelta(minutes=10)
+
+
+def _reading(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], read: PlannedRead) -> FsxReading:
+    """A Sum row as a rate (Sum / 60 s per 1-minute period, RULES §0.6), a Minimum row as reported (bytes)."""
+    stat = FSX_READINGS[metric][1]
+    points = [(t, v / 60.0 if stat == "Sum" else v) for t, v in _series(aws, metric, dims, read, stat)]
+    grouped: dict[datetime, list[float]] = defaultdict(list)
+    for t, v in points:
+        grouped[t - (t - t.replace(minute=0, second=0, microsecond=0)) % BUCKET].append(v)
+    values = [v for _, v in points]
+    return FsxReading(file_system_id=fs_id, metric=metric, dimensions=dims, statistic=stat, datapoints=len(values),
+                      minimum=min(values) if values else None, maximum=max(values) if values else None,
+                      buckets=[(t, sum(vs) / len(vs)) for t, vs in sorted(grouped.items())])
 
 
 SUSTAINED_MINUTES = 5

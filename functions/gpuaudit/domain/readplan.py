@@ -32,9 +32,14 @@ CLOUDTRAIL_EVENTS: dict[str, tuple[str, ...]] = {
     "fsx.amazonaws.com": ("UpdateFileSystem",),
 }
 EVENT_SOURCE = {name: source for source, names in CLOUDTRAIL_EVENTS.items() for name in names}
-# FSx for Lustre saturation metrics (RULES §8 C) and the dimension each is reported per.
+# FSx for Lustre saturation metrics (RULES §8 C) and the dimension each is reported per: Maximum, in percent.
 FSX_SATURATION = {"NetworkThroughputUtilization": "FileServer", "FileServerDiskThroughputUtilization": "FileServer",
                   "DiskIopsUtilization": "StorageTargetId", "CPUUtilization": "FileServer"}
+# The other rows of §8 C's table: (the dimension besides FileSystemId, or None for the file system alone; statistic).
+FSX_READINGS: dict[str, tuple[str | None, str]] = {
+    "MetadataOperations": (None, "Sum"), "FreeDataStorageCapacity": ("StorageTargetId", "Minimum"),
+    "DataReadBytes": (None, "Sum"), "DataWriteBytes": (None, "Sum"), "ClientConnections": (None, "Sum")}
+FSX_METRICS = (*FSX_SATURATION, *FSX_READINGS)
 ENI_QUOTA = QuotaAsk(service_code="vpc", quota_code="L-DF5E4CA3", quota_name="Network interfaces per Region")
 GPU_POWER = "GPUPowerUtilization"
 
@@ -96,10 +101,10 @@ def plan(source: ReadSource, ev: Evidence, request: AuditRequest) -> PlannedRead
             # From TIMELINE_MARGIN before the window: saturation is Proven only when it precedes the slowdown.
             return PlannedRead(source=source, reason="storage saturation before and in the window (RULES §8 C)",
                                start=ev.window.start - TIMELINE_MARGIN, end=min(ev.window.end, ev.now),
-                               names=list(FSX_SATURATION))
+                               names=list(FSX_METRICS))
         case "file-systems":
             return PlannedRead(source=source, reason="storage headroom over the last similar run (RULES §10 P8)",
-                               start=last_run[0], end=last_run[1], names=list(FSX_SATURATION))
+                               start=last_run[0], end=last_run[1], names=list(FSX_METRICS))
         case "gpu-activity" if ev.mode == "incident":
             return PlannedRead(source=source, reason="idle reserved GPU hours in the window (RULES §8)",
                                start=floor_hour(ev.window.start), end=min(ev.window.end, ev.now), names=[GPU_POWER])

@@ -322,6 +322,7 @@ class FileSystemInfo(Frozen):
     storage_type: str | None = None
     weekly_maintenance: str | None = None
     dns_name: str | None = None
+    storage_capacity_gib: int | None = None  # DescribeFileSystems StorageCapacity: an OST's share is it / OSTs
 
 
 class MetricPeak(Frozen):
@@ -336,6 +337,23 @@ class MetricPeak(Frozen):
     datapoints: int
     longest_run_at_or_above_90: int = 0  # consecutive 1-minute datapoints ≥ 90 %: "sustained" (RULES §8 C)
     sustained_from: datetime | None = None  # start of the first run of 5+ consecutive minutes ≥ 90 %
+
+
+class FsxReading(Frozen):
+    """One FSx metric of RULES §8 C that is not a utilization percent, per dimension ListMetrics found: a `Sum`
+    (MetadataOperations, DataReadBytes, DataWriteBytes, ClientConnections) read as a rate, Sum / period seconds
+    (§0.6), or the `Minimum` of FreeDataStorageCapacity per OST (bytes)."""
+
+    file_system_id: str
+    metric: str
+    dimensions: dict[str, str]
+    statistic: str
+    period_seconds: int = 60
+    datapoints: int = 0
+    minimum: float | None = None  # of the per-period values (a rate for Sum)
+    maximum: float | None = None
+    # the per-period values averaged over 10-minute buckets (bucket start, value): enough to see a rise or a drop
+    buckets: list[tuple[datetime, float]] = Field(default_factory=list)
 
 
 class TrainingPlanInfo(Frozen):
@@ -594,6 +612,7 @@ class Evidence(BaseModel):
     instance_status: list[InstanceStatusInfo] | None = None
     file_systems: list[FileSystemInfo] | None = None
     fsx_metrics: list[MetricPeak] | None = None
+    fsx_readings: list[FsxReading] | None = None  # the other rows of RULES §8 C's table (None: not read)
     queries: list[QueryRecord] = Field(default_factory=list)
     gaps: list[Gap] = Field(default_factory=list)  # collector-level: what could not be read, and the call
     calls: list[CallCount] = Field(default_factory=list)

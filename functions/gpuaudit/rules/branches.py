@@ -34,6 +34,7 @@ from gpuaudit.rules.findings import affected_groups, capacity_error_step, capaci
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.preflight.common import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.preflight.fabric import NCCL_COMMAND
+from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
 from gpuaudit.rules.xid import fleet_pattern
 
 if TYPE_CHECKING:
@@ -328,55 +329,40 @@ def _short_groups_step(ctx: Context, groups: Sequence[GpuGroup], vanished: Seque
     return FindingStep(name=name, status="Cleared", evidence=text)
 
 
-THROUGHPUT_METRICS = ("NetworkThroughputUtilization", "FileServerDiskThroughputUtilization", "DiskIopsUtilization")
-METADATA_METRICS = ("CPUUtilization",)  # the metadata server's CPU (RULES §8 C)
-SUSTAINED_MINUTES = 5
 STORAGE_CLIENT_CHECK = ("client-side: time a `stat` or small-file open on the mount during the slow period, or "
                         "Lustre client metrics")
 
 
-def storage_bound(saturated: Sequence[MetricPeak], with_data: Sequence[MetricPeak]) -> str:
-    """RULES §8 C: throughput-bound (network/disk saturated) or metadata-bound (MDS CPU high, throughput well below
-    capacity), from the metrics as reported."""
-    names = {m.metric for m in saturated}
-    throughput = names & set(THROUGHPUT_METRICS)
-    if throughput and names & set(METADATA_METRICS):
-        return ("throughput-bound and metadata-bound: " + ", ".join(sorted(throughput)) + " and the metadata "
-                "server's CPUUtilization both saturated")
-    if throughput:
-        return f"throughput-bound: {', '.join(sorted(throughput))} saturated (large sequential I/O at the limit)"
-    peak = max((m.peak or 0.0 for m in with_data if m.metric in THROUGHPUT_METRICS), default=None)
-    below = f"throughput peaked at {peak} %" if peak is not None else "no throughput metric was reported"
-    return f"metadata-bound: the metadata server's CPUUtilization saturated while {below} (many small files)"
-
-
 def branch_c(j: Judged, others: Sequence[Branch] = ()) -> Branch:
+    """RULES §8 C: every row of the table read, one statement of throughput-bound / metadata-bound / neither with
+    its numbers (rules/storage.py), Proven only on the bar of _storage_bar."""
     ev = j.evidence
     if ev.file_systems is None or ev.fsx_metrics is None:
         return _branch("C", "Not assessed", "FSx file systems or their metrics could not be read (see visibility gaps)")
     if not ev.file_systems:
         return _branch("C", "Not assessed", "no FSx for Lustre file system found in the region")
-    with_data = [m for m in ev.fsx_metrics if m.datapoints]
+    onset = failure_onset(j)
+    reading = read_storage(ev, onset.time if onset else None)
     fs_ids = ", ".join(f.file_system_id for f in ev.file_systems)
-    if not with_data:
-        return _branch("C", "Not assessed", f"no AWS/FSx saturation datapoints in the window for {fs_ids}: storage "
-                       "cannot be assessed from metrics", None,
-                       "client-side: time a `stat` or small-file open on the mount during the slow period")
-    peaks = "; ".join(f"{m.file_system_id} {m.metric} {m.dimensions} Maximum {m.peak} % "
-                      f"({m.minutes_at_or_above_90} min ≥ 90 %, longest run {m.longest_run_at_or_above_90} min)"
-                      for m in with_data)
-    saturated = [m for m in with_data if m.minutes_at_or_above_90 >= SUSTAINED_MINUTES]
-    if saturated:
-        bound = storage_bound(saturated, with_data)
-        unmet, proof = _storage_bar(j, saturated, others)
+    if not reading.quoted:
+        return _branch("C", "Not assessed", f"no AWS/FSx datapoints in the window for {fs_ids}: storage "
+                       "cannot be assessed from metrics", None, STORAGE_CLIENT_CHECK)
+    also = f" Also read: {'; '.join(reading.signals)}." if reading.signals else ""
+    values = f"Values as reported: {reading.quoted}"
+    if reading.saturated:
+        unmet, proof = _storage_bar(j, reading.saturated, others)
         if not unmet and proof is not None:
-            return _branch("C", "Root cause", f"Storage {bound}. Proven: {proof}. Values as reported: {peaks}",
+            return _branch("C", "Root cause", f"Storage {reading.statement}. Proven: {proof}.{also} {values}",
                            "Proven")
-        return _branch("C", "Contributing", f"Saturation ≥ 90 % for 5+ min: {peaks}. The metrics say {bound}. Not "
-                       f"Proven: {'; '.join(unmet)}", "Hypothesis (to validate)", STORAGE_CLIENT_CHECK)
-    return _branch("C", "UNVERIFIED", f"Storage not saturated (values as reported, percent): {peaks}. FSx publishes "
-                   "no client latency, so storage is not the root cause on this evidence", "Hypothesis (to validate)",
-                   "client-side: time a `stat` or small-file open on the mount during the slow period")
+        return _branch("C", "Contributing", f"Saturation ≥ 90 % for 5+ min. The metrics say {reading.statement}. Not "
+                       f"Proven: {'; '.join(unmet)}.{also} {values}", "Hypothesis (to validate)",
+                       STORAGE_CLIENT_CHECK)
+    if reading.signals:
+        return _branch("C", "Contributing", f"The metrics say {reading.statement}.{also} FSx publishes no client "
+                       f"latency, so these stay a hypothesis. {values}", "Hypothesis (to validate)",
+                       STORAGE_CLIENT_CHECK)
+    return _branch("C", "UNVERIFIED", f"Storage {reading.statement}. FSx publishes no client latency, so storage is "
+                   f"not the root cause on this evidence. {values}", "Hypothesis (to validate)", STORAGE_CLIENT_CHECK)
 
 
 def _storage_bar(j: Judged, saturated: Sequence[MetricPeak],
