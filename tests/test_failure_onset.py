@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.model.result import Branch, Result
+from gpuaudit.report.html import render_html
 from tests.helpers.worlds import PCLUSTER_TAG, PClusterWorld, at, cli_audit
 
 FS = "fs-0aa11bb22cc33dd44"
@@ -68,6 +69,7 @@ def test_a_stated_onset_after_the_saturation_proves_it() -> None:
     assert f"before the onset {at(9, 15)}, stated by the operator (--onset)" in c.evidence
     assert result.window.onset is not None and result.window.onset_source == "stated by the operator (--onset)"
     assert f"Failure onset: {at(9, 15)}" in result.report_markdown
+    assert f"Failure onset: {at(9, 15)}" in render_html(result)
 
 
 def test_a_stated_onset_before_the_saturation_keeps_it_a_hypothesis() -> None:

@@ -3,7 +3,8 @@ counted per group. The JSON result keeps every node (OUTPUT-CONTRACT); the Markd
 
 from __future__ import annotations
 
-from gpuaudit.model.result import NodeResult
+from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.timeutil import iso
 
 # Beyond this many healthy nodes, they are counted per group instead of listed (small clusters list every node).
 HEALTHY_LISTED = 50
@@ -45,3 +46,14 @@ def healthy_summary(nodes: list[NodeResult]) -> str:
     statuses = ", ".join(f"{sum(1 for n in nodes if n.xid_status == s)} {s}" for s in HEALTHY
                          if any(n.xid_status == s for n in nodes))
     return f"{types}: {statuses}"
+
+
+def onset_sentence(r: Result) -> str | None:
+    """RULES §0.5, for every report format: what "before the failure" was measured from (incident mode); the
+    window's start is never called the onset. Plain text: each renderer escapes it."""
+    if r.mode != "incident":
+        return None
+    if r.window.onset is None:
+        return ("Failure onset: not known — none stated (--onset) and no failure signal read (NCCL timeout, node "
+                "status change); no cause is shown to precede it")
+    return f"Failure onset: {iso(r.window.onset)} ({r.window.onset_source or 'source not recorded'})"

@@ -19,7 +19,7 @@ from typing import TypeVar
 from gpuaudit.model.result import BRANCH_NAMES, CoverageRow, GpuError, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
 from gpuaudit.report.escape import quote, visible
-from gpuaudit.report.fleet import healthy_summary, nccl_summary, split_healthy
+from gpuaudit.report.fleet import healthy_summary, nccl_summary, onset_sentence, split_healthy
 from gpuaudit.report.redact import MASK, redact
 
 # Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
@@ -446,7 +446,8 @@ def _header(r: Result) -> str:
             f'<p class="meta">Impact window {_e(_t(r.window.start))} → {_e(_t(r.window.end))} (source: '
             f"{_e(r.window.source)}); coverage tested over the padded window {_e(_t(r.window.padded_start))} → "
             f"{_e(_t(r.window.padded_end))}</p>"
-            f'<p class="meta">Orchestrator: {_e(r.cluster.kind)} · Generated {_e(_t(r.generated_at))} · '
+            + (f'<p class="meta">{_e(onset)}</p>' if (onset := onset_sentence(r)) else "")
+            + f'<p class="meta">Orchestrator: {_e(r.cluster.kind)} · Generated {_e(_t(r.generated_at))} · '
             f"audit {_e(r.audit_id)}</p>")
 
 

@@ -8,7 +8,7 @@ from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
-from gpuaudit.report.fleet import healthy_summary, nccl_summary, split_healthy
+from gpuaudit.report.fleet import healthy_summary, nccl_summary, onset_sentence, split_healthy
 from gpuaudit.report.redact import redact
 
 
@@ -25,14 +25,6 @@ def _hours(hours: list[datetime]) -> str:
     shown = ", ".join(iso(h)[:13] + "h" for h in hours[:6])
     more = f" (+{len(hours) - 6} more)" if len(hours) > 6 else ""
     return f"no — {len(hours)} empty hour(s): {shown}{more}"
-
-
-def _onset_line(r: Result) -> str:
-    """RULES §0.5: what "before the failure" was measured from; the window's start is never called the onset."""
-    if r.window.onset is None:
-        return ("- Failure onset: not known — none stated (`--onset`) and no failure signal read (NCCL timeout, node "
-                "status change); no cause is shown to precede it")
-    return f"- Failure onset: {_t(r.window.onset)} ({md_inline(r.window.onset_source or '')})"
 
 
 def _node_line(n: NodeResult) -> str:
@@ -63,7 +55,7 @@ def render(result: Result) -> str:
         lines.append(f"# gpuaudit {r.mode} audit: {md_inline(r.cluster.name)} ({md_inline(r.cluster.region)})")
     lines += ["", f"- Impact window: {_t(r.window.start)} → {_t(r.window.end)} (source: {r.window.source}); "
                   f"coverage tested over the padded window {_t(r.window.padded_start)} → {_t(r.window.padded_end)}",
-              *([_onset_line(r)] if r.mode == "incident" else []),
+              *([f"- {md_inline(onset)}"] if (onset := onset_sentence(r)) else []),
               f"- Orchestrator: {kind}", f"- Generated: {_t(r.generated_at)}", ""]
     if r.mode == "preflight" and r.ready:
         lines += [f"## Ready: {r.ready}", ""]

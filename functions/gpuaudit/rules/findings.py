@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS, cluster_reservations
-from gpuaudit.domain.markers import NCCL_TIMEOUT_MARKERS
 from gpuaudit.model.result import Branch, CauseLabel, Finding, FindingStep, FindingStepStatus
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.onset import NCCL_HANG
 from gpuaudit.rules.preflight.capacity import holding_for
 from gpuaudit.rules.preflight.common import Context, GpuGroup, Plan, gpu_groups, id_list
 from gpuaudit.rules.preflight.fabric import NCCL_COMMAND, need_per_node, self_rule, sg_names, sg_sets
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 TROUBLED = ("Failure", "Pending", "NotFound", "ShuttingDown")
 FAILED_LINE = re.compile(r"(?i)error|fail")
-NCCL_TIMEOUT = re.compile("|".join(NCCL_TIMEOUT_MARKERS) + r"|NCCL WARN[^\n]*(?i:timed? ?out)")
 OBSERVABILITY_ADDON = ("the HyperPod observability add-on (Amazon Managed Service for Prometheus and Grafana, "
                        "DCGM exporter: `DCGM_FI_DEV_GPU_UTIL` per node)")
 IDLE_PERCENT = 5.0
@@ -414,7 +413,7 @@ def observability_gaps(j: Judged) -> list[str]:
 def hang_with_idle_gpus(ctx: Context, branches: Sequence[Branch]) -> Finding | None:
     """NCCL timeouts reported: check the EFA preconditions AWS can see before naming a network cause, and name what
     it cannot see with the command that collects it."""
-    timeouts = [p for p in _all_lines(ctx.j) if NCCL_TIMEOUT.search(p.line.message)]
+    timeouts = [p for p in _all_lines(ctx.j) if NCCL_HANG.search(p.line.message)]
     if not timeouts:
         return None
     first = timeouts[0]
