@@ -25,6 +25,7 @@ the ones it acts on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -342,6 +343,47 @@ _SUBNET_COMPUTE = "subnet-024dbe437aef9d7eb"
 _SG = "sg-0c6c57aa6bccdbb0d"
 
 
+def _derived(kind: str, seed: str, digits: int = 17) -> str:
+    """An identifier derived from the instance's own (hash, not the generator's random stream): the attributes
+    DescribeInstances adds per interface and volume leave the rest of a seeded world byte for byte as it was."""
+    return hashlib.blake2b(f"{kind}/{seed}".encode(), digest_size=16).hexdigest()[:digits]
+
+
+def _mac(seed: str) -> str:
+    raw = _derived("mac", seed, 10)
+    return "0a:" + ":".join(raw[i:i + 2] for i in range(0, 10, 2))
+
+
+def _interface(node: _Node, card: int, kind: str, eni: str, subnet: str, group: dict[str, str],
+               with_address: bool) -> dict[str, Any]:
+    """One network interface as DescribeInstances returns it (a p5.48xlarge carries 32, one per network card)."""
+    seed = f"{node.instance_id}/{card}"
+    attach = _iso(node.launch)
+    interface: dict[str, Any] = {
+        "Attachment": {"AttachTime": attach, "AttachmentId": f"eni-attach-0{_derived('attach', seed, 16)}",
+                       "DeleteOnTermination": True, "DeviceIndex": 0 if card == 0 else 1, "Status": "attached",
+                       "NetworkCardIndex": card, "EnaQueueCount": 32 if card == 0 else 8},
+        "Description": "" if card == 0 else f"EFA interface {card} of {node.instance_id}",
+        "Groups": [group], "Ipv6Addresses": [], "MacAddress": _mac(seed), "NetworkInterfaceId": eni,
+        "OwnerId": ACCOUNT, "SourceDestCheck": True, "Status": "in-use", "SubnetId": subnet, "VpcId": _VPC,
+        "InterfaceType": kind, "Operator": {"Managed": False}}
+    if with_address:
+        ip = node.ip if card == 0 else f"10.21.{(node.index * 32 + card) // 250 % 250}.{(node.index * 32 + card) % 250 + 4}"
+        dns = node.dns if card == 0 else f"ip-{ip.replace('.', '-')}.{REGION}.compute.internal"
+        interface.update({"PrivateDnsName": dns, "PrivateIpAddress": ip, "PrivateIpAddresses": [
+            {"Primary": True, "PrivateDnsName": dns, "PrivateIpAddress": ip}]})
+    return interface
+
+
+def _block_devices(node: _Node, head: bool) -> list[dict[str, Any]]:
+    """The EBS volumes (root, and a shared /home on the head node); instance-store NVMe disks are not listed."""
+    names = ["/dev/xvda", "/dev/sdb"] if head else ["/dev/xvda"]
+    return [{"DeviceName": name, "Ebs": {"AttachTime": _iso(node.launch), "DeleteOnTermination": name == "/dev/xvda",
+                                         "Status": "attached",
+                                         "VolumeId": f"vol-0{_derived('vol', f'{node.instance_id}/{name}', 16)}"}}
+            for name in names]
+
+
 def _ec2_instance(node: _Node, spec: WorldSpec, ids: _Ids, reservation: str | None) -> dict[str, Any]:
     cluster = spec.cluster_name
     head = node.role == "head"
@@ -350,31 +392,53 @@ def _ec2_instance(node: _Node, spec: WorldSpec, ids: _Ids, reservation: str | No
             {"Key": "parallelcluster:node-type", "Value": "HeadNode" if head else "Compute"},
             {"Key": "parallelcluster:version", "Value": "3.13.0"},
             {"Key": "parallelcluster:attributes", "Value": "alinux2023, slurm, 3.13.0, x86_64"},
-            {"Key": "Name", "Value": "HeadNode" if head else "Compute"}]
+            {"Key": "Name", "Value": "HeadNode" if head else "Compute"},
+            {"Key": "aws:ec2launchtemplate:id", "Value": f"lt-0{_derived('lt', cluster + str(head), 16)}"},
+            {"Key": "aws:ec2launchtemplate:version", "Value": "1"},
+            {"Key": "parallelcluster:filesystem", "Value": "efs=0, multiebs=0, raid=0, fsxlustre=1, fsxontap=0, "
+                                                          "fsxopenzfs=0, filecache=0"}]
     if not head:
         tags += [{"Key": "parallelcluster:queue-name", "Value": "gpu"},
-                 {"Key": "parallelcluster:compute-resource-name", "Value": node.group or "compute-p5"}]
-    interfaces = [{"NetworkInterfaceId": ids.hex("eni-0", 16), "InterfaceType": "interface",
-                   "Attachment": {"DeviceIndex": 0, "NetworkCardIndex": 0, "Status": "attached"},
-                   "PrivateDnsName": node.dns, "PrivateIpAddress": node.ip, "Status": "in-use",
-                   "SubnetId": subnet, "VpcId": _VPC}]
+                 {"Key": "parallelcluster:compute-resource-name", "Value": node.group or "compute-p5"},
+                 {"Key": "aws:ec2:fleet-id", "Value": f"fleet-{_derived('fleet', cluster, 8)}-"
+                                                       f"{_derived('fleet', cluster + '/1', 4)}-"
+                                                       f"{_derived('fleet', cluster + '/2', 12)}"}]
+    group = {"GroupId": _SG, "GroupName": f"{cluster}-sg"}
+    interfaces = [_interface(node, 0, "interface" if head else "efa", ids.hex("eni-0", 16), subnet, group, True)]
     if not head:
-        efa = GPU_TYPES[spec.instance_type].efa_max
-        interfaces = [dict(interfaces[0], InterfaceType="efa")]
-        interfaces += [{"NetworkInterfaceId": ids.hex("eni-0", 16), "InterfaceType": "efa-only",
-                        "Attachment": {"DeviceIndex": 1, "NetworkCardIndex": card, "Status": "attached"},
-                        "Status": "in-use", "SubnetId": subnet, "VpcId": _VPC} for card in range(1, efa)]
+        # Card 0 carries the node's address; the other cards' EFA-only interfaces carry RDMA traffic alone.
+        interfaces += [_interface(node, card, "efa-only", ids.hex("eni-0", 16), subnet, group, False)
+                       for card in range(1, GPU_TYPES[spec.instance_type].efa_max)]
     instance: dict[str, Any] = {
-        "InstanceId": node.instance_id, "InstanceType": node.instance_type, "ImageId": "ami-0732881584d8c4fa2",
-        "LaunchTime": _iso(node.launch), "State": {"Code": 16, "Name": "running"},
-        "PrivateDnsName": node.dns, "PrivateIpAddress": node.ip, "SubnetId": subnet, "VpcId": _VPC,
-        "Architecture": "x86_64", "Hypervisor": "nitro" if not head else "xen", "RootDeviceType": "ebs",
+        "AmiLaunchIndex": 0, "ImageId": "ami-0732881584d8c4fa2", "InstanceId": node.instance_id,
+        "InstanceType": node.instance_type, "LaunchTime": _iso(node.launch),
+        "Monitoring": {"State": "disabled"},
         "Placement": {"AvailabilityZone": "us-west-2b", "AvailabilityZoneId": "usw2-az2", "Tenancy": "default",
                       "GroupName": "" if head else f"{cluster}-gpu-placement"},
-        "SecurityGroups": [{"GroupId": _SG, "GroupName": f"{cluster}-sg"}],
-        "NetworkInterfaces": interfaces, "Tags": tags}
+        "PrivateDnsName": node.dns, "PrivateIpAddress": node.ip, "ProductCodes": [], "PublicDnsName": "",
+        "State": {"Code": 16, "Name": "running"}, "StateTransitionReason": "", "SubnetId": subnet, "VpcId": _VPC,
+        "Architecture": "x86_64", "BlockDeviceMappings": _block_devices(node, head),
+        "ClientToken": f"fleet-{_derived('token', node.instance_id, 32)}", "EbsOptimized": not head,
+        "EnaSupport": True, "Hypervisor": "nitro" if not head else "xen",
+        "IamInstanceProfile": {"Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/parallelcluster/{cluster}/"
+                                      f"{cluster}-{'HeadNode' if head else 'ComputeNode'}",
+                               "Id": "AIPA" + _derived("profile", cluster + str(head), 17).upper()},
+        "NetworkInterfaces": interfaces, "RootDeviceName": "/dev/xvda", "RootDeviceType": "ebs",
+        "SecurityGroups": [group], "SourceDestCheck": True, "Tags": tags, "VirtualizationType": "hvm",
+        "CpuOptions": {"CoreCount": 48 if not head else 4, "ThreadsPerCore": 2},
+        "CapacityReservationSpecification": {"CapacityReservationPreference": "open"},
+        "HibernationOptions": {"Configured": False},
+        "MetadataOptions": {"State": "applied", "HttpTokens": "required", "HttpPutResponseHopLimit": 1,
+                            "HttpEndpoint": "enabled", "HttpProtocolIpv6": "disabled", "InstanceMetadataTags": "disabled"},
+        "EnclaveOptions": {"Enabled": False}, "BootMode": "uefi-preferred", "PlatformDetails": "Linux/UNIX",
+        "UsageOperation": "RunInstances", "UsageOperationUpdateTime": _iso(node.launch),
+        "PrivateDnsNameOptions": {"HostnameType": "ip-name", "EnableResourceNameDnsARecord": False,
+                                  "EnableResourceNameDnsAAAARecord": False},
+        "MaintenanceOptions": {"AutoRecovery": "default"}, "CurrentInstanceBootMode": "uefi"}
     if reservation and not head:
         instance["CapacityReservationId"] = reservation
+        instance["CapacityReservationSpecification"] = {"CapacityReservationTarget": {
+            "CapacityReservationId": reservation}}
         instance["InstanceLifecycle"] = "capacity-block"
     return instance
 

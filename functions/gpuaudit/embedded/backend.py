@@ -6,7 +6,9 @@ registers two handlers on that session:
   botocore against the service model) for the responder;
 - `before-call`: answers read calls from the world (short-circuiting the HTTP request),
   injects the world's faults as real ClientErrors, and lets the product's own writes
-  (DynamoDB findings, SNS alerts, S3 evidence) through to moto.
+  (DynamoDB findings, SNS alerts, S3 evidence) through to moto;
+  or, in wire mode (`WorldBackend(world, wire=True)`), `before-send`: the same answers as the
+  HTTP response AWS would send (embedded/wire.py), parsed by botocore's own parser.
 
 Responses are shaped by the operation's output shape: timestamps become datetimes as
 boto3 would return them, and keys the call does not return are dropped.
@@ -16,8 +18,9 @@ Any mutating call on an audited service is refused: the auditor is read-only.
 from __future__ import annotations
 
 import re
+import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,17 +28,18 @@ from typing import Any
 import boto3
 import botocore.loaders
 import botocore.session
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.exceptions import EndpointConnectionError
 from botocore.model import OperationModel, Shape
 
-from gpuaudit.embedded import insights
+from gpuaudit.embedded import insights, wire
 from gpuaudit.embedded.world import World, WorldError
 from gpuaudit.model.timeutil import parse_time
 
 # The product's own resources live in moto, not in the world.
 PASS_THROUGH_SERVICES = {"dynamodb", "sns", "s3", "stepfunctions", "lambda", "sts"}
 PARAMS_KEY = "gpuaudit_api_params"
+MODEL_KEY = "gpuaudit_operation_model"
 # Every world session reads the same service models. botocore caches what it parsed per loader, and each new
 # session makes its own: one loader shared by world sessions saves re-parsing about a megabyte of model JSON per
 # client, which was most of a world audit's time (and of the test suite's). Models are read-only data.
@@ -78,10 +82,19 @@ class WorldBackend:
     queries: dict[str, RunningQuery] = field(default_factory=dict)
     fault_hits: dict[int, int] = field(default_factory=dict)
     fault_seen: dict[int, int] = field(default_factory=dict)
+    # Wire mode: answer at `before-send` with the HTTP response AWS would send (embedded/wire.py), so botocore
+    # parses real XML/JSON/CBOR and retries what it retries; otherwise at `before-call` with parsed dicts.
+    wire: bool = False
+    wire_bytes: int = 0  # response bodies served in wire mode
+    serve_s: float = 0.0  # seconds spent answering and serializing in wire mode (AWS's side of the call)
 
     def attach(self, session: boto3.Session) -> None:
         session.events.register("before-parameter-build", self._keep_params)
-        session.events.register("before-call", self._serve)
+        if self.wire:
+            # First, so moto's own before-send stubber (under mock_aws) never answers a world's call as well.
+            session.events.register_first("before-send", self._send)
+        else:
+            session.events.register("before-call", self._serve)
         # The Kubernetes API of the world's EKS clusters, found by collectors/kubernetes.py on the session.
         session.gpuaudit_kubernetes = self.kubernetes  # type: ignore[attr-defined]
 
@@ -98,15 +111,15 @@ class WorldBackend:
         return session
 
     # -- botocore hooks -------------------------------------------------------------
-    def _keep_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    def _keep_params(self, params: dict[str, Any], model: OperationModel, context: dict[str, Any],
+                     **_: Any) -> None:
         context[PARAMS_KEY] = dict(params)
+        context[MODEL_KEY] = model
 
-    def _serve(self, model: OperationModel, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict] | None:
+    def _answer(self, model: OperationModel, params: dict[str, Any]) -> dict[str, Any] | ApiError:
+        """The world's answer to one call (its response body in the output shape's terms), or the API's error."""
         service = model.service_model.service_name
         operation = model.name
-        if service in PASS_THROUGH_SERVICES:
-            return None
-        params = context.get(PARAMS_KEY, {})
         try:
             self._inject_fault(service, operation)
             responder = RESPONDERS.get((service, operation))
@@ -116,15 +129,24 @@ class WorldBackend:
                                    f"{service}:{operation} is a mutating call; the auditor is read-only", 403)
                 raise ApiError("UnsupportedOperation",
                                f"the embedded backend does not serve {service}:{operation}", 501)
-            body = responder(self, params)
+            return responder(self, params)
         except ApiError as err:
-            return _response(err.status), {"Error": {"Code": err.code, "Message": err.message},
-                                           "ResponseMetadata": {"HTTPStatusCode": err.status}}
+            return err
         except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
             # A world item of the wrong shape (a null node, a missing InstanceId, a CloudTrailEvent that is not
             # an object): bad input in the world file, named, never a traceback from the audit.
             raise WorldError(f"world {self.world.source}: data served for {service}:{operation} is malformed "
                              f"({type(exc).__name__}: {exc}); see WORLD-FORMAT") from None
+
+    def _serve(self, model: OperationModel, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict] | None:
+        service = model.service_model.service_name
+        operation = model.name
+        if service in PASS_THROUGH_SERVICES:
+            return None
+        body = self._answer(model, context.get(PARAMS_KEY, {}))
+        if isinstance(body, ApiError):
+            return _response(body.status), {"Error": {"Code": body.code, "Message": body.message},
+                                            "ResponseMetadata": {"HTTPStatusCode": body.status}}
         try:
             parsed = _shape(model.output_shape, body, f"{service}.{operation}") if model.output_shape else {}
         except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
@@ -132,6 +154,31 @@ class WorldBackend:
                              f"API's response shape ({type(exc).__name__}: {exc})") from None
         parsed["ResponseMetadata"] = {"HTTPStatusCode": 200, "RequestId": str(uuid.uuid4())}
         return _response(200), parsed
+
+    def _send(self, request: AWSPreparedRequest, **_: Any) -> AWSResponse | None:
+        """Wire mode: the HTTP response AWS would send, for botocore to parse as it parses AWS's."""
+        context = request.context or {}
+        model: OperationModel | None = context.get(MODEL_KEY)
+        if model is None or model.service_model.service_name in PASS_THROUGH_SERVICES:
+            return None
+        started = time.perf_counter()
+        body = self._answer(model, context.get(PARAMS_KEY, {}))
+        request_id = str(uuid.uuid4())
+        if isinstance(body, ApiError):
+            answer = wire.failure(model, body.code, body.message, body.status, request_id)
+        else:
+            try:
+                answer = wire.success(model, body, request_id, f"{model.service_model.service_name}.{model.name}")
+            except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
+                raise WorldError(f"world {self.world.source}: data served for {model.service_model.service_name}:"
+                                 f"{model.name} does not fit the API's response shape ({type(exc).__name__}: "
+                                 f"{exc})") from None
+        del body
+        self.wire_bytes += len(answer.body)
+        self.serve_s += time.perf_counter() - started
+        # Answered here: no other before-send handler (moto's stubber, matching AWS host names) may answer too.
+        request.url = "https://embedded.world/"
+        return AWSResponse(request.url, answer.status, answer.headers, _RawBody(answer.body))
 
     def _inject_fault(self, service: str, operation: str) -> None:
         for i, fault in enumerate(self.world.faults):
@@ -167,6 +214,16 @@ class WorldBackend:
 
 def _response(status: int) -> AWSResponse:
     return AWSResponse(url="https://embedded.world/", status_code=status, headers={}, raw=None)
+
+
+class _RawBody:
+    """The raw HTTP body botocore reads from (`AWSResponse.content` joins `stream()`)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self.body
 
 
 def _shape(shape: Shape, value: Any, where: str) -> Any:
