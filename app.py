@@ -3,10 +3,18 @@
 
 Offline synth, no bundling: `npx cdk synth -c bundle=false`, or
 `CDK_CONTEXT_JSON='{"bundle": false}' .venv/bin/python app.py`. See docs/DEPLOY.md.
+A malformed configuration stops the synth with one message naming each bad field (exit 2), not a traceback.
 """
 
+import sys
+
 from infra.app import build_app
+from infra.config import BadConfig
 
 if __name__ == "__main__":
-    app, _stack = build_app()
+    try:
+        app, _stack = build_app()
+    except BadConfig as bad:
+        print(f"gpuaudit: {bad}", file=sys.stderr)
+        sys.exit(2)
     app.synth()

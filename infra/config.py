@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuaudit.model.evidence import FileSystemId, InstanceId, LogGroupName
 from gpuaudit.settings import MemberRole
@@ -82,8 +82,12 @@ class DeployConfig(BaseModel):
     # Of those, clusters whose API endpoint is private: read by a KubeRead function placed in the cluster's VPC,
     # whose role (not the collectors') gets the access entry.
     eks_private_endpoints: dict[EksClusterName, PrivateEndpoint] = Field(default_factory=dict)
-    # Per cluster in a member account: the read-only role its collectors assume (infra/cross_account.py there).
+    # Per cluster in a member account: the read-only role its collectors assume (infra/cross_account.py there) and
+    # the SSM SecureString parameter holding its external ID.
     member_roles: dict[str, MemberRole] = Field(default_factory=dict)
+    # The SSM SecureString parameter holding the external ID of every member role that names none of its own (one
+    # secret for the organization keeps the collectors' policy to one parameter ARN).
+    external_id_parameter: str | None = Field(default=None, max_length=1011, pattern=r"^/[A-Za-z0-9_.\-/]+$")
 
     @model_validator(mode="after")
     def _something_to_audit(self) -> DeployConfig:
@@ -99,11 +103,24 @@ class DeployConfig(BaseModel):
         if self.history_lookback_days > self.finding_retention_days:
             raise ValueError(f"`history_lookback_days` ({self.history_lookback_days}) reaches past "
                              f"`finding_retention_days` ({self.finding_retention_days}): the table keeps no older audit")
+        plaintext = sorted(c for c, r in self.member_roles.items() if r.external_id is not None)
+        if plaintext:
+            raise ValueError(f"`member_roles.{plaintext[0]}.external_id`: the stack deploys no plaintext external ID "
+                             "(it would sit in the functions' configuration); store it as an SSM SecureString "
+                             "(`aws ssm put-parameter --type SecureString --name /gpuaudit/external-id --value …`) and "
+                             "name it in `external_id_parameter`")
         private = sorted(set(self.eks_private_endpoints) - set(self.eks_access_entries))
         if private:
             raise ValueError(f"`eks_private_endpoints` names EKS clusters not in `eks_access_entries`: "
                              f"{', '.join(private)}")
         return self
+
+    @property
+    def resolved_member_roles(self) -> dict[str, MemberRole]:
+        """Each member role with the external-ID parameter it is read with (its own, else the shared one)."""
+        return {c: r if r.external_id_parameter or not self.external_id_parameter else
+                r.model_copy(update={"external_id_parameter": self.external_id_parameter})
+                for c, r in self.member_roles.items()}
 
     @property
     def writes_map_results(self) -> bool:
@@ -138,14 +155,35 @@ def cdk_json_context() -> dict[str, Any]:
     return dict(json.loads(path.read_text(encoding="utf-8")).get("context", {}))
 
 
+class BadConfig(ValueError):
+    """The deployment configuration is malformed: raised at synth, naming every bad field."""
+
+
 def load_config(context: dict[str, Any]) -> DeployConfig:
-    if context.get("config"):
-        raw = json.loads(Path(str(context["config"])).read_text(encoding="utf-8"))
-    else:
-        raw = _context_value(context.get("gpuaudit"))
+    where = f"-c config={context['config']}" if context.get("config") else "context `gpuaudit`"
+    try:
+        if context.get("config"):
+            raw = json.loads(Path(str(context["config"])).read_text(encoding="utf-8"))
+        else:
+            raw = _context_value(context.get("gpuaudit"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise BadConfig(f"gpuaudit configuration ({where}) not readable as JSON: {err}") from None
     if raw is None:
-        raise ValueError("no gpuaudit configuration: set context `gpuaudit` in cdk.json or pass -c config=FILE")
-    return DeployConfig.model_validate(raw)
+        raise BadConfig("no gpuaudit configuration: set context `gpuaudit` in cdk.json or pass -c config=FILE")
+    try:
+        return DeployConfig.model_validate(raw)
+    except ValidationError as err:
+        raise BadConfig(f"gpuaudit configuration ({where}) is malformed: " + "; ".join(
+            f"`{'.'.join(str(p) for p in e['loc']) or 'configuration'}`: {e['msg']}" for e in err.errors())) from None
+
+
+def deployment_document(config: DeployConfig) -> dict[str, Any]:
+    """What the functions read at run time from the deployment layer (gpuaudit.settings.DeploymentDocument): the
+    parts of the configuration that grow with the fleet and would not fit Lambda's 4 KB environment."""
+    return {"clusters": config.clusters, "discover": config.discover,
+            "discovery_tag": config.discovery_tag.model_dump() if config.discovery_tag else None,
+            "log_groups": config.log_groups, "instances": config.instances, "file_systems": config.file_systems,
+            "member_roles": {c: r.model_dump(exclude_none=True) for c, r in config.resolved_member_roles.items()}}
 
 
 def bundling_enabled(context: dict[str, Any]) -> bool:

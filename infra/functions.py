@@ -8,10 +8,12 @@ its topic, its result objects. Every role may write its own log group and X-Ray 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
-from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Stage, Validations
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -20,9 +22,10 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from gpuaudit.domain.kube_access import READER_GROUP
+from gpuaudit.settings import DEPLOYMENT_ENV, DEPLOYMENT_PATH
 from infra import permissions
 from infra.bundling import function_code
-from infra.config import DeployConfig
+from infra.config import DeployConfig, deployment_document
 from infra.findings import CACHE_PREFIX, PAYLOADS_PREFIX, RESULTS_PREFIX, FindingsStore
 from infra.nag import acknowledge_wildcards, default_policy
 from infra.packaging import ARCHITECTURE, pinned_version, runtime_requirements
@@ -101,14 +104,12 @@ class AuditFunctions(Construct):
                   "POWERTOOLS_LOG_LEVEL": "INFO", "EVIDENCE_BUCKET": store.bucket.bucket_name,
                   # X-Ray segments take at most 64 KB: Logs Insights results and payloads are far larger.
                   "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"}
+        # The audited set and the member roles grow with the fleet: they ship in the deployment layer, a versioned
+        # JSON file (a new configuration is a new layer version), not in the 4 KB environment (issue #33).
+        deployment = {DEPLOYMENT_ENV: DEPLOYMENT_PATH}
         specific = {
-            "Plan": {"FINDINGS_TABLE": store.table.table_name, "GPUAUDIT_CLUSTERS": json.dumps(config.clusters),
-                     "GPUAUDIT_LOG_GROUPS": json.dumps(config.log_groups),
-                     "GPUAUDIT_INSTANCES": json.dumps(config.instances),
-                     "GPUAUDIT_FILE_SYSTEMS": json.dumps(config.file_systems),
-                     "GPUAUDIT_DISCOVER": str(config.discover).lower(),
-                     "GPUAUDIT_DISCOVERY_TAG": f"{config.discovery_tag.key}={config.discovery_tag.value}"
-                     if config.discovery_tag else ""},
+            "Plan": {"FINDINGS_TABLE": store.table.table_name, **deployment},
+            "Inventory": dict(deployment), "CollectLogs": dict(deployment), "Finish": dict(deployment),
             "Verdict": {"FINDINGS_TABLE": store.table.table_name, "ALERT_TOPIC_ARN": store.topic.topic_arn,
                         "FINDING_RETENTION_DAYS": str(config.finding_retention_days),
                         "GPUAUDIT_HISTORY_DAYS": str(config.history_lookback_days),
@@ -142,19 +143,28 @@ class AuditFunctions(Construct):
                                     resources=[store.alert_key.key_arn]),
             ],
         }
-        # Clusters of member accounts: their collectors read through that account's read-only role.
+        # Clusters of member accounts: their collectors read through that account's read-only role, with the external
+        # ID read at run time from its SecureString parameter (exactly those parameters; the aws/ssm key's policy
+        # lets the account's principals decrypt through SSM).
         member_arns = sorted({r.role_arn for r in config.member_roles.values()})
-        if member_arns:
-            for name in ("Inventory", "CollectLogs", "Finish"):
+        parameters = sorted({stack.format_arn(service="ssm", resource="parameter",
+                                              resource_name=r.external_id_parameter.lstrip("/"))
+                             for r in config.resolved_member_roles.values() if r.external_id_parameter})
+        for name in ("Inventory", "CollectLogs", "Finish"):
+            if member_arns:
                 own[name].append(iam.PolicyStatement(sid="MemberAccountRoles", actions=["sts:AssumeRole"],
                                                      resources=member_arns))
-                specific.setdefault(name, {})["GPUAUDIT_MEMBER_ROLES"] = json.dumps(
-                    {c: r.model_dump(exclude_none=True) for c, r in config.member_roles.items()})
+            if parameters:
+                own[name].append(iam.PolicyStatement(sid="MemberExternalIds", actions=["ssm:GetParameter"],
+                                                     resources=parameters))
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
+        self.deployment_layer = self._deployment_layer(config)
         self._code, self._layers, self._retention = code, layers, RETENTION[config.log_retention_days]
         for name, spec in SPECS.items():
-            self._function(name, spec, own[name], {**common, **specific.get(name, {})})
+            self._function(name, spec, own[name], {**common, **specific.get(name, {})},
+                           layers=[*layers, self.deployment_layer] if DEPLOYMENT_ENV in specific.get(name, {})
+                           else layers)
         self.kube_readers = self._kube_readers(config, common)
         plan_reads = iam.Policy(self, "PlanReads", statements=read_statements(stack, permissions.PLAN_READS),
                                 roles=[self.roles["Plan"]])
@@ -191,8 +201,23 @@ class AuditFunctions(Construct):
                 reason="Pinned to Python 3.12: the bundle is built for CPython 3.12 wheels and the Powertools "
                        "layer used offline is published per Python version; upgrade both together."))
 
+    def _deployment_layer(self, config: DeployConfig) -> lambda_.LayerVersion:
+        """gpuaudit/deployment.json (under /opt in the function) in a layer of its own, written at synth into the
+        cloud assembly; its asset hash is its content's, so a changed configuration deploys a new layer version."""
+        stage = Stage.of(self)
+        outdir = Path(stage.outdir if stage is not None else tempfile.mkdtemp())
+        folder = Path(tempfile.mkdtemp(prefix="gpuaudit-deployment-", dir=outdir))
+        target = folder / Path(DEPLOYMENT_PATH).relative_to("/opt")
+        target.parent.mkdir(parents=True)
+        target.write_text(json.dumps(deployment_document(config), sort_keys=True, separators=(",", ":")),
+                          encoding="utf-8")
+        return lambda_.LayerVersion(self, "Deployment", code=lambda_.Code.from_asset(str(folder)),
+                                    compatible_architectures=[lambda_.Architecture.ARM_64],
+                                    compatible_runtimes=[RUNTIME],
+                                    description="gpuaudit: the deployment document (audited set, member roles)")
+
     def _function(self, name: str, spec: Spec, statements: list[iam.PolicyStatement], environment: dict[str, str],
-                  traced: bool = True) -> lambda_.Function:
+                  traced: bool = True, layers: list[lambda_.ILayerVersion] | None = None) -> lambda_.Function:
         log_group = logs.LogGroup(self, f"{name}Logs", retention=self._retention, removal_policy=RemovalPolicy.DESTROY)
         role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                         description=f"gpuaudit {name}: least privilege, written inline")
@@ -206,7 +231,7 @@ class AuditFunctions(Construct):
             handler=f"handlers.{spec.module}.handler", memory_size=spec.memory_mb, timeout=spec.timeout,
             description=spec.description, role=role, log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE if traced else lambda_.Tracing.DISABLED,
-            layers=self._layers, environment=environment)
+            layers=self._layers if layers is None else layers, environment=environment)
         return self.functions[name]
 
     def _kube_readers(self, config: DeployConfig, common: dict[str, str]) -> dict[str, lambda_.Function]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Fn, Stack
 from constructs import Construct
 
 from infra.config import DeployConfig
@@ -28,6 +28,9 @@ class GpuAuditStack(Stack):
                                     self.store.alert_key, self.triggers.dead_letters)
         CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn,
                   description="Start an on-demand audit here (Step Functions console, Start execution)")
+        CfnOutput(self, "CollectorRoleArns", value=Fn.join(",", [self.functions.roles[n].role_arn for n in (
+            "Inventory", "CollectLogs", "Finish")]), description="The roles that read member accounts: pass as "
+                  "AuditorRoleArns when deploying the read-only role there (docs/DEPLOY.md)")
         CfnOutput(self, "FindingsTableName", value=self.store.table.table_name)
         CfnOutput(self, "AlertTopicArn", value=self.store.topic.topic_arn)
         CfnOutput(self, "EvidenceBucketName", value=self.store.bucket.bucket_name,

@@ -6,10 +6,13 @@ input (`BadOverride`, exit 2 in the CLI); a missing required value names its var
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.model.history import DEFAULT_LOOKBACK_DAYS
 from gpuaudit.rules.judge import parse_overrides
@@ -18,6 +21,10 @@ from gpuaudit.sinks import RETENTION_DAYS
 XID_OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
 MEMBER_ROLES_ENV = "GPUAUDIT_MEMBER_ROLES"
 KUBE_READERS_ENV = "GPUAUDIT_KUBE_READERS"
+# The deployment document (issue #33): the audited set and the member roles, too large for Lambda's 4 KB
+# environment, shipped as a JSON file in a layer of the stack (infra/functions.py); this names its path.
+DEPLOYMENT_ENV = "GPUAUDIT_DEPLOYMENT"
+DEPLOYMENT_PATH = "/opt/gpuaudit/deployment.json"
 
 
 class MemberRole(BaseModel):
@@ -26,7 +33,50 @@ class MemberRole(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     role_arn: str = Field(max_length=2048, pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]+$")
-    external_id: str | None = Field(default=None, min_length=2, max_length=1224)
+    # The external ID is a secret: the deployed auditor reads it at run time from this SSM SecureString parameter
+    # (encrypted with the account's aws/ssm key), never from its configuration or environment.
+    external_id_parameter: str | None = Field(default=None, max_length=1011, pattern=r"^/[A-Za-z0-9_.\-/]+$")
+    external_id: str | None = Field(default=None, min_length=2, max_length=1224)  # the CLI's --external-id only
+
+
+class DeploymentDocument(BaseModel):
+    """What the stack ships in the deployment layer: the audited set and the member roles."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clusters: list[str] = Field(default_factory=list)
+    discover: bool = False
+    discovery_tag: dict[str, str] | None = None  # {"key": …, "value": …}
+    log_groups: dict[str, list[str]] = Field(default_factory=dict)
+    instances: dict[str, list[str]] = Field(default_factory=dict)
+    file_systems: dict[str, list[str]] = Field(default_factory=dict)
+    member_roles: dict[str, MemberRole] = Field(default_factory=dict)
+
+
+class BadDeployment(RuntimeError):
+    """The deployment document is missing or does not match DeploymentDocument: a message naming the field."""
+
+
+@functools.cache
+def _document_at(path: str) -> DeploymentDocument:
+    """Read once per container (the layer's file does not change under a running function)."""
+    try:
+        raw: Any = json.loads(Path(path).read_text(encoding="utf-8"))
+        return DeploymentDocument.model_validate(raw)
+    except OSError as err:
+        raise BadDeployment(f"deployment document {path} not readable ({err.strerror}): the stack ships it in its "
+                            "deployment layer") from None
+    except json.JSONDecodeError as err:
+        raise BadDeployment(f"deployment document {path} is not JSON: {err}") from None
+    except ValidationError as err:
+        fields = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        raise BadDeployment(f"deployment document {path}: {fields}") from None
+
+
+def deployment(environ: Mapping[str, str]) -> DeploymentDocument | None:
+    """The deployment document the environment names, or None when it names none (the CLI, older tests)."""
+    path = environ.get(DEPLOYMENT_ENV)
+    return _document_at(path) if path else None
 
 
 class Settings(BaseModel):
@@ -52,6 +102,9 @@ class Settings(BaseModel):
         given = {name: environ[name] for name in cls.env_names() if environ.get(name)}
         overrides = [i for i in given.pop(XID_OVERRIDES_ENV, "").split(",") if i.strip()]
         roles = json.loads(given.pop(MEMBER_ROLES_ENV, "{}"))
+        document = deployment(environ)
+        if document is not None:
+            roles = {c: r.model_dump(exclude_none=True) for c, r in document.member_roles.items()}
         readers = json.loads(given.pop(KUBE_READERS_ENV, "{}"))
         return cls.model_validate({**given, XID_OVERRIDES_ENV: parse_overrides(overrides), MEMBER_ROLES_ENV: roles,
                                    KUBE_READERS_ENV: readers})

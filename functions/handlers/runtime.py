@@ -88,13 +88,17 @@ DEADLINE_MARGIN_S = 30.0  # time left to serialise what was read before Lambda s
 def audit_port(session: boto3.Session, clock: Any, context: Any = None, cluster: str | None = None) -> Aws:
     """The collectors' AWS port for this invocation: the session's region, the handler's clock, and an
     audit deadline of the invocation's remaining time minus a margin (no call is made after it). A cluster of a
-    member account (GPUAUDIT_MEMBER_ROLES, from cdk.json `member_roles`) is read through that account's
-    read-only role; the payloads, cache and findings stay on the auditor's own session."""
+    member account (cdk.json `member_roles`, in the deployment document) is read through that account's
+    read-only role, with the external ID read from its SSM SecureString parameter; the payloads, cache and findings
+    stay on the auditor's own session."""
     region = session.region_name or env("AWS_REGION")
     settings = Settings.from_env(os.environ)
     member = settings.member_roles.get(cluster) if cluster else None
     if member is not None:
-        session = assumed_session(session, member.role_arn, member.external_id, f"gpuaudit-{cluster}"[:64])
+        external_id = member.external_id
+        if member.external_id_parameter:
+            external_id = external_id_from(session, member.external_id_parameter)
+        session = assumed_session(session, member.role_arn, external_id, f"gpuaudit-{cluster}"[:64])
     aws = Aws(session=session, region=region, clock=clock)
     if settings.kube_readers:  # private EKS endpoints are read by the in-VPC KubeRead function
         aws.kube_connector = reader_connector(aws, settings.kube_readers)
@@ -103,6 +107,23 @@ def audit_port(session: boto3.Session, clock: Any, context: Any = None, cluster:
         with contextlib.suppress(TypeError, ValueError):
             aws.deadline = time.monotonic() + max(0.0, float(remaining()) / 1000.0 - DEADLINE_MARGIN_S)
     return aws
+
+
+_EXTERNAL_IDS: dict[str, str] = {}  # parameter name -> value, once per container
+
+
+def external_id_from(session: boto3.Session, parameter: str) -> str:
+    """A member role's external ID, from its SSM SecureString parameter (IAM: ssm:GetParameter on exactly that
+    parameter); read once per container. Unreadable: CallFailed of the read, so the step fails naming it."""
+    if parameter not in _EXTERNAL_IDS:
+        try:
+            answer = session.client("ssm").get_parameter(Name=parameter, WithDecryption=True)
+        except ClientError as err:
+            error = err.response.get("Error", {})
+            raise CallFailed("ssm", "GetParameter", error.get("Code", "Unknown"),
+                             f"external ID parameter {parameter}: {error.get('Message', err)}") from None
+        _EXTERNAL_IDS[parameter] = answer["Parameter"]["Value"]
+    return _EXTERNAL_IDS[parameter]
 
 
 @overload

@@ -23,6 +23,7 @@ from gpuaudit.model.evidence import (
     LogGroupName,
     Mode,
 )
+from gpuaudit.settings import deployment
 from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
@@ -55,6 +56,10 @@ class PlanSettings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: dict[str, str]) -> PlanSettings:
+        """From the deployment document the stack ships (GPUAUDIT_DEPLOYMENT), else the GPUAUDIT_* variables."""
+        document = deployment(environ)
+        if document is not None:
+            return cls.model_validate(document.model_dump(exclude={"member_roles"}))
         tag = environ.get("GPUAUDIT_DISCOVERY_TAG", "")
         key, _, value = tag.partition("=")
         return cls(clusters=environ.get("GPUAUDIT_CLUSTERS", "[]"),  # type: ignore[arg-type]

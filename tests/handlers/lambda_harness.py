@@ -8,6 +8,7 @@ hooks point at that world, so its `now` freezes every handler's clock.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from moto.sns.models import sns_backends
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import World, load_world
 from gpuaudit.model.timeutil import iso
+from gpuaudit.settings import DEPLOYMENT_ENV
 
 WORLDS = Path("/work/shared/worlds")
 if not WORLDS.exists():  # a checkout without the shared folder: the copies shipped with the package
@@ -73,6 +75,17 @@ class Account:
         return json.loads(self.session.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read())
 
 
+def deploy_configuration(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> Path:
+    """The deployment document the stack would ship for this cdk.json configuration (infra/config.py's own
+    deployment_document), written where GPUAUDIT_DEPLOYMENT points, as the functions find it under /opt."""
+    from infra.config import DeployConfig, deployment_document
+
+    path = Path(tempfile.mkdtemp(prefix="gpuaudit-deployment-")) / "deployment.json"
+    path.write_text(json.dumps(deployment_document(DeployConfig.model_validate(config))), encoding="utf-8")
+    monkeypatch.setenv(DEPLOYMENT_ENV, str(path))
+    return path
+
+
 @contextmanager
 def world_account(monkeypatch: pytest.MonkeyPatch, world_path: Path = HYPERPOD_WORLD,
                   clusters: tuple[str, ...] = ("research-hp-slurm",), mock_config: dict[str, Any] | None = None,
@@ -81,9 +94,10 @@ def world_account(monkeypatch: pytest.MonkeyPatch, world_path: Path = HYPERPOD_W
     world.faults.extend(faults or [])
     for name, value in {"AWS_REGION": world.region, "AWS_DEFAULT_REGION": world.region,
                         "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "EVIDENCE_BUCKET": BUCKET, "FINDINGS_TABLE": TABLE, "GPUAUDIT_CLUSTERS": json.dumps(clusters),
-                        "GPUAUDIT_DISCOVER": "false", "POWERTOOLS_METRICS_NAMESPACE": "gpuaudit"}.items():
+                        "EVIDENCE_BUCKET": BUCKET, "FINDINGS_TABLE": TABLE,
+                        "POWERTOOLS_METRICS_NAMESPACE": "gpuaudit"}.items():
         monkeypatch.setenv(name, value)
+    deploy_configuration(monkeypatch, {"clusters": list(clusters)})
     with mock_aws(config=mock_config or {}):
         backend = WorldBackend(world)
         session = backend.session()

@@ -12,6 +12,7 @@ from lambda_harness import (
     Account,
     LambdaContext,
     capacity_block_warning,
+    deploy_configuration,
     hyperpod_cluster_event,
     hyperpod_node_health_event,
     hyperpod_state_change,
@@ -95,8 +96,7 @@ def test_console_input_is_an_audit_request(account: Account) -> None:
 
 
 def test_discovery_adds_every_hyperpod_cluster_of_the_region(account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUAUDIT_CLUSTERS", "[]")
-    monkeypatch.setenv("GPUAUDIT_DISCOVER", "true")
+    deploy_configuration(monkeypatch, {"clusters": [], "discover": True})
     out = run(scheduled_event("2026-10-01T18:17:04Z"))
     assert [t["request"]["cluster"] for t in out["targets"]] == ["research-hp-slurm"] and out["gaps"] == []
 

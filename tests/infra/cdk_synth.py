@@ -112,3 +112,47 @@ def task_states(definition: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
     walk(definition["States"], definition["StartAt"])
     return found
+
+
+LAMBDA_ENV_LIMIT = 4096  # bytes: "the total size of all environment variables doesn't exceed 4 KB"
+
+
+def physical_value(value: Any) -> str:
+    """A template value as CloudFormation would render it, at its generated length: a resource's name is
+    `<stack>-<logical ID>-<13 characters>` (CloudFormation's generated physical names), an ARN carries it after
+    the region and account."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        delimiter, parts = value["Fn::Join"]
+        return str(delimiter).join(physical_value(p) for p in parts)
+    if "Ref" in value:
+        pseudo = {"AWS::Partition": "aws", "AWS::Region": "us-west-2", "AWS::AccountId": "123456789012",
+                  "AWS::URLSuffix": "amazonaws.com"}
+        return pseudo.get(value["Ref"]) or f"{STACK}-{value['Ref']}-ABCDEFGHIJKLM"
+    if "Fn::GetAtt" in value:
+        logical, _attribute = value["Fn::GetAtt"]
+        return f"arn:aws:service:us-west-2:123456789012:{STACK}-{logical}-ABCDEFGHIJKLM"
+    raise ValueError(f"cannot render {value!r}")
+
+
+def environment_bytes(function: dict[str, Any]) -> int:
+    """A function's environment as Lambda measures it against the 4 KB limit: the variables map serialized as JSON
+    (Lambda's own error quotes the string measured, `{"KEY":"value",…}`), in UTF-8 bytes."""
+    variables = (function["Properties"].get("Environment") or {}).get("Variables") or {}
+    rendered = {k: physical_value(v) for k, v in variables.items()}
+    return len(json.dumps(rendered, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def scale_config(clusters: int = 200, member_roles: int = 50, instances: int = 500) -> dict[str, Any]:
+    """A large fleet's cdk.json: `clusters` HyperPod names, `member_roles` of them in member accounts (one role
+    each, the organization's external ID in one SecureString), and `instances` self-managed instance IDs spread
+    over ten fleets."""
+    names = [f"gpu-training-cluster-{i:03d}" for i in range(clusters)]
+    fleets = names[:10]
+    return {**TEST_CONFIG, "clusters": names,
+            "instances": {fleet: [f"i-{(j * 10 + k):017x}" for j in range(instances // len(fleets))]
+                          for k, fleet in enumerate(fleets)},
+            "external_id_parameter": "/gpuaudit/member-external-id",
+            "member_roles": {name: {"role_arn": f"arn:aws:iam::{400000000000 + i:012d}:role/gpuaudit-read-only"}
+                             for i, name in enumerate(names[-member_roles:])}}

@@ -3,10 +3,13 @@ allowed only the collectors' reads."""
 
 from __future__ import annotations
 
+import json
+
 from cdk_synth import STACK, Synthesized, synthesize
 from test_stack_iam import READS
 
 from infra.app import READ_ONLY_ROLE_STACK
+from infra.cross_account import ROLE_NAME
 
 
 def role_template(_auditor: Synthesized) -> dict:
@@ -25,9 +28,23 @@ def test_trust_requires_the_external_id_and_names_only_the_auditor_account(synth
     (statement,) = roles[0]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Action"] == "sts:AssumeRole"
     assert statement["Condition"]["StringEquals"] == {"sts:ExternalId": {"Ref": "ExternalId"}}
-    principal_arn = statement["Condition"]["ArnLike"]["aws:PrincipalArn"]
-    assert principal_arn == {"Fn::Sub": "arn:${AWS::Partition}:iam::${AuditorAccountId}:role/${AuditorRoleNamePattern}"}
+    # #33 item 5: exactly the role ARNs given (the auditor's CollectorRoleArns output), no name pattern
+    assert statement["Condition"]["ArnEquals"] == {"aws:PrincipalArn": {"Ref": "AuditorRoleArns"}}
+    assert set(statement["Condition"]) == {"StringEquals", "ArnEquals"}
+    template = role_template(synth)
+    assert template["Parameters"]["AuditorRoleArns"]["Type"] == "CommaDelimitedList"
+    assert "Default" not in template["Parameters"]["AuditorRoleArns"] and "*" not in json.dumps(statement)
     assert {"Ref": "AuditorAccountId"} in statement["Principal"]["AWS"]["Fn::Join"][1]
+    assert roles[0]["Properties"]["RoleName"] == ROLE_NAME == "gpuaudit-read-only"
+
+
+def test_the_auditor_outputs_exactly_its_collecting_role_arns(synth: Synthesized) -> None:
+    """What the member stack's AuditorRoleArns takes: Inventory, CollectLogs and Finish, the roles that assume it."""
+    joined = synth.template["Outputs"]["CollectorRoleArns"]["Value"]["Fn::Join"]
+    roles = {f["Properties"]["Handler"].split(".")[1]: f["Properties"]["Role"]["Fn::GetAtt"][0]
+             for f in synth.resources("AWS::Lambda::Function").values()}
+    assert joined[0] == "," and joined[1] == [{"Fn::GetAtt": [roles[s], "Arn"]}
+                                              for s in ("inventory", "collect_logs", "finish")]
 
 
 def test_role_holds_read_actions_only(synth: Synthesized) -> None:

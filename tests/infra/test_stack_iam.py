@@ -31,7 +31,8 @@ READS = {
 }
 OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "s3:ListBucket", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query",
                        "sns:Publish",
-                       "kms:GenerateDataKey", "kms:Decrypt"}
+                       "kms:GenerateDataKey", "kms:Decrypt",
+                       "ssm:GetParameter"}  # exactly the member roles' external-ID SecureStrings
 # The product's own plumbing: its log groups and traces, the state machine invoking its functions and
 # starting its own child executions, EventBridge starting the state machine, vended log delivery.
 PLUMBING = {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments", "xray:PutTelemetryRecords",
@@ -172,8 +173,8 @@ MEMBER_ROLE = "arn:aws:iam::444455556666:role/GpuAuditReadOnlyRole"
 def test_member_account_clusters_are_read_through_their_role_and_only_by_the_collectors(synth: Synthesized) -> None:
     """#14 item 5: a cluster of a member account (cdk.json `member_roles`) is read through that account's
     read-only role: the three collecting functions may assume exactly that role, nothing else may."""
-    config = {**TEST_CONFIG, "member_roles": {"llm-pretrain-b200": {"role_arn": MEMBER_ROLE,
-                                                                     "external_id": "gpuaudit-7f3a"}}}
+    config = {**TEST_CONFIG, "member_roles": {"llm-pretrain-b200": {
+        "role_arn": MEMBER_ROLE, "external_id_parameter": "/gpuaudit/external-id/b200"}}}
     member = synthesize(config=config)
     statements, roles = identity_statements(member), step_roles(member)
     for module, role in roles.items():
@@ -183,10 +184,15 @@ def test_member_account_clusters_are_read_through_their_role_and_only_by_the_col
             assert _list(statement["Resource"]) == [MEMBER_ROLE]
         else:
             assert assuming == [], module
-    envs = {f["Properties"]["Handler"].split(".")[1]: f["Properties"]["Environment"]["Variables"]
-            for f in member.resources("AWS::Lambda::Function").values()}
-    assert json.loads(envs["inventory"]["GPUAUDIT_MEMBER_ROLES"]) == {
-        "llm-pretrain-b200": {"role_arn": MEMBER_ROLE, "external_id": "gpuaudit-7f3a"}}
-    assert "GPUAUDIT_MEMBER_ROLES" not in envs["verdict"]
+        reading = [s for r, s in statements if r == role and "ssm:GetParameter" in _list(s["Action"])]
+        if module in ("inventory", "collect_logs", "finish"):  # the external ID's parameter, and only it
+            (statement,) = reading
+            (arn,) = _list(statement["Resource"])
+            assert json.dumps(arn).endswith(':parameter/gpuaudit/external-id/b200"]]}')
+        else:
+            assert reading == [], module
+    # the role and its external ID are in no environment: the deployment layer names the role, SSM holds the ID
+    assert "b200" not in json.dumps([f["Properties"]["Environment"] for f in
+                                     member.resources("AWS::Lambda::Function").values()])
     # without member roles, no function may assume anything (the default test stack)
     assert not [s for _, s in identity_statements(synth) if "sts:AssumeRole" in _list(s["Action"])]

@@ -153,7 +153,10 @@ def test_functions_are_python_312_traced_thin_handlers(synth: Synthesized) -> No
         module = importlib.import_module(function["Handler"].rsplit(".", 1)[0])
         assert callable(module.handler) and callable(module.session_factory) and callable(module.clock)
     by_handler = {f["Handler"]: f["Environment"]["Variables"] for f in functions}
-    assert json.loads(by_handler["handlers.plan.handler"]["GPUAUDIT_CLUSTERS"]) == TEST_CONFIG["clusters"]
+    # the audited set is in the deployment layer (tests/infra/test_config_scale.py), named by GPUAUDIT_DEPLOYMENT
+    assert by_handler["handlers.plan.handler"]["GPUAUDIT_DEPLOYMENT"] == "/opt/gpuaudit/deployment.json"
+    assert not any(k.startswith(("GPUAUDIT_CLUSTERS", "GPUAUDIT_INSTANCES", "GPUAUDIT_MEMBER")) for v in
+                   by_handler.values() for k in v)
     verdict = by_handler["handlers.verdict.handler"]
     assert verdict["FINDING_RETENTION_DAYS"] == "30" and verdict["GPUAUDIT_XID_CLASS_OVERRIDES"] == "31=application"
     assert verdict["GPUAUDIT_HISTORY_DAYS"] == "30"  # fleet memory look-back (history_lookback_days)
@@ -239,8 +242,11 @@ def test_functions_run_on_arm64_with_the_matching_layer_and_wheels(synth: Synthe
     functions = synth.resources("AWS::Lambda::Function").values()
     assert {tuple(f["Properties"]["Architectures"]) for f in functions} == {("arm64",)}
     parameters = synth.template["Parameters"]
-    layer_paths = {parameters[layer["Ref"]]["Default"] for f in functions for layer in f["Properties"]["Layers"]}
+    layer_paths = {parameters[layer["Ref"]]["Default"] for f in functions for layer in f["Properties"]["Layers"]
+                   if layer["Ref"] in parameters}
     assert len(layer_paths) == 1 and next(iter(layer_paths)).startswith("/aws/service/powertools/python/arm64/python3.12/")
+    for layer in synth.resources("AWS::Lambda::LayerVersion").values():  # the deployment document's layer
+        assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
 
 
 def _matching_rules(synth: Synthesized, event: dict[str, Any]) -> list[str]:
