@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.collectors.inventory import PCLUSTER_TAG
+from gpuaudit.collectors.inventory import PCLUSTER_TAG, instance_pages
 from gpuaudit.domain.window import scheduled_window
 from gpuaudit.model.evidence import (
     FAILED_CLUSTER_STATES,
@@ -101,9 +101,8 @@ def discover_clusters(aws: Aws, tag: DiscoveryTag | None, gaps: list[str]) -> li
     if tag is not None:
         filters.append({"Name": f"tag:{tag.key}", "Values": [tag.value]})
     try:
-        for reservation in aws.paginate("ec2", "DescribeInstances", "Reservations", Filters=filters):
-            for instance in reservation.get("Instances", []):
-                found.extend(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
+        for instance in instance_pages(aws, Filters=filters):
+            found.extend(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
     except CallFailed as failed:
         gaps.append(failed.gap_for("ParallelCluster clusters not discovered").prose())
     return sorted(set(found))
@@ -119,14 +118,14 @@ def _hyperpod_tagged(aws: Aws, arn: str, tag: DiscoveryTag, gaps: list[str]) -> 
 
 
 def clusters_on_reservation(aws: Aws, reservation_id: str, gaps: list[str]) -> list[str]:
-    """ParallelClusters whose instances run in the reservation (HyperPod's are not visible here)."""
+    """ParallelClusters whose instances run in the reservation (HyperPod's are not visible here). EC2 selects them
+    (`capacity-reservation-id`): the read is the reservation's instances (a Capacity Block holds at most 64), not
+    every ParallelCluster instance of the region."""
     found: set[str] = set()
     try:
-        for reservation in aws.paginate("ec2", "DescribeInstances", "Reservations",
-                                        Filters=[{"Name": "tag-key", "Values": [PCLUSTER_TAG]}]):
-            for instance in reservation.get("Instances", []):
-                if instance.get("CapacityReservationId") == reservation_id:
-                    found.update(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
+        for instance in instance_pages(aws, Filters=[{"Name": "capacity-reservation-id", "Values": [reservation_id]},
+                                                     {"Name": "tag-key", "Values": [PCLUSTER_TAG]}]):
+            found.update(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
     except CallFailed as failed:
         gaps.append(failed.gap_for(f"clusters running in {reservation_id} not identified").prose())
     return sorted(found)

@@ -1,6 +1,11 @@
 """Deployed path, per step (issue #20 item 3): what each Lambda of the state machine holds at N nodes.
 
-    .venv/bin/python tests/benchmarks/step_memory.py --nodes 10000 [--days 7] [--kind parallelcluster]
+    .venv/bin/python tests/benchmarks/step_memory.py --nodes 10000 [--days 7] [--kind parallelcluster] [--before-call]
+
+Through the wire-faithful backend by default (issue #34): every read is answered with the HTTP response AWS would
+send and parsed by botocore, as in a Lambda (`--before-call` answers parsed dicts, as before). Plan is measured on
+a Capacity Block warning for the fleet's reservation. Per step `backend_s` is the time the embedded backend spent
+answering and serializing (AWS's side of the calls), included in `wall_s`.
 
 A generated world is served by the embedded backend; the handlers run as the state machine chains them
 (Plan → Inventory → CollectLogs per batch → Finish → Verdict) with the environment the stack sets, the evidence
@@ -34,10 +39,11 @@ sys.stdout = sys.stderr  # the steps' log lines and metrics (bound at import) go
 
 import pytest  # noqa: E402
 from botocore.client import BaseClient  # noqa: E402
-from handlers import collect_logs, finish, inventory, verdict  # noqa: E402
-from lambda_harness import LambdaContext, console_target, world_account  # noqa: E402
+from handlers import collect_logs, finish, inventory, plan, verdict  # noqa: E402
+from lambda_harness import LambdaContext, capacity_block_warning, console_target, world_account  # noqa: E402
 
 from gpuaudit.devtools.worldgen import WorldSpec, generate, write  # noqa: E402
+from gpuaudit.model.timeutil import iso  # noqa: E402
 
 
 def _baseline_mb() -> float:
@@ -71,9 +77,13 @@ def _counting(real: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+BACKEND: list[Any] = []  # the world's backend, for its serving seconds
+
+
 def _measured(name: str, step: Callable[[], Any], rows: list[dict[str, Any]]) -> Any:
     gc.collect()  # garbage of the earlier steps, freed during this one, would hide part of its peak
     CALLS.clear()
+    served = BACKEND[0].serve_s if BACKEND else 0.0
     tracemalloc.reset_peak()
     before, _ = tracemalloc.get_traced_memory()
     started = time.perf_counter()
@@ -81,6 +91,7 @@ def _measured(name: str, step: Callable[[], Any], rows: list[dict[str, Any]]) ->
     wall = time.perf_counter() - started
     _, peak = tracemalloc.get_traced_memory()
     rows.append({"step": name, "wall_s": round(wall, 1), "peak_heap_mb": round((peak - before) / 2**20, 1),
+                 "backend_s": round((BACKEND[0].serve_s if BACKEND else 0.0) - served, 1),
                  "aws_calls": sum(CALLS.values()), "most_called": dict(CALLS.most_common(4))})
     return out
 
@@ -113,16 +124,21 @@ def _drop_coverage_cache(account: Any) -> None:
             s3.delete_object(Bucket="gpuaudit-evidence-test", Key=item["Key"])
 
 
-def run(nodes: int, days: float, kind: str) -> dict[str, Any]:
+def run(nodes: int, days: float, kind: str, wire: bool = True) -> dict[str, Any]:
     spec = WorldSpec(kind=kind, nodes=nodes, days=days, silent_fraction=0.01, xid_rate=0.05, seed=0)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
         path = Path(folder) / "world.json"
         write(generate(spec), str(path))
-        with world_account(mp, path, clusters=(spec.cluster_name,)) as account:
+        with world_account(mp, path, clusters=(spec.cluster_name,), wire=wire) as account:
+            BACKEND[:] = [account.backend]
             target = console_target({"cluster": spec.cluster_name, "mode": "coverage", "last": "7d"})
             mp.setattr(BaseClient, "_make_api_call", _counting(BaseClient._make_api_call))
+            reservations = account.world.section("ec2", "capacity_reservations")
             tracemalloc.start()
+            if reservations:
+                warning = capacity_block_warning(reservations[0]["CapacityReservationId"], iso(account.world.now))
+                _measured("Plan (Capacity Block warning)", lambda: plan.handler(warning, LambdaContext()), rows)
             found = _measured("Inventory", lambda: inventory.handler(target, LambdaContext()), rows)
             # Logs Insights runs in AWS, not in the Lambda: each batch is collected once to fill a memo of the
             # embedded evaluator's answers, its coverage cache dropped, then collected again and measured.
@@ -141,7 +157,7 @@ def run(nodes: int, days: float, kind: str) -> dict[str, Any]:
                                                          LambdaContext()), rows)
             tracemalloc.stop()
             stored = _stored_mb(account)
-    return {"nodes": nodes, "days": days, "kind": kind, "baseline_mb": _baseline_mb(), "steps": rows,
+    return {"nodes": nodes, "days": days, "kind": kind, "wire": wire, "baseline_mb": _baseline_mb(), "steps": rows,
             "bucket_mb": stored}
 
 
@@ -150,10 +166,12 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--days", type=float, default=7.0, help="days of logs in the world (the audit reads 7 d)")
     parser.add_argument("--kind", default="parallelcluster", choices=["parallelcluster", "hyperpod"])
+    parser.add_argument("--before-call", action="store_true",
+                        help="answer at before-call with parsed dicts (no wire parsing), as before issue #34")
     args = parser.parse_args()
     if not 1 <= args.nodes <= 20000:
         parser.error(f"--nodes must be 1..20000; got {args.nodes}")
-    figures = run(args.nodes, args.days, args.kind)
+    figures = run(args.nodes, args.days, args.kind, wire=not args.before_call)
     FIGURES.write(json.dumps(figures, indent=2) + "\n")
 
 

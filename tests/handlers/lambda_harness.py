@@ -89,7 +89,8 @@ def deploy_configuration(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]
 @contextmanager
 def world_account(monkeypatch: pytest.MonkeyPatch, world_path: Path = HYPERPOD_WORLD,
                   clusters: tuple[str, ...] = ("research-hp-slurm",), mock_config: dict[str, Any] | None = None,
-                  faults: list[dict[str, Any]] | None = None) -> Iterator[Account]:
+                  faults: list[dict[str, Any]] | None = None, wire: bool = False) -> Iterator[Account]:
+    """`wire`: the backend answers with AWS's HTTP responses, parsed by botocore (embedded/wire.py)."""
     world = load_world(world_path)
     world.faults.extend(faults or [])
     for name, value in {"AWS_REGION": world.region, "AWS_DEFAULT_REGION": world.region,
@@ -99,7 +100,7 @@ def world_account(monkeypatch: pytest.MonkeyPatch, world_path: Path = HYPERPOD_W
         monkeypatch.setenv(name, value)
     deploy_configuration(monkeypatch, {"clusters": list(clusters)})
     with mock_aws(config=mock_config or {}):
-        backend = WorldBackend(world)
+        backend = WorldBackend(world, wire=wire)
         session = backend.session()
         session.client("s3").create_bucket(Bucket=BUCKET,
                                            CreateBucketConfiguration={"LocationConstraint": world.region})

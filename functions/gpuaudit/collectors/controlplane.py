@@ -120,16 +120,24 @@ def _health(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                                           "support plan for the Health API)"))
 
 
+STATUS_IDS = 100
+
+
 def _instance_status(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     # A terminated instance has no status checks; one EC2 has forgotten would fail the whole call.
     ids = [n.instance_id for n in evidence.nodes if n.discovered_by in ("api", "user") and n.status != "terminated"
            and not evidence.cluster.kind.startswith("hyperpod")]
     if not ids:
         return
-    statuses = aws.read_all(evidence.gaps, "EC2 status checks and scheduled events not read",
-                            "ec2", "DescribeInstanceStatus", "InstanceStatuses", InstanceIds=ids, IncludeAllInstances=True)
-    if statuses is None:
-        return
+    # EC2 takes at most 100 explicit instance IDs per DescribeInstanceStatus (and no MaxResults with them).
+    statuses: list[dict[str, Any]] = []
+    for k in range(0, len(ids), STATUS_IDS):
+        chunk = aws.read_all(evidence.gaps, "EC2 status checks and scheduled events not read",
+                             "ec2", "DescribeInstanceStatus", "InstanceStatuses", InstanceIds=ids[k:k + STATUS_IDS],
+                             IncludeAllInstances=True)
+        if chunk is None:
+            return  # fail closed: status checks of part of the fleet are not the fleet's status checks
+        statuses += chunk
     evidence.instance_status = [
         InstanceStatusInfo(
             instance_id=s["InstanceId"], system_status=(s.get("SystemStatus") or {}).get("Status"),

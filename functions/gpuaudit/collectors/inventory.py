@@ -4,6 +4,7 @@ and what each instance type can do."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -58,9 +59,11 @@ def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
         if failed.code not in NOT_FOUND:
             unreachable = failed
             gaps.append(failed.gap_for("HyperPod inventory not read; trying ParallelCluster tags"))
-    instances = _instances(aws, Filters=[{"Name": f"tag:{PCLUSTER_TAG}", "Values": [name]}])
-    if instances:
-        return _parallelcluster(aws, name, instances)
+    subnets: set[str] = set()
+    nodes = [_node_from_instance(i, subnets=subnets)
+             for i in instance_pages(aws, Filters=[{"Name": f"tag:{PCLUSTER_TAG}", "Values": [name]}])]
+    if nodes:
+        return _parallelcluster(aws, name, nodes, subnets)
     if unreachable is not None:
         raise unreachable  # not "not found": SageMaker could not be asked
     raise UnknownCluster(
@@ -69,9 +72,17 @@ def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
         f"self-managed EC2/EKS pass --instances i-…")
 
 
-def _instances(aws: Aws, **params: Any) -> list[dict[str, Any]]:
-    return [i for r in aws.paginate("ec2", "DescribeInstances", "Reservations", **params)
-            for i in r.get("Instances", [])]
+# DescribeInstances page size (EC2 accepts MaxResults 5..1000, and none with InstanceIds). A p5.48xlarge is about
+# 33 KB of XML (32 EFA interfaces) and about 190 KB while botocore parses it: 200 a page bounds a page's parse
+# near 40 MB whatever the fleet (docs/BENCHMARKS.md, the deployed steps through wire parsing).
+INSTANCE_PAGE = 200
+
+
+def instance_pages(aws: Aws, **params: Any) -> Iterator[dict[str, Any]]:
+    """The instances the filters select, page by page: the caller turns each into its own record before the next
+    page is asked for, so at most one page of raw instances is alive (never the fleet's)."""
+    for reservation in aws.paginate("ec2", "DescribeInstances", "Reservations", MaxResults=INSTANCE_PAGE, **params):
+        yield from reservation.get("Instances", [])
 
 
 def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[Gap]) -> tuple[ClusterInfo, list[NodeInfo]]:
@@ -134,8 +145,11 @@ def _summaries(aws: Aws, name: str, gaps: list[Gap]) -> list[dict[str, Any]]:
     return summaries
 
 
-def _node_from_instance(instance: dict[str, Any], discovered_by: NodeSource = "api") -> NodeInfo:
+def _node_from_instance(instance: dict[str, Any], discovered_by: NodeSource = "api",
+                        subnets: set[str] | None = None) -> NodeInfo:
     tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+    if subnets is not None and instance.get("SubnetId"):
+        subnets.add(instance["SubnetId"])
     node_type = tags.get("parallelcluster:node-type")
     interfaces = instance.get("NetworkInterfaces", [])
     return NodeInfo(
@@ -148,11 +162,9 @@ def _node_from_instance(instance: dict[str, Any], discovered_by: NodeSource = "a
         capacity_reservation_id=instance.get("CapacityReservationId"), image_id=instance.get("ImageId"))
 
 
-def _parallelcluster(aws: Aws, name: str, instances: list[dict[str, Any]]) -> tuple[ClusterInfo, list[NodeInfo]]:
-    nodes = [_node_from_instance(i) for i in instances]
-    subnets = sorted({i["SubnetId"] for i in instances if i.get("SubnetId")})
+def _parallelcluster(aws: Aws, name: str, nodes: list[NodeInfo], subnets: set[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
     groups_ = sorted({n.instance_group for n in nodes if n.instance_group})
-    cluster = ClusterInfo(name=name, kind="parallelcluster", region=aws.region, subnet_ids=subnets,
+    cluster = ClusterInfo(name=name, kind="parallelcluster", region=aws.region, subnet_ids=sorted(subnets),
                           instance_groups=[InstanceGroup(name=g, node_role="compute") for g in groups_])
     return cluster, nodes
 
@@ -165,11 +177,11 @@ def _self_managed(aws: Aws, name: str, instance_ids: list[str], gaps: list[Gap],
     """The instances named. By filter, not InstanceIds: one that EC2 has forgotten (terminated more than about an
     hour ago) is no error but a node to audit from its log streams and CloudTrail (RULES §2)."""
     try:
-        instances = [i for k in range(0, len(instance_ids), ID_FILTER_VALUES) for i in _instances(
-            aws, Filters=[{"Name": "instance-id", "Values": instance_ids[k:k + ID_FILTER_VALUES]}])]
+        nodes = [_node_from_instance(i, "user") for k in range(0, len(instance_ids), ID_FILTER_VALUES)
+                 for i in instance_pages(aws, Filters=[{"Name": "instance-id",
+                                                        "Values": instance_ids[k:k + ID_FILTER_VALUES]}])]
     except CallFailed:
         raise  # the account could not be asked (exit 3), not a bad instance list (exit 2): fail closed, say which
-    nodes = [_node_from_instance(i, "user") for i in instances]
     listed = {n.instance_id for n in nodes}
     missing = [i for i in instance_ids if i not in listed]
     if missing:

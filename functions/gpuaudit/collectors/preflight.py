@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.inventory import ID_FILTER_VALUES, instance_pages
 from gpuaudit.domain.capability import is_accelerated
 from gpuaudit.domain.capacity import (
     cluster_reservations,
@@ -50,24 +51,28 @@ def _instance_network(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     if not ids:
         evidence.instance_network = []
         return
+    out = []
     try:
-        instances = [i for r in aws.paginate("ec2", "DescribeInstances", "Reservations", InstanceIds=ids)
-                     for i in r.get("Instances", [])]
+        # By filter, paged (never one response of the fleet's raw instances), each turned into its record at once.
+        for k in range(0, len(ids), ID_FILTER_VALUES):
+            for i in instance_pages(aws, Filters=[{"Name": "instance-id", "Values": ids[k:k + ID_FILTER_VALUES]}]):
+                out.append(_network_of(i))
     except CallFailed as failed:
         evidence.gaps.append(failed.gap_for("security groups, subnets and interfaces of the nodes not read"))
         return
-    out = []
-    for i in instances:
-        interfaces = i.get("NetworkInterfaces", []) or []
-        groups = {g["GroupId"] for g in i.get("SecurityGroups", []) or [] if g.get("GroupId")}
-        groups |= {g["GroupId"] for n in interfaces for g in n.get("Groups", []) or [] if g.get("GroupId")}
-        out.append(InstanceNetwork(
-            instance_id=i["InstanceId"], subnet_id=i.get("SubnetId"), vpc_id=i.get("VpcId"),
-            security_group_ids=sorted(groups), interfaces=len(interfaces),
-            efa_interfaces=sum(1 for n in interfaces if n.get("InterfaceType") in ("efa", "efa-only")),
-            private_ips=sum(max(1, len(n.get("PrivateIpAddresses", []) or [])) for n in interfaces),
-            public_ip=bool(i.get("PublicIpAddress"))))
     evidence.instance_network = out
+
+
+def _network_of(i: dict[str, Any]) -> InstanceNetwork:
+    interfaces = i.get("NetworkInterfaces", []) or []
+    groups = {g["GroupId"] for g in i.get("SecurityGroups", []) or [] if g.get("GroupId")}
+    groups |= {g["GroupId"] for n in interfaces for g in n.get("Groups", []) or [] if g.get("GroupId")}
+    return InstanceNetwork(
+        instance_id=i["InstanceId"], subnet_id=i.get("SubnetId"), vpc_id=i.get("VpcId"),
+        security_group_ids=sorted(groups), interfaces=len(interfaces),
+        efa_interfaces=sum(1 for n in interfaces if n.get("InterfaceType") in ("efa", "efa-only")),
+        private_ips=sum(max(1, len(n.get("PrivateIpAddresses", []) or [])) for n in interfaces),
+        public_ip=bool(i.get("PublicIpAddress")))
 
 
 def _training_plans(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:

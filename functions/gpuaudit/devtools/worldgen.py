@@ -49,6 +49,7 @@ KERNEL = "6.12.95-124.187.amzn2023.x86_64"
 HEAD_TYPE = "m5.2xlarge"
 CONTROLLER_TYPE = "m5.2xlarge"
 NODES_PER_GROUP = 512  # HyperPod worker instance groups of at most this many nodes
+CAPACITY_BLOCK_MAX = 64  # instances per EC2 Capacity Block (1 to 64)
 
 # Xid codes and their share of occurrences in a fleet (application faults dominate; RULES §6 classes).
 XID_MIX: tuple[tuple[int, int], ...] = (
@@ -483,16 +484,23 @@ def _customer_kernel_group(spec: WorldSpec, nodes: list[_Node], created: datetim
 
 def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[_Node], ids: _Ids, created: datetime,
                      now: datetime) -> None:
-    reservation = ids.hex("cr-0", 16)
+    # EC2 Capacity Blocks hold 1 to 64 instances: a larger fleet runs in several blocks of one end date.
+    first = ids.hex("cr-0", 16)
+    compute = [n for n in nodes if n.role == "compute"]
+    blocks = [first] + [f"cr-0{_derived('cr', f'{first}/{k}', 16)}"
+                        for k in range(1, -(-len(compute) // CAPACITY_BLOCK_MAX))]
+    block_of = {n.instance_id: blocks[k // CAPACITY_BLOCK_MAX] for k, n in enumerate(compute)}
     world["ec2"] = {
-        "instances": [_ec2_instance(n, spec, ids, reservation) for n in nodes],
+        "instances": [_ec2_instance(n, spec, ids, block_of.get(n.instance_id)) for n in nodes],
         "capacity_reservations": [{
             "CapacityReservationId": reservation, "OwnerId": ACCOUNT, "InstanceType": spec.instance_type,
             "InstancePlatform": "Linux/UNIX", "AvailabilityZone": "us-west-2b", "AvailabilityZoneId": "usw2-az2",
             "Tenancy": "default", "EndDateType": "limited", "InstanceMatchCriteria": "targeted",
-            "ReservationType": "capacity-block", "TotalInstanceCount": spec.nodes, "AvailableInstanceCount": 0,
+            "ReservationType": "capacity-block",
+            "TotalInstanceCount": min(CAPACITY_BLOCK_MAX, len(compute) - k * CAPACITY_BLOCK_MAX),
+            "AvailableInstanceCount": 0,
             "State": "active", "StartDate": _iso(created), "EndDate": _iso(floor_hour(now) + timedelta(days=5, minutes=30)),
-            "CreateDate": _iso(created - timedelta(days=1))}],
+            "CreateDate": _iso(created - timedelta(days=1))} for k, reservation in enumerate(blocks)],
     }
     group = f"/aws/parallelcluster/{spec.cluster_name}-{created:%Y%m%d%H%M}"
     streams = []

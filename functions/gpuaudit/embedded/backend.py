@@ -405,11 +405,28 @@ INSTANCE_FIELDS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "private-dns-name": lambda i: i.get("PrivateDnsName"),
     "vpc-id": lambda i: i.get("VpcId"),
     "subnet-id": lambda i: i.get("SubnetId"),
+    "capacity-reservation-id": lambda i: i.get("CapacityReservationId"),
 }
+MAX_RESULTS = (5, 1000)  # DescribeInstances and DescribeInstanceStatus: MaxResults between 5 and 1000
+STATUS_MAX_IDS = 100  # DescribeInstanceStatus: "Constraints: Maximum 100 explicitly specified instance IDs"
+
+
+def _ec2_page_limits(p: dict[str, Any], ids_key: str) -> None:
+    """What EC2 refuses: MaxResults together with explicit IDs, and MaxResults outside 5..1000."""
+    if p.get("MaxResults") is None:
+        return
+    if p.get(ids_key):
+        raise ApiError("InvalidParameterCombination",
+                       "The parameter instancesSet cannot be used with the parameter maxResults")
+    low, high = MAX_RESULTS
+    if not low <= int(p["MaxResults"]) <= high:
+        raise ApiError("InvalidParameterValue", f"Value ( {p['MaxResults']} ) for parameter maxResults is invalid. "
+                                                f"Expecting a value between {low} and {high}.")
 
 
 @responds("ec2", "DescribeInstances")
 def _describe_instances(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
+    _ec2_page_limits(p, "InstanceIds")
     items = _by_id(b.world.section("ec2", "instances"), "InstanceId", p.get("InstanceIds"),
                    "InvalidInstanceID.NotFound", "instance")
     items = _ec2_filter(items, p.get("Filters", []), INSTANCE_FIELDS)
@@ -433,6 +450,12 @@ def _describe_instance_types(b: WorldBackend, p: dict[str, Any]) -> dict[str, An
 
 @responds("ec2", "DescribeInstanceStatus")
 def _describe_instance_status(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
+    _ec2_page_limits(p, "InstanceIds")
+    if len(p.get("InstanceIds") or []) > STATUS_MAX_IDS:
+        # The code and text EC2 answers with (seen in SDK users' reports of this limit)
+        raise ApiError("InvalidRequest", f"{len(p['InstanceIds'])} exceeds the maximum number of instance IDs that "
+                                         f"can be specificied ({STATUS_MAX_IDS}). Please specify fewer than "
+                                         f"{STATUS_MAX_IDS} instance IDs.")
     items = b.world.section("ec2", "instance_status")
     if p.get("InstanceIds"):
         items = [s for s in items if s.get("InstanceId") in p["InstanceIds"]]

@@ -1,0 +1,144 @@
+"""Paginated, streamed inventory (issue #34 item 2): DescribeInstances in MaxResults pages, turned into node
+records page by page; DescribeInstanceStatus in chunks of at most 100 explicit IDs; Capacity Block plans that ask
+EC2 for the reservation's instances only; and an embedded backend that refuses what EC2 refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from handlers.targets import clusters_on_reservation
+from helpers.worlds import PClusterWorld, at
+
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.collectors.controlplane import READERS
+from gpuaudit.collectors.inventory import INSTANCE_PAGE, collect_inventory
+from gpuaudit.embedded.backend import WorldBackend
+from gpuaudit.model.evidence import Gap
+
+
+class Recorded:
+    """Every EC2 call's API parameters, as the collector passed them to botocore."""
+
+    def __init__(self, aws: Aws) -> None:
+        self.params: list[tuple[str, dict[str, Any]]] = []
+        aws.session.events.register("before-parameter-build.ec2", self.keep)
+
+    def keep(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        self.params.append((model.name, dict(params)))
+
+    def of(self, operation: str) -> list[dict[str, Any]]:
+        return [p for name, p in self.params if name == operation]
+
+
+def wire_aws(w: PClusterWorld) -> Aws:
+    world = w.world()
+    return Aws(session=WorldBackend(world, wire=True).session(), region=world.region, clock=lambda: world.now,
+               sleep=lambda _s: None)
+
+
+def test_a_fleet_larger_than_a_page_is_read_in_maxresults_pages_through_wire_parsing():
+    # Given a ParallelCluster of 450 compute nodes and a head node
+    w = PClusterWorld(n_compute=450)
+    aws = wire_aws(w)
+    recorded = Recorded(aws)
+
+    # When inventoried
+    cluster, nodes = collect_inventory(aws, "llm-pretrain", None, [])
+
+    # Then every node is there once, from ceil(451 / page) DescribeInstances pages each asking MaxResults
+    assert sorted(n.instance_id for n in nodes) == sorted(i["InstanceId"] for i in w.section("ec2", "instances"))
+    pages = recorded.of("DescribeInstances")
+    assert len(pages) == -(-451 // INSTANCE_PAGE) and len(pages) >= 3
+    assert all(p["MaxResults"] == INSTANCE_PAGE and "InstanceIds" not in p for p in pages)
+    assert [bool(p.get("NextToken")) for p in pages] == [False] + [True] * (len(pages) - 1)
+    assert cluster.subnet_ids == ["subnet-0123456789abcdef0"]
+
+
+def test_status_checks_of_250_nodes_go_in_chunks_of_at_most_100_ids():
+    # Given 250 running compute nodes, each with a status entry (one impaired)
+    w = PClusterWorld(n_compute=250)
+    statuses = w.section("ec2", "instance_status")
+    for k, node in enumerate(w.compute):
+        statuses.append({"InstanceId": node.instance_id, "InstanceState": {"Name": "running"},
+                         "SystemStatus": {"Status": "impaired" if k == 170 else "ok"},
+                         "InstanceStatus": {"Status": "ok"}})
+    aws = wire_aws(w)
+    recorded = Recorded(aws)
+    _cluster, nodes = collect_inventory(aws, "llm-pretrain", None, [])
+    from gpuaudit.model.evidence import Evidence
+    evidence = Evidence.model_construct(nodes=nodes, cluster=_cluster, gaps=[], instance_status=None)
+
+    # When the status checks are read
+    READERS["instance-status"](aws, evidence, None)  # type: ignore[arg-type]
+
+    # Then three calls of <= 100 IDs read all 251 (the head node too), the impaired one among them
+    chunks = recorded.of("DescribeInstanceStatus")
+    assert [len(c["InstanceIds"]) for c in chunks] == [100, 100, 51]
+    assert len(evidence.instance_status or []) == 250
+    impaired = [s.instance_id for s in evidence.instance_status or [] if s.system_status == "impaired"]
+    assert impaired == [w.compute[170].instance_id]
+    assert evidence.gaps == []
+
+
+def test_the_embedded_backend_refuses_what_ec2_refuses():
+    w = PClusterWorld(n_compute=120)
+    ec2 = WorldBackend(w.world(), wire=True).session().client("ec2")
+    ids = [n.instance_id for n in w.compute]
+
+    with pytest.raises(ClientError) as raised:
+        ec2.describe_instance_status(InstanceIds=ids[:101])
+    assert raised.value.response["Error"]["Code"] == "InvalidRequest"
+    assert "maximum number of instance IDs" in raised.value.response["Error"]["Message"]
+    assert len(ec2.describe_instance_status(InstanceIds=ids[:100], IncludeAllInstances=True)["InstanceStatuses"]) == 0
+
+    with pytest.raises(ClientError) as raised:
+        ec2.describe_instances(InstanceIds=ids[:2], MaxResults=5)
+    assert raised.value.response["Error"]["Code"] == "InvalidParameterCombination"
+
+    for too_many in (1001, 4):
+        with pytest.raises(ClientError) as raised:
+            ec2.describe_instances(MaxResults=too_many)
+        assert raised.value.response["Error"]["Code"] == "InvalidParameterValue"
+    assert sum(len(r["Instances"]) for r in ec2.describe_instances(MaxResults=1000)["Reservations"]) == 121
+
+
+def test_a_capacity_block_plan_reads_the_reservations_instances_only():
+    # Given two clusters: 3 nodes of "llm-pretrain" in cr-a, 40 nodes of "other" in no reservation
+    w = PClusterWorld(n_compute=3)
+    for node in w.compute:
+        next(i for i in w.section("ec2", "instances") if i["InstanceId"] == node.instance_id)[
+            "CapacityReservationId"] = "cr-0aaaaaaaaaaaaaaaa"
+    for _ in range(40):
+        w.add_instance(cluster="other", launch=at(-10))
+    aws = wire_aws(w)
+    recorded = Recorded(aws)
+    gaps: list[str] = []
+
+    # When the plan asks which clusters run in cr-a
+    running = clusters_on_reservation(aws, "cr-0aaaaaaaaaaaaaaaa", gaps)
+
+    # Then EC2 was asked for that reservation's instances (filter), not for every ParallelCluster instance
+    assert running == ["llm-pretrain"] and gaps == []
+    (params,) = recorded.of("DescribeInstances")
+    assert {"Name": "capacity-reservation-id", "Values": ["cr-0aaaaaaaaaaaaaaaa"]} in params["Filters"]
+    assert clusters_on_reservation(aws, "cr-0bbbbbbbbbbbbbbbb", gaps) == []
+
+
+def test_a_failed_status_chunk_leaves_status_checks_unread_not_partial():
+    # Given 150 nodes and DescribeInstanceStatus refused after the first chunk
+    w = PClusterWorld(n_compute=150)
+    w.raw.setdefault("faults", []).append({"service": "ec2", "operation": "DescribeInstanceStatus",
+                                           "error": "UnauthorizedOperation", "after": 1})
+    aws = wire_aws(w)
+    cluster, nodes = collect_inventory(aws, "llm-pretrain", None, [])
+    from gpuaudit.model.evidence import Evidence
+    evidence = Evidence.model_construct(nodes=nodes, cluster=cluster, gaps=[], instance_status=None)
+
+    READERS["instance-status"](aws, evidence, None)  # type: ignore[arg-type]
+
+    # Then no status list (Not checked downstream) and a gap naming the refused call
+    assert evidence.instance_status is None
+    gap: Gap = evidence.gaps[0]
+    assert gap.operation == "DescribeInstanceStatus" and gap.kind == "denied"
