@@ -29,11 +29,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from gpuaudit.collectors.aws import GAP_KINDS
 from gpuaudit.model.evidence import Evidence, Gap, GapKind
 from gpuaudit.model.history import (
+    CLUSTER_GONE,
     MAX_SPAN,
     HistoryRead,
     HistorySpan,
     HistoryStore,
     HistoryXid,
+    closed_out,
     latest_spans,
     merged,
 )
@@ -86,11 +88,11 @@ CREATE TABLE IF NOT EXISTS span (
     cluster TEXT NOT NULL, instance_id TEXT NOT NULL, audit_time TEXT NOT NULL, audit_id TEXT NOT NULL,
     last_audit_id TEXT NOT NULL, through TEXT NOT NULL, audits INTEGER NOT NULL, mode TEXT NOT NULL,
     verdict TEXT, xid_status TEXT NOT NULL, xids TEXT NOT NULL, reboots TEXT NOT NULL, launch_time TEXT,
-    gaps INTEGER NOT NULL,
+    gaps INTEGER NOT NULL, closed TEXT,
     PRIMARY KEY (cluster, instance_id, audit_time, audit_id));
 """
 _COLUMNS = ("cluster", "instance_id", "audit_time", "audit_id", "last_audit_id", "through", "audits", "mode",
-            "verdict", "xid_status", "xids", "reboots", "launch_time", "gaps")
+            "verdict", "xid_status", "xids", "reboots", "launch_time", "gaps", "closed")
 
 
 class SqliteHistory:
@@ -106,6 +108,8 @@ class SqliteHistory:
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path)
         db.execute(_SCHEMA)
+        if "closed" not in {row[1] for row in db.execute("PRAGMA table_info(span)")}:  # a history from before #33
+            db.execute("ALTER TABLE span ADD COLUMN closed TEXT")
         return db
 
     def _gap(self, operation: str, exc: Exception) -> HistoryUnreadable:
@@ -155,7 +159,7 @@ class SqliteHistory:
 def _row_of(s: HistorySpan) -> tuple[Any, ...]:
     return (s.cluster, s.instance_id, iso(s.audit_time), s.audit_id, s.last_audit_id, iso(s.through), s.audits,
             s.mode, s.verdict, s.xid_status, _xids_json(s.xids), _times_json(s.reboots),
-            iso(s.launch_time) if s.launch_time else None, s.gaps)
+            iso(s.launch_time) if s.launch_time else None, s.gaps, s.closed)
 
 
 def _span_from(row: dict[str, Any]) -> HistorySpan:
@@ -165,7 +169,7 @@ def _span_from(row: dict[str, Any]) -> HistorySpan:
                        verdict=row["verdict"] or None, xid_status=row["xid_status"], xids=_xids_from(row["xids"]),
                        reboots=_times_from(row["reboots"]),
                        launch_time=parse_time(row["launch_time"]) if row["launch_time"] else None,
-                       gaps=int(row["gaps"]))
+                       gaps=int(row["gaps"]), closed=row["closed"] or None)
 
 
 # --------------------------------------------------------------------------- DynamoDB (deployed)
@@ -260,6 +264,8 @@ def history_item(s: HistorySpan, expires: str) -> dict[str, Any]:
         item["reboots"] = {"S": _times_json(s.reboots)}
     if s.launch_time:
         item["launch_time"] = {"S": iso(s.launch_time)}
+    if s.closed:
+        item["closed"] = {"S": s.closed}
     return item
 
 
@@ -275,7 +281,7 @@ def _span_of_item(cluster: str, instance_id: str, item: dict[str, Any]) -> Histo
                        xid_status=item["xid_status"]["S"], xids=_xids_from(text("xids") or "[]"),
                        reboots=_times_from(text("reboots") or "[]"),
                        launch_time=parse_time(lt) if (lt := text("launch_time")) else None,
-                       gaps=int(item["gaps"]["N"]))
+                       gaps=int(item["gaps"]["N"]), closed=text("closed"))
 
 
 # --------------------------------------------------------------------------- in the pipeline
@@ -290,6 +296,18 @@ def read_into(store: HistoryStore, evidence: Evidence, lookback_days: int) -> Ev
     except HistoryUnreadable as exc:
         return evidence.model_copy(update={"gaps": [*evidence.gaps, exc.gap], "history": None})
     return evidence.model_copy(update={"history": read})
+
+
+def close_gone_cluster(store: HistoryStore, cluster: str, now: datetime, lookback_days: int,
+                       retention_days: int) -> int:
+    """The cluster no longer exists: every node it had in the look-back gets a closing span (CLUSTER_GONE) instead
+    of its last verdict standing frozen. Returns how many nodes were closed; 0 when the history knew the cluster
+    not (a name never audited is only an unknown cluster)."""
+    read = store.read(cluster, None, now - timedelta(days=lookback_days), now)
+    closing = closed_out(read, f"gone-{iso(now)}", now, CLUSTER_GONE)
+    if closing:
+        store.write(closing, retention_days, now)
+    return len(closing)
 
 
 def record(store: HistoryStore, result: Result, evidence: Evidence, retention_days: int) -> int:

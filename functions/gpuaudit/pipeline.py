@@ -34,9 +34,9 @@ from gpuaudit.collectors.logs import (
 from gpuaudit.collectors.query_budget import QuerySlots
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
-from gpuaudit.history import HistoryUnreadable, read_into, record
+from gpuaudit.history import HistoryUnreadable, close_gone_cluster, read_into, record
 from gpuaudit.model.evidence import AuditRequest, ClusterInfo, Evidence, Gap, KubeNode, NodeInfo
-from gpuaudit.model.history import DEFAULT_LOOKBACK_DAYS, HistoryStore
+from gpuaudit.model.history import CLUSTER_GONE, DEFAULT_LOOKBACK_DAYS, HistoryStore
 from gpuaudit.model.result import Result
 from gpuaudit.progress import ProgressHook, Silent
 from gpuaudit.report.markdown import finalize
@@ -188,10 +188,32 @@ def record_history(store: HistoryStore | None, result: Result, evidence: Evidenc
     return result
 
 
+def _closed_if_gone(unknown: UnknownCluster, history: HistoryStore | None, request: AuditRequest, now: datetime,
+                    lookback_days: int) -> UnknownCluster:
+    """A cluster the history knows but the account no longer has was deleted between runs: its nodes' standing
+    verdicts are closed in the history with the reason, and the error says so. A name never audited stays only
+    an unknown cluster."""
+    if history is None or request.instance_ids or request.eks_cluster:
+        return unknown
+    try:
+        closed = close_gone_cluster(history, request.cluster, now, lookback_days, RETENTION_DAYS)
+    except HistoryUnreadable as exc:
+        return UnknownCluster(f"{unknown}; its standing verdicts could not be closed in the history: "
+                              f"{exc.gap.prose()}")
+    if not closed:
+        return unknown
+    return UnknownCluster(f"{unknown}; the history knew it: the standing verdicts of its {closed} node(s) are "
+                          f"closed there ({CLUSTER_GONE})")
+
+
 def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None,
               coverage_cache: CoverageCache | None = None, history: HistoryStore | None = None,
               lookback_days: int = DEFAULT_LOOKBACK_DAYS, progress: ProgressHook | None = None) -> Result:
-    evidence = read_history(history, collect(aws, request, coverage_cache, progress), lookback_days)
+    try:
+        collected = collect(aws, request, coverage_cache, progress)
+    except UnknownCluster as unknown:
+        raise _closed_if_gone(unknown, history, request, aws.clock(), lookback_days) from None
+    evidence = read_history(history, collected, lookback_days)
     (progress or Silent()).phase("judging", nodes=len(evidence.nodes))
     result = judge(evidence, config or JudgeConfig.from_request(request), generated_at=aws.clock())
     return finalize(record_history(history, result, evidence), evidence)

@@ -56,13 +56,15 @@ class HistorySpan(Frozen):
     reboots: list[datetime] = Field(default_factory=list)
     launch_time: datetime | None = None
     gaps: int = 0  # visibility gaps of the audit (an audit of the same window with fewer gaps supersedes it)
+    # Why the node's standing verdict ended without a new one (CLUSTER_GONE): a closing span, never extended.
+    closed: str | None = None
 
     def quiet(self) -> bool:
         return not self.xids and not self.reboots
 
     def same_state(self, other: HistorySpan) -> bool:
-        return (self.verdict, self.xid_status, self.launch_time, self.mode) == (
-            other.verdict, other.xid_status, other.launch_time, other.mode)
+        return (self.verdict, self.xid_status, self.launch_time, self.mode, self.closed) == (
+            other.verdict, other.xid_status, other.launch_time, other.mode, other.closed)
 
 
 class HistoryRead(Frozen):
@@ -111,6 +113,18 @@ def merged(entries: Sequence[HistorySpan], latest: Mapping[str, HistorySpan]) ->
         else:
             out.append(entry)
     return out
+
+
+CLUSTER_GONE = "cluster no longer exists"
+
+
+def closed_out(read: HistoryRead, audit_id: str, now: datetime, reason: str) -> list[HistorySpan]:
+    """A closing span per node whose latest span still stands: no verdict, nothing observed, and the reason, so the
+    history ends the node's verdict instead of leaving its last one frozen as if it were still true."""
+    return [HistorySpan(cluster=last.cluster, instance_id=iid, audit_id=audit_id, audit_time=now,
+                        last_audit_id=audit_id, through=now, mode=last.mode, verdict=None,
+                        xid_status="Not observable", closed=reason)
+            for iid, last in sorted(latest_spans(read).items()) if last.closed is None and last.through < now]
 
 
 def latest_spans(read: HistoryRead | None) -> dict[str, HistorySpan]:

@@ -42,12 +42,19 @@ def _changes(spans: list[HistorySpan]) -> int:
     return sum(1 for a, b in zip(spans, spans[1:], strict=False) if a.verdict != b.verdict)
 
 
+def verdict_text(span: HistorySpan) -> str:
+    """A span's verdict as the history shows it; a closing span says why the verdict ended."""
+    return f"closed: {span.closed}" if span.closed else span.verdict or "none"
+
+
 def summary_line(spans: list[HistorySpan]) -> str:
     audits = sum(s.audits for s in spans)
     xids = sum(len(s.xids) for s in spans)
     reboots = len({r for s in spans for r in s.reboots})
     return (f"{audits} audit(s) in {len(spans)} span(s); verdict changes {_changes(spans)}; hardware signals {xids}; "
-            f"reboots {reboots}; latest verdict {spans[-1].verdict or 'none'} ({spans[-1].xid_status})")
+            f"reboots {reboots}; latest verdict "
+            + (f"closed: {spans[-1].closed}" if spans[-1].closed else
+               f"{spans[-1].verdict or 'none'} ({spans[-1].xid_status})"))
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -65,7 +72,7 @@ def render_markdown(read: HistoryRead, cluster: str) -> str:
                   "|---|---|---|---|---|---|---|---|---|"]
         for s in spans:
             lines.append(f"| {iso(s.audit_time)} | {iso(s.through)} | {s.audits} | {md_cell(s.mode)} | "
-                         f"{md_cell(s.verdict or 'none')} | {md_cell(s.xid_status)} | "
+                         f"{md_cell(verdict_text(s))} | {md_cell(s.xid_status)} | "
                          f"{md_cell('; '.join(_signal(x) for x in s.xids))} | "
                          f"{md_cell(', '.join(iso(r) for r in s.reboots))} | {md_code(s.audit_id)}"
                          + (f" … {md_code(s.last_audit_id)}" if s.last_audit_id != s.audit_id else "") + " |")
@@ -160,7 +167,7 @@ def render_html(read: HistoryRead, cluster: str) -> str:
     for iid, spans in nodes.items():
         rows = "".join(
             f"<tr><td>{_e(iso(s.audit_time))}</td><td>{_e(iso(s.through))}</td><td>{s.audits}</td>"
-            f"<td>{_e(s.mode)}</td><td>{_e(s.verdict or 'none')}</td><td>{_e(s.xid_status)}</td>"
+            f"<td>{_e(s.mode)}</td><td>{_e(verdict_text(s))}</td><td>{_e(s.xid_status)}</td>"
             f"<td>{_e('; '.join(_signal(x) for x in s.xids)) or '—'}</td>"
             f"<td>{_e(', '.join(iso(r) for r in s.reboots)) or '—'}</td><td><code>{_e(s.audit_id)}</code></td></tr>"
             for s in spans)
