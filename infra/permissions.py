@@ -43,6 +43,8 @@ AUDIT_READS: dict[str, Scope] = {
     "events:ListRules": "*",
     "servicequotas:GetServiceQuota": "*",
     "servicequotas:ListServiceQuotas": "*",
+    # An unknown cluster name is answered with the region's clusters ("did you mean"): one ListClusters page.
+    "sagemaker:ListClusters": "*",
 }
 
 # Reads of the Plan function (handlers/targets.py): cluster discovery and Capacity Block lookup.
