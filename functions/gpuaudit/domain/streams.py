@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS
 from gpuaudit.domain.nccl import line_host
 from gpuaudit.model.evidence import NodeInfo
 
@@ -52,6 +53,14 @@ def stream_node_ids(stream: str, nodes: Iterable[NodeInfo] | NodeIndex) -> list[
         return matched
     candidates = sorted({at for token in _TOKEN.findall(stream) for at in index.by_label.get(token, ())})
     return [index.dns[at][0] for at in candidates if _names_host(stream, index.dns[at][1])]
+
+
+def status_line_node_ids(stream: str, message: str, nodes: NodeIndex) -> list[str]:
+    """A HyperPod status stream whose name names no node (`DeepHealthCheckResults/<log_stream_id>`): the nodes its
+    line names by instance ID, the instance the deep health check reports on (RULES §5.3)."""
+    if not stream.startswith(HYPERPOD_STATUS_STREAMS):
+        return []
+    return sorted(i for i in set(INSTANCE_ID.findall(message)) if i in nodes.ids)
 
 
 def nccl_host_node_ids(message: str, nodes: NodeIndex) -> list[str]:

@@ -22,6 +22,7 @@ from gpuaudit.domain.streams import (
 )
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.rules.nodes import agent_live
 
 HARDWARE_WORDS = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
 NO_ERRORS = "No GPU errors"
@@ -57,8 +58,10 @@ def claims_rest_on_reads(result: Result, evidence: Evidence) -> list[str]:
             broken.append(f"{n.instance_id} Measured with no Measured coverage row")
         if n.xid_status == "No HMA detections" and evidence.hma_streams is None:
             broken.append(f"{n.instance_id} No HMA detections although the HMA streams were not listed")
-        if n.verdict == "LEAVE ALONE" and n.xid_status == "Not observable":
-            broken.append(f"{n.instance_id} LEAVE ALONE on Not observable coverage")
+        if n.verdict == "LEAVE ALONE" and n.xid_status == "Not observable" and not agent_live(
+                n.instance_id, evidence, result.window.start, result.window.end):
+            # RULES §7 precedence: only the node's own live health-agent stream lets LEAVE ALONE stand on a gap
+            broken.append(f"{n.instance_id} LEAVE ALONE on Not observable coverage with no live health-agent stream")
     return broken
 
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
-from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, stream_node_ids
+from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, status_line_node_ids, stream_node_ids
 from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded
 from gpuaudit.model.evidence import Evidence, GpuLine, NodeInfo
@@ -32,12 +32,13 @@ from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import findings as finding_rules
 from gpuaudit.rules import preflight as preflight_rules
+from gpuaudit.rules.acted import already_done, replacements
 from gpuaudit.rules.bootstrap import BootstrapFailure, bootstrap_failure, host_ip
 from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.control_plane import ControlLog, control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.history import Memory, audit_id
-from gpuaudit.rules.nodes import ParsedLine, assess_node, parse_lines
+from gpuaudit.rules.nodes import DIRECT_CHECK, ParsedLine, assess_node, parse_lines, reboot_times
 from gpuaudit.rules.onset import failure_onset
 from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
 
@@ -95,34 +96,16 @@ def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
     return min(starts) if starts else fallback
 
 
-REPLACEMENT_WITHIN = timedelta(hours=6)  # a replacement launches minutes to hours after the old node stops
-
-
 def with_replacements(nodes: list[NodeResult], evidence: Evidence) -> list[NodeResult]:
     """HyperPod gives a replaced node a new instance ID (RULES §5.7): a node found only by its streams (no longer
     listed) is named beside the node of the same group that launched next after its last line, as a likely
     replacement (a hypothesis from group and time, said so); its detections still count for the window."""
-    if not evidence.cluster.kind.startswith("hyperpod"):
-        return nodes
-    launched = {n.instance_id: n.launch_time for n in evidence.nodes if n.launch_time and n.discovered_by == "api"}
-    taken: set[str] = set()
     notes: dict[str, str] = {}
-    for old in sorted((n for n in nodes if n.discovered_by == "log-streams"), key=lambda n: n.instance_id):
-        last = max((c.last_event for c in old.coverage if c.last_event), default=None)
-        if last is None:
-            continue
-        later = sorted((t, n.instance_id) for n in nodes if n.instance_group == old.instance_group
-                       and n.instance_id not in taken and (t := launched.get(n.instance_id)) is not None
-                       and last <= t <= last + REPLACEMENT_WITHIN)
-        if not later:
-            continue
-        when, new = later[0]
-        taken.add(new)
-        gap = int((when - last).total_seconds() // 60)
-        notes[old.instance_id] = (f"no longer listed by the cluster; likely replaced by {new} (group "
-                                  f"{old.instance_group or '—'}, launched {iso(when)}, {gap} min after this node's "
-                                  "last line; matched by group and time)")
-        notes[new] = f"likely the replacement of {old.instance_id}, whose detections still count for the window"
+    for old, r in replacements(nodes, evidence).items():
+        group = next((n.instance_group for n in nodes if n.instance_id == old), None)
+        notes[old] = (f"no longer listed by the cluster; likely replaced by {r.new} (group {group or '—'}, launched "
+                      f"{iso(r.launched)}, {r.minutes_after} min after this node's last line; matched by group and time)")
+        notes[r.new] = f"likely the replacement of {old}, whose detections still count for the window"
     return [n.model_copy(update={"service_action": "; ".join(x for x in (notes[n.instance_id], n.service_action) if x)})
             if n.instance_id in notes else n for n in nodes]
 
@@ -166,7 +149,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     unassigned = []
     for p in parsed:
         # An NCCL line names its own host: a job's stdout gathers every rank's lines in one stream
-        owners = nccl_host_node_ids(p.line.message, node_index) or stream_node_ids(p.line.log_stream, node_index)
+        owners = (nccl_host_node_ids(p.line.message, node_index) or stream_node_ids(p.line.log_stream, node_index)
+                  or status_line_node_ids(p.line.log_stream, p.line.message, node_index))
         for iid in owners:
             lines_by_node[iid].append(p)
         if not owners:
@@ -316,23 +300,44 @@ def coverage_gaps(j: Judged) -> list[str]:
 
 def node_actions(j: Judged) -> list[str]:
     actions = []
+    replaced = replacements(j.nodes, j.evidence)
+    infos = {i.instance_id: i for i in j.evidence.nodes}
     for n in j.nodes:
         routing = j.routings.get(n.instance_id)
-        if n.verdict == "REPLACE":
+        info = infos.get(n.instance_id)
+        done = already_done(n, j.evidence, replaced, reboot_times(info, j.evidence, j.lines_by_node.get(
+            n.instance_id, [])) if info else []) if n.verdict in ("REPLACE", "REBOOT") else None
+        if done is not None and (done.kind == "replaced" or n.verdict == "REBOOT"):
+            # RULES §7: what was already done is not asked again; say it, and what to check now
+            actions.append(f"{n.instance_id}: {done.said}; no command to run again — {done.check}")
+        elif n.verdict == "REPLACE":
             actions.append(f"Replace {n.instance_id}: " + _replace_step(j.evidence, n))
         elif n.verdict == "REBOOT":
             actions.append(f"Reboot {n.instance_id}: " + _reboot_step(j.evidence, n))
         elif n.verdict == "LEAVE ALONE" and routing is not None:
-            who = f" (process {routing.process}, PID {routing.pid})" if routing.process else ""
-            actions.append(f"Leave {n.instance_id} in service; hand the Xid {routing.cause_code}{who} to the "
-                           f"application owner" + (f"; {routing.action_text}" if routing.action_text else ""))
+            unproven = "kernel-log coverage not proven" in (n.verdict_evidence or "")
+            actions.append(f"Leave {n.instance_id} in service; {_hand_off(routing)}"
+                           + (f"; {routing.action_text}" if routing.action_text else "")
+                           + (f"; kernel-log coverage not proven: check the node directly ({DIRECT_CHECK})"
+                              if unproven else ""))
         elif n.verdict == "MONITOR" and routing is not None and routing.deciding_check:
             actions.append(f"On {n.instance_id}, run `{routing.deciding_check.split(':')[0]}` before any "
                            "reboot or replacement")
         elif n.verdict == "NOT OBSERVABLE":
+            # RULES §7: the application reading and its hand-off are still stated beside the gap
+            app = routing is not None and routing.verdict == "LEAVE ALONE"
             actions.append(f"On {n.instance_id}: `dmesg -T | grep -i nvrm` and `journalctl -k | grep -i xid`; "
-                           "then fix kernel log shipping for this node")
+                           "then fix kernel log shipping for this node"
+                           + (f"; meanwhile {_hand_off(routing)}" if app and routing is not None else ""))
     return actions
+
+
+def _hand_off(routing: NodeRouting) -> str:
+    """RULES §7: the process name and PID the Xid names go to the application owner (whichever the line names)."""
+    named = [f"process {routing.process}" if routing.process else "",
+             f"PID {routing.pid}" if routing.pid is not None else ""]
+    who = ", ".join(x for x in named if x)
+    return f"hand the Xid {routing.cause_code}" + (f" ({who})" if who else "") + " to the application owner"
 
 
 def _replace_step(evidence: Evidence, n: NodeResult) -> str:

@@ -150,13 +150,63 @@ def nccl_transports(lines: Sequence[ParsedLine], profile: CapabilityProfile | No
             for u in transports(found, node_fabric(profile))]
 
 
-def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated: bool) -> tuple[Verdict | None, str | None]:
+DIRECT_CHECK = "`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`"
+
+
+def agent_live(instance_id: str, evidence: Evidence, start: datetime, end: datetime) -> str | None:
+    """Was the node's own health-agent stream live in the window (RULES §4: a node's own HMA stream with a line
+    inside the padded window is live; §7 precedence)? Said with the stream it rests on; None when not shown.
+    Read from the per-stream summary over the padded window, else a detection line of the node inside the window,
+    else an EKS node-health condition of the node that changed inside the window."""
+    own = f"/{instance_id}"
+    for a in evidence.stream_activity:
+        if a.log_group == evidence.hma_log_group and a.log_stream.startswith(HMA_PREFIX) \
+                and a.log_stream.endswith(own) and a.lines > 0:
+            last = f", last {iso(a.last_event)}" if a.last_event else ""
+            return (f"the node's own health-agent stream {a.log_group} / {a.log_stream} was live in the window "
+                    f"({a.lines} line(s) in the padded window{last})")
+    seen = [g for g in evidence.gpu_lines if g.log_stream.startswith(HMA_PREFIX) and g.log_stream.endswith(own)
+            and start <= g.time <= end]
+    if seen:
+        return (f"the node's own health-agent stream {seen[-1].log_group} / {seen[-1].log_stream} was live in the "
+                f"window (a detection at {iso(seen[-1].time)})")
+    kube = next((k for k in evidence.kube_nodes or [] if instance_id in (k.instance_id, k.name)), None)
+    changed = [c for c in (kube.conditions if kube else []) if c.last_transition and start <= c.last_transition <= end]
+    if kube is not None and changed:
+        return (f"the EKS node {kube.name}'s health conditions were live in the window ({changed[-1].type} changed at "
+                f"{iso(changed[-1].last_transition or end)})")
+    return None
+
+
+def kernel_gap(coverage: NodeCoverage) -> str | None:
+    """The node's kernel-log coverage when none of it is Measured (None when a kernel source proves it)."""
+    kernel = [r for r in coverage.rows if r.source_kind == "kernel" and r.log_group.startswith("/")]
+    if any(r.status == "Measured" for r in kernel):
+        return None
+    if not kernel:
+        return "no kernel-log source names this node (HyperPod does not ship the kernel log)"
+    return "; ".join(f"{r.log_group} / {r.log_stream or 'no stream'}: {r.status}" for r in kernel)
+
+
+def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated: bool,
+                live: str | None = None) -> tuple[Verdict | None, str | None]:
+    """The node's one verdict (RULES §7) with its precedence: a hardware bar met on what was read wins over a
+    coverage gap; LEAVE ALONE on what was read stands when the node's own health-agent stream was live (`live`),
+    with the kernel-coverage gap stated and the direct check named; with nothing from the node live, NOT OBSERVABLE,
+    still stating the application reading (the hand-off to its owner is in the actions)."""
     blind = coverage.xid_status == "Not observable" and accelerated
-    if routing is not None and routing.verdict == "LEAVE ALONE" and blind:
-        # LEAVE ALONE claims there is no hardware-class Xid: on unproven coverage that was never read.
-        return "NOT OBSERVABLE", (f"{routing.verdict_evidence} — but coverage could not be proven, so a hardware-class "
-                                  "Xid cannot be ruled out: check the node directly (`dmesg -T | grep -i nvrm`) "
-                                  "before leaving it alone")
+    if routing is not None and routing.verdict == "LEAVE ALONE":
+        gap = kernel_gap(coverage) if accelerated else None
+        if blind and live is None:
+            # LEAVE ALONE claims there is no hardware-class Xid: on unproven coverage that was never read.
+            return "NOT OBSERVABLE", (f"{routing.verdict_evidence} — but coverage could not be proven and nothing from "
+                                      "the node was live in the window, so a hardware-class Xid cannot be ruled out: "
+                                      f"check the node directly ({DIRECT_CHECK}) before leaving it alone")
+        if gap is not None:
+            agent = f"; {live}" if live else ""
+            return "LEAVE ALONE", (f"{routing.verdict_evidence}{agent}; kernel-log coverage not proven ({gap}): a "
+                                   "hardware-class Xid the agent does not report cannot be ruled out — check the node "
+                                   f"directly ({DIRECT_CHECK})")
     if routing is not None and routing.verdict is not None:
         return routing.verdict, routing.verdict_evidence
     if routing is not None and routing.hypothesis:
@@ -168,7 +218,7 @@ def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated
     if blind:
         where = "; ".join(f"{r.log_group} / {r.log_stream or 'no stream'}: {r.status}" for r in coverage.rows)
         return "NOT OBSERVABLE", (f"GPU error coverage could not be proven ({where}); check the node directly "
-                                  "(`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`) and fix log shipping")
+                                  f"({DIRECT_CHECK}) and fix log shipping")
     return None, None
 
 
@@ -256,6 +306,8 @@ def memory_signal_routing(lines: Sequence[ParsedLine], reboots: Sequence[datetim
 # The health agent's own word (RULES §7): a detection that asks to replace or reboot the node is that verdict.
 HMA_REPLACE = ("NvidiaErrorTerminate",)
 HMA_REBOOT = ("NvidiaErrorReboot",)
+# A failed deep health check, as HyperPod writes it in `DeepHealthCheckResults/…` (and lifecycle logs quote it).
+FAULTY_INSTANCE = re.compile(r"Encountered FaultyInstance\.?\s*Replace the Instance", re.IGNORECASE)
 
 
 def hma_asks(d: HmaDetection) -> Verdict | None:
@@ -271,48 +323,74 @@ def hma_asks(d: HmaDetection) -> Verdict | None:
     return None
 
 
-def hma_routing(lines: Sequence[ParsedLine], end: datetime, routing: NodeRouting | None) -> NodeRouting | None:
-    """The strongest health-agent detection that asks for a node action, when it asks for more than the Xids
-    do: a detection whose reason is XidHardwareFailure, condition NvidiaErrorTerminate or message "Please Replace
-    the Faulty Node" is a REPLACE even when no Xid line carries it."""
+@dataclass(frozen=True)
+class ServiceWord:
+    """What one of the service's own log lines asks for the node (RULES §7 precedence: the service's word counts
+    as read), in the service's words."""
+
+    verdict: Verdict
+    said: str  # what the service wrote, named as it writes it
+    source: str  # whose word: the health agent, the deep health check
+
+
+def service_says(p: ParsedLine) -> ServiceWord | None:
+    """The one reader of the service's own word in a log line: an HMA detection asking for a node action, or a
+    deep health check reporting a faulty instance (in its results stream or quoted by a lifecycle log)."""
+    if p.hma is not None:
+        asked = hma_asks(p.hma)
+        if asked is None:
+            return None
+        said = f"HealthMonitoringAgentDetectionEvent: {p.hma.words}" + (f": {p.hma.message[:200]}" if p.hma.message
+                                                                          else "")
+        return ServiceWord(asked, said, "the health agent's own recommendation")
+    if FAULTY_INSTANCE.search(p.line.message):
+        return ServiceWord("REPLACE", f"deep health check failed: `{p.line.message.strip()[:240]}`",
+                           "a failed deep health check")
+    return None
+
+
+def service_routing(lines: Sequence[ParsedLine], end: datetime, routing: NodeRouting | None) -> NodeRouting | None:
+    """The strongest line of the service's own word that asks for a node action, when it asks for more than the
+    Xids do: an HMA detection whose condition is NvidiaErrorTerminate or whose recommendation says "Please Replace
+    the Faulty Node", or a failed deep health check, is a REPLACE even when no Xid line carries it."""
     best: NodeRouting | None = None
     for p in lines:
-        if p.hma is None or p.line.time > end:
+        if p.line.time > end or (word := service_says(p)) is None:
             continue
-        asked = hma_asks(p.hma)
-        if asked is None or (best is not None and STRENGTH[best.verdict] >= STRENGTH[asked]):
+        if best is not None and STRENGTH[best.verdict] >= STRENGTH[word.verdict]:
             continue
         best = NodeRouting(
-            verdict=asked, hardware=True,
-            verdict_evidence=(f"HealthMonitoringAgentDetectionEvent at {iso(p.line.time)} in {p.line.log_group} / "
-                              f"{p.line.log_stream}: {p.hma.words}"
-                              + (f": {p.hma.message[:200]}" if p.hma.message else "")
-                              + f" → {asked} (the health agent's own recommendation, RULES §7)"))
+            verdict=word.verdict, hardware=True,
+            verdict_evidence=(f"{word.said} at {iso(p.line.time)} in {p.line.log_group} / {p.line.log_stream} → "
+                              f"{word.verdict} ({word.source}, RULES §7)"))
     if best is None or (routing is not None and STRENGTH[routing.verdict] >= STRENGTH[best.verdict]):
         return routing
     return best
 
 
-def hma_rows(lines: Sequence[ParsedLine], start: datetime, end: datetime) -> list[GpuError]:
-    """Detections asking for a node action without an Xid line are GPU error rows too (no code), named as the
-    agent writes them, so the verdict they decide shows the line it rests on."""
+def service_rows(lines: Sequence[ParsedLine], start: datetime, end: datetime) -> list[GpuError]:
+    """Lines of the service's own word asking for a node action without an Xid line are GPU error rows too (no
+    code), named as the service writes them, so the verdict they decide shows the line it rests on."""
     rows = []
     for p in lines:
-        if p.hma is None or p.xid is not None or not (start <= p.line.time <= end) or hma_asks(p.hma) is None:
+        if p.xid is not None or not (start <= p.line.time <= end) or (word := service_says(p)) is None:
             continue
         rows.append(GpuError(time=p.line.time, last_time=p.line.time, code=None, class_="hardware",
                              log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.line.message,
-                             count=1, source="hma", hma_reason=p.hma.reason,
-                             meaning=f"HealthMonitoringAgentDetectionEvent: {p.hma.words}"))
+                             count=1, source="hma" if p.hma else "kernel", hma_reason=p.hma.reason if p.hma else None,
+                             meaning=word.said if p.hma else f"{word.source} (RULES §7)"))
     return rows
 
 
-# RULES §7: the HyperPod health agent's verdict as the EKS node label states it.
+# RULES §7: HyperPod's own verdict as the EKS node labels state it (the AWS label names, and the values that ask for
+# a node action): node health, and a failed deep health check.
 HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
-HEALTH_LABELS = ("sagemaker.amazonaws.com/node-health-status", "sagemaker.amazonaws.com/deep-health-check-status",
-                 "sagemaker.amazonaws.com/fault-type", "sagemaker.amazonaws.com/fault-reason")
-LABEL_VERDICT: dict[str, Verdict] = {"UnschedulablePendingReplacement": "REPLACE",
-                                     "UnschedulablePendingReboot": "REBOOT"}
+DEEP_HEALTH_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
+HEALTH_LABELS = (HEALTH_LABEL, DEEP_HEALTH_LABEL, "sagemaker.amazonaws.com/fault-type",
+                 "sagemaker.amazonaws.com/fault-reason")
+LABEL_VERDICT: dict[tuple[str, str], Verdict] = {(HEALTH_LABEL, "UnschedulablePendingReplacement"): "REPLACE",
+                                                 (HEALTH_LABEL, "UnschedulablePendingReboot"): "REBOOT",
+                                                 (DEEP_HEALTH_LABEL, "Failed"): "REPLACE"}
 
 
 def kube_node_of(node: NodeInfo, evidence: Evidence) -> KubeNode | None:
@@ -330,26 +408,34 @@ def kube_text(k: KubeNode) -> str:
     return "; ".join(parts)
 
 
+def labels_asking(k: KubeNode | None) -> list[tuple[str, Verdict]]:
+    """The node's labels that ask for a node action, as `name=value`, strongest first."""
+    asked = [(f"{name}={value}", verdict) for (name, value), verdict in LABEL_VERDICT.items()
+             if k is not None and k.labels.get(name) == value]
+    return sorted(asked, key=lambda a: -STRENGTH[a[1]])
+
+
 def kube_routing(k: KubeNode | None, routing: NodeRouting | None) -> NodeRouting | None:
     """A label that asks for REPLACE or REBOOT is that verdict (RULES §7) when it asks for more than the logs."""
-    asked = LABEL_VERDICT.get(k.labels.get(HEALTH_LABEL, "")) if k else None
-    if k is None or asked is None or (routing is not None and STRENGTH[routing.verdict] >= STRENGTH[asked]):
+    asked = labels_asking(k)
+    if k is None or not asked or (routing is not None and STRENGTH[routing.verdict] >= STRENGTH[asked[0][1]]):
         return routing
-    return NodeRouting(verdict=asked, hardware=True,
-                       verdict_evidence=f"Kubernetes {k.name}: label {HEALTH_LABEL}={k.labels[HEALTH_LABEL]} → "
-                                        f"{asked} (the health agent's verdict on the EKS node, RULES §7)")
+    label, verdict = asked[0]
+    return NodeRouting(verdict=verdict, hardware=True,
+                       verdict_evidence=f"Kubernetes {k.name}: label {label} → {verdict} (HyperPod's own verdict on "
+                                        "the EKS node, RULES §7)")
 
 
 def kube_rows(k: KubeNode | None, evidence: Evidence) -> list[GpuError]:
     """A label asking for REPLACE/REBOOT is a row of the GPU errors table (no code), so the verdict shows it."""
-    label = k.labels.get(HEALTH_LABEL, "") if k else ""
-    if k is None or label not in LABEL_VERDICT:
+    if k is None:
         return []
     changed = [c.last_transition for c in k.conditions if c.last_transition]
     return [GpuError(time=max(changed) if changed else evidence.now, code=None, class_="hardware",
                      log_group=f"kubernetes {evidence.cluster.eks_cluster}", log_stream=f"node/{k.name}",
-                     message=f"{HEALTH_LABEL}={label}", source="hma",
-                     meaning="node health label set by the HyperPod health agent on the EKS node (RULES §7)")]
+                     message=label, source="hma",
+                     meaning="node label set by HyperPod on the EKS node (RULES §7)")
+            for label, _verdict in labels_asking(k)]
 
 
 def kube_disagreement(k: KubeNode | None, verdict: Verdict | None) -> str | None:
@@ -357,12 +443,13 @@ def kube_disagreement(k: KubeNode | None, verdict: Verdict | None) -> str | None
     if k is None:
         return None
     label = k.labels.get(HEALTH_LABEL)
-    labelled = LABEL_VERDICT.get(label or "")
+    asked = labels_asking(k)
+    labelled = asked[0][1] if asked else None
     if verdict in ("REPLACE", "REBOOT") and labelled is None:
         return (f"the EKS node {k.name} is labelled {HEALTH_LABEL}={label or '(absent)'}: the node's own health "
                 "status does not ask for it — the sources disagree")
     if labelled is not None and verdict not in (labelled, "REPLACE"):
-        return f"the EKS node {k.name} is labelled {label} while the logs give {verdict or 'no verdict'}"
+        return f"the EKS node {k.name} is labelled {asked[0][0]} while the logs give {verdict or 'no verdict'}"
     return None
 
 
@@ -428,7 +515,7 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     kube = kube_node_of(node, evidence)
     gpu_errors = sorted([*collapse(lines, overrides, window_start, window_end),
                          *memory_signal_rows(lines, window_start, window_end),
-                         *hma_rows(lines, window_start, window_end), *kube_rows(kube, evidence)],
+                         *service_rows(lines, window_start, window_end), *kube_rows(kube, evidence)],
                         key=lambda e: e.time)
     xids = node_xids(lines, window_end)
     reboots = reboot_times(node, evidence, lines)
@@ -437,7 +524,7 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
                                                                       else None),
                          sram_threshold=sram_threshold(lines, window_end)) if xids else None
     routing = memory_signal_routing(lines, reboots, routing)
-    routing = hma_routing(lines, window_end, routing)
+    routing = service_routing(lines, window_end, routing)
     routing = kube_routing(kube, routing)
     remembered = remember(node, memory or Memory("off"), routing, xids, _signal_times(lines, window_end), reboots,
                           overrides, accelerated)
@@ -445,7 +532,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     history_rows = remembered.rows if not any(e.class_ == "hardware" for e in gpu_errors) else []
     gpu_errors = sorted([*gpu_errors, *history_rows,
                          *deciding_rows(lines, routing, gpu_errors, overrides, window_start)], key=lambda e: e.time)
-    verdict, evidence_text = verdict_for(routing, coverage, accelerated)
+    verdict, evidence_text = verdict_for(routing, coverage, accelerated,
+                                         agent_live(node.instance_id, evidence, window_start, window_end))
     if (disagreement := kube_disagreement(kube, verdict)) is not None:
         evidence_text = f"{evidence_text}; {disagreement}" if evidence_text else disagreement
     efa = efa_text(node, profile, evidence.cluster.kind.startswith("hyperpod"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpuaudit.domain.kube_access import RBAC_MANIFEST, READER_GROUP
 from gpuaudit.model.result import Check, NodeResult
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.nodes import DEEP_HEALTH_LABEL
 from gpuaudit.rules.preflight.common import (
     Context,
     Part,
@@ -61,7 +62,6 @@ def p5(ctx: Context) -> Check:
     return combine("P5", parts + _deep_health_labels(ctx))
 
 
-DEEP_HEALTH_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
 
 
 def _deep_health_labels(ctx: Context) -> list[Part]:
