@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from gpuaudit.cli import app
 from gpuaudit.model.redaction import redact
-from gpuaudit.report.escape import QUOTE_LIMIT, md_code, md_inline
-from gpuaudit.sinks import alert_message
+from gpuaudit.report.alert import chatbot_payload
+from gpuaudit.report.escape import QUOTE_LIMIT, md_code, md_inline, visible
+from gpuaudit.sinks import Change, alert_message
 from tests.helpers.worlds import PClusterWorld, at
 
 ESC_TITLE = "\x1b]0;pwned\x07"
@@ -47,11 +48,13 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         assert out.exit_code == 0, out.output
         found[fmt] = out.stdout
     result = w.audit("evil", mode="incident", since=at(8), until=at(11))
-    found["alert"] = alert_message(result, [f"{result.nodes[0].instance_id}: new verdict {HOSTILE}"])
+    said = [Change(1, "REBOOT", f"new verdict {HOSTILE}", node=result.nodes[0].instance_id)]
+    found["alert"] = alert_message(result, said)
+    found["chatbot"] = json.loads(chatbot_payload(result, said, found["alert"]))["content"]["description"]
     return found
 
 
-@pytest.mark.parametrize("fmt", ["md", "json", "html", "alert"])
+@pytest.mark.parametrize("fmt", ["md", "json", "html", "alert", "chatbot"])
 def test_no_raw_control_character_reaches_any_output(outputs: dict[str, str], fmt: str) -> None:
     text = outputs[fmt] if fmt != "json" else json.dumps(json.loads(outputs[fmt]), ensure_ascii=False)
     assert not RAW_CONTROL.search(text.replace("\n", "").replace("\t", ""))
@@ -62,13 +65,24 @@ LIVE_LINK = re.compile(r"(?<!\\)\]\(javascript:", re.I)
 CELL_SPLIT = re.compile(r"(?<!\\)\|")
 
 
-@pytest.mark.parametrize("fmt", ["md", "html", "alert"])
+@pytest.mark.parametrize("fmt", ["md", "html"])
 def test_no_markup_from_the_account_is_live(outputs: dict[str, str], fmt: str) -> None:
     text = outputs[fmt]
     assert not LIVE_TAG.search(text), LIVE_TAG.search(text)
     if fmt != "html":  # in HTML a Markdown link is inert text
         assert not LIVE_LINK.search(text)
     assert "HOSTILE" not in text
+
+
+def test_the_alert_email_quotes_account_text_as_written_and_chatbot_shows_it_in_one_code_block(
+        outputs: dict[str, str]) -> None:
+    # Plain text (SNS email): no Markdown escape, so grepping the logs for the quoted text finds it; only the
+    # control characters are shown as \xNN
+    assert visible(HOSTILE) in outputs["alert"] and "\\|" not in outputs["alert"] and "\\<" not in outputs["alert"]
+    # Chatbot renders client-markdown: the text sits in one code block it cannot close, and mentions no one
+    block = outputs["chatbot"]
+    assert block.startswith("```\n") and block.endswith("\n```") and "```" not in block[4:-4]
+    assert visible(HOSTILE) in block
 
 
 def test_a_pipe_in_a_logged_line_adds_no_table_cell(outputs: dict[str, str]) -> None:
@@ -82,7 +96,7 @@ def test_a_pipe_in_a_logged_line_adds_no_table_cell(outputs: dict[str, str]) -> 
         assert cells == width, line
 
 
-@pytest.mark.parametrize("fmt", ["md", "json", "html", "alert"])
+@pytest.mark.parametrize("fmt", ["md", "json", "html", "alert", "chatbot"])
 def test_no_account_id_in_any_form(outputs: dict[str, str], fmt: str) -> None:
     text = outputs[fmt]
     for form in ("444455556666", "1111-2222-3333"):

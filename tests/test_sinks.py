@@ -27,6 +27,7 @@ from gpuaudit.model.history import FLAPPING
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
+from gpuaudit.report import alert
 from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, latest_nodes, read_gaps, write_and_alert
 
 TABLE = "gpuaudit-findings"
@@ -107,8 +108,16 @@ def test_first_write_of_a_not_observable_gpu_node_publishes_an_alert(sinks: Sink
     assert any(c.startswith(f"{iid}: new verdict NOT OBSERVABLE") for c in outcome.changes)
     (sent,) = sinks.published()
     body = json.loads(sent["message"])
-    assert iid in body["default"]
-    assert json.loads(body["chatbot"])["content"]["description"] == body["default"]
+    # one line per node, leading with its verdict; the subject counts the kinds of change and names the mode
+    lead = f"NOT OBSERVABLE {iid}: coverage Not observable; new verdict NOT OBSERVABLE — "
+    assert [line for line in body["default"].split("\n") if line.startswith("- ") and iid in line] == [
+        f"- {lead}" + alert.cut(node_of(result, iid).verdict_evidence, 240 - len(lead))]
+    assert body["default"].split("\n")[0] == "Changes: 1 NOT OBSERVABLE"
+    assert sent["subject"] == "llm-pretrain: 1 NOT OBSERVABLE (coverage)"
+    chatbot = json.loads(body["chatbot"])
+    assert chatbot["content"]["description"] == "```\n" + body["default"].split("\n", 1)[1].strip("\n") + "\n```"
+    assert chatbot["metadata"]["summary"] == "Changes: 1 NOT OBSERVABLE"
+    assert chatbot["id"] == outcome.attributes["dedup_key"]["StringValue"]
     keys = {(i["pk"]["S"], i["sk"]["S"]) for i in sinks.items()}
     assert (f"AUDIT#{result.audit_id}", "SUMMARY") in keys
     assert (f"AUDIT#{result.audit_id}", f"NODE#{iid}") in keys
@@ -470,7 +479,7 @@ def test_a_self_contradicting_result_alerts_first_and_does_not_become_the_state_
     # Then the alert leads with the self-check, still lists the change, and the trusted state is kept
     assert outcome.published and outcome.changes[0].startswith("SELF-CHECK FAILED (1 invariant(s) broken")
     assert f"{GPU}: coverage lost (Measured → Not observable)" in outcome.changes
-    assert json.loads(sinks.published()[0]["message"])["default"].split("\n")[3].startswith("- SELF-CHECK FAILED")
+    assert json.loads(sinks.published()[0]["message"])["default"].split("\n")[4].startswith("- SELF-CHECK FAILED")
     assert sinks.latest()[f"NODE#{GPU}"]["xid_status"] == "Measured"
     # the same contradiction in the next audit is not said again
     again = audit_to(12, blind=True).model_copy(update={"invariants_broken": broken.invariants_broken})
@@ -488,13 +497,20 @@ def test_the_alert_leads_with_the_worst_change_and_stays_bounded_at_ten_thousand
     blind[-1] = blind[-1].model_copy(update={"verdict": "REPLACE", "verdict_evidence": "Xid 64 on PCI 0000:53:00"})
     later = base.model_copy(update={"nodes": blind, "audit_id": "later"})
 
-    changes = compare(later, previous).changes
-    text = alert_message(later, changes, "s3://bucket/report.html")
+    records = compare(later, previous).records
+    changes = [c.text for c in records]
+    text = alert_message(later, records, "s3://bucket/report.html")
 
-    # Then the REPLACE is the first line, the rest are counted, and the message stays one phone message
+    # Then the REPLACE is the first line, one line per node, the rest counted, and the message stays one phone message
     assert changes[0] == f"{blind[-1].instance_id}: new verdict REPLACE — Xid 64 on PCI 0000:53:00"
     assert len(changes) == 2 * 10_000  # each node's coverage lost, and its new verdict
-    assert len(text) <= ALERT_MAX_CHARS and text.split("\n")[3] == f"- {changes[0]}" and "more (see the report)" in text
+    lines = text.split("\n")
+    assert lines[0] == "Changes: 1 REPLACE, 9,999 NOT OBSERVABLE"
+    assert lines[4] == (f"- REPLACE {blind[-1].instance_id}: new verdict REPLACE; coverage lost (Measured → Not "
+                        "observable) — Xid 64 on PCI 0000:53:00")
+    assert len(text) <= ALERT_MAX_CHARS and "- … and 9,9" in text and "more (see the report)" in text
+    blind_lines = [line.split()[3] for line in lines if line.startswith("- NOT OBSERVABLE i-")]
+    assert len(set(blind_lines)) == len(blind_lines) > 10  # no node twice
 
 
 def test_read_gaps_are_the_gaps_an_audit_could_not_read_named_without_their_error_message():

@@ -580,12 +580,13 @@ def _fail(message: str, code: int) -> None:
 @app.command()
 def demo(
     out_dir: Annotated[Path, typer.Option(help="Where to write results and reports")] = Path("out/demo"),
+    verbose: Annotated[bool, typer.Option("--verbose", help="Also print each full report and alert")] = False,
 ) -> None:
-    """Run the shipped demo worlds end to end: audit, report, findings table, alert topic."""
+    """Run the shipped demo worlds end to end: audit, report, findings table, alert topic; end with a recap."""
     from gpuaudit.devtools.demo import run_demo
 
     try:
-        run_demo(out_dir, Console())
+        run_demo(out_dir, Console(), verbose)
     except (WorldError, OSError) as exc:
         _fail(str(exc), EXIT_UNREACHABLE)
 

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, get_args
 
@@ -22,17 +22,14 @@ from botocore.exceptions import ClientError
 
 from gpuaudit.model.evidence import Mode
 from gpuaudit.model.history import ESCALATED, FLAPPING
-from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result
 from gpuaudit.model.timeutil import iso
-from gpuaudit.report.escape import alert_text
+from gpuaudit.report import alert
+from gpuaudit.report.alert import ALERT_MAX_CHARS, Change
 from gpuaudit.report.redact import redact
 
 ALERTING_VERDICTS = {"REPLACE", "REBOOT", "NOT OBSERVABLE"}
-# An alert is one message on a phone: bounded well under Chatbot's and SNS's limits at any fleet size.
-ALERT_MAX_CHARS = 3500
-ALERT_HEADLINE_CHARS = 800
-ALERT_CHANGE_CHARS = 200
-ALERT_MAX_CHANGES = 20
+__all__ = ["ALERT_MAX_CHARS", "Change", "alert_message", "compare", "write_and_alert"]
 RETENTION_DAYS = 90
 # Gap.prose of a source the audit could not read: a failed or unread call, a truncated read.
 UNREAD_PREFIXES = ("Not checked: ", "Visibility gap: ")
@@ -44,8 +41,11 @@ class SinkOutcome:
     duplicate: bool = False
     superseded: bool = False  # a less complete earlier result of the same window was replaced
     alert: str | None = None
+    subject: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)  # the SNS message attributes published
     published: bool = False
     changes: list[str] = field(default_factory=list)
+    records: list[Change] = field(default_factory=list)
 
 
 # DynamoDB calls run side by side: a Query per node to read history, a conditional put per node and key to write
@@ -152,18 +152,17 @@ class Comparison:
     """What changed since the last audit of the cluster and mode, and the latest-state items to write for it.
     Each write is (item, audit_id of the item it replaces, None for a new one): the put is conditional on it."""
 
-    changes: list[str] = field(default_factory=list)
+    records: list[Change] = field(default_factory=list)
     writes: list[tuple[dict[str, Any], str | None]] = field(default_factory=list)
+
+    @property
+    def changes(self) -> list[str]:
+        return [c.text for c in self.records]
 
 
 # Verdicts a less complete audit may confirm or raise, never clear; the order is their severity.
 SEVERITY = {"REPLACE": 2, "REBOOT": 1}
 _BOOKKEEPING = {"pk", "sk", "audit_id", "recorded_at"}
-
-
-def changes_against(result: Result, previous: dict[str, dict[str, str]]) -> list[str]:
-    """What an on-call engineer must hear about (see `compare`)."""
-    return compare(result, previous).changes
 
 
 def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int = 0) -> Comparison:
@@ -178,7 +177,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
     only what it did read (coverage Measured, a verdict at least as severe) replaces it. A result that contradicts
     itself is said first and records nothing but the self-check: the next audit compares with the last trusted
     state, and the same contradiction again is not said twice."""
-    gaps, rows = read_gaps(result), []
+    gaps, rows = read_gaps(result), list[Change]()
     state = _State(result)
     broken = json.dumps(sorted(redact(b, result.account_ids) for b in result.invariants_broken))
     recorded_broken = previous.get("SELFCHECK", {}).get("invariants", "[]")
@@ -187,8 +186,8 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
     if result.invariants_broken:  # a result that contradicts itself is said first: on-call must not act on it
         if broken == recorded_broken:
             return Comparison()
-        rows.append((0, f"SELF-CHECK FAILED ({len(result.invariants_broken)} invariant(s) broken, a gpuaudit bug): "
-                        + _short("; ".join(result.invariants_broken))))
+        rows.append(Change(0, alert.SELF_CHECK, f"SELF-CHECK FAILED ({len(result.invariants_broken)} invariant(s) "
+                                                "broken, a gpuaudit bug)", detail="; ".join(result.invariants_broken)))
 
     left = {f"NODE#{n.instance_id}": n.status for n in result.nodes if _left(n)}
     for node in result.nodes:
@@ -208,7 +207,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
             continue
         if sk in left:  # leaving: said below if it was alerting; what it showed before it left, if worse
             if node.verdict in SEVERITY and node.verdict != before.get("verdict"):
-                rows.append((1, f"{node.instance_id}: new verdict {node.verdict} — {_short(node.verdict_evidence)}"))
+                rows.append(_verdict_change(node, 1))
             continue
         baseline = _gap_set(before)
         unread = node.xid_status == "Not observable" and node.verdict in (None, "NOT OBSERVABLE")
@@ -226,8 +225,9 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
             rows += state.not_rechecked(iid, before, gaps - _gap_set(before))
             continue
         if was in ALERTING_VERDICTS:
-            rows.append((4, f"{iid}: {left[sk]}, left the cluster (was {was}): not a recovery" if sk in left else
-                            f"{iid}: no longer in the cluster (was {was}): replaced or terminated, not a recovery"))
+            rows.append(Change(4, alert.LEFT, f"{left[sk]}, left the cluster (was {was}): not a recovery" if sk in left
+                               else f"no longer in the cluster (was {was}): replaced or terminated, not a recovery",
+                               node=iid))
         state.record(sk, {**_kept(before), "gone": result.audit_id}, before, {"expires_at": {"N": str(expires_at)}},
                      keep_time=True)
 
@@ -235,17 +235,52 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
         sk = f"CHECK#{check.id}"
         was_result = previous.get(sk, {}).get("result")
         if check.result == "FAIL" and was_result != "FAIL":
-            rows.append((3, f"{check.id} {check.title}: FAIL — {_short(check.evidence)}"))
+            rows.append(Change(3, alert.FAIL, f"{check.id} {check.title}: FAIL", detail=check.evidence))
         elif was_result == "FAIL" and check.result == "PASS":  # PASS and RISK rest on reads (fail closed)
-            rows.append((6, f"{check.id} {check.title}: back to PASS (was FAIL)"))
+            rows.append(Change(6, alert.RECOVERED, f"{check.id} {check.title}: back to PASS (was FAIL)"))
         elif was_result == "FAIL" and check.result == "RISK":
-            rows.append((6, f"{check.id} {check.title}: no longer FAIL (now RISK) — {_short(check.evidence)}"))
+            rows.append(Change(6, alert.RECOVERED, f"{check.id} {check.title}: no longer FAIL (now RISK)",
+                               detail=check.evidence))
         elif was_result == "FAIL":
             continue  # UNVERIFIED, Not checked, Needs input: not read, so the FAIL stands
         state.record(sk, {"result": check.result}, previous.get(sk))
+    rows += _answer_changes(result, previous, state)
     # A self-contradicting result's verdicts are not trusted: only its self-check is recorded.
     writes = [w for w in state.writes if not result.invariants_broken or w[0]["sk"]["S"] == "SELFCHECK"]
-    return Comparison(changes=[line for _, line in sorted(rows, key=lambda r: r[0])], writes=writes)
+    return Comparison(records=sorted(rows, key=lambda r: r.rank), writes=writes)
+
+
+def _answer_changes(result: Result, previous: dict[str, dict[str, str]], state: _State) -> list[Change]:
+    """The cluster-level answer on-call must hear about, not only the nodes: a root cause newly Proven, a leading
+    hypothesis that changed (incident mode, RULES §8), and pre-flight `Ready: No` (RULES §10) — each said once,
+    until the answer changes again."""
+    rows: list[Change] = []
+    if result.mode == "incident" and result.branches:
+        proven = [b.branch for b in result.branches if b.status == "Root cause" and b.label == "Proven"]
+        leading = [b.branch for b in result.branches if b.status == "UNVERIFIED" and b.label == "Hypothesis (to validate)"]
+        now = {"label": "Proven", "branches": ",".join(proven)} if proven else (
+            {"label": "Hypothesis", "branches": ",".join(leading)} if leading else {"label": "none", "branches": ""})
+        before = previous.get("CAUSE")
+        was = _kept(before) if before is not None else {"label": "none", "branches": ""}
+        named = ", ".join(f"branch {b} ({BRANCH_NAMES[b]})" for b in (proven or leading))  # type: ignore[index]
+        if now != was and now["label"] == "Proven":
+            rows.append(Change(1, alert.ROOT_CAUSE, f"ROOT CAUSE (Proven): {named}",
+                               detail=result.headline.split(" — ", 1)[-1]))
+        elif now != was and now["label"] == "Hypothesis":
+            earlier = f"{was['label']} branch {was['branches']}" if was["branches"] else "none"
+            rows.append(Change(2, alert.HYPOTHESIS, f"NEW HYPOTHESIS (to validate): {named} (was {earlier})",
+                               detail=result.headline.split(" — ", 1)[-1]))
+        state.record("CAUSE", now, before)
+    if result.mode == "preflight" and result.ready is not None:
+        before = previous.get("READY")
+        was_ready = before.get("ready") if before is not None else None
+        failing = ", ".join(f"{c.id} {c.title}" for c in result.checks if c.result == "FAIL")
+        if result.ready == "No" and was_ready != "No":
+            rows.append(Change(1, alert.NOT_READY, f"NOT READY (Ready: No): FAIL {failing or 'see the report'}"))
+        elif was_ready == "No":
+            rows.append(Change(6, alert.RECOVERED, f"Ready: {result.ready} (was No)"))
+        state.record("READY", {"ready": result.ready}, before)
+    return rows
 
 
 class _State:
@@ -266,16 +301,16 @@ class _State:
                 **{k: _s(v) for k, v in {**attrs, **stamp}.items()}, **(extra or {})}
         self.writes.append((item, before.get("audit_id") if before is not None else None))
 
-    def not_rechecked(self, iid: str, before: dict[str, str], unread: frozenset[str]) -> list[tuple[int, str]]:
+    def not_rechecked(self, iid: str, before: dict[str, str], unread: frozenset[str]) -> list[Change]:
         """A less complete audit leaves the recorded state as it is. Said once, and only of a REPLACE or REBOOT the
         on-call may be acting on: that this audit could neither confirm nor clear it."""
         was = before.get("verdict", "none")
         if was not in SEVERITY or before.get("unchecked"):
             return []
         self.record(f"NODE#{iid}", {**_kept(before), "unchecked": self.result.audit_id}, before, keep_time=True)
-        gap = _short(next(t for t in _unread(self.result) if _gap_key(t) in unread).removeprefix("Not checked: "), 100)
-        return [(5, f"{iid}: not re-checked this audit ({gap}); {was} recorded by the audit to "
-                    f"{before.get('recorded_at', '?')} stands")]
+        gap = alert.cut(next(t for t in _unread(self.result) if _gap_key(t) in unread).removeprefix("Not checked: "), 100)
+        return [Change(5, alert.NOT_RECHECKED, f"not re-checked this audit ({gap}); {was} recorded by the audit to "
+                                                f"{before.get('recorded_at', '?')} stands", node=iid)]
 
 
 def _left(node: NodeResult) -> bool:
@@ -299,72 +334,52 @@ def _kept(before: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in before.items() if k not in _BOOKKEEPING}
 
 
-def _first_seen(node: NodeResult) -> list[tuple[int, str]]:
+def _verdict_change(node: NodeResult, rank: int, was: str = "") -> Change:
+    return Change(rank, str(node.verdict), f"new verdict {node.verdict}{was}", node=node.instance_id,
+                  detail=node.verdict_evidence or "")
+
+
+def _first_seen(node: NodeResult) -> list[Change]:
     rows = []
     if node.xid_status == "Not observable" and (node.gpu_count or 0) != 0:
-        rows.append((2, f"{node.instance_id}: coverage Not observable"))
+        rows.append(Change(2, alert.NOT_OBSERVABLE, "coverage Not observable", node=node.instance_id))
     if node.verdict in ALERTING_VERDICTS:
-        rows.append((1 if node.verdict in SEVERITY else 2,
-                     f"{node.instance_id}: new verdict {node.verdict} — {_short(node.verdict_evidence)}"))
+        rows.append(_verdict_change(node, 1 if node.verdict in SEVERITY else 2))
     return rows
 
 
-def _flapping(node: NodeResult, rows: list[tuple[int, str]]) -> list[tuple[int, str]]:
+def _flapping(node: NodeResult, rows: list[Change]) -> list[Change]:
     """A node whose verdict keeps changing across audits (fleet memory) says so on each of its lines: on-call
     reads it as one more flip, not a new event."""
     if FLAPPING not in (node.history or ""):
         return rows
-    return [(rank, line.replace(f"{node.instance_id}:", f"{node.instance_id} (flapping across audits):", 1))
-            for rank, line in rows]
+    return [replace(c, flapping=True) for c in rows]
 
 
-def _node_changes(node: NodeResult, before: dict[str, str]) -> list[tuple[int, str]]:
-    iid, rows = node.instance_id, []
+def _node_changes(node: NodeResult, before: dict[str, str]) -> list[Change]:
+    iid, rows = node.instance_id, list[Change]()
     was_x, was_v, now_v = before.get("xid_status"), before.get("verdict", "none"), node.verdict or "none"
     regained = False
     if was_x and was_x != node.xid_status and "Not observable" in (was_x, node.xid_status):
         lost = node.xid_status == "Not observable"
         regained = not lost
-        rows.append((2 if lost else 6, f"{iid}: coverage {'lost' if lost else 'regained'} ({was_x} → {node.xid_status})"))
+        rows.append(Change(2 if lost else 6, alert.NOT_OBSERVABLE if lost else alert.RECOVERED,
+                           f"coverage {'lost' if lost else 'regained'} ({was_x} → {node.xid_status})", node=iid))
     if now_v == was_v == "REPLACE" and ESCALATED in (node.verdict_evidence or "") and not before.get("escalated"):
-        rows.append((1, f"{iid}: REPLACE escalated (given earlier, not acted on) — {_short(node.verdict_evidence)}"))
+        rows.append(Change(1, alert.REPLACE, "REPLACE escalated (given earlier, not acted on)", node=iid,
+                           detail=node.verdict_evidence or ""))
     if now_v in ALERTING_VERDICTS and now_v != was_v:
         was = f" (was {was_v})" if was_v in ALERTING_VERDICTS else ""
-        rows.append((1 if now_v in SEVERITY else 2, f"{iid}: new verdict {now_v}{was} — {_short(node.verdict_evidence)}"))
+        rows.append(_verdict_change(node, 1 if now_v in SEVERITY else 2, was))
     elif was_v in ALERTING_VERDICTS and now_v not in ALERTING_VERDICTS and not (was_v == "NOT OBSERVABLE" and regained):
-        rows.append((6, f"{iid}: recovered ({was_v} → {now_v if now_v != 'none' else 'no GPU signal in the window'})"))
+        rows.append(Change(6, alert.RECOVERED, f"recovered ({was_v} → "
+                                               f"{now_v if now_v != 'none' else 'no GPU signal in the window'})", node=iid))
     return rows
 
 
-def _short(text: str | None, limit: int = 160) -> str:
-    """On-call reads a phone: one line per change; the report carries the full evidence."""
-    text = (text or "").strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def alert_message(result: Result, changes: list[str], report_link: str | None = None) -> str:
-    """One SNS/Chatbot message at any fleet size: at most ALERT_MAX_CHARS characters (the headline counts, the
-    changes are listed while they fit, then counted); the report carries the rest."""
-    head = [f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region})",
-            _short(result.headline, ALERT_HEADLINE_CHARS), ""]
-    tail = ["", f"Report: {report_link}"] if report_link else []
-    listed = [f"- {_short(c, ALERT_CHANGE_CHARS)}" for c in changes]
-
-    def text(shown: int) -> str:
-        more = [f"- … and {len(listed) - shown} more (see the report)"] if shown < len(listed) else []
-        return redact(alert_text("\n".join([*head, *listed[:shown], *more, *tail])), result.account_ids)
-
-    shown = min(len(listed), ALERT_MAX_CHANGES)
-    while shown and len(text(shown)) > ALERT_MAX_CHARS:
-        shown -= 1
-    return text(shown)[:ALERT_MAX_CHARS]
-
-
-def chatbot_payload(result: Result, message: str) -> str:
-    """AWS Chatbot custom-notification shape."""
-    return json.dumps({"version": "1.0", "source": "custom", "content": {
-        "textType": "client-markdown", "title": redact(f"gpuaudit: {result.cluster.name}", result.account_ids),
-        "description": message}})
+def alert_message(result: Result, changes: list[Change], report_link: str | None = None) -> str:
+    """The alert text (report/alert.py)."""
+    return alert.message(result, changes, report_link)
 
 
 def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, result: Result,
@@ -391,13 +406,16 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     replaced = gaps if outcome.superseded else None
     outcome.items_written += put_all(partial(_put_new, ddb, table, item, replaced) for item in node_items)
     comparison = compare(result, previous, int(expires["S"]))
-    outcome.changes = comparison.changes
-    if outcome.changes and topic_arn:
-        outcome.alert = alert_message(result, outcome.changes, report_link)
-        sns.publish(TopicArn=topic_arn, Subject=f"gpuaudit: {result.cluster.name}"[:100],
-                    Message=json.dumps({"default": outcome.alert, "chatbot": chatbot_payload(result, outcome.alert),
-                                        # AWS Chatbot subscribes over HTTPS and renders only this shape
-                                        "https": chatbot_payload(result, outcome.alert)}),
+    outcome.changes, outcome.records = comparison.changes, comparison.records
+    if outcome.records and topic_arn:
+        records = outcome.records
+        outcome.alert = alert.message(result, records, report_link)
+        outcome.subject = alert.subject(result, records)
+        outcome.attributes = alert.message_attributes(result, records)
+        chatbot = alert.chatbot_payload(result, records, outcome.alert)
+        sns.publish(TopicArn=topic_arn, Subject=outcome.subject, MessageAttributes=outcome.attributes,
+                    # AWS Chatbot subscribes over HTTPS and renders only the custom-notification shape
+                    Message=json.dumps({"default": outcome.alert, "chatbot": chatbot, "https": chatbot}),
                     MessageStructure="json")
         outcome.published = True
     # The latest state is written after the alert: a crash between them makes the retry compare with the same

@@ -41,7 +41,8 @@ def test_the_verdict_writes_findings_and_alerts_once_per_audit(pcluster: Account
     assert len(summary) == 1 and summary[0]["cluster"] == "llm-pretrain-b200"
     assert {i["sk"] for i in items if i["pk"] == "LATEST#llm-pretrain-b200#incident"} >= {"NODE#i-0e58b081006f7e3df"}
     (alert,) = alerts
-    assert alert["subject"] == "gpuaudit: llm-pretrain-b200"
+    # the subject counts what changed (two blind nodes, the leading hypothesis) and names the mode
+    assert alert["subject"] == "llm-pretrain-b200: 2 NOT OBSERVABLE, 1 NEW HYPOTHESIS (incident)"
     assert "i-0e58b081006f7e3df" in alert["message"]["default"]
     assert json.loads(alert["message"]["https"])["content"]["textType"] == "client-markdown"  # AWS Chatbot's shape
     assert {first["result"]["json"], first["result"]["report"], first["result"]["html"]} <= set(objects)
@@ -68,7 +69,7 @@ def test_the_html_report_lands_next_to_the_result_and_the_alert_and_summary_link
     (summary,) = [i for i in pcluster.findings() if i["pk"] == f"AUDIT#{first['audit_id']}" and i["sk"] == "SUMMARY"]
     assert summary["report_link"] == link
     (alert,) = pcluster.published()
-    assert alert["message"]["default"].splitlines()[-1] == f"Report: {link}"
+    assert alert["message"]["default"].splitlines()[-2] == f"Report: {link}"
     assert link in json.loads(alert["message"]["https"])["content"]["description"]
     assert "X-Amz-Signature" not in json.dumps(alert) + summary["report_link"]  # no presigned URL
 

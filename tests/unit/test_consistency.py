@@ -22,7 +22,7 @@ from gpuaudit.model.result import (
 )
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules import consistency
-from gpuaudit.sinks import alert_message, changes_against
+from gpuaudit.sinks import alert_message, compare
 
 T0 = datetime(2026, 9, 27, 10, tzinfo=UTC)
 CALLS = [Call(service="ec2", operation="DescribeInstances", count=1)]
@@ -148,9 +148,10 @@ def test_a_broken_invariant_fails_the_self_check_and_leads_the_alert(given: Resu
     checked = check_consistency(given, ev)
     assert any(b.startswith(named) for b in checked.invariants_broken), checked.invariants_broken
     assert checked.self_check.startswith("Self-check: FAILED")
-    changes = changes_against(checked, {})
-    assert changes[0].startswith("SELF-CHECK FAILED")
-    assert "SELF-CHECK FAILED" in alert_message(checked, changes)
+    records = compare(checked, {}).records
+    assert records[0].text.startswith("SELF-CHECK FAILED")
+    alert = alert_message(checked, records)
+    assert alert.startswith("Changes: 1 SELF-CHECK FAILED") and alert.split("\n")[4].startswith("- SELF-CHECK FAILED")
 
 
 def test_every_invariant_has_a_case_that_breaks_it() -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 
 from gpuaudit.model.result import NodeResult, Verdict
+from gpuaudit.report.alert import dedup_key
 from gpuaudit.report.fleet import HEALTHY_LISTED
 from gpuaudit.report.html import render_html
 from gpuaudit.report.markdown import render
 from gpuaudit.rules.judge import HEADLINE_NODES, Judged, headline_for
-from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message
+from gpuaudit.sinks import ALERT_MAX_CHARS, Change, alert_message
 from tests.unit.test_consistency import evidence, gpu_node, result
 
 FLEET = 10_000
@@ -63,11 +64,13 @@ def test_a_small_cluster_names_every_node() -> None:
 def test_an_alert_is_one_bounded_message_at_any_fleet_size() -> None:
     nodes = fleet({i: "REBOOT" for i in range(FLEET)})
     res = result(nodes=nodes, headline=headline(nodes))
-    changes = [f"{n.instance_id}: new verdict REBOOT — Xid 79 " + "x" * 300 for n in nodes]
+    changes = [Change(1, "REBOOT", "new verdict REBOOT", node=n.instance_id, detail="Xid 79 " + "x" * 300) for n in nodes]
     text = alert_message(res, changes, report_link="https://example.invalid/report.html")
     assert len(text) <= ALERT_MAX_CHARS
     assert nodes[0].instance_id in text and "more (see the report)" in text
-    assert text.rstrip().endswith("Report: https://example.invalid/report.html")  # the pointer survives the cut
+    # the pointer and the dedup key survive the cut
+    assert text.rstrip().split("\n")[-2:] == ["Report: https://example.invalid/report.html",
+                                               f"Dedup key: {dedup_key(res, changes)}"]
     # a few changes are all listed, each cut to one phone line
     few = alert_message(res, changes[:3])
     assert all(n.instance_id in few for n in nodes[:3]) and "more (see the report)" not in few

@@ -261,10 +261,10 @@ def _by_purpose(queries: Any) -> dict[str, int]:
 def _answer_sizes(result: Any) -> dict[str, int]:
     """What a reader and on-call receive, in characters: headline, first alert, reports, JSON result."""
     from gpuaudit.report.html import render_html
-    from gpuaudit.sinks import alert_message, changes_against
+    from gpuaudit.sinks import alert_message, compare
 
     return {"headline_chars": len(result.headline),
-            "alert_chars": len(alert_message(result, changes_against(result, {}), "s3://bucket/report.html")),
+            "alert_chars": len(alert_message(result, compare(result, {}).records, "s3://bucket/report.html")),
             "markdown_chars": len(result.report_markdown), "html_chars": len(render_html(result)),
             "json_chars": len(result.to_json())}
 

@@ -1,10 +1,12 @@
 """`gpuaudit demo`: the shipped demo worlds through the whole pipeline, findings written to a
-DynamoDB table and alerts published to an SNS topic, both in the embedded backend (moto)."""
+DynamoDB table and alerts published to an SNS topic, both in the embedded backend (moto). The reports go to files
+(on the terminal with --verbose); the terminal gets one recap table."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -12,7 +14,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
@@ -20,7 +24,9 @@ from gpuaudit.embedded.world import load_world
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
+from gpuaudit.report.alert import cut
 from gpuaudit.report.html import render_html
+from gpuaudit.report.markdown import ids_files
 from gpuaudit.sinks import write_and_alert
 
 TABLE = "gpuaudit-findings"
@@ -50,11 +56,26 @@ def demo_name(entry: dict[str, Any]) -> str:
     return str(entry.get("name") or entry["world"].replace(".world.json", ""))
 
 
-def run_demo(out_dir: Path, console: Console) -> list[Path]:
+@dataclass(frozen=True)
+class DemoRun:
+    """One scenario of the demo, as its recap row says it."""
+
+    scenario: str
+    question: str
+    answer: str
+    alert: str  # the subject published, or why none was
+    html: Path
+    redelivered_cleanly: bool  # the same audit delivered again wrote and published nothing
+
+
+def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[DemoRun]:
+    """Every shipped scenario through audit, report, findings table and alert topic (moto). Writes per scenario
+    `<name>.result.json`, `.report.md`, `.report.html` and, when an alert went out, `.alert.txt`; prints the
+    full reports only when `verbose`, and ends with one recap table."""
     from moto import mock_aws
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    runs: list[DemoRun] = []
     with mock_aws():
         for entry in demo_worlds():
             world = load_world(entry["path"])
@@ -62,30 +83,43 @@ def run_demo(out_dir: Path, console: Console) -> list[Path]:
             session = backend.session()
             aws = Aws(session=session, region=world.region, clock=_frozen(world.now), sleep=lambda _s: None)
             result = run_audit(aws, demo_request(entry))
-            console.rule(f"[bold]{entry['title']}")
-            console.print(Markdown(result.report_markdown))
             ddb, sns = session.client("dynamodb"), session.client("sns")
             ensure_findings_table(ddb)
             topic = sns.create_topic(Name=TOPIC)["TopicArn"]
             sink = write_and_alert(ddb, TABLE, sns, topic, result, int(world.now.timestamp()))
             again = write_and_alert(ddb, TABLE, sns, topic, result, int(world.now.timestamp()))
             stem = out_dir / demo_name(entry)
+            html = Path(f"{stem}.report.html")
             Path(f"{stem}.result.json").write_text(result.to_json() + "\n", encoding="utf-8")
             Path(f"{stem}.report.md").write_text(result.report_markdown + "\n", encoding="utf-8")
-            Path(f"{stem}.report.html").write_text(render_html(result) + "\n", encoding="utf-8")
-            written += [Path(f"{stem}.result.json"), Path(f"{stem}.report.md"), Path(f"{stem}.report.html")]
-            table = Table(title=f"Sinks (embedded): DynamoDB table {TABLE}, SNS topic {TOPIC}")
-            table.add_column("what")
-            table.add_column("value")
-            table.add_row("items written", str(sink.items_written))
-            table.add_row("alert published", "yes" if sink.published else "no (nothing changed)")
-            table.add_row("alert text", sink.alert or "—")
-            table.add_row("same audit delivered again", "duplicate: nothing written, nothing published"
-                          if again.duplicate and not again.published else "WROTE AGAIN (bug)")
-            table.add_row("result / report", f"{stem}.result.json, {stem}.report.md")
-            console.print(table)
-            console.print(f"HTML report: {stem}.report.html", soft_wrap=True, highlight=False)
-    return written
+            html.write_text(render_html(result) + "\n", encoding="utf-8")
+            for name, ids in ids_files(result).items():
+                Path(f"{stem}.{name}").write_text(ids, encoding="utf-8")
+            if sink.alert is not None:
+                Path(f"{stem}.alert.txt").write_text(f"Subject: {sink.subject}\n\n{sink.alert}\n", encoding="utf-8")
+            if verbose:
+                console.rule(f"[bold]{escape(entry['title'])}")
+                console.print(Markdown(result.report_markdown))
+                console.print(Text(f"Alert: {sink.subject}\n{sink.alert}" if sink.alert else "Alert: none"))
+            runs.append(DemoRun(demo_name(entry), entry["title"], result.headline,
+                                sink.subject or "no (nothing changed)" if sink.published else "no (nothing changed)",
+                                html, again.duplicate and not again.published))
+    console.print(recap(runs, out_dir))
+    return runs
+
+
+def recap(runs: list[DemoRun], out_dir: Path) -> Table:
+    """The demo's last word: one row per scenario."""
+    table = Table(title=f"gpuaudit demo: {len(runs)} scenarios (findings table {TABLE} and alert topic {TOPIC} in "
+                        f"an embedded account); per scenario {out_dir}/<scenario>.result.json, .report.md, "
+                        ".report.html, .alert.txt", show_lines=True, title_justify="left")
+    for column in ("scenario", "question", "answer", "alert published", "HTML report"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        alert = run.alert if run.redelivered_cleanly else f"{run.alert}; SAME AUDIT WROTE AGAIN (bug)"
+        table.add_row(escape(run.scenario), escape(run.question), escape(cut(run.answer, 160)), escape(alert),
+                      escape(str(run.html)))
+    return table
 
 
 def _frozen(now: datetime) -> Callable[[], datetime]:

@@ -178,6 +178,17 @@ class Finding(Out):
     action: str | None = None
 
 
+class ActionGroup(Out):
+    """One operator action for every node it applies to (RULES §11: identical actions on many nodes are one action
+    with the list of nodes). `action` names every node (it is also in `actions`); `ids_file`, when a command reads
+    the IDs from a file, is that file's name beside the report (`<report stem>.<ids_file>`)."""
+
+    verdict: Verdict
+    nodes: list[str]
+    action: str
+    ids_file: str | None = None
+
+
 class TimelineEntry(Out):
     time: datetime
     source: str
@@ -212,6 +223,7 @@ class Result(Out):
     config_overrides: list[str] = Field(default_factory=list)
     visibility_gaps: list[str] = Field(default_factory=list)
     actions: list[str] = Field(default_factory=list)
+    action_groups: list[ActionGroup] = Field(default_factory=list)  # the node actions of `actions`, grouped
     calls: list[Call] = Field(default_factory=list)
     self_check: str = ""
     invariants_broken: list[str] = Field(default_factory=list)  # named invariants this result breaks: a bug

@@ -6,7 +6,8 @@ report, so nothing reaches a terminal, a Markdown table, an HTML page or an aler
   are shown as `\\xNN` / `\\uNNNN`, never emitted. Used by every other function.
 * `md_inline` / `md_cell` / `md_code`: Markdown text, table cells and code spans (CommonMark + GFM tables).
 * HTML goes through `html.escape` after `visible` (report/html.py).
-* `alert_text`: SNS email and AWS Chatbot (client-markdown) lines.
+* Alerts (report/alert.py) are plain text: `visible` only, so a quoted line stays greppable; Chatbot gets it in a
+  code block.
 Quoted log lines are cut at QUOTE_LIMIT characters, and the cut is said.
 """
 
@@ -58,8 +59,3 @@ def md_code(text: object) -> str:
     pad = " " if body.startswith("`") or body.endswith("`") or not body.strip() else ""
     return f"{fence}{pad}{body}{pad}{fence}"
 
-
-def alert_text(text: str) -> str:
-    """SNS email and Chatbot client-markdown: visible controls, no Markdown or mention markup from the account."""
-    return "\n".join(MD_SPECIAL.sub(r"\\\1", visible(line)).replace("@", "@\u200b")
-                     for line in text.split("\n"))

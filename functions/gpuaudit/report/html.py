@@ -20,6 +20,7 @@ from gpuaudit.model.result import BRANCH_NAMES, CoverageRow, GpuError, NodeResul
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
 from gpuaudit.report.escape import quote, visible
 from gpuaudit.report.fleet import healthy_summary, nccl_summary, onset_sentence, split_healthy
+from gpuaudit.report.markdown import action_lines
 from gpuaudit.report.redact import MASK, redact
 
 # Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
@@ -595,7 +596,7 @@ def _lists(r: Result) -> str:
     state = "".join(f"<li>{_prose(s)}</li>" for s in r.cluster_state) or "<li>not read</li>"
     services = "".join(f"<li><code>{_e(n.instance_id)}</code>: {_prose(n.service_action)}</li>"
                        for n in r.nodes if n.service_action)
-    actions = "".join(f"<li>{_prose(a)}</li>" for a in r.actions)
+    actions = "".join(f"<li>{_prose(a)}</li>" for a in action_lines(r))
     gaps = "".join(f"<li>{_prose(g)}</li>" for g in r.visibility_gaps) or "<li>none</li>"
     calls = ", ".join(f"{_e(c.service)} {_e(c.operation)} ×{c.count}" for c in r.calls) or "none"
     return (f"<h2>Cluster state</h2><ul>{state}</ul>"

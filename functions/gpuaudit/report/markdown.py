@@ -139,7 +139,7 @@ def render(result: Result) -> str:
     if services:
         lines += ["", "What the service itself did:", *services]
     lines += ["", "## Recommended operator actions (not executed)", ""]
-    lines += [f"{i}. {md_inline(a)}" for i, a in enumerate(r.actions, 1)] or ["- none"]
+    lines += [f"{i}. {md_inline(a)}" for i, a in enumerate(action_lines(r), 1)] or ["- none"]
     if r.config_overrides:
         lines += ["", "## Configuration overrides", "", *[f"- {md_inline(o)}" for o in r.config_overrides]]
     lines += ["", "## Visibility gaps", ""]
@@ -147,6 +147,25 @@ def render(result: Result) -> str:
     calls = ", ".join(f"{c.service} {c.operation} ×{c.count}" for c in r.calls)
     lines += ["", "## Calls made", "", md_inline(calls or "none"), "", f"**{md_inline(r.self_check)}**", ""]
     return redact("\n".join(lines))
+
+
+LISTED_IDS = 10  # node IDs a grouped action names in the report; the JSON result and the IDs file hold all
+
+
+def action_lines(r: Result) -> list[str]:
+    """The actions, a grouped node action naming its first LISTED_IDS nodes and where the rest are."""
+    short = {}
+    for g in r.action_groups:
+        if len(g.nodes) > LISTED_IDS:
+            where = f"<report>.{g.ids_file} and the JSON result" if g.ids_file else "the JSON result"
+            head = g.action[: g.action.rindex(", ".join(g.nodes))]
+            short[g.action] = f"{head}{', '.join(g.nodes[:LISTED_IDS])} … and {len(g.nodes) - LISTED_IDS:,} more (all in {where})"
+    return [short.get(a, a) for a in r.actions]
+
+
+def ids_files(r: Result) -> dict[str, str]:
+    """The IDs files grouped actions read (`<report stem>.<name>`): one instance ID a line."""
+    return {g.ids_file: "\n".join(g.nodes) + "\n" for g in r.action_groups if g.ids_file}
 
 
 def finalize(result: Result, evidence: Evidence) -> Result:

@@ -29,6 +29,7 @@ from gpuaudit.model.result import (
     WindowOut,
 )
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules import actions as action_rules
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import findings as finding_rules
 from gpuaudit.rules import preflight as preflight_rules
@@ -183,7 +184,10 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
 
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + coverage_gaps(judged) \
         + finding_rules.observability_gaps(judged)
-    actions = node_actions(judged)
+    groups = action_rules.grouped(evidence, [
+        action_rules.NodeAction(n.verdict, n.instance_id, text.replace(n.instance_id, action_rules.NODE))
+        for n, text in node_action_texts(judged) if n.verdict is not None])
+    actions = [g.action for g in groups]
     timeline = build_timeline(judged) if evidence.mode == "incident" else gpu_timeline(judged)
     branches: list[Branch] = []
     branch_headline: str | None = None
@@ -216,7 +220,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         checks=checks, findings=findings, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
         timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
-        visibility_gaps=gaps, actions=_unique(actions + branch_actions),
+        visibility_gaps=gaps, actions=_unique(actions + branch_actions), action_groups=groups,
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],
         calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]), evidence)
@@ -298,8 +302,9 @@ def coverage_gaps(j: Judged) -> list[str]:
     return gaps
 
 
-def node_actions(j: Judged) -> list[str]:
-    actions = []
+def node_action_texts(j: Judged) -> list[tuple[NodeResult, str]]:
+    """Each node's action, in its own words (rules/actions.py groups identical ones)."""
+    actions: list[tuple[NodeResult, str]] = []
     replaced = replacements(j.nodes, j.evidence)
     infos = {i.instance_id: i for i in j.evidence.nodes}
     for n in j.nodes:
@@ -309,26 +314,26 @@ def node_actions(j: Judged) -> list[str]:
             n.instance_id, [])) if info else []) if n.verdict in ("REPLACE", "REBOOT") else None
         if done is not None and (done.kind == "replaced" or n.verdict == "REBOOT"):
             # RULES §7: what was already done is not asked again; say it, and what to check now
-            actions.append(f"{n.instance_id}: {done.said}; no command to run again — {done.check}")
+            actions.append((n, f"{n.instance_id}: {done.said}; no command to run again — {done.check}"))
         elif n.verdict == "REPLACE":
-            actions.append(f"Replace {n.instance_id}: " + _replace_step(j.evidence, n))
+            actions.append((n, f"Replace {n.instance_id}: " + _replace_step(j.evidence, n)))
         elif n.verdict == "REBOOT":
-            actions.append(f"Reboot {n.instance_id}: " + _reboot_step(j.evidence, n))
+            actions.append((n, f"Reboot {n.instance_id}: " + _reboot_step(j.evidence, n)))
         elif n.verdict == "LEAVE ALONE" and routing is not None:
             unproven = "kernel-log coverage not proven" in (n.verdict_evidence or "")
-            actions.append(f"Leave {n.instance_id} in service; {_hand_off(routing)}"
+            actions.append((n, f"Leave {n.instance_id} in service; {_hand_off(routing)}"
                            + (f"; {routing.action_text}" if routing.action_text else "")
                            + (f"; kernel-log coverage not proven: check the node directly ({DIRECT_CHECK})"
-                              if unproven else ""))
+                              if unproven else "")))
         elif n.verdict == "MONITOR" and routing is not None and routing.deciding_check:
-            actions.append(f"On {n.instance_id}, run `{routing.deciding_check.split(':')[0]}` before any "
-                           "reboot or replacement")
+            actions.append((n, f"On {n.instance_id}, run `{routing.deciding_check.split(':')[0]}` before any "
+                           "reboot or replacement"))
         elif n.verdict == "NOT OBSERVABLE":
             # RULES §7: the application reading and its hand-off are still stated beside the gap
             app = routing is not None and routing.verdict == "LEAVE ALONE"
-            actions.append(f"On {n.instance_id}: `dmesg -T | grep -i nvrm` and `journalctl -k | grep -i xid`; "
+            actions.append((n, f"On {n.instance_id}: `dmesg -T | grep -i nvrm` and `journalctl -k | grep -i xid`; "
                            "then fix kernel log shipping for this node"
-                           + (f"; meanwhile {_hand_off(routing)}" if app and routing is not None else ""))
+                           + (f"; meanwhile {_hand_off(routing)}" if app and routing is not None else "")))
     return actions
 
 

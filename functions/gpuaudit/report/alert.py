@@ -1,0 +1,228 @@
+"""The alert an on-call engineer reads on a phone (SNS email, AWS Chatbot), rendered from the result and the
+changes the sinks found against the cluster's latest state (sinks.compare).
+
+* Subject: `<cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)` — printable ASCII, no new line, at most
+  SUBJECT_MAX characters (SNS rejects a longer or multi-line subject).
+* Body: the per-kind counts first, then one line per node or cluster-level change, worst first, each leading with
+  what to do (the verdict), the node and its Xids, the prose last and cut at a word; then the report link and the
+  dedup key. Plain text: what the account wrote (log lines, names) is quoted as written, control characters shown
+  as `\\xNN` (report/escape.visible), never Markdown-escaped — grepping the logs for a quoted line finds it.
+* Chatbot (client-markdown) gets the same text inside a code block, so nothing from the account renders as
+  markup or mentions anyone.
+* Message attributes: a stable dedup key (cluster, mode, window, what changed) for a pager's de-duplication, the
+  severity and the kinds, for SNS subscription filter policies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.timeutil import iso
+from gpuaudit.report.escape import visible
+from gpuaudit.report.redact import redact
+
+SUBJECT_MAX = 100  # SNS: at most 100 printable ASCII characters, no line break
+ALERT_MAX_CHARS = 3500  # one message on a phone, well under Chatbot's and SNS's limits at any fleet size
+ALERT_HEADLINE_CHARS = 400
+ALERT_LINE_CHARS = 240
+ALERT_MAX_LINES = 20
+
+# What changed, worst first: the order of the counts and of the lines. Node kinds follow the verdict order of
+# report/order.py (REPLACE, NOT OBSERVABLE, REBOOT); a cluster-level answer (a Proven root cause, Ready: No) leads.
+SELF_CHECK, ROOT_CAUSE, NOT_READY = "SELF-CHECK FAILED", "ROOT CAUSE", "NOT READY"
+REPLACE, NOT_OBSERVABLE, REBOOT = "REPLACE", "NOT OBSERVABLE", "REBOOT"
+FAIL, HYPOTHESIS, LEFT, NOT_RECHECKED, RECOVERED = "FAIL", "NEW HYPOTHESIS", "LEFT", "NOT RE-CHECKED", "RECOVERED"
+KIND_ORDER = (SELF_CHECK, ROOT_CAUSE, NOT_READY, REPLACE, NOT_OBSERVABLE, REBOOT, FAIL, HYPOTHESIS, LEFT,
+              NOT_RECHECKED, RECOVERED)
+VERDICT_KINDS = (REPLACE, NOT_OBSERVABLE, REBOOT)
+# The severity a pager routes on: act now, look soon, for the record.
+CRITICAL = frozenset((SELF_CHECK, ROOT_CAUSE, NOT_READY, REPLACE, REBOOT))
+WARNING = frozenset((NOT_OBSERVABLE, FAIL, HYPOTHESIS, LEFT, NOT_RECHECKED))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing on-call must hear about. `rank` is the sinks' order of urgency (0 a self-check failure … 6 a
+    recovery); `kind` what the alert counts; `node` the instance it is about (None: the cluster, a check);
+    `what` the change in words, `detail` its evidence (cut first when the line is long)."""
+
+    rank: int
+    kind: str
+    what: str
+    node: str | None = None
+    detail: str = ""
+    flapping: bool = False  # the node's verdict keeps changing across audits (fleet memory)
+
+    @property
+    def text(self) -> str:
+        """The change as one line of prose (SinkOutcome.changes; the alert renders its own lines)."""
+        who = f"{self.node}{' (flapping across audits)' if self.flapping else ''}: " if self.node else ""
+        return who + self.what + (f" — {cut(self.detail, 160)}" if self.detail else "")
+
+
+def cut(text: str | None, limit: int) -> str:
+    """At most `limit` characters, cut at a word (a word longer than the line is cut where it stands)."""
+    text = re.sub(r"\s*[\r\n]+\s*", " ", (text or "").strip())  # one line; spaces inside quoted text kept
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip(" ,;:—-") + "…"
+
+
+def _kind_rank(kind: str) -> int:
+    return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+
+
+# Which of a node's Xids lead its alert line: the class that can decide a verdict first, application last.
+XID_CLASS_ORDER = ("hardware", "informational", "driver-config", "unverified", "sympathetic", "application")
+
+
+def _xids(node: NodeResult | None) -> str:
+    """The node's Xid codes read this audit, the deciding class first: `Xid 79` or `Xid 63, 31`."""
+    if node is None:
+        return ""
+    codes: list[int] = []
+    for e in sorted(node.gpu_errors, key=lambda e: (XID_CLASS_ORDER.index(e.class_), e.time)):
+        if e.code is not None and e.source != "history" and e.code not in codes:
+            codes.append(e.code)
+    return f" Xid {', '.join(str(c) for c in codes[:4])}" if codes else ""
+
+
+@dataclass(frozen=True)
+class AlertLine:
+    kind: str
+    text: str
+    node: str | None
+
+
+def lines_of(result: Result, changes: Sequence[Change]) -> list[AlertLine]:
+    """One line per node (all its changes together) and per cluster-level change, worst first."""
+    nodes = {n.instance_id: n for n in result.nodes}
+    by_node: dict[str, list[Change]] = {}
+    out: list[tuple[tuple[int, int, str], AlertLine]] = []
+    for c in changes:
+        if c.node is None:  # a cluster-level answer or a check: its own words lead (ROOT CAUSE …, P6 …: FAIL)
+            line = c.what + (f" — {c.detail}" if c.detail else "")
+            out.append(((_kind_rank(c.kind), c.rank, ""), AlertLine(c.kind, cut(line, ALERT_LINE_CHARS), None)))
+        else:
+            by_node.setdefault(c.node, []).append(c)
+    for iid, said in by_node.items():
+        node = nodes.get(iid)
+        verdict = node.verdict if node is not None else None
+        kinds = sorted({c.kind for c in said}, key=_kind_rank)
+        # The node's line leads with its verdict when a verdict-kind change is about it (a hardware verdict wins
+        # over a coverage gap stated beside it, RULES §7); otherwise with the worst kind of change.
+        kind = verdict if verdict in VERDICT_KINDS and any(k in VERDICT_KINDS for k in kinds) else kinds[0]
+        ordered = sorted(said, key=lambda c: (_kind_rank(c.kind), c.rank))
+        flapping = " (flapping across audits)" if any(c.flapping for c in said) else ""
+        whats = "; ".join(dict.fromkeys(c.what for c in ordered))
+        details = "; ".join(dict.fromkeys(c.detail for c in ordered if c.detail))
+        line = f"{kind} {iid}{_xids(node)}{flapping}: {whats}" + (f" — {details}" if details else "")
+        out.append(((_kind_rank(kind), min(c.rank for c in said), iid), AlertLine(kind, cut(line, ALERT_LINE_CHARS),
+                                                                                 iid)))
+    return [line for _, line in sorted(out, key=lambda entry: entry[0])]
+
+
+def counts(lines: Sequence[AlertLine]) -> list[tuple[str, int]]:
+    """How many nodes (or cluster-level answers) each kind of change names, worst first."""
+    tally: dict[str, int] = {}
+    for line in lines:
+        tally[line.kind] = tally.get(line.kind, 0) + 1
+    return sorted(tally.items(), key=lambda kv: _kind_rank(kv[0]))
+
+
+def _counted(tally: Sequence[tuple[str, int]]) -> list[str]:
+    return [f"{n:,} {kind}" for kind, n in tally]
+
+
+def ascii_text(text: str) -> str:
+    """Printable ASCII only (an SNS subject): anything else becomes `?`, a line break a space."""
+    return "".join(ch if " " <= ch <= "~" else "?" for ch in " ".join(text.split()))
+
+
+def subject(result: Result, changes: Sequence[Change]) -> str:
+    """`<cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)`: at most SUBJECT_MAX printable ASCII characters; the
+    counts that do not fit are said as `+N more`."""
+    cluster = ascii_text(redact(result.cluster.name, result.account_ids))[:48]
+    parts = _counted(counts(lines_of(result, changes))) or ["no change"]
+    tail = f" ({ascii_text(result.mode)})"
+    for shown in range(len(parts), 0, -1):
+        more = f", +{len(parts) - shown} more" if shown < len(parts) else ""
+        text = f"{cluster}: {', '.join(parts[:shown])}{more}{tail}"
+        if len(text) <= SUBJECT_MAX:
+            return text
+    return f"{cluster}: {len(parts)} kinds of change{tail}"[:SUBJECT_MAX]
+
+
+def dedup_key(result: Result, changes: Sequence[Change]) -> str:
+    """The same cluster, mode, window and changes give the same key (a retried delivery, a re-run audit), so a
+    pager opens one incident; anything new in what changed gives a new key."""
+    said = [result.cluster.name, result.cluster.region, result.mode, iso(result.window.start),
+            iso(result.window.end), sorted(redact(c.text, result.account_ids) for c in changes)]
+    return hashlib.sha256(json.dumps(said, ensure_ascii=True).encode()).hexdigest()[:32]
+
+
+def severity(changes: Sequence[Change]) -> str:
+    kinds = {c.kind for c in changes}
+    return "critical" if kinds & CRITICAL else "warning" if kinds & WARNING else "info"
+
+
+def message(result: Result, changes: Sequence[Change], report_link: str | None = None) -> str:
+    """The plain-text alert: at most ALERT_MAX_CHARS characters at any fleet size (the headline is cut, the lines
+    are listed worst first while they fit, the rest counted; the report link and the dedup key always stay)."""
+    lines = lines_of(result, changes)
+    window = f"{iso(result.window.start)} → {iso(result.window.end)}"
+    head = [f"Changes: {', '.join(_counted(counts(lines))) or 'none'}",
+            f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region}) · window {window}",
+            cut(result.headline, ALERT_HEADLINE_CHARS), ""]
+    tail = ["", *([f"Report: {report_link}"] if report_link else []), f"Dedup key: {dedup_key(result, changes)}"]
+    listed = [f"- {line.text}" for line in lines]
+
+    def text(shown: int) -> str:
+        more = [f"- … and {len(listed) - shown:,} more (see the report)"] if shown < len(listed) else []
+        return redact(visible("\n".join([*head, *listed[:shown], *more, *tail])), result.account_ids)
+
+    shown = min(len(listed), ALERT_MAX_LINES)
+    while shown and len(text(shown)) > ALERT_MAX_CHARS:
+        shown -= 1
+    return text(shown)[:ALERT_MAX_CHARS]
+
+
+def _code_block(text: str) -> str:
+    """Text inside a client-markdown code block that it cannot close, and that mentions no one."""
+    return "```\n" + text.replace("```", "`\u200b`\u200b`").replace("@", "@\u200b") + "\n```"
+
+
+def chatbot_payload(result: Result, changes: Sequence[Change], alert: str) -> str:
+    """AWS Chatbot (Amazon Q Developer in chat applications) custom notification: version 1.0, source custom,
+    client-markdown content; the dedup key as the event id and thread, so updates of one change share a thread."""
+    key = dedup_key(result, changes)
+    first, _, rest = alert.partition("\n")
+    return json.dumps({
+        "version": "1.0", "source": "custom", "id": key,
+        "content": {"textType": "client-markdown", "title": subject(result, changes),
+                    "description": _code_block(rest.strip("\n") or first),
+                    "keywords": [result.mode, severity(changes), *[kind for kind, _ in counts(lines_of(result, changes))]]},
+        "metadata": {"threadId": redact(f"gpuaudit-{result.cluster.name}-{result.mode}", result.account_ids),
+                     "summary": first, "eventType": f"gpuaudit.{result.mode}",
+                     "additionalContext": {"dedup_key": key, "severity": severity(changes)}}})
+
+
+def message_attributes(result: Result, changes: Sequence[Change]) -> dict[str, dict[str, Any]]:
+    """SNS message attributes (at most 10): what a subscription filter policy or a pager integration keys on."""
+    kinds = [kind for kind, _ in counts(lines_of(result, changes))]
+    return {"dedup_key": {"DataType": "String", "StringValue": dedup_key(result, changes)},
+            "cluster": {"DataType": "String", "StringValue": ascii_text(redact(result.cluster.name,
+                                                                                result.account_ids)) or "?"},
+            "mode": {"DataType": "String", "StringValue": result.mode},
+            "window": {"DataType": "String", "StringValue": f"{iso(result.window.start)}/{iso(result.window.end)}"},
+            "severity": {"DataType": "String", "StringValue": severity(changes)},
+            "kinds": {"DataType": "String.Array", "StringValue": json.dumps(kinds)},
+            "changes": {"DataType": "Number", "StringValue": str(len(lines_of(result, changes)))}}

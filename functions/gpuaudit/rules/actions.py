@@ -1,0 +1,71 @@
+"""Operator actions for the nodes (RULES §7, §11): text, never calls. Identical actions on many nodes are one
+action with the list of nodes (RULES §11), worst verdict first (report/order.py): at 2,000 nodes, 279 REBOOT
+nodes are one action, and its command takes every ID from an IDs file written beside the report, chunked as the
+API allows (`xargs -n`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.result import ActionGroup, Verdict
+from gpuaudit.report.order import verdict_rank
+
+# IDs one call takes: BatchRebootClusterNodes and BatchReplaceClusterNodes accept 1 to 25 node IDs. EC2
+# RebootInstances documents no maximum; 100 keeps each request, and what one failed request leaves undone, small.
+HYPERPOD_IDS_PER_CALL = 25
+EC2_IDS_PER_CALL = 100
+NODE = "{node}"  # where one node's ID stands in an action's text
+
+
+@dataclass(frozen=True)
+class NodeAction:
+    """One node's action with its ID as NODE: nodes whose actions are the same text are one action."""
+
+    verdict: Verdict
+    node: str
+    template: str
+
+
+def ids_file(verdict: Verdict) -> str:
+    """The IDs file of a verdict's grouped action, beside the report: `<report stem>.reboot-ids.txt`."""
+    return f"{verdict.lower().replace(' ', '-')}-ids.txt"
+
+
+def grouped(evidence: Evidence, actions: list[NodeAction]) -> list[ActionGroup]:
+    """One action per distinct text, with every node it applies to, worst verdict first (then the commonest)."""
+    groups: dict[tuple[Verdict, str], list[str]] = {}
+    for a in actions:
+        groups.setdefault((a.verdict, a.template), []).append(a.node)
+    out = []
+    for (verdict, template), nodes in groups.items():
+        if len(nodes) == 1:
+            text, file = template.replace(NODE, nodes[0]), None
+        else:
+            text, file = _group_text(evidence, verdict, template, nodes)
+        out.append(ActionGroup(verdict=verdict, nodes=nodes, action=text, ids_file=file))
+    return sorted(out, key=lambda g: (verdict_rank(g.verdict), -len(g.nodes)))
+
+
+def _group_text(evidence: Evidence, verdict: Verdict, template: str, nodes: list[str]) -> tuple[str, str | None]:
+    """The action for many nodes: a command taking every ID from the IDs file where one exists, else the one
+    node's words for each of them; the full node list last."""
+    listed = ", ".join(nodes)
+    count = f"{len(nodes):,} nodes"
+    hyperpod = evidence.cluster.kind.startswith("hyperpod")
+    file = ids_file(verdict)
+    verb = "Replace" if verdict == "REPLACE" else "Reboot"
+    if template.startswith(f"{verb} {NODE}: ") and (hyperpod or verdict == "REBOOT"):
+        if hyperpod:
+            api = "batch-replace-cluster-nodes" if verdict == "REPLACE" else "batch-reboot-cluster-nodes"
+            command = (f"`xargs -n {HYPERPOD_IDS_PER_CALL} aws sagemaker {api} --cluster-name {evidence.cluster.name} "
+                       f"--node-ids < <report>.{file}` ({HYPERPOD_IDS_PER_CALL} IDs per call, the API's limit; "
+                       f"Slurm: `scontrol update node=<node> state=fail reason=\"Action:{verb}\"` for each)")
+        else:
+            command = (f"drain them, then `xargs -n {EC2_IDS_PER_CALL} aws ec2 reboot-instances --instance-ids < "
+                       f"<report>.{file}` ({EC2_IDS_PER_CALL} IDs per call)")
+        return f"{verb} {count} ({verdict}): {command} — the IDs file beside the report lists them: {listed}", file
+    if verdict == "NOT OBSERVABLE" and "; meanwhile" not in template:
+        return (f"On each of {count} (NOT OBSERVABLE): `dmesg -T | grep -i nvrm` and `journalctl -k | grep -i xid`; "
+                f"then fix kernel log shipping for them (IDs in <report>.{file}): {listed}"), file
+    return f"{count} ({verdict}): " + template.replace(NODE, "each node") + f": {listed}", None
