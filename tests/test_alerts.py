@@ -72,7 +72,7 @@ def test_a_newly_proven_root_cause_pages_and_the_alert_leads_with_it(topic: Topi
     text = sent["message"]["default"]
     lines = text.split("\n")
     assert lines[0].startswith("Changes: 1 ROOT CAUSE")
-    assert lines[4].startswith("- ROOT CAUSE (Proven): branch D (GPU communication) — Root cause (Proven): branch D")
+    assert lines[4].startswith("- ROOT CAUSE (Proven): branch D (GPU communication) — NCCL fell back to TCP sockets")
     assert sent["subject"].startswith("llm-pretrain: 1 ROOT CAUSE") and sent["subject"].endswith(" (incident)")
     assert sent["attributes"]["severity"]["Value"] == "critical"
 
