@@ -1,5 +1,5 @@
 """Operator actions for the nodes (RULES §7, §11): text, never calls. Identical actions on many nodes are one
-action with the list of nodes (RULES §11), worst verdict first (report/order.py): at 2,000 nodes, 279 REBOOT
+action with the list of nodes (RULES §11), worst verdict first (the order of report/order.py): at 2,000 nodes, 279 REBOOT
 nodes are one action, and its command takes every ID from an IDs file written beside the report, chunked as the
 API allows (`xargs -n`)."""
 
@@ -9,13 +9,14 @@ from dataclasses import dataclass
 
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import ActionGroup, Verdict
-from gpuaudit.report.order import verdict_rank
 
 # IDs one call takes: BatchRebootClusterNodes and BatchReplaceClusterNodes accept 1 to 25 node IDs. EC2
 # RebootInstances documents no maximum; 100 keeps each request, and what one failed request leaves undone, small.
 HYPERPOD_IDS_PER_CALL = 25
 EC2_IDS_PER_CALL = 100
-NODE = "{node}"  # where one node's ID stands in an action's text
+NODE = "{node}"
+# Worst first, the order of report/order.py (rules do not import report/): REPLACE, NOT OBSERVABLE, REBOOT, …
+ACTION_ORDER: tuple[Verdict, ...] = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "MONITOR", "LEAVE ALONE")  # where one node's ID stands in an action's text
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def grouped(evidence: Evidence, actions: list[NodeAction]) -> list[ActionGroup]:
         else:
             text, file = _group_text(evidence, verdict, template, nodes)
         out.append(ActionGroup(verdict=verdict, nodes=nodes, action=text, ids_file=file))
-    return sorted(out, key=lambda g: (verdict_rank(g.verdict), -len(g.nodes)))
+    return sorted(out, key=lambda g: (ACTION_ORDER.index(g.verdict), -len(g.nodes)))
 
 
 def _group_text(evidence: Evidence, verdict: Verdict, template: str, nodes: list[str]) -> tuple[str, str | None]:
