@@ -54,6 +54,8 @@ SPECS = {
     "CollectLogs": Spec("collect_logs", 1024, Duration.minutes(15), "gpuaudit step 2: pipeline.collect_logs"),
     "Finish": Spec("finish", 1024, Duration.minutes(10), "gpuaudit step 3: pipeline.finish_collection"),
     "Verdict": Spec("verdict", 1024, Duration.minutes(5), "gpuaudit step 4: judge + finalize + sinks"),
+    # The Verdict's and Inventory's Catch: one item and one metric per cluster whose audit did not finish.
+    "RecordFailure": Spec("record_failure", 256, Duration.seconds(30), "gpuaudit: a cluster's failed audit, recorded"),
 }
 
 
@@ -114,6 +116,8 @@ class AuditFunctions(Construct):
                         "FINDING_RETENTION_DAYS": str(config.finding_retention_days),
                         "GPUAUDIT_HISTORY_DAYS": str(config.history_lookback_days),
                         "GPUAUDIT_XID_CLASS_OVERRIDES": ",".join(config.xid_class_overrides)},
+            "RecordFailure": {"FINDINGS_TABLE": store.table.table_name,
+                              "FINDING_RETENTION_DAYS": str(config.finding_retention_days)},
         }
         payloads = store.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")
         own = {
@@ -132,6 +136,8 @@ class AuditFunctions(Construct):
                                                 conditions={"StringLike": {"s3:prefix": [f"{CACHE_PREFIX}*"]}})],
             "Finish": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
                                            resources=[payloads])],
+            "RecordFailure": [iam.PolicyStatement(sid="FailedAudits", actions=["dynamodb:PutItem"],
+                                                  resources=[store.table.table_arn])],
             "Verdict": [
                 iam.PolicyStatement(sid="LoadPayloads", actions=["s3:GetObject"], resources=[payloads]),
                 iam.PolicyStatement(sid="StoreResults", actions=["s3:PutObject"],
@@ -215,6 +221,14 @@ class AuditFunctions(Construct):
                                     compatible_architectures=[lambda_.Architecture.ARM_64],
                                     compatible_runtimes=[RUNTIME],
                                     description="gpuaudit: the deployment document (audited set, member roles)")
+
+    def timed_functions(self) -> dict[str, tuple[lambda_.IFunction, Duration]]:
+        """Every function of the stack (the KubeRead readers too) with its timeout, for the alarms."""
+        timed: dict[str, tuple[lambda_.IFunction, Duration]] = {
+            name: (self.functions[name], spec.timeout) for name, spec in SPECS.items()}
+        for cluster, reader in self.kube_readers.items():
+            timed[f"KubeRead{_id(cluster)}"] = (reader, KUBE_READ.timeout)
+        return timed
 
     def _function(self, name: str, spec: Spec, statements: list[iam.PolicyStatement], environment: dict[str, str],
                   traced: bool = True, layers: list[lambda_.ILayerVersion] | None = None) -> lambda_.Function:

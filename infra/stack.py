@@ -25,7 +25,8 @@ class GpuAuditStack(Stack):
         self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
         self.dashboard = AuditDashboard(self, "Dashboard", config, self.workflow.state_machine)
         self.alarms = AuditorAlarms(self, "Alarms", config, self.workflow.state_machine, self.store.topic,
-                                    self.store.alert_key, self.triggers.dead_letters)
+                                    self.store.alert_key, self.triggers.dead_letters,
+                                    self.functions.timed_functions())
         CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn,
                   description="Start an on-demand audit here (Step Functions console, Start execution)")
         CfnOutput(self, "CollectorRoleArns", value=Fn.join(",", [self.functions.roles[n].role_arn for n in (

@@ -8,7 +8,9 @@
 Every task retries throttling and transient Lambda errors with exponential backoff and jitter.
 Every collector step has a Catch: its failure becomes a `Not checked` gap that the Verdict puts
 in the result (a failed Inventory leaves the cluster's line in the execution output instead),
-so a failing collector never fails the execution.
+so a failing collector never fails the execution. A failed Inventory or Verdict goes to RecordFailure, which
+records the cluster's failed audit and counts it (AuditsFailed). A step Lambda stopped at its timeout
+(`Sandbox.Timedout`) is retried once, except Plan.
 
 Concurrency is sized to the account's Logs Insights concurrent-query quota: each log batch
 runs 3 queries at once, so clusters in flight × batches per cluster × 3 ≤ the quota
@@ -34,7 +36,13 @@ from infra.nag import acknowledge_wildcards, default_policy
 # a call past the in-process retries: handlers/runtime.py).
 RETRIED_ERRORS = ["Lambda.TooManyRequestsException", "Lambda.ServiceException", "Lambda.AWSLambdaException",
                   "Lambda.SdkClientException", "Lambda.ClientExecutionTimeoutException", "ThrottlingException"]
+# What Step Functions reports for a Lambda stopped at its timeout. Retried once for every step but Plan: a Plan
+# rerun would find the burst claims of its own first attempt (handlers/coalesce.py) and skip every audit.
+TIMED_OUT = "Sandbox.Timedout"
 ALL = [sfn.Errors.ALL]
+# The cluster Distributed Map's label: its child executions emit AWS/States metrics under the labelled ARN
+# `stateMachine:<name>/<label>` (infra/operations.py alarms on it).
+CLUSTER_MAP_LABEL = "AuditClusters"
 at = sfn.JsonPath.string_at
 obj = sfn.JsonPath.object_at
 
@@ -45,24 +53,30 @@ class AuditWorkflow(Construct):
         super().__init__(scope, construct_id)
         fns = functions.functions
 
-        def invoke(name: str, **props: object) -> tasks.LambdaInvoke:
+        def invoke(name: str, retry_timeout: bool = True, **props: object) -> tasks.LambdaInvoke:
             task = tasks.LambdaInvoke(self, name, lambda_function=fns[name], retry_on_service_exceptions=False,
                                       **props)  # type: ignore[arg-type]
             task.add_retry(errors=RETRIED_ERRORS, interval=Duration.seconds(2), backoff_rate=2.0, max_attempts=6,
                            max_delay=Duration.seconds(60), jitter_strategy=sfn.JitterType.FULL)
+            if retry_timeout:
+                # A step Lambda stopped at its timeout (no EMF flushed): tried once more where a rerun is safe.
+                task.add_retry(errors=[TIMED_OUT], interval=Duration.seconds(1), max_attempts=1)
             return task
 
         def failure(step: str) -> dict[str, object]:
             return {"step": step, "error": at("$.error.Error"), "cause": at("$.error.Cause")}
 
-        plan = invoke("Plan", output_path="$.Payload")
+        plan = invoke("Plan", retry_timeout=False, output_path="$.Payload")
+        # A cluster whose audit did not finish (Inventory or Verdict failed after its retries) is recorded and
+        # counted (handlers/record_failure.py): the AuditsFailed alarm sees it, discovered clusters included.
+        record_failure = invoke("RecordFailure", output_path="$.Payload")
 
         inventory = invoke("Inventory", result_selector={"evidence": obj("$.Payload.evidence"),
                                                          "batches": obj("$.Payload.batches")},
                            result_path="$.inventory")
         inventory.add_catch(sfn.Pass(self, "InventoryNotChecked", parameters={
             "cluster": at("$.request.cluster"), "mode": at("$.request.mode"), "audited": False,
-            "failure": failure("Inventory")}), errors=ALL, result_path="$.error")
+            "failure": failure("Inventory")}).next(record_failure), errors=ALL, result_path="$.error")
 
         collect = invoke("CollectLogs", output_path="$.Payload")
         collect.add_catch(sfn.Pass(self, "BatchNotChecked", parameters={
@@ -82,12 +96,15 @@ class AuditWorkflow(Construct):
             "request": obj("$.request"), "evidence": obj("$.inventory.evidence"), "batches": obj("$.batches")}),
             output_path="$.Payload")
         verdict = invoke("Verdict", output_path="$.Payload")
+        verdict.add_catch(sfn.Pass(self, "VerdictFailed", parameters={
+            "cluster": at("$.request.cluster"), "mode": at("$.request.mode"), "failure": failure("Verdict")})
+            .next(record_failure), errors=ALL, result_path="$.error")
         finish.add_catch(sfn.Pass(self, "FinishNotChecked", parameters={
             "request": obj("$.request"), "evidence": obj("$.inventory.evidence"), "failure": failure("Finish")})
             .next(verdict), errors=ALL, result_path="$.error")
 
         clusters = sfn.DistributedMap(self, "AuditClusters", items_path="$.targets", result_path="$.audits",
-                                      max_concurrency=config.cluster_concurrency, label="AuditClusters",
+                                      max_concurrency=config.cluster_concurrency, label=CLUSTER_MAP_LABEL,
                                       # One cluster's failed audit never aborts the others (alarmed instead).
                                       tolerated_failure_percentage=100,
                                       map_execution_type=sfn.StateMachineType.STANDARD,

@@ -170,3 +170,13 @@ class VerdictInput(BaseModel):
     request: AuditRequest
     evidence: dict[str, Any]
     failure: StepFailure | None = None
+
+
+class FailedAudit(BaseModel):
+    """A cluster's audit that did not finish, as the Verdict's or the Inventory's Catch hands it to RecordFailure."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cluster: str = Field(min_length=1)
+    mode: str = Field(min_length=1)
+    failure: StepFailure

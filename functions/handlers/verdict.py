@@ -95,6 +95,9 @@ def record_metrics(result: Result, outcome: SinkOutcome) -> None:
     metrics.add_metric(name="VisibilityGaps", unit=MetricUnit.Count, value=len(result.visibility_gaps))
     metrics.add_metric(name="AlertsPublished", unit=MetricUnit.Count, value=int(outcome.published))
     metrics.add_metric(name="AuditsCompleted", unit=MetricUnit.Count, value=1)  # the audit-age alarm reads it
+    # Fleet-wide, whatever clusters exist (discovered ones too): the NoAuditCompleted alarm reads it.
+    with single_metric(name="AuditsCompleted", unit=MetricUnit.Count, value=1, namespace=NAMESPACE):
+        pass
 
 
 def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: str, key: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import boto3
 import pytest
-from handlers import collect_logs, finish, inventory, plan, verdict
+from handlers import collect_logs, finish, inventory, plan, record_failure, verdict
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
@@ -35,7 +35,7 @@ if not WORLDS.exists():  # a checkout without the shared folder: the copies ship
 HYPERPOD_WORLD = WORLDS / "hyperpod-xid31-app-error.world.json"
 PCLUSTER_WORLD = WORLDS / "pcluster-capacity-block-expiry.world.json"
 
-HANDLER_MODULES: tuple[ModuleType, ...] = (plan, inventory, collect_logs, finish, verdict)
+HANDLER_MODULES: tuple[ModuleType, ...] = (plan, inventory, collect_logs, finish, verdict, record_failure)
 BUCKET = "gpuaudit-evidence-test"
 TABLE = "gpuaudit-findings-test"
 TOPIC = "gpuaudit-alerts-test"

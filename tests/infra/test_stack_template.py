@@ -35,8 +35,8 @@ def only(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_one_of_each_resource_the_issue_names(template: Template) -> None:
-    for kind, count in {"AWS::StepFunctions::StateMachine": 1, "AWS::Lambda::Function": 5,
-                        "AWS::Events::Rule": 5, "AWS::DynamoDB::Table": 1, "AWS::SNS::Topic": 1,
+    for kind, count in {"AWS::StepFunctions::StateMachine": 1, "AWS::Lambda::Function": 6,
+                        "AWS::Events::Rule": 6, "AWS::DynamoDB::Table": 1, "AWS::SNS::Topic": 1,
                         "AWS::S3::Bucket": 1, "AWS::KMS::Key": 1, "AWS::Chatbot::SlackChannelConfiguration": 1}.items():
         template.resource_count_is(kind, count)
 
@@ -59,9 +59,12 @@ def test_steps_run_in_the_pipeline_order(definition: dict[str, Any]) -> None:
 
 def test_every_task_retries_throttling_with_backoff(definition: dict[str, Any]) -> None:
     for name, state in task_states(definition):
-        (retry,) = state["Retry"]
+        retry, *timed_out = state["Retry"]
         assert {"Lambda.TooManyRequestsException", "ThrottlingException"} <= set(retry["ErrorEquals"]), name
         assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] >= 3 and retry["JitterStrategy"] == "FULL", name
+        # a Lambda stopped at its timeout: once more, except Plan (its rerun would find its own burst claims)
+        assert [r["ErrorEquals"] for r in timed_out] == ([] if name == "Plan" else [["Sandbox.Timedout"]]), name
+        assert all(r["MaxAttempts"] == 1 for r in timed_out), name
 
 
 def test_every_collector_failure_is_caught_into_a_not_checked_state(definition: dict[str, Any]) -> None:
@@ -75,7 +78,12 @@ def test_every_collector_failure_is_caught_into_a_not_checked_state(definition: 
         assert catch["ErrorEquals"] == ["States.ALL"] and catch["Next"] == handler_state
         assert scope[handler_state]["Type"] == "Pass"
     assert processor["FinishNotChecked"]["Next"] == "Verdict"  # a failed Finish is still judged
-    assert "Catch" not in states["Plan"] and "Catch" not in states["Verdict"]
+    assert "Catch" not in states["Plan"]  # a failed Plan fails the execution: alarmed and notified
+    # a failed Inventory or Verdict is the cluster's failed audit: recorded and counted (AuditsFailed)
+    (catch,) = states["Verdict"]["Catch"]
+    assert catch["ErrorEquals"] == ["States.ALL"] and processor[catch["Next"]]["Next"] == "RecordFailure"
+    assert processor["InventoryNotChecked"]["Next"] == "RecordFailure"
+    assert processor["RecordFailure"]["Type"] == "Task" and processor["RecordFailure"].get("End") is True
 
 
 def test_state_machine_is_logged_and_traced_without_execution_data(template: Template) -> None:
@@ -94,7 +102,7 @@ def test_hourly_schedule_and_event_rules_start_the_state_machine(synth: Synthesi
     assert {t for r in hyperpod for t in r["EventPattern"]["detail-type"]} == set(HYPERPOD_DETAIL_TYPES)
     assert {"Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning"} == \
         set(capacity[0]["EventPattern"]["detail-type"])
-    for rule in rules.values():
+    for rule in [*schedules, *hyperpod, *capacity]:
         (target,) = rule["Targets"]
         assert target["Arn"] == {"Ref": machine_id} and "Input" not in target  # the event itself is the input
 
@@ -146,7 +154,7 @@ def test_functions_are_python_312_traced_thin_handlers(synth: Synthesized) -> No
     functions = [f["Properties"] for f in synth.resources("AWS::Lambda::Function").values()]
     handlers = sorted(f["Handler"] for f in functions)
     assert handlers == ["handlers.collect_logs.handler", "handlers.finish.handler", "handlers.inventory.handler",
-                        "handlers.plan.handler", "handlers.verdict.handler"]
+                        "handlers.plan.handler", "handlers.record_failure.handler", "handlers.verdict.handler"]
     for function in functions:
         assert function["Runtime"] == "python3.12" and function["TracingConfig"] == {"Mode": "Active"}
         assert function["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"] == "gpuaudit"
@@ -202,7 +210,8 @@ def test_the_auditor_alarms_on_itself_to_the_alert_topic(synth: Synthesized) -> 
             "ApproximateNumberOfMessagesVisible", "AuditsCompleted"} <= set(by_metric)
     for alarm in alarms.values():
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic}]
-    age = [a["Properties"] for a in alarms.values() if a["Properties"].get("MetricName") == "AuditsCompleted"]
+    age = [a["Properties"] for a in alarms.values() if a["Properties"].get("MetricName") == "AuditsCompleted"
+           and len(a["Properties"]["Dimensions"]) == 2]
     assert len(age) == len(TEST_CONFIG["clusters"])
     assert all(p["TreatMissingData"] == "breaching" and p["Period"] == 7200 for p in age)
 

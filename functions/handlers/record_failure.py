@@ -1,0 +1,64 @@
+"""RecordFailure: a cluster's audit that did not finish (the Verdict or the Inventory step failed, after its
+retries) is recorded and counted, so it is seen: an item in the findings table (`FAILED#<cluster>` /
+`<time>#<mode>`: the step, its error, its cause, account IDs redacted), kept as long as findings, and the
+`AuditsFailed` metric per cluster and fleet-wide, which the `AuditsFailed` alarm watches (clusters found by
+discovery included: no configured list is needed).
+
+A failure that kills the step before its Catch (a Lambda timeout or out-of-memory kill, where no EMF is flushed)
+still arrives here: the Catch runs in Step Functions, not in the failed function."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuaudit.model.timeutil import iso
+from gpuaudit.report.redact import redact
+from gpuaudit.settings import Settings
+from handlers import runtime
+from handlers.models import FailedAudit
+from handlers.observability import NAMESPACE, logger, metrics, step_handler
+
+session_factory: Callable[[], boto3.Session] = runtime.default_session
+clock: Callable[[], datetime] = runtime.utc_now
+
+FAILED_PREFIX = "FAILED#"
+CAUSE_CHARS = 500
+
+
+def described(failed: FailedAudit) -> str:
+    """The failure as the audit's gaps say it, account IDs redacted."""
+    return redact(failed.failure.gap().prose())[:CAUSE_CHARS]
+
+
+def failure_item(failed: FailedAudit, now: datetime, retention_days: int) -> dict[str, dict[str, str]]:
+    cause = described(failed)
+    return {"pk": {"S": f"{FAILED_PREFIX}{failed.cluster}"}, "sk": {"S": f"{iso(now)}#{failed.mode}"},
+            "step": {"S": failed.failure.step}, "error": {"S": redact(failed.failure.error)}, "cause": {"S": cause},
+            "expires_at": {"N": str(int((now + timedelta(days=retention_days)).timestamp()))}}
+
+
+@step_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    failed: FailedAudit = runtime.parse_event(event, FailedAudit, "RecordFailure expects the cluster, mode and failure")
+    settings = Settings.from_env(os.environ)
+    now = clock()
+    with runtime.reported_failures():
+        session_factory().client("dynamodb").put_item(
+            TableName=settings.required("FINDINGS_TABLE"),
+            Item=failure_item(failed, now, settings.finding_retention_days))
+    # Per cluster (which cluster) and fleet-wide (the alarm's metric: one series, whatever clusters exist).
+    with single_metric(name="AuditsFailed", unit=MetricUnit.Count, value=1, namespace=NAMESPACE) as metric:
+        metric.add_dimension(name="cluster", value=failed.cluster)
+    metrics.add_metric(name="AuditsFailed", unit=MetricUnit.Count, value=1)
+    logger.warning("audit failed", extra={"cluster": failed.cluster, "mode": failed.mode, "step": failed.failure.step,
+                                          "error": redact(failed.failure.error)})
+    return {"cluster": failed.cluster, "mode": failed.mode, "audited": False, "recorded": True,
+            "failure": {"step": failed.failure.step, "error": redact(failed.failure.error),
+                        "cause": described(failed)}}
