@@ -154,5 +154,6 @@ def scale_config(clusters: int = 200, member_roles: int = 50, instances: int = 5
             "instances": {fleet: [f"i-{(j * 10 + k):017x}" for j in range(instances // len(fleets))]
                           for k, fleet in enumerate(fleets)},
             "external_id_parameter": "/gpuaudit/member-external-id",
-            "member_roles": {name: {"role_arn": f"arn:aws:iam::{400000000000 + i:012d}:role/gpuaudit-read-only"}
+            # distinct synthetic member accounts: the documented example account's first eight digits, then i
+            "member_roles": {name: {"role_arn": f"arn:aws:iam::44445555{i:04d}:role/gpuaudit-read-only"}
                              for i, name in enumerate(names[-member_roles:])}}

@@ -116,7 +116,7 @@ def test_action_wildcards(pattern: str, action: str, matches: bool) -> None:
     ("arn:aws:logs:us-west-2:123456789012:log-group:*", "arn:aws:logs:us-west-2:123456789012:log-group:/a:log-stream:b",
      True),
     ("arn:aws:sns:*:123456789012:alerts", TOPIC, True),
-    ("arn:aws:sns:*:123456789012:alerts", "arn:aws:sns:us-west-2:999999999999:alerts", False),
+    ("arn:aws:sns:*:123456789012:alerts", "arn:aws:sns:us-west-2:444455556666:alerts", False),
     # each colon-separated part on its own: a `*` in one part does not reach into the next
     ("arn:aws:states:us-west-2:1:execution:M:*", "arn:aws:states:us-west-2:1:execution:M/Label:0a", False),
     ("arn:aws:states:us-west-2:1:execution:M*", "arn:aws:states:us-west-2:1:execution:M/Label:0a", True),
@@ -129,7 +129,7 @@ def test_resource_and_arn_matching(pattern: str, arn: str, matches: bool) -> Non
 
 @pytest.mark.parametrize(("condition", "context", "holds"), [
     ({"StringEquals": {"aws:SourceAccount": "123456789012"}}, {"aws:SourceAccount": "123456789012"}, True),
-    ({"StringEquals": {"aws:SourceAccount": "123456789012"}}, {"aws:SourceAccount": "999999999999"}, False),
+    ({"StringEquals": {"aws:SourceAccount": "123456789012"}}, {"aws:SourceAccount": "444455556666"}, False),
     ({"StringEquals": {"aws:SourceAccount": "123456789012"}}, {}, False),  # a missing key: false
     ({"StringEquals": {"AWS:SOURCEACCOUNT": "123456789012"}}, {"aws:SourceAccount": "123456789012"}, True),  # key names
     ({"StringEquals": {"s3:prefix": "Cache/"}}, {"s3:prefix": "cache/"}, False),  # values: case-sensitive

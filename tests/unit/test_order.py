@@ -22,3 +22,38 @@ def test_same_verdict_orders_by_instance_id_and_counts_leave_out_absent_verdicts
     assert [n.instance_id for n in worst_first(nodes)] == ["i-a", "i-b", "i-c"]
     assert verdict_counts(nodes) == [("REBOOT", 2), ("LEAVE ALONE", 1)]
     assert verdict_rank(None) == len(VERDICT_SEVERITY) and verdict_rank("REPLACE") == 0
+
+
+def test_the_reports_list_nodes_worst_first_however_many_are_healthy():
+    """Markdown and HTML list the nodes split_healthy gives them: worst first, with few healthy nodes (all listed)
+    and with many (the healthy rest counted per group)."""
+    from gpuaudit.report.fleet import HEALTHY_LISTED, split_healthy
+
+    few = [node("i-1", "LEAVE ALONE"), node("i-2", "REBOOT"), node("i-3", "NOT OBSERVABLE"), node("i-4", "REPLACE")]
+    assert [n.instance_id for n in split_healthy(few)[0]] == ["i-4", "i-3", "i-2", "i-1"]
+    many = [node(f"i-h{k:04d}", None) for k in range(HEALTHY_LISTED + 1)] + few[1:]
+    listed, rest = split_healthy(many)
+    assert [n.verdict for n in listed] == ["REPLACE", "NOT OBSERVABLE", "REBOOT"] and rest
+
+
+def test_the_history_lists_nodes_by_their_latest_verdict_worst_first_a_closed_one_last():
+    from datetime import UTC, datetime
+
+    from gpuaudit.model.history import HistoryRead, HistorySpan
+    from gpuaudit.report.history import by_node, render_markdown
+
+    t0, t1 = datetime(2026, 9, 1, tzinfo=UTC), datetime(2026, 9, 2, tzinfo=UTC)
+
+    def span(iid: str, when: datetime, verdict: str | None, closed: str | None = None) -> HistorySpan:
+        return HistorySpan(cluster="c", instance_id=iid, audit_id=f"a{when.day}", audit_time=when,
+                           last_audit_id=f"a{when.day}", through=when, mode="coverage", verdict=verdict,
+                           xid_status="Measured", closed=closed)
+
+    spans = [span("i-a", t0, "REPLACE"), span("i-a", t1, None, closed="cluster no longer exists"),
+             span("i-b", t0, "REPLACE"), span("i-b", t1, "LEAVE ALONE"),
+             span("i-c", t1, "REBOOT"), span("i-d", t0, "MONITOR"), span("i-e", t1, "NOT OBSERVABLE")]
+    read = HistoryRead(store="sqlite", since=t0, until=t1, spans=spans, items_read=len(spans), requests=1)
+    assert list(by_node(read)) == ["i-e", "i-c", "i-d", "i-b", "i-a"]
+    text = render_markdown(read, "c")
+    assert [text.index(f"## `{i}`") for i in ("i-e", "i-c", "i-d", "i-b", "i-a")] == sorted(
+        text.index(f"## `{i}`") for i in ("i-e", "i-c", "i-d", "i-b", "i-a"))

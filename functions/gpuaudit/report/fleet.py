@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
+from gpuaudit.report.order import worst_first
 
 # Beyond this many healthy nodes, they are counted per group instead of listed (small clusters list every node).
 HEALTHY_LISTED = 50
@@ -30,14 +31,14 @@ def nccl_summary(n: NodeResult) -> str:
 
 
 def split_healthy(nodes: list[NodeResult]) -> tuple[list[NodeResult], dict[str, list[NodeResult]]]:
-    """(the nodes to list one by one, the healthy rest per group)."""
+    """(the nodes to list one by one, worst verdict first, the healthy rest per group)."""
     healthy = [n for n in nodes if not is_exception(n)]
     if len(healthy) <= HEALTHY_LISTED:
-        return nodes, {}
+        return worst_first(nodes), {}
     groups: dict[str, list[NodeResult]] = {}
     for n in healthy:
         groups.setdefault(n.instance_group or "(no group)", []).append(n)
-    return [n for n in nodes if is_exception(n)], groups
+    return worst_first(n for n in nodes if is_exception(n)), groups
 
 
 def healthy_summary(nodes: list[NodeResult]) -> str:

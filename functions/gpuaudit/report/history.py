@@ -16,6 +16,7 @@ from gpuaudit.model.history import HistoryRead, HistorySpan, HistoryXid
 from gpuaudit.model.redaction import MASK, redact, redact_tree
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, visible
+from gpuaudit.report.order import verdict_rank
 
 SCHEMA = "gpu-audit-history/1"
 STRIP_W, STRIP_H, LABEL_W = 900, 18, 190
@@ -26,10 +27,13 @@ VERDICT_SHORT = {"REPLACE": "REPLACE", "REBOOT": "REBOOT", "MONITOR": "MONITOR",
 
 
 def by_node(read: HistoryRead) -> dict[str, list[HistorySpan]]:
+    """Each node's spans in time order; the nodes worst latest verdict first (a closed one ranks as no verdict),
+    then by instance ID."""
     nodes: dict[str, list[HistorySpan]] = {}
     for span in sorted(read.spans, key=lambda s: (s.instance_id, s.audit_time, s.audit_id)):
         nodes.setdefault(span.instance_id, []).append(span)
-    return nodes
+    latest = {iid: None if spans[-1].closed else spans[-1].verdict for iid, spans in nodes.items()}
+    return dict(sorted(nodes.items(), key=lambda kv: (verdict_rank(latest[kv[0]]), kv[0])))
 
 
 def _signal(x: HistoryXid) -> str:
