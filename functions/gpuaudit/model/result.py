@@ -189,6 +189,14 @@ class ActionGroup(Out):
     ids_file: str | None = None
 
 
+class GapNodes(Out):
+    """Every node a visibility gap is about: its text may count them ("1,980 of 2,000 NVSwitch nodes") so the
+    report stays readable, and each node stays findable here."""
+
+    gap: str
+    nodes: list[str]
+
+
 class TimelineEntry(Out):
     time: datetime
     source: str
@@ -222,6 +230,7 @@ class Result(Out):
     cluster_state: list[str] = Field(default_factory=list)
     config_overrides: list[str] = Field(default_factory=list)
     visibility_gaps: list[str] = Field(default_factory=list)
+    gap_nodes: list[GapNodes] = Field(default_factory=list)  # every node of a gap that names nodes
     actions: list[str] = Field(default_factory=list)
     action_groups: list[ActionGroup] = Field(default_factory=list)  # the node actions of `actions`, grouped
     calls: list[Call] = Field(default_factory=list)

@@ -5,6 +5,7 @@ API allows (`xargs -n`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuaudit.model.evidence import Evidence
@@ -17,6 +18,27 @@ EC2_IDS_PER_CALL = 100
 NODE = "{node}"
 # Worst first, the order of report/order.py (rules do not import report/): REPLACE, NOT OBSERVABLE, REBOOT, …
 ACTION_ORDER: tuple[Verdict, ...] = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "MONITOR", "LEAVE ALONE")  # where one node's ID stands in an action's text
+
+
+# A gap or action names this many node IDs at most; past that it counts them and names the exceptions.
+NAMED_UP_TO = 10
+
+
+def nodes_phrase(named: Sequence[str], population: Sequence[str], noun: str) -> str:
+    """Which of `population` (the `noun` nodes) a statement is about, readable at any fleet size: every ID while
+    few are named; "all 2,000 NVSwitch nodes"; "1,980 of 2,000 NVSwitch nodes (all but i-…)" naming the exceptions
+    only; else a count and the first few. Callers keep the full list in the result (`gap_nodes`)."""
+    n, m = len(named), len(population)
+    if n == m and m > NAMED_UP_TO:
+        return f"all {m:,} {noun} nodes"
+    if n <= NAMED_UP_TO:
+        return f"{', '.join(named)} ({'all ' if n == m else ''}{n:,} of {m:,} {noun} nodes)"
+    chosen = set(named)
+    others = [iid for iid in population if iid not in chosen]
+    if len(others) <= NAMED_UP_TO:
+        return f"{n:,} of {m:,} {noun} nodes (all but {', '.join(others)})"
+    return (f"{n:,} of {m:,} {noun} nodes (first {', '.join(named[:NAMED_UP_TO])}; all {n:,} in the JSON result's "
+            "gap_nodes)")
 
 
 @dataclass(frozen=True)

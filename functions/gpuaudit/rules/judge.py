@@ -20,6 +20,7 @@ from gpuaudit.model.result import (
     Check,
     ClusterRef,
     Finding,
+    GapNodes,
     NodeResult,
     NodeSignals,
     Readiness,
@@ -182,7 +183,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         nodes = [bootstrap_verdict(n, node, boot) for n, node in zip(nodes, evidence.nodes, strict=True)]
     judged = Judged(evidence, nodes, routings, lines_by_node, unassigned, control, boot, dict(boot_by_node))
 
-    gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + coverage_gaps(judged) \
+    node_gaps, gap_nodes = coverage_gaps(judged)
+    gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + node_gaps \
         + finding_rules.observability_gaps(judged)
     groups = action_rules.grouped(evidence, [
         action_rules.NodeAction(n.verdict, n.instance_id, text.replace(n.instance_id, action_rules.NODE))
@@ -220,7 +222,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         checks=checks, findings=findings, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
         timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
-        visibility_gaps=gaps, actions=_unique(actions + branch_actions), action_groups=groups,
+        visibility_gaps=gaps, gap_nodes=gap_nodes, actions=_unique(actions + branch_actions), action_groups=groups,
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],
         calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]), evidence)
@@ -272,8 +274,10 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def coverage_gaps(j: Judged) -> list[str]:
+def coverage_gaps(j: Judged) -> tuple[list[str], list[GapNodes]]:
+    """The coverage gaps, and every node of each gap that names nodes (its text may count them instead)."""
     gaps = []
+    gap_nodes: list[GapNodes] = []
     for n in j.nodes:
         if n.xid_status != "Not observable" or n.gpu_count == 0:
             continue
@@ -282,13 +286,16 @@ def coverage_gaps(j: Judged) -> list[str]:
                          for r in n.coverage)
         gaps.append(f"{n.instance_id}: GPU error evidence Not observable — {rows}. Collect on the node: "
                     "`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`; fix kernel log shipping")
+    expecting_fm = [n.instance_id for n in j.nodes if n.signals.fabric_manager != "Not applicable"]
     unseen_fm = [n.instance_id for n in j.nodes if n.signals.fabric_manager == "Not observable"]
     if unseen_fm:
         span = boot_search_span(j.evidence)
-        gaps.append(f"Fabric Manager start line (`Started \"Nvidia Fabric Manager\"`) not found for "
-                    f"{', '.join(unseen_fm)} (NVSwitch types) in any source searched {span}: Fabric Manager Not "
-                    "observable. On the node: `systemctl status nvidia-fabricmanager` and "
-                    "`journalctl -u nvidia-fabricmanager`")
+        gap = (f"Fabric Manager start line (`Started \"Nvidia Fabric Manager\"`) not found for "
+               f"{action_rules.nodes_phrase(unseen_fm, expecting_fm, 'NVSwitch')} in any source searched {span}: "
+               "Fabric Manager Not observable. On the node: `systemctl status nvidia-fabricmanager` and "
+               "`journalctl -u nvidia-fabricmanager`")
+        gaps.append(gap)
+        gap_nodes.append(GapNodes(gap=gap, nodes=unseen_fm))
     searched = {g.name for g in j.evidence.log_groups}
     used = {r.log_group for n in j.nodes for r in n.coverage}
     dead = sorted(searched - used)
@@ -299,7 +306,7 @@ def coverage_gaps(j: Judged) -> list[str]:
         if q.status == "Complete" and q.records_scanned == 0 and q.purpose == "stream-summary":
             gaps.append(f"Logs Insights scanned zero records over {', '.join(q.log_groups)} in the padded window: "
                         "either the sources are empty in the window or the query is wrong (group, region, time)")
-    return gaps
+    return gaps, gap_nodes
 
 
 def node_action_texts(j: Judged) -> list[tuple[NodeResult, str]]:
