@@ -578,6 +578,53 @@ def _fail(message: str, code: int) -> None:
 
 
 @app.command()
+def mcp(
+    world: Annotated[Path | None, typer.Option(help="Serve a world file (a frozen account) instead of AWS")] = None,
+    profile: Annotated[str | None, typer.Option(
+        help="AWS profile (default: AWS_PROFILE, then the default chain)", rich_help_panel=ACCESS)] = None,
+    region: Annotated[str | None, typer.Option(
+        help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then the profile's; a world's own)",
+        rich_help_panel=ACCESS)] = None,
+    role_arn: Annotated[str | None, typer.Option(help="Audit another account through its read-only role",
+                                                 rich_help_panel=ACCESS)] = None,
+    external_id: Annotated[str | None, typer.Option(help="External ID the read-only role requires",
+                                                    rich_help_panel=ACCESS)] = None,
+    results_dir: Annotated[Path, typer.Option(
+        "--results-dir", help="Where each audit's result JSON and HTML report are written (<cluster>/<audit_id>.*)")
+    ] = Path("~/.gpuaudit/results"),
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="Fleet memory: the local history audits read and add to, and latest_findings/node_history "
+                          "read (default: off)")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Incremental audits: the coverage cache file")] = None,
+) -> None:
+    """Serve gpuaudit's read-only tools to an MCP client over stdio (Claude Desktop, VS Code, any agent)."""
+    try:
+        if world is not None and profile is not None:
+            raise UserError("--profile applies to AWS accounts, not to --world")
+        if role_arn and world is not None:
+            raise UserError("--role-arn applies to AWS accounts, not to --world")
+        directory = results_dir.expanduser()
+        _out_dir(directory) if directory.parent.is_dir() else directory.mkdir(parents=True, exist_ok=True)
+        history = _history_dir(history.expanduser() if history else None)
+        if world is not None:
+            _aws_for(world, region)  # a bad world or region is said now, not on the first tool call
+        from gpuaudit.agent.local_backend import LocalBackend
+        from gpuaudit.agent.server import build_server
+
+        backend = LocalBackend(results_dir=directory, world=world, profile=profile, region=region, role_arn=role_arn,
+                               external_id=external_id, history_dir=history, cache=_cache_path(cache))
+        build_server(backend).run("stdio")
+    except UserError as exc:
+        _fail(str(exc), exc.code)
+    except WorldError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except OSError as exc:
+        _fail(f"--results-dir {results_dir}: {exc}", EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+
+
+@app.command()
 def demo(
     out_dir: Annotated[Path, typer.Option(help="Where to write results and reports")] = Path("out/demo"),
     verbose: Annotated[bool, typer.Option("--verbose", help="Also print each full report and alert")] = False,

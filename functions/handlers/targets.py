@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.collectors.inventory import PCLUSTER_TAG, instance_pages
+from gpuaudit.collectors.inventory import PCLUSTER_TAG, discovered_clusters, instance_pages
 from gpuaudit.domain.window import scheduled_window
 from gpuaudit.model.evidence import (
     FAILED_CLUSTER_STATES,
@@ -27,7 +27,6 @@ from gpuaudit.settings import deployment
 from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
-LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 
 
 class DiscoveryTag(BaseModel):
@@ -89,32 +88,7 @@ def audited_clusters(aws: Aws, settings: PlanSettings, gaps: list[str]) -> list[
 
 
 def discover_clusters(aws: Aws, tag: DiscoveryTag | None, gaps: list[str]) -> list[str]:
-    found: list[str] = []
-    try:
-        for summary in aws.paginate("sagemaker", "ListClusters", "ClusterSummaries"):
-            if tag is None or _hyperpod_tagged(aws, summary["ClusterArn"], tag, gaps):
-                found.append(summary["ClusterName"])
-    except CallFailed as failed:
-        gaps.append(failed.gap_for("HyperPod clusters not discovered").prose())
-    filters = [{"Name": "tag-key", "Values": [PCLUSTER_TAG]},
-               {"Name": "instance-state-name", "Values": LIVE_STATES}]
-    if tag is not None:
-        filters.append({"Name": f"tag:{tag.key}", "Values": [tag.value]})
-    try:
-        for instance in instance_pages(aws, Filters=filters):
-            found.extend(t["Value"] for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
-    except CallFailed as failed:
-        gaps.append(failed.gap_for("ParallelCluster clusters not discovered").prose())
-    return sorted(set(found))
-
-
-def _hyperpod_tagged(aws: Aws, arn: str, tag: DiscoveryTag, gaps: list[str]) -> bool:
-    try:
-        tags = {t["Key"]: t.get("Value") for t in aws.paginate("sagemaker", "ListTags", "Tags", ResourceArn=arn)}
-    except CallFailed as failed:
-        gaps.append(failed.gap_for(f"tags of {arn.rsplit('/', 1)[-1]} not read; cluster not audited").prose())
-        return False
-    return tags.get(tag.key) == tag.value
+    return sorted({name for name, _kind in discovered_clusters(aws, tag, gaps)})
 
 
 def clusters_on_reservation(aws: Aws, reservation_id: str, gaps: list[str]) -> list[str]:

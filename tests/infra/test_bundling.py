@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_runtime_requirements_are_the_pins_minus_the_cli() -> None:
     requirements = runtime_requirements()
     names = {r.split("==")[0] for r in requirements}
-    assert names == {"boto3", "botocore", "pydantic", "aws-lambda-powertools[tracer]"}
+    assert names == {"boto3", "botocore", "pydantic", "aws-lambda-powertools[tracer]", "mcp"}
     assert all("==" in r for r in requirements)
     assert pinned_version("aws-lambda-powertools", requirements) in (ROOT / "pyproject.toml").read_text()
 
@@ -39,10 +39,12 @@ def test_local_bundling_installs_for_lambdas_platform_and_copies_the_packages(tm
         assert pip[pip.index(flag) + 1] == value
     assert "--only-binary=:all:" in pip
     shipped = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
-    assert {"handlers/plan.py", "handlers/payload.py", "gpuaudit/pipeline.py", "gpuaudit/sinks.py"} <= shipped
+    assert {"handlers/plan.py", "handlers/payload.py", "gpuaudit/pipeline.py", "gpuaudit/sinks.py",
+            "gpuaudit/agent/server.py", "gpuaudit/agent/deployed.py", "handlers/mcp_endpoint.py"} <= shipped
     assert not [p for p in shipped if p.startswith(("gpuaudit/embedded/", "gpuaudit/cli.py", "gpuaudit/devtools/",
-                                                     "gpuaudit/__main__.py"))]
+                                                     "gpuaudit/__main__.py", "gpuaudit/agent/local_backend.py"))]
     assert (tmp_path / "gpuaudit/data/xid_catalog.json").exists()
+    assert (tmp_path / "gpuaudit/data/VERDICTS.md").exists()  # the MCP explain tool's glossary
 
 
 def test_bundling_is_skippable_by_context() -> None:
@@ -57,7 +59,9 @@ def test_the_shipped_package_imports_every_handler_without_the_embedded_backend(
         "import sys\n"
         f"sys.path[:] = [{str(asset)!r}] + [p for p in sys.path if p and not p.rstrip('/').endswith('functions')]\n"
         "sys.modules['gpuaudit.embedded'] = None  # importing it would raise\n"
+        "sys.modules['gpuaudit.cli'] = None  # the MCP endpoint serves without the CLI\n"
         "import handlers.plan, handlers.inventory, handlers.collect_logs, handlers.finish, handlers.verdict, gpuaudit\n"
+        "import handlers.mcp_endpoint\n"
         f"assert gpuaudit.__file__.startswith({str(asset)!r}), gpuaudit.__file__\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)

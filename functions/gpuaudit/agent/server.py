@@ -1,0 +1,228 @@
+"""gpuaudit as an MCP server (issue #38): read-only tools over a backend, on the official Python SDK (`mcp`).
+
+One server, two backends: `local_backend.LocalBackend` (`gpuaudit mcp`, over stdio: an account or a world, the
+local history, results written to a directory) and `deployed.DeployedBackend` (the Lambda behind a Function URL:
+the findings table, the results bucket, on-demand executions of the state machine). The local server runs audits
+(`run_audit`); the deployed one starts them (`start_audit`) and reads what they wrote.
+
+Errors a user can act on (bad input, an unknown cluster, expired credentials: the CLI's exit-2/exit-3 messages)
+are tool errors (`isError`) carrying that message; anything else is the SDK's opaque "Error executing tool …",
+its traceback only in the server's log. Long audits report each phase as a progress notification.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, Protocol
+
+import anyio
+import anyio.to_thread
+from anyio import from_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from gpuaudit import __version__
+from gpuaudit.agent import glossary
+from gpuaudit.agent.schema import (
+    NODE_PAGE_DEFAULT,
+    AuditId,
+    AuditInput,
+    AuditStarted,
+    AuditSummary,
+    BadToolInput,
+    ClusterList,
+    ClusterName,
+    Explanation,
+    GlossaryEntry,
+    LatestFindings,
+    Limit,
+    NodeHistory,
+    NodePage,
+    Offset,
+    ToolProblem,
+    VerdictFilter,
+    node_page,
+    summarise,
+)
+from gpuaudit.model.evidence import AuditRequest, InstanceId, Mode
+from gpuaudit.model.result import Result
+from gpuaudit.progress import PHASES
+
+SERVER_NAME = "gpuaudit"
+INSTRUCTIONS = (
+    "Read-only auditor of GPU training clusters on AWS (HyperPod, ParallelCluster, self-managed EC2/EKS). "
+    "Per node it proves whether GPU error evidence (NVIDIA Xid kernel lines, HyperPod health-agent detections) "
+    "arrived, gives one verdict (REPLACE, NOT OBSERVABLE, REBOOT, MONITOR, LEAVE ALONE) and labels causes Proven or "
+    "Hypothesis. Run or read an audit, then page through its nodes; `explain` defines every word of a verdict.")
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
+CALLS_PER_STEP = 50  # progress inside a phase: value phase + calls/(calls + CALLS_PER_STEP), below the next phase
+
+
+class Backend(Protocol):
+    def clusters(self) -> ClusterList: ...
+
+    def result(self, cluster: str, audit_id: str) -> tuple[Result, str, str | None]:
+        """The stored result, where it is, and where its report is."""
+
+    def latest(self, cluster: str, mode: Mode, offset: int, limit: int) -> LatestFindings: ...
+
+    def history(self, cluster: str, node: str, days: int, offset: int, limit: int) -> NodeHistory: ...
+
+
+class Auditor(Backend, Protocol):
+    def run_audit(self, request: AuditRequest, progress: Any) -> tuple[Result, str, str | None]: ...
+
+
+class Starter(Backend, Protocol):
+    def start_audit(self, request: AuditRequest) -> AuditStarted: ...
+
+
+class ProgressBridge:
+    """The pipeline's ProgressHook, run in the audit's worker thread, sending MCP progress notifications through the
+    event loop. Values only grow (the protocol requires it): each phase is a step; AWS calls move within one."""
+
+    def __init__(self, send: Callable[[float, str], None]) -> None:
+        self.send, self.step, self.calls, self.name = send, 0, 0, ""
+
+    def phase(self, name: str, *, nodes: int | None = None, log_groups: int | None = None) -> None:
+        self.step, self.calls, self.name = self.step + 1, 0, name
+        counts = ", ".join(f"{n} {what}" for n, what in ((nodes, "nodes"), (log_groups, "log groups")) if n is not None)
+        self.send(float(self.step), f"{name}" + (f" ({counts})" if counts else ""))
+
+    def call(self, service: str, operation: str, response: dict[str, Any] | None, error: str | None) -> None:
+        self.calls += 1
+        if self.calls % CALLS_PER_STEP == 0:
+            self.send(self.step + self.calls / (self.calls + CALLS_PER_STEP), f"{self.name}: {self.calls} AWS calls")
+
+
+def _flat(model: type[AuditInput], body: Callable[..., Any]) -> Callable[..., Any]:
+    """`body(ctx, **fields)` with the model's fields as its own parameters: the tool's schema is flat (what agents
+    fill best) and carries each field's type, constraints and description."""
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    annotations: dict[str, Any] = {"ctx": Context}
+    for name, info in model.model_fields.items():
+        # the field's constraints and description; its default goes on the parameter (a FieldInfo cannot carry both)
+        annotation = Annotated[(info.annotation, *info.metadata, Field(description=info.description))]  # type: ignore[valid-type]
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                        default=info.get_default(call_default_factory=True)))
+        annotations[name] = annotation
+    returns = typing.get_type_hints(body)["return"]
+    body.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
+    body.__annotations__ = {**annotations, "return": returns}
+    return body
+
+
+async def _off_loop(work: Callable[[], Any]) -> Any:
+    """Blocking work (boto3, SQLite, the pipeline) in a worker thread; ToolProblem becomes the tool's error."""
+    try:
+        return await anyio.to_thread.run_sync(work)
+    except ToolProblem as problem:
+        raise ToolError(str(problem)) from None
+
+
+def build_server(backend: Backend) -> MCPServer:
+    server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+
+    if hasattr(backend, "run_audit"):
+        auditor: Auditor = backend  # type: ignore[assignment]
+
+        async def run_audit(ctx: Context, **fields: Any) -> AuditSummary:
+            request = _request(fields)
+
+            def send(value: float, message: str) -> None:
+                # a watcher only: a client gone (or a call outside a request) never fails the audit
+                with contextlib.suppress(Exception):
+                    from_thread.run(ctx.report_progress, value, float(len(PHASES)), message)
+
+            def audit() -> AuditSummary:
+                result, location, report = auditor.run_audit(request, ProgressBridge(send))
+                return summarise(result, location, report)
+
+            return await _off_loop(audit)  # type: ignore[no-any-return]
+
+        server.add_tool(_flat(AuditInput, run_audit), name="run_audit", annotations=READ_ONLY, description=(
+            "Run one audit (coverage, incident or preflight) of a cluster, instances, file systems or an EKS "
+            "cluster. Returns the headline, verdict counts, the worst nodes (page on with audit_nodes), branches or "
+            "checks, visibility gaps, next steps and where the full result is. Read-only; reports progress."))
+    else:
+        starter: Starter = backend  # type: ignore[assignment]
+
+        async def start_audit(ctx: Context, **fields: Any) -> AuditStarted:
+            request = _request(fields)
+            return await _off_loop(lambda: starter.start_audit(request))  # type: ignore[no-any-return]
+
+        server.add_tool(_flat(AuditInput, start_audit), name="start_audit", annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True), description=(
+            "Start an on-demand audit on the deployed state machine (its only non-read action; the audit itself is "
+            "read-only). Returns the execution ARN; its findings appear in latest_findings and audit_summary when "
+            "it ends (minutes)."))
+
+    @server.tool(annotations=READ_ONLY)
+    async def audit_summary(cluster: ClusterName, audit_id: AuditId,
+                            limit: Limit = NODE_PAGE_DEFAULT) -> AuditSummary:
+        """The summary of an audit already run (the same shape run_audit returns), read from where it was stored."""
+
+        def read() -> AuditSummary:
+            result, location, report = backend.result(cluster, audit_id)
+            return summarise(result, location, report, limit)
+
+        return await _off_loop(read)  # type: ignore[no-any-return]
+
+    @server.tool(annotations=READ_ONLY)
+    async def audit_nodes(cluster: ClusterName, audit_id: AuditId, offset: Offset = 0,
+                          limit: Limit = NODE_PAGE_DEFAULT,
+                          verdicts: Annotated[list[VerdictFilter] | None, Field(
+                              max_length=6, description="Only these verdicts; `none`: nodes without one")] = None
+                          ) -> NodePage:
+        """One page of an audit's nodes, worst first (REPLACE, NOT OBSERVABLE, REBOOT, MONITOR, LEAVE ALONE, none)."""
+
+        def read() -> NodePage:
+            return node_page(backend.result(cluster, audit_id)[0], offset, limit, verdicts or ())
+
+        return await _off_loop(read)  # type: ignore[no-any-return]
+
+    @server.tool(annotations=READ_ONLY)
+    async def list_clusters() -> ClusterList:
+        """The clusters in scope: the region's HyperPod clusters and ParallelClusters (deployed: the audited set)."""
+        return await _off_loop(backend.clusters)  # type: ignore[no-any-return]
+
+    @server.tool(annotations=READ_ONLY)
+    async def latest_findings(cluster: ClusterName, mode: Mode = "coverage", offset: Offset = 0,
+                              limit: Limit = NODE_PAGE_DEFAULT) -> LatestFindings:
+        """Each node's standing verdict and coverage from the latest audits of a cluster, worst first (local: the
+        history directory; deployed: the findings table)."""
+        return await _off_loop(lambda: backend.latest(cluster, mode, offset, limit))  # type: ignore[no-any-return]
+
+    @server.tool(annotations=READ_ONLY)
+    async def node_history(cluster: ClusterName, node: InstanceId,
+                           days: Annotated[int, Field(ge=1, le=3650, description="Look-back in days")] = 30,
+                           offset: Offset = 0, limit: Limit = NODE_PAGE_DEFAULT) -> NodeHistory:
+        """One node's timeline across audits: verdicts, hardware-class Xids by PCI bus, reboots, coverage."""
+        return await _off_loop(lambda: backend.history(cluster, node, days, offset, limit))  # type: ignore[no-any-return]
+
+    @server.tool(annotations=READ_ONLY)
+    async def explain(term: Annotated[str, Field(min_length=1, max_length=100, description=(
+            "A verdict (REPLACE, NOT_OBSERVABLE…), coverage status (Measured), label (Proven, Hypothesis (to "
+            "validate)), confidence (High), branch letter (A-F), `RULES §7`, a section (Pre-flight) or an Xid code "
+            "(79, Xid 48)"))]) -> Explanation:
+        """What a word of a gpuaudit report promises and on what evidence (the glossary, docs/VERDICTS.md)."""
+        entries = glossary.explain(term)
+        if not entries:
+            raise ToolError(f"{term!r} is not in the glossary; known terms: {', '.join(glossary.terms())}, a section "
+                            "heading, or an Xid code")
+        return Explanation(term=term, source="docs/VERDICTS.md (shipped as gpuaudit/data/VERDICTS.md)",
+                           entries=[GlossaryEntry(term=e.term, section=e.section, meaning=e.meaning) for e in entries])
+
+    return server
+
+
+def _request(fields: dict[str, Any]) -> AuditRequest:
+    try:
+        return AuditInput.model_validate(fields).request()
+    except BadToolInput as exc:
+        raise ToolError(str(exc)) from None
