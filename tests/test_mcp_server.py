@@ -16,7 +16,6 @@ from typing import Any
 
 import anyio
 import jsonschema
-import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -172,3 +171,9 @@ def test_a_bad_world_stops_the_server_before_it_serves(tmp_path: Path) -> None:
                            str(tmp_path / "r")], env=env(), capture_output=True, text=True, timeout=60, input="")
     assert done.returncode == 2 and done.stdout == ""
     assert str(bad) in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_shipped_glossary_is_the_documented_one() -> None:
+    """The Lambda and a wheel have no docs/: `explain` reads the package's copy, which must not drift."""
+    shipped = ROOT / "functions" / "gpuaudit" / "data" / "VERDICTS.md"
+    assert shipped.read_bytes() == (ROOT / "docs" / "VERDICTS.md").read_bytes()

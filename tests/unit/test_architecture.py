@@ -19,9 +19,9 @@ THIRD_PARTY_OF_MODEL = {"pydantic"}
 FORBIDDEN = {
     "model": {"*"},  # the standard library and pydantic only
     "domain": {"*"},  # the model, the standard library
-    "collectors": {"rules", "pipeline", "report", "embedded", "devtools", "cli", "sinks"},
-    "rules": {"collectors", "pipeline", "report", "embedded", "devtools", "cli", "sinks"},
-    "report": {"collectors", "rules", "pipeline", "embedded", "devtools", "cli", "sinks"},
+    "collectors": {"rules", "pipeline", "report", "embedded", "devtools", "cli", "sinks", "agent"},
+    "rules": {"collectors", "pipeline", "report", "embedded", "devtools", "cli", "sinks", "agent"},
+    "report": {"collectors", "rules", "pipeline", "embedded", "devtools", "cli", "sinks", "agent"},
 }
 ALLOWED_INSIDE = {"model": {"model"}, "domain": {"model", "domain"}}
 

@@ -212,7 +212,7 @@ class LatestFindings(BaseModel):
 
 
 class XidSeen(BaseModel):
-    code: int
+    code: int | None
     signal: str
     pci: str | None
     first: datetime

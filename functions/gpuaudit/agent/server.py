@@ -107,7 +107,7 @@ def _flat(model: type[AuditInput], body: Callable[..., Any]) -> Callable[..., An
     annotations: dict[str, Any] = {"ctx": Context}
     for name, info in model.model_fields.items():
         # the field's constraints and description; its default goes on the parameter (a FieldInfo cannot carry both)
-        annotation = Annotated[(info.annotation, *info.metadata, Field(description=info.description))]  # type: ignore[valid-type]
+        annotation = Annotated[(info.annotation, *info.metadata, Field(description=info.description))]  # type: ignore[name-defined,valid-type]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                         default=info.get_default(call_default_factory=True)))
         annotations[name] = annotation
