@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -24,7 +24,7 @@ from gpuaudit.model.evidence import Mode
 from gpuaudit.model.history import ESCALATED, FLAPPING
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result
 from gpuaudit.model.timeutil import iso
-from gpuaudit.report import alert
+from gpuaudit.report import alert, events
 from gpuaudit.report.alert import ALERT_MAX_CHARS, Change
 from gpuaudit.report.redact import redact
 
@@ -187,7 +187,8 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
         if broken == recorded_broken:
             return Comparison()
         rows.append(Change(0, alert.SELF_CHECK, f"SELF-CHECK FAILED ({len(result.invariants_broken)} invariant(s) "
-                                                "broken, a gpuaudit bug)", detail="; ".join(result.invariants_broken)))
+                                                "broken, a gpuaudit bug)", detail="; ".join(result.invariants_broken),
+                           code=events.SELF_CHECK_FAILED))
 
     left = {f"NODE#{n.instance_id}": n.status for n in result.nodes if _left(n)}
     for node in result.nodes:
@@ -207,7 +208,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
             continue
         if sk in left:  # leaving: said below if it was alerting; what it showed before it left, if worse
             if node.verdict in SEVERITY and node.verdict != before.get("verdict"):
-                rows.append(_verdict_change(node, 1))
+                rows.append(_verdict_change(node, 1, previous=before.get("verdict")))
             continue
         baseline = _gap_set(before)
         unread = node.xid_status == "Not observable" and node.verdict in (None, "NOT OBSERVABLE")
@@ -227,7 +228,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
         if was in ALERTING_VERDICTS:
             rows.append(Change(4, alert.LEFT, f"{left[sk]}, left the cluster (was {was}): not a recovery" if sk in left
                                else f"no longer in the cluster (was {was}): replaced or terminated, not a recovery",
-                               node=iid))
+                               node=iid, code=events.LEFT_CLUSTER, was=was))
         state.record(sk, {**_kept(before), "gone": result.audit_id}, before, {"expires_at": {"N": str(expires_at)}},
                      keep_time=True)
 
@@ -235,12 +236,14 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
         sk = f"CHECK#{check.id}"
         was_result = previous.get(sk, {}).get("result")
         if check.result == "FAIL" and was_result != "FAIL":
-            rows.append(Change(3, alert.FAIL, f"{check.id} {check.title}: FAIL", detail=check.evidence))
+            rows.append(Change(3, alert.FAIL, f"{check.id} {check.title}: FAIL", detail=check.evidence,
+                               code=events.CHECK_FAILED, was=was_result))
         elif was_result == "FAIL" and check.result == "PASS":  # PASS and RISK rest on reads (fail closed)
-            rows.append(Change(6, alert.RECOVERED, f"{check.id} {check.title}: back to PASS (was FAIL)"))
+            rows.append(Change(6, alert.RECOVERED, f"{check.id} {check.title}: back to PASS (was FAIL)",
+                               code=events.CHECK_RECOVERED, was=was_result))
         elif was_result == "FAIL" and check.result == "RISK":
             rows.append(Change(6, alert.RECOVERED, f"{check.id} {check.title}: no longer FAIL (now RISK)",
-                               detail=check.evidence))
+                               detail=check.evidence, code=events.CHECK_RECOVERED, was=was_result))
         elif was_result == "FAIL":
             continue  # UNVERIFIED, Not checked, Needs input: not read, so the FAIL stands
         state.record(sk, {"result": check.result}, previous.get(sk))
@@ -265,20 +268,24 @@ def _answer_changes(result: Result, previous: dict[str, dict[str, str]], state: 
         named = ", ".join(f"branch {b} ({BRANCH_NAMES[b]})" for b in (proven or leading))  # type: ignore[index]
         if now != was and now["label"] == "Proven":
             rows.append(Change(1, alert.ROOT_CAUSE, f"ROOT CAUSE (Proven): {named}",
-                               detail=result.headline.split(" — ", 1)[-1]))
+                               detail=result.headline.split(" — ", 1)[-1], code=events.ROOT_CAUSE_PROVEN,
+                               was=_cause_text(was)))
         elif now != was and now["label"] == "Hypothesis":
             earlier = f"{was['label']} branch {was['branches']}" if was["branches"] else "none"
             rows.append(Change(2, alert.HYPOTHESIS, f"NEW HYPOTHESIS (to validate): {named} (was {earlier})",
-                               detail=result.headline.split(" — ", 1)[-1]))
+                               detail=result.headline.split(" — ", 1)[-1], code=events.HYPOTHESIS_CHANGED,
+                               was=_cause_text(was)))
         state.record("CAUSE", now, before)
     if result.mode == "preflight" and result.ready is not None:
         before = previous.get("READY")
         was_ready = before.get("ready") if before is not None else None
         failing = ", ".join(f"{c.id} {c.title}" for c in result.checks if c.result == "FAIL")
         if result.ready == "No" and was_ready != "No":
-            rows.append(Change(1, alert.NOT_READY, f"NOT READY (Ready: No): FAIL {failing or 'see the report'}"))
+            rows.append(Change(1, alert.NOT_READY, f"NOT READY (Ready: No): FAIL {failing or 'see the report'}",
+                               code=events.NOT_READY, was=was_ready))
         elif was_ready == "No":
-            rows.append(Change(6, alert.RECOVERED, f"Ready: {result.ready} (was No)"))
+            rows.append(Change(6, alert.RECOVERED, f"Ready: {result.ready} (was No)", code=events.READY_AGAIN,
+                               was=was_ready))
         state.record("READY", {"ready": result.ready}, before)
     return rows
 
@@ -310,7 +317,13 @@ class _State:
         self.record(f"NODE#{iid}", {**_kept(before), "unchecked": self.result.audit_id}, before, keep_time=True)
         gap = alert.cut(next(t for t in _unread(self.result) if _gap_key(t) in unread).removeprefix("Not checked: "), 100)
         return [Change(5, alert.NOT_RECHECKED, f"not re-checked this audit ({gap}); {was} recorded by the audit to "
-                                                f"{before.get('recorded_at', '?')} stands", node=iid)]
+                                                f"{before.get('recorded_at', '?')} stands", node=iid,
+                       code=events.NOT_RECHECKED, was=was)]
+
+
+def _cause_text(cause: dict[str, str]) -> str | None:
+    """A recorded cluster answer as an event says it: `Proven A`, `Hypothesis B,D`; None when there was none."""
+    return f"{cause['label']} {cause['branches']}" if cause.get("branches") else None
 
 
 def _left(node: NodeResult) -> bool:
@@ -334,15 +347,17 @@ def _kept(before: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in before.items() if k not in _BOOKKEEPING}
 
 
-def _verdict_change(node: NodeResult, rank: int, was: str = "") -> Change:
+def _verdict_change(node: NodeResult, rank: int, was: str = "", previous: str | None = None) -> Change:
+    """`was`: the earlier verdict as the alert says it; `previous`: as recorded (None: the node is first seen)."""
     return Change(rank, str(node.verdict), f"new verdict {node.verdict}{was}", node=node.instance_id,
-                  detail=node.verdict_evidence or "")
+                  detail=node.verdict_evidence or "", code=events.NEW_VERDICT, was=previous)
 
 
 def _first_seen(node: NodeResult) -> list[Change]:
     rows = []
     if node.xid_status == "Not observable" and (node.gpu_count or 0) != 0:
-        rows.append(Change(2, alert.NOT_OBSERVABLE, "coverage Not observable", node=node.instance_id))
+        rows.append(Change(2, alert.NOT_OBSERVABLE, "coverage Not observable", node=node.instance_id,
+                           code=events.COVERAGE_LOST))
     if node.verdict in ALERTING_VERDICTS:
         rows.append(_verdict_change(node, 1 if node.verdict in SEVERITY else 2))
     return rows
@@ -364,16 +379,18 @@ def _node_changes(node: NodeResult, before: dict[str, str]) -> list[Change]:
         lost = node.xid_status == "Not observable"
         regained = not lost
         rows.append(Change(2 if lost else 6, alert.NOT_OBSERVABLE if lost else alert.RECOVERED,
-                           f"coverage {'lost' if lost else 'regained'} ({was_x} → {node.xid_status})", node=iid))
+                           f"coverage {'lost' if lost else 'regained'} ({was_x} → {node.xid_status})", node=iid,
+                           code=events.COVERAGE_LOST if lost else events.COVERAGE_REGAINED, was=was_x))
     if now_v == was_v == "REPLACE" and ESCALATED in (node.verdict_evidence or "") and not before.get("escalated"):
         rows.append(Change(1, alert.REPLACE, "REPLACE escalated (given earlier, not acted on)", node=iid,
-                           detail=node.verdict_evidence or ""))
+                           detail=node.verdict_evidence or "", code=events.ESCALATED, was=was_v))
     if now_v in ALERTING_VERDICTS and now_v != was_v:
         was = f" (was {was_v})" if was_v in ALERTING_VERDICTS else ""
-        rows.append(_verdict_change(node, 1 if now_v in SEVERITY else 2, was))
+        rows.append(_verdict_change(node, 1 if now_v in SEVERITY else 2, was, previous=was_v))
     elif was_v in ALERTING_VERDICTS and now_v not in ALERTING_VERDICTS and not (was_v == "NOT OBSERVABLE" and regained):
         rows.append(Change(6, alert.RECOVERED, f"recovered ({was_v} → "
-                                               f"{now_v if now_v != 'none' else 'no GPU signal in the window'})", node=iid))
+                                               f"{now_v if now_v != 'none' else 'no GPU signal in the window'})", node=iid,
+                           code=events.VERDICT_RECOVERED, was=was_v))
     return rows
 
 
@@ -384,8 +401,11 @@ def alert_message(result: Result, changes: list[Change], report_link: str | None
 
 def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, result: Result,
                     now_epoch: int, retention_days: int = RETENTION_DAYS,
-                    report_link: str | None = None) -> SinkOutcome:
-    """`report_link`: where the HTML report is (no credentials in it); the alert's last line and the summary's."""
+                    report_link: str | None = None,
+                    publish_events: Callable[[Sequence[Change]], object] | None = None) -> SinkOutcome:
+    """`report_link`: where the HTML report is (no credentials in it); the alert's last line and the summary's.
+    `publish_events`: the changes as events (eventbus.publish), sent with the alert and, like it, before the latest
+    state is written (at least once)."""
     outcome = SinkOutcome()
     audit_key = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY")}
     gaps = len(result.visibility_gaps)
@@ -418,6 +438,8 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
                     Message=json.dumps({"default": outcome.alert, "chatbot": chatbot, "https": chatbot}),
                     MessageStructure="json")
         outcome.published = True
+    if outcome.records and publish_events is not None:
+        publish_events(outcome.records)
     # The latest state is written after the alert: a crash between them makes the retry compare with the same
     # state and publish again (at least once), never record a change nobody heard of. Each put holds only if the
     # item is still the one compared with: an audit that wrote in between is not overwritten.

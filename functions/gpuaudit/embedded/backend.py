@@ -33,6 +33,7 @@ from botocore.exceptions import EndpointConnectionError
 from botocore.model import OperationModel, Shape
 
 from gpuaudit.embedded import insights, wire
+from gpuaudit.embedded.eventbridge import EventBridgeStandIn, PutEventsRefused
 from gpuaudit.embedded.world import World, WorldError
 from gpuaudit.model.timeutil import parse_time
 
@@ -87,6 +88,12 @@ class WorldBackend:
     wire: bool = False
     wire_bytes: int = 0  # response bodies served in wire mode
     serve_s: float = 0.0  # seconds spent answering and serializing in wire mode (AWS's side of the call)
+    # The product's own events:PutEvents (issue #38): EventBridge's limits and partial failures, the events delivered.
+    eventbridge: EventBridgeStandIn | None = None
+
+    def __post_init__(self) -> None:
+        if self.eventbridge is None:
+            self.eventbridge = EventBridgeStandIn(self.world.account_id, self.world.region)
 
     def attach(self, session: boto3.Session) -> None:
         session.events.register("before-parameter-build", self._keep_params)
@@ -786,6 +793,16 @@ def _describe_file_systems(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]
     items = _by_id(b.world.section("fsx", "file_systems"), "FileSystemId", p.get("FileSystemIds"),
                    "FileSystemNotFound", "file system")
     return page(items, p, "FileSystems", default=2147483647)
+
+
+@responds("events", "PutEvents")
+def _put_events(b: WorldBackend, p: dict[str, Any]) -> dict[str, Any]:
+    """The product's own write (findings as events), not a read of the audited account: the strict stand-in."""
+    assert b.eventbridge is not None
+    try:
+        return b.eventbridge.put_events(p)
+    except PutEventsRefused as refused:
+        raise ApiError(refused.code, refused.message) from None
 
 
 @responds("events", "ListRules")

@@ -58,6 +58,10 @@ class Change:
     node: str | None = None
     detail: str = ""
     flapping: bool = False  # the node's verdict keeps changing across audits (fleet memory)
+    # The change as a stable code and the recorded value it changed from (report/events.py: an event's
+    # detail-type, `change` and `previous_*`); the alert reads neither.
+    code: str = ""
+    was: str | None = None
 
     @property
     def text(self) -> str:

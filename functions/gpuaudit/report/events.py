@@ -1,0 +1,200 @@
+"""Findings as Amazon EventBridge events (issue #38): one PutEvents entry per change the alert is about (the
+Change records of sinks.compare), so an operator's rule can open a ticket, page or start a drain on a typed field
+instead of parsing the SNS prose.
+
+* `source` is SOURCE; `detail-type` says what changed (DETAIL_TYPES): a node's verdict, a node's coverage, the
+  incident's root cause or leading hypothesis, pre-flight readiness, a pre-flight check, the result's self-check.
+* `detail` is the versioned schema EVENT_SCHEMA: every detail has every field of DETAIL_FIELDS (null or empty when
+  it does not apply), so a rule can test any of them with `exists` and a consumer never meets a missing key.
+  Fields may be added at the end; none is renamed or changes meaning without a new version.
+* Account text (names, log lines quoted in a reason) is redacted of account IDs and its control characters are
+  shown as `\\xNN` (report/escape.visible), as in the alert; the JSON is ASCII. No `Resources`: an instance ARN
+  carries the account ID, and EventBridge's own `account` field already names the account to whoever may see it.
+* Limits (EventBridge User Guide, "Calculating PutEvents event entry size"; API reference, PutEvents): at most
+  MAX_ENTRIES_PER_CALL entries per call, and an entry — Time (14 bytes when given), Source, DetailType, Detail and
+  each Resources item in UTF-8 bytes — under MAX_ENTRY_BYTES; AWS also rejects a call whose entries together pass
+  it ("Total size of the entries in the request is over the limit"), so `batches` keeps each call's total under it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.timeutil import iso
+from gpuaudit.report.alert import Change, cut, dedup_key, severity
+from gpuaudit.report.escape import visible
+from gpuaudit.report.order import verdict_rank
+from gpuaudit.report.records import reason_code
+from gpuaudit.report.redact import redact
+
+SOURCE = "gpuaudit"
+EVENT_SCHEMA = "gpu-audit-event/1"
+NODE_VERDICT_CHANGED = "GPU Audit Node Verdict Changed"
+COVERAGE_CHANGED = "GPU Audit Coverage Changed"
+ROOT_CAUSE_CHANGED = "GPU Audit Root Cause Changed"
+READINESS_CHANGED = "GPU Audit Readiness Changed"
+CHECK_CHANGED = "GPU Audit Check Changed"
+SELF_CHECK_FAILED_TYPE = "GPU Audit Self-Check Failed"
+
+# Change codes (Change.code, set by sinks.compare; the detail's `change`), by the detail-type they are sent as.
+NEW_VERDICT, ESCALATED, VERDICT_RECOVERED = "new-verdict", "escalated", "recovered"
+LEFT_CLUSTER, NOT_RECHECKED = "left-cluster", "not-rechecked"
+COVERAGE_LOST, COVERAGE_REGAINED = "coverage-lost", "coverage-regained"
+ROOT_CAUSE_PROVEN, HYPOTHESIS_CHANGED = "root-cause-proven", "hypothesis-changed"
+NOT_READY, READY_AGAIN = "not-ready", "ready-again"
+CHECK_FAILED, CHECK_RECOVERED = "check-failed", "check-recovered"
+SELF_CHECK_FAILED = "self-check-failed"
+DETAIL_TYPES = {
+    NEW_VERDICT: NODE_VERDICT_CHANGED, ESCALATED: NODE_VERDICT_CHANGED, VERDICT_RECOVERED: NODE_VERDICT_CHANGED,
+    LEFT_CLUSTER: NODE_VERDICT_CHANGED, NOT_RECHECKED: NODE_VERDICT_CHANGED,
+    COVERAGE_LOST: COVERAGE_CHANGED, COVERAGE_REGAINED: COVERAGE_CHANGED,
+    ROOT_CAUSE_PROVEN: ROOT_CAUSE_CHANGED, HYPOTHESIS_CHANGED: ROOT_CAUSE_CHANGED,
+    NOT_READY: READINESS_CHANGED, READY_AGAIN: READINESS_CHANGED,
+    CHECK_FAILED: CHECK_CHANGED, CHECK_RECOVERED: CHECK_CHANGED,
+    SELF_CHECK_FAILED: SELF_CHECK_FAILED_TYPE,
+}
+
+MAX_ENTRIES_PER_CALL = 10
+MAX_ENTRY_BYTES = 256 * 1024  # an entry (and a call's entries together) must stay under this
+TIME_BYTES = 14  # what EventBridge counts for a given Time, whatever its value
+TEXT_CHARS = 1000  # one text field of a detail; every field cut, an entry stays far under the limit
+SHORT_TEXT_CHARS = 120  # the cut when a detail still does not fit (a hostile name repeated in many fields)
+
+# The detail's fields, in this order; every detail has all of them.
+DETAIL_FIELDS = ("schema", "change", "kind", "severity", "audit_id", "cluster", "region", "mode", "window_start",
+                 "window_end", "node", "instance_group", "instance_type", "node_status", "verdict",
+                 "previous_verdict", "verdict_rank", "reason_code", "reason", "xid_codes", "xid_classes", "coverage",
+                 "previous_coverage", "root_cause", "branches", "previous_root_cause", "ready", "previous_ready",
+                 "check_id", "check_result", "previous_check_result", "summary", "report", "dedup_key", "event_key")
+LIST_FIELDS = ("xid_codes", "xid_classes", "branches")
+
+
+def detail_type(change: Change) -> str:
+    """The detail-type a change is sent as; a change without a known code is a gpuaudit bug, said as such."""
+    try:
+        return DETAIL_TYPES[change.code]
+    except KeyError:
+        raise ValueError(f"change {change.what!r} carries no event code (sinks.compare sets one per change)") from None
+
+
+def _recorded(value: str | None) -> str | None:
+    """A recorded value as the detail says it: `none` (no verdict recorded) is null."""
+    return None if value in (None, "", "none") else value
+
+
+def _node_fields(node: NodeResult | None, change: Change) -> dict[str, Any]:
+    node_change = DETAIL_TYPES[change.code] in (NODE_VERDICT_CHANGED, COVERAGE_CHANGED)
+    fields: dict[str, Any] = {"node": change.node}
+    if node_change and change.code in (COVERAGE_LOST, COVERAGE_REGAINED):
+        fields["previous_coverage"] = change.was
+    elif node_change:
+        fields["previous_verdict"] = _recorded(change.was)
+    if node is None:  # gone from the node list: only what was recorded is known
+        return fields
+    return {**fields, "instance_group": node.instance_group, "instance_type": node.instance_type,
+            "node_status": node.status, "verdict": node.verdict, "verdict_rank": verdict_rank(node.verdict),
+            "reason_code": reason_code(node), "reason": node.verdict_evidence,
+            # this audit's Xids (an earlier audit's, from fleet memory, are named in the reason)
+            "xid_codes": sorted({e.code for e in node.gpu_errors if e.code is not None and e.source != "history"}),
+            "xid_classes": sorted({e.class_ for e in node.gpu_errors if e.source != "history"}),
+            "coverage": node.xid_status}
+
+
+def _answer_fields(result: Result, change: Change) -> dict[str, Any]:
+    kind = DETAIL_TYPES[change.code]
+    if kind == ROOT_CAUSE_CHANGED:
+        proven = [b.branch for b in result.branches if b.status == "Root cause" and b.label == "Proven"]
+        leading = [b.branch for b in result.branches
+                   if b.status == "UNVERIFIED" and b.label == "Hypothesis (to validate)"]
+        return {"root_cause": "Proven" if change.code == ROOT_CAUSE_PROVEN else "Hypothesis",
+                "branches": proven if change.code == ROOT_CAUSE_PROVEN else leading,
+                "previous_root_cause": change.was}
+    if kind == READINESS_CHANGED:
+        return {"ready": result.ready, "previous_ready": change.was}
+    if kind == CHECK_CHANGED:
+        check = next((c for c in result.checks if change.what.startswith(f"{c.id} ")), None)
+        return {"ready": result.ready, "check_id": check.id if check else None,
+                "check_result": check.result if check else None, "previous_check_result": change.was,
+                "reason": check.evidence if check else None}
+    return {"reason": change.detail}
+
+
+def detail(result: Result, change: Change, changes: Sequence[Change], report: str | None = None) -> dict[str, Any]:
+    """One change's detail (EVENT_SCHEMA), account IDs redacted and control characters shown."""
+    nodes = {n.instance_id: n for n in result.nodes}
+    kind = detail_type(change)
+    about = _node_fields(nodes.get(change.node), change) if change.node is not None else _answer_fields(result, change)
+    key = [result.audit_id, kind, change.code, change.node or about.get("check_id") or ""]
+    row = {"schema": EVENT_SCHEMA, "change": change.code, "kind": change.kind, "severity": severity([change]),
+           "audit_id": result.audit_id, "cluster": result.cluster.name, "region": result.cluster.region,
+           "mode": result.mode, "window_start": iso(result.window.start), "window_end": iso(result.window.end),
+           **about, "summary": change.text, "report": report, "dedup_key": dedup_key(result, changes),
+           # the same change of the same audit: the same key (a retried PutEvents, a re-delivered event)
+           "event_key": hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]}
+    empty: dict[str, Any] = {f: ([] if f in LIST_FIELDS else None) for f in DETAIL_FIELDS}
+    return _shown({**empty, **row}, result.account_ids, TEXT_CHARS)
+
+
+def _shown(value: Any, account_ids: frozenset[str], limit: int) -> Any:
+    """Every string of a detail: account IDs redacted, control characters shown, one line of at most `limit`."""
+    if isinstance(value, str):
+        return cut(visible(redact(value, account_ids)), limit)
+    if isinstance(value, list):
+        return [_shown(v, account_ids, limit) for v in value]
+    if isinstance(value, dict):
+        return {k: _shown(v, account_ids, limit) for k, v in value.items()}
+    return value
+
+
+def _detail_json(fields: dict[str, Any]) -> str:
+    return json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
+
+
+def entry_size(entry: dict[str, Any]) -> int:
+    """The size EventBridge counts for one PutEvents entry (User Guide, "Calculating PutEvents event entry size")."""
+    size = TIME_BYTES if entry.get("Time") is not None else 0
+    size += len(entry["Source"].encode()) + len(entry["DetailType"].encode())
+    size += len(entry["Detail"].encode()) if entry.get("Detail") is not None else 0
+    return size + sum(len(r.encode()) for r in entry.get("Resources") or [] if r is not None)
+
+
+def entries(result: Result, changes: Sequence[Change], report: str | None = None,
+            bus: str | None = None) -> list[dict[str, Any]]:
+    """The PutEvents entries of one audit's changes, in the alert's order (worst first). `bus`: the event bus's
+    name or ARN; None leaves EventBusName out (the account's default bus)."""
+    out = []
+    for change in changes:
+        kind = detail_type(change)
+        fields = detail(result, change, changes, report)
+        entry: dict[str, Any] = {"Time": result.generated_at, "Source": SOURCE, "DetailType": kind,
+                                 "Detail": _detail_json(fields), **({"EventBusName": bus} if bus else {})}
+        if entry_size(entry) >= MAX_ENTRY_BYTES:  # only a hostile name or text: cut every field shorter
+            entry["Detail"] = _detail_json(_shown(fields, result.account_ids, SHORT_TEXT_CHARS))
+        out.append(entry)
+    return out
+
+
+def batches(items: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """PutEvents calls: at most MAX_ENTRIES_PER_CALL entries each, their sizes together under MAX_ENTRY_BYTES."""
+    calls: list[list[dict[str, Any]]] = []
+    size = 0
+    for entry in items:
+        grows = entry_size(entry)
+        if grows >= MAX_ENTRY_BYTES:
+            raise ValueError(f"an event entry of {grows:,} bytes is over EventBridge's limit of {MAX_ENTRY_BYTES:,}")
+        if not calls or len(calls[-1]) >= MAX_ENTRIES_PER_CALL or size + grows >= MAX_ENTRY_BYTES:
+            calls.append([])
+            size = 0
+        calls[-1].append(entry)
+        size += grows
+    return calls
+
+
+def to_ndjson(items: Sequence[dict[str, Any]]) -> str:
+    """One PutEvents entry per line, as it would be sent (Time as ISO-8601 UTC; Detail the JSON string)."""
+    return "".join(json.dumps({k: iso(v) if k == "Time" else v for k, v in e.items()}, ensure_ascii=True,
+                              separators=(",", ":")) + "\n" for e in items)
