@@ -10,7 +10,7 @@ import re
 
 from gpuaudit.model.result import NodeResult, Verdict
 from gpuaudit.report.alert import dedup_key
-from gpuaudit.report.fleet import HEALTHY_LISTED
+from gpuaudit.report.fleet import EVERY_NODE_UP_TO
 from gpuaudit.report.html import render_html
 from gpuaudit.report.markdown import render
 from gpuaudit.rules.judge import HEADLINE_NODES, Judged, headline_for
@@ -88,10 +88,10 @@ def test_the_markdown_report_leads_with_exceptions_and_counts_healthy_nodes_per_
         assert f"`{exception.instance_id}`" in text
     assert "`" + nodes[18].instance_id + "`" not in text  # a healthy node is counted, not listed
     assert "4999 more node(s) of group `gpu-a`" in text and "4999 more node(s) of group `gpu-b`" in text
-    # up to HEALTHY_LISTED healthy nodes (here beside node 17) every node is listed; one more and they are counted
-    small = nodes[:HEALTHY_LISTED + 1]
+    # RULES §11: up to EVERY_NODE_UP_TO nodes in scope every node is listed; one more and the healthy are counted
+    small = nodes[:EVERY_NODE_UP_TO]
     assert all(f"`{n.instance_id}`" in render(result(nodes=small, headline="h")) for n in small)
-    assert "more node(s) of group" in render(result(nodes=nodes[:HEALTHY_LISTED + 2], headline="h"))
+    assert "more node(s) of group" in render(result(nodes=nodes[:EVERY_NODE_UP_TO + 1], headline="h"))
 
 
 def test_the_html_report_draws_exceptions_and_counts_the_healthy_rest() -> None:

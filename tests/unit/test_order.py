@@ -27,11 +27,11 @@ def test_same_verdict_orders_by_instance_id_and_counts_leave_out_absent_verdicts
 def test_the_reports_list_nodes_worst_first_however_many_are_healthy():
     """Markdown and HTML list the nodes split_healthy gives them: worst first, with few healthy nodes (all listed)
     and with many (the healthy rest counted per group)."""
-    from gpuaudit.report.fleet import HEALTHY_LISTED, split_healthy
+    from gpuaudit.report.fleet import EVERY_NODE_UP_TO, split_healthy
 
     few = [node("i-1", "LEAVE ALONE"), node("i-2", "REBOOT"), node("i-3", "NOT OBSERVABLE"), node("i-4", "REPLACE")]
     assert [n.instance_id for n in split_healthy(few)[0]] == ["i-4", "i-3", "i-2", "i-1"]
-    many = [node(f"i-h{k:04d}", None) for k in range(HEALTHY_LISTED + 1)] + few[1:]
+    many = [node(f"i-h{k:04d}", None) for k in range(EVERY_NODE_UP_TO + 1)] + few[1:]
     listed, rest = split_healthy(many)
     assert [n.verdict for n in listed] == ["REPLACE", "NOT OBSERVABLE", "REBOOT"] and rest
 

@@ -8,7 +8,21 @@ from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
-from gpuaudit.report.fleet import healthy_summary, nccl_summary, onset_sentence, split_healthy
+from gpuaudit.report.fleet import (
+    EVERY_NODE_UP_TO,
+    capability_rows,
+    collapsed_timeline,
+    counted_rows_text,
+    coverage_split,
+    error_groups,
+    fleet_size,
+    healthy_summary,
+    nccl_summary,
+    onset_sentence,
+    some_ids,
+    split_healthy,
+)
+from gpuaudit.report.order import worst_first
 from gpuaudit.report.redact import redact
 
 
@@ -43,6 +57,123 @@ def _healthy_lines(groups: dict[str, list[NodeResult]]) -> list[str]:
             "signal, no empty hour — each is in the JSON result" for group, nodes in sorted(groups.items())]
 
 
+def ready_line(r: Result) -> str:
+    """`Ready: No — FAIL P1, P6; RISK P3`: the answer and the checks that make it (RULES §10)."""
+    why = "; ".join(f"{kind} {', '.join(c.id for c in r.checks if c.result == kind)}" for kind in ("FAIL", "RISK")
+                    if any(c.result == kind for c in r.checks))
+    return f"Ready: {r.ready}" + (f" — {why}" if why else "")
+
+
+def _table(header: str, rows: list[str]) -> list[str]:
+    """A Markdown table, or nothing when it has no row (RULES §11: no empty table)."""
+    if not rows:
+        return []
+    columns = header.count("|") - 1
+    return [header, "|" + "---|" * columns, *rows]
+
+
+def _root_cause(r: Result) -> list[str]:
+    if not r.branches:
+        return []
+    lines = ["## Root cause", ""]
+    lines += [f"- Branch {b.branch} ({BRANCH_NAMES[b.branch]}): **{b.status}**"
+              + (f" — {b.label}" if b.label else "") + f". {md_inline(b.evidence)}"
+              + (f" Confirming measurement: {md_inline(b.confirming_measurement)}"
+                 if b.confirming_measurement else "")
+              for b in r.branches if b.status in ("Root cause", "Contributing", "UNVERIFIED")]
+    lines += ["", *_table("| Branch | Status | Label | Evidence | Confirming measurement |",
+                          [f"| {b.branch} — {BRANCH_NAMES[b.branch]} | {b.status} | {_cell(b.label)} | "
+                           f"{_cell(b.evidence)} | {_cell(b.confirming_measurement)} |" for b in r.branches]), ""]
+    return lines
+
+
+def _timeline(r: Result) -> list[str]:
+    rows = [f"| {_t(e.time)} | {_cell(e.source)} | {_cell(e.resource)} | {_cell(e.what)} |"
+            for e in collapsed_timeline(r.timeline)]
+    if not rows:
+        return []
+    return ["## Timeline (UTC)", "", *_table("| Time | Source | Resource | Event |", rows), ""]
+
+
+def _capability(r: Result, listed: list[NodeResult], healthy: dict[str, list[NodeResult]]) -> list[str]:
+    header = "| Node | Type | GPUs | EFA attached/max | NVSwitch | Fabric Manager | NCCL transport |"
+    if fleet_size(r):
+        rows = [f"| {len(k.nodes):,} node(s): {md_inline(some_ids(k.nodes))} | {_cell(k.instance_type)} | "
+                f"{_cell(k.gpu_count)} | {_cell(k.efa)} | {_cell(k.nvswitch)} | {_cell(k.fabric_manager)} | "
+                f"{_cell(k.nccl)} |" for k in capability_rows(r.nodes)]
+        note = ["", f"Every node of the {len(r.nodes):,} is in one row (nodes alike in type and fabric share it)."]
+    else:
+        rows = [f"| {md_code(n.instance_id)} | {_cell(n.instance_type or 'unknown')} | {_cell(n.gpu_count)} | "
+                f"{_cell(n.efa)} | {_cell(n.nvswitch)} | {_cell(n.signals.fabric_manager)} | "
+                f"{_cell(nccl_summary(n))} |" for n in listed]
+        note = ["", *_healthy_lines(healthy)] if healthy else []
+    lines = ["## Node capability and fabric", "", *_table(header, rows), *note]
+    transport_lines = [f"- {md_code(n.instance_id)} {md_inline(t.transport)} (**{t.assessment}**: {md_inline(t.why)})"
+                       f" — {md_code(quote(t.message))} in {md_code(t.log_group)} / {md_code(t.log_stream)} at "
+                       f"{_t(t.time)}" + (f" (×{t.count})" if t.count > 1 else "")
+                       for n in listed for t in n.nccl_transports]
+    if transport_lines:
+        lines += ["", "NCCL transport lines (first of each, RULES §8 D layer 1):", *transport_lines]
+    return lines + [""] if rows or transport_lines else []
+
+
+def _coverage(r: Result) -> list[str]:
+    rows, counted = coverage_split(r)
+    table = []
+    for n, c in rows:
+        xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
+        live = _hours(c.empty_hours) if c.source_kind == "kernel" else "n/a (HMA)"
+        stream = md_code(c.log_stream) if c.log_stream else "none"
+        table.append(f"| {md_code(n.instance_id)} | {md_code(c.log_group)} | {stream} | {_t(c.first_event)} | "
+                     f"{_t(c.last_event)} | {live} | {_cell(c.kernel_lines_ever)} | {xids} | **{c.status}** |")
+    lines = ["## GPU error log coverage", ""]
+    lines += _table("| Node | Log group | Log stream | First event | Last event | Live across window | "
+                    "Kernel lines ever | Xids in window | Status |", table)
+    if counted:
+        lines += ["", f"Past {EVERY_NODE_UP_TO} nodes the rows proven live every hour are counted (RULES §11); the "
+                      "rows above are every one short of that:" if table else
+                      f"Past {EVERY_NODE_UP_TO} nodes the rows proven live every hour are counted (RULES §11); "
+                      "no row falls short of that:",
+                  *[f"- {md_inline(counted_rows_text(k))}" for k in counted]]
+    notes = [f"- {md_code(n.instance_id)} · {md_code(c.log_stream or c.log_group)}: {md_inline(c.note)}"
+             for n, c in rows if c.note]
+    if notes:
+        lines += ["", "Coverage notes:", *notes]
+    return lines + [""] if table or counted else []
+
+
+def _errors(r: Result) -> list[str]:
+    if fleet_size(r):
+        rows = []
+        for g in error_groups(r.nodes):
+            label = (f"Xid {g.code}" if g.code is not None else "—") + (f" ({g.meaning})" if g.meaning else "")
+            node, e = g.example if g.example else ("", None)
+            example = (f"{md_code(node)}: {md_code(e.log_group)} / {md_code(e.log_stream)}: {_cell(quote(e.message))}"
+                       if e else "—")
+            rows.append(f"| {_cell(label)} | {g.class_} | {g.lines:,} | {len(g.nodes):,}: {md_inline(some_ids(g.nodes))}"
+                        f" | {_t(g.first)} | {_t(g.last)} | {example} |")
+        if not rows:
+            return []
+        return ["## GPU errors", "", f"Past {EVERY_NODE_UP_TO} nodes, lines alike are counted (each node's own under "
+                "Node verdicts; every line verbatim in the JSON result).", "",
+                *_table("| Xid | Class | Lines | Nodes | First | Last | First line (node, source, verbatim) |", rows),
+                ""]
+    table = []
+    for n in worst_first(r.nodes):
+        for e in n.gpu_errors:
+            label = f"Xid {e.code}" if e.code is not None else "—"
+            if e.meaning:
+                label += f" ({e.meaning})"
+            source = f"{md_code(e.log_group)} / {md_code(e.log_stream)}"
+            if e.hma_reason:
+                source += f" (HMA reason {md_inline(e.hma_reason)})"
+            table.append(f"| {md_code(n.instance_id)} | {_t(e.time)} | {_t(e.last_time)} | {e.count} | {_cell(label)} | "
+                         f"{e.class_} | {_cell(e.pci)} | {source} | {_cell(quote(e.message))} |")
+    if not table:
+        return []
+    return ["## GPU errors", "", *_table("| Node | First | Last | Count | Xid | Class | PCI | Source | Line |", table), ""]
+
+
 def render(result: Result) -> str:
     r = result
     listed, healthy = split_healthy(r.nodes)
@@ -58,83 +189,25 @@ def render(result: Result) -> str:
               *([f"- {md_inline(onset)}"] if (onset := onset_sentence(r)) else []),
               f"- Orchestrator: {kind}", f"- Generated: {_t(r.generated_at)}", ""]
     if r.mode == "preflight" and r.ready:
-        lines += [f"## Ready: {r.ready}", ""]
+        lines += [f"## {ready_line(r)}", ""]
     lines += ["## Verdict", "", md_inline(r.headline), "", f"Confidence: **{r.confidence}**", ""]
-    lines += ["## Node verdicts", ""] + [_node_line(n) for n in listed] + _healthy_lines(healthy) + [""]
-    if r.checks:
-        lines += ["## Pre-flight checks", "", "| # | Check | Result | Evidence | Action |", "|---|---|---|---|---|"]
-        for chk in sorted(r.checks, key=lambda k: (check_rank(k.result), int(k.id[1:]))):
-            lines.append(f"| {chk.id} | {_cell(chk.title)} | **{chk.result}** | {_cell(chk.evidence)} | "
-                         f"{_cell(chk.action)} |")
-        lines.append("")
-    if r.timeline:
-        lines += ["## Timeline (UTC)", "", "| Time | Source | Resource | Event |", "|---|---|---|---|"]
-        lines += [f"| {_t(e.time)} | {_cell(e.source)} | {_cell(e.resource)} | {_cell(e.event)} |" for e in r.timeline]
-        lines.append("")
-    lines += ["## Node capability and fabric", "",
-              "| Node | Type | GPUs | EFA attached/max | NVSwitch | Fabric Manager | NCCL transport |",
-              "|---|---|---|---|---|---|---|"]
-    for n in listed:
-        lines.append(f"| {md_code(n.instance_id)} | {_cell(n.instance_type or 'unknown')} | {_cell(n.gpu_count)} | "
-                     f"{_cell(n.efa)} | {_cell(n.nvswitch)} | {_cell(n.signals.fabric_manager)} | "
-                     f"{_cell(nccl_summary(n))} |")
-    if healthy:
-        lines += ["", *_healthy_lines(healthy)]
-    transport_lines = [f"- {md_code(n.instance_id)} {md_inline(t.transport)} (**{t.assessment}**: {md_inline(t.why)})"
-                       f" — {md_code(quote(t.message))} in {md_code(t.log_group)} / {md_code(t.log_stream)} at "
-                       f"{_t(t.time)}" + (f" (×{t.count})" if t.count > 1 else "")
-                       for n in listed for t in n.nccl_transports]
-    if transport_lines:
-        lines += ["", "NCCL transport lines (first of each, RULES §8 D layer 1):", *transport_lines]
-    lines += ["", "## GPU error log coverage", "",
-              "| Node | Log group | Log stream | First event | Last event | Live across window | Kernel lines ever | "
-              "Xids in window | Status |", "|---|---|---|---|---|---|---|---|---|"]
-    for n in listed:
-        xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
-        for c in n.coverage:
-            live = _hours(c.empty_hours) if c.source_kind == "kernel" else "n/a (HMA)"
-            stream = md_code(c.log_stream) if c.log_stream else "none"
-            lines.append(f"| {md_code(n.instance_id)} | {md_code(c.log_group)} | {stream} | {_t(c.first_event)} | "
-                         f"{_t(c.last_event)} | {live} | {_cell(c.kernel_lines_ever)} | {xids} | **{c.status}** |")
-    notes = [f"- {md_code(n.instance_id)} · {md_code(c.log_stream or c.log_group)}: {md_inline(c.note)}"
-             for n in listed for c in n.coverage
-             if c.note]
-    if healthy:
-        lines += ["", *_healthy_lines(healthy)]
-    if notes:
-        lines += ["", "Coverage notes:", *notes]
-    errors = [(n, e) for n in r.nodes for e in n.gpu_errors]
-    if errors:
-        lines += ["", "## GPU errors", "", "| Node | First | Last | Count | Xid | Class | PCI | Source | Line |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for n, e in errors:
-            label = f"Xid {e.code}" if e.code is not None else "—"
-            if e.meaning:
-                label += f" ({e.meaning})"
-            source = f"{md_code(e.log_group)} / {md_code(e.log_stream)}"
-            if e.hma_reason:
-                source += f" (HMA reason {md_inline(e.hma_reason)})"
-            lines.append(f"| {md_code(n.instance_id)} | {_t(e.time)} | {_t(e.last_time)} | {e.count} | {_cell(label)} | "
-                         f"{e.class_} | {_cell(e.pci)} | {source} | {_cell(quote(e.message))} |")
-    if r.branches:
-        lines += ["", "## Root cause", ""]
-        lines += [f"- Branch {b.branch} ({BRANCH_NAMES[b.branch]}): **{b.status}**"
-                  + (f" — {b.label}" if b.label else "") + f". {md_inline(b.evidence)}"
-                  + (f" Confirming measurement: {md_inline(b.confirming_measurement)}"
-                     if b.confirming_measurement else "")
-                  for b in r.branches if b.status in ("Root cause", "Contributing", "UNVERIFIED")]
-        lines += ["", "| Branch | Status | Label | Evidence | Confirming measurement |", "|---|---|---|---|---|"]
-        lines += [f"| {b.branch} — {BRANCH_NAMES[b.branch]} | {b.status} | {_cell(b.label)} | {_cell(b.evidence)} | "
-                  f"{_cell(b.confirming_measurement)} |" for b in r.branches]
+    # RULES §11: in incident mode the root cause and the branch table come right after the verdict
+    lines += _root_cause(r)
+    lines += ["## Node verdicts", ""] + ([_node_line(n) for n in listed] + _healthy_lines(healthy) or ["- none"]) + [""]
+    lines += ["## Pre-flight checks", "", *_table("| # | Check | Result | Evidence | Action |", [
+        f"| {chk.id} | {_cell(chk.title)} | **{chk.result}** | {_cell(chk.evidence)} | {_cell(chk.action)} |"
+        for chk in sorted(r.checks, key=lambda k: (check_rank(k.result), int(k.id[1:])))]), ""] if r.checks else []
+    lines += _timeline(r) + _capability(r, listed, healthy) + _coverage(r) + _errors(r)
     for f in r.findings:
-        lines += ["", f"## {md_inline(f.question)}", "",
-                  f"**{md_inline(f.answer)}**" + (f" — {f.label}" if f.label else ""), "",
-                  "| Step | Status | Evidence |", "|---|---|---|"]
-        lines += [f"| {_cell(s.name)} | {s.status} | {_cell(s.evidence)} |" for s in f.steps]
+        lines += [f"## {md_inline(f.question)}", "",
+                  f"**{md_inline(f.answer)}**" + (f" — {f.label}" if f.label else ""), ""]
+        steps = _table("| Step | Status | Evidence |", [f"| {_cell(s.name)} | {s.status} | {_cell(s.evidence)} |"
+                                                          for s in f.steps])
+        lines += [*steps, ""] if steps else []
         if f.action:
-            lines += ["", f"Action (not executed): {md_inline(f.action)}"]
+            lines += [f"Action (not executed): {md_inline(f.action)}", ""]
     services = [f"- {md_code(n.instance_id)}: {md_inline(n.service_action)}" for n in r.nodes if n.service_action]
-    lines += ["", "## Cluster state", ""]
+    lines += ["## Cluster state", ""]
     lines += [f"- {md_inline(s)}" for s in r.cluster_state] or ["- not read"]
     if services:
         lines += ["", "What the service itself did:", *services]

@@ -16,6 +16,10 @@ from gpuaudit.model.result import ActionGroup, Verdict
 HYPERPOD_IDS_PER_CALL = 25
 EC2_IDS_PER_CALL = 100
 NODE = "{node}"
+# Where a node's own detail stands in its action (the process and PID its Xid names): nodes differing only there
+# are one action, which points to each node's Xid line for it.
+DETAIL = "{detail}"
+EACH_DETAIL = " (each node's process and PID: its Xid line, in the GPU errors and the JSON result)"
 # Worst first, the order of report/order.py (rules do not import report/): REPLACE, NOT OBSERVABLE, REBOOT, …
 ACTION_ORDER: tuple[Verdict, ...] = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "MONITOR", "LEAVE ALONE")  # where one node's ID stands in an action's text
 
@@ -48,6 +52,7 @@ class NodeAction:
     verdict: Verdict
     node: str
     template: str
+    detail: str = ""  # what stands for DETAIL in this node's own text
 
 
 def ids_file(verdict: Verdict) -> str:
@@ -57,15 +62,16 @@ def ids_file(verdict: Verdict) -> str:
 
 def grouped(evidence: Evidence, actions: list[NodeAction]) -> list[ActionGroup]:
     """One action per distinct text, with every node it applies to, worst verdict first (then the commonest)."""
-    groups: dict[tuple[Verdict, str], list[str]] = {}
+    groups: dict[tuple[Verdict, str], list[NodeAction]] = {}
     for a in actions:
-        groups.setdefault((a.verdict, a.template), []).append(a.node)
+        groups.setdefault((a.verdict, a.template), []).append(a)
     out = []
-    for (verdict, template), nodes in groups.items():
+    for (verdict, template), members in groups.items():
+        nodes = [a.node for a in members]
         if len(nodes) == 1:
-            text, file = template.replace(NODE, nodes[0]), None
+            text, file = template.replace(NODE, nodes[0]).replace(DETAIL, members[0].detail), None
         else:
-            text, file = _group_text(evidence, verdict, template, nodes)
+            text, file = _group_text(evidence, verdict, template.replace(DETAIL, EACH_DETAIL), nodes)
         out.append(ActionGroup(verdict=verdict, nodes=nodes, action=text, ids_file=file))
     return sorted(out, key=lambda g: (ACTION_ORDER.index(g.verdict), -len(g.nodes)))
 

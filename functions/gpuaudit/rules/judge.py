@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
@@ -187,7 +187,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + node_gaps \
         + finding_rules.observability_gaps(judged)
     groups = action_rules.grouped(evidence, [
-        action_rules.NodeAction(n.verdict, n.instance_id, text.replace(n.instance_id, action_rules.NODE))
+        action_rules.NodeAction(n.verdict, n.instance_id, text.replace(n.instance_id, action_rules.NODE),
+                                _detail(judged.routings.get(n.instance_id)))
         for n, text in node_action_texts(judged) if n.verdict is not None])
     actions = [g.action for g in groups]
     timeline = build_timeline(judged) if evidence.mode == "incident" else gpu_timeline(judged)
@@ -205,7 +206,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     if evidence.mode == "preflight":
         checks, ready = preflight_rules.assess(judged, config)
         actions += [f"{c.id}: {c.action}" for c in checks if c.action and c.result in ("FAIL", "RISK", "UNVERIFIED")]
-    headline, confidence = headline_for(judged, branch_headline, ready)
+    headline, confidence = headline_for(judged, branch_headline, ready, checks)
     onset = failure_onset(judged) if evidence.mode == "incident" else None
     resources = sorted({evidence.cluster.name, *(n.instance_id for n in nodes),
                         *(c.log_group for n in nodes for c in n.coverage if c.log_group.startswith("/")),
@@ -345,11 +346,19 @@ def node_action_texts(j: Judged) -> list[tuple[NodeResult, str]]:
 
 
 def _hand_off(routing: NodeRouting) -> str:
-    """RULES §7: the process name and PID the Xid names go to the application owner (whichever the line names)."""
+    """RULES §7: the process name and PID the Xid names go to the application owner (whichever the line names);
+    they stand as DETAIL (`_detail`), so nodes that differ only there are one grouped action."""
+    return f"hand the Xid {routing.cause_code}{action_rules.DETAIL} to the application owner"
+
+
+def _detail(routing: NodeRouting | None) -> str:
+    """The process name and PID the node's Xid names, as its action says them: " (process X, PID N)"."""
+    if routing is None:
+        return ""
     named = [f"process {routing.process}" if routing.process else "",
              f"PID {routing.pid}" if routing.pid is not None else ""]
     who = ", ".join(x for x in named if x)
-    return f"hand the Xid {routing.cause_code}" + (f" ({who})" if who else "") + " to the application owner"
+    return f" ({who})" if who else ""
 
 
 def _replace_step(evidence: Evidence, n: NodeResult) -> str:
@@ -467,8 +476,8 @@ def named(items: list[str], sep: str = ", ") -> str:
            "report)"
 
 
-def headline_for(j: Judged, branch_headline: str | None,
-                 ready: Readiness | None) -> tuple[str, Literal["High", "Medium", "Low"]]:
+def headline_for(j: Judged, branch_headline: str | None, ready: Readiness | None,
+                 checks: Sequence[Check] = ()) -> tuple[str, Literal["High", "Medium", "Low"]]:
     nodes = j.nodes
     accelerated = [n for n in nodes if n.gpu_count != 0]
     counts: dict[str, int] = defaultdict(int)
@@ -483,7 +492,10 @@ def headline_for(j: Judged, branch_headline: str | None,
     if branch_headline:
         head = branch_headline if branch_headline.rstrip().endswith((".", "!", "?")) else branch_headline.rstrip() + "."
     elif ready is not None:
-        head = f"Ready: {ready}."
+        # RULES §10: the answer names the checks that make it (`Ready: No — FAIL P1, P6; RISK P3.`)
+        why = "; ".join(f"{kind} {', '.join(c.id for c in checks if c.result == kind)}" for kind in ("FAIL", "RISK")
+                        if any(c.result == kind for c in checks))
+        head = f"Ready: {ready}" + (f" — {why}." if why else ".")
     elif verdicts:
         by_verdict = Counter(n.verdict for n in signalled)
         tally = ", ".join(f"{by_verdict[v]} {v}" for v in VERDICT_WEIGHT if by_verdict[v])
