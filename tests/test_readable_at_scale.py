@@ -1,13 +1,27 @@
 """Reports that stay readable at fleet size (#37 items 2 and 3, RULES §11): a gap that names many nodes counts them
-and names the exceptions only, every node staying findable in the JSON result; (further behaviours below)."""
+and names the exceptions only; in incident mode the root cause and branch table follow the verdict; the pre-flight
+answer names its FAIL and RISK checks; identical timeline events are one row with a count; no table without rows;
+up to 100 nodes every coverage row is listed, past that the proven rows are counted per group — the JSON result
+keeping every node, row and line."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.embedded.backend import WorldBackend
+from gpuaudit.embedded.world import load_world
+from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
+from gpuaudit.pipeline import run_audit
+from gpuaudit.report.fleet import EVERY_NODE_UP_TO
 from gpuaudit.rules.actions import NAMED_UP_TO
-from tests.helpers.worlds import PClusterWorld, at
+from tests.helpers.worlds import Node, PClusterWorld, at
+
+PREFLIGHT_WORLD = Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-preflight-risks.world.json"
 
 SINCE, UNTIL = at(6), at(10)
 FM_STARTED = 'systemd[1]: Started "Nvidia Fabric Manager".'
@@ -60,3 +74,142 @@ def test_a_gap_on_few_nodes_names_each_with_the_count() -> None:
     gap = fm_gap(result.visibility_gaps)
     unseen = w.compute[NAMED_UP_TO + 2:]
     assert f"{', '.join(n.instance_id for n in unseen)} (2 of {len(w.compute)} NVSwitch nodes)" in gap
+
+
+def xid(w: PClusterWorld, node: Node, code: int, when: str = at(9), process: str = "python3", pid: int = 2211) -> None:
+    w.stream(w.group, w.stream_name(node), events=[
+        (when, f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): {code}, pid={pid}, name={process}")])
+
+
+def headings(markdown: str) -> list[str]:
+    return [line for line in markdown.splitlines() if line.startswith("## ")]
+
+
+def test_in_incident_mode_the_root_cause_and_branch_table_come_right_after_the_verdict() -> None:
+    w = PClusterWorld(n_compute=2)
+    for n in w.compute:
+        w.healthy(n, at(-2), at(13))
+    xid(w, w.compute[0], 79)
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    md = result.report_markdown
+    assert headings(md)[:3] == ["## Verdict", "## Root cause", "## Node verdicts"]
+    verdict, rest = md.split("## Root cause", 1)
+    assert "Confidence: **" in verdict
+    branch_table = rest.index("| Branch | Status | Label | Evidence | Confirming measurement |")
+    assert branch_table < rest.index("## Node verdicts")
+    assert "| A — GPU/node hardware | Root cause | Proven |" in rest[branch_table:rest.index("## Node verdicts")]
+
+
+def test_the_preflight_answer_names_its_fail_and_risk_checks() -> None:
+    world = load_world(PREFLIGHT_WORLD)
+    aws = Aws(session=WorldBackend(world).session(), region=world.region, clock=lambda: world.now,
+              sleep=lambda _s: None)
+    result = run_audit(aws, AuditRequest(cluster="train-hp-p5", mode="preflight", run_hours=48))
+    failed = [c.id for c in result.checks if c.result == "FAIL"]
+    risky = [c.id for c in result.checks if c.result == "RISK"]
+    assert failed and risky  # the world's plan fails P1 and P4 and is at risk on others (RULES §10)
+    answer = f"Ready: No — FAIL {', '.join(failed)}; RISK {', '.join(risky)}"
+    assert result.headline.startswith(answer + ".")
+    assert f"## {answer}\n" in result.report_markdown
+
+
+def test_identical_timeline_events_are_one_row_with_a_count_and_the_first_and_last_time() -> None:
+    w = PClusterWorld(n_compute=6)
+    for n in w.compute:
+        w.healthy(n, at(-2), at(13))
+    repeated = w.compute[:4]
+    for i, n in enumerate(repeated):
+        xid(w, n, 79, when=at(7, 10 * i))
+    for n in w.compute[4:]:  # twice is not yet a repetition worth collapsing: both rows stay
+        xid(w, n, 48, when=at(8), process="torchrun")
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    md = result.report_markdown
+    timeline = md.split("## Timeline (UTC)", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in timeline.splitlines() if line.startswith("| 2026-")]
+    (collapsed,) = [r for r in rows if "Xid 79" in r]
+    assert f"×4 (first {at(7)}, last {at(7, 30)})" in collapsed and collapsed.startswith(f"| {at(7)} |")
+    assert all(n.instance_id in collapsed for n in repeated)
+    assert len([r for r in rows if "Xid 48" in r]) == 2
+    # the JSON result keeps every event
+    assert len([e for e in result.timeline if "Xid 79" in e.event]) == 4
+
+
+def tables(markdown: str) -> list[list[str]]:
+    """Each Markdown table's lines (header, separator, rows)."""
+    out: list[list[str]] = []
+    lines = markdown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            block = [line]
+            for later in lines[i + 1:]:
+                if not later.startswith("|"):
+                    break
+                block.append(later)
+            out.append(block)
+    return out
+
+
+def fleet_world(nodes: int, silent: int = 0, xids: int = 0) -> PClusterWorld:
+    """`nodes` GPU nodes live all window; the first `silent` stop shipping kernel lines at 07:00 (empty hours in the
+    window: Not observable), the next `xids` log one Xid 31 each (application: LEAVE ALONE)."""
+    w = PClusterWorld(n_compute=nodes)
+    for i, n in enumerate(w.compute):
+        w.healthy(n, at(-2), at(7) if i < silent else at(13))
+        if silent <= i < silent + xids:
+            xid(w, n, 31, process=f"proc{i}", pid=1000 + i)
+    return w
+
+
+def coverage_section(md: str) -> str:
+    return md.split("## GPU error log coverage", 1)[1].split("\n## ", 1)[0]
+
+
+def test_up_to_100_nodes_every_coverage_row_is_listed() -> None:
+    w = fleet_world(EVERY_NODE_UP_TO - 1, silent=1)  # with the head node: 100 nodes in scope, 98 of them healthy
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+    section = coverage_section(result.report_markdown)
+    assert all(f"`{w.stream_name(n)}`" in section for n in w.compute)
+    assert "more row(s)" not in section
+
+
+def test_past_100_nodes_proven_rows_are_counted_and_every_other_row_listed_the_json_keeping_all() -> None:
+    w = fleet_world(EVERY_NODE_UP_TO + 10, silent=2, xids=3)
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+    md = result.report_markdown
+    section = coverage_section(md)
+    silent, signalled = w.compute[:2], w.compute[2:5]
+    # the rows short of proven, one by one
+    assert all(f"`{w.stream_name(n)}`" in section for n in silent)
+    # the proven ones counted per group and log group, saying how many nodes with a signal they hold
+    healthy_gpu = len(w.compute) - len(silent)
+    assert (f"{healthy_gpu} more row(s) of group gpu, log group {w.group}: {healthy_gpu} node(s), {healthy_gpu} "
+            f"Measured, live every hour of the window; {len(signalled)} of these nodes have a GPU signal") in section
+    assert not any(f"`{w.stream_name(n)}`" in section for n in w.compute[2:])
+    # each node with a signal is still on its own line under Node verdicts
+    verdicts = md.split("## Node verdicts", 1)[1].split("\n## ", 1)[0]
+    assert all(f"`{n.instance_id}`" in verdicts for n in [*silent, *signalled])
+    # the capability table holds every node, alike ones in one row
+    capability = md.split("## Node capability and fabric", 1)[1].split("\n## ", 1)[0]
+    assert f"| {len(w.compute)} node(s): " in capability
+    # the JSON result keeps every coverage row
+    assert sum(len(n.coverage) for n in result.nodes if n.instance_id != w.head.instance_id) == len(w.compute)
+    rebuilt = Result.model_validate_json(result.model_dump_json(by_alias=True))
+    assert {n.instance_id for n in rebuilt.nodes} == {n.instance_id for n in [w.head, *w.compute]}
+    # no table is printed without rows (RULES §11)
+    assert all(len(table) > 2 for table in tables(md))
+
+
+def test_leave_alone_nodes_differing_only_in_process_and_pid_are_one_action() -> None:
+    w = fleet_world(4, xids=3)
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+    (group,) = [g for g in result.action_groups if g.verdict == "LEAVE ALONE"]
+    assert sorted(group.nodes) == sorted(n.instance_id for n in w.compute[:3])
+    assert group.action.startswith("3 nodes (LEAVE ALONE): Leave each node in service; hand the Xid 31 (each node's "
+                                   "process and PID: its Xid line")
+    assert not re.search(r"proc\d", group.action)
+    # one node keeps its own words, with its process and PID
+    one = fleet_world(2, xids=1)
+    alone = one.audit(one.cluster, since=SINCE, until=UNTIL)
+    node = one.compute[0].instance_id
+    assert f"Leave {node} in service; hand the Xid 31 (process proc0, PID 1000) to the application owner" in \
+        " ".join(alone.actions)
