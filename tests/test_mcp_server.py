@@ -9,15 +9,27 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import jsonschema
+import uvicorn
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from gpuaudit.agent.http import PATH, http_app
+from gpuaudit.agent.local_backend import LocalBackend
+from gpuaudit.agent.server import build_server
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = ROOT / "functions" / "gpuaudit" / "worlds" / "pcluster-silent-node.world.json"
@@ -74,8 +86,8 @@ def cli_message(*args: str) -> str:
     return " ".join(done.stderr.split()).removeprefix("gpuaudit: ")
 
 
-async def drive(session: ClientSession, tmp: Path) -> dict[str, Any]:
-    """The same calls on either transport; returns what the HTTP test compares."""
+async def drive(session: ClientSession, streams_progress: bool = True) -> dict[str, Any]:
+    """The same calls on either transport. Over HTTP the endpoint answers in JSON (no event stream): no progress."""
     await session.initialize()
     listed = (await session.list_tools()).tools
     tools = {t.name: t for t in listed}
@@ -98,12 +110,15 @@ async def drive(session: ClientSession, tmp: Path) -> dict[str, Any]:
     stored = json.loads(Path(summary["result_location"]).read_text(encoding="utf-8"))
     assert stored["audit_id"] == summary["audit_id"] and len(stored["nodes"]) == summary["nodes_total"]
     # progress: each phase of the pipeline, values growing, against a stated total
-    values = [p[0] for p in progress]
-    assert values == sorted(values) and len(set(values)) == len(values)
-    said = " ".join(p[2] or "" for p in progress)
-    for phase in ("inventory", "log groups", "queries", "control plane", "judging", "rendering"):
-        assert phase in said
-    assert all(p[1] == 6.0 for p in progress)
+    if streams_progress:
+        values = [p[0] for p in progress]
+        assert values == sorted(values) and len(set(values)) == len(values)
+        said = " ".join(p[2] or "" for p in progress)
+        for phase in ("inventory", "log groups", "queries", "control plane", "judging", "rendering"):
+            assert phase in said
+        assert all(p[1] == 6.0 for p in progress)
+    else:
+        assert progress == []
 
     # pages of two cover every node once, worst first, and say where the next page starts
     seen: list[dict[str, Any]] = []
@@ -152,13 +167,13 @@ async def drive(session: ClientSession, tmp: Path) -> dict[str, Any]:
     missing = error_text(await session.call_tool("audit_summary", {"cluster": CLUSTER, "audit_id": "0" * 24}))
     assert f"no result of audit {'0' * 24}" in missing
     assert "not in the glossary" in error_text(await session.call_tool("explain", {"term": "frobnicate"}))
-    return {"summary": summary, "tools": sorted(tools)}
+    return {"summary": summary}
 
 
 def test_stdio_client_calls_every_tool_on_a_shipped_world(tmp_path: Path) -> None:
     async def main() -> None:
         async with stdio_client(server(tmp_path)) as (read, write), ClientSession(read, write) as session:
-            await drive(session, tmp_path)
+            await drive(session)
 
     anyio.run(main)
 
@@ -177,3 +192,53 @@ def test_the_shipped_glossary_is_the_documented_one() -> None:
     """The Lambda and a wheel have no docs/: `explain` reads the package's copy, which must not drift."""
     shipped = ROOT / "functions" / "gpuaudit" / "data" / "VERDICTS.md"
     assert shipped.read_bytes() == (ROOT / "docs" / "VERDICTS.md").read_bytes()
+
+
+@contextmanager
+def loopback(app: Any) -> Iterator[str]:
+    """The app served by uvicorn on 127.0.0.1 only (a free port), for the test's duration."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=served.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not served.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}{PATH}"
+    finally:
+        served.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_http_client_calls_every_tool_and_protocol_errors(tmp_path: Path) -> None:
+    """The Streamable HTTP app the Lambda serves (stateless, JSON responses), on loopback: the SDK's HTTP client makes
+    the same calls; then raw requests the protocol refuses."""
+    (tmp_path / "history").mkdir()
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD, history_dir=tmp_path / "history")
+    with loopback(http_app(build_server(backend))) as url:
+        async def main() -> None:
+            async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+                await drive(session, streams_progress=False)
+
+        anyio.run(main)
+
+        post = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+        empty = httpx2.post(url, headers=post, content=b"")
+        assert empty.status_code == 400 and empty.json()["error"]["code"] == -32700  # JSON-RPC parse error
+        unsupported = httpx2.post(url, headers={**post, "mcp-protocol-version": "1999-01-01"}, json=listing)
+        assert unsupported.status_code == 400 and unsupported.json()["error"]["code"] == -32602
+        # stateless: no session header is issued or needed, and without the protocol header the transport's
+        # default version applies; the request is answered on its own
+        bare = httpx2.post(url, headers=post, json=listing)
+        assert bare.status_code == 200 and "mcp-session-id" not in bare.headers
+        assert {t["name"] for t in bare.json()["result"]["tools"]} == TOOLS
+        stream = httpx2.get(url, headers=post)
+        assert stream.status_code == 405 and stream.headers["allow"] == "POST"
+        foreign = httpx2.post(url, headers={**post, "host": "attacker.example"}, json=listing)
+        assert foreign.status_code == 421  # DNS rebinding: only the loopback host is served

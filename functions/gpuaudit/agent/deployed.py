@@ -1,0 +1,150 @@
+"""The deployed MCP endpoint's backend: what the stack's audits wrote, and on-demand executions of its state machine.
+
+Reads only: the findings table (`LATEST#<cluster>#<mode>` items, `HIST#` spans: sinks.py, history.py) and the results
+bucket (`results/<cluster>/<audit_id>.json`, handlers/verdict.py). Its one non-read action is StartExecution of the
+stack's own state machine, whose roles run the audit (read-only) and write its findings, as a console start would.
+Audits are not run in this Lambda: the state machine spreads a large cluster's Logs Insights queries over its
+steps within the account's query quota, and an in-process audit would need every read of the collectors here too.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
+
+from gpuaudit.agent.schema import (
+    AuditStarted,
+    ClusterList,
+    ClusterRow,
+    LatestFindings,
+    LatestRow,
+    NodeHistory,
+    ToolProblem,
+    history_page,
+    latest_page,
+)
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.collectors.inventory import discovered_clusters
+from gpuaudit.collectors.session import next_step
+from gpuaudit.history import DynamoHistory, HistoryUnreadable
+from gpuaudit.model.evidence import AuditRequest, Mode
+from gpuaudit.model.result import Result
+from gpuaudit.settings import DeploymentDocument
+from gpuaudit.sinks import latest_state
+
+RESULTS_PREFIX = "results"  # handlers/verdict.py writes results/<cluster>/<audit_id>.json, .md, .html
+
+
+@dataclass(frozen=True)
+class DiscoveryTag:
+    key: str
+    value: str
+
+
+@dataclass
+class DeployedBackend:
+    session: Any  # boto3.Session of the function's role
+    region: str
+    table: str
+    bucket: str
+    state_machine_arn: str
+    deployment: DeploymentDocument
+    clock: Callable[[], datetime]
+
+    def __post_init__(self) -> None:
+        self.ddb = self.session.client("dynamodb", region_name=self.region)
+        self.s3 = self.session.client("s3", region_name=self.region)
+        self.sfn = self.session.client("stepfunctions", region_name=self.region)
+
+    @contextmanager
+    def _read(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            hint = next_step(code, None)
+            raise ToolProblem(f"{what} could not be read: {code}: {exc.response.get('Error', {}).get('Message', '')}"
+                              + (f"; {hint}" if hint else "")) from None
+        except BotoCoreError as exc:
+            raise ToolProblem(f"{what} could not be read: {exc}") from None
+
+    def clusters(self) -> ClusterList:
+        rows = [ClusterRow(name=c, kind="configured") for c in self.deployment.clusters]
+        gaps: list[str] = []
+        if self.deployment.discover:
+            tag = DiscoveryTag(**self.deployment.discovery_tag) if self.deployment.discovery_tag else None
+            aws = Aws(session=self.session, region=self.region)
+            known = {r.name for r in rows}
+            rows += [ClusterRow(name=n, kind=k) for n, k in discovered_clusters(aws, tag, gaps) if n not in known]
+        said = "the configured clusters" + (" and those discovery finds in the region" if self.deployment.discover
+                                             else "")
+        return ClusterList(region=self.region, clusters=rows, gaps=gaps, note=f"The deployment audits {said}.")
+
+    def result(self, cluster: str, audit_id: str) -> tuple[Result, str, str | None]:
+        key = f"{RESULTS_PREFIX}/{cluster}/{audit_id}"
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=f"{key}.json")["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise ToolProblem(f"no result of audit {audit_id} of {cluster!r} in the results bucket (results are "
+                                  "kept for the findings' retention)") from None
+            with self._read(f"s3://{self.bucket}/{key}.json"):
+                raise
+        try:
+            result = Result.model_validate_json(body)
+        except ValidationError as exc:
+            raise ToolProblem(f"s3://{self.bucket}/{key}.json is not a gpuaudit result ({exc.error_count()} "
+                              "error(s))") from None
+        return result, f"s3://{self.bucket}/{key}.json", f"s3://{self.bucket}/{key}.html"
+
+    def latest(self, cluster: str, mode: Mode, offset: int, limit: int) -> LatestFindings:
+        with self._read(f"the findings table's latest state of {cluster!r}"):
+            state = latest_state(self.ddb, self.table, cluster, mode)
+        rows = [LatestRow(instance_id=sk.removeprefix("NODE#"), verdict=_verdict(item.get("verdict")),
+                          coverage=item.get("xid_status", "unknown"), audit_id=item.get("audit_id", ""),
+                          as_of=item.get("recorded_at", ""),
+                          closed=f"no longer in the cluster (audit {item['gone']})" if item.get("gone") else None)
+                for sk, item in state.items() if sk.startswith("NODE#")]
+        if not rows:
+            raise ToolProblem(f"cluster {cluster!r}: the findings table holds no {mode} audit of it")
+        return latest_page(rows, cluster, mode, f"dynamodb {self.table}", offset, limit)
+
+    def history(self, cluster: str, node: str, days: int, offset: int, limit: int) -> NodeHistory:
+        until = self.clock()
+        try:
+            read = DynamoHistory(self.ddb, self.table).read(cluster, [node], until - timedelta(days=days), until)
+        except HistoryUnreadable as exc:
+            raise ToolProblem(str(exc)) from None
+        if not read.spans:
+            raise ToolProblem(f"node {node}: no audit of it in cluster {cluster!r} in the last {days} day(s) is in "
+                              "the findings table")
+        return history_page(read, cluster, node, offset, limit)
+
+    def start_audit(self, request: AuditRequest) -> AuditStarted:
+        if not self.deployment.discover and request.cluster not in self.deployment.clusters and not request.fleet:
+            raise ToolProblem(f"cluster {request.cluster!r} is not audited by this deployment (configured: "
+                              f"{', '.join(self.deployment.clusters) or 'none'}); add it to `clusters` in cdk.json")
+        document = request.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+        document.setdefault("cluster", request.cluster)
+        name = f"mcp-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        try:
+            started = self.sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name,
+                                               input=json.dumps(document))
+        except ClientError as exc:
+            raise ToolProblem(f"the audit could not be started: {exc.response.get('Error', {}).get('Code', '')}: "
+                              f"{exc.response.get('Error', {}).get('Message', '')}") from None
+        return AuditStarted(execution_arn=started["executionArn"], started_at=started["startDate"], request=document,
+                            note="The state machine audits it (minutes for a large cluster); then latest_findings "
+                                 f"(mode {request.mode}) and audit_summary read what it wrote.")
+
+
+def _verdict(word: str | None) -> str | None:
+    return None if word in (None, "", "none") else word

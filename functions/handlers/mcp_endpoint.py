@@ -1,0 +1,49 @@
+"""The deployed MCP endpoint (issue #38): a Function URL (AWS_IAM auth) request → the MCP server's Streamable HTTP
+app (stateless, JSON responses) → the Function URL response. The tools read the findings table and the results
+bucket and may start the state machine (gpuaudit/agent/deployed.py); nothing else.
+
+The server (tool schemas) is built once per container; each request gets a fresh HTTP app, whose session manager
+runs once (stateless: nothing is kept between requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from mcp.server.mcpserver import MCPServer
+
+from gpuaudit.agent.deployed import DeployedBackend
+from gpuaudit.agent.http import http_app, serve_function_url
+from gpuaudit.agent.server import build_server
+from gpuaudit.report.redact import redact
+from gpuaudit.settings import DeploymentDocument, deployment
+from handlers import runtime
+from handlers.observability import logger
+
+session_factory: Callable[[], boto3.Session] = runtime.default_session
+clock: Callable[[], datetime] = runtime.utc_now
+
+
+@cache
+def server() -> MCPServer:
+    session = session_factory()
+    region = os.environ.get("AWS_REGION") or session.region_name or "us-east-1"
+    return build_server(DeployedBackend(
+        session=session, region=region, table=runtime.env("FINDINGS_TABLE"), bucket=runtime.env("EVIDENCE_BUCKET"),
+        state_machine_arn=os.environ["STATE_MACHINE_ARN"],
+        deployment=deployment(os.environ) or DeploymentDocument(), clock=clock))
+
+
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    host = (event.get("headers") or {}).get("host") or event.get("requestContext", {}).get("domainName", "")
+    caller = redact(event.get("requestContext", {}).get("authorizer", {}).get("iam", {}).get("userArn") or "")
+    logger.info("mcp request", extra={"method": event.get("requestContext", {}).get("http", {}).get("method"),
+                                      "caller": caller})
+    return asyncio.run(serve_function_url(http_app(server(), [host]), event))
