@@ -22,7 +22,16 @@ from rich.console import Console
 from rich.markup import escape as escape_markup
 
 from gpuaudit import __version__
-from gpuaudit.collectors.aws import Aws, CallFailed, assumed_session
+from gpuaudit.access import (
+    EXIT_BAD_INPUT,
+    EXIT_GATE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    UserError,
+    aws_for,
+)
+from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
@@ -38,10 +47,10 @@ from gpuaudit.report.escape import visible
 from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY
 from gpuaudit.report.records import FINDINGS_SCHEMA
 from gpuaudit.report.redact import redact
-from gpuaudit.rules.judge import BadOverride, JudgeConfig, parse_overrides
+from gpuaudit.rules.context import BadOverride, parse_overrides
+from gpuaudit.rules.judge import JudgeConfig
 from gpuaudit.settings import Settings
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_GATE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 MODES = ("coverage", "incident", "preflight")
 FORMATS = ("md", "json", "html")
 REPORT_FORMATS = ("html", "md", "table", "ndjson", "csv")
@@ -71,12 +80,6 @@ Exit codes: 0 audited; 2 bad input; 3 account unreachable or credentials; 4 a --
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode="rich", help="Read-only auditor for GPU training clusters on AWS.")
 err = Console(stderr=True)
-
-
-class UserError(Exception):
-    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _print_version(value: bool) -> None:
@@ -179,34 +182,6 @@ def _out_dir(path: Path | None) -> Path | None:
     if not os.access(path, os.W_OK):
         raise UserError(f"--out-dir {path}: not writable")
     return path
-
-
-def _aws_for(world: Path | None, region: str | None, role_arn: str | None = None,
-             external_id: str | None = None, profile: str | None = None) -> Aws:
-    if world is not None:
-        from gpuaudit.embedded.backend import WorldBackend
-        from gpuaudit.embedded.world import load_world
-
-        if profile is not None:
-            raise UserError("--profile applies to AWS accounts, not to --world")
-        loaded = load_world(world)
-        backend = WorldBackend(loaded)
-        if region and region != loaded.region:
-            raise UserError(f"--region {region} does not match the world's region {loaded.region}")
-        return Aws(session=backend.session(), region=loaded.region, clock=lambda: loaded.now, sleep=lambda _s: None)
-    from gpuaudit.collectors.session import AccessProblem, open_session
-
-    try:
-        access = open_session(profile, region, os.environ)
-    except AccessProblem as exc:
-        raise UserError(str(exc), EXIT_BAD_INPUT if exc.flag else EXIT_UNREACHABLE) from None
-    session = access.session
-    if role_arn:  # another account of the organization: its GpuAuditReadOnlyRole (infra/cross_account.py)
-        try:
-            session = assumed_session(session, role_arn, external_id)
-        except CallFailed as exc:
-            raise UserError(f"cannot assume the audit role: {exc}", EXIT_UNREACHABLE) from None
-    return Aws(session=session, region=access.region)
 
 
 def emit(result: Result, fmt: str, out: Path | None) -> None:
@@ -426,7 +401,7 @@ def audit(
         overrides = {**settings.xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
             raise UserError("--role-arn applies to AWS accounts, not to --world")
-        aws = _aws_for(world, region, role_arn, external_id, profile)
+        aws = aws_for(world, region, role_arn, external_id, profile)
         if deadline_seconds is not None:
             aws.deadline = time.monotonic() + deadline_seconds
         progress = AuditProgress(err, show=err.is_terminal and not quiet, verbose=verbose)
@@ -707,7 +682,6 @@ def bench(
         sys.stdout.write(_json.dumps(figures, indent=2) + "\n")
     else:
         render_table(figures, Console(width=max(Console().width, 120)))
-
 
 
 @app.command("bench-history", rich_help_panel=DEVELOPER)

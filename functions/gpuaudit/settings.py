@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.model.history import DEFAULT_LOOKBACK_DAYS
-from gpuaudit.rules.judge import parse_overrides
+from gpuaudit.rules.context import parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS
 
 XID_OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"

@@ -2,7 +2,7 @@
 
 Every builder produces a raw world dict (WORLD-FORMAT.md) and hands it to the product's own
 `parse_world`; the audit then runs against real boto3 clients through `WorldBackend`, exactly
-as `gpuaudit audit --world` does (cli._aws_for). The clock is frozen at `NOW`.
+as `gpuaudit audit --world` does (access.aws_for). The clock is frozen at `NOW`.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class WorldBuilder:
         return parse_world(copy.deepcopy(self.raw))
 
     def aws(self) -> Aws:
-        """Built like cli._aws_for does for a world: real boto3 clients wired to the backend."""
+        """Built like access.aws_for does for a world: real boto3 clients wired to the backend."""
         world = self.world()
         return aws_for(world)
 

@@ -22,6 +22,30 @@ FORBIDDEN = {
     "collectors": {"rules", "pipeline", "report", "embedded", "devtools", "cli", "sinks", "agent"},
     "rules": {"collectors", "pipeline", "report", "embedded", "devtools", "cli", "sinks", "agent"},
     "report": {"collectors", "rules", "pipeline", "embedded", "devtools", "cli", "sinks", "agent"},
+    # the floors above: the pipeline composes, the CLI, handlers and developer tools call it, never the reverse
+    "pipeline": {"cli", "devtools", "embedded", "agent"},
+    "sinks": {"cli", "devtools", "embedded", "pipeline"},
+    "history": {"cli", "devtools", "embedded", "pipeline"},
+    "access": {"cli", "devtools"},
+    "devtools": {"cli"},
+}
+HANDLERS = PACKAGE.parent / "handlers"
+HANDLERS_NEVER = {"cli", "devtools", "embedded"}  # the Lambda asset ships neither (infra/packaging.py DEV_ONLY)
+
+# The floors inside rules/ (docs/ARCHITECTURE.md): a module imports only its own floor or the ones below, so each
+# concern can be read and changed alone; `judge` alone composes the questions. A new module takes a floor here.
+RULES_FLOORS: dict[str, int] = {
+    # 1: readers of one kind of signal
+    "xid": 1, "hma": 1, "coverage": 1, "history": 1, "storage": 1, "bootstrap": 1, "control_plane": 1,
+    "nodes": 1, "acted": 1, "actions": 1,
+    # 2: what every judging rule shares (the judge's configuration, Judged, Context) and how a step is shown
+    "context": 2, "steps": 2,
+    # 3: readers of a concern the incident questions and the pre-flight checks both ask
+    "capacity": 3, "fabric": 3, "onset": 3,
+    # 4: the questions, side by side: incident branches and findings, pre-flight checks, the self-check
+    "branches": 4, "findings": 4, "preflight": 4, "consistency": 4,
+    # 5: the composition
+    "judge": 5,
 }
 ALLOWED_INSIDE = {"model": {"model"}, "domain": {"model", "domain"}}
 
@@ -85,6 +109,111 @@ def unit_graph() -> dict[str, set[str]]:
 
 def test_imports_go_one_way() -> None:
     assert violations() == []
+
+
+def test_handlers_never_import_what_the_lambda_asset_does_not_ship() -> None:
+    found = [f"{path.name}:{node.lineno} imports {node.module}" for path in sorted(HANDLERS.glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.ImportFrom) and gpuaudit_unit(node.module or "") in HANDLERS_NEVER]
+    assert found == []
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(("gpuaudit", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module → the gpuaudit modules it imports; `from gpuaudit.rules import branches` counts as the module
+    `gpuaudit.rules.branches`, not the package, so a circle through a package's submodules is seen."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom)
+                     and node.module and not node.level else [])
+            for target in names:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph.setdefault(name, set()).add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_between_modules() -> None:
+    assert circles(module_graph()) == []
+
+
+def test_the_circle_check_sees_a_circle_through_a_type_checking_import() -> None:
+    probe = PACKAGE / "rules" / "_circle_probe.py"
+    probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpuaudit.rules.judge import judge\n",
+                     encoding="utf-8")
+    try:
+        graph = module_graph()
+        graph.setdefault("gpuaudit.rules.judge", set()).add("gpuaudit.rules._circle_probe")
+        assert circles(graph) == [["gpuaudit.rules._circle_probe", "gpuaudit.rules.judge"]]
+    finally:
+        probe.unlink()
+
+
+def rules_floor_violations(graph: dict[str, set[str]]) -> list[str]:
+    def floor(module: str) -> int | None:
+        return RULES_FLOORS.get(module.removeprefix("gpuaudit.rules.").split(".")[0])
+
+    found = []
+    for module, targets in sorted(graph.items()):
+        if not module.startswith("gpuaudit.rules.") or module == "gpuaudit.rules":
+            continue
+        if floor(module) is None:
+            found.append(f"{module} has no floor in RULES_FLOORS")
+            continue
+        found += [f"{module} (floor {floor(module)}) imports {t} (floor {floor(t)})" for t in sorted(targets)
+                  if t.startswith("gpuaudit.rules.") and (floor(t) or 0) > (floor(module) or 0)]
+    return found
+
+
+def test_rules_import_only_their_floor_or_below() -> None:
+    assert rules_floor_violations(module_graph()) == []
+
+
+def test_the_floor_check_sees_an_import_up_and_a_module_without_a_floor() -> None:
+    graph = {"gpuaudit.rules.xid": {"gpuaudit.rules.judge"}, "gpuaudit.rules.newcomer": set()}
+    assert rules_floor_violations(graph) == [
+        "gpuaudit.rules.newcomer has no floor in RULES_FLOORS",
+        "gpuaudit.rules.xid (floor 1) imports gpuaudit.rules.judge (floor 5)"]
 
 
 def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:

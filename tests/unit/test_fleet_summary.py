@@ -13,7 +13,8 @@ from gpuaudit.report.alert import dedup_key
 from gpuaudit.report.fleet import EVERY_NODE_UP_TO
 from gpuaudit.report.html import render_html
 from gpuaudit.report.markdown import render
-from gpuaudit.rules.judge import HEADLINE_NODES, Judged, headline_for
+from gpuaudit.rules.context import Judged
+from gpuaudit.rules.judge import HEADLINE_NODES, headline_for
 from gpuaudit.sinks import ALERT_MAX_CHARS, Change, alert_message
 from tests.unit.test_consistency import evidence, gpu_node, result
 

@@ -168,7 +168,8 @@ def test_class_override_is_named_in_result_and_report() -> None:
     from gpuaudit.model.evidence import AuditRequest
     from gpuaudit.model.timeutil import parse_time
     from gpuaudit.pipeline import run_audit
-    from gpuaudit.rules.judge import JudgeConfig, parse_overrides
+    from gpuaudit.rules.context import parse_overrides
+    from gpuaudit.rules.judge import JudgeConfig
 
     w, iid = world_with_xids((at(10, 5), 31, "0000:53:00"))
     request = AuditRequest(cluster="train", mode="incident", since=parse_time(at(9)), until=parse_time(at(11)))

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaudit.cli import app
-from gpuaudit.rules.judge import BadOverride
+from gpuaudit.rules.context import BadOverride
 from gpuaudit.settings import Settings
 
 WORLD = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "worlds" / "hyperpod-xid31-app-error.world.json"

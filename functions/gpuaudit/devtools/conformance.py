@@ -23,6 +23,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpuaudit.access import UserError, aws_for
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.logs import (
     BOOT_ROWS,
@@ -266,13 +267,12 @@ def _window(args: argparse.Namespace, now: datetime) -> tuple[datetime, datetime
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
-    from gpuaudit.cli import UserError, _aws_for
 
     args = _arguments(argv)
     try:
         if args.max_events < 1:
             raise BadInput("--max-events must be at least 1")
-        aws = _aws_for(args.world, args.region)
+        aws = aws_for(args.world, args.region)
         start, end = _window(args, aws.clock())
         try:
             return verify(aws, args.log_group, start, end, args.max_events, out)

@@ -29,17 +29,17 @@ from gpuaudit.model.result import (
     TimelineEntry,
 )
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.capacity import affected_groups, capacity_error_step, capacity_step, subnet_step
+from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
-from gpuaudit.rules.findings import affected_groups, capacity_error_step, capacity_step, sg_step, subnet_step
+from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
 from gpuaudit.rules.onset import failure_onset, onset_text
-from gpuaudit.rules.preflight.common import Context, GpuGroup, Plan, gpu_groups
-from gpuaudit.rules.preflight.fabric import NCCL_COMMAND
 from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
 from gpuaudit.rules.xid import fleet_pattern
 
 if TYPE_CHECKING:
     from gpuaudit.rules.bootstrap import BootstrapFailure
-    from gpuaudit.rules.judge import Judged
+    from gpuaudit.rules.context import Judged
 
 TERMINATION_MATCH = timedelta(minutes=10)
 CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",

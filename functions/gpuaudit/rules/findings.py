@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS, cluster_reservations
 from gpuaudit.model.result import Branch, CauseLabel, Finding, FindingStep, FindingStepStatus
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.capacity import affected_groups, capacity_step, subnet_step
+from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups, id_list
+from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
 from gpuaudit.rules.onset import NCCL_HANG
-from gpuaudit.rules.preflight.capacity import holding_for
-from gpuaudit.rules.preflight.common import Context, GpuGroup, Plan, gpu_groups, id_list
-from gpuaudit.rules.preflight.fabric import NCCL_COMMAND, need_per_node, self_rule, sg_names, sg_sets
+from gpuaudit.rules.steps import all_lines, line_at, merge, quote, step
 
 if TYPE_CHECKING:
-    from gpuaudit.rules.judge import Judged
+    from gpuaudit.rules.context import Judged
     from gpuaudit.rules.nodes import ParsedLine
 
-TROUBLED = ("Failure", "Pending", "NotFound", "ShuttingDown")
 FAILED_LINE = re.compile(r"(?i)error|fail")
 OBSERVABILITY_ADDON = ("the HyperPod observability add-on (Amazon Managed Service for Prometheus and Grafana, "
                        "DCGM exporter: `DCGM_FI_DEV_GPU_UTIL` per node)")
@@ -55,130 +55,6 @@ def headline_with(headline: str, findings: Sequence[Finding]) -> str:
     return f"{headline.rstrip('.')}. {stated}"
 
 
-def _step(name: str, status: FindingStepStatus, evidence: str) -> FindingStep:
-    return FindingStep(name=name, status=status, evidence=evidence)
-
-
-def _all_lines(j: Judged) -> list[ParsedLine]:
-    return [p for v in j.lines_by_node.values() for p in v] + list(j.unassigned_lines)
-
-
-def _where(p: ParsedLine) -> str:
-    return f"`{p.line.log_group}` / `{p.line.log_stream}` at {iso(p.line.time)}"
-
-
-def _quote(text: str) -> str:
-    return '"' + " ".join(text.split())[:200] + '"'
-
-
-# -- why no replacement (RULES §8 A recovery, B, frequent non-GPU causes) ---------------------------------------
-def affected_groups(ctx: Context) -> list[GpuGroup]:
-    troubled = {n.instance_id for n in ctx.j.nodes if n.status in TROUBLED or n.verdict == "REPLACE"}
-    out = []
-    for g in ctx.groups:
-        grp = g.group
-        short = grp is not None and grp.current_count is not None and grp.target_count is not None \
-            and grp.current_count < grp.target_count
-        if short or troubled & set(g.node_ids):
-            out.append(g)
-    return out
-
-
-def capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
-    name = "capacity to replace into"
-    parts: list[tuple[FindingStepStatus, str]] = []
-    for g in groups:
-        held, unread = holding_for(ctx, g)
-        if unread is not None:
-            parts.append(("Not checked", f"{g.label}: {unread.what} — {unread.call}"))
-        elif held is not None and held.plan is not None:
-            p = held.plan
-            counts = (f"Status {p.status}, AvailableInstanceCount {p.available_instance_count}, "
-                      f"AvailableSpareInstanceCount {p.available_spare_instance_count}, "
-                      f"UnhealthyInstanceCount {p.unhealthy_instance_count}, TotalInstanceCount "
-                      f"{p.total_instance_count} (DescribeTrainingPlan)")
-            free = [c for c in (p.available_instance_count, p.available_spare_instance_count) if c is not None]
-            if p.status in ("Expired", "Failed") or (free and not any(free)):
-                parts.append(("Blocked", f"{g.label} runs on training plan `{p.name}`: {counts} — no instance "
-                                         "left to replace into"))
-            elif not free:
-                parts.append(("Not checked", f"{g.label}, training plan `{p.name}`: {counts} — DescribeTrainingPlan "
-                                             "returned no free or spare count"))
-            else:
-                parts.append(("Cleared", f"{g.label}, training plan `{p.name}`: {counts}"))
-        elif held is not None and held.reservation is not None:
-            r = held.reservation
-            counts = (f"State {r.state}, AvailableInstanceCount {r.available_instance_count} of TotalInstanceCount "
-                      f"{r.total_instance_count} (DescribeCapacityReservations)")
-            if r.available_instance_count == 0:
-                parts.append(("Blocked", f"{g.label} runs on {held.kind} `{r.reservation_id}`: {counts} — no "
-                                         "instance left to replace into"))
-            elif r.available_instance_count is None:
-                parts.append(("Not checked", f"{g.label}, `{r.reservation_id}`: AvailableInstanceCount not returned"))
-            else:
-                parts.append(("Cleared", f"{g.label}, {held.kind} `{r.reservation_id}`: {counts}"))
-        else:
-            expired = [r for r in ctx.ev.capacity_reservations or [] if r.state == "expired"
-                       and r.instance_type == (g.instance_type or "").removeprefix("ml.")]
-            insufficient = [p for p in _all_lines(ctx.j) if "InsufficientInstanceCapacity" in p.line.message]
-            insufficient_events = [e for e in ctx.ev.cluster_events or []
-                                   if "InsufficientInstanceCapacity" in e.description]
-            if expired:
-                parts.append(("Blocked", f"{g.label}: " + ", ".join(
-                    f"`{r.reservation_id}` State expired (EndDate {iso(r.end_date) if r.end_date else '—'})"
-                    for r in expired) + " — the reservation the group ran on has ended"))
-            elif insufficient or insufficient_events:
-                where = _where(insufficient[0]) if insufficient else f"cluster event at {iso(insufficient_events[0].time)}"
-                parts.append(("Blocked", f"{g.label}: InsufficientInstanceCapacity in {where}"))
-            else:
-                parts.append(("Not checked", f"{g.label}: no Capacity Block, capacity reservation or training plan "
-                                             "holds it (on-demand capacity is not visible before a launch) and no "
-                                             "InsufficientInstanceCapacity was read"))
-    return _merge(name, parts)
-
-
-CAPACITY_ERROR = "InsufficientInstanceCapacity"
-
-
-def capacity_error_step(ctx: Context) -> FindingStep:
-    """RULES §8 B: an `InsufficientInstanceCapacity` in a log line read (clustermgtd, slurm_resume), a cluster event,
-    a node's status message or a CloudTrail call's error. Cleared only when CloudTrail was read whole: an EC2 launch
-    error lives there, and logs alone cannot clear it."""
-    name = "capacity errors"
-    ev = ctx.ev
-    lines = [p for p in _all_lines(ctx.j) if CAPACITY_ERROR in p.line.message]
-    if lines:
-        return _step(name, "Blocked", f"{CAPACITY_ERROR} in {_where(lines[0])}: {_quote(lines[0].line.message)}"
-                     + (f" (+{len(lines) - 1} more line(s))" if len(lines) > 1 else ""))
-    events = [e for e in ev.cluster_events or [] if CAPACITY_ERROR in e.description]
-    if events:
-        return _step(name, "Blocked", f"{CAPACITY_ERROR} in the cluster event at {iso(events[0].time)} "
-                     f"(ListClusterEvents): {_quote(events[0].description)}")
-    nodes = [n for n in ev.nodes if n.status_message and CAPACITY_ERROR in n.status_message]
-    if nodes:
-        return _step(name, "Blocked", f"{CAPACITY_ERROR} in the status of `{nodes[0].instance_id}` "
-                     f"(DescribeClusterNode): {_quote(nodes[0].status_message or '')}")
-    trail = [e for e in ev.cloudtrail or [] if CAPACITY_ERROR in f"{e.error_code} {e.error_message}"]
-    if trail:
-        e = trail[0]
-        return _step(name, "Blocked", f"{e.event_name} at {iso(e.time)} failed: {e.error_code}: "
-                     f"{_quote(e.error_message or '')} (CloudTrail)" + (f" (+{len(trail) - 1} more call(s))"
-                                                                         if len(trail) > 1 else ""))
-    if ev.cloudtrail is None or not ev.cloudtrail_complete:
-        return _step(name, "Not checked", f"no {CAPACITY_ERROR} in the log lines read, but CloudTrail was not read "
-                     "for every event name (see visibility gaps) — `aws cloudtrail lookup-events --lookup-attributes "
-                     "AttributeKey=EventName,AttributeValue=RunInstances`")
-    return _step(name, "Cleared", f"no {CAPACITY_ERROR} in CloudTrail ({len(ev.cloudtrail)} event(s) read by event "
-                 "name), the cluster events or the log lines read")
-
-
-def _merge(name: str, parts: list[tuple[FindingStepStatus, str]]) -> FindingStep:
-    order: tuple[FindingStepStatus, ...] = ("Blocked", "Not checked", "Not observable", "Measured", "Cleared",
-                                            "Not applicable")
-    status: FindingStepStatus = next((s for s in order if any(p[0] == s for p in parts)), "Not applicable")
-    return _step(name, status, "; ".join(text for _, text in parts) or "nothing to check")
-
-
 def _lifecycle_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
     """The replacement's own `LifecycleConfig/<group>/<instance-id>` stream: its lifecycle script failing keeps the
     new instance out of the group (RULES §5.3, §8 A)."""
@@ -189,7 +65,7 @@ def _lifecycle_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
                for q in ev.queries) if ev.hma_log_group else False
     for g in groups:
         prefix = f"LifecycleConfig/{g.name}/"
-        failed = [p for p in _all_lines(ctx.j) if p.line.log_stream.startswith(prefix)
+        failed = [p for p in all_lines(ctx.j) if p.line.log_stream.startswith(prefix)
                   and FAILED_LINE.search(p.line.message)]
         streams = sorted({a.log_stream for a in ev.stream_activity if a.log_stream.startswith(prefix)})
         if failed:
@@ -199,8 +75,8 @@ def _lifecycle_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
             listed = iid in known and known[iid].discovered_by == "api"
             who = (f"`{iid}` (status {known[iid].status})" if listed else
                    f"`{iid}`, not in ListClusterNodes (a replacement that never joined the group)")
-            parts.append(("Blocked", f"{g.label}: lifecycle script of {who} failed — {_quote(first.line.message)} in "
-                                     f"{_where(first)}" + (f" (+{len(failed) - 1} more failing line(s))"
+            parts.append(("Blocked", f"{g.label}: lifecycle script of {who} failed — {quote(first.line.message)} in "
+                                     f"{line_at(first)}" + (f" (+{len(failed) - 1} more failing line(s))"
                                                            if len(failed) > 1 else "")))
         elif not read:
             parts.append(("Not checked", f"{g.label}: the cluster log group's lifecycle lines were not read — "
@@ -212,7 +88,7 @@ def _lifecycle_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
         else:
             parts.append(("Not checked", f"{g.label}: no `{prefix}<instance-id>` stream in `{ev.hma_log_group}` in the "
                                          "window — no replacement instance ran its lifecycle script"))
-    return _merge(name, parts)
+    return merge(name, parts)
 
 
 def _count_step(groups: list[GpuGroup]) -> FindingStep:
@@ -227,37 +103,17 @@ def _count_step(groups: list[GpuGroup]) -> FindingStep:
                                      f"{grp.target_count - grp.current_count} node(s) not replaced"))
         else:
             parts.append(("Cleared", f"{g.label}: CurrentCount {grp.current_count}, TargetCount {grp.target_count}"))
-    return _merge("CurrentCount against TargetCount", parts)
-
-
-def subnet_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
-    name = "free IPs in the cluster's subnets"
-    ev = ctx.ev
-    ids = ev.cluster.subnet_ids or sorted({n.subnet_id for n in ev.instance_network or [] if n.subnet_id})
-    if ev.subnets is None:
-        return _step(name, "Not checked", "subnets not read — `aws ec2 describe-subnets`")
-    subnets = [s for s in ev.subnets if s.subnet_id in ids and s.available_ips is not None]
-    if not subnets:
-        return _step(name, "Not checked", "no subnet with an AvailableIpAddressCount was read for the cluster "
-                                          f"({id_list(ids)}) — `aws ec2 describe-subnets`")
-    best = max(subnets, key=lambda s: s.available_ips or 0)
-    free = ", ".join(f"`{s.subnet_id}` AvailableIpAddressCount {s.available_ips}" for s in subnets)
-    parts: list[tuple[FindingStepStatus, str]] = []
-    for g in groups:
-        ips, _, how = need_per_node(ctx, g)
-        status: FindingStepStatus = "Blocked" if (best.available_ips or 0) < ips else "Cleared"
-        parts.append((status, f"{g.label}: one replacement needs {how}; {free} (DescribeSubnets)"))
-    return _merge(name, parts)
+    return merge("CurrentCount against TargetCount", parts)
 
 
 def _recovery_step(ctx: Context) -> FindingStep:
     recovery = ctx.ev.cluster.node_recovery
     if recovery is None:
-        return _step("NodeRecovery", "Not checked", "DescribeCluster returned no NodeRecovery")
+        return step("NodeRecovery", "Not checked", "DescribeCluster returned no NodeRecovery")
     if recovery == "None":
-        return _step("NodeRecovery", "Blocked", "NodeRecovery None (DescribeCluster): nothing replaces a faulty node "
+        return step("NodeRecovery", "Blocked", "NodeRecovery None (DescribeCluster): nothing replaces a faulty node "
                                                 "automatically")
-    return _step("NodeRecovery", "Cleared", f"NodeRecovery {recovery} (DescribeCluster)")
+    return step("NodeRecovery", "Cleared", f"NodeRecovery {recovery} (DescribeCluster)")
 
 
 def why_no_replacement(ctx: Context) -> Finding | None:
@@ -324,7 +180,7 @@ def idle_reserved_gpus(ctx: Context) -> Finding | None:
         return Finding(id="idle-reserved-gpus", question=question,
                        answer=f"Not observable: HyperPod exports no system metrics to CloudWatch, so GPU activity of "
                               f"{nodes} cannot be read there",
-                       steps=[_step("GPU activity", "Not observable", f"GPUPowerUtilization is not published for "
+                       steps=[step("GPU activity", "Not observable", f"GPUPowerUtilization is not published for "
                                                                       f"HyperPod nodes; collect it with {OBSERVABILITY_ADDON}")],
                        action=f"Install {OBSERVABILITY_ADDON}")
     if ev.capacity_reservations is None:
@@ -347,13 +203,13 @@ def idle_reserved_gpus(ctx: Context) -> Finding | None:
         a = activity.get(iid)
         names = ", ".join(f"`{r.reservation_id}`" for r in reservations)
         if a is None or not a.gpus:
-            steps.append(_step(f"`{iid}`", "Not observable",
+            steps.append(step(f"`{iid}`", "Not observable",
                                f"on {names}: no AWS/EC2 GPUPowerUtilization series per GpuId (ListMetrics) — publish "
                                "GPU metrics (CloudWatch agent `nvidia_gpu`)"))
             continue
         missing = max(a.hours_in_span - a.idle_hours - a.busy_hours, 0)
         gpus = f"GpuId {', '.join(a.gpu_ids)}" if a.gpu_ids else f"{a.gpus} GPUs"
-        steps.append(_step(f"`{iid}`", "Measured" if a.hours_observed else "Not observable",
+        steps.append(step(f"`{iid}`", "Measured" if a.hours_observed else "Not observable",
                            f"on {names}, {gpus}: {a.idle_hours} h idle, {a.busy_hours} h busy, {missing} h missing "
                            f"of {a.hours_in_span} h ({iso(a.start)} → {iso(a.end)})"
                            + (f"; Not observable (no datapoint, neither idle nor busy) in UTC hour(s) "
@@ -413,7 +269,7 @@ def observability_gaps(j: Judged) -> list[str]:
 def hang_with_idle_gpus(ctx: Context, branches: Sequence[Branch]) -> Finding | None:
     """NCCL timeouts reported: check the EFA preconditions AWS can see before naming a network cause, and name what
     it cannot see with the command that collects it."""
-    timeouts = [p for p in _all_lines(ctx.j) if NCCL_HANG.search(p.line.message)]
+    timeouts = [p for p in all_lines(ctx.j) if NCCL_HANG.search(p.line.message)]
     if not timeouts:
         return None
     first = timeouts[0]
@@ -430,7 +286,7 @@ def hang_with_idle_gpus(ctx: Context, branches: Sequence[Branch]) -> Finding | N
     else:
         answer = ("No network cause is shown by the evidence AWS holds: the deciding evidence (NCCL debug logs"
                   + (", GPU activity" if ctx.hyperpod else "") + ") is not in CloudWatch — collect it (see below)")
-    answer = f"NCCL timeout at {iso(first.line.time)} ({_where(first)}): {answer}"
+    answer = f"NCCL timeout at {iso(first.line.time)} ({line_at(first)}): {answer}"
     return Finding(id="hang-idle-gpus", question="Jobs hang with NCCL timeouts while the GPUs look idle: why?",
                    answer=answer, label=label, steps=steps,
                    action=f"Re-run the job with `{NCCL_COMMAND}` and read the per-rank logs before changing the network")
@@ -439,58 +295,35 @@ def hang_with_idle_gpus(ctx: Context, branches: Sequence[Branch]) -> Finding | N
 def _gpu_activity_step(ctx: Context, first: ParsedLine) -> FindingStep:
     name = "GPU activity at the hang"
     if ctx.hyperpod:
-        return _step(name, "Not observable", f"HyperPod exports no GPU metrics to CloudWatch; collect them with "
+        return step(name, "Not observable", f"HyperPod exports no GPU metrics to CloudWatch; collect them with "
                                              f"{OBSERVABILITY_ADDON}")
     activity = ctx.ev.gpu_activity
     if activity is None:
-        return _step(name, "Not checked", "GPUPowerUtilization not read (read only for nodes on reserved capacity) — "
+        return step(name, "Not checked", "GPUPowerUtilization not read (read only for nodes on reserved capacity) — "
                                           "`aws cloudwatch get-metric-data`")
     seen = [a for a in activity if a.hours_observed]
     if not seen:
-        return _step(name, "Not observable", "no GPUPowerUtilization datapoints for the nodes — publish GPU metrics "
+        return step(name, "Not observable", "no GPUPowerUtilization datapoints for the nodes — publish GPU metrics "
                                              "(CloudWatch agent `nvidia_gpu`)")
-    return _step(name, "Measured", "; ".join(f"`{a.instance_id}`: {a.idle_hours} h idle, {a.busy_hours} h busy of "
+    return step(name, "Measured", "; ".join(f"`{a.instance_id}`: {a.idle_hours} h idle, {a.busy_hours} h busy of "
                                              f"{a.hours_in_span} h (GPUPowerUtilization, percent)" for a in seen))
-
-
-def sg_step(ctx: Context) -> FindingStep:
-    """RULES §8 D layer 4: the EFA security group's self-referencing all-traffic rules, inbound and outbound."""
-    name = "EFA security group self-referencing rules"
-    sets, unread = sg_sets(ctx)
-    if unread is not None:
-        return _step(name, "Not checked", unread)
-    parts: list[tuple[FindingStepStatus, str]] = []
-    for where, sgs in sets:
-        if not sgs:
-            parts.append(("Not checked", f"{where}: its security groups were not returned"))
-            continue
-        inbound = [g for g in sgs if self_rule(g, g.ingress)]
-        outbound = [g for g in sgs if self_rule(g, g.egress)]
-        if inbound and outbound:
-            parts.append(("Cleared", f"{where}: {sg_names(sgs)} — all-traffic rules naming "
-                                     f"{sg_names(inbound[:1])} inbound and {sg_names(outbound[:1])} outbound"))
-        else:
-            missing = " and ".join(d for d, ok in (("inbound", inbound), ("outbound", outbound)) if not ok)
-            parts.append(("Blocked", f"{where}: {sg_names(sgs)} — no all-traffic {missing} rule naming the group "
-                                     "itself (EFA needs both)"))
-    return _merge(name, parts)
 
 
 def _deep_health_step(ctx: Context) -> FindingStep:
     name = "deep health checks (InstanceConnectivity)"
     if not ctx.hyperpod:
-        return _step(name, "Not applicable", "deep health checks are a HyperPod feature")
-    lines = [p for p in _all_lines(ctx.j) if p.line.log_stream.startswith("DeepHealthCheckResults/")]
+        return step(name, "Not applicable", "deep health checks are a HyperPod feature")
+    lines = [p for p in all_lines(ctx.j) if p.line.log_stream.startswith("DeepHealthCheckResults/")]
     failed = [p for p in lines if FAILED_LINE.search(p.line.message)]
     if failed:
         connectivity = [p for p in failed if "InstanceConnectivity" in p.line.message] or failed
-        return _step(name, "Blocked", f"{_quote(connectivity[0].line.message)} in {_where(connectivity[0])}")
+        return step(name, "Blocked", f"{quote(connectivity[0].line.message)} in {line_at(connectivity[0])}")
     streams = sorted({a.log_stream for a in ctx.ev.stream_activity if a.log_stream.startswith("DeepHealthCheckResults/")})
     if streams:
-        return _step(name, "Cleared", ", ".join(f"`{s}`" for s in streams) + " read: no FAIL or ERROR line")
+        return step(name, "Cleared", ", ".join(f"`{s}`" for s in streams) + " read: no FAIL or ERROR line")
     checks = "; ".join(f"group `{g.name}` OnStartDeepHealthChecks {g.group.on_start_deep_health_checks or '[] (none)'}"
                        for g in ctx.groups if g.group is not None)
-    return _step(name, "Not checked", f"no `DeepHealthCheckResults/<instance-id>` stream in the window ({checks}); "
+    return step(name, "Not checked", f"no `DeepHealthCheckResults/<instance-id>` stream in the window ({checks}); "
                                       "InstanceConnectivity runs a multi-node NCCL all_reduce — run a deep health check "
                                       "on the nodes of the job")
 
@@ -499,16 +332,16 @@ def _change_step(branches: Sequence[Branch]) -> FindingStep:
     name = "recent cluster changes"
     e = next((b for b in branches if b.branch == "E"), None)
     if e is None or e.status == "Not assessed":
-        return _step(name, "Not checked", e.evidence if e else "CloudTrail not read")
+        return step(name, "Not checked", e.evidence if e else "CloudTrail not read")
     if e.status == "Ruled out":
-        return _step(name, "Cleared", e.evidence)
-    return _step(name, "Blocked", e.evidence)
+        return step(name, "Cleared", e.evidence)
+    return step(name, "Blocked", e.evidence)
 
 
 def _nccl_debug_step(ctx: Context) -> FindingStep:
     name = "NCCL debug logs"
-    transport = [p for p in _all_lines(ctx.j) if "NCCL INFO" in p.line.message]
+    transport = [p for p in all_lines(ctx.j) if "NCCL INFO" in p.line.message]
     if transport:
-        return _step(name, "Measured", f"{len(transport)} NCCL INFO line(s) read, first in {_where(transport[0])}")
-    return _step(name, "Not observable", f"no NCCL INFO line in any source: AWS holds no NCCL debug log; collect with "
+        return step(name, "Measured", f"{len(transport)} NCCL INFO line(s) read, first in {line_at(transport[0])}")
+    return step(name, "Not observable", f"no NCCL INFO line in any source: AWS holds no NCCL debug log; collect with "
                                          f"`{NCCL_COMMAND}`")

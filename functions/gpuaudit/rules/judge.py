@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
@@ -37,60 +36,16 @@ from gpuaudit.rules import preflight as preflight_rules
 from gpuaudit.rules.acted import already_done, replacements
 from gpuaudit.rules.bootstrap import BootstrapFailure, bootstrap_failure, host_ip
 from gpuaudit.rules.consistency import check_consistency
-from gpuaudit.rules.control_plane import ControlLog, control_gaps, control_logs
+from gpuaudit.rules.context import JudgeConfig, Judged
+from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.history import Memory, audit_id
 from gpuaudit.rules.nodes import DIRECT_CHECK, ParsedLine, assess_node, parse_lines, reboot_times
 from gpuaudit.rules.onset import failure_onset
-from gpuaudit.rules.xid import XID_CLASSES, NodeRouting
+from gpuaudit.rules.xid import NodeRouting
 
 if TYPE_CHECKING:
-    from gpuaudit.model.evidence import AuditRequest
-
-
-
-class BadOverride(ValueError):
     pass
-
-
-def parse_overrides(items: list[str]) -> dict[int, str]:
-    """`CODE=CLASS` items (a deployment's configuration) → {code: class}; a bad item is bad input."""
-    overrides: dict[int, str] = {}
-    for item in items:
-        code, _, klass = item.strip().partition("=")
-        if not code.strip().isdigit() or klass.strip() not in XID_CLASSES:
-            raise BadOverride(f"Xid class override {item!r}: expected CODE=CLASS with CLASS one of "
-                              f"{', '.join(sorted(XID_CLASSES))}")
-        overrides[int(code)] = klass.strip()
-    return overrides
-
-
-@dataclass(frozen=True)
-class JudgeConfig:
-    xid_overrides: Mapping[int, str] = field(default_factory=dict)
-    run_hours: float | None = None
-    run_start: datetime | None = None
-    checkpoint_minutes: float | None = None
-
-    @classmethod
-    def from_request(cls, request: AuditRequest, xid_overrides: Mapping[int, str] | None = None) -> JudgeConfig:
-        return cls(xid_overrides=dict(xid_overrides or {}), run_hours=request.run_hours,
-                   run_start=request.run_start, checkpoint_minutes=request.checkpoint_minutes)
-
-
-@dataclass
-class Judged:
-    """Intermediate facts shared by the mode-specific rules."""
-
-    evidence: Evidence
-    nodes: list[NodeResult]
-    routings: dict[str, NodeRouting]
-    lines_by_node: dict[str, list[ParsedLine]]
-    unassigned_lines: list[ParsedLine]
-    control: list[ControlLog] = field(default_factory=list)  # control-plane logs and their hourly state
-    bootstrap: BootstrapFailure | None = None  # what ParallelCluster's clustermgtd said of bootstrap failures
-    # boot-time lines (Fabric Manager start, driver banner) from before the window, per node (RULES §2)
-    boot_lines_by_node: dict[str, list[GpuLine]] = field(default_factory=dict)
 
 
 def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:

@@ -19,7 +19,7 @@ from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.model.timeutil import iso
 
 if TYPE_CHECKING:
-    from gpuaudit.rules.judge import Judged
+    from gpuaudit.rules.context import Judged
 
 NCCL_HANG = re.compile("|".join(NCCL_TIMEOUT_MARKERS) + r"|NCCL WARN[^\n]*(?i:timed? ?out)")
 # A HyperPod cluster event about a node that is a failure, not a launch or a completed step.

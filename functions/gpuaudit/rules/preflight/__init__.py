@@ -17,23 +17,16 @@ from typing import TYPE_CHECKING
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Check, Readiness
+from gpuaudit.rules.context import Context, Plan, gpu_groups
 from gpuaudit.rules.preflight.capacity import p1, p2, p3
-from gpuaudit.rules.preflight.common import (
-    CORE,
-    EXTRA_MAY_FAIL,
-    TITLES,
-    Context,
-    Plan,
-    gpu_groups,
-    make_check,
-)
+from gpuaudit.rules.preflight.common import CORE, EXTRA_MAY_FAIL, TITLES, make_check
 from gpuaudit.rules.preflight.fabric import p7, p12, p14, p15, p16
 from gpuaudit.rules.preflight.operations import p10, p11, p13
 from gpuaudit.rules.preflight.recovery import p4, p5, p6
 from gpuaudit.rules.preflight.storage_use import p8, p9
 
 if TYPE_CHECKING:
-    from gpuaudit.rules.judge import JudgeConfig, Judged
+    from gpuaudit.rules.context import JudgeConfig, Judged
 
 
 __all__ = ["CHECKS", "TITLES", "assess", "make_check", "plan_for", "readiness"]

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from gpuaudit.domain.capacity import (
     RunFit,
-    cluster_reservations,
     ec2_family_quota,
     extension_hours,
-    holding_reservation,
     run_fit,
 )
 from gpuaudit.model.evidence import (
@@ -18,47 +15,9 @@ from gpuaudit.model.evidence import (
 )
 from gpuaudit.model.result import Check
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.preflight.common import (
-    Context,
-    GpuGroup,
-    Holding,
-    Part,
-    combine,
-)
-
-
-@dataclass(frozen=True)
-class Unread:
-    """Evidence a check needed and could not read, and the command that reads it."""
-
-    what: str
-    call: str
-
-    @property
-    def text(self) -> str:
-        return f"{self.what} — {self.call}"
-
-
-def holding_for(ctx: Context, grp: GpuGroup) -> tuple[Holding | None, Unread | None]:
-    """(what holds the group's capacity, or the call that would say when it could not be read)."""
-    ev = ctx.ev
-    if grp.group is not None and grp.group.training_plan_arn:
-        name = grp.group.training_plan_arn.rsplit("/", 1)[-1]
-        plan = next((p for p in ev.training_plans or [] if p.arn == grp.group.training_plan_arn or p.name == name),
-                    None)
-        if plan is None:
-            return None, Unread(f"training plan `{name}` of {grp.label} not read",
-                                f"`aws sagemaker describe-training-plan --training-plan-name {name}`")
-        return Holding("training plan", f"`{plan.name}`", grp.instance_type, plan.start_time, plan.end_time,
-                       plan.status, plan=plan), None
-    if ev.capacity_reservations is None:
-        return None, Unread("capacity reservations not read", "`aws ec2 describe-capacity-reservations`")
-    held = holding_reservation(cluster_reservations(ev, grp.instance_type, grp.node_ids), ctx.plan.start)
-    if held is None:
-        return None, None
-    kind = "Capacity Block" if held.reservation_type == "capacity-block" else "Capacity Reservation"
-    return Holding(kind, f"`{held.reservation_id}`", held.instance_type, held.start_date, held.end_date, held.state,
-                   reservation=held), None
+from gpuaudit.rules.capacity import holding_for
+from gpuaudit.rules.context import Context, GpuGroup, Holding
+from gpuaudit.rules.preflight.common import Part, combine
 
 
 def _no_reservation(ctx: Context, grp: GpuGroup) -> str:

@@ -8,36 +8,21 @@ from typing import TYPE_CHECKING
 from gpuaudit.model.evidence import (
     RouteTableInfo,
     SecurityGroupInfo,
-    SgRule,
 )
 from gpuaudit.model.result import Check, NcclTransport
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.preflight.common import (
-    Context,
-    GpuGroup,
-    Part,
-    combine,
-    id_list,
-    make_check,
-)
+from gpuaudit.rules.capacity import need_per_node
+from gpuaudit.rules.context import Context, id_list
+from gpuaudit.rules.fabric import NCCL_COMMAND, self_rule, sg_names, sg_sets
+from gpuaudit.rules.preflight.common import Part, combine, make_check
 
 if TYPE_CHECKING:
     from gpuaudit.rules.nodes import ParsedLine
 
-# HyperPod IPs per P5 node (RULES §8 'Frequent non-GPU causes').
-HYPERPOD_P5_IPS = {"hyperpod-slurm": 32, "hyperpod-eks": 81}
-HYPERPOD_P5_TYPES = ("p5.48xlarge", "p5e.48xlarge")
-NCCL_COMMAND = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,SHM,NVLS "
-                "NCCL_DEBUG_FILE=/fsx/nccl_%h_%p.log")
 FABRIC_MANAGER_FAILED = re.compile(r"(?i)(fabric ?manager|nvidia-fabricmanager)[^\n]*(fail|error|exited|"
                                    r"core-dump)|Failed to start[^\n]*fabric ?manager")
 BOOTSTRAP_FAILED = re.compile(r"Found the following bootstrap failure nodes|Node bootstrap error|protected mode|"
                               r"bootstrap failure")
-
-
-def self_rule(sg: SecurityGroupInfo, rules: list[SgRule]) -> bool:
-    """An all-traffic rule naming the group itself (EFA needs one inbound and one outbound)."""
-    return any(r.protocol == "-1" and sg.group_id in r.group_ids for r in rules)
 
 
 def _open_egress(sg: SecurityGroupInfo) -> bool:
@@ -54,33 +39,6 @@ def _efa_types(ctx: Context) -> tuple[list[str], list[str]]:
         elif profile.efa_supported:
             efa.append(t)
     return efa, unknown
-
-
-def sg_sets(ctx: Context) -> tuple[list[tuple[str, list[SecurityGroupInfo]]], str | None]:
-    """Security groups per place (the cluster's VpcConfig, or each EC2 compute node), or the unread call."""
-    ev = ctx.ev
-    if ev.security_groups is None:
-        return [], "security groups not read — `aws ec2 describe-security-groups`"
-    by_id = {g.group_id: g for g in ev.security_groups}
-    if ctx.hyperpod:
-        ids = ev.cluster.security_group_ids
-        if not ids:
-            return [], "DescribeCluster returned no VpcConfig.SecurityGroupIds"
-        return [(f"cluster `{ev.cluster.name}` VpcConfig", [by_id[i] for i in ids if i in by_id])], None
-    if ev.instance_network is None:
-        return [], "the nodes' network attachment not read — `aws ec2 describe-instances`"
-    gpu_ids = {i for g in ctx.groups for i in g.node_ids}
-    sets: dict[tuple[str, ...], list[str]] = {}
-    for net in ev.instance_network:
-        if net.instance_id in gpu_ids:
-            sets.setdefault(tuple(net.security_group_ids), []).append(net.instance_id)
-    if not sets:
-        return [], "no running GPU compute node to read security groups from"
-    return [(f"nodes {id_list(nodes)}", [by_id[i] for i in ids if i in by_id]) for ids, nodes in sets.items()], None
-
-
-def sg_names(sgs: list[SecurityGroupInfo]) -> str:
-    return ", ".join(f"`{g.group_id}` ({g.group_name})" if g.group_name else f"`{g.group_id}`" for g in sgs) or "none"
 
 
 def p7(ctx: Context) -> Check:
@@ -154,8 +112,6 @@ def _efa_width(ctx: Context, efa_types: list[str]) -> list[Part]:
     return parts
 
 
-
-
 def _where(p: ParsedLine) -> str:
     return f"`{p.line.log_group}` / `{p.line.log_stream}` at {iso(p.line.time)}"
 
@@ -204,26 +160,6 @@ def p12(ctx: Context) -> Check:
 
 def _where_t(t: NcclTransport) -> str:
     return f"`{t.log_group}` / `{t.log_stream}` at {iso(t.time)}: \"{t.message[:160]}\""
-
-
-def need_per_node(ctx: Context, grp: GpuGroup) -> tuple[int, int, str]:
-    """(IPs, network interfaces, how they were found) one replacement node of the group needs."""
-    profile = ctx.ev.profiles.get(grp.instance_type or "")
-    efa = (profile.max_efa_interfaces or 0) if profile and profile.efa_supported else 0
-    if ctx.hyperpod:
-        if grp.instance_type in HYPERPOD_P5_TYPES:
-            ips = HYPERPOD_P5_IPS[ctx.ev.cluster.kind]
-            return ips, max(1, efa), f"{ips} IPs (HyperPod P5 on {ctx.ev.cluster.kind.split('-')[1].title()})"
-        if ctx.ev.cluster.kind == "hyperpod-eks":
-            return 81, max(1, efa), "81 IPs (the HyperPod P5 EKS figure, used as an estimate for this type)"
-        return max(1, efa), max(1, efa), f"{max(1, efa)} IP(s) (estimate: one per EFA interface, at least one)"
-    nets = {n.instance_id: n for n in ctx.ev.instance_network or []}
-    seen = [nets[i] for i in grp.node_ids if i in nets]
-    if seen:
-        top = max(seen, key=lambda n: n.private_ips)
-        return top.private_ips, top.interfaces, (f"{top.private_ips} IPs on {top.interfaces} interface(s), as on "
-                                                 f"`{top.instance_id}`")
-    return max(1, efa), max(1, efa), f"{max(1, efa)} IP(s) (estimate: one per EFA interface, at least one)"
 
 
 def p14(ctx: Context) -> Check:

@@ -8,14 +8,9 @@ from collections.abc import Iterable
 from gpuaudit.domain.timing import KERNEL_LOOKBACK
 from gpuaudit.model.result import Check
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.preflight.capacity import holding_for
-from gpuaudit.rules.preflight.common import (
-    Context,
-    Part,
-    combine,
-    id_list,
-    make_check,
-)
+from gpuaudit.rules.capacity import holding_for
+from gpuaudit.rules.context import Context, id_list
+from gpuaudit.rules.preflight.common import Part, combine, make_check
 
 EXPIRATION_WARNING = "Capacity Block Expiration Warning"
 # DLAMI P6 requirements (RULES §10): driver branch, and the rest as (CUDA, kernel, EFA installer, AWS OFI NCCL).

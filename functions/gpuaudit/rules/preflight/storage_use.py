@@ -8,11 +8,8 @@ from gpuaudit.domain.capacity import (
 from gpuaudit.domain.timing import lookback
 from gpuaudit.model.result import Check
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.preflight.common import (
-    Context,
-    id_list,
-    make_check,
-)
+from gpuaudit.rules.context import Context, id_list
+from gpuaudit.rules.preflight.common import make_check
 
 IDLE_MAJORITY = 0.5  # RISK when most reserved GPU hours were idle
 SATURATION_MINUTES = 5  # RULES §8 C: ≥ 90 % for 5+ min

@@ -1,0 +1,199 @@
+"""Capacity to run and to replace into (RULES §8 A recovery and B, §10 P1–P3, P14): what holds a GPU group's
+capacity, the groups short of nodes, the capacity the group could replace into, capacity errors, and free IPs
+against one replacement's need. Read by the incident branches, the incident findings and the pre-flight checks
+alike; the arithmetic itself is in `domain/capacity.py`. Pure: no AWS, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuaudit.domain.capacity import cluster_reservations, holding_reservation
+from gpuaudit.model.result import FindingStep, FindingStepStatus
+from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.context import Context, GpuGroup, Holding, id_list
+from gpuaudit.rules.steps import all_lines, line_at, merge, quote, step
+
+
+@dataclass(frozen=True)
+class Unread:
+    """Evidence a check needed and could not read, and the command that reads it."""
+
+    what: str
+    call: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.what} — {self.call}"
+
+
+def holding_for(ctx: Context, grp: GpuGroup) -> tuple[Holding | None, Unread | None]:
+    """(what holds the group's capacity, or the call that would say when it could not be read)."""
+    ev = ctx.ev
+    if grp.group is not None and grp.group.training_plan_arn:
+        name = grp.group.training_plan_arn.rsplit("/", 1)[-1]
+        plan = next((p for p in ev.training_plans or [] if p.arn == grp.group.training_plan_arn or p.name == name),
+                    None)
+        if plan is None:
+            return None, Unread(f"training plan `{name}` of {grp.label} not read",
+                                f"`aws sagemaker describe-training-plan --training-plan-name {name}`")
+        return Holding("training plan", f"`{plan.name}`", grp.instance_type, plan.start_time, plan.end_time,
+                       plan.status, plan=plan), None
+    if ev.capacity_reservations is None:
+        return None, Unread("capacity reservations not read", "`aws ec2 describe-capacity-reservations`")
+    held = holding_reservation(cluster_reservations(ev, grp.instance_type, grp.node_ids), ctx.plan.start)
+    if held is None:
+        return None, None
+    kind = "Capacity Block" if held.reservation_type == "capacity-block" else "Capacity Reservation"
+    return Holding(kind, f"`{held.reservation_id}`", held.instance_type, held.start_date, held.end_date, held.state,
+                   reservation=held), None
+
+
+# HyperPod IPs per P5 node (RULES §8 'Frequent non-GPU causes').
+HYPERPOD_P5_IPS = {"hyperpod-slurm": 32, "hyperpod-eks": 81}
+
+
+HYPERPOD_P5_TYPES = ("p5.48xlarge", "p5e.48xlarge")
+
+
+def need_per_node(ctx: Context, grp: GpuGroup) -> tuple[int, int, str]:
+    """(IPs, network interfaces, how they were found) one replacement node of the group needs."""
+    profile = ctx.ev.profiles.get(grp.instance_type or "")
+    efa = (profile.max_efa_interfaces or 0) if profile and profile.efa_supported else 0
+    if ctx.hyperpod:
+        if grp.instance_type in HYPERPOD_P5_TYPES:
+            ips = HYPERPOD_P5_IPS[ctx.ev.cluster.kind]
+            return ips, max(1, efa), f"{ips} IPs (HyperPod P5 on {ctx.ev.cluster.kind.split('-')[1].title()})"
+        if ctx.ev.cluster.kind == "hyperpod-eks":
+            return 81, max(1, efa), "81 IPs (the HyperPod P5 EKS figure, used as an estimate for this type)"
+        return max(1, efa), max(1, efa), f"{max(1, efa)} IP(s) (estimate: one per EFA interface, at least one)"
+    nets = {n.instance_id: n for n in ctx.ev.instance_network or []}
+    seen = [nets[i] for i in grp.node_ids if i in nets]
+    if seen:
+        top = max(seen, key=lambda n: n.private_ips)
+        return top.private_ips, top.interfaces, (f"{top.private_ips} IPs on {top.interfaces} interface(s), as on "
+                                                 f"`{top.instance_id}`")
+    return max(1, efa), max(1, efa), f"{max(1, efa)} IP(s) (estimate: one per EFA interface, at least one)"
+
+
+TROUBLED = ("Failure", "Pending", "NotFound", "ShuttingDown")
+
+
+# -- why no replacement (RULES §8 A recovery, B, frequent non-GPU causes) ---------------------------------------
+def affected_groups(ctx: Context) -> list[GpuGroup]:
+    troubled = {n.instance_id for n in ctx.j.nodes if n.status in TROUBLED or n.verdict == "REPLACE"}
+    out = []
+    for g in ctx.groups:
+        grp = g.group
+        short = grp is not None and grp.current_count is not None and grp.target_count is not None \
+            and grp.current_count < grp.target_count
+        if short or troubled & set(g.node_ids):
+            out.append(g)
+    return out
+
+
+def capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
+    name = "capacity to replace into"
+    parts: list[tuple[FindingStepStatus, str]] = []
+    for g in groups:
+        held, unread = holding_for(ctx, g)
+        if unread is not None:
+            parts.append(("Not checked", f"{g.label}: {unread.what} — {unread.call}"))
+        elif held is not None and held.plan is not None:
+            p = held.plan
+            counts = (f"Status {p.status}, AvailableInstanceCount {p.available_instance_count}, "
+                      f"AvailableSpareInstanceCount {p.available_spare_instance_count}, "
+                      f"UnhealthyInstanceCount {p.unhealthy_instance_count}, TotalInstanceCount "
+                      f"{p.total_instance_count} (DescribeTrainingPlan)")
+            free = [c for c in (p.available_instance_count, p.available_spare_instance_count) if c is not None]
+            if p.status in ("Expired", "Failed") or (free and not any(free)):
+                parts.append(("Blocked", f"{g.label} runs on training plan `{p.name}`: {counts} — no instance "
+                                         "left to replace into"))
+            elif not free:
+                parts.append(("Not checked", f"{g.label}, training plan `{p.name}`: {counts} — DescribeTrainingPlan "
+                                             "returned no free or spare count"))
+            else:
+                parts.append(("Cleared", f"{g.label}, training plan `{p.name}`: {counts}"))
+        elif held is not None and held.reservation is not None:
+            r = held.reservation
+            counts = (f"State {r.state}, AvailableInstanceCount {r.available_instance_count} of TotalInstanceCount "
+                      f"{r.total_instance_count} (DescribeCapacityReservations)")
+            if r.available_instance_count == 0:
+                parts.append(("Blocked", f"{g.label} runs on {held.kind} `{r.reservation_id}`: {counts} — no "
+                                         "instance left to replace into"))
+            elif r.available_instance_count is None:
+                parts.append(("Not checked", f"{g.label}, `{r.reservation_id}`: AvailableInstanceCount not returned"))
+            else:
+                parts.append(("Cleared", f"{g.label}, {held.kind} `{r.reservation_id}`: {counts}"))
+        else:
+            expired = [r for r in ctx.ev.capacity_reservations or [] if r.state == "expired"
+                       and r.instance_type == (g.instance_type or "").removeprefix("ml.")]
+            insufficient = [p for p in all_lines(ctx.j) if "InsufficientInstanceCapacity" in p.line.message]
+            insufficient_events = [e for e in ctx.ev.cluster_events or []
+                                   if "InsufficientInstanceCapacity" in e.description]
+            if expired:
+                parts.append(("Blocked", f"{g.label}: " + ", ".join(
+                    f"`{r.reservation_id}` State expired (EndDate {iso(r.end_date) if r.end_date else '—'})"
+                    for r in expired) + " — the reservation the group ran on has ended"))
+            elif insufficient or insufficient_events:
+                where = line_at(insufficient[0]) if insufficient else f"cluster event at {iso(insufficient_events[0].time)}"
+                parts.append(("Blocked", f"{g.label}: InsufficientInstanceCapacity in {where}"))
+            else:
+                parts.append(("Not checked", f"{g.label}: no Capacity Block, capacity reservation or training plan "
+                                             "holds it (on-demand capacity is not visible before a launch) and no "
+                                             "InsufficientInstanceCapacity was read"))
+    return merge(name, parts)
+
+
+CAPACITY_ERROR = "InsufficientInstanceCapacity"
+
+
+def capacity_error_step(ctx: Context) -> FindingStep:
+    """RULES §8 B: an `InsufficientInstanceCapacity` in a log line read (clustermgtd, slurm_resume), a cluster event,
+    a node's status message or a CloudTrail call's error. Cleared only when CloudTrail was read whole: an EC2 launch
+    error lives there, and logs alone cannot clear it."""
+    name = "capacity errors"
+    ev = ctx.ev
+    lines = [p for p in all_lines(ctx.j) if CAPACITY_ERROR in p.line.message]
+    if lines:
+        return step(name, "Blocked", f"{CAPACITY_ERROR} in {line_at(lines[0])}: {quote(lines[0].line.message)}"
+                     + (f" (+{len(lines) - 1} more line(s))" if len(lines) > 1 else ""))
+    events = [e for e in ev.cluster_events or [] if CAPACITY_ERROR in e.description]
+    if events:
+        return step(name, "Blocked", f"{CAPACITY_ERROR} in the cluster event at {iso(events[0].time)} "
+                     f"(ListClusterEvents): {quote(events[0].description)}")
+    nodes = [n for n in ev.nodes if n.status_message and CAPACITY_ERROR in n.status_message]
+    if nodes:
+        return step(name, "Blocked", f"{CAPACITY_ERROR} in the status of `{nodes[0].instance_id}` "
+                     f"(DescribeClusterNode): {quote(nodes[0].status_message or '')}")
+    trail = [e for e in ev.cloudtrail or [] if CAPACITY_ERROR in f"{e.error_code} {e.error_message}"]
+    if trail:
+        e = trail[0]
+        return step(name, "Blocked", f"{e.event_name} at {iso(e.time)} failed: {e.error_code}: "
+                     f"{quote(e.error_message or '')} (CloudTrail)" + (f" (+{len(trail) - 1} more call(s))"
+                                                                         if len(trail) > 1 else ""))
+    if ev.cloudtrail is None or not ev.cloudtrail_complete:
+        return step(name, "Not checked", f"no {CAPACITY_ERROR} in the log lines read, but CloudTrail was not read "
+                     "for every event name (see visibility gaps) — `aws cloudtrail lookup-events --lookup-attributes "
+                     "AttributeKey=EventName,AttributeValue=RunInstances`")
+    return step(name, "Cleared", f"no {CAPACITY_ERROR} in CloudTrail ({len(ev.cloudtrail)} event(s) read by event "
+                 "name), the cluster events or the log lines read")
+
+
+def subnet_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
+    name = "free IPs in the cluster's subnets"
+    ev = ctx.ev
+    ids = ev.cluster.subnet_ids or sorted({n.subnet_id for n in ev.instance_network or [] if n.subnet_id})
+    if ev.subnets is None:
+        return step(name, "Not checked", "subnets not read — `aws ec2 describe-subnets`")
+    subnets = [s for s in ev.subnets if s.subnet_id in ids and s.available_ips is not None]
+    if not subnets:
+        return step(name, "Not checked", "no subnet with an AvailableIpAddressCount was read for the cluster "
+                                          f"({id_list(ids)}) — `aws ec2 describe-subnets`")
+    best = max(subnets, key=lambda s: s.available_ips or 0)
+    free = ", ".join(f"`{s.subnet_id}` AvailableIpAddressCount {s.available_ips}" for s in subnets)
+    parts: list[tuple[FindingStepStatus, str]] = []
+    for g in groups:
+        ips, _, how = need_per_node(ctx, g)
+        status: FindingStepStatus = "Blocked" if (best.available_ips or 0) < ips else "Cleared"
+        parts.append((status, f"{g.label}: one replacement needs {how}; {free} (DescribeSubnets)"))
+    return merge(name, parts)

@@ -1,0 +1,68 @@
+"""The EFA fabric's preconditions (RULES §8 D layer 4, §10 P7, P15): the security groups per place, their
+self-referencing all-traffic rules, and the NCCL collection command. Read by branch D, the hang finding and the
+pre-flight checks alike. Pure: no AWS, no clock."""
+
+from __future__ import annotations
+
+from gpuaudit.model.evidence import SecurityGroupInfo, SgRule
+from gpuaudit.model.result import FindingStep, FindingStepStatus
+from gpuaudit.rules.context import Context, id_list
+from gpuaudit.rules.steps import merge, step
+
+NCCL_COMMAND = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,SHM,NVLS "
+                "NCCL_DEBUG_FILE=/fsx/nccl_%h_%p.log")
+
+
+def self_rule(sg: SecurityGroupInfo, rules: list[SgRule]) -> bool:
+    """An all-traffic rule naming the group itself (EFA needs one inbound and one outbound)."""
+    return any(r.protocol == "-1" and sg.group_id in r.group_ids for r in rules)
+
+
+def sg_sets(ctx: Context) -> tuple[list[tuple[str, list[SecurityGroupInfo]]], str | None]:
+    """Security groups per place (the cluster's VpcConfig, or each EC2 compute node), or the unread call."""
+    ev = ctx.ev
+    if ev.security_groups is None:
+        return [], "security groups not read — `aws ec2 describe-security-groups`"
+    by_id = {g.group_id: g for g in ev.security_groups}
+    if ctx.hyperpod:
+        ids = ev.cluster.security_group_ids
+        if not ids:
+            return [], "DescribeCluster returned no VpcConfig.SecurityGroupIds"
+        return [(f"cluster `{ev.cluster.name}` VpcConfig", [by_id[i] for i in ids if i in by_id])], None
+    if ev.instance_network is None:
+        return [], "the nodes' network attachment not read — `aws ec2 describe-instances`"
+    gpu_ids = {i for g in ctx.groups for i in g.node_ids}
+    sets: dict[tuple[str, ...], list[str]] = {}
+    for net in ev.instance_network:
+        if net.instance_id in gpu_ids:
+            sets.setdefault(tuple(net.security_group_ids), []).append(net.instance_id)
+    if not sets:
+        return [], "no running GPU compute node to read security groups from"
+    return [(f"nodes {id_list(nodes)}", [by_id[i] for i in ids if i in by_id]) for ids, nodes in sets.items()], None
+
+
+def sg_names(sgs: list[SecurityGroupInfo]) -> str:
+    return ", ".join(f"`{g.group_id}` ({g.group_name})" if g.group_name else f"`{g.group_id}`" for g in sgs) or "none"
+
+
+def sg_step(ctx: Context) -> FindingStep:
+    """RULES §8 D layer 4: the EFA security group's self-referencing all-traffic rules, inbound and outbound."""
+    name = "EFA security group self-referencing rules"
+    sets, unread = sg_sets(ctx)
+    if unread is not None:
+        return step(name, "Not checked", unread)
+    parts: list[tuple[FindingStepStatus, str]] = []
+    for where, sgs in sets:
+        if not sgs:
+            parts.append(("Not checked", f"{where}: its security groups were not returned"))
+            continue
+        inbound = [g for g in sgs if self_rule(g, g.ingress)]
+        outbound = [g for g in sgs if self_rule(g, g.egress)]
+        if inbound and outbound:
+            parts.append(("Cleared", f"{where}: {sg_names(sgs)} — all-traffic rules naming "
+                                     f"{sg_names(inbound[:1])} inbound and {sg_names(outbound[:1])} outbound"))
+        else:
+            missing = " and ".join(d for d, ok in (("inbound", inbound), ("outbound", outbound)) if not ok)
+            parts.append(("Blocked", f"{where}: {sg_names(sgs)} — no all-traffic {missing} rule naming the group "
+                                     "itself (EFA needs both)"))
+    return merge(name, parts)
