@@ -16,19 +16,13 @@ from gpuaudit.rules.xid import (
     CATALOG_URL,
     ECC_CHECK,
     XID_CLASSES,
-    NodeXid,
-    bus_key,
     catalog_by_code,
     classify,
     decode_nvlink5,
-    fallen_off_bus,
-    fleet_pattern,
-    is_benign,
-    is_blackwell,
     load_catalog,
-    parse_xid,
-    route_node,
 )
+from gpuaudit.rules.xid_lines import bus_key, fallen_off_bus, is_benign, parse_xid
+from gpuaudit.rules.xid_routing import NodeXid, fleet_pattern, is_blackwell, route_node
 
 T0 = datetime(2026, 9, 25, 17, 0, tzinfo=UTC)
 BUS = "0000:53:00"

@@ -18,7 +18,8 @@ import pytest
 from gpuaudit.model.evidence import GpuLine
 from gpuaudit.model.timeutil import UTC
 from gpuaudit.rules.nodes import node_xids, parse_lines
-from gpuaudit.rules.xid import bus_key, route_node
+from gpuaudit.rules.xid_lines import bus_key
+from gpuaudit.rules.xid_routing import route_node
 
 CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "xid_corpus" / "lines.json").read_text("utf-8"))
 ENTRIES: list[dict[str, Any]] = CORPUS["entries"]

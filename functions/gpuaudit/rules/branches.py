@@ -35,7 +35,7 @@ from gpuaudit.rules.control_plane import deciding_silence, not_observable_headli
 from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
-from gpuaudit.rules.xid import fleet_pattern
+from gpuaudit.rules.xid_routing import fleet_pattern
 
 if TYPE_CHECKING:
     from gpuaudit.rules.bootstrap import BootstrapFailure

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from gpuaudit.rules.bootstrap import BootstrapFailure
     from gpuaudit.rules.control_plane import ControlLog
     from gpuaudit.rules.nodes import ParsedLine
-    from gpuaudit.rules.xid import NodeRouting
+    from gpuaudit.rules.xid_routing import NodeRouting
 
 
 class BadOverride(ValueError):

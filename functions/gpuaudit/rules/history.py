@@ -24,7 +24,9 @@ from gpuaudit.model.evidence import Evidence, NodeInfo
 from gpuaudit.model.history import ESCALATED, FLAPPING, HistorySpan, HistoryXid
 from gpuaudit.model.result import GpuError, Result
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.xid import FIRST_OCCURRENCE, NodeRouting, NodeXid, bus_key, classify
+from gpuaudit.rules.xid import FIRST_OCCURRENCE, classify
+from gpuaudit.rules.xid_lines import bus_key
+from gpuaudit.rules.xid_routing import NodeRouting, NodeXid
 
 HistoryState = Literal["off", "unreadable", "read"]
 FLAP_CHANGES = 3  # verdict changes across the look-back that make a node "flapping"

@@ -42,7 +42,7 @@ from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.history import Memory, audit_id
 from gpuaudit.rules.nodes import DIRECT_CHECK, ParsedLine, assess_node, parse_lines, reboot_times
 from gpuaudit.rules.onset import failure_onset
-from gpuaudit.rules.xid import NodeRouting
+from gpuaudit.rules.xid_routing import NodeRouting
 
 if TYPE_CHECKING:
     pass

@@ -18,19 +18,9 @@ from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.coverage import NodeCoverage
 from gpuaudit.rules.history import PERSISTING_SIGNALS, Memory, remember
 from gpuaudit.rules.hma import HmaDetection, parse_hma
-from gpuaudit.rules.xid import (
-    SRAM_THRESHOLD,
-    NodeRouting,
-    NodeXid,
-    SramThreshold,
-    XidLine,
-    classify,
-    fallen_off_bus,
-    is_benign,
-    is_blackwell,
-    parse_xid,
-    route_node,
-)
+from gpuaudit.rules.xid import SRAM_THRESHOLD, SramThreshold, classify
+from gpuaudit.rules.xid_lines import XidLine, fallen_off_bus, is_benign, parse_xid
+from gpuaudit.rules.xid_routing import NodeRouting, NodeXid, is_blackwell, route_node
 
 # Collapsing key: the same fault repeated differs only in timestamps, PIDs and addresses.
 _NOISE = re.compile(r"^\S+\s+\d+\s[\d:]+\s\S+\s|\[\s*\d+\.\d+\]\s*|pid=\S+|0x[0-9a-fA-F_]+|\b\d{3,}\b")
