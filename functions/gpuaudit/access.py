@@ -44,3 +44,18 @@ def aws_for(world: Path | None, region: str | None, role_arn: str | None = None,
         except CallFailed as exc:
             raise UserError(f"cannot assume the audit role: {exc}", EXIT_UNREACHABLE) from None
     return Aws(session=session, region=access.region)
+
+
+def did_you_mean(aws: Aws, wanted: str) -> str:
+    """After an unknown cluster: the region's HyperPod clusters (one ListClusters call), closest first."""
+    from difflib import get_close_matches
+
+    from gpuaudit.collectors.inventory import cluster_names
+
+    names = cluster_names(aws)
+    if not names:
+        return ""
+    close = get_close_matches(wanted, names, n=3, cutoff=0.5)
+    listed = ", ".join(names[:20]) + (f" … ({len(names) - 20} more)" if len(names) > 20 else "")
+    return (f"; did you mean {' or '.join(close)}?" if close else "") + \
+        f" HyperPod clusters in {aws.region}: {listed}"

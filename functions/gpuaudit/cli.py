@@ -30,6 +30,7 @@ from gpuaudit.access import (
     EXIT_UNREACHABLE,
     UserError,
     aws_for,
+    did_you_mean,
 )
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
@@ -252,21 +253,6 @@ def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: s
             sys.stdout.flush()
 
 
-def _did_you_mean(aws: Aws, wanted: str) -> str:
-    """After an unknown cluster: the region's HyperPod clusters (one ListClusters call), closest first."""
-    from difflib import get_close_matches
-
-    from gpuaudit.collectors.inventory import cluster_names
-
-    names = cluster_names(aws)
-    if not names:
-        return ""
-    close = get_close_matches(wanted, names, n=3, cutoff=0.5)
-    listed = ", ".join(names[:20]) + (f" … ({len(names) - 20} more)" if len(names) > 20 else "")
-    return (f"; did you mean {' or '.join(close)}?" if close else "") + \
-        f" HyperPod clusters in {aws.region}: {listed}"
-
-
 @app.command(epilog=AUDIT_EXAMPLES)
 def audit(
     cluster: Annotated[str | None, typer.Option(
@@ -413,7 +399,7 @@ def audit(
                                    SqliteHistory(history) if history is not None else None,
                                    settings.history_lookback_days, progress)
             except UnknownCluster as exc:
-                raise UserError(str(exc) + (_did_you_mean(aws, request.cluster) if not request.instance_ids
+                raise UserError(str(exc) + (did_you_mean(aws, request.cluster) if not request.instance_ids
                                             and not request.eks_cluster else "")) from None
             progress.phase("rendering")
         _write(outputs, result, keep, filtered, stdout, quiet)
@@ -582,7 +568,7 @@ def mcp(
         _out_dir(directory) if directory.parent.is_dir() else directory.mkdir(parents=True, exist_ok=True)
         history = _history_dir(history.expanduser() if history else None)
         if world is not None:
-            _aws_for(world, region)  # a bad world or region is said now, not on the first tool call
+            aws_for(world, region)  # a bad world or region is said now, not on the first tool call
         from gpuaudit.agent.local_backend import LocalBackend
         from gpuaudit.agent.server import build_server
 

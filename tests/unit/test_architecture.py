@@ -28,6 +28,7 @@ FORBIDDEN = {
     "history": {"cli", "devtools", "embedded", "pipeline"},
     "access": {"cli", "devtools"},
     "devtools": {"cli"},
+    "agent": {"cli"},  # the MCP server is called by the CLI (`gpuaudit mcp`), never the reverse
 }
 HANDLERS = PACKAGE.parent / "handlers"
 HANDLERS_NEVER = {"cli", "devtools", "embedded"}  # the Lambda asset ships neither (infra/packaging.py DEV_ONLY)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gpuaudit.access import UserError, aws_for, did_you_mean
 from gpuaudit.agent.schema import (
     ClusterList,
     ClusterRow,
@@ -26,7 +27,6 @@ from gpuaudit.agent.schema import (
     latest_from_history,
     validation_message,
 )
-from gpuaudit.cli import UserError, _aws_for, _did_you_mean
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster, discovered_clusters
@@ -39,7 +39,8 @@ from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.progress import ProgressHook
 from gpuaudit.report.html import render_html
-from gpuaudit.rules.judge import BadOverride, JudgeConfig
+from gpuaudit.rules.context import BadOverride
+from gpuaudit.rules.judge import JudgeConfig
 from gpuaudit.settings import Settings
 
 
@@ -55,7 +56,7 @@ class LocalBackend:
     cache: Path | None = None
 
     def _aws(self) -> Aws:
-        return _aws_for(self.world, self.region, self.role_arn, self.external_id, self.profile)
+        return aws_for(self.world, self.region, self.role_arn, self.external_id, self.profile)
 
     @contextmanager
     def _messages(self) -> Iterator[None]:
@@ -89,7 +90,7 @@ class LocalBackend:
                                    SqliteHistory(self.history_dir) if self.history_dir is not None else None,
                                    settings.history_lookback_days, progress)
             except UnknownCluster as exc:
-                raise UserError(str(exc) + (_did_you_mean(aws, request.cluster) if not request.instance_ids
+                raise UserError(str(exc) + (did_you_mean(aws, request.cluster) if not request.instance_ids
                                             and not request.eks_cluster else "")) from None
             progress.phase("rendering")
             folder = self._folder(result.cluster.name)
