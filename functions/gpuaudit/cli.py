@@ -480,8 +480,17 @@ def history_command(
     days: Annotated[int, typer.Option(help="Look-back in days, ending at the cluster's latest recorded audit")] = 30,
     fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
+    verdict: Annotated[str | None, typer.Option(
+        help="Only nodes that an audit gave one of these verdicts, or with one open, e.g. REBOOT,NOT_OBSERVABLE")] = None,
+    open_only: Annotated[bool, typer.Option(
+        "--open", help="Only nodes with an action still open (REPLACE, REBOOT or NOT OBSERVABLE not shown done)")] = False,
+    changed: Annotated[bool, typer.Option(
+        "--changed", help="Only nodes whose verdict changed in the look-back (or whose action was done)")] = False,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="Also list and draw the steady nodes (nothing open, no change), and every timeline")] = False,
 ) -> None:
-    """A node's timeline across audits: verdicts, hardware-class Xids, reboots, coverage (fleet memory)."""
+    """Each node across audits, worst first, leading with the actions still open: verdicts, hardware-class Xids,
+    reboots, coverage (fleet memory)."""
     from datetime import timedelta
 
     from gpuaudit.history import HistoryUnreadable
@@ -500,6 +509,7 @@ def history_command(
             raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
         if not 1 <= days <= 3650:
             raise UserError(f"--days must be between 1 and 3650; got {days}")
+        verdicts = frozenset(_verdicts(verdict, "--verdict"))
         if history is None:
             raise UserError("--history DIR is required: the directory `gpuaudit audit --history DIR` wrote")
         directory = _history_dir(history, must_exist=True)
@@ -517,10 +527,12 @@ def history_command(
             raise UserError(f"{flag}: no audit of it is recorded in --history {history}")
         until = max(s.through for s in everything.spans)
         since = until - timedelta(days=days)
-        read = everything.model_copy(update={"since": since, "until": until,
-                                             "spans": [s for s in everything.spans if s.through >= since]})
+        # every span read: an action given before the look-back and never done is still open (the view draws the
+        # look-back only)
+        view = history_report.HistoryView(since=since, until=until, days=days, verdicts=verdicts,
+                                          open_only=open_only, changed_only=changed, show_all=show_all or bool(node))
         text = {"md": history_report.render_markdown, "json": history_report.render_json,
-                "html": history_report.render_html}[fmt](read, cluster)
+                "html": history_report.render_html}[fmt](everything, cluster, view)
         if out is not None:
             out.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
             err.print(f"wrote {out}")

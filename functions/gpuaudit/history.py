@@ -88,11 +88,12 @@ CREATE TABLE IF NOT EXISTS span (
     cluster TEXT NOT NULL, instance_id TEXT NOT NULL, audit_time TEXT NOT NULL, audit_id TEXT NOT NULL,
     last_audit_id TEXT NOT NULL, through TEXT NOT NULL, audits INTEGER NOT NULL, mode TEXT NOT NULL,
     verdict TEXT, xid_status TEXT NOT NULL, xids TEXT NOT NULL, reboots TEXT NOT NULL, launch_time TEXT,
-    gaps INTEGER NOT NULL, closed TEXT,
+    gaps INTEGER NOT NULL, closed TEXT, done TEXT, done_said TEXT,
     PRIMARY KEY (cluster, instance_id, audit_time, audit_id));
 """
 _COLUMNS = ("cluster", "instance_id", "audit_time", "audit_id", "last_audit_id", "through", "audits", "mode",
-            "verdict", "xid_status", "xids", "reboots", "launch_time", "gaps", "closed")
+            "verdict", "xid_status", "xids", "reboots", "launch_time", "gaps", "closed", "done", "done_said")
+_ADDED = ("closed", "done", "done_said")  # columns a history from an earlier version lacks (added on open)
 
 
 class SqliteHistory:
@@ -108,8 +109,10 @@ class SqliteHistory:
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path)
         db.execute(_SCHEMA)
-        if "closed" not in {row[1] for row in db.execute("PRAGMA table_info(span)")}:  # a history from before #33
-            db.execute("ALTER TABLE span ADD COLUMN closed TEXT")
+        present = {row[1] for row in db.execute("PRAGMA table_info(span)")}
+        for column in _ADDED:  # a history written before #33 (closed) or #37 (done)
+            if column not in present:
+                db.execute(f"ALTER TABLE span ADD COLUMN {column} TEXT")
         return db
 
     def _gap(self, operation: str, exc: Exception) -> HistoryUnreadable:
@@ -159,7 +162,7 @@ class SqliteHistory:
 def _row_of(s: HistorySpan) -> tuple[Any, ...]:
     return (s.cluster, s.instance_id, iso(s.audit_time), s.audit_id, s.last_audit_id, iso(s.through), s.audits,
             s.mode, s.verdict, s.xid_status, _xids_json(s.xids), _times_json(s.reboots),
-            iso(s.launch_time) if s.launch_time else None, s.gaps, s.closed)
+            iso(s.launch_time) if s.launch_time else None, s.gaps, s.closed, s.done, s.done_said)
 
 
 def _span_from(row: dict[str, Any]) -> HistorySpan:
@@ -169,7 +172,8 @@ def _span_from(row: dict[str, Any]) -> HistorySpan:
                        verdict=row["verdict"] or None, xid_status=row["xid_status"], xids=_xids_from(row["xids"]),
                        reboots=_times_from(row["reboots"]),
                        launch_time=parse_time(row["launch_time"]) if row["launch_time"] else None,
-                       gaps=int(row["gaps"]), closed=row["closed"] or None)
+                       gaps=int(row["gaps"]), closed=row["closed"] or None, done=row["done"] or None,
+                       done_said=row["done_said"] or None)
 
 
 # --------------------------------------------------------------------------- DynamoDB (deployed)
@@ -266,6 +270,10 @@ def history_item(s: HistorySpan, expires: str) -> dict[str, Any]:
         item["launch_time"] = {"S": iso(s.launch_time)}
     if s.closed:
         item["closed"] = {"S": s.closed}
+    if s.done:
+        item["done"] = {"S": s.done}
+    if s.done_said:
+        item["done_said"] = {"S": s.done_said}
     return item
 
 
@@ -281,7 +289,9 @@ def _span_of_item(cluster: str, instance_id: str, item: dict[str, Any]) -> Histo
                        xid_status=item["xid_status"]["S"], xids=_xids_from(text("xids") or "[]"),
                        reboots=_times_from(text("reboots") or "[]"),
                        launch_time=parse_time(lt) if (lt := text("launch_time")) else None,
-                       gaps=int(item["gaps"]["N"]), closed=text("closed"))
+                       gaps=int(item["gaps"]["N"]), closed=text("closed"),
+                       done=text("done"),  # type: ignore[arg-type]  # pydantic checks the word: else ValueError, a gap
+                       done_said=text("done_said"))
 
 
 # --------------------------------------------------------------------------- in the pipeline

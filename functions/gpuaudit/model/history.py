@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,13 +58,18 @@ class HistorySpan(Frozen):
     gaps: int = 0  # visibility gaps of the audit (an audit of the same window with fewer gaps supersedes it)
     # Why the node's standing verdict ended without a new one (CLUSTER_GONE): a closing span, never extended.
     closed: str | None = None
+    # What this audit saw done to the node after the signal an action it was asked for rests on (rules/acted.py
+    # `already_done`: a reboot, a replacement), with the source that shows it; rules/history.py `actions_of` reads
+    # it to close the action.
+    done: Literal["rebooted", "replaced"] | None = None
+    done_said: str | None = None
 
     def quiet(self) -> bool:
         return not self.xids and not self.reboots
 
     def same_state(self, other: HistorySpan) -> bool:
-        return (self.verdict, self.xid_status, self.launch_time, self.mode, self.closed) == (
-            other.verdict, other.xid_status, other.launch_time, other.mode, other.closed)
+        return (self.verdict, self.xid_status, self.launch_time, self.mode, self.closed, self.done) == (
+            other.verdict, other.xid_status, other.launch_time, other.mode, other.closed, other.done)
 
 
 class HistoryRead(Frozen):

@@ -12,8 +12,8 @@ from typing import Literal
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.history import GONE
 
+GONE = {"terminated", "shutting-down", "shuttingdown", "notfound", "stopped", "stopping"}  # instance states: no longer there
 REPLACEMENT_WITHIN = timedelta(hours=6)  # a replacement launches minutes to hours after the old node stops
 
 
@@ -57,10 +57,11 @@ class Done:
 
 
 def already_done(n: NodeResult, evidence: Evidence, replaced: Mapping[str, Replacement],
-                 reboots: Sequence[datetime]) -> Done | None:
+                 reboots: Sequence[datetime], since: datetime | None = None) -> Done | None:
     """Replaced (the node is gone, or a replace call named it) or rebooted (a reboot call, a boot banner or a cluster
-    event) after the latest signal its verdict rests on; None when nothing shows it was done."""
-    signal = max((e.time for e in n.gpu_errors), default=None)
+    event) after the latest signal its verdict rests on — or after `since`, the signal of an action an earlier audit
+    asked for (fleet memory), when later; None when nothing shows it was done."""
+    signal = max((*(e.time for e in n.gpu_errors), *((since,) if since else ())), default=None)
 
     def after(t: datetime) -> bool:
         return signal is None or t > signal

@@ -9,14 +9,21 @@ they could not be read. Three judgements:
   escalated, said as such, never repeated as a new verdict;
 * a node whose verdict keeps changing across audits is reported as flapping.
 
+And one reading of the spans themselves, shared by every store and output (`actions_of`): a verdict that asks the
+operator to do something (REPLACE, REBOOT, NOT OBSERVABLE's collection) stays *open* across audits — after its Xid
+has left the window and later audits give no verdict — until a later audit shows it done: a reboot (a boot banner or
+reboot call after the signal), a replacement or relaunch (`rules/acted.py` `already_done`, recorded per audit in
+the span's `done`; a launch time after the signal), coverage Measured again, or the cluster gone.
+
 With the history unreadable, recurrence is Not checked — a first occurrence is never stated as fact.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
@@ -24,6 +31,7 @@ from gpuaudit.model.evidence import Evidence, NodeInfo
 from gpuaudit.model.history import ESCALATED, FLAPPING, HistorySpan, HistoryXid
 from gpuaudit.model.result import GpuError, Result
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.acted import GONE, already_done, replacements
 from gpuaudit.rules.xid import FIRST_OCCURRENCE, classify
 from gpuaudit.rules.xid_lines import bus_key
 from gpuaudit.rules.xid_routing import NodeRouting, NodeXid
@@ -33,7 +41,6 @@ FLAP_CHANGES = 3  # verdict changes across the look-back that make a node "flapp
 FLAP_SHOWN = 6
 # Non-Xid memory signals whose persistence across a reboot is REPLACE (RULES §6/§7: infoROM corruption).
 PERSISTING_SIGNALS = ("infoROM is corrupted",)
-GONE = {"terminated", "shutting-down", "shuttingdown", "notfound", "stopped", "stopping"}
 HISTORY_GROUP = "gpuaudit history"
 STRENGTH = {None: 0, "LEAVE ALONE": 1, "MONITOR": 2, "NOT OBSERVABLE": 2, "REBOOT": 3, "REPLACE": 4}
 
@@ -239,14 +246,139 @@ def remember(node: NodeInfo, memory: Memory, routing: NodeRouting | None, xids: 
     return Remembered(_first_occurrence(routing, memory), rows, _note(memory, accelerated, said))
 
 
+# --------------------------------------------------------------------------- actions asked for, open or done
+
+# Verdicts that ask the operator to do something, and what (RULES §7); REPLACE ranks above REBOOT and subsumes it.
+ASKS = {"REPLACE": "replace the node", "REBOOT": "reboot the node",
+        "NOT OBSERVABLE": "collect its kernel log (coverage not proven)"}
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action a verdict asked for: from the audit that first gave it to the one that showed it done."""
+
+    verdict: str  # REPLACE, REBOOT or NOT OBSERVABLE
+    given: HistorySpan  # the span that first gave it
+    last_given: datetime  # the last audit that gave it again
+    signal: datetime | None  # the latest hardware signal it rests on: what was done must come after it
+    audits_since: int = 0  # audits after the last one giving it that showed nothing done
+    closed_at: datetime | None = None  # the audit that showed it done (None: still open)
+    closed_by: str | None = None  # what was done, and which audit showed it
+
+    @property
+    def open(self) -> bool:
+        return self.closed_at is None
+
+    @property
+    def after(self) -> datetime:
+        """What closes it must come after this: its signal, else the audit that gave it."""
+        return self.signal or self.given.audit_time
+
+
+def _span_signal(span: HistorySpan) -> datetime | None:
+    return max((x.last for x in span.xids), default=None)
+
+
+def _asked(span: HistorySpan) -> str | None:
+    """The action a span's verdict asks for, unless the same audit already saw it done (RULES §7 precedence)."""
+    if span.verdict not in ASKS or span.closed:
+        return None
+    if span.done == "replaced" or (span.done == "rebooted" and span.verdict == "REBOOT"):
+        return None
+    return span.verdict
+
+
+def _closer(action: Action, span: HistorySpan) -> str | None:
+    """What in a later audit's span shows the action done, said with that audit; None when nothing does."""
+    where = _where(span)
+    if span.closed:
+        return f"closed: {span.closed} ({where})"
+    if span.done == "replaced":
+        return f"replaced: {span.done_said or 'the node was replaced'} ({where})"
+    if action.verdict in ("REPLACE", "REBOOT") and span.launch_time and span.launch_time > action.after:
+        return f"relaunched at {iso(span.launch_time)}, after the verdict's signal ({where})"
+    if action.verdict == "REBOOT":
+        if span.done == "rebooted":
+            return f"rebooted: {span.done_said or 'a reboot after the signal'} ({where})"
+        later = [r for r in span.reboots if r > action.after]
+        if later:
+            return f"rebooted at {iso(min(later))} ({where})"
+    if action.verdict == "NOT OBSERVABLE" and span.xid_status == "Measured":
+        return f"coverage Measured again ({where})"
+    return None
+
+
+def actions_of(spans: Sequence[HistorySpan]) -> list[Action]:
+    """Every action one node's audits asked for, in the order given, each still open or closed with what closed it.
+
+    An action is given by the first audit whose verdict asks it and stays open through the audits after — however
+    many give no verdict once its Xid has left their window — until a later audit shows it done (`_closer`), or a
+    REPLACE supersedes a REBOOT. The same verdict given again while open is the same action (its signal moves to
+    the latest); given again after it was done, it is a new one. Pure: both stores and every output read it."""
+    done: list[Action] = []
+    standing: dict[str, Action] = {}
+    for span in sorted(spans, key=lambda s: (s.audit_time, s.through, s.audit_id)):
+        for verdict, action in list(standing.items()):
+            how = _closer(action, span)
+            if how is not None:
+                done.append(replace(action, closed_at=span.audit_time, closed_by=how))
+                del standing[verdict]
+        asked = _asked(span)
+        if asked == "REPLACE" and "REBOOT" in standing:
+            done.append(replace(standing.pop("REBOOT"), closed_at=span.audit_time,
+                                closed_by=f"superseded by REPLACE ({_where(span)})"))
+        if asked == "REBOOT" and "REPLACE" in standing:
+            asked = None  # a replacement does what a reboot would
+        for verdict, action in list(standing.items()):
+            if verdict != asked:
+                standing[verdict] = replace(action, audits_since=action.audits_since + span.audits)
+        if asked is not None:
+            signal = _span_signal(span)
+            current = standing.get(asked)
+            if current is None:
+                standing[asked] = Action(asked, span, span.through, signal)
+            else:
+                latest = max((t for t in (current.signal, signal) if t is not None), default=None)
+                standing[asked] = replace(current, last_given=span.through, signal=latest, audits_since=0)
+    return sorted([*done, *standing.values()], key=lambda a: (a.given.audit_time, a.verdict))
+
+
+def open_actions(spans: Sequence[HistorySpan]) -> list[Action]:
+    return [a for a in actions_of(spans) if a.open]
+
+
+def action_text(action: Action) -> str:
+    """One action as the history shows it: what was asked, since when, and what closed it (or that nothing did)."""
+    head = (f"{action.verdict} ({ASKS[action.verdict]}) given at {iso(action.given.audit_time)} in audit "
+            f"{action.given.audit_id}" + (f", last given at {iso(action.last_given)}"
+                                          if action.last_given != action.given.audit_time else ""))
+    if action.open:
+        what = {"REBOOT": "no reboot, relaunch or replacement seen",
+                "REPLACE": "no replacement or relaunch seen",
+                "NOT OBSERVABLE": "coverage not Measured again, node not replaced"}[action.verdict]
+        return f"open: {head}; {what} in {action.audits_since} audit(s) since"
+    return f"done: {head}; {action.closed_by}"
+
+
 def entries_for(result: Result, evidence: Evidence, reboots: Mapping[str, list[datetime]]) -> list[HistorySpan]:
     """What this audit adds to the history: one entry per node (hardware-class Xids and non-Xid memory signals
-    per bus, reboots seen, verdict, coverage), before folding into spans."""
+    per bus, reboots seen, verdict, coverage), before folding into spans. A node given an action by this audit, or
+    with one still open from earlier audits, also carries what this audit saw done to it (`already_done`, after
+    the signal the action rests on), which is what closes the action in `actions_of`."""
     launched = {n.instance_id: n.launch_time for n in evidence.nodes}
+    earlier: dict[str, list[HistorySpan]] = defaultdict(list)
+    for span in evidence.history.spans if evidence.history else []:
+        if span.audit_id != result.audit_id:
+            earlier[span.instance_id].append(span)
+    replaced = replacements(result.nodes, evidence)
     out = []
     for n in result.nodes:
         if n.gpu_count == 0:
             continue  # no GPU: no Xid, no verdict the rules could remember
+        standing = open_actions(earlier.get(n.instance_id, []))
+        done = (already_done(n, evidence, replaced, reboots.get(n.instance_id, []),
+                             since=max((a.after for a in standing), default=None))
+                if standing or n.verdict in ASKS else None)
         xids = [HistoryXid(code=e.code, pci=e.pci, first=e.time, last=e.last_time or e.time)
                 for e in n.gpu_errors if e.class_ == "hardware" and e.code is not None and e.source != "history"]
         xids += [HistoryXid(code=None, signal=marker, pci=None, first=e.time, last=e.last_time or e.time)
@@ -257,5 +389,5 @@ def entries_for(result: Result, evidence: Evidence, reboots: Mapping[str, list[d
             audit_time=result.window.end, last_audit_id=result.audit_id, through=result.window.end,
             mode=result.mode, verdict=n.verdict, xid_status=n.xid_status, xids=xids,
             reboots=sorted(set(reboots.get(n.instance_id, []))), launch_time=launched.get(n.instance_id),
-            gaps=len(result.visibility_gaps)))
+            gaps=len(result.visibility_gaps), done=done.kind if done else None, done_said=done.said if done else None))
     return out
