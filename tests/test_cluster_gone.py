@@ -14,7 +14,8 @@ from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import CLUSTER_GONE, HistorySpan, latest_spans
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
-from gpuaudit.report.history import render_markdown
+from gpuaudit.report.history import HistoryView, render_markdown
+from gpuaudit.rules.history import actions_by_node
 from tests.helpers.worlds import HyperPodWorld, at
 from tests.test_eks_node_health import SINCE, UNTIL, eks_world
 
@@ -50,7 +51,9 @@ def test_a_cluster_audited_then_gone_has_its_verdicts_closed_in_the_history(tmp_
         assert span.closed == CLUSTER_GONE and span.verdict is None
         assert span.audit_time == parse_time(LATER)
     now = parse_time(LATER)
-    shown = render_markdown(store.read(audited.cluster, None, now - timedelta(days=30), now), audited.cluster)
+    read = store.read(audited.cluster, None, now - timedelta(days=30), now)
+    shown = render_markdown(read, audited.cluster, HistoryView(since=read.since, until=read.until,
+                                                               actions=actions_by_node(read.spans)))
     assert shown.count(f"closed: {CLUSTER_GONE}") >= 2 and "REPLACE" in shown  # the earlier verdict kept, ended
 
     with pytest.raises(UnknownCluster) as again:  # the next run closes nothing twice

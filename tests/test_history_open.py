@@ -19,7 +19,7 @@ from gpuaudit.history import SqliteHistory
 from gpuaudit.model.history import HistoryRead, HistorySpan, HistoryStore, HistoryXid
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report.history import HistoryView, nodes_of, render_html, render_markdown
-from gpuaudit.rules.history import actions_of, open_actions
+from gpuaudit.rules.history import actions_by_node, actions_of, open_actions
 from tests.helpers.worlds import at, node_of
 
 
@@ -233,7 +233,7 @@ def test_a_view_of_two_thousand_nodes_draws_only_those_open_or_changed() -> None
     spans = [span(f"i-{i:017x}", 1, None, audits=24, through=24) for i in range(2000)]
     spans += [span("i-00000000000000fff", 1, "REBOOT", xid_hour=0), span("i-00000000000000fff", 2, None, through=24)]
     read = HistoryRead(store="test", since=T0, until=T0 + timedelta(hours=24), spans=spans)
-    view = HistoryView(since=T0, until=T0 + timedelta(hours=24), days=1)
+    view = HistoryView(since=T0, until=T0 + timedelta(hours=24), days=1, actions=actions_by_node(spans))
     assert [n.instance_id for n in nodes_of(read, view)][0] == "i-00000000000000fff"
     page = render_html(read, "c", view)
     assert page.count('class="strip"') == 1 and "Steady nodes, nothing open and no verdict change: 2000" in page

@@ -496,6 +496,7 @@ def history_command(
     from gpuaudit.history import HistoryUnreadable
     from gpuaudit.model.evidence import InstanceId
     from gpuaudit.report import history as history_report
+    from gpuaudit.rules.history import actions_by_node
 
     try:
         if not cluster or not cluster.strip():
@@ -530,7 +531,8 @@ def history_command(
         # every span read: an action given before the look-back and never done is still open (the view draws the
         # look-back only)
         view = history_report.HistoryView(since=since, until=until, days=days, verdicts=verdicts,
-                                          open_only=open_only, changed_only=changed, show_all=show_all or bool(node))
+                                          open_only=open_only, changed_only=changed, show_all=show_all or bool(node),
+                                          actions=actions_by_node(everything.spans))
         text = {"md": history_report.render_markdown, "json": history_report.render_json,
                 "html": history_report.render_html}[fmt](everything, cluster, view)
         if out is not None:

@@ -40,7 +40,8 @@ def test_the_history_lists_nodes_worst_first_an_open_action_ranking_as_its_verdi
     from datetime import UTC, datetime
 
     from gpuaudit.model.history import HistoryRead, HistorySpan
-    from gpuaudit.report.history import by_node, render_markdown
+    from gpuaudit.report.history import HistoryView, nodes_of, render_markdown
+    from gpuaudit.rules.history import actions_by_node
 
     t0, t1 = datetime(2026, 9, 1, tzinfo=UTC), datetime(2026, 9, 2, tzinfo=UTC)
 
@@ -54,8 +55,9 @@ def test_the_history_lists_nodes_worst_first_an_open_action_ranking_as_its_verdi
              span("i-c", t1, "REBOOT"), span("i-d", t0, "MONITOR"), span("i-e", t1, "NOT OBSERVABLE")]
     read = HistoryRead(store="sqlite", since=t0, until=t1, spans=spans, items_read=len(spans), requests=1)
     # i-b's REPLACE was never shown done (a LEAVE ALONE after it is no replacement): it stands at REPLACE (RULES §7)
-    assert list(by_node(read)) == ["i-b", "i-e", "i-c", "i-d", "i-a"]
-    text = render_markdown(read, "c")
+    view = HistoryView(since=t0, until=t1, actions=actions_by_node(spans))
+    assert [n.instance_id for n in nodes_of(read, view)] == ["i-b", "i-e", "i-c", "i-d", "i-a"]
+    text = render_markdown(read, "c", view)
     rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| `i-")]
     nodes_table = rows[-4:]  # the node rows (the open-actions table comes first); i-d is steady, counted
     assert nodes_table == ["| `i-b`", "| `i-e`", "| `i-c`", "| `i-a`"]

@@ -13,6 +13,7 @@ table (DynamoDB) for the deployed auditor. The pipeline does not care which.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
@@ -70,6 +71,34 @@ class HistorySpan(Frozen):
     def same_state(self, other: HistorySpan) -> bool:
         return (self.verdict, self.xid_status, self.launch_time, self.mode, self.closed, self.done) == (
             other.verdict, other.xid_status, other.launch_time, other.mode, other.closed, other.done)
+
+
+# Verdicts that ask the operator to do something, and what (RULES §7); REPLACE ranks above REBOOT and subsumes it.
+ASKS = {"REPLACE": "replace the node", "REBOOT": "reboot the node",
+        "NOT OBSERVABLE": "collect its kernel log (coverage not proven)"}
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action a verdict asked for: from the audit that first gave it to the one that showed it done
+    (rules/history.py `actions_of` reads them from a node's spans)."""
+
+    verdict: str  # REPLACE, REBOOT or NOT OBSERVABLE
+    given: HistorySpan  # the span that first gave it
+    last_given: datetime  # the last audit that gave it again
+    signal: datetime | None  # the latest hardware signal it rests on: what was done must come after it
+    audits_since: int = 0  # audits after the last one giving it that showed nothing done
+    closed_at: datetime | None = None  # the audit that showed it done (None: still open)
+    closed_by: str | None = None  # what was done, and which audit showed it
+
+    @property
+    def open(self) -> bool:
+        return self.closed_at is None
+
+    @property
+    def after(self) -> datetime:
+        """What closes it must come after this: its signal, else the audit that gave it."""
+        return self.signal or self.given.audit_time
 
 
 class HistoryRead(Frozen):

@@ -1,7 +1,8 @@
 """`gpuaudit history`: each node's timeline across audits (issue #18 item 3, #37 item 4), rendered from a HistoryRead.
 
 What on-call reads first is what is still to do: the actions a verdict asked for (REPLACE, REBOOT, NOT OBSERVABLE's
-collection) that no later audit showed done (`rules.history.actions_of`, the one reading of the spans). Nodes come
+collection) that no later audit showed done (`rules.history.actions_of`, the one reading of the spans, computed
+by the caller and handed in the view). Nodes come
 worst first (`report.order`: an open action counts as the node's verdict, so a REBOOT never done whose Xid has left
 the window still ranks as REBOOT). Nodes with nothing open and no verdict change are counted per latest verdict, not
 drawn (`--all` lists them; the JSON always keeps every node). The header states the span of the audits actually
@@ -17,17 +18,16 @@ escaped for each format, account IDs redacted.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from html import escape
 
-from gpuaudit.model.history import HistoryRead, HistorySpan, HistoryXid
+from gpuaudit.model.history import ASKS, Action, HistoryRead, HistorySpan, HistoryXid
 from gpuaudit.model.redaction import MASK, redact, redact_tree
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, visible
 from gpuaudit.report.order import VERDICT_SEVERITY, verdict_rank
-from gpuaudit.rules.history import Action, action_text, actions_of
 
 SCHEMA = "gpu-audit-history/1"
 STRIP_W, STRIP_H, LABEL_W = 900, 18, 190
@@ -89,6 +89,8 @@ class HistoryView:
     open_only: bool = False
     changed_only: bool = False
     show_all: bool = False  # list (and draw) the steady nodes too
+    # each node's actions, from rules.history.actions_by_node over every span read (the caller's: report reads no rule)
+    actions: Mapping[str, Sequence[Action]] = field(default_factory=dict)
 
     def keeps(self, node: NodeHistory) -> bool:
         if self.verdicts and not ({s.verdict for s in node.spans} | {a.verdict for a in node.open}) & self.verdicts:
@@ -115,17 +117,12 @@ def nodes_of(read: HistoryRead, view: HistoryView | None = None) -> list[NodeHis
     nodes = []
     for iid, spans in grouped.items():
         shown = [s for s in spans if s.through >= view.since]
-        node = NodeHistory(iid, shown or spans[-1:], actions_of(spans))
+        node = NodeHistory(iid, shown or spans[-1:], list(view.actions.get(iid, ())))
         if not shown and not node.open:
             continue  # nothing in the look-back and nothing left to do
         if view.keeps(node):
             nodes.append(node)
     return sorted(nodes, key=lambda n: (verdict_rank(n.standing), not n.open, n.instance_id))
-
-
-def by_node(read: HistoryRead) -> dict[str, list[HistorySpan]]:
-    """Each node's spans in time order, worst first (as `nodes_of`)."""
-    return {n.instance_id: n.spans for n in nodes_of(read)}
 
 
 def found_span(nodes: Sequence[NodeHistory]) -> tuple[datetime, datetime] | None:
@@ -155,6 +152,19 @@ def summary_line(spans: list[HistorySpan], actions: Sequence[Action] = ()) -> st
             + (f"closed: {spans[-1].closed}" if spans[-1].closed else
                f"{spans[-1].verdict or 'none'} ({spans[-1].xid_status})")
             + (f"; open: {', '.join(a.verdict for a in standing)}" if standing else ""))
+
+
+def action_text(action: Action) -> str:
+    """One action as the history shows it: what was asked, since when, and what closed it (or that nothing did)."""
+    head = (f"{action.verdict} ({ASKS[action.verdict]}) given at {iso(action.given.audit_time)} in audit "
+            f"{action.given.audit_id}" + (f", last given at {iso(action.last_given)}"
+                                          if action.last_given != action.given.audit_time else ""))
+    if action.open:
+        what = {"REBOOT": "no reboot, relaunch or replacement seen",
+                "REPLACE": "no replacement or relaunch seen",
+                "NOT OBSERVABLE": "coverage not Measured again, node not replaced"}[action.verdict]
+        return f"open: {head}; {what} in {action.audits_since} audit(s) since"
+    return f"done: {head}; {action.closed_by}"
 
 
 def _age(since: datetime, until: datetime) -> str:

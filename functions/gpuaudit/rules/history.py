@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Literal
 
 from gpuaudit.model.evidence import Evidence, NodeInfo
-from gpuaudit.model.history import ESCALATED, FLAPPING, HistorySpan, HistoryXid
+from gpuaudit.model.history import ASKS, ESCALATED, FLAPPING, Action, HistorySpan, HistoryXid
 from gpuaudit.model.result import GpuError, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.acted import GONE, already_done, replacements
@@ -248,33 +248,6 @@ def remember(node: NodeInfo, memory: Memory, routing: NodeRouting | None, xids: 
 
 # --------------------------------------------------------------------------- actions asked for, open or done
 
-# Verdicts that ask the operator to do something, and what (RULES §7); REPLACE ranks above REBOOT and subsumes it.
-ASKS = {"REPLACE": "replace the node", "REBOOT": "reboot the node",
-        "NOT OBSERVABLE": "collect its kernel log (coverage not proven)"}
-
-
-@dataclass(frozen=True)
-class Action:
-    """One action a verdict asked for: from the audit that first gave it to the one that showed it done."""
-
-    verdict: str  # REPLACE, REBOOT or NOT OBSERVABLE
-    given: HistorySpan  # the span that first gave it
-    last_given: datetime  # the last audit that gave it again
-    signal: datetime | None  # the latest hardware signal it rests on: what was done must come after it
-    audits_since: int = 0  # audits after the last one giving it that showed nothing done
-    closed_at: datetime | None = None  # the audit that showed it done (None: still open)
-    closed_by: str | None = None  # what was done, and which audit showed it
-
-    @property
-    def open(self) -> bool:
-        return self.closed_at is None
-
-    @property
-    def after(self) -> datetime:
-        """What closes it must come after this: its signal, else the audit that gave it."""
-        return self.signal or self.given.audit_time
-
-
 def _span_signal(span: HistorySpan) -> datetime | None:
     return max((x.last for x in span.xids), default=None)
 
@@ -347,17 +320,12 @@ def open_actions(spans: Sequence[HistorySpan]) -> list[Action]:
     return [a for a in actions_of(spans) if a.open]
 
 
-def action_text(action: Action) -> str:
-    """One action as the history shows it: what was asked, since when, and what closed it (or that nothing did)."""
-    head = (f"{action.verdict} ({ASKS[action.verdict]}) given at {iso(action.given.audit_time)} in audit "
-            f"{action.given.audit_id}" + (f", last given at {iso(action.last_given)}"
-                                          if action.last_given != action.given.audit_time else ""))
-    if action.open:
-        what = {"REBOOT": "no reboot, relaunch or replacement seen",
-                "REPLACE": "no replacement or relaunch seen",
-                "NOT OBSERVABLE": "coverage not Measured again, node not replaced"}[action.verdict]
-        return f"open: {head}; {what} in {action.audits_since} audit(s) since"
-    return f"done: {head}; {action.closed_by}"
+def actions_by_node(spans: Sequence[HistorySpan]) -> dict[str, list[Action]]:
+    """`actions_of` for every node of a read (what `gpuaudit history` shows)."""
+    grouped: dict[str, list[HistorySpan]] = defaultdict(list)
+    for span in spans:
+        grouped[span.instance_id].append(span)
+    return {iid: actions_of(node_spans) for iid, node_spans in grouped.items()}
 
 
 def entries_for(result: Result, evidence: Evidence, reboots: Mapping[str, list[datetime]]) -> list[HistorySpan]:
