@@ -50,6 +50,17 @@ class PrivateEndpoint(BaseModel):
     security_group_ids: list[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]] = Field(min_length=1, max_length=5)
 
 
+class McpEndpointConfig(BaseModel):
+    """The optional MCP endpoint (issue #38): a Lambda behind a Function URL (AWS_IAM) and a role the named agent
+    principal assumes to invoke it. Present: deployed; absent (the default): not."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # The IAM role or user (or account root) of the agent that assumes the invoke role, e.g. a DevOps Agent's role.
+    agent_principal: str = Field(max_length=2048, pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:(root|(role|user)/"
+                                                          r"[A-Za-z0-9_+=,.@/-]{1,512})$")
+
+
 class DeployConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -88,6 +99,8 @@ class DeployConfig(BaseModel):
     # The SSM SecureString parameter holding the external ID of every member role that names none of its own (one
     # secret for the organization keeps the collectors' policy to one parameter ARN).
     external_id_parameter: str | None = Field(default=None, max_length=1011, pattern=r"^/[A-Za-z0-9_.\-/]+$")
+    # The MCP endpoint for agents (issue #38), off unless set: {"agent_principal": "arn:aws:iam::…:role/…"}.
+    mcp_endpoint: McpEndpointConfig | None = None
 
     @model_validator(mode="after")
     def _something_to_audit(self) -> DeployConfig:

@@ -167,6 +167,7 @@ class AuditFunctions(Construct):
         self.roles: dict[str, iam.Role] = {}
         self.deployment_layer = self._deployment_layer(config)
         self._code, self._layers, self._retention = code, layers, RETENTION[config.log_retention_days]
+        self._common = common
         for name, spec in SPECS.items():
             self._function(name, spec, own[name], {**common, **specific.get(name, {})},
                            layers=[*layers, self.deployment_layer] if DEPLOYMENT_ENV in specific.get(name, {})
@@ -221,6 +222,19 @@ class AuditFunctions(Construct):
                                     compatible_architectures=[lambda_.Architecture.ARM_64],
                                     compatible_runtimes=[RUNTIME],
                                     description="gpuaudit: the deployment document (audited set, member roles)")
+
+    def add_function(self, name: str, spec: Spec, statements: list[iam.PolicyStatement],
+                     environment: dict[str, str]) -> lambda_.Function:
+        """A function beside the state machine's (the MCP endpoint, infra/mcp_endpoint.py): the same code, layers,
+        deployment document and common environment; its role holds `statements`, its own logs and X-Ray."""
+        function = self._function(name, spec, statements, {**self._common, DEPLOYMENT_ENV: DEPLOYMENT_PATH,
+                                                           **environment},
+                                  layers=[*self._layers, self.deployment_layer])
+        Validations.of(function).acknowledge(Acknowledgment(
+            id="AwsSolutions::AwsSolutions-L1",
+            reason="Pinned to Python 3.12: the bundle is built for CPython 3.12 wheels and the Powertools "
+                   "layer used offline is published per Python version; upgrade both together."))
+        return function
 
     def timed_functions(self) -> dict[str, tuple[lambda_.IFunction, Duration]]:
         """Every function of the stack (the KubeRead readers too) with its timeout, for the alarms."""

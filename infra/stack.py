@@ -9,6 +9,7 @@ from infra.config import DeployConfig
 from infra.dashboard import AuditDashboard
 from infra.findings import FindingsStore
 from infra.functions import AuditFunctions
+from infra.mcp_endpoint import McpEndpoint
 from infra.operations import AuditorAlarms
 from infra.triggers import AuditTriggers
 from infra.workflow import AuditWorkflow
@@ -36,5 +37,11 @@ class GpuAuditStack(Stack):
         CfnOutput(self, "AlertTopicArn", value=self.store.topic.topic_arn)
         CfnOutput(self, "EvidenceBucketName", value=self.store.bucket.bucket_name,
                   description="results/<cluster>/<audit_id>.json, .md and .html; payloads/ expire after days")
+        if config.mcp_endpoint is not None:
+            self.mcp = McpEndpoint(self, "Mcp", config, self.functions, self.store, self.workflow.state_machine)
+            CfnOutput(self, "McpEndpointUrl", value=self.mcp.url.url + "mcp",
+                      description="The MCP endpoint (Streamable HTTP, SigV4: service lambda); docs/DEPLOY.md")
+            CfnOutput(self, "McpAgentRoleArn", value=self.mcp.agent_role.role_arn,
+                      description="The role the configured agent principal assumes to call the MCP endpoint")
         CfnOutput(self, "DashboardName", value=self.dashboard.dashboard.dashboard_name,
                   description="CloudWatch dashboard: nodes by xid_status, verdicts, duration, gaps, errors, alerts")

@@ -40,7 +40,8 @@ def test_local_bundling_installs_for_lambdas_platform_and_copies_the_packages(tm
     assert "--only-binary=:all:" in pip
     shipped = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
     assert {"handlers/plan.py", "handlers/payload.py", "gpuaudit/pipeline.py", "gpuaudit/sinks.py",
-            "gpuaudit/agent/server.py", "gpuaudit/agent/glossary.py"} <= shipped
+            "gpuaudit/agent/server.py", "gpuaudit/agent/glossary.py", "gpuaudit/agent/deployed.py",
+            "handlers/mcp_endpoint.py"} <= shipped
     assert not [p for p in shipped if p.startswith(("gpuaudit/embedded/", "gpuaudit/cli.py", "gpuaudit/devtools/",
                                                      "gpuaudit/__main__.py", "gpuaudit/agent/local_backend.py"))]
     assert (tmp_path / "gpuaudit/data/xid_catalog.json").exists()
@@ -61,7 +62,7 @@ def test_the_shipped_package_imports_every_handler_without_the_embedded_backend(
         "sys.modules['gpuaudit.embedded'] = None  # importing it would raise\n"
         "sys.modules['gpuaudit.cli'] = None  # the MCP endpoint serves without the CLI\n"
         "import handlers.plan, handlers.inventory, handlers.collect_logs, handlers.finish, handlers.verdict, gpuaudit\n"
-        "import gpuaudit.agent.server\n"
+        "import handlers.mcp_endpoint  # the MCP endpoint: the server, without the CLI or the local backend\n"
         f"assert gpuaudit.__file__.startswith({str(asset)!r}), gpuaudit.__file__\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)

@@ -132,8 +132,8 @@ class DeployedBackend:
         if not self.deployment.discover and request.cluster not in self.deployment.clusters and not request.fleet:
             raise ToolProblem(f"cluster {request.cluster!r} is not audited by this deployment (configured: "
                               f"{', '.join(self.deployment.clusters) or 'none'}); add it to `clusters` in cdk.json")
-        document = request.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-        document.setdefault("cluster", request.cluster)
+        # the console input the state machine's Plan takes (an AuditRequest), without empty fields
+        document = {k: v for k, v in request.model_dump(mode="json", exclude_none=True).items() if v != []}
         name = f"mcp-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         try:
             started = self.sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name,
