@@ -16,8 +16,8 @@ from gpuaudit.devtools.conformance import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_S
 from gpuaudit.model.timeutil import parse_time
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBES = ("kernel-streams", "stream-summary", "gpu-lines", "stream-count", "kernel-lines", "stream-part", "boot-lines",
-          "stream-hours", "default-limit", "end-inclusive")
+PROBES = ("kernel-streams", "stream-summary", "gpu-lines", "job-figures", "stream-count", "kernel-lines", "stream-part",
+          "boot-lines", "stream-hours", "default-limit", "end-inclusive")
 
 
 def account_world() -> PClusterWorld:

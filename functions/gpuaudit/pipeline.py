@@ -19,6 +19,7 @@ from gpuaudit.collectors.inventory import (
 )
 from gpuaudit.collectors.kubernetes import list_nodes
 from gpuaudit.collectors.logs import (
+    JOB_LINE,
     BatchEvidence,
     LogWindow,
     QueryJournal,
@@ -35,7 +36,15 @@ from gpuaudit.collectors.query_budget import QuerySlots
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.history import HistoryUnreadable, close_gone_cluster, read_into, record
-from gpuaudit.model.evidence import AuditRequest, ClusterInfo, Evidence, Gap, KubeNode, NodeInfo
+from gpuaudit.model.evidence import (
+    NAMED_BY_OPERATOR,
+    AuditRequest,
+    ClusterInfo,
+    Evidence,
+    Gap,
+    KubeNode,
+    NodeInfo,
+)
 from gpuaudit.model.history import CLUSTER_GONE, DEFAULT_LOOKBACK_DAYS, HistoryStore
 from gpuaudit.model.result import Result
 from gpuaudit.progress import ProgressHook, Silent
@@ -92,10 +101,12 @@ def eks_inventory(aws: Aws, request: AuditRequest, gaps: list[Gap],
 def log_window(evidence: Evidence) -> LogWindow:
     pad = padded(evidence.window, evidence.now)
     lifetime = lifetime_start(evidence.nodes, pad.start, KERNEL_LOOKBACK)
-    return LogWindow(padded_start=pad.start, padded_end=pad.end, lifetime_start=lifetime,
-                     gpu_start=min(pad.start, evidence.window.start - TIMELINE_MARGIN), gpu_end=pad.end,
+    gpu_start = min(pad.start, evidence.window.start - TIMELINE_MARGIN)
+    return LogWindow(padded_start=pad.start, padded_end=pad.end, lifetime_start=lifetime, gpu_start=gpu_start,
+                     gpu_end=pad.end,
                      deep_kernel_start=deep_kernel_start(evidence.nodes, lifetime, KERNEL_DEEP_LOOKBACK),
-                     boot_lines=evidence.mode != "coverage", kernel_end=evidence.now)
+                     boot_lines=evidence.mode != "coverage", kernel_end=evidence.now,
+                     job_range=(gpu_start, pad.end) if evidence.mode == "incident" else None)
 
 
 def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheState | None = None,
@@ -106,9 +117,11 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
     With a cache, only the hours that can still change are queried and the rest is taken from the
     cache (collectors/cache.py states the rule); the cache is then updated from the merged read."""
     win = log_window(evidence)
+    named = {g.name for g in evidence.log_groups if NAMED_BY_OPERATOR in g.matched_patterns}
     usable = cache.usable(cached, batch, win) if cached is not None else None
     if usable is None:
-        merged = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots, journal=journal)
+        merged = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots, journal=journal,
+                               job_groups=named)
     else:
         part = cache.fresh_window(win, usable)
         known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
@@ -118,8 +131,11 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
         # in parts if it reaches the cap).
         names = [stream for c in usable for stream in c.hours]
         expected = {"summary": Rows(len(names), sum(not holds_instance_id(name) for name in names)), "kernel": Rows(0)}
+        # A job group known by NCCL lines in the cached hours only is still a job group (the job figures are
+        # read over the whole window: cache.fresh_window keeps their range).
+        jobs = named | {g for g, c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
         fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
-                              slots=slots, journal=journal, expected_streams=expected)
+                              slots=slots, journal=journal, expected_streams=expected, job_groups=jobs)
         merged = cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)
     if cached is not None:
         cache.update(cached, merged, win, evidence.now)
@@ -144,7 +160,8 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
         "listed_streams": logs.listed_streams, "silent_streams": logs.silent_streams, "gpu_lines": logs.gpu_lines,
         "control_streams": control,
         "boot_lines": logs.boot_lines, "kernel_unread_groups": logs.kernel_unread_groups,
-        "summary_unread_groups": logs.summary_unread_groups,
+        "summary_unread_groups": logs.summary_unread_groups, "job_figures": logs.job_figures,
+        "job_figure_groups": logs.job_figure_groups, "job_figure_unread_groups": logs.job_figure_unread_groups,
         "queries": logs.queries, "gaps": gaps})
     controlplane.collect(aws, evidence, request)
     return evidence

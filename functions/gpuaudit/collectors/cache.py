@@ -178,7 +178,7 @@ def fresh_window(win: LogWindow, caches: list[GroupCache]) -> LogWindow:
     settled = caches[0].settled_until
     return LogWindow(padded_start=max(win.padded_start, settled), padded_end=win.padded_end,
                      lifetime_start=caches[0].kernel_as_of, gpu_start=max(win.gpu_start, settled),
-                     gpu_end=win.gpu_end, kernel_end=win.kernel_end)
+                     gpu_end=win.gpu_end, kernel_end=win.kernel_end, job_range=win.job_range)
 
 
 def _live_runs(a: StreamActivity, span: Runs) -> Runs | None:

@@ -8,6 +8,8 @@ Per batch of at most 50 groups, three queries, never one per node:
   boot-lines      only for nodes whose window held no Fabric Manager start or driver banner: those boot-time
                   lines in the nodes' own streams from their launch (at most the kernel lookback) to the
                   window, newest first, at most BOOT_ROWS rows
+  job-figures     incident only, over the batch's job groups (named with --log-group, or holding NCCL lines in
+                  the GPU-lines read): the throughput and step-time lines in the GPU-lines window, oldest first
 A kernel-streams or stream-summary read past the 10,000-row cap (both counted first in one `stream-count` query at
 fleet scale, known from the last read, or found capped) is read in parts by the instance ID's ending, or host
 name, in the stream name (`Part`), so a large fleet costs a few more queries, not one per node.
@@ -25,7 +27,7 @@ import json
 import math
 import re
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,7 +38,14 @@ from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.inventory import node_from_log_stream
 from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, QuerySlots, pack
 from gpuaudit.domain.capability import accelerated_by_family, nvswitch_class
-from gpuaudit.domain.markers import DRIVER_BANNER, FABRIC_MANAGER_STARTED, boot_lines_query, gpu_lines_query
+from gpuaudit.domain.markers import (
+    DRIVER_BANNER,
+    FABRIC_MANAGER_STARTED,
+    NCCL_MARKER,
+    NCCL_TIMEOUT_MARKERS,
+    boot_lines_query,
+    gpu_lines_query,
+)
 from gpuaudit.domain.streams import (
     HMA_PREFIX,
     HYPERPOD_NODE_STREAM,
@@ -48,11 +57,13 @@ from gpuaudit.domain.streams import (
     pcluster_control_log,
     stream_node_ids,
 )
+from gpuaudit.domain.throughput import job_figures_query, read_figures
 from gpuaudit.model.evidence import (
     NAMED_BY_OPERATOR,
     ClusterInfo,
     Gap,
     GpuLine,
+    JobFigure,
     KernelStream,
     ListedStream,
     LogGroupInfo,
@@ -98,6 +109,10 @@ STREAM_COUNTS = (
 )
 # The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
 GPU_QUERY = gpu_lines_query(MAX_ROWS)
+# A training job's throughput and step-time lines (domain/throughput.py), and what makes a group a job's: NCCL's
+# own lines are printed by the training processes, so a group holding them holds the job's output.
+JOB_QUERY = job_figures_query(MAX_ROWS)
+JOB_LINE = re.compile("|".join((NCCL_MARKER, *NCCL_TIMEOUT_MARKERS)))
 
 
 def hours_query(streams: Iterable[str]) -> str:
@@ -130,6 +145,9 @@ class LogEvidence:
     boot_lines: list[GpuLine]
     kernel_unread_groups: list[str]  # groups whose kernel-streams read did not complete
     summary_unread_groups: list[str]  # groups whose stream-summary read did not complete
+    job_figures: list[JobFigure]
+    job_figure_groups: list[str]  # job groups whose figures were read whole
+    job_figure_unread_groups: list[str]  # job groups whose figures read failed or stayed at the row cap
 
 
 def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap],
@@ -401,6 +419,9 @@ class LogWindow(BaseModel):
     # Where query (b) stops: the query time. `kernel lines ever` counts from launch to `now`, not to the window's
     # end (RULES §4 b); None (an older payload) falls back to the padded end.
     kernel_end: datetime | None = None
+    # Incident reads only: the range of the job-figures read (the GPU-lines window, whole even when a cached read
+    # queries only the fresh hours: a drop is told against the readings before it); None: not read.
+    job_range: tuple[datetime, datetime] | None = None
 
     @property
     def kernel_until(self) -> datetime:
@@ -421,6 +442,10 @@ class BatchEvidence(BaseModel):
     # The per-stream reads ("kernel", "summary") that did not complete (a query failed, or a part stayed capped):
     # in this batch's groups a stream's absence from them proves nothing.
     unread: list[str] = []
+    # Incident: the job groups' throughput and step-time figures; the job groups read whole, and those not.
+    job_figures: list[JobFigure] = []
+    job_groups: list[str] = []
+    job_unread: list[str] = []
 
 
 def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bool:
@@ -432,7 +457,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                   runner: InsightsRunner | None = None,
                   known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
                   slots: QuerySlots | None = None, journal: QueryJournal | None = None,
-                  expected_streams: Mapping[str, Rows] | None = None) -> BatchEvidence:
+                  expected_streams: Mapping[str, Rows] | None = None,
+                  job_groups: Collection[str] = ()) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
     the audit's concurrency budget, when batches share one.
@@ -441,7 +467,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     start: `expected_streams` gives its rows when known (an hourly read, from the last read's streams); when it
     does not and the fleet alone would pass the cap (a stream or more per node), one `stream-count` query counts
     the rows of every such read first (one row). Otherwise the whole is read, and read again in parts if it
-    reaches the cap."""
+    reaches the cap. `job_groups`: groups known to hold a job's output (named with --log-group, or NCCL lines in
+    cached hours), read for the job's figures in an incident with the groups whose GPU lines hold NCCL's."""
     gaps: list[Gap] = []
     runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
     runner.gaps = gaps
@@ -487,7 +514,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                 continue
             rows, parts = whole, PartsRead(whole, 0, True)
             if len(rows) >= MAX_ROWS and kind == "gpu":
-                rows = _split_gpu_query(runner, batch, win.gpu_start, win.gpu_end, gaps)
+                rows, _ = _split_by_time(runner, "gpu-lines", GPU_QUERY, batch, win.gpu_start, win.gpu_end, gaps,
+                                         "GPU lines", depth=0)
             elif len(rows) >= MAX_ROWS:
                 parts = _Parts(runner, purpose, batch, start, end, query,
                                id_parts(stream_part_ranges(rows, node_index, len(nodes))), rows, capped=p).read()
@@ -544,9 +572,25 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                 for key, a in sorted(summary.items())]
     listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
     boot = _boot_lines(runner, batch, node_index, nodes, gpu_lines, win) if "gpu" not in unanswered else []
+    jobs = sorted({g for g in batch if g in job_groups} | {g.log_group for g in gpu_lines if JOB_LINE.search(g.message)})
+    figures, unread_jobs = _job_figures(runner, jobs, win.job_range, gaps) if win.job_range and jobs else ([], [])
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
                          queries=runner.records, gaps=gaps, listed=listed, boot_lines=boot,
-                         unread=sorted({"kernel", "summary"} & (truncated | unanswered)))
+                         unread=sorted({"kernel", "summary"} & (truncated | unanswered)),
+                         job_figures=figures, job_groups=[g for g in jobs if g not in unread_jobs], job_unread=unread_jobs)
+
+
+def _job_figures(runner: InsightsRunner, groups: list[str], span: tuple[datetime, datetime],
+                 gaps: list[Gap]) -> tuple[list[JobFigure], list[str]]:
+    """The job groups' throughput and step-time figures (one query over them, halved in time past the row cap),
+    and the groups left unread when any part failed or stayed capped: a drop there may be unread."""
+    rows, complete = _split_by_time(runner, "job-figures", JOB_QUERY, groups, *span, gaps,
+                                    "throughput or step-time lines")
+    figures = [JobFigure(time=time, log_group=_group_name(r.get("@log", "")), log_stream=r.get("@logStream", ""),
+                         measure=measure, value=value)
+               for r in rows if (time := _time(r.get("@timestamp"))) is not None
+               for measure, value in read_figures(r.get("@message", ""))]
+    return figures, [] if complete else groups
 
 
 BOOT_ROWS = 1_000  # newest boot-time lines kept per query: a node boots a few times, each boot logs a few lines
@@ -908,24 +952,34 @@ class _Parts:
 MAX_GPU_SPLITS = 5  # up to 32 time slices of the window before the rest is reported as a gap
 
 
-def _split_gpu_query(runner: InsightsRunner, batch: list[str], start: datetime, end: datetime, gaps: list[Gap],
-                     depth: int = 0) -> list[dict[str, str]]:
-    """A GPU-lines result at the 10,000-row cap is re-read in halves of its time range: a flood of
-    identical Xids must not hide the later ones (they are collapsed downstream, not dropped here)."""
+def _split_by_time(runner: InsightsRunner, purpose: QueryPurpose, query: str, batch: list[str], start: datetime,
+                   end: datetime, gaps: list[Gap], what: str, depth: int = -1) -> tuple[list[dict[str, str]], bool]:
+    """A line query (oldest first) read whole (depth -1), and at the 10,000-row cap re-read in halves of its time
+    range: a flood of identical Xids, or a job logging every step, must not hide the later lines (they are
+    collapsed downstream, not dropped here). Returns the rows and whether every part was read, under the cap."""
+    if depth < 0:
+        whole = runner.results(runner.start(purpose, batch, start, end, query))
+        if whole is None or len(whole) < MAX_ROWS:
+            return whole or [], whole is not None
+        return _split_by_time(runner, purpose, query, batch, start, end, gaps, what, 0)
     middle = start + timedelta(seconds=int((end - start).total_seconds()) // 2)  # whole seconds: no overlap
     rows: list[dict[str, str]] = []
+    complete = True
     for lo, hi in ((start, middle), (middle, end)):
-        part = runner.results(runner.start("gpu-lines", batch, lo, hi, GPU_QUERY))
+        part = runner.results(runner.start(purpose, batch, lo, hi, query))
         if part is None:
+            complete = False
             continue
         if len(part) >= MAX_ROWS and depth + 1 < MAX_GPU_SPLITS:
-            part = _split_gpu_query(runner, batch, lo, hi, gaps, depth + 1)
+            part, read = _split_by_time(runner, purpose, query, batch, lo, hi, gaps, what, depth + 1)
+            complete &= read
         elif len(part) >= MAX_ROWS:
+            complete = False
             gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
-                            unseen=f"more than {MAX_ROWS} GPU lines between {iso(lo)} and {iso(hi)} in "
+                            unseen=f"more than {MAX_ROWS} {what} between {iso(lo)} and {iso(hi)} in "
                             f"{', '.join(batch)}; lines beyond the first {MAX_ROWS} of that slice were not read"))
         rows.extend(part)
-    return rows
+    return rows, complete
 
 
 def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
@@ -956,7 +1010,10 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
         listed_streams=listed, silent_streams=describe_silent_streams(
             aws, [k for k in kernel if k.log_group in kept], activity, gaps),
         kernel_unread_groups=sorted(g for b in batches if "kernel" in b.unread for g in b.groups),
-        summary_unread_groups=sorted(g for b in batches if "summary" in b.unread for g in b.groups))
+        summary_unread_groups=sorted(g for b in batches if "summary" in b.unread for g in b.groups),
+        job_figures=sorted((f for b in batches for f in b.job_figures), key=lambda f: f.time),
+        job_figure_groups=sorted(g for b in batches for g in b.job_groups),
+        job_figure_unread_groups=sorted(g for b in batches for g in b.job_unread))
 
 
 def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:

@@ -31,6 +31,7 @@ from gpuaudit.collectors.logs import (
     ENDINGS,
     FINISHED,
     GPU_QUERY,
+    JOB_QUERY,
     KERNEL_QUERY,
     STREAM_COUNTS,
     SUMMARY_QUERY,
@@ -106,6 +107,7 @@ def probes(read: EventRead) -> list[Probe]:
         Probe("kernel-streams", KERNEL_QUERY, start, end, False),
         Probe("stream-summary", SUMMARY_QUERY, start, end, False),
         Probe("gpu-lines", GPU_QUERY, start, end, True),
+        Probe("job-figures", JOB_QUERY, start, end, True),  # a job's throughput / step-time lines (incident)
         # at fleet scale: the rows of the two per-stream reads counted first (one query: strcontains, greatest, a
         # computed field under two stats), the per-line kernel test it sums, and a part of one by ID ending
         Probe("stream-count", STREAM_COUNTS, start, end, False),

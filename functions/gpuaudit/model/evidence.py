@@ -265,6 +265,16 @@ class GpuLine(Frozen):
     message: str
 
 
+class JobFigure(Frozen):
+    """One throughput or step-time figure of a training job's log line (domain/throughput.py names the measures)."""
+
+    time: datetime
+    log_group: str
+    log_stream: str
+    measure: str  # "TFLOP/s per GPU", "ms per iteration", "it/s"…
+    value: float
+
+
 class CloudTrailEvent(Frozen):
     time: datetime
     event_name: str
@@ -492,7 +502,9 @@ class GpuActivity(Frozen):
 
 
 # stream-count: how many rows the kernel-streams and stream-summary reads will return, asked first at fleet scale
-QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-count", "stream-hours", "gpu-lines", "boot-lines"]
+# job-figures: a training job's throughput and step-time lines (incident mode; the failure's onset, RULES §0.5)
+QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-count", "stream-hours", "gpu-lines", "boot-lines",
+                       "job-figures"]
 
 
 class QueryRecord(Frozen):
@@ -604,6 +616,12 @@ class Evidence(BaseModel):
     control_streams: list[ControlStream] | None = None
     # Fabric Manager start and driver banner lines from before the window, since the node's launch (bounded)
     boot_lines: list[GpuLine] = Field(default_factory=list)
+    # Incident: the jobs' throughput and step-time figures in the GPU-lines window, from the job log groups (named
+    # with --log-group, or holding NCCL lines); the groups searched whole, and those whose read failed or stayed at
+    # the row cap (there a drop may have gone unread: never "no drop").
+    job_figures: list[JobFigure] = Field(default_factory=list)
+    job_figure_groups: list[str] = Field(default_factory=list)
+    job_figure_unread_groups: list[str] = Field(default_factory=list)
     cluster_events: list[ClusterEvent] | None = None  # None: not supported or not read
     cloudtrail: list[CloudTrailEvent] | None = None
     cloudtrail_complete: bool = False  # every event name was looked up without error

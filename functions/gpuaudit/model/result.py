@@ -60,6 +60,9 @@ class WindowOut(Out):
     # None when neither exists (the window's start is never the onset).
     onset: datetime | None = None
     onset_source: str | None = None
+    # No onset, and a source of one that could not be read (a job log's throughput lines): why "not known" is not
+    # "no failure signal" there.
+    onset_unread: str | None = None
 
 
 class CoverageRow(Out):

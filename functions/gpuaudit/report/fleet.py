@@ -63,8 +63,9 @@ def onset_sentence(r: Result) -> str | None:
     if r.mode != "incident":
         return None
     if r.window.onset is None:
-        return ("Failure onset: not known — none stated (--onset) and no failure signal read (NCCL timeout, node "
-                "status change); no cause is shown to precede it")
+        return ("Failure onset: not known — none stated (--onset) and no failure signal read (NCCL timeout, job "
+                "throughput or step-time drop, node status change); no cause is shown to precede it"
+                + (f"; {r.window.onset_unread}" if r.window.onset_unread else ""))
     return f"Failure onset: {iso(r.window.onset)} ({r.window.onset_source or 'source not recorded'})"
 
 

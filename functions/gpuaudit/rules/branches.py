@@ -382,8 +382,8 @@ def _storage_bar(j: Judged, saturated: Sequence[MetricPeak],
         unmet.append(f"no run of {SUSTAINED_MINUTES}+ consecutive minutes ≥ 90 % on the mounted file system")
     onset = failure_onset(j)
     if onset is None:
-        unmet.append(f"{onset_text(None)}, so 'before the failure' cannot be shown (the window's start is a search "
-                     "bound, not the onset)")
+        unmet.append(f"{onset_text(None, j.evidence.job_figure_unread_groups)}, so 'before the failure' cannot be "
+                     "shown (the window's start is a search bound, not the onset)")
     before = [m for m in sustained if m.sustained_from is not None and onset is not None
               and m.sustained_from <= onset.time]
     if sustained and onset is not None and not before:
@@ -521,7 +521,8 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     if early and hang is not None:
         return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA before the hang ({iso(hang[0])}, "
                        f"{hang[1]}): {signal}. {pre}.{checked}{cause}", "Proven")
-    when = (f"the failure's onset is not known ({onset_text(None)})" if hang is None else
+    unread = j.evidence.job_figure_unread_groups
+    when = (f"the failure's onset is not known ({onset_text(None, unread)})" if hang is None else
             f"the fallback line is after the hang ({iso(hang[0])}, {hang[1]})")
     return _branch("D", "Contributing", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}.{checked}{cause} Not "
                    f"Proven: {when}", "Hypothesis (to validate)",

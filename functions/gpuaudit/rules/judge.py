@@ -41,7 +41,7 @@ from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.history import Memory, audit_id
 from gpuaudit.rules.nodes import DIRECT_CHECK, ParsedLine, assess_node, parse_lines, reboot_times
-from gpuaudit.rules.onset import failure_onset
+from gpuaudit.rules.onset import failure_onset, unread_signals
 from gpuaudit.rules.xid_routing import NodeRouting
 
 if TYPE_CHECKING:
@@ -173,7 +173,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                            arn=evidence.cluster.arn),
         window=WindowOut(start=evidence.window.start, end=evidence.window.end, source=evidence.window.source,
                          padded_start=pad.start, padded_end=pad.end, onset=onset.time if onset else None,
-                         onset_source=onset.source if onset else None),
+                         onset_source=onset.source if onset else None,
+                         onset_unread=unread_signals(evidence) if evidence.mode == "incident" and not onset else None),
         generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
         checks=checks, findings=findings, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,

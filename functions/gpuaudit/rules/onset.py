@@ -1,21 +1,28 @@
 """The failure's onset (RULES §0.5): what "before the failure" is measured from.
 
 The operator's stated onset (`--onset`) wins. Without one, it is the first failure signal read on the affected
-nodes inside the impact window: an NCCL timeout line, a node status change (a HyperPod cluster event naming a node
-failure, a Kubernetes node turning NotReady). The window's start is a search bound and is never the onset: with no
-stated onset and no signal read, the onset is unknown and no cause can be shown to precede it. Pure: no AWS, no
-clock.
+nodes inside the impact window: an NCCL timeout line, a sustained throughput or step-time drop in a job log read
+(`sustained_drop`), a node status change (a HyperPod cluster event naming a node failure, a Kubernetes node turning
+NotReady). The window's start is a search bound and is never the onset: with no stated onset and no signal read,
+the onset is unknown and no cause can be shown to precede it. A job log whose figures could not be read gives no
+onset and is said beside whatever onset was found (an earlier drop there is not excluded), never "no drop". Pure:
+no AWS, no clock.
 """
 
 from __future__ import annotations
 
 import re
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from statistics import median
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.markers import NCCL_TIMEOUT_MARKERS
+from gpuaudit.domain.throughput import FORM_BY_MEASURE
 from gpuaudit.domain.timing import TIMELINE_MARGIN
+from gpuaudit.model.evidence import Evidence, JobFigure
 from gpuaudit.model.timeutil import iso
 
 if TYPE_CHECKING:
@@ -26,6 +33,20 @@ NCCL_HANG = re.compile("|".join(NCCL_TIMEOUT_MARKERS) + r"|NCCL WARN[^\n]*(?i:ti
 NODE_FAILURE = re.compile(r"(?i)\b(fail(ed|ure)?|unhealthy|faulty|replac(e|ing|ement)|reboot(ing)?|terminat(ed|ing)|"
                           r"not ?ready|error)\b")
 NOT_READY_EVENTS = ("NodeNotReady", "NodeNotSchedulable", "Rebooted")
+# A sustained drop (docs/decisions.md): DROP_READINGS consecutive readings each below DROP_RATIO of the baseline,
+# the median of up to BASELINE_MAX readings just before them (at least BASELINE_MIN: a drop is told against what
+# the job did, never against nothing). A step time is read as its inverse, so it doubling is a drop to 50 %.
+DROP_RATIO = 0.7
+DROP_READINGS = 3
+BASELINE_MIN, BASELINE_MAX = 5, 30
+
+
+@dataclass(frozen=True)
+class Drop:
+    time: datetime  # the first reading below the bar
+    before: float  # the baseline's median, as printed (a throughput, or a step time)
+    after: float  # the median of the sustained readings
+    readings: int  # how many consecutive readings stayed below the bar (at least DROP_READINGS)
 
 
 @dataclass(frozen=True)
@@ -40,8 +61,54 @@ def failure_onset(j: Judged) -> Onset | None:
     ev = j.evidence
     if ev.window.onset is not None:
         return Onset(ev.window.onset, "stated by the operator (--onset)", stated=True)
-    found = [o for o in (_nccl_timeout(j), _cluster_event(j), _kube_change(j)) if o is not None]
-    return min(found, key=lambda o: o.time) if found else None
+    found = [o for o in (_nccl_timeout(j), _job_drop(j), _cluster_event(j), _kube_change(j)) if o is not None]
+    if not found:
+        return None
+    first = min(found, key=lambda o: o.time)
+    unread = ev.job_figure_unread_groups
+    return first if not unread else Onset(first.time, f"{first.source}; {_unread_jobs(unread)}")
+
+
+def unread_signals(ev: Evidence) -> str | None:
+    """The failure signals that could not be read (a job log's figures), said beside an onset not known."""
+    return _unread_jobs(ev.job_figure_unread_groups) if ev.job_figure_unread_groups else None
+
+
+def _unread_jobs(groups: Sequence[str]) -> str:
+    return (f"the throughput and step-time lines of {', '.join(groups)} were not read: an earlier drop there is not "
+            "excluded")
+
+
+def sustained_drop(readings: Sequence[JobFigure], higher_is_better: bool) -> Drop | None:
+    """The first sustained drop of one figure of one stream, oldest reading first (see DROP_RATIO)."""
+    values = [r.value for r in readings]
+    rates = [v if higher_is_better else 1.0 / v for v in values]
+    for i in range(BASELINE_MIN, len(rates) - DROP_READINGS + 1):
+        baseline = slice(max(0, i - BASELINE_MAX), i)
+        bar = DROP_RATIO * median(rates[baseline])
+        if all(rate < bar for rate in rates[i:i + DROP_READINGS]):
+            run = next((k for k in range(i, len(rates)) if rates[k] >= bar), len(rates)) - i
+            return Drop(readings[i].time, median(values[baseline]), median(values[i:i + run]), run)
+    return None
+
+
+def _job_drop(j: Judged) -> Onset | None:
+    """The earliest sustained throughput or step-time drop in the job log groups read, inside the window."""
+    series: dict[tuple[str, str, str], list[JobFigure]] = defaultdict(list)
+    for figure in j.evidence.job_figures:
+        if figure.measure in FORM_BY_MEASURE and figure.value > 0:
+            series[(figure.log_group, figure.log_stream, figure.measure)].append(figure)
+    found: list[Onset] = []
+    for (group, stream, measure), readings in series.items():
+        higher = FORM_BY_MEASURE[measure].higher_is_better
+        drop = sustained_drop(sorted(readings, key=lambda r: r.time), higher)
+        if drop is None or not _in_window(j, drop.time):
+            continue
+        moved = "fell" if higher else "rose"
+        found.append(Onset(drop.time, f"job {'throughput' if higher else 'step time'} drop: {measure} {moved} from "
+                                      f"{drop.before:g} (median before) to {drop.after:g} over {drop.readings} "
+                                      f"consecutive readings, {group} / {stream}"))
+    return min(found, key=lambda o: o.time, default=None)
 
 
 def _in_window(j: Judged, time: datetime) -> bool:
@@ -85,8 +152,10 @@ def _kube_change(j: Judged) -> Onset | None:
     return Onset(time, f"node status change: {source}")
 
 
-def onset_text(onset: Onset | None) -> str:
-    """How a rule names the onset it measured against (never the window's start)."""
+def onset_text(onset: Onset | None, unread_jobs: Sequence[str] = ()) -> str:
+    """How a rule names the onset it measured against (never the window's start); with none, the job logs whose
+    figures could not be read are named (unread, never "no drop")."""
     if onset is None:
-        return "no onset stated (--onset) and no failure signal read (NCCL timeout, node status change)"
+        return ("no onset stated (--onset) and no failure signal read (NCCL timeout, job throughput or step-time "
+                "drop, node status change)" + (f"; {_unread_jobs(unread_jobs)}" if unread_jobs else ""))
     return f"the onset {iso(onset.time)}, {onset.source}"
