@@ -119,3 +119,18 @@ def test_a_job_figures_read_that_fails_gives_no_onset_and_says_the_drop_is_unrea
     assert "Failure onset: not known — none stated (--onset) and no failure signal read" in result.report_markdown
     assert unread in result.report_markdown
     assert any("job-figures query over" in g and JOB in g for g in result.visibility_gaps)
+
+
+def test_a_job_logging_past_the_row_cap_is_read_in_time_slices_and_the_drop_still_found() -> None:
+    w = world(xid_at=None, job_lines=False)
+    w.stream(JOB, "hf-trainer/rank-0", periodic=[  # one tqdm line a second: 14,400 lines in the read
+        (at(7, 30), at(10, 40), 1, " 38%|###8      | 1200/3125 [10:00<16:02,  2.00it/s]"),
+        (at(10, 40), at(11, 30), 1, " 39%|###9      | 1221/3125 [10:21<42:18,  0.75it/s]")])
+    evidence = collect(w.aws(), request())
+    reads = [q for q in evidence.queries if q.purpose == "job-figures"]
+    assert len(reads) > 1 and any(q.truncated for q in reads)  # the whole read reached the cap: read again
+    assert evidence.job_figure_unread_groups == [] and evidence.job_figure_groups == [JOB]
+    assert len(evidence.job_figures) == 4 * 3600  # every line of 07:30-11:30 read once, none twice
+    result = run_audit(w.aws(), request())
+    assert result.window.onset == parse_time(at(10, 40))
+    assert "it/s fell from 2 (median before) to 0.75" in (result.window.onset_source or "")
