@@ -84,6 +84,13 @@ def test_a_sustained_drop_is_three_readings_below_70_percent_of_the_baseline_med
     assert (drop.time if drop else None) == (T0 + timedelta(minutes=drop_at) if drop_at is not None else None)
 
 
+def test_a_drop_before_the_window_does_not_hide_a_later_one() -> None:
+    values = [10.0] * 6 + [5.0] * 3 + [10.0] * 6 + [4.0] * 3  # a slow restart at 09:06, the drop at 09:15
+    assert sustained_drop(_series(values), True) is not None
+    drop = sustained_drop(_series(values), True, since=T0 + timedelta(minutes=10))
+    assert drop is not None and drop.time == T0 + timedelta(minutes=15) and drop.before == 10.0
+
+
 def test_the_drop_names_the_figure_before_and_after() -> None:
     drop = sustained_drop(_series([1520.4] * 8 + [3040.8] * 4), False)
     assert drop is not None and (drop.before, drop.after, drop.readings) == (1520.4, 3040.8, 4)

@@ -79,11 +79,15 @@ def _unread_jobs(groups: Sequence[str]) -> str:
             "excluded")
 
 
-def sustained_drop(readings: Sequence[JobFigure], higher_is_better: bool) -> Drop | None:
-    """The first sustained drop of one figure of one stream, oldest reading first (see DROP_RATIO)."""
+def sustained_drop(readings: Sequence[JobFigure], higher_is_better: bool,
+                   since: datetime | None = None) -> Drop | None:
+    """The first sustained drop of one figure of one stream beginning at or after `since`, oldest reading first
+    (see DROP_RATIO); readings before `since` still count in the baseline."""
     values = [r.value for r in readings]
     rates = [v if higher_is_better else 1.0 / v for v in values]
     for i in range(BASELINE_MIN, len(rates) - DROP_READINGS + 1):
+        if since is not None and readings[i].time < since:
+            continue
         baseline = slice(max(0, i - BASELINE_MAX), i)
         bar = DROP_RATIO * median(rates[baseline])
         if all(rate < bar for rate in rates[i:i + DROP_READINGS]):
@@ -101,7 +105,7 @@ def _job_drop(j: Judged) -> Onset | None:
     found: list[Onset] = []
     for (group, stream, measure), readings in series.items():
         higher = FORM_BY_MEASURE[measure].higher_is_better
-        drop = sustained_drop(sorted(readings, key=lambda r: r.time), higher)
+        drop = sustained_drop(sorted(readings, key=lambda r: r.time), higher, j.evidence.window.start - TIMELINE_MARGIN)
         if drop is None or not _in_window(j, drop.time):
             continue
         moved = "fell" if higher else "rose"
