@@ -1,5 +1,6 @@
 """The HTML report in a real browser: headless Chromium renders each shared world's report without a
-console message, and the screenshot shows the heatmap's silent hours above the fold.
+console message, and the screenshot shows the heatmap's silent hours within its first two screens (in incident
+mode the root cause and the branch table come first, right after the verdict: RULES §11).
 
 Needs `/usr/bin/chromium` (Debian: `apt-get install -y chromium`); skipped without it.
 """
@@ -21,7 +22,7 @@ from gpuaudit.pipeline import run_audit
 from gpuaudit.report.html import render_html
 
 CHROMIUM = Path("/usr/bin/chromium")
-WIDTH, HEIGHT = 1400, 1000
+WIDTH, HEIGHT = 1400, 2000
 # The dark stripe of the empty-hour hatching (report/html.py `pat-empty`); nothing else on the page
 # uses it, so its pixels are the legend swatch (~50) plus the silent hours drawn on screen.
 HATCH_STRIPE = (0x3D, 0x26, 0x00)
@@ -124,3 +125,21 @@ def test_report_renders_in_chromium_without_console_messages(entry, tmp_path):
         assert hatched > 600, f"only {hatched} hatch pixels: the silent hours are not visible"
     else:
         assert hatched < 300, f"{hatched} hatch pixels, but this world has no empty hour (legend only)"
+
+
+def test_a_fleet_size_report_renders_its_verdict_groups_and_silent_strip_without_console_messages(tmp_path):
+    """Past 100 nodes (RULES §11): nodes in one `<details>` per verdict and the group strip with its counts, no
+    script (the CSP stays), and the silent hours still on screen."""
+    from helpers.worlds import PClusterWorld, at
+
+    w = PClusterWorld(n_compute=110)
+    for i, n in enumerate(w.compute):
+        w.healthy(n, at(-2), at(7) if i < 2 else at(13))
+    result = w.audit(w.cluster, since=at(6), until=at(10))
+    page = tmp_path / "report.html"
+    page.write_text(render_html(result), encoding="utf-8")
+    assert '<details class="verdict"' in page.read_text(encoding="utf-8")
+    png, stderr = screenshot(page, tmp_path)
+    _, _, rows = pixels(png)
+    assert not [line for line in stderr.splitlines() if CONSOLE.search(line)]
+    assert exact_pixels(rows, HATCH_STRIPE) > 600

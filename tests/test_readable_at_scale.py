@@ -18,6 +18,7 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.fleet import EVERY_NODE_UP_TO
+from gpuaudit.report.html import render_html
 from gpuaudit.rules.actions import NAMED_UP_TO
 from tests.helpers.worlds import Node, PClusterWorld, at
 
@@ -98,6 +99,11 @@ def test_in_incident_mode_the_root_cause_and_branch_table_come_right_after_the_v
     branch_table = rest.index("| Branch | Status | Label | Evidence | Confirming measurement |")
     assert branch_table < rest.index("## Node verdicts")
     assert "| A — GPU/node hardware | Root cause | Proven |" in rest[branch_table:rest.index("## Node verdicts")]
+    # the HTML report in the same order: verdict, root cause with the branch table, then the heatmap and nodes
+    page = render_html(result)
+    order = [page.index(h) for h in ("<h2>Verdict</h2>", "<h2>Root cause</h2>", "<th>Confirming measurement</th>",
+                                      "<h2>GPU error log coverage, hour by hour</h2>", "<h2>Node verdicts</h2>")]
+    assert order == sorted(order)
 
 
 def test_the_preflight_answer_names_its_fail_and_risk_checks() -> None:
@@ -111,6 +117,7 @@ def test_the_preflight_answer_names_its_fail_and_risk_checks() -> None:
     answer = f"Ready: No — FAIL {', '.join(failed)}; RISK {', '.join(risky)}"
     assert result.headline.startswith(answer + ".")
     assert f"## {answer}\n" in result.report_markdown
+    assert f'<span class="badge b-bad">{answer}</span>' in render_html(result)
 
 
 def test_identical_timeline_events_are_one_row_with_a_count_and_the_first_and_last_time() -> None:
@@ -132,6 +139,8 @@ def test_identical_timeline_events_are_one_row_with_a_count_and_the_first_and_la
     assert len([r for r in rows if "Xid 48" in r]) == 2
     # the JSON result keeps every event
     assert len([e for e in result.timeline if "Xid 79" in e.event]) == 4
+    page = render_html(result)
+    assert f"×4 (first {at(7)}, last {at(7, 30)})" in page and "3 row(s), 6 event(s)" in page
 
 
 def tables(markdown: str) -> list[list[str]]:
@@ -213,3 +222,29 @@ def test_leave_alone_nodes_differing_only_in_process_and_pid_are_one_action() ->
     node = one.compute[0].instance_id
     assert f"Leave {node} in service; hand the Xid 31 (process proc0, PID 1000) to the application owner" in \
         " ".join(alone.actions)
+
+
+def test_the_html_at_fleet_size_groups_nodes_per_verdict_worst_first_and_prints_silent_counts_on_the_strip() -> None:
+    w = fleet_world(EVERY_NODE_UP_TO + 10, silent=2, xids=3)
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+    page = render_html(result)
+    assert "<script" not in page and "default-src 'none'; style-src 'unsafe-inline'" in page  # the CSP stays
+    # one <details> per verdict, worst first, each holding its nodes
+    groups = re.findall(r'<details class="verdict"( open)?><summary>(.*?)</summary>(.*?)</details>', page)
+    titles = [re.sub(r"<[^>]+>", "", title) for _, title, _ in groups]
+    assert titles == ["? NOT OBSERVABLE ×2", "✓ LEAVE ALONE ×3", "no verdict (no GPU signal) ×1"]
+    silent, signalled = w.compute[:2], w.compute[2:5]
+    assert all(n.instance_id in groups[0][2] for n in silent)
+    assert all(n.instance_id in groups[1][2] for n in signalled)
+    # the strip counts the silent nodes per hour, printed on it (07:00 to the padded window's end: 2 of them)
+    gpu_group = page.split("<b>queue gpu</b>", 1)[1].split("</summary>", 1)[0]
+    assert f"silent nodes per hour: up to 2 of {len(w.compute)}" in gpu_group
+    assert re.search(r'<rect class="agg-empty"[^>]*data-count="2"', gpu_group)
+    assert re.search(r'class="lane-text strip-count"[^>]*>2</text>', gpu_group)
+    # lanes only for the nodes short of proven coverage; the rest counted in the strip
+    lanes = set(re.findall(r'<g data-node="([^"]+)" data-lane="kernel"', page))
+    assert lanes == {n.instance_id for n in silent}
+    assert f"{len(w.compute) - 2} node(s) live every hour are counted in the strip" in page
+    # the tables the Markdown counts are counted here too, and none is empty
+    assert "<tbody></tbody>" not in page
+    assert f"| {len(w.compute)} node(s): " not in page and f"{len(w.compute)} node(s): " in page

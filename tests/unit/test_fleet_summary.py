@@ -103,7 +103,7 @@ def test_the_html_report_draws_exceptions_and_counts_the_healthy_rest() -> None:
     assert nodes[17].instance_id in page and nodes[4242].instance_id in page
     assert nodes[18].instance_id not in page
     assert "9998 more node(s) of group <code>gpu-a</code> (p5.48xlarge: 9998 Measured)" in page
-    assert "9998 healthy node(s) live every hour are counted in the strip, not drawn" in page
+    assert "9999 node(s) live every hour are counted in the strip, not drawn" in page
 
 
 def test_a_branch_headline_ends_its_sentence_before_the_coverage_count() -> None:

@@ -1,38 +1,42 @@
 """The HTML report (RULES §11), rendered only from the Result: one self-contained file.
 
 No network fetch, no script: inline CSS and SVG, `<details>` for expansion, and a
-Content-Security-Policy that forbids anything else. The coverage heatmap draws one lane per
-node (its kernel-carrying stream) and, on HyperPod, one HMA lane; consecutive hours in the same
-state share one rect, so a 2,000-node × 170-hour window stays a few megabytes. Every string is
-escaped, every account ID redacted (OUTPUT-CONTRACT privacy).
+Content-Security-Policy that forbids anything else. The coverage heatmap is report/heatmap.py. Past
+100 nodes (RULES §11) the tables count what is alike (report/fleet.py), so a 2,000-node report stays
+a few hundred kilobytes. Every string is escaped, every account ID redacted (OUTPUT-CONTRACT privacy).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from html import escape
-from typing import TypeVar
 
-from gpuaudit.model.result import BRANCH_NAMES, CoverageRow, GpuError, NodeResult, Result, check_rank
-from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
-from gpuaudit.report.escape import quote, visible
-from gpuaudit.report.fleet import healthy_summary, nccl_summary, onset_sentence, split_healthy
-from gpuaudit.report.markdown import action_lines
+from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, check_rank
+from gpuaudit.model.timeutil import iso
+from gpuaudit.report.escape import quote
+from gpuaudit.report.fleet import (
+    EVERY_NODE_UP_TO,
+    capability_rows,
+    collapsed_timeline,
+    counted_rows_text,
+    coverage_split,
+    error_groups,
+    fleet_size,
+    healthy_summary,
+    nccl_summary,
+    onset_sentence,
+    some_ids,
+    split_healthy,
+)
+from gpuaudit.report.heatmap import STATUS_BADGE, heatmap
+from gpuaudit.report.heatmap import html_text as _e
+from gpuaudit.report.markdown import action_lines, ready_line
+from gpuaudit.report.order import VERDICT_SEVERITY, worst_first
 from gpuaudit.report.redact import MASK, redact
 
-# Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
-# hold one state for the whole window carry their state as text, and markers differ by shape.
-LIVE, EMPTY, NA, UNOBS, HMA_NONE = "live", "empty", "na", "unobs", "hma-none"
-STATE_TEXT = {LIVE: "live: kernel stream held a line this hour", EMPTY: "empty: no line this hour",
-              NA: "not applicable", UNOBS: "not observable", HMA_NONE: "no HMA detections"}
-
-LABEL_W, LANE_H, LANE_GAP, AXIS_H = 330, 16, 3, 34
-OPEN_GROUPS_UP_TO = 200  # nodes: above this, groups start collapsed behind their summary strip
-STATUS_ORDER = {"Not observable": 0, "No HMA detections": 1, "Measured": 2}
-MARKER_SHAPES = {"hardware": "tri", "application": "dia", "sympathetic": "sq"}
+OPEN_ROWS_UP_TO = 40  # a verdict's node table starts open up to this many rows
 
 CSS = """
 :root{--ink:#1b1b1b;--muted:#555;--line:#d0d0d0;--live:#56B4E9;--empty:#E69F00;--na:#ececec;--unobs:#bdbdbd;
@@ -66,6 +70,7 @@ summary{overflow:hidden}summary .strip{display:block;margin:2px 0 0}
 svg text{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:11px;fill:var(--ink)}
 svg .ax{fill:var(--muted);font-size:10px}
 svg .lane-text{font-size:10.5px;font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px}
+svg .strip-count{font-size:10px}
 .live,.key-live{fill:var(--live)}.empty,.key-empty{fill:url(#pat-empty);stroke:#5a3a00;stroke-width:.6}
 .na,.key-na{fill:var(--na)}.unobs,.key-unobs{fill:url(#pat-unobs)}.hma-none,.key-hma-none{fill:var(--hma)}
 .agg-empty{fill:url(#pat-empty)}
@@ -86,18 +91,10 @@ DEFS = """<svg width="0" height="0" style="position:absolute" aria-hidden="true"
 
 VERDICT_BADGE = {"REPLACE": ("b-bad", "✖"), "REBOOT": ("b-warn", "↻"), "LEAVE ALONE": ("b-ok", "✓"),
                  "MONITOR": ("b-info", "◐"), "NOT OBSERVABLE": ("b-grey", "?")}
-STATUS_BADGE = {"Measured": ("b-ok", "✓"), "No HMA detections": ("b-ok", "○"), "Not observable": ("b-warn", "⚠")}
 CHECK_BADGE = {"PASS": ("b-ok", "✓"), "RISK": ("b-warn", "▲"), "FAIL": ("b-bad", "✖"), "UNVERIFIED": ("b-grey", "?"),
                "Needs input": ("b-info", "✎"), "Not checked": ("b-grey", "–")}
 BRANCH_BADGE = {"Root cause": ("b-bad", "●"), "Contributing": ("b-warn", "◑"), "Ruled out": ("b-ok", "✓"),
                 "Not assessed": ("b-grey", "–"), "UNVERIFIED": ("b-grey", "?")}
-TICK_STEPS = (1, 2, 3, 6, 12, 24)
-T = TypeVar("T")
-
-
-def _e(value: object) -> str:
-    """Text → HTML: account IDs redacted first, so the mask itself is escaped too."""
-    return escape(visible(redact(str(value))), quote=True)
 
 
 def _prose(value: object) -> str:
@@ -119,319 +116,14 @@ def _badge(text: str, table: dict[str, tuple[str, str]]) -> str:
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], scroll: bool = False, css: str = "") -> str:
+    """A table, or nothing when it has no row (RULES §11: no empty table)."""
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    if not body:
+        return ""
     table = f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>' if css else (
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     return f'<div class="scroll">{table}</div>' if scroll else table
-
-
-# ---------------------------------------------------------------- heatmap model
-
-
-def kernel_row(node: NodeResult) -> CoverageRow | None:
-    """The node's kernel-carrying stream whose status decides the node: the Measured one when there is
-    one; otherwise the best of the failing ones (fewest empty hours, then most kernel lines)."""
-    carrying = [c for c in node.coverage
-                if c.source_kind == "kernel" and c.log_stream and (c.kernel_lines_ever or 0) > 0]
-    if not carrying:
-        return None
-    measured = [c for c in carrying if c.status == "Measured"]
-    if measured:
-        return measured[0]
-    return min(carrying, key=lambda c: (len(c.empty_hours), -(c.kernel_lines_ever or 0)))
-
-
-def columns(result: Result) -> list[datetime]:
-    """Hour starts of the padded window, widened to any empty hour that lies outside it."""
-    start = result.window.padded_start or result.window.start
-    end = result.window.padded_end or result.window.end
-    hours = hours_between(start, end)
-    empties = [floor_hour(h) for n in result.nodes for c in n.coverage for h in c.empty_hours]
-    if empties:
-        lo, hi = min([*hours[:1], *empties]), max([*hours[-1:], *empties])
-        hours = hours_between(lo, hi + HOUR)
-    return hours or [floor_hour(start)]
-
-
-@dataclass
-class Lane:
-    node: NodeResult
-    kind: str  # "kernel", "hma" or "single" (no stream to draw hour by hour)
-    row: CoverageRow | None
-    states: list[str]
-    text: str = ""  # a one-state lane's state, written across it
-    errors: list[GpuError] = field(default_factory=list)
-    first: bool = True  # the node's first lane carries its instance ID
-
-
-@dataclass(frozen=True)
-class Grid:
-    """The heatmap's columns: hour starts, their ISO keys, where the padded window lies, cell width."""
-
-    hours: list[datetime]
-    pad_first: int
-    pad_count: int
-    cell: int
-    keys: list[str] = field(init=False)
-    index: dict[str, int] = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "keys", [iso(h) for h in self.hours])
-        object.__setattr__(self, "index", {k: i for i, k in enumerate(self.keys)})
-
-    @classmethod
-    def of(cls, result: Result) -> Grid:
-        hours = columns(result)
-        padded = hours_between(result.window.padded_start or result.window.start,
-                               result.window.padded_end or result.window.end)
-        first = hours.index(padded[0]) if padded and padded[0] in hours else 0
-        return cls(hours, first, len(padded), max(5, min(120, 900 // len(hours))))
-
-    @property
-    def width(self) -> int:
-        return LABEL_W + self.cell * len(self.hours) + 64  # room for the last date label
-
-    def x(self, when: datetime) -> float:
-        offset = (when - self.hours[0]).total_seconds() / 3600
-        return LABEL_W + max(0.0, min(offset, len(self.hours))) * self.cell
-
-
-def _kernel_states(row: CoverageRow, grid: Grid) -> list[str]:
-    empty = {grid.index[iso(floor_hour(h))] for h in row.empty_hours}
-    # live_hours + empty hours = the hours expected of the node (from its launch hour); the rest of
-    # the padded window precedes its launch and is not applicable.
-    start = grid.pad_first + max(0, grid.pad_count - row.live_hours - len(empty))
-    end = grid.pad_first + grid.pad_count
-    # A Not observable stream with no empty hour: per-hour liveness was not read, so not proven.
-    expected = UNOBS if row.status == "Not observable" and not empty else LIVE
-    return [EMPTY if i in empty else expected if start <= i < end else NA for i in range(len(grid.hours))]
-
-
-def lanes_for(node: NodeResult, grid: Grid) -> list[Lane]:
-    hours = grid.hours
-    lanes: list[Lane] = []
-    kernel = kernel_row(node)
-    if kernel is not None:
-        lanes.append(Lane(node, "kernel", kernel, _kernel_states(kernel, grid)))
-    for row in (c for c in node.coverage if c.source_kind == "hma"):
-        state = {"Measured": LIVE, "No HMA detections": HMA_NONE}.get(row.status, UNOBS)
-        text = {"Measured": "HMA: Measured — detection stream present",
-                "No HMA detections": "HMA: No HMA detections — cluster log group live"}.get(
-                    row.status, "HMA: Not observable")
-        lanes.append(Lane(node, "hma", row, [state] * len(hours), text))
-    if not lanes:
-        first = node.coverage[0] if node.coverage else None
-        if node.gpu_count == 0 or (first is not None and first.log_group.startswith("(not searched")):
-            lanes.append(Lane(node, "single", first, [NA] * len(hours), "no GPU — Xid evidence does not apply"))
-        else:
-            lanes.append(Lane(node, "single", first, [UNOBS] * len(hours),
-                              "Not observable — no stream carries this node's kernel messages"))
-    for later in lanes[1:]:
-        later.first = False
-    for e in node.gpu_errors:
-        target = next((lane for lane in lanes if lane.kind == e.source), lanes[0])
-        target.errors.append(e)
-    return lanes
-
-
-def runs(states: Sequence[T]) -> list[tuple[int, int, T]]:
-    """(first column, length, state) for each run of equal consecutive states."""
-    out: list[tuple[int, int, T]] = []
-    for i, s in enumerate(states):
-        if out and out[-1][2] == s and out[-1][0] + out[-1][1] == i:
-            first, length, _ = out[-1]
-            out[-1] = (first, length + 1, s)
-        else:
-            out.append((i, 1, s))
-    return out
-
-
-# ---------------------------------------------------------------- heatmap drawing
-
-
-def _span(hours: list[datetime], first: int, length: int) -> str:
-    end = hours[first + length - 1] + HOUR
-    return f"{iso(hours[first])} → {iso(end)} ({length} h)"
-
-
-def _lane_svg(lane: Lane, y: int, g: Grid) -> str:
-    """One lane, drawn in its own coordinates (translated to row y): one rect per run of equal hours."""
-    n = lane.node
-    iid = _e(n.instance_id)
-    row = lane.row
-    source = f"{row.log_group} / {row.log_stream or 'no stream'}" if row else "no coverage row"
-    status: str = row.status if row else n.xid_status
-    parts = [f'<g data-node="{iid}" data-lane="{lane.kind}" transform="translate(0 {y})"><title>{iid} · '
-             f"{lane.kind} · {_e(source)} · {_e(status)}</title>"]
-    label = "  └ HMA" if lane.kind == "hma" and not lane.first else n.instance_id
-    tag = {"kernel": "kernel", "hma": "HMA", "single": ""}[lane.kind]
-    if lane.states and all(s == NA for s in lane.states):
-        status = "not applicable"
-    symbol = STATUS_BADGE.get(status, ("", "–"))[1]
-    parts.append(f'<text x="4" y="12">{_e(label)}</text>'
-                 f'<text x="{LABEL_W - 8}" y="12" text-anchor="end">{_e(tag)} {symbol} {_e(status)}</text>')
-    # The lane's commonest state as one background rect; only the other runs are drawn over it.
-    background = max(set(lane.states) - {EMPTY} or {NA}, key=lane.states.count)
-    parts.append(f'<rect class="{background}" x="{LABEL_W}" width="{len(g.hours) * g.cell}" height="{LANE_H}"/>')
-    for first, length, state in runs(lane.states):
-        x, w = LABEL_W + first * g.cell, length * g.cell
-        if state == EMPTY:
-            stamps = ",".join(g.keys[first:first + length])
-            parts.append(f'<rect class="{EMPTY}" x="{x}" width="{w}" height="{LANE_H}" data-node="{iid}" '
-                         f'data-hours="{stamps}"><title>no line {_span(g.hours, first, length)}</title></rect>')
-        elif state != background:
-            parts.append(f'<rect class="{state}" x="{x}" width="{w}" height="{LANE_H}"/>')
-    if lane.text:
-        parts.append(f'<text class="lane-text" x="{LABEL_W + 16}" y="12">{_e(lane.text)}</text>')
-    for e in lane.errors:
-        parts.append(_marker(e, g.x(e.time), LANE_H / 2, iid))
-    parts.append("</g>")
-    return "".join(parts)
-
-
-def _marker(e: GpuError, x: float, y: float, iid: str) -> str:
-    what = f"Xid {e.code}" if e.code is not None else "GPU event"
-    if e.meaning:
-        what += f" ({e.meaning})"
-    when = iso(e.time) + (f" to {iso(e.last_time)}" if e.last_time and e.last_time != e.time else "")
-    reason = f", HMA reason {e.hma_reason}" if e.hma_reason else ""
-    title = (f"{what} ×{e.count}, class {e.class_}, {when}, {e.source} stream {e.log_group} / {e.log_stream}"
-             f"{reason} — {quote(e.message, 240)}")
-    shape = MARKER_SHAPES.get(e.class_, "circle")
-    css = f"mk mk-{e.class_ if e.class_ in MARKER_SHAPES else 'other'}"
-    r = 5.5
-    if shape == "tri":
-        d = f"M{x:.1f} {y - r:.1f}L{x + r:.1f} {y + r:.1f}L{x - r:.1f} {y + r:.1f}Z"
-    elif shape == "dia":
-        d = f"M{x:.1f} {y - r:.1f}L{x + r:.1f} {y:.1f}L{x:.1f} {y + r:.1f}L{x - r:.1f} {y:.1f}Z"
-    elif shape == "sq":
-        d = f"M{x - r + 1:.1f} {y - r + 1:.1f}h{2 * r - 2:.1f}v{2 * r - 2:.1f}h{-(2 * r - 2):.1f}Z"
-    else:
-        d = (f"M{x - r + 1:.1f} {y:.1f}a{r - 1:.1f} {r - 1:.1f} 0 1 0 {2 * (r - 1):.1f} 0"
-             f"a{r - 1:.1f} {r - 1:.1f} 0 1 0 {-2 * (r - 1):.1f} 0")
-    code = "" if e.code is None else f' data-code="{e.code}"'
-    return f'<path class="{css}" d="{d}" data-node="{iid}"{code}><title>{_e(title)}</title></path>'
-
-
-def _axis(g: Grid, result: Result) -> str:
-    step = next((s for s in TICK_STEPS if s * g.cell >= 46), TICK_STEPS[-1])
-    parts = []
-    midnights = [i for i, h in enumerate(g.hours) if h.hour == 0]
-    # The first column is dated too, unless the first midnight's date would overlap it.
-    dated = midnights if midnights and midnights[0] * g.cell < 80 else [0, *midnights]
-    for i in dated:
-        parts.append(f'<text class="ax" x="{LABEL_W + i * g.cell + 2}" y="11">{g.hours[i]:%Y-%m-%d}</text>')
-    for i, h in enumerate(g.hours):
-        x = LABEL_W + i * g.cell
-        if h.hour % step == 0:
-            parts.append(f'<line class="tick" x1="{x}" y1="16" x2="{x}" y2="{AXIS_H - 2}"/>'
-                         f'<text class="ax" x="{x + 2}" y="{AXIS_H - 6}">{h:%H}:00</text>')
-    parts.append(f'<text class="ax" x="4" y="{AXIS_H - 6}">node · UTC hour →</text>')
-    parts.append(_window_lines(g, result, 14, AXIS_H))
-    return f'<svg width="{g.width}" height="{AXIS_H}" aria-hidden="true">{"".join(parts)}</svg>'
-
-
-def _window_lines(g: Grid, result: Result, top: int, bottom: int) -> str:
-    return "".join(f'<line class="win" x1="{g.x(when):.1f}" y1="{top}" x2="{g.x(when):.1f}" y2="{bottom}">'
-                   f"<title>{name} {iso(when)}</title></line>"
-                   for when, name in ((result.window.start, "impact start"), (result.window.end, "impact end")))
-
-
-def _group_name(node: NodeResult, word: str) -> str:
-    """Instance group (HyperPod) or queue (ParallelCluster); without one, the node's role."""
-    if node.instance_group:
-        return f"{word} {node.instance_group}"
-    return f"{node.role} node(s)" if node.role != "compute" else f"compute node(s), {word} not recorded"
-
-
-def _strip(group_lanes: list[Lane], g: Grid) -> str:
-    """The group in one bar: per hour, the share of its nodes' kernel lanes that were empty, drawn as a
-    hatched bar whose height is that share (so magnitude reads without colour)."""
-    kernel = [lane for lane in group_lanes if lane.kind == "kernel"]
-    if not kernel:
-        return ""
-    cells: list[tuple[str, int]] = []
-    for i in range(len(g.hours)):
-        empty = sum(1 for lane in kernel if lane.states[i] == EMPTY)
-        live = any(lane.states[i] == LIVE for lane in kernel)
-        cells.append(("agg-empty", empty) if empty else (LIVE if live else NA, 0))
-    parts = [f'<rect class="{LIVE}" x="{LABEL_W}" y="1" width="{len(g.hours) * g.cell}" height="12"/>']
-    for first, length, (state, count) in runs(cells):
-        x, w = LABEL_W + first * g.cell, length * g.cell
-        if state == "agg-empty":
-            h = max(3, round(12 * count / len(kernel)))
-            parts.append(f'<rect class="agg-empty" x="{x}" y="{13 - h}" width="{w}" height="{h}" data-count="{count}">'
-                         f"<title>{count} of {len(kernel)} node(s) with no kernel line, "
-                         f"{_span(g.hours, first, length)}</title></rect>")
-        elif state != LIVE:
-            parts.append(f'<rect class="{state}" x="{x}" y="1" width="{w}" height="12"/>')
-    label = f"silent nodes per hour (of {len(kernel)})"
-    return (f'<svg class="strip" width="{g.width}" height="14" role="img" aria-label="group summary">'
-            f'<text x="4" y="11">{_e(label)}</text>{"".join(parts)}</svg>')
-
-
-def heatmap(result: Result) -> str:
-    g = Grid.of(result)
-    hours = g.hours
-    word = "queue" if result.cluster.kind == "parallelcluster" else "instance group"
-    groups: dict[str, list[NodeResult]] = {}
-    for node in result.nodes:
-        groups.setdefault(_group_name(node, word), []).append(node)
-    out = [_legend(),
-           f'<p class="meta">{len(hours)} hour column(s), {_e(iso(hours[0]))} → {_e(iso(hours[-1] + HOUR))}; '
-           "dashed lines mark the impact window. Each node's lane is its kernel-carrying stream (the one whose "
-           "status decides the node); every stream is listed in the coverage table below.</p>"]
-    listed_ids = {n.instance_id for n in split_healthy(result.nodes)[0]}
-    for name, nodes in groups.items():
-        nodes = sorted(nodes, key=lambda n: STATUS_ORDER.get(n.xid_status, 3))
-        lanes = [lane for n in nodes for lane in lanes_for(n, g)]
-        # At fleet size only the exceptions get a lane; the strip below aggregates every node of the group.
-        drawn = [lane for n in nodes if n.instance_id in listed_ids for lane in lanes_for(n, g)]
-        hidden = sum(1 for n in nodes if n.instance_id not in listed_ids)
-        height = len(drawn) * (LANE_H + LANE_GAP) + 2
-        body = [_lane_svg(lane, i * (LANE_H + LANE_GAP), g) for i, lane in enumerate(drawn)]
-        body.append(_window_lines(g, result, 0, height))
-        counts: dict[str, int] = {}
-        for n in nodes:
-            counts[n.xid_status] = counts.get(n.xid_status, 0) + 1
-        silent = sum(lane.states.count(EMPTY) for lane in lanes)
-        tally = ", ".join(f"{v} {_e(k)}" for k, v in sorted(counts.items(), key=lambda kv: STATUS_ORDER.get(kv[0], 3)))
-        aggregated = (f"; {hidden} healthy node(s) live every hour are counted in the strip, not drawn"
-                      if hidden else "")
-        summary = (f"<b>{_e(name)}</b> — {len(nodes)} node(s): {tally}; "
-                   f"{silent} empty node-hour(s){aggregated}{_strip(lanes, g)}")
-        svg = (f'<svg width="{g.width}" height="{height}" role="img" '
-               f'aria-label="coverage heatmap, {_e(name)}">{"".join(body)}</svg>')
-        state = " open" if len(result.nodes) <= OPEN_GROUPS_UP_TO else ""
-        # The axis stays in view while a long group scrolls under it; both scroll sideways together.
-        tall = ' class="vscroll"' if len(drawn) > 40 else ""
-        out.append(f'<details class="group"{state}><summary>{summary}</summary><div class="hscroll">'
-                   f"{_axis(g, result)}<div{tall}>{svg}</div></div></details>")
-    return "".join(out)
-
-
-def _swatch(css: str, text: str) -> str:
-    # Styled by `key-<state>`, not the state's own class: class `empty` marks heatmap cells only.
-    return (f'<span><svg width="26" height="14" aria-hidden="true"><rect class="key-{css}" width="26" '
-            f'height="14"/></svg>{_e(text)}</span>')
-
-
-def _legend() -> str:
-    marks = "".join(
-        f'<span><svg width="14" height="14" aria-hidden="true">{_marker_icon(cls)}</svg>{_e(text)}</span>'
-        for cls, text in (("hardware", "hardware Xid (▲)"), ("application", "application Xid (◆)"),
-                          ("sympathetic", "sympathetic Xid (■)"), ("other", "other GPU event (●)")))
-    return ('<div class="legend">' + _swatch(LIVE, "live: ≥1 line that hour / HMA Measured")
-            + _swatch(EMPTY, "empty: no line that hour (hatched)") + _swatch(UNOBS, "not observable / not proven")
-            + _swatch(HMA_NONE, "no HMA detections (log group live)") + _swatch(NA, "not applicable (before launch, no GPU)")
-            + marks + "</div>")
-
-
-def _marker_icon(cls: str) -> str:
-    shapes = {"hardware": "M7 1L13 13L1 13Z", "application": "M7 1L13 7L7 13L1 7Z", "sympathetic": "M2 2h10v10h-10Z"}
-    d = shapes.get(cls, "M2 7a5 5 0 1 0 10 0a5 5 0 1 0 -10 0")
-    return f'<path class="mk mk-{cls}" d="{d}"/>'
 
 
 # ---------------------------------------------------------------- sections
@@ -456,11 +148,11 @@ def _verdict(r: Result) -> str:
     out = ["<h2>Verdict</h2>"]
     if r.mode == "preflight" and r.ready:
         css = {"Yes": "b-ok", "Yes with risks": "b-warn", "No": "b-bad"}[r.ready]
-        out.append(f'<p><span class="badge {css}">Ready: {_e(r.ready)}</span></p>')
+        out.append(f'<p><span class="badge {css}">{_e(ready_line(r))}</span></p>')
     out.append(f'<p class="headline">{_prose(r.headline)}</p>')
     confidence = {"High": "b-ok", "Medium": "b-warn", "Low": "b-grey"}[r.confidence]
     verdicts: dict[str, int] = {}
-    for n in r.nodes:
+    for n in worst_first(r.nodes):
         key = n.verdict or "no verdict"
         verdicts[key] = verdicts.get(key, 0) + 1
     tally = " ".join(f"{_badge(k, VERDICT_BADGE)} ×{v}" for k, v in verdicts.items())
@@ -478,27 +170,48 @@ def _healthy_note(groups: dict[str, list[NodeResult]]) -> str:
     return f'<ul class="meta">{items}</ul><p class="meta">Every node is in the JSON result.</p>'
 
 
+def _node_row(n: NodeResult) -> tuple[str, ...]:
+    return (f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_group), _or_dash(n.instance_type),
+            _e(n.status), _e(n.role), _badge(n.verdict, VERDICT_BADGE) if n.verdict else "no verdict (no GPU signal)",
+            _badge(n.xid_status, STATUS_BADGE),
+            _or_dash(n.verdict_evidence) + (f"<br>Kubernetes: {_e(n.kubernetes)}" if n.kubernetes else "")
+            + (f"<br>Earlier audits: {_prose(n.history)}" if n.history else ""))
+
+
 def _node_verdicts(r: Result) -> str:
+    """The listed nodes worst first, one `<details>` per verdict (open while short: no script, the CSP stays)."""
     listed, healthy = split_healthy(r.nodes)
-    rows = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_group), _or_dash(n.instance_type),
-             _e(n.status), _e(n.role), _badge(n.verdict, VERDICT_BADGE) if n.verdict else "no verdict (no GPU signal)",
-             _badge(n.xid_status, STATUS_BADGE),
-             _or_dash(n.verdict_evidence) + (f"<br>Kubernetes: {_e(n.kubernetes)}" if n.kubernetes else "")
-             + (f"<br>Earlier audits: {_prose(n.history)}" if n.history else ""))
-            for n in listed]
-    return "<h2>Node verdicts</h2>" + _table(
-        ("Node", "Group / queue", "Type", "Status", "Role", "Verdict", "Xid status", "Evidence"), rows,
-        scroll=len(rows) > 40) + _healthy_note(healthy)
+    headers = ("Node", "Group / queue", "Type", "Status", "Role", "Verdict", "Xid status", "Evidence")
+    out = ["<h2>Node verdicts</h2>"]
+    for verdict in (*VERDICT_SEVERITY, None):
+        nodes = [n for n in listed if n.verdict == verdict]
+        if not nodes:
+            continue
+        title = (_badge(verdict, VERDICT_BADGE) if verdict else "no verdict (no GPU signal)") + f" ×{len(nodes):,}"
+        state = " open" if len(nodes) <= OPEN_ROWS_UP_TO else ""
+        out.append(f'<details class="verdict"{state}><summary>{title}</summary>'
+                   f"{_table(headers, [_node_row(n) for n in nodes], scroll=len(nodes) > 40)}</details>")
+    return "".join(out) + _healthy_note(healthy)
 
 
 def _capability(r: Result) -> str:
+    headers = ("Node", "Type", "GPUs", "EFA attached/max", "NVSwitch", "Fabric Manager", "NCCL transport")
+    if fleet_size(r):
+        grouped = [(f"{len(k.nodes):,} node(s): {_e(some_ids(k.nodes))}", _or_dash(k.instance_type),
+                    _or_dash(k.gpu_count), _or_dash(k.efa), _or_dash(k.nvswitch), _e(k.fabric_manager), _e(k.nccl))
+                   for k in capability_rows(r.nodes)]
+        transports = "".join(f"<li><code>{_e(n.instance_id)}</code>: {_nccl_cell(n)}</li>"
+                             for n in split_healthy(r.nodes)[0] if n.nccl_transports)
+        return ("<h2>Node capability and fabric</h2>" + _table(headers, grouped)
+                + f'<p class="meta">Every node of the {len(r.nodes):,} is in one row (nodes alike in type and fabric '
+                  "share it).</p>" + (f"<ul>{transports}</ul>" if transports else ""))
     listed, healthy = split_healthy(r.nodes)
-    rows = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_type or "unknown"), _or_dash(n.gpu_count),
+    rows: list[tuple[str, ...]] = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_type or "unknown"),
+                                    _or_dash(n.gpu_count),
              _or_dash(n.efa), _or_dash(n.nvswitch), _e(n.signals.fabric_manager), _nccl_cell(n),
              _e(n.signals.efa_counters), _e(n.signals.gpu_activity)) for n in listed]
     return "<h2>Node capability and fabric</h2>" + _table(
-        ("Node", "Type", "GPUs", "EFA attached/max", "NVSwitch", "Fabric Manager", "NCCL transport", "EFA counters",
-         "GPU activity"), rows, scroll=len(rows) > 40) + _healthy_note(healthy)
+        (*headers, "EFA counters", "GPU activity"), rows, scroll=len(rows) > 40) + _healthy_note(healthy)
 
 
 def _nccl_cell(n: NodeResult) -> str:
@@ -511,51 +224,69 @@ def _nccl_cell(n: NodeResult) -> str:
 
 def _coverage_table(r: Result) -> str:
     rows = []
-    listed, healthy = split_healthy(r.nodes)
-    for n in listed:
+    listed, counted = coverage_split(r)
+    for n, c in listed:
         xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
-        for c in n.coverage:
-            if not c.log_stream:
-                live = "no stream"
-            elif c.source_kind == "kernel":
-                live = (f"no — {len(c.empty_hours)} empty hour(s) from {_e(iso(c.empty_hours[0]))}" if c.empty_hours
-                        else f"yes ({c.live_hours} h)")
-            else:
-                live = "n/a (HMA)"
-            rows.append((f"<code>{_e(n.instance_id)}</code>", f"<code>{_e(c.log_group)}</code>",
-                         f"<code>{_e(c.log_stream)}</code>" if c.log_stream else "none", _e(_t(c.first_event)),
-                         _e(_t(c.last_event)), live, _or_dash(c.kernel_lines_ever), str(xids),
-                         _badge(c.status, STATUS_BADGE), _or_dash(c.note)))
+        if not c.log_stream:
+            live = "no stream"
+        elif c.source_kind == "kernel":
+            live = (f"no — {len(c.empty_hours)} empty hour(s) from {_e(iso(c.empty_hours[0]))}" if c.empty_hours
+                    else f"yes ({c.live_hours} h)")
+        else:
+            live = "n/a (HMA)"
+        rows.append((f"<code>{_e(n.instance_id)}</code>", f"<code>{_e(c.log_group)}</code>",
+                     f"<code>{_e(c.log_stream)}</code>" if c.log_stream else "none", _e(_t(c.first_event)),
+                     _e(_t(c.last_event)), live, _or_dash(c.kernel_lines_ever), str(xids),
+                     _badge(c.status, STATUS_BADGE), _or_dash(c.note)))
+    count = "".join(f"<li>{_e(counted_rows_text(k))}</li>" for k in counted)
+    note = (f'<p class="meta">Past {EVERY_NODE_UP_TO} nodes the rows proven live every hour are counted (RULES '
+            f"§11); the table lists every row short of that.</p><ul class=\"meta\">{count}</ul>" if counted else "")
     return "<h3>GPU error log coverage</h3>" + _table(
         ("Node", "Log group", "Log stream", "First event", "Last event", "Live across window", "Kernel lines ever",
-         "Xids in window", "Status", "Note"), rows, scroll=len(rows) > 40, css="cov") + _healthy_note(healthy)
+         "Xids in window", "Status", "Note"), rows, scroll=len(rows) > 40, css="cov") + note
 
 
 def _errors(r: Result) -> str:
-    errors = [(n, e) for n in r.nodes for e in n.gpu_errors]
-    if not errors:
-        return ""
+    if fleet_size(r):
+        grouped = []
+        for g in error_groups(r.nodes):
+            label = (f"Xid {g.code}" if g.code is not None else "—") + (f" ({g.meaning})" if g.meaning else "")
+            example = "—"
+            if g.example:
+                node, e = g.example
+                example = (f"<code>{_e(node)}</code>: <code>{_e(e.log_group)}</code> / <code>{_e(e.log_stream)}</code>"
+                           f': <span class="mono">{_e(quote(e.message))}</span>')
+            grouped.append((_e(label), _e(g.class_), f"{g.lines:,}", f"{len(g.nodes):,}: {_e(some_ids(g.nodes))}",
+                            _e(_t(g.first)), _e(_t(g.last)), example))
+        table = _table(("Xid", "Class", "Lines", "Nodes", "First", "Last", "First line (node, source, verbatim)"),
+                       grouped)
+        return (f'<h3>GPU errors</h3><p class="meta">Past {EVERY_NODE_UP_TO} nodes, lines alike are counted (each '
+                "node's own in the node table; every line verbatim in the JSON result).</p>" + table) if table else ""
     rows = []
-    for n, e in errors:
-        label = f"Xid {e.code}" if e.code is not None else "—"
-        if e.meaning:
-            label += f" ({e.meaning})"
-        source = f"<code>{_e(e.log_group)}</code> / <code>{_e(e.log_stream)}</code>"
-        if e.hma_reason:
-            source += f" (HMA reason {_e(e.hma_reason)})"
-        rows.append((f"<code>{_e(n.instance_id)}</code>", _e(_t(e.time)), _e(_t(e.last_time)), str(e.count),
-                     _e(label), _e(e.class_), _or_dash(e.pci), source, f'<span class="mono">{_e(quote(e.message))}</span>'))
-    return "<h3>GPU errors</h3>" + _table(
-        ("Node", "First", "Last", "Count", "Xid", "Class", "PCI", "Source", "Line (verbatim)"), rows,
-        scroll=len(rows) > 40)
+    for n in worst_first(r.nodes):
+        for e in n.gpu_errors:
+            label = f"Xid {e.code}" if e.code is not None else "—"
+            if e.meaning:
+                label += f" ({e.meaning})"
+            source = f"<code>{_e(e.log_group)}</code> / <code>{_e(e.log_stream)}</code>"
+            if e.hma_reason:
+                source += f" (HMA reason {_e(e.hma_reason)})"
+            rows.append((f"<code>{_e(n.instance_id)}</code>", _e(_t(e.time)), _e(_t(e.last_time)), str(e.count),
+                         _e(label), _e(e.class_), _or_dash(e.pci), source,
+                         f'<span class="mono">{_e(quote(e.message))}</span>'))
+    table = _table(("Node", "First", "Last", "Count", "Xid", "Class", "PCI", "Source", "Line (verbatim)"), rows,
+                   scroll=len(rows) > 40)
+    return "<h3>GPU errors</h3>" + table if table else ""
 
 
 def _timeline(r: Result) -> str:
-    if not r.timeline:
+    rows = [(_e(_t(t.time)), _e(t.source), f"<code>{_e(t.resource)}</code>", _prose(t.what))
+            for t in collapsed_timeline(r.timeline)]
+    if not rows:
         return ""
-    rows = [(_e(_t(t.time)), _e(t.source), f"<code>{_e(t.resource)}</code>", _prose(t.event)) for t in r.timeline]
-    return (f"<h2>Timeline (UTC)</h2><details{' open' if len(rows) <= 30 else ''}><summary>{len(rows)} event(s)"
-            f"</summary>{_table(('Time', 'Source', 'Resource', 'Event'), rows, scroll=len(rows) > 40)}</details>")
+    return (f"<h2>Timeline (UTC)</h2><details{' open' if len(rows) <= 30 else ''}><summary>{len(rows)} row(s), "
+            f"{len(r.timeline)} event(s)</summary>"
+            f"{_table(('Time', 'Source', 'Resource', 'Event'), rows, scroll=len(rows) > 40)}</details>")
 
 
 def _checks(r: Result) -> str:
@@ -587,7 +318,7 @@ def _findings(r: Result) -> str:
         rows = [(_e(s.name), _e(s.status), _prose(s.evidence)) for s in f.steps]
         out.append(f"<h2>{_e(f.question)}</h2><p><b>{_prose(f.answer)}</b>"
                    + (f" — {_e(f.label)}" if f.label else "") + "</p>"
-                   + (_table(("Step", "Status", "Evidence"), rows) if rows else "")
+                   + _table(("Step", "Status", "Evidence"), rows)
                    + (f"<p>Action (not executed): {_prose(f.action)}</p>" if f.action else ""))
     return "".join(out)
 
@@ -610,10 +341,11 @@ def _lists(r: Result) -> str:
 def render_html(result: Result) -> str:
     r = result
     # The picture first: headline, then the heatmap, then the tables it summarises.
-    body = (_header(r) + _verdict(r)
+    # RULES §11: in incident mode the root cause and the branch table come right after the verdict.
+    body = (_header(r) + _verdict(r) + _branches(r)
             + "<h2>GPU error log coverage, hour by hour</h2>" + heatmap(r) + _node_verdicts(r)
             + _checks(r) + _timeline(r) + _capability(r) + _coverage_table(r) + _errors(r)
-            + _branches(r) + _findings(r) + _lists(r))
+            + _findings(r) + _lists(r))
     page = ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
