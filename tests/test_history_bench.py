@@ -55,3 +55,27 @@ def test_json_output_carries_the_figures() -> None:
     assert out.exit_code == 0, out.output
     figures = json.loads(out.output)
     assert figures["config"]["nodes"] == 3 and figures["fill"]["audits"] == 24
+
+
+def test_reboots_never_done_stay_open_in_what_history_shows_and_the_fleet_is_otherwise_the_same() -> None:
+    def run(unrebooted: float) -> dict:
+        return run_history_bench(HistoryBenchConfig(nodes=20, days=4, lookback_days=4, xid_rate=1, silent_rate=0,
+                                                    unrebooted=unrebooted, seed=2))
+
+    done, never = run(0.0), run(1.0)
+    # the same Xids at the same times; only the reboots after them are missing
+    assert done["fill"]["spans_stored"] > never["fill"]["spans_stored"] - 20
+    assert never["shown"]["markdown_open_lines"] > done["shown"]["markdown_open_lines"]
+    assert never["shown"]["html_kb"] > 0 and done["shown"]["markdown_lines"] > 0
+
+
+def test_the_page_height_is_the_browsers_layout() -> None:
+    from gpuaudit.devtools.history_bench import CHROMIUM, page_height
+
+    if not CHROMIUM.exists():
+        pytest.skip("needs /usr/bin/chromium (Debian: apt-get install -y chromium)")
+    csp = "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'\">"
+    page = (f"<!DOCTYPE html><html><head>{csp}<style>body{{margin:0}}</style></head><body>"
+            "<div style='height:4321px'>x</div><details><summary style='height:20px'>s</summary>"
+            "<div style='height:9999px'></div></details></body></html>")
+    assert page_height(page) == 4321 + 20  # the closed <details> adds its summary only

@@ -178,7 +178,23 @@ def test_history_leads_with_open_actions_worst_first_and_states_the_span_found(t
     assert rows == [["| `i-0000000000000000e`", "NOT OBSERVABLE"], ["| `i-0000000000000000b`", "REBOOT"],
                     ["| `i-0000000000000000c`", "none"]]  # the two steady nodes are counted, not listed
     assert "Steady (nothing open, no verdict change): 2 node(s) — LEAVE ALONE 1, no verdict 1" in md
-    assert "open: REBOOT (reboot the node) given at" in md and "in 38 audit(s) since" in md
+    code, one = cli("--cluster", "c", "--history", str(tmp_path), "--node", "i-0000000000000000b")
+    assert code == 0 and "Nodes: 1 — 1 with an action open" in one
+    assert (f"- open: REBOOT (reboot the node) given at {at(1)} in audit a001; no reboot, relaunch or replacement seen "
+            "in 38 audit(s) since") in one
+    assert "latest verdict none (Measured); open: REBOOT" in one
+
+
+def test_a_signal_held_by_many_audits_is_one_timeline_row_and_one_signal(tmp_path: Path) -> None:
+    held = [span("i-1", h, "REBOOT", xid_hour=0) for h in range(1, 25)]  # one Xid in 24 hourly windows
+    SqliteHistory(tmp_path).write([*held, span("i-1", 25, None, reboots=(24,))], 90, T0 + timedelta(hours=26))
+    code, md = cli("--cluster", "c", "--history", str(tmp_path), "--all")
+    assert code == 0
+    rows = [line for line in md.splitlines() if line.startswith(f"| {at(1)} ")]
+    assert len(rows) == 1 and f"| {iso(T0 + timedelta(hours=24))} | 24 | coverage | REBOOT |" in rows[0]
+    assert "hardware signals 1; reboots 1" in md and "done: REBOOT" in md
+    code, text = cli("--cluster", "c", "--history", str(tmp_path), "--format", "json")
+    assert len(json.loads(text)["nodes"][0]["timeline"]) == 25  # the JSON keeps the spans as stored
 
 
 @pytest.mark.parametrize(("args", "expected"), [
@@ -238,3 +254,28 @@ def test_a_view_of_two_thousand_nodes_draws_only_those_open_or_changed() -> None
     page = render_html(read, "c", view)
     assert page.count('class="strip"') == 1 and "Steady nodes, nothing open and no verdict change: 2000" in page
     assert len(render_markdown(read, "c", view).splitlines()) < 40
+
+
+def test_the_history_page_in_a_browser_shows_the_open_reboot_above_the_fold_at_two_thousand_nodes(
+        tmp_path: Path) -> None:
+    from test_html_browser import CHROMIUM, CONSOLE, HEIGHT, WIDTH, exact_pixels, pixels, screenshot
+
+    from gpuaudit.devtools.history_bench import page_height
+
+    if not CHROMIUM.exists():
+        pytest.skip("headless browser check needs /usr/bin/chromium (Debian: apt-get install -y chromium)")
+    spans = [span(f"i-{i:017x}", 1, None, audits=72, through=72) for i in range(2000)]
+    never = "i-00000000000abcdef"  # REBOOT for the 24 audits its Xid was in the window, then never done
+    spans += [span(never, 1, "REBOOT", xid_hour=0, audits=24, through=24), span(never, 25, None, audits=48, through=72)]
+    SqliteHistory(tmp_path).write(spans, 90, T0 + timedelta(hours=73))
+    code, page = cli("--cluster", "c", "--history", str(tmp_path), "--format", "html")
+    assert code == 0
+    (tmp_path / "report.html").write_text(page, encoding="utf-8")
+    png, stderr = screenshot(tmp_path / "report.html", tmp_path)
+    width, height, rows = pixels(png)
+    assert (width, height) == (WIDTH, HEIGHT)
+    assert not [line for line in stderr.splitlines() if CONSOLE.search(line)]
+    reboot_amber = exact_pixels(rows, (0xE6, 0x9F, 0x00))  # the legend swatch is 168 px; the strip's third ~5,000
+    assert reboot_amber > 2000, f"{reboot_amber} REBOOT pixels above the fold: the open action's strip is not shown"
+    height_px = page_height(page)
+    assert height_px is not None and height_px < 1500, f"{height_px} px for 2,000 steady nodes and one open"

@@ -491,12 +491,9 @@ def history_command(
 ) -> None:
     """Each node across audits, worst first, leading with the actions still open: verdicts, hardware-class Xids,
     reboots, coverage (fleet memory)."""
-    from datetime import timedelta
 
-    from gpuaudit.history import HistoryUnreadable
+    from gpuaudit.history import HistoryUnreadable, render_history
     from gpuaudit.model.evidence import InstanceId
-    from gpuaudit.report import history as history_report
-    from gpuaudit.rules.history import actions_by_node
 
     try:
         if not cluster or not cluster.strip():
@@ -526,15 +523,8 @@ def history_command(
         if not everything.spans:
             flag = f"--node {node}" if node else f"--cluster {cluster}"
             raise UserError(f"{flag}: no audit of it is recorded in --history {history}")
-        until = max(s.through for s in everything.spans)
-        since = until - timedelta(days=days)
-        # every span read: an action given before the look-back and never done is still open (the view draws the
-        # look-back only)
-        view = history_report.HistoryView(since=since, until=until, days=days, verdicts=verdicts,
-                                          open_only=open_only, changed_only=changed, show_all=show_all or bool(node),
-                                          actions=actions_by_node(everything.spans))
-        text = {"md": history_report.render_markdown, "json": history_report.render_json,
-                "html": history_report.render_html}[fmt](everything, cluster, view)
+        text = render_history(everything, cluster, fmt, days, verdicts=verdicts, open_only=open_only,
+                              changed=changed, show_all=show_all or bool(node))
         if out is not None:
             out.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
             err.print(f"wrote {out}")
@@ -691,12 +681,14 @@ def bench_history(
     lookback_days: Annotated[int, typer.Option(help="How far back the measured audit reads")] = 30,
     xid_rate: Annotated[float, typer.Option(help="Hardware-class Xids per node-day")] = 0.05,
     silent_rate: Annotated[float, typer.Option(help="Kernel-stream silences per node-day")] = 0.01,
+    unrebooted: Annotated[float, typer.Option(help="Share of the REBOOTs never done (their action stays open)")] = 0.05,
     seed: Annotated[int, typer.Option(help="Generator seed")] = 0,
     moto: Annotated[bool, typer.Option(help="Also put the spans in the findings table in moto and read them back "
                                             "(checks the DynamoDB figures; slow)")] = False,
     fmt: Annotated[str, typer.Option("--format", help="table | json")] = "table",
 ) -> None:
-    """Fleet memory benchmark: what one audit's history read costs (items, requests, wall, memory)."""
+    """Fleet memory benchmark: what one audit's history read costs (items, requests, wall, memory), and what
+    `gpuaudit history` shows of it (Markdown lines, HTML size and height)."""
     import json as _json
 
     from gpuaudit.devtools.history_bench import HistoryBenchConfig, render_history_table, run_history_bench
@@ -704,7 +696,7 @@ def bench_history(
     if fmt not in ("table", "json"):
         _fail(f"--format must be table or json; got {fmt!r}", EXIT_BAD_INPUT)
     config = HistoryBenchConfig(nodes=nodes, days=days, lookback_days=lookback_days, xid_rate=xid_rate,
-                                silent_rate=silent_rate, seed=seed, moto=moto)
+                                silent_rate=silent_rate, unrebooted=unrebooted, seed=seed, moto=moto)
     try:
         config.check()
     except ValueError as exc:

@@ -41,7 +41,7 @@ from gpuaudit.model.history import (
 )
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
-from gpuaudit.rules.history import entries_for
+from gpuaudit.rules.history import actions_by_node, entries_for
 from gpuaudit.rules.nodes import reboots_by_node
 from gpuaudit.sinks import DYNAMODB_THREADS, put_all
 
@@ -324,3 +324,22 @@ def record(store: HistoryStore, result: Result, evidence: Evidence, retention_da
     """After judging: this audit's entry per node, folded into each node's latest span when nothing changed."""
     entries = entries_for(result, evidence, reboots_by_node(evidence))
     return store.write(merged(entries, latest_spans(evidence.history)), retention_days, evidence.now)
+
+
+# --------------------------------------------------------------------------- `gpuaudit history`
+
+
+def render_history(everything: HistoryRead, cluster: str, fmt: str, days: int, *,
+                   verdicts: frozenset[str] = frozenset(), open_only: bool = False, changed: bool = False,
+                   show_all: bool = False) -> str:
+    """What `gpuaudit history` prints (md, json, html) from every span read of a cluster: the look-back is `days`
+    before its latest audit; the actions are judged on every span read (rules.history.actions_by_node), so one given
+    before the look-back and never done is still open."""
+    from gpuaudit.report import history as report
+
+    until = max((s.through for s in everything.spans), default=everything.until)
+    view = report.HistoryView(since=until - timedelta(days=days), until=until, days=days, verdicts=verdicts,
+                              open_only=open_only, changed_only=changed, show_all=show_all,
+                              actions=actions_by_node(everything.spans))
+    render = {"md": report.render_markdown, "json": report.render_json, "html": report.render_html}[fmt]
+    return render(everything, cluster, view)

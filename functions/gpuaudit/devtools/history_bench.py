@@ -10,7 +10,13 @@ a fleet behaves:
 * a hardware-class Xid arrives at `xid_rate` per node-day; every audit whose 24-hour window holds it
   carries it (verdict REBOOT), then the node reboots once and is quiet again — an entry with an Xid or a
   reboot is never merged, so such a node costs one item per audit for a day;
-* at `silent_rate` per node-day a node's kernel stream goes silent for `silent_hours` (NOT OBSERVABLE).
+* at `silent_rate` per node-day a node's kernel stream goes silent for `silent_hours` (NOT OBSERVABLE);
+* a share `unrebooted` of the REBOOTs is never done: the Xid leaves the window, no reboot follows, and the
+  action stays open (rules.history.actions_of) — what on-call must still see.
+
+What `gpuaudit history` shows of that fleet is measured too (issue #37): the Markdown's lines, the HTML's bytes
+and, with Debian's Chromium at /usr/bin/chromium, the HTML page's height as the browser lays it out at 1,400 px
+wide (a copy of the page with one script that writes `scrollHeight` into the DOM, read with `--dump-dom`).
 
 The store is filled once; the node's latest span is carried in memory between the filling audits (what the
 pipeline reads back each hour is what it wrote). Then one audit reads the look-back as the pipeline does
@@ -26,6 +32,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
+import subprocess
 import tempfile
 import time
 import tracemalloc
@@ -34,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.history import SQLITE_FILE, DynamoHistory, SqliteHistory, history_item
+from gpuaudit.history import SQLITE_FILE, DynamoHistory, SqliteHistory, history_item, render_history
 from gpuaudit.model.history import (
     DEFAULT_LOOKBACK_DAYS,
     MAX_SPAN,
@@ -59,6 +67,7 @@ class HistoryBenchConfig:
     xid_rate: float = 0.05  # hardware-class Xids per node-day
     silent_rate: float = 0.01  # kernel stream silences per node-day
     silent_hours: int = 6
+    unrebooted: float = 0.05  # share of REBOOTs never done (the action stays open)
     seed: int = 0
     moto: bool = False  # also put every span in the findings table (moto) and read it with DynamoHistory
 
@@ -72,6 +81,8 @@ class HistoryBenchConfig:
         for name, rate in (("--xid-rate", self.xid_rate), ("--silent-rate", self.silent_rate)):
             if not 0 <= rate <= 24:
                 raise ValueError(f"{name} must be 0..24 per node-day; got {rate}")
+        if not 0 <= self.unrebooted <= 1:
+            raise ValueError(f"--unrebooted must be 0..1 (a share of the REBOOTs); got {self.unrebooted}")
 
 
 def node_ids(nodes: int) -> list[str]:
@@ -81,19 +92,22 @@ def node_ids(nodes: int) -> list[str]:
 @dataclass
 class _NodeState:
     xid_at: datetime | None = None  # the Xid in the current audit's window
+    never_rebooted: bool = False  # this Xid's REBOOT is never done
     rebooted_at: datetime | None = None  # to be reported by the next audit
     silent_until: datetime | None = None
 
 
 def _entries(config: HistoryBenchConfig, rng: random.Random, states: list[_NodeState], audit: int,
-             when: datetime) -> list[HistorySpan]:
+             when: datetime, undone: random.Random) -> list[HistorySpan]:
     audit_id = f"a{audit:05d}"
     out = []
     for node_id, state in zip(node_ids(len(states)), states, strict=True):
         if state.xid_at is not None and when - state.xid_at >= timedelta(hours=XID_WINDOW_HOURS):
-            state.xid_at, state.rebooted_at = None, when  # the REBOOT was acted on: one reboot, then quiet
+            # the REBOOT was acted on (one reboot, then quiet), or never: the Xid leaves the window all the same
+            state.xid_at, state.rebooted_at = None, None if state.never_rebooted else when
         elif state.xid_at is None and rng.random() < config.xid_rate / 24:
             state.xid_at = when - timedelta(minutes=rng.randint(1, 59))
+            state.never_rebooted = undone.random() < config.unrebooted  # its own generator: the fleet stays the same
         if state.silent_until is None and rng.random() < config.silent_rate / 24:
             state.silent_until = when + timedelta(hours=config.silent_hours)
         silent = state.silent_until is not None and when < state.silent_until
@@ -112,7 +126,7 @@ def _entries(config: HistoryBenchConfig, rng: random.Random, states: list[_NodeS
 
 def fill(config: HistoryBenchConfig, store: HistoryStore) -> dict[str, Any]:
     """Every hourly audit of `days`, written through the store's own merge-and-write path."""
-    rng = random.Random(config.seed)
+    rng, undone = random.Random(config.seed), random.Random(config.seed + 1)
     states = [_NodeState() for _ in range(config.nodes)]
     latest: dict[str, HistorySpan] = {}
     puts = 0
@@ -120,7 +134,7 @@ def fill(config: HistoryBenchConfig, store: HistoryStore) -> dict[str, Any]:
     audits = config.days * 24
     for audit in range(audits):
         when = START + timedelta(hours=audit + 1)
-        spans = merged(_entries(config, rng, states, audit, when), latest)
+        spans = merged(_entries(config, rng, states, audit, when, undone), latest)
         puts += len(spans)
         store.write(spans, RETENTION_DAYS, when)
         latest.update((s.instance_id, s) for s in spans)
@@ -186,24 +200,65 @@ def _spans_key(spans: list[HistorySpan]) -> list[str]:
     return sorted(s.model_dump_json() for s in spans)
 
 
+CHROMIUM = Path("/usr/bin/chromium")
+PAGE_WIDTH = 1400
+_HEIGHT = re.compile(r'data-page-height="(\d+)"')
+
+
+def page_height(html: str, chromium: Path = CHROMIUM) -> int | None:
+    """The page's height in CSS px as Chromium lays it out at PAGE_WIDTH (closed `<details>` stay closed); None
+    without Chromium. The measured copy drops the page's CSP and adds one script that writes `scrollHeight` into the
+    DOM, which `--dump-dom` prints once the page has loaded."""
+    if not chromium.exists():
+        return None
+    probe = ("<script>window.addEventListener('load',function(){document.body.setAttribute('data-page-height',"
+             "String(document.documentElement.scrollHeight))})</script>")
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html).replace("</body>", probe + "</body>")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "page.html"
+        path.write_text(page, encoding="utf-8")
+        run = subprocess.run(
+            [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={Path(folder) / 'profile'}", f"--window-size={PAGE_WIDTH},1000",
+             "--virtual-time-budget=30000", "--dump-dom", path.as_uri()],
+            capture_output=True, text=True, timeout=600, check=False)
+    found = _HEIGHT.search(run.stdout)
+    if run.returncode != 0 or found is None:
+        raise RuntimeError(f"chromium could not measure the page (exit {run.returncode}): {run.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def shown(config: HistoryBenchConfig, everything: HistoryRead) -> dict[str, Any]:
+    """What `gpuaudit history --days <look-back>` prints of the fleet: Markdown lines, HTML bytes and height."""
+    markdown = render_history(everything, CLUSTER, "md", config.lookback_days)
+    html = render_history(everything, CLUSTER, "html", config.lookback_days)
+    opened = render_history(everything, CLUSTER, "md", config.lookback_days, open_only=True)
+    return {"markdown_lines": len(markdown.splitlines()), "markdown_open_lines": len(opened.splitlines()),
+            "html_kb": round(len(html.encode()) / 1024), "html_height_px": page_height(html),
+            "chromium": CHROMIUM.exists()}
+
+
 def run_history_bench(config: HistoryBenchConfig) -> dict[str, Any]:
     config.check()
     with tempfile.TemporaryDirectory() as folder:
         sqlite = SqliteHistory(Path(folder))
         filled = fill(config, sqlite)
         now = filled.pop("now")
-        stored = sqlite.read(CLUSTER, None, START - timedelta(days=1), now).spans
+        everything = sqlite.read(CLUSTER, None, START - timedelta(days=1), now)
+        stored = everything.spans
         read, sqlite_figures = read_once(sqlite, config, now)
         sqlite_figures["file_mb"] = round((Path(folder) / SQLITE_FILE).stat().st_size / 2**20, 1)
     ids = node_ids(config.nodes)
     figures: dict[str, Any] = {
         "config": {"nodes": config.nodes, "days": config.days, "lookback_days": config.lookback_days,
                    "xid_rate": config.xid_rate, "silent_rate": config.silent_rate,
-                   "silent_hours": config.silent_hours, "seed": config.seed},
+                   "silent_hours": config.silent_hours, "unrebooted": config.unrebooted, "seed": config.seed},
         "fill": {**filled, "spans_stored": len(stored)},
         "sqlite": sqlite_figures,
         "dynamodb": dynamodb_read_cost(stored, ids, now - timedelta(days=config.lookback_days), now),
         "spans_per_node": round(len(read.spans) / config.nodes, 2),
+        "shown": shown(config, everything),
     }
     if config.moto:
         dyn_read, figures["dynamodb_moto"] = _dynamodb_read(config, stored, now)
@@ -238,3 +293,7 @@ def render_history_table(figures: dict[str, Any], console: Any) -> None:
                   f"{figures['spans_per_node']} spans per node in the look-back; DynamoDB items read "
                   f"{dy['item_mb_read']} MB; same spans from both stores: "
                   f"{'not checked (--moto)' if same is None else ('yes' if same else 'NO')}")
+    sh = figures["shown"]
+    height = f"{sh['html_height_px']:,} px tall" if sh["html_height_px"] is not None else "height not measured (no Chromium)"
+    console.print(f"`gpuaudit history --days {c['lookback_days']}`: Markdown {sh['markdown_lines']:,} lines "
+                  f"(--open {sh['markdown_open_lines']:,}); HTML {sh['html_kb']:,} KB, {height} at {PAGE_WIDTH} px wide")

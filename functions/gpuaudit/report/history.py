@@ -8,7 +8,7 @@ the window still ranks as REBOOT). Nodes with nothing open and no verdict change
 drawn (`--all` lists them; the JSON always keeps every node). The header states the span of the audits actually
 found, beside the look-back asked for.
 
-Markdown (open actions, one row per node, timelines of the nodes with an action open), JSON
+Markdown (open actions, one row per node; timelines for `--node` or `--all`, held signals one row), JSON
 (`gpu-audit-history/1`) and HTML (open actions first, then one strip per node under a date axis: a segment per span
 coloured and labelled by its verdict, hatched where coverage was Not observable, a triangle per hardware-class Xid,
 a bar per reboot; the steady nodes in a closed `<details>`). Everything in the history came from audited accounts:
@@ -40,6 +40,14 @@ AXIS_TICKS = 16  # at most this many labelled ticks on the date axis
 OPEN_LABEL = ' class="open"'  # a node with an action open: its label in bold
 
 
+def _signal_key(x: HistoryXid) -> tuple[int | None, str | None, str | None, datetime]:
+    return (x.code, x.signal, x.pci, x.first)
+
+
+def _signals_of(span: HistorySpan) -> set[tuple[int | None, str | None, str | None, datetime]]:
+    return {_signal_key(x) for x in span.xids}
+
+
 @dataclass(frozen=True)
 class NodeHistory:
     """One node's spans in time order and the actions its audits asked for."""
@@ -61,6 +69,31 @@ class NodeHistory:
     def standing(self) -> str | None:
         """What the node stands at for on-call: the worst of its open actions and its latest verdict."""
         return min([*(a.verdict for a in self.open), self.latest], key=verdict_rank)
+
+    @property
+    def rows(self) -> list[HistorySpan]:
+        """The spans as a person reads them: consecutive spans in the same state holding the same signals (one Xid
+        repeated by every audit whose window holds it) shown as one row. The JSON keeps the spans as stored."""
+        rows: list[HistorySpan] = []
+        for span in self.spans:
+            last = rows[-1] if rows else None
+            if (last is not None and last.same_state(span) and _signals_of(last) == _signals_of(span)
+                    and span.audit_time >= last.through):
+                lasts = {_signal_key(x): x.last for x in span.xids}
+                rows[-1] = last.model_copy(update={
+                    "through": span.through, "last_audit_id": span.last_audit_id, "audits": last.audits + span.audits,
+                    "reboots": sorted({*last.reboots, *span.reboots}), "gaps": max(last.gaps, span.gaps),
+                    "done_said": span.done_said or last.done_said,
+                    "xids": [x.model_copy(update={"last": max(x.last, lasts.get(_signal_key(x), x.last))})
+                             for x in last.xids]})
+            else:
+                rows.append(span)
+        return rows
+
+    @property
+    def signals(self) -> int:
+        """Distinct hardware signals (an Xid held in many audits' windows counts once)."""
+        return len({_signal_key(x) for s in self.spans for x in s.xids})
 
     @property
     def changes(self) -> int:
@@ -144,7 +177,7 @@ def verdict_text(span: HistorySpan) -> str:
 
 def summary_line(spans: list[HistorySpan], actions: Sequence[Action] = ()) -> str:
     node = NodeHistory(spans[0].instance_id, spans, list(actions))
-    xids = sum(len(s.xids) for s in spans)
+    xids = node.signals
     reboots = len({r for s in spans for r in s.reboots})
     standing = node.open
     return (f"{sum(s.audits for s in spans)} audit(s) in {len(spans)} span(s); verdict changes {node.changes}; "
@@ -173,7 +206,9 @@ def _age(since: datetime, until: datetime) -> str:
 
 
 def _open_rows(nodes: Sequence[NodeHistory], until: datetime) -> list[tuple[NodeHistory, Action, str]]:
-    return [(n, a, _age(a.given.audit_time, until)) for n in nodes for a in n.open]
+    """Every open action, worst verdict first, then the longest open (the forgotten ones before today's)."""
+    rows = [(n, a, _age(a.given.audit_time, until)) for n in nodes for a in n.open]
+    return sorted(rows, key=lambda r: (verdict_rank(r[1].verdict), r[1].given.audit_time, r[0].instance_id))
 
 
 def header(read: HistoryRead, nodes: Sequence[NodeHistory], view: HistoryView) -> list[str]:
@@ -243,17 +278,18 @@ def render_markdown(read: HistoryRead, cluster: str, view: HistoryView | None = 
                   "| Node | Standing | Latest verdict | Actions asked | Verdict changes | Hardware signals | Reboots | "
                   "Audits |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {md_code(n.instance_id)} | {n.standing or 'none'} | {md_cell(verdict_text(n.spans[-1]))} | "
-                  f"{actions_asked(n) or '—'} | {n.changes} | {sum(len(s.xids) for s in n.spans)} | "
+                  f"{actions_asked(n) or '—'} | {n.changes} | {n.signals} | "
                   f"{len({r for s in n.spans for r in s.reboots})} | {sum(s.audits for s in n.spans)} |" for n in listed]
     steady = _steady_counts(nodes)
     if steady and not view.show_all:
         lines += ["", f"Steady (nothing open, no verdict change): {sum(c for _, c in steady)} node(s) — "
                   + ", ".join(f"{v} {c}" for v, c in steady) + " (`--all` lists them; `--format json` has every node)"]
-    timelines = nodes if (view.show_all or len(nodes) == 1) else [n for n in nodes if n.open]
-    for n in timelines:
+    if listed and not (view.show_all or len(nodes) == 1):
+        lines += ["", "One node's timeline: `--node <instance-id>`; every node's: `--all`."]
+    for n in nodes if (view.show_all or len(nodes) == 1) else []:
         lines += ["", f"## {md_code(n.instance_id)}", "", md_inline(summary_line(n.spans, n.actions))]
         lines += [f"- {md_inline(action_text(a))}" for a in n.actions]
-        lines += ["", *_span_rows(n.spans)]
+        lines += ["", *_span_rows(n.rows)]
     return redact("\n".join(lines)) + "\n"
 
 
@@ -324,7 +360,8 @@ class Axis:
     def ticks(self) -> list[datetime]:
         """Tick times on whole hours/days: the smallest step giving at most AXIS_TICKS ticks."""
         length = self.end - self.start
-        step = next((s for s in AXIS_STEPS if length / s <= AXIS_TICKS), AXIS_STEPS[-1])
+        steps = [s for s in AXIS_STEPS if length <= timedelta(days=2) or s >= timedelta(days=1)]  # days: dates only
+        step = next((s for s in steps if length / s <= AXIS_TICKS), steps[-1])
         unit = int(step.total_seconds()) if step <= timedelta(days=1) else 86400  # on multiples of the step, or days
         first = datetime.fromtimestamp(-(-int(self.start.timestamp()) // unit) * unit, tz=self.start.tzinfo)
         out = []
@@ -353,7 +390,7 @@ def strip(node: NodeHistory, axis: Axis) -> str:
              "</title></rect>",
              f'<text x="0" y="{STRIP_H - 2}"{OPEN_LABEL if node.open else ""}><title>{title}</title>'
              f"{_e(node.instance_id)}</text>"]
-    for s in node.spans:
+    for s in node.rows:
         x0, x1 = axis.x(s.audit_time), axis.x(s.through)
         width = max(x1 - x0, 2.0)
         said = _e(f"{verdict_text(s)} · {s.xid_status} · {s.audits} audit(s) {iso(s.audit_time)} → "
@@ -432,12 +469,12 @@ def render_html(read: HistoryRead, cluster: str, view: HistoryView | None = None
         else:
             body.append(f"<p>Steady nodes, nothing open and no verdict change: {len(steady)} ({_e(said)}). "
                         "<code>--all</code> draws them; <code>--format json</code> has every node.</p>")
-    timelines = nodes if (view.show_all or len(nodes) == 1) else with_open
+    timelines = nodes if (view.show_all or len(nodes) == 1) else []
     if timelines:
         body.append(f"<h2>Timelines ({len(timelines)})</h2>" + "".join(
             f"<details{' open' if len(timelines) == 1 else ''}><summary><code>{_e(n.instance_id)}</code> — "
             f"{_e(summary_line(n.spans, n.actions))}</summary><ul>"
-            + "".join(f"<li>{_e(action_text(a))}</li>" for a in n.actions) + f"</ul>{_span_table(n.spans)}</details>"
+            + "".join(f"<li>{_e(action_text(a))}</li>" for a in n.actions) + f"</ul>{_span_table(n.rows)}</details>"
             for n in timelines))
     page = ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
