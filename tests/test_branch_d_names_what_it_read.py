@@ -74,3 +74,40 @@ def test_hyperpod_names_the_cluster_vpc_security_group() -> None:
     w.cluster_metrics(at(-48), at(12, 25))
     d = _d(w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL))
     assert SG in d.evidence and "VpcConfig" in d.evidence
+
+
+DEFAULT_EGRESS = [{"IpProtocol": "-1", "UserIdGroupPairs": [], "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
+
+
+def test_the_default_all_traffic_egress_reaches_the_group_in_branch_d_as_in_p7() -> None:
+    """RULES §8 D layer 4 asks for traffic to and from the group itself: all traffic to 0.0.0.0/0 (a new security
+    group's default egress rule) reaches the group's members, so it is no missing rule. The incident's branch D and
+    the pre-flight's P7 read the same group and must say the same (a result never contradicts itself)."""
+    w = _pcluster(inbound=True, outbound=False)
+    w.section("ec2", "security_groups")[-1]["IpPermissionsEgress"] = DEFAULT_EGRESS
+    d = _d(w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL))
+    assert SG in d.evidence and "0.0.0.0/0" in d.evidence
+    assert "precondition failure" not in d.evidence and "no all-traffic outbound rule" not in d.evidence
+    p7 = next(c for c in w.audit(w.cluster, mode="preflight", since=SINCE, until=UNTIL).checks if c.id == "P7")
+    assert "no outbound rule" not in p7.evidence and SG in p7.evidence
+
+
+def test_no_outbound_rule_at_all_is_still_a_precondition_failure_in_both() -> None:
+    w = _pcluster(inbound=True, outbound=False)  # egress: tcp 443 to 10.0.0.0/16 only
+    d = _d(w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL))
+    assert "no all-traffic outbound rule" in d.evidence and "precondition failure" in d.evidence
+    p7 = next(c for c in w.audit(w.cluster, mode="preflight", since=SINCE, until=UNTIL).checks if c.id == "P7")
+    assert p7.result == "FAIL"
+
+
+def test_hyperpod_default_egress_is_no_missing_rule_but_says_the_risk() -> None:
+    w = HyperPodWorld(gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    w.described["VpcConfig"] = {"SecurityGroupIds": [SG], "Subnets": ["subnet-0123456789abcdef0"]}
+    w.section("ec2", "security_groups").append({"GroupId": SG, "GroupName": "hp-efa", "VpcId": "vpc-0abc",
+                                                "IpPermissions": _rules(True), "IpPermissionsEgress": DEFAULT_EGRESS})
+    w.cluster_metrics(at(-48), at(12, 25))
+    d = _d(w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL))
+    assert "precondition failure" not in d.evidence
+    assert "RISK" in d.evidence and "P15" in d.evidence
+    p15 = next(c for c in w.audit(w.cluster, mode="preflight", since=SINCE, until=UNTIL).checks if c.id == "P15")
+    assert p15.result == "RISK"

@@ -41,6 +41,11 @@ def sg_sets(ctx: Context) -> tuple[list[tuple[str, list[SecurityGroupInfo]]], st
     return [(f"nodes {id_list(nodes)}", [by_id[i] for i in ids if i in by_id]) for ids, nodes in sets.items()], None
 
 
+def open_egress(sg: SecurityGroupInfo) -> bool:
+    """An all-traffic outbound rule to 0.0.0.0/0 (the default egress rule of a new security group)."""
+    return any(r.protocol == "-1" and "0.0.0.0/0" in r.cidrs for r in sg.egress)
+
+
 def sg_names(sgs: list[SecurityGroupInfo]) -> str:
     return ", ".join(f"`{g.group_id}` ({g.group_name})" if g.group_name else f"`{g.group_id}`" for g in sgs) or "none"
 
@@ -58,11 +63,18 @@ def sg_step(ctx: Context) -> FindingStep:
             continue
         inbound = [g for g in sgs if self_rule(g, g.ingress)]
         outbound = [g for g in sgs if self_rule(g, g.egress)]
+        opened = [g for g in sgs if open_egress(g)]  # all traffic to 0.0.0.0/0 reaches the group's members too
         if inbound and outbound:
             parts.append(("Cleared", f"{where}: {sg_names(sgs)} — all-traffic rules naming "
                                      f"{sg_names(inbound[:1])} inbound and {sg_names(outbound[:1])} outbound"))
+        elif inbound and opened:
+            risk = (" — on a HyperPod EFA cluster this is a RISK (documented to fail EFA health checks; P15)"
+                    if ctx.hyperpod else "")
+            parts.append(("Cleared", f"{where}: {sg_names(sgs)} — all-traffic inbound rule naming "
+                                     f"{sg_names(inbound[:1])}; outbound reaches the group through all traffic to "
+                                     f"0.0.0.0/0 on {sg_names(opened[:1])}, not a self rule{risk}"))
         else:
-            missing = " and ".join(d for d, ok in (("inbound", inbound), ("outbound", outbound)) if not ok)
+            missing = " and ".join(d for d, ok in (("inbound", inbound), ("outbound", outbound or opened)) if not ok)
             parts.append(("Blocked", f"{where}: {sg_names(sgs)} — no all-traffic {missing} rule naming the group "
                                      "itself (EFA needs both)"))
     return merge(name, parts)

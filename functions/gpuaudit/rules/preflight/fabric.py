@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.model.evidence import (
     RouteTableInfo,
-    SecurityGroupInfo,
 )
 from gpuaudit.model.result import Check, NcclTransport
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.capacity import need_per_node
 from gpuaudit.rules.context import Context, id_list
-from gpuaudit.rules.fabric import NCCL_COMMAND, self_rule, sg_names, sg_sets
+from gpuaudit.rules.fabric import NCCL_COMMAND, open_egress, self_rule, sg_names, sg_sets
 from gpuaudit.rules.preflight.common import Part, combine, make_check
 
 if TYPE_CHECKING:
@@ -23,10 +22,6 @@ FABRIC_MANAGER_FAILED = re.compile(r"(?i)(fabric ?manager|nvidia-fabricmanager)[
                                    r"core-dump)|Failed to start[^\n]*fabric ?manager")
 BOOTSTRAP_FAILED = re.compile(r"Found the following bootstrap failure nodes|Node bootstrap error|protected mode|"
                               r"bootstrap failure")
-
-
-def _open_egress(sg: SecurityGroupInfo) -> bool:
-    return any(r.protocol == "-1" and "0.0.0.0/0" in r.cidrs for r in sg.egress)
 
 
 def _efa_types(ctx: Context) -> tuple[list[str], list[str]]:
@@ -57,7 +52,7 @@ def p7(ctx: Context) -> Check:
     for where, sgs in sets:
         inbound = [g for g in sgs if self_rule(g, g.ingress)]
         outbound = [g for g in sgs if self_rule(g, g.egress)]
-        opened = [g for g in sgs if _open_egress(g)]
+        opened = [g for g in sgs if open_egress(g)]
         names = sg_names(sgs)
         if not inbound:
             target = sgs[0].group_id if sgs else "<sg>"
@@ -219,7 +214,7 @@ def p15(ctx: Context) -> Check:
         return make_check("P15", "Not checked", f"outbound rules: {unread}", f"Re-run with read access: {unread}")
     where, sgs = sets[0]
     outbound = [g for g in sgs if self_rule(g, g.egress)]
-    opened = [g for g in sgs if _open_egress(g)]
+    opened = [g for g in sgs if open_egress(g)]
     if outbound:
         return make_check("P15", "PASS", f"{where}: outbound self-referencing all-traffic rule on {sg_names(outbound)}")
     target = (opened or sgs)[0].group_id if (opened or sgs) else "<sg>"
