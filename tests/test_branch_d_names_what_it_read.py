@@ -100,14 +100,15 @@ def test_no_outbound_rule_at_all_is_still_a_precondition_failure_in_both() -> No
     assert p7.result == "FAIL"
 
 
-def test_hyperpod_default_egress_is_no_missing_rule_but_says_the_risk() -> None:
+def test_hyperpod_default_egress_instead_of_the_self_rule_is_named_as_documented_to_fail() -> None:
+    """On HyperPod EFA clusters the 0.0.0.0/0 egress instead of the self rule is documented to fail the EFA health
+    checks (§8 D layer 4): D keeps it a missing rule and says why, the pre-flight's P15 flags it."""
     w = HyperPodWorld(gpu_nodes=1, gpu_type="ml.p5.48xlarge")
     w.described["VpcConfig"] = {"SecurityGroupIds": [SG], "Subnets": ["subnet-0123456789abcdef0"]}
     w.section("ec2", "security_groups").append({"GroupId": SG, "GroupName": "hp-efa", "VpcId": "vpc-0abc",
                                                 "IpPermissions": _rules(True), "IpPermissionsEgress": DEFAULT_EGRESS})
     w.cluster_metrics(at(-48), at(12, 25))
     d = _d(w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL))
-    assert "precondition failure" not in d.evidence
-    assert "RISK" in d.evidence and "P15" in d.evidence
+    assert "no all-traffic outbound rule" in d.evidence and "0.0.0.0/0" in d.evidence and "P15" in d.evidence
     p15 = next(c for c in w.audit(w.cluster, mode="preflight", since=SINCE, until=UNTIL).checks if c.id == "P15")
     assert p15.result == "RISK"

@@ -67,14 +67,16 @@ def sg_step(ctx: Context) -> FindingStep:
         if inbound and outbound:
             parts.append(("Cleared", f"{where}: {sg_names(sgs)} — all-traffic rules naming "
                                      f"{sg_names(inbound[:1])} inbound and {sg_names(outbound[:1])} outbound"))
-        elif inbound and opened:
-            risk = (" — on a HyperPod EFA cluster this is a RISK (documented to fail EFA health checks; P15)"
-                    if ctx.hyperpod else "")
+        elif inbound and opened and not ctx.hyperpod:
             parts.append(("Cleared", f"{where}: {sg_names(sgs)} — all-traffic inbound rule naming "
                                      f"{sg_names(inbound[:1])}; outbound reaches the group through all traffic to "
-                                     f"0.0.0.0/0 on {sg_names(opened[:1])}, not a self rule{risk}"))
+                                     f"0.0.0.0/0 on {sg_names(opened[:1])}"))
         else:
-            missing = " and ".join(d for d, ok in (("inbound", inbound), ("outbound", outbound or opened)) if not ok)
+            # HyperPod: all traffic to 0.0.0.0/0 instead of the self rule is documented to fail its EFA health checks
+            missing = " and ".join(d for d, ok in (("inbound", inbound),
+                                                   ("outbound", outbound or (opened and not ctx.hyperpod))) if not ok)
+            instead = (f"; outbound only through all traffic to 0.0.0.0/0 on {sg_names(opened[:1])}, documented to "
+                       "fail HyperPod's EFA health checks (P15)" if ctx.hyperpod and opened and not outbound else "")
             parts.append(("Blocked", f"{where}: {sg_names(sgs)} — no all-traffic {missing} rule naming the group "
-                                     "itself (EFA needs both)"))
+                                     f"itself (EFA needs both){instead}"))
     return merge(name, parts)
