@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import httpx2
 import jsonschema
+import pytest
 import uvicorn
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -29,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gpuaudit.agent.http import PATH, http_app
 from gpuaudit.agent.local_backend import LocalBackend
+from gpuaudit.agent.schema import AuditInput, ToolProblem
 from gpuaudit.agent.server import build_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,3 +244,45 @@ def test_http_client_calls_every_tool_and_protocol_errors(tmp_path: Path) -> Non
         assert stream.status_code == 405 and stream.headers["allow"] == "POST"
         foreign = httpx2.post(url, headers={**post, "host": "attacker.example"}, json=listing)
         assert foreign.status_code == 421  # DNS rebinding: only the loopback host is served
+
+
+def test_answers_stay_bounded_however_large_the_result(tmp_path: Path) -> None:
+    """A 1,000-node result with long evidence, gaps and next steps (a 6 MB document) is answered with a
+    summary and pages of bounded size; the whole result is only at result_location."""
+    from gpuaudit.agent.schema import NODE_PAGE_MAX, node_page, summarise
+    from gpuaudit.progress import Silent
+
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    result, _, _ = backend.run_audit(AuditInput(cluster=CLUSTER, last="24h").request(), Silent())
+    long = "evidence " * 700
+    nodes = [n.model_copy(update={"instance_id": f"i-{i:017x}", "verdict_evidence": long})
+             for i in range(1_000) for n in result.nodes[:1]]
+    big = result.model_copy(update={"nodes": nodes, "visibility_gaps": [long] * 50, "actions": [long] * 50})
+    assert len(big.to_json()) > 5_000_000
+    summary = summarise(big, "/somewhere/result.json", None).model_dump_json()
+    assert len(summary) < 40_000
+    page = node_page(big, 0, NODE_PAGE_MAX).model_dump_json()
+    assert len(page) < NODE_PAGE_MAX * 700  # a row: its reason cut to 400 characters, and its fields
+    assert len(node_page(big, 900, NODE_PAGE_MAX).nodes) == 100
+
+
+@pytest.mark.parametrize(("flag", "env_profile", "code"), [("no-such-profile", None, 2), (None, "no-such-profile", 3)])
+def test_account_access_problems_are_the_clis_messages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       flag: str | None, env_profile: str | None, code: int) -> None:
+    """A bad --profile (exit 2) or AWS_PROFILE (exit 3): the tool's error is the CLI's message for the same setting."""
+    config = tmp_path / "aws-config"
+    config.write_text("[default]\nregion = us-west-2\n", encoding="utf-8")
+    settings = {"AWS_CONFIG_FILE": str(config), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                **({"AWS_PROFILE": env_profile} if env_profile else {})}
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    if not env_profile:
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+    done = subprocess.run([sys.executable, "-m", "gpuaudit", "audit", "--cluster", CLUSTER, "--quiet",
+                           *(["--profile", flag] if flag else [])],
+                          env={**env(), **settings}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    backend = LocalBackend(results_dir=tmp_path / "results", profile=flag)
+    with pytest.raises(ToolProblem) as raised:
+        backend.clusters()
+    assert " ".join(done.stderr.split()).removeprefix("gpuaudit: ") == " ".join(str(raised.value).split())
