@@ -20,7 +20,7 @@ from gpuaudit.pipeline import run_audit
 from gpuaudit.report.fleet import EVERY_NODE_UP_TO
 from gpuaudit.report.html import render_html
 from gpuaudit.rules.actions import NAMED_UP_TO
-from tests.helpers.worlds import Node, PClusterWorld, at
+from tests.helpers.worlds import ACCOUNT, Node, PClusterWorld, at
 
 PREFLIGHT_WORLD = Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-preflight-risks.world.json"
 
@@ -248,3 +248,48 @@ def test_the_html_at_fleet_size_groups_nodes_per_verdict_worst_first_and_prints_
     # the tables the Markdown counts are counted here too, and none is empty
     assert "<tbody></tbody>" not in page
     assert f"| {len(w.compute)} node(s): " not in page and f"{len(w.compute)} node(s): " in page
+
+
+def reserved_fleet(nodes: int, with_series: bool) -> PClusterWorld:
+    """`nodes` P5 nodes on one Capacity Block (RULES §8 idle reserved GPUs, incident mode); with series, each GPU
+    publishes GPUPowerUtilization 04:00–09:00 only, so 10:00 and 11:00 have no datapoint on every node (§0.2:
+    missing, never idle); without, no series at all (GPU activity Not observable on every node)."""
+    w = PClusterWorld(n_compute=nodes, launch=at(-24))
+    for n in w.compute:
+        w.healthy(n, at(-24), at(12, 25))
+    w.section("ec2", "capacity_reservations").append({
+        "CapacityReservationId": "cr-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge", "State": "active",
+        "ReservationType": "capacity-block", "StartDate": at(-48), "EndDate": at(24 * 5 + 11, 30),
+        "TotalInstanceCount": nodes, "AvailableInstanceCount": 0, "AvailabilityZone": "us-west-2a",
+        "OwnerId": ACCOUNT})
+    if with_series:
+        metrics = w.section("cloudwatch", "metrics")
+        for n in w.compute:
+            for gpu in range(8):
+                metrics.append({"Namespace": "AWS/EC2", "MetricName": "GPUPowerUtilization", "Unit": "Percent",
+                                "Dimensions": [{"Name": "InstanceId", "Value": n.instance_id},
+                                               {"Name": "GpuId", "Value": str(gpu)}],
+                                "Datapoints": [[at(h, 20), 50.0] for h in range(4, 10)]})
+    return w
+
+
+def test_nodes_missing_the_same_metric_hours_are_one_gap_counting_them() -> None:
+    w = reserved_fleet(NAMED_UP_TO + 2, with_series=True)
+    result = w.audit(w.cluster, mode="incident", since=at(4), until=at(12))
+    (gap,) = [g for g in result.visibility_gaps if g.startswith("GPUPowerUtilization")]
+    assert gap.startswith(f"GPUPowerUtilization has no datapoint in 2 of 8 UTC hour(s) ({at(10)} to {at(11)}) for "
+                          f"all {NAMED_UP_TO + 2} GPU nodes: Not observable then")
+    (listed,) = [g for g in result.gap_nodes if g.gap == gap]
+    assert sorted(listed.nodes) == sorted(n.instance_id for n in w.compute)
+
+
+def test_past_100_nodes_a_findings_steps_alike_are_one_row_naming_them() -> None:
+    w = reserved_fleet(EVERY_NODE_UP_TO + 1, with_series=False)
+    result = w.audit(w.cluster, mode="incident", since=at(4), until=at(12))
+    (finding,) = [f for f in result.findings if f.id == "idle-reserved-gpus"]
+    assert len(finding.steps) == EVERY_NODE_UP_TO + 1  # the JSON result keeps one step per node
+    assert f"GPU activity Not observable on all {EVERY_NODE_UP_TO + 1} reserved nodes" in finding.answer
+    section = result.report_markdown.split("## Are the reserved GPUs being used?", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "Step" not in line]
+    assert len(rows) == 1 and rows[0].startswith(f"| {EVERY_NODE_UP_TO + 1} steps: ")
+    assert "| Not observable | on \\`cr-0a1b2c3d4e5f60718\\`: no AWS/EC2 GPUPowerUtilization series" in rows[0]

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpuaudit.model.result import CoverageRow, GpuError, NodeResult, Result, TimelineEntry
+from gpuaudit.model.result import CoverageRow, FindingStep, GpuError, NodeResult, Result, TimelineEntry
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.order import worst_first
 
@@ -233,3 +233,16 @@ def error_groups(nodes: Iterable[NodeResult]) -> list[ErrorGroup]:
                 g.first, g.example = e.time, (n.instance_id, e)
             g.last = last if g.last is None or last > g.last else g.last
     return sorted(groups.values(), key=lambda g: (-g.lines, g.code if g.code is not None else -1, g.class_))
+
+
+def grouped_steps(steps: Sequence[FindingStep]) -> list[tuple[str, str, str]]:
+    """A finding's steps as (name, status, evidence) rows: each one up to EVERY_NODE_UP_TO steps; past that, steps
+    alike in status and evidence (one per node, most often) are one row naming them (account text: escape per
+    output)."""
+    if len(steps) <= EVERY_NODE_UP_TO:
+        return [(s.name, s.status, s.evidence) for s in steps]
+    alike: dict[tuple[str, str], list[str]] = {}
+    for s in steps:
+        alike.setdefault((s.status, s.evidence), []).append(s.name)
+    return [(names[0] if len(names) == 1 else f"{len(names):,} steps: {some_ids(names)}", status, evidence)
+            for (status, evidence), names in alike.items()]

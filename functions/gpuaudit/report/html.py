@@ -24,6 +24,7 @@ from gpuaudit.report.fleet import (
     coverage_split,
     error_groups,
     fleet_size,
+    grouped_steps,
     healthy_summary,
     nccl_summary,
     onset_sentence,
@@ -315,7 +316,7 @@ def _branches(r: Result) -> str:
 def _findings(r: Result) -> str:
     out = []
     for f in r.findings:
-        rows = [(_e(s.name), _e(s.status), _prose(s.evidence)) for s in f.steps]
+        rows = [(_e(name), _e(status), _prose(evidence)) for name, status, evidence in grouped_steps(f.steps)]
         out.append(f"<h2>{_e(f.question)}</h2><p><b>{_prose(f.answer)}</b>"
                    + (f" — {_e(f.label)}" if f.label else "") + "</p>"
                    + _table(("Step", "Status", "Evidence"), rows)

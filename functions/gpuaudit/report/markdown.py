@@ -16,6 +16,7 @@ from gpuaudit.report.fleet import (
     coverage_split,
     error_groups,
     fleet_size,
+    grouped_steps,
     healthy_summary,
     nccl_summary,
     onset_sentence,
@@ -201,8 +202,8 @@ def render(result: Result) -> str:
     for f in r.findings:
         lines += [f"## {md_inline(f.question)}", "",
                   f"**{md_inline(f.answer)}**" + (f" — {f.label}" if f.label else ""), ""]
-        steps = _table("| Step | Status | Evidence |", [f"| {_cell(s.name)} | {s.status} | {_cell(s.evidence)} |"
-                                                          for s in f.steps])
+        steps = _table("| Step | Status | Evidence |", [f"| {_cell(name)} | {status} | {_cell(evidence)} |"
+                                                          for name, status, evidence in grouped_steps(f.steps)])
         lines += [*steps, ""] if steps else []
         if f.action:
             lines += [f"Action (not executed): {md_inline(f.action)}", ""]

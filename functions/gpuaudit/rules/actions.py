@@ -36,7 +36,8 @@ def nodes_phrase(named: Sequence[str], population: Sequence[str], noun: str) -> 
     if n == m and m > NAMED_UP_TO:
         return f"all {m:,} {noun} nodes"
     if n <= NAMED_UP_TO:
-        return f"{', '.join(named)} ({'all ' if n == m else ''}{n:,} of {m:,} {noun} nodes)"
+        whole = f"the one {noun} node" if m == 1 else f"all {m:,} {noun} nodes"
+        return f"{', '.join(named)} ({whole if n == m else f'{n:,} of {m:,} {noun} nodes'})"
     chosen = set(named)
     others = [iid for iid in population if iid not in chosen]
     if len(others) <= NAMED_UP_TO:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS, cluster_reservations
-from gpuaudit.model.result import Branch, CauseLabel, Finding, FindingStep, FindingStepStatus
+from gpuaudit.model.result import Branch, CauseLabel, Finding, FindingStep, FindingStepStatus, GapNodes
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules import actions as action_rules
 from gpuaudit.rules.capacity import affected_groups, capacity_step, subnet_step
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups, id_list
 from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
@@ -229,8 +230,8 @@ def idle_reserved_gpus(ctx: Context) -> Finding | None:
               f"values as reported in percent), {busy} busy, {missing} missing (no datapoint: neither idle nor busy)"
               + (f" — {by_reservation}" if by_reservation else ""))
     blind = [s.name for s in steps if s.status == "Not observable"]
-    if blind:
-        answer += f"; GPU activity Not observable on {', '.join(blind)}"
+    if blind:  # every node by name in the steps; a long list counted (RULES §11)
+        answer += f"; GPU activity Not observable on {action_rules.nodes_phrase(blind, [s.name for s in steps], 'reserved')}"
     return Finding(id="idle-reserved-gpus", question=question, answer=answer, steps=steps,
                    action=("Paid-for capacity sat idle: start the workload, or release the capacity it does not need"
                            if idle else None))
@@ -241,7 +242,7 @@ def utc_hours(hours: Sequence[datetime]) -> str:
     return ", ".join(iso(h) for h in hours)
 
 
-def observability_gaps(j: Judged) -> list[str]:
+def observability_gaps(j: Judged, gap_nodes: list[GapNodes]) -> list[str]:
     """What the incident or pre-flight could not see of GPU activity (RULES §4 other signals, §8 idle reserved
     GPUs): HyperPod's nodes, whose system metrics are not in CloudWatch, and every hour an EC2 node's
     GPUPowerUtilization has no datapoint. Each is a visibility gap with what collects it, never an idle hour."""
@@ -256,13 +257,35 @@ def observability_gaps(j: Judged) -> list[str]:
         return [f"GPU activity Not observable in CloudWatch for the HyperPod nodes {id_list(ids)} (groups "
                 f"{', '.join(g.name for g in ctx.groups)}): HyperPod exports no system metrics (no "
                 f"GPUPowerUtilization, no CWAgent NVIDIA metrics) — collect it with {OBSERVABILITY_ADDON}"]
-    out = []
+    # Nodes missing the same hours are one gap (RULES §11: readable at fleet size); gap_nodes keeps each node.
+    alike: dict[tuple[str, int, tuple[datetime, ...]], list[str]] = defaultdict(list)
     for a in ev.gpu_activity or []:
         if a.missing_hours:
-            out.append(f"{a.metric} of `{a.instance_id}` has no datapoint in {len(a.missing_hours)} of "
-                       f"{a.hours_in_span} UTC hour(s) ({utc_hours(a.missing_hours)}): Not observable then, neither "
-                       "idle nor busy — publish GPU metrics (CloudWatch agent `nvidia_gpu`)")
+            alike[(a.metric, a.hours_in_span, tuple(a.missing_hours))].append(a.instance_id)
+    read = [a.instance_id for a in ev.gpu_activity or []]
+    out = []
+    for (metric, span, missing), ids in alike.items():
+        if len(ids) == 1:
+            out.append(f"{metric} of `{ids[0]}` has no datapoint in {len(missing)} of {span} UTC hour(s) "
+                       f"({utc_hours(missing)}): Not observable then, neither idle nor busy — publish GPU metrics "
+                       "(CloudWatch agent `nvidia_gpu`)")
+        else:
+            out.append(f"{metric} has no datapoint in {len(missing)} of {span} UTC hour(s) ({utc_hour_runs(missing)}) "
+                       f"for {action_rules.nodes_phrase(ids, read, 'GPU')}: Not observable then, neither idle nor "
+                       "busy — publish GPU metrics (CloudWatch agent `nvidia_gpu`)")
+            gap_nodes.append(GapNodes(gap=out[-1], nodes=ids))
     return out
+
+
+def utc_hour_runs(hours: Sequence[datetime]) -> str:
+    """Every hour start as UTC, consecutive ones as one run (`A to B`, both hour starts included)."""
+    runs: list[list[datetime]] = []
+    for h in sorted(hours):
+        if runs and h - runs[-1][-1] == timedelta(hours=1):
+            runs[-1].append(h)
+        else:
+            runs.append([h])
+    return ", ".join(iso(r[0]) if len(r) == 1 else f"{iso(r[0])} to {iso(r[-1])}" for r in runs)
 
 
 # -- a hang with idle GPUs (RULES §8 D layer 4, E) -------------------------------------------------------------

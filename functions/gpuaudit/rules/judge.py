@@ -140,7 +140,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
 
     node_gaps, gap_nodes = coverage_gaps(judged)
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + node_gaps \
-        + finding_rules.observability_gaps(judged)
+        + finding_rules.observability_gaps(judged, gap_nodes)
     groups = action_rules.grouped(evidence, [
         action_rules.NodeAction(n.verdict, n.instance_id, text.replace(n.instance_id, action_rules.NODE),
                                 _detail(judged.routings.get(n.instance_id)))
