@@ -17,6 +17,8 @@ from gpuaudit.settings import MemberRole
 from infra.packaging import ROOT
 
 RESULT_WRITER_CLUSTERS = 50
+# PutEvents' EventBusName: a bus name, or the ARN of a bus (EventBridge API reference, PutEventsRequestEntry).
+EVENT_BUS_PATTERN = r"^(arn:aws[\w-]*:events:[a-z]{2}(-[a-z]+)+-\d:\d{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,256}$"
 QUERIES_PER_BATCH = 3  # collect_batch starts three Logs Insights queries at once (kernel, summary, GPU lines)
 
 
@@ -96,6 +98,10 @@ class DeployConfig(BaseModel):
     # Per cluster in a member account: the read-only role its collectors assume (infra/cross_account.py there) and
     # the SSM SecureString parameter holding its external ID.
     member_roles: dict[str, MemberRole] = Field(default_factory=dict)
+    # Findings as EventBridge events (issue #38): the bus the Verdict step puts them on — a name in this account and
+    # region (`default`: the account's default bus) or a bus's ARN; `publish_events: false` sends none.
+    publish_events: bool = True
+    event_bus: str = Field(default="default", max_length=1600, pattern=EVENT_BUS_PATTERN)
     # The SSM SecureString parameter holding the external ID of every member role that names none of its own (one
     # secret for the organization keeps the collectors' policy to one parameter ARN).
     external_id_parameter: str | None = Field(default=None, max_length=1011, pattern=r"^/[A-Za-z0-9_.\-/]+$")

@@ -2,7 +2,8 @@
 
 The audit path (Inventory, CollectLogs, Finish) holds the read policy of permissions.py and
 nothing else of AWS but its own payload objects. Only Verdict writes: its findings table items,
-its topic, its result objects. Every role may write its own log group and X-Ray traces.
+its topic, its result objects, its findings as events on the configured bus. Every role may write its own log
+group and X-Ray traces.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ def read_statements(stack: Stack, reads: dict[str, permissions.Scope]) -> list[i
             for scope, actions in sorted(by_scope.items())]
 
 
+def event_bus_arn(stack: Stack, bus: str) -> str:
+    """The configured event bus as an ARN: given as one, or a name of this account and region."""
+    return bus if bus.startswith("arn:") else stack.format_arn(service="events", resource="event-bus",
+                                                                resource_name=bus)
+
+
 def powertools_version() -> str:
     return pinned_version("aws-lambda-powertools", runtime_requirements())
 
@@ -115,7 +122,8 @@ class AuditFunctions(Construct):
             "Verdict": {"FINDINGS_TABLE": store.table.table_name, "ALERT_TOPIC_ARN": store.topic.topic_arn,
                         "FINDING_RETENTION_DAYS": str(config.finding_retention_days),
                         "GPUAUDIT_HISTORY_DAYS": str(config.history_lookback_days),
-                        "GPUAUDIT_XID_CLASS_OVERRIDES": ",".join(config.xid_class_overrides)},
+                        "GPUAUDIT_XID_CLASS_OVERRIDES": ",".join(config.xid_class_overrides),
+                        **({"EVENT_BUS": event_bus_arn(stack, config.event_bus)} if config.publish_events else {})},
             "RecordFailure": {"FINDINGS_TABLE": store.table.table_name,
                               "FINDING_RETENTION_DAYS": str(config.finding_retention_days)},
         }
@@ -149,6 +157,9 @@ class AuditFunctions(Construct):
                                     resources=[store.alert_key.key_arn]),
             ],
         }
+        if config.publish_events:  # findings as events: PutEvents on the configured bus only
+            own["Verdict"].append(iam.PolicyStatement(sid="FindingEvents", actions=["events:PutEvents"],
+                                                      resources=[event_bus_arn(stack, config.event_bus)]))
         # Clusters of member accounts: their collectors read through that account's read-only role, with the external
         # ID read at run time from its SecureString parameter (exactly those parameters; the aws/ssm key's policy
         # lets the account's principals decrypt through SSM).

@@ -114,6 +114,10 @@ class AuditorAlarms(Construct):
                 period=Duration.minutes(5), statistic="Maximum"),
              "EventBridge could not deliver an event (start the state machine, or notify this topic of a failed "
              "execution): events are in the dead-letter queue"),
+            ("EventsFailed", cloudwatch.Metric(namespace=NAMESPACE, metric_name="EventsFailed",
+                                               dimensions_map={"service": SERVICE}, period=hour, statistic="Sum"),
+             "findings the event bus did not accept after every retry (handlers/verdict.py logs the error codes): "
+             "rules on the bus missed those changes; the alert and the findings table hold them"),
             ("AuditsFailed", cloudwatch.Metric(namespace=NAMESPACE, metric_name="AuditsFailed",
                                                dimensions_map={"service": SERVICE}, period=hour, statistic="Sum"),
              "a cluster's audit did not finish (Inventory or Verdict failed): the findings table holds it under "

@@ -75,6 +75,9 @@ class Recorder:
             return [f"arn:aws:dynamodb:{r}:{a}:table/{p['TableName']}"]
         if service == "sns":
             return [p["TopicArn"]]
+        if service == "events" and operation == "PutEvents":  # each entry's bus, by name or ARN
+            buses = [e.get("EventBusName") or "default" for e in p["Entries"]]
+            return sorted({b if b.startswith("arn:") else f"arn:aws:events:{r}:{a}:event-bus/{b}" for b in buses})
         if service == "logs" and operation not in ("GetQueryResults", "StopQuery"):
             names = p.get("logGroupNames") or ([p["logGroupName"]] if "logGroupName" in p else [])
             return [f"arn:aws:logs:{r}:{a}:log-group:{n}" for n in names] or [f"arn:aws:logs:{r}:{a}:log-group:*"]
@@ -131,6 +134,10 @@ TRIGGERS = {
     "capacity block warning": (capacity_block_warning("cr-0107f80e222f82876", "2026-10-01T17:50:12Z"),
                                {"world_path": PCLUSTER_WORLD, "clusters": ("llm-pretrain-b200",)}),
     "console": ({"cluster": "research-hp-slurm", "mode": "incident", "since": "2026-10-01T16:00:00Z"}, {}),
+    # an audit that changes something (two nodes NOT OBSERVABLE, a hypothesis): the alert and the events go out
+    "console, changes": ({"cluster": "llm-pretrain-b200", "mode": "incident", "since": "2026-09-27T10:00:00Z",
+                          "until": "2026-09-27T12:00:00Z"},
+                         {"world_path": PCLUSTER_WORLD, "clusters": ("llm-pretrain-b200",)}),
 }
 
 
@@ -171,6 +178,11 @@ def test_every_call_each_lambda_makes_is_allowed_by_its_synthesized_policy(
         print(f"\n{trigger}: {len(rec.calls)} calls checked against IAM: " +
               ", ".join(f"{k.rsplit('.', 1)[-1]} {v}" for k, v in sorted(per_function.items())))
     assert {c.function for c in rec.calls} >= {"Inventory", "CollectLogs", "Verdict"} or len(per_function) >= 4
+    # findings go out as events on the default bus only (cdk.json's default), checked like every call; the
+    # capacity-block world's first audit changes something (its nodes' verdicts), the healthy HyperPod one nothing
+    put = {c.resource for c in rec.calls if c.action == "events:PutEvents"}
+    assert put == ({f"arn:aws:events:{rec.region}:{account}:event-bus/default"} if trigger == "console, changes"
+                   else put) and len(put) <= 1
     problems = denied_calls(rec.calls, policies, role_of(synth, policies))
     assert not problems, "\n".join(problems)
 

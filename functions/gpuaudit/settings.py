@@ -86,6 +86,7 @@ class Settings(BaseModel):
     evidence_bucket: str | None = Field(default=None, alias="EVIDENCE_BUCKET")
     findings_table: str | None = Field(default=None, alias="FINDINGS_TABLE")
     alert_topic_arn: str | None = Field(default=None, alias="ALERT_TOPIC_ARN")
+    event_bus_arn: str | None = Field(default=None, alias="EVENT_BUS")  # findings as events (issue #38); unset: none
     finding_retention_days: int = Field(default=RETENTION_DAYS, gt=0, alias="FINDING_RETENTION_DAYS")
     # Fleet memory: how many days of a node's earlier audits the Verdict step reads (issue #18).
     history_lookback_days: int = Field(default=DEFAULT_LOOKBACK_DAYS, gt=0, alias="GPUAUDIT_HISTORY_DAYS")

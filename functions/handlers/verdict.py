@@ -1,7 +1,7 @@
 """Verdict (step 4): the nodes' earlier audits from the findings table (fleet memory), pipeline.judge, this audit
 added to that history, pipeline.finalize, then the sinks — the result and reports
-(JSON, Markdown, HTML) to the evidence bucket, findings to DynamoDB, an alert to SNS only when
-something changed. The alert and the findings summary link to the HTML report: its S3 URI and its
+(JSON, Markdown, HTML) to the evidence bucket, findings to DynamoDB, an alert to SNS and the changes as
+EventBridge events (eventbus.py, when a bus is configured) only when something changed. The alert and the findings summary link to the HTML report: its S3 URI and its
 S3 console page, never a presigned URL (that would carry credentials and expire).
 
 Re-running the same audit window writes nothing new and publishes nothing (sinks key by audit_id)."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -19,11 +19,13 @@ import boto3
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from gpuaudit import pipeline
+from gpuaudit import eventbus, pipeline
+from gpuaudit.eventbus import Delivery
 from gpuaudit.history import DynamoHistory
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
+from gpuaudit.report.alert import Change
 from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
@@ -63,15 +65,26 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                       ContentType="text/markdown")
         s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
                       ContentType="text/html; charset=utf-8")
+        link = report_link(bucket, f"{key}.html", s3.meta.region_name)
+        delivered: list[Delivery] = []
+        publish_events = None
+        if settings.event_bus_arn:
+            bus, events_client = settings.event_bus_arn, session.client("events")
+
+            def publish_events(changes: Sequence[Change]) -> None:
+                delivered.append(eventbus.publish(events_client, bus, result, changes, link))
+
         outcome = write_and_alert(ddb, table, session.client("sns"),
                                   settings.alert_topic_arn, result, int(now.timestamp()),
-                                  retention_days=settings.finding_retention_days,
-                                  report_link=report_link(bucket, f"{key}.html", s3.meta.region_name))
+                                  retention_days=settings.finding_retention_days, report_link=link,
+                                  publish_events=publish_events)
     record_metrics(result, outcome)
+    events_sent = record_event_metrics(delivered)
     logger.info("judged", extra={"cluster": result.cluster.name, "audit_id": result.audit_id,
                                  "headline": redact(result.headline), "duplicate": outcome.duplicate,
-                                 "published": outcome.published, "items_written": outcome.items_written})
-    return summary(result, evidence, outcome, bucket, key)
+                                 "published": outcome.published, "items_written": outcome.items_written,
+                                 **events_sent})
+    return {**summary(result, evidence, outcome, bucket, key), "events": events_sent}
 
 
 def report_link(bucket: str, key: str, region: str) -> str:
@@ -98,6 +111,19 @@ def record_metrics(result: Result, outcome: SinkOutcome) -> None:
     # Fleet-wide, whatever clusters exist (discovered ones too): the NoAuditCompleted alarm reads it.
     with single_metric(name="AuditsCompleted", unit=MetricUnit.Count, value=1, namespace=NAMESPACE):
         pass
+
+
+def record_event_metrics(delivered: Sequence[Delivery]) -> dict[str, Any]:
+    """EMF: findings sent as events, and those the bus never accepted (the EventsFailed alarm), by error code in the
+    log: an event bus that cannot be reached never fails the audit, so it is counted and alarmed on instead."""
+    sent = sum(d.sent for d in delivered)
+    failed = sum((d.failed for d in delivered), Counter[str]())
+    metrics.add_metric(name="EventsPublished", unit=MetricUnit.Count, value=sent)
+    metrics.add_metric(name="EventsFailed", unit=MetricUnit.Count, value=sum(failed.values()))
+    if failed:
+        logger.error("events not delivered", extra={"failed": dict(failed), "sent": sent,
+                                                    "retried": sum(d.retried for d in delivered)})
+    return {"events_sent": sent, "events_failed": sum(failed.values())}
 
 
 def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: str, key: str) -> dict[str, Any]:

@@ -129,3 +129,36 @@ def test_findings_expire_after_the_configured_retention(pcluster: Account, monke
 def test_a_malformed_verdict_event_gets_a_clear_validation_error(pcluster: Account) -> None:
     with pytest.raises(InvalidEvent, match="evidence: Field required"):
         verdict.handler({"request": INCIDENT}, LambdaContext())
+
+
+def test_the_changes_go_out_as_events_on_the_configured_bus_and_failures_are_counted(
+        pcluster: Account, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    bus = "arn:aws:events:us-west-2:123456789012:event-bus/default"
+    monkeypatch.setenv("EVENT_BUS", bus)
+    stand_in = pcluster.backend.eventbridge
+    assert stand_in is not None
+    given = through_steps(console_target(INCIDENT))
+    first = verdict.handler(given, LambdaContext())
+    # one event per change the alert counts: two nodes NOT OBSERVABLE, the leading hypothesis
+    kinds = sorted(e["detail-type"] for e in stand_in.delivered)
+    assert kinds == ["GPU Audit Node Verdict Changed"] * 2 + ["GPU Audit Root Cause Changed"]
+    assert first["events"] == {"events_sent": 3, "events_failed": 0}
+    assert all(e["detail"]["report"].endswith(f"{first['result']['html']}") for e in stand_in.delivered)
+    assert {e["detail"]["audit_id"] for e in stand_in.delivered} == {first["audit_id"]}
+    # the same audit again: a duplicate, nothing sent
+    verdict.handler(given, LambdaContext())
+    assert len(stand_in.delivered) == 3
+
+
+
+def test_events_the_bus_refuses_are_counted_and_the_audit_stands(pcluster: Account, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: Any) -> None:
+    monkeypatch.setenv("EVENT_BUS", "arn:aws:events:us-west-2:123456789012:event-bus/default")
+    stand_in = pcluster.backend.eventbridge
+    assert stand_in is not None
+    stand_in.refuse_next(100, "AccessDeniedException")
+    out = verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    assert out["audited"] and out["alert_published"] and stand_in.delivered == []
+    assert out["events"] == {"events_sent": 0, "events_failed": 3}
+    assert [r["EventsFailed"] for r in emitted if "EventsFailed" in r] in ([3], [3.0], [[3.0]])

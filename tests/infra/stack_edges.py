@@ -52,7 +52,8 @@ OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
     "verdict": [("s3:GetObject", "EVIDENCE_BUCKET", "payloads/3d4e.json", {}),
                 ("s3:PutObject", "EVIDENCE_BUCKET", "results/research-hp-slurm/a1.json", {}),
                 ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}), ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
-                ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("sns:Publish", "ALERT_TOPIC_ARN", None, {})],
+                ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("sns:Publish", "ALERT_TOPIC_ARN", None, {}),
+                ("events:PutEvents", "EVENT_BUS", None, {})],
 }
 # Reads of audited services the collectors make (Logs Insights: queries on the cluster's log groups).
 QUERY_CALLS = {"inventory": ["logs:DescribeLogGroups"], "collect_logs": ["logs:StartQuery", "logs:GetQueryResults"],
@@ -269,6 +270,9 @@ def _function_edges(p: StackPolicies, logical_id: str, props: dict[str, Any]) ->
             requests = [(Request(who, action, target, _context(**extra)), "resource")]
         elif variable == "FINDINGS_TABLE":
             target = f"arn:aws:dynamodb:{n.region}:{n.account}:table/{value}"
+            requests = [(Request(who, action, target, _context(**extra)), "resource")]
+        elif variable == "EVENT_BUS":  # the bus's ARN (infra/functions.event_bus_arn)
+            target = value
             requests = [(Request(who, action, target, _context(**extra)), "resource")]
         else:
             target = value

@@ -40,7 +40,9 @@ PLUMBING = {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments"
             "states:DescribeExecution", "states:StopExecution", "states:RedriveExecution", "logs:CreateLogDelivery",
             "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery", "logs:ListLogDeliveries",
             "logs:PutResourcePolicy", "logs:DescribeResourcePolicies"}
-ALLOWLIST = READS | OWN_RESOURCE_ACCESS | PLUMBING
+# Findings as events (issue #38): on the configured bus only (test_findings_are_put_on_the_configured_bus_only).
+EVENT_PUBLISHING = {"events:PutEvents"}
+ALLOWLIST = READS | OWN_RESOURCE_ACCESS | PLUMBING | EVENT_PUBLISHING
 
 
 def _list(value: Any) -> list[Any]:
@@ -214,3 +216,28 @@ def test_member_account_clusters_are_read_through_their_role_and_only_by_the_col
                                      member.resources("AWS::Lambda::Function").values()])
     # without member roles, no function may assume anything (the default test stack)
     assert not [s for _, s in identity_statements(synth) if "sts:AssumeRole" in _list(s["Action"])]
+
+
+@pytest.mark.parametrize(("bus", "arn"), [
+    (None, "arn:aws:events:us-west-2:123456789012:event-bus/default"),
+    ("arn:aws:events:us-east-1:111122223333:event-bus/central", "arn:aws:events:us-east-1:111122223333:event-bus/central"),
+])
+def test_findings_are_put_on_the_configured_bus_only(bus: str | None, arn: str) -> None:
+    """Only the Verdict role may put events, only events:PutEvents, only on the configured bus (the default bus
+    when none is configured), and its environment names that bus; `publish_events: false` grants and sets nothing."""
+    from stack_edges import StackPolicies
+
+    synth = synthesize(config={**TEST_CONFIG, **({"event_bus": bus} if bus else {})})
+    names = StackPolicies(synth.template).names
+    granted = [(role, names.resolve(statement["Resource"])) for role, statement in identity_statements(synth)
+               if set(_list(statement["Action"])) & EVENT_PUBLISHING]
+    assert granted == [(step_roles(synth)["verdict"], arn)]
+    (statement,) = [s for r, s in identity_statements(synth) if "events:PutEvents" in _list(s["Action"])]
+    assert _list(statement["Action"]) == ["events:PutEvents"]
+    verdict = next(f for f in synth.resources("AWS::Lambda::Function").values()
+                   if f["Properties"]["Handler"] == "handlers.verdict.handler")
+    assert names.resolve(verdict["Properties"]["Environment"]["Variables"]["EVENT_BUS"]) == arn
+    silent = synthesize(config={**TEST_CONFIG, "publish_events": False})
+    assert not [s for _, s in identity_statements(silent) if "events:PutEvents" in _list(s["Action"])]
+    assert not [f for f in silent.resources("AWS::Lambda::Function").values()
+                if "EVENT_BUS" in f["Properties"].get("Environment", {}).get("Variables", {})]
