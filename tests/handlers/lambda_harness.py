@@ -111,6 +111,8 @@ def world_account(monkeypatch: pytest.MonkeyPatch, world_path: Path = HYPERPOD_W
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}])
         topic_arn = session.client("sns").create_topic(Name=TOPIC)["TopicArn"]
         monkeypatch.setenv("ALERT_TOPIC_ARN", topic_arn)
+        # the stack's default: the account's default event bus (infra/functions.event_bus_arn)
+        monkeypatch.setenv("EVENT_BUS", f"arn:aws:events:{world.region}:{topic_arn.split(':')[4]}:event-bus/default")
         for module in HANDLER_MODULES:
             monkeypatch.setattr(module, "session_factory", backend.session)
             monkeypatch.setattr(module, "clock", lambda w=world: w.now)
