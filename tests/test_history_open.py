@@ -212,6 +212,9 @@ def test_history_filters_keep_only_the_nodes_asked_for(tmp_path: Path, args: lis
     doc = json.loads(text)
     assert [n["instance_id"] for n in doc["nodes"]] == expected
     assert doc["filters"]
+    code, md = cli("--cluster", "c", "--history", str(tmp_path), *args)
+    assert f"Audits found from {at(1)} to {iso(T0 + timedelta(hours=40))}" in md  # the audits, whatever is kept
+    assert ("no node matches the filters" in md) == (not expected)
 
 
 def test_history_filter_with_a_word_that_is_no_verdict_exits_2(tmp_path: Path) -> None:

@@ -212,8 +212,10 @@ def _open_rows(nodes: Sequence[NodeHistory], until: datetime) -> list[tuple[Node
 
 
 def header(read: HistoryRead, nodes: Sequence[NodeHistory], view: HistoryView) -> list[str]:
-    """Plain sentences every format shows: the audits found, the look-back asked, the counts, the filters."""
-    span = found_span(nodes)
+    """Plain sentences every format shows: the audits found (of every node read, whatever the filters keep), the
+    look-back asked, the counts, the filters."""
+    in_lookback = [s for s in read.spans if s.through >= view.since]
+    span = (min(s.audit_time for s in in_lookback), max(s.through for s in in_lookback)) if in_lookback else None
     asked = f"{view.days} day(s) to {iso(view.until)}" if view.days else f"{iso(view.since)} to {iso(view.until)}"
     found = f"Audits found from {iso(span[0])} to {iso(span[1])}" if span else "No audit found"
     opened = sum(1 for n in nodes if n.open)
