@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.collectors.inventory import PCLUSTER_TAG, discovered_clusters, instance_pages
+from gpuaudit.collectors.discovery import discovered_clusters
+from gpuaudit.collectors.inventory import PCLUSTER_TAG, instance_pages
 from gpuaudit.domain.window import scheduled_window
 from gpuaudit.model.evidence import (
     FAILED_CLUSTER_STATES,

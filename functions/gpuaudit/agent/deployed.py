@@ -32,7 +32,7 @@ from gpuaudit.agent.schema import (
     latest_page,
 )
 from gpuaudit.collectors.aws import Aws
-from gpuaudit.collectors.inventory import discovered_clusters
+from gpuaudit.collectors.discovery import discovered_clusters
 from gpuaudit.collectors.session import next_step
 from gpuaudit.history import DynamoHistory, HistoryUnreadable
 from gpuaudit.model.evidence import AuditRequest, Mode

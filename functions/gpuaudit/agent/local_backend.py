@@ -29,7 +29,8 @@ from gpuaudit.agent.schema import (
 )
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.cache import FileCache
-from gpuaudit.collectors.inventory import UnknownCluster, discovered_clusters
+from gpuaudit.collectors.discovery import discovered_clusters
+from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.collectors.session import next_step
 from gpuaudit.domain.window import BadWindow
 from gpuaudit.history import SQLITE_FILE, HistoryUnreadable, SqliteHistory

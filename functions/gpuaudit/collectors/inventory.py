@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.domain.capability import family_classification, nvswitch_class
@@ -27,52 +27,6 @@ PCLUSTER_TAG = "parallelcluster:cluster-name"
 NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "ValidationException"}
 # Named in the gap when ListClusterNodes stops part-way (the gap also carries scope="node-list").
 NODE_LIST_INCOMPLETE = "node list incomplete"
-
-
-LIVE_STATES = ["pending", "running", "stopping", "stopped"]  # instances a live ParallelCluster can have
-
-
-DiscoveredKind = Literal["hyperpod", "parallelcluster"]
-
-
-class TagFilter(Protocol):
-    @property
-    def key(self) -> str: ...
-
-    @property
-    def value(self) -> str: ...
-
-
-def discovered_clusters(aws: Aws, tag: TagFilter | None, gaps: list[str]) -> list[tuple[str, DiscoveredKind]]:
-    """Every HyperPod cluster (ListClusters, every page) and every ParallelCluster with a live instance (its
-    `parallelcluster:cluster-name` tag) of the region, optionally only those carrying `tag`; a source that cannot
-    be listed is a gap (said), never an empty answer."""
-    found: list[tuple[str, DiscoveredKind]] = []
-    try:
-        for summary in aws.paginate("sagemaker", "ListClusters", "ClusterSummaries"):
-            if tag is None or _hyperpod_tagged(aws, summary["ClusterArn"], tag, gaps):
-                found.append((summary["ClusterName"], "hyperpod"))
-    except CallFailed as failed:
-        gaps.append(failed.gap_for("HyperPod clusters not discovered").prose())
-    filters = [{"Name": "tag-key", "Values": [PCLUSTER_TAG]},
-               {"Name": "instance-state-name", "Values": LIVE_STATES}]
-    if tag is not None:
-        filters.append({"Name": f"tag:{tag.key}", "Values": [tag.value]})
-    try:
-        for instance in instance_pages(aws, Filters=filters):
-            found.extend((t["Value"], "parallelcluster") for t in instance.get("Tags", []) if t.get("Key") == PCLUSTER_TAG)
-    except CallFailed as failed:
-        gaps.append(failed.gap_for("ParallelCluster clusters not discovered").prose())
-    return sorted(set(found))
-
-
-def _hyperpod_tagged(aws: Aws, arn: str, tag: TagFilter, gaps: list[str]) -> bool:
-    try:
-        tags = {t["Key"]: t.get("Value") for t in aws.paginate("sagemaker", "ListTags", "Tags", ResourceArn=arn)}
-    except CallFailed as failed:
-        gaps.append(failed.gap_for(f"tags of {arn.rsplit('/', 1)[-1]} not read; cluster not audited").prose())
-        return False
-    return tags.get(tag.key) == tag.value
 
 
 class UnknownCluster(LookupError):
@@ -326,8 +280,6 @@ def node_from_log_stream(instance_id: str, hostname: str | None, group: str | No
     """A compute node that no longer appears in DescribeInstances, found by its log streams."""
     return NodeInfo(instance_id=instance_id, instance_group=group, instance_type=None,
                     status="terminated", private_dns=hostname, role="compute", discovered_by="log-streams")
-
-
 
 
 def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: datetime, end: datetime,
