@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -342,3 +343,42 @@ def test_every_change_the_sinks_find_carries_an_event_code() -> None:
     built = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Change"]
     assert len(built) >= 14
     assert [n.lineno for n in built if "code" not in {k.arg for k in n.keywords}] == []
+
+
+def test_the_cli_prints_the_entries_as_ndjson_against_its_local_history(tmp_path: Path) -> None:
+    """`gpuaudit audit … --format events`: one PutEvents entry per line, what the deployed auditor would send; the
+    local history (`--history`) is the previous state, and `.events.ndjson` names the format."""
+    from typer.testing import CliRunner
+
+    from gpuaudit.cli import app
+
+    # Given one node audited twice into a local history: Xid 31 (LEAVE ALONE), then Xid 64 (REPLACE)
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(12, 25))
+    w.stream(w.group, stream, events=[(at(hour), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): {code}, "
+                                                 "pid=1234, name=python") for hour, code in ((4, 31), (8, 64))])
+    world = tmp_path / "w.world.json"
+    world.write_text(json.dumps(w.raw), encoding="utf-8")
+    history = tmp_path / "history"
+
+    def run(*extra: str) -> tuple[int, str, str]:
+        out = CliRunner().invoke(app, ["audit", "--world", str(world), "--cluster", w.cluster, "-q", *extra])
+        return out.exit_code, out.stdout, out.stderr
+
+    code, first, _ = run("--since", at(2), "--until", at(6), "--history", str(history), "--format", "events")
+    assert code == 0 and first == ""  # nothing alerting in the first window: no event
+    code, later, _ = run("--since", at(6), "--until", at(10), "--history", str(history), "--format", "events")
+    (line,) = later.splitlines()
+    entry = json.loads(line)
+    assert set(entry) == {"Time", "Source", "DetailType", "Detail"} and line.isascii()
+    assert (entry["Source"], entry["DetailType"]) == ("gpuaudit", "GPU Audit Node Verdict Changed")
+    detail = json.loads(entry["Detail"])
+    assert (detail["verdict"], detail["previous_verdict"], detail["xid_codes"]) == ("REPLACE", "LEAVE ALONE", [64])
+    # without a history, the audit's own state is the change; a file named .events.ndjson gets the same entries
+    code, _, _ = run("--since", at(6), "--until", at(10), "--out", str(tmp_path / "x.events.ndjson"))
+    (alone,) = (tmp_path / "x.events.ndjson").read_text(encoding="utf-8").splitlines()
+    assert code == 0 and json.loads(json.loads(alone)["Detail"])["previous_verdict"] is None
+    # a --format that contradicts the file's extension is refused, as for every format
+    code, _, err = run("--format", "events", "--out", str(tmp_path / "x.ndjson"))
+    assert code == 2 and "--format events conflicts with --out" in err

@@ -38,8 +38,10 @@ from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.domain.window import BadWindow, is_duration, parse_duration
 from gpuaudit.embedded.world import WorldError
+from gpuaudit.eventbus import RememberingHistory
 from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.history import HistoryRead
 from gpuaudit.model.result import SCHEMA, NodeResult, Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.outputs import BadOutput, Keep, Output, plan, print_table, render, report_file
@@ -238,18 +240,18 @@ def _gate(result: Result, fail_on: set[str], if_not_ready: bool) -> str | None:
 
 
 def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: str | None, stdout: Console,
-           quiet: bool) -> None:
+           quiet: bool, history: HistoryRead | None = None) -> None:
     full = report_file(outputs)
     for o in outputs:
         if o.path is not None:
-            o.path.write_text(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full),
+            o.path.write_text(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full, history=history),
                               encoding="utf-8")
             if not quiet:
                 err.print(f"wrote {escape_markup(visible(str(o.path)))} ({o.fmt})", soft_wrap=True, highlight=False)
         elif o.fmt == "table" and stdout.is_terminal:
             print_table(stdout, result, keep=keep, filtered=filtered, full_report=full)
         else:
-            sys.stdout.write(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full))
+            sys.stdout.write(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full, history=history))
             sys.stdout.flush()
 
 
@@ -284,14 +286,16 @@ def audit(
         help="Incident: when the failure began, ISO-8601 UTC, inside the window (default: the first failure signal "
              "read); a cause is Proven only before it", rich_help_panel=WINDOW)] = None,
     fmt: Annotated[str | None, typer.Option(
-        "--format", help="table | md | json | html | ndjson | csv (default: table on a terminal, md otherwise; or "
+        "--format", help="table | md | json | html | ndjson | csv | events (the EventBridge entries the deployed "
+                         "auditor would send, against --history; default: table on a terminal, md otherwise; or "
                          "--out's extension)", rich_help_panel=OUTPUT)] = None,
     out: Annotated[str | None, typer.Option(
-        help="Write here (format from the extension: .md .json .html .ndjson .csv .txt); - is stdout",
+        help="Write here (format from the extension: .md .json .html .ndjson .csv .txt .events.ndjson); - is "
+             "stdout",
         rich_help_panel=OUTPUT)] = None,
     out_dir: Annotated[Path | None, typer.Option(
         "--out-dir", help="Write every format in one run: report.md, result.json, report.html, findings.ndjson, "
-                          "findings.csv", rich_help_panel=OUTPUT)] = None,
+                          "findings.csv, findings.events.ndjson", rich_help_panel=OUTPUT)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no 'wrote' lines on stderr",
                                         rich_help_panel=OUTPUT)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Each AWS call and phase on stderr",
@@ -392,17 +396,19 @@ def audit(
             aws.deadline = time.monotonic() + deadline_seconds
         progress = AuditProgress(err, show=err.is_terminal and not quiet, verbose=verbose)
         aws.watcher = progress
+        # What the audit reads of the local history is the previous state of `--format events`.
+        remembered = RememberingHistory(SqliteHistory(history)) if history is not None else None
         with progress:
             try:
                 result = run_audit(aws, request, JudgeConfig.from_request(request, overrides),
                                    FileCache(cache) if cache is not None else None,
-                                   SqliteHistory(history) if history is not None else None,
+                                   remembered,
                                    settings.history_lookback_days, progress)
             except UnknownCluster as exc:
                 raise UserError(str(exc) + (did_you_mean(aws, request.cluster) if not request.instance_ids
                                             and not request.eks_cluster else "")) from None
             progress.phase("rendering")
-        _write(outputs, result, keep, filtered, stdout, quiet)
+        _write(outputs, result, keep, filtered, stdout, quiet, remembered.read_before if remembered else None)
         failed = _gate(result, fail_verdicts, fail_if_not_ready)
         if failed:
             _fail(f"gate failed — {failed}", EXIT_GATE)

@@ -4,6 +4,8 @@ Rules (aws-cli/kubectl where they have one): `--out -` is stdout; the format fol
 `--format` names one, and a `--format` that contradicts the extension is an error; a name without a known
 extension needs `--format`. With neither, stdout gets the terminal summary on a terminal and Markdown otherwise
 (a pipe or a file gets the report, not a screen layout). `--out-dir DIR` writes every format in one run.
+`events` is what the deployed auditor would put on its event bus for this audit (report/events.py), one PutEvents
+entry per line, against the local history (`--history`) as the previous state; its files end in `.events.ndjson`.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gpuaudit.model.history import HistoryRead
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.report.records import records, to_csv, to_ndjson
 
-FORMATS = ("table", "md", "json", "html", "ndjson", "csv")
+FORMATS = ("table", "md", "json", "html", "ndjson", "csv", "events")
 EXTENSIONS = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html",
-              ".ndjson": "ndjson", ".jsonl": "ndjson", ".csv": "csv", ".txt": "table"}
+              ".ndjson": "ndjson", ".jsonl": "ndjson", ".csv": "csv", ".txt": "table",
+              ".events.ndjson": "events", ".events.jsonl": "events"}
 # --out-dir: one file per format (the table is the terminal's; the report's files carry it all)
 DIR_FILES = (("md", "report.md"), ("json", "result.json"), ("html", "report.html"),
-             ("ndjson", "findings.ndjson"), ("csv", "findings.csv"))
+             ("ndjson", "findings.ndjson"), ("csv", "findings.csv"), ("events", "findings.events.ndjson"))
 REPORTS = ("md", "html")
 Keep = Callable[[NodeResult], bool]  # the formats "full report: FILE" points at, best first
 
@@ -48,7 +52,7 @@ def plan(fmt: str | None, out: str | None, out_dir: Path | None, stdout_is_termi
         planned += [Output(f, out_dir / name) for f, name in DIR_FILES]
     if out is not None and out != "-":
         path = Path(out)
-        by_name = EXTENSIONS.get(path.suffix.lower())
+        by_name = format_of(path)
         if by_name is None and fmt is None:
             hint = f"; did you mean --format {out}?" if out in FORMATS else ""
             raise BadOutput(f"--out {out}: cannot tell the format from the name (known extensions: "
@@ -67,6 +71,11 @@ def plan(fmt: str | None, out: str | None, out_dir: Path | None, stdout_is_termi
     return planned
 
 
+def format_of(path: Path) -> str | None:
+    """The format a file name says: its two last suffixes first (`.events.ndjson`), then its last."""
+    return EXTENSIONS.get("".join(path.suffixes[-2:]).lower()) or EXTENSIONS.get(path.suffix.lower())
+
+
 def report_file(planned: Sequence[Output]) -> Path | None:
     """The full report this run writes to a file, for the summary's last line."""
     for wanted in REPORTS:
@@ -77,11 +86,12 @@ def report_file(planned: Sequence[Output]) -> Path | None:
 
 
 def render(result: Result, fmt: str, *, keep: Keep | None = None, filtered: str | None = None,
-           full_report: Path | None = None, width: int = 10_000) -> str:
+           full_report: Path | None = None, width: int = 10_000, history: HistoryRead | None = None) -> str:
     """One output's text. The table rendered here is plain (a file, a pipe): no colour, no wrapping. `keep`
     (--verdict, --only-exceptions) chooses the nodes of the table and the records; the result JSON and the
     Markdown/HTML reports stay whole: they are the audit's evidence, and a report without some nodes would read as
-    if they had not been audited."""
+    if they had not been audited. The events are the changes against `history` (what the audit read of the local
+    history before it), whole too: they are what a bus would carry."""
     nodes = [n for n in result.nodes if keep(n)] if keep is not None else None
     if fmt == "json":
         return result.to_json() + "\n"
@@ -95,6 +105,11 @@ def render(result: Result, fmt: str, *, keep: Keep | None = None, filtered: str 
         return to_ndjson(records(result, nodes))
     if fmt == "csv":
         return to_csv(records(result, nodes))
+    if fmt == "events":
+        from gpuaudit.eventbus import local_entries
+        from gpuaudit.report.events import to_ndjson as events_ndjson
+
+        return events_ndjson(local_entries(result, history))
     buffer = io.StringIO()
     print_table(Console(file=buffer, no_color=True, color_system=None, width=width, highlight=False), result,
                 keep=keep, filtered=filtered, full_report=full_report)
