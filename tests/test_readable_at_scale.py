@@ -293,3 +293,29 @@ def test_past_100_nodes_a_findings_steps_alike_are_one_row_naming_them() -> None
     rows = [line for line in section.splitlines() if line.startswith("| ") and "Step" not in line]
     assert len(rows) == 1 and rows[0].startswith(f"| {EVERY_NODE_UP_TO + 1} steps: ")
     assert "| Not observable | on \\`cr-0a1b2c3d4e5f60718\\`: no AWS/EC2 GPUPowerUtilization series" in rows[0]
+
+
+def test_past_100_nodes_the_incident_timeline_shows_first_xids_of_one_code_as_one_row() -> None:
+    w = PClusterWorld(n_compute=EVERY_NODE_UP_TO + 1)
+    for n in w.compute:
+        w.healthy(n, at(-2), at(13))
+    for i, n in enumerate(w.compute[:5]):  # five nodes, five different processes: five different lines
+        xid(w, n, 31, when=at(7, i), process=f"proc{i}", pid=100 + i)
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    md = result.report_markdown
+    timeline = md.split("## Timeline (UTC)", 1)[1].split("\n## ", 1)[0]
+    (row,) = [line for line in timeline.splitlines() if "Xid 31" in line]
+    assert f"first Xid 31 (each node's line in the JSON result) ×5 (first {at(7)}, last {at(7, 4)})" in row
+    assert all(n.instance_id in row for n in w.compute[:5])
+    # the JSON result keeps each node's own line
+    events = [e.event for e in result.timeline if e.kind == "first Xid 31"]
+    assert len(events) == 5 and all(any(f"name=proc{i}" in e for e in events) for i in range(5))
+    # a small cluster keeps each line as its own row
+    small = PClusterWorld(n_compute=5)
+    for n in small.compute:
+        small.healthy(n, at(-2), at(13))
+    for i, n in enumerate(small.compute):
+        xid(small, n, 31, when=at(7, i), process=f"proc{i}", pid=100 + i)
+    few = small.audit(small.cluster, mode="incident", since=SINCE, until=UNTIL).report_markdown
+    assert len([line for line in few.split("## Timeline (UTC)", 1)[1].split("\n## ", 1)[0].splitlines()
+                if "first Xid 31" in line]) == 5

@@ -205,6 +205,9 @@ class TimelineEntry(Out):
     source: str
     resource: str
     event: str
+    # What the event is without the node's own words (`first Xid 31`), when it has any: past 100 nodes the reports
+    # show events of one kind on many nodes as one row (RULES §11); `event` keeps each line.
+    kind: str | None = None
 
 
 class Call(Out):

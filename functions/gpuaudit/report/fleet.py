@@ -109,12 +109,14 @@ def _source_group(source: str) -> str:
     return source.split(" / ")[0]
 
 
-def collapsed_timeline(entries: Iterable[TimelineEntry]) -> list[TimelineRow]:
+def collapsed_timeline(entries: Iterable[TimelineEntry], by_kind: bool = False) -> list[TimelineRow]:
     """The timeline with identical events (same words from the same source group) seen COLLAPSE_FROM times or more
-    as one row: count, first and last time, the resources they name. Ordered by (first) time."""
+    as one row: count, first and last time, the resources they name. `by_kind` (fleet size): events of one kind
+    (`first Xid 31`) are alike whatever each node's line says. Ordered by (first) time."""
     alike: dict[tuple[str, str], list[TimelineEntry]] = {}
     for e in entries:
-        alike.setdefault((_source_group(e.source), e.event), []).append(e)
+        key = f"{e.kind} (each node's line in the JSON result)" if by_kind and e.kind else e.event
+        alike.setdefault((_source_group(e.source), key), []).append(e)
     rows: list[TimelineRow] = []
     for (group, event), same in alike.items():
         if len(same) < COLLAPSE_FROM:

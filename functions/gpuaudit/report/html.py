@@ -282,7 +282,7 @@ def _errors(r: Result) -> str:
 
 def _timeline(r: Result) -> str:
     rows = [(_e(_t(t.time)), _e(t.source), f"<code>{_e(t.resource)}</code>", _prose(t.what))
-            for t in collapsed_timeline(r.timeline)]
+            for t in collapsed_timeline(r.timeline, by_kind=fleet_size(r))]
     if not rows:
         return ""
     return (f"<h2>Timeline (UTC)</h2><details{' open' if len(rows) <= 30 else ''}><summary>{len(rows)} row(s), "

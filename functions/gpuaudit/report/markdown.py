@@ -90,7 +90,7 @@ def _root_cause(r: Result) -> list[str]:
 
 def _timeline(r: Result) -> list[str]:
     rows = [f"| {_t(e.time)} | {_cell(e.source)} | {_cell(e.resource)} | {_cell(e.what)} |"
-            for e in collapsed_timeline(r.timeline)]
+            for e in collapsed_timeline(r.timeline, by_kind=fleet_size(r))]
     if not rows:
         return []
     return ["## Timeline (UTC)", "", *_table("| Time | Source | Resource | Event |", rows), ""]

@@ -101,9 +101,9 @@ def timeline(j: Judged) -> list[TimelineEntry]:
     start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
     out: list[TimelineEntry] = []
 
-    def add(time: datetime | None, source: str, resource: str, event: str) -> None:
+    def add(time: datetime | None, source: str, resource: str, event: str, kind: str | None = None) -> None:
         if time is not None and start <= time <= end:
-            out.append(TimelineEntry(time=time, source=source, resource=resource, event=event))
+            out.append(TimelineEntry(time=time, source=source, resource=resource, event=event, kind=kind))
 
     seen: set[tuple[str, int, str | None]] = set()
     for iid, lines in j.lines_by_node.items():
@@ -119,7 +119,8 @@ def timeline(j: Judged) -> list[TimelineEntry]:
                 add(p.line.time, where, iid, f"DCGM policy violation {p.hma.condition or ''} ErrNum {p.hma.err_num}")
             elif p.xid is not None and (iid, p.xid.code, p.xid.pci) not in seen:
                 seen.add((iid, p.xid.code, p.xid.pci))
-                add(p.line.time, where, iid, f"first Xid {p.xid.code} on PCI {p.xid.pci}: {p.xid.raw[:200]}")
+                add(p.line.time, where, iid, f"first Xid {p.xid.code} on PCI {p.xid.pci}: {p.xid.raw[:200]}",
+                    kind=f"first Xid {p.xid.code}")
             elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
                 add(p.line.time, where, iid, p.line.message[:240])
     for p in j.unassigned_lines:
