@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 from gpuaudit.collectors.logs import GPU_QUERY
 from gpuaudit.domain import markers
@@ -178,16 +181,24 @@ def test_no_import_circle_between_modules() -> None:
     assert circles(module_graph()) == []
 
 
-def test_the_circle_check_sees_a_circle_through_a_type_checking_import() -> None:
-    probe = PACKAGE / "rules" / "_circle_probe.py"
-    probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpuaudit.rules.judge import judge\n",
-                     encoding="utf-8")
-    try:
-        graph = module_graph()
-        graph.setdefault("gpuaudit.rules.judge", set()).add("gpuaudit.rules._circle_probe")
-        assert circles(graph) == [["gpuaudit.rules._circle_probe", "gpuaudit.rules.judge"]]
-    finally:
-        probe.unlink()
+def package_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the package for the probes below: the checks walk it instead of the real tree, which other
+    tests (and parallel workers) read at the same time."""
+    copy = tmp_path / "gpuaudit"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.json"))
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    return copy
+
+
+def test_the_circle_check_sees_a_circle_through_a_type_checking_import(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = package_copy(tmp_path, monkeypatch)
+    (copy / "rules" / "_circle_probe.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpuaudit.rules.judge import judge\n",
+        encoding="utf-8")
+    with (copy / "rules" / "judge.py").open("a", encoding="utf-8") as judge:
+        judge.write("from gpuaudit.rules import _circle_probe\n")  # a package-relative import, as judge.py writes them
+    assert circles(module_graph()) == [["gpuaudit.rules._circle_probe", "gpuaudit.rules.judge"]]
 
 
 def rules_floor_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -217,14 +228,12 @@ def test_the_floor_check_sees_an_import_up_and_a_module_without_a_floor() -> Non
         "gpuaudit.rules.xid (floor 1) imports gpuaudit.rules.judge (floor 5)"]
 
 
-def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:
+def test_the_check_sees_a_wrong_way_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk above is what decides: a collector importing a rule is found (guards against a vacuous pass)."""
-    bad = PACKAGE / "collectors" / "_wrong_way_probe.py"
-    bad.write_text("from gpuaudit.rules.judge import judge\n", encoding="utf-8")
-    try:
-        assert violations() == ["collectors/_wrong_way_probe.py:1 imports gpuaudit.rules.judge"]
-    finally:
-        bad.unlink()
+    copy = package_copy(tmp_path, monkeypatch)
+    (copy / "collectors" / "_wrong_way_probe.py").write_text("from gpuaudit.rules.judge import judge\n",
+                                                             encoding="utf-8")
+    assert violations() == ["collectors/_wrong_way_probe.py:1 imports gpuaudit.rules.judge"]
 
 
 def test_no_cycle_between_packages() -> None:
