@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpuaudit demo
 
-# Lint first (ruff, mypy), then the suite. pytest exits 5 when it collected no test: a failure here too.
+# Lint first (ruff, mypy), then the suite on every core (pytest-xdist; a file's tests stay on one worker), with
+# the ten slowest tests named. pytest exits 5 when it collected no test: a failure here too.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=10; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check functions tests infra app.py
