@@ -150,7 +150,10 @@ class AuditFunctions(Construct):
                 iam.PolicyStatement(sid="LoadPayloads", actions=["s3:GetObject"], resources=[payloads]),
                 iam.PolicyStatement(sid="StoreResults", actions=["s3:PutObject"],
                                     resources=[store.bucket.arn_for_objects(f"{RESULTS_PREFIX}*")]),
-                iam.PolicyStatement(sid="Findings", actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"],
+                # BatchWriteItem: the changed latest state, closed history spans and the history snapshot's pieces
+                # (puts, and deletes of a snapshot generation no head names), on the own table only.
+                iam.PolicyStatement(sid="Findings", actions=["dynamodb:BatchWriteItem", "dynamodb:GetItem",
+                                                             "dynamodb:PutItem", "dynamodb:Query"],
                                     resources=[store.table.table_arn]),
                 iam.PolicyStatement(sid="Alerts", actions=["sns:Publish"], resources=[store.topic.topic_arn]),
                 iam.PolicyStatement(sid="AlertEncryption", actions=["kms:GenerateDataKey", "kms:Decrypt"],

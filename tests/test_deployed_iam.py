@@ -71,8 +71,9 @@ class Recorder:
         r, a = self.region, self.account
         if service == "s3":
             return [f"arn:aws:s3:::{p['Bucket']}/{p['Key']}" if "Key" in p else f"arn:aws:s3:::{p['Bucket']}"]
-        if service == "dynamodb":
-            return [f"arn:aws:dynamodb:{r}:{a}:table/{p['TableName']}"]
+        if service == "dynamodb":  # BatchWriteItem names its tables in RequestItems
+            return [f"arn:aws:dynamodb:{r}:{a}:table/{t}" for t in ([p["TableName"]] if "TableName" in p
+                                                                    else sorted(p["RequestItems"]))]
         if service == "sns":
             return [p["TopicArn"]]
         if service == "events" and operation == "PutEvents":  # each entry's bus, by name or ARN

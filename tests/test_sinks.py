@@ -8,7 +8,6 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report import alert
-from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, latest_nodes, read_gaps, write_and_alert
+from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, read_gaps, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000
@@ -49,8 +48,9 @@ class Sinks:
 
     def latest(self, mode: str = "coverage") -> dict[str, dict[str, str]]:
         """The latest state the next audit of llm-pretrain in `mode` compares with, by sort key."""
+        base = f"LATEST#llm-pretrain#{mode}"
         return {i["sk"]["S"]: {k: v["S"] for k, v in i.items() if "S" in v} for i in self.items()
-                if i["pk"]["S"] == f"LATEST#llm-pretrain#{mode}"}
+                if re.fullmatch(re.escape(base) + r"(#\d\d)?", i["pk"]["S"]) and i["sk"]["S"] != "HEAD"}
 
     def published(self) -> list[dict[str, Any]]:
         """Every message the topic received, as moto's SNS backend recorded it."""
@@ -120,8 +120,8 @@ def test_first_write_of_a_not_observable_gpu_node_publishes_an_alert(sinks: Sink
     assert chatbot["id"] == outcome.attributes["dedup_key"]["StringValue"]
     keys = {(i["pk"]["S"], i["sk"]["S"]) for i in sinks.items()}
     assert (f"AUDIT#{result.audit_id}", "SUMMARY") in keys
-    assert (f"AUDIT#{result.audit_id}", f"NODE#{iid}") in keys
-    assert ("LATEST#llm-pretrain#coverage", f"NODE#{iid}") in keys
+    assert not any(pk.startswith("AUDIT#") and sk.startswith("NODE#") for pk, sk in keys)  # the S3 result holds them
+    assert (sinks_module.latest_pk("llm-pretrain", "coverage", f"NODE#{iid}"), f"NODE#{iid}") in keys
 
 
 def test_first_write_of_a_hardware_verdict_publishes_an_alert(sinks: Sinks):
@@ -240,9 +240,7 @@ def test_a_degraded_early_result_never_hides_a_complete_later_one_of_the_same_wi
     # Then it replaces the degraded one (not a duplicate), and the node's state is Measured again
     assert not outcome.duplicate and outcome.superseded
     iid = compute_id(complete)
-    nodes = {i["sk"]["S"]: i["xid_status"]["S"] for i in sinks.items() if i["pk"]["S"] == f"AUDIT#{complete.audit_id}"
-             and i["sk"]["S"].startswith("NODE#")}
-    assert nodes[f"NODE#{iid}"] == "Measured"
+    assert sinks.latest()[f"NODE#{iid}"]["xid_status"] == "Measured"
     summary = next(i for i in sinks.items() if i["pk"]["S"] == f"AUDIT#{complete.audit_id}" and i["sk"]["S"] == "SUMMARY")
     assert summary["gaps"]["N"] == str(len(complete.visibility_gaps))
     # and the degraded one arriving again after it is a duplicate
@@ -417,7 +415,8 @@ def test_a_node_gone_from_the_cluster_is_said_once_and_never_called_a_recovery(s
     # Then it is said gone (not recovered), once, and its state is kept only until the retention ends
     assert gone.changes == [f"{SECOND}: no longer in the cluster (was REBOOT): replaced or terminated, not a recovery"]
     assert later.changes == []
-    item = next(i for i in sinks.items() if i["pk"]["S"] == "LATEST#llm-pretrain#coverage"
+    item = next(i for i in sinks.items() if i["pk"]["S"] == sinks_module.latest_pk("llm-pretrain", "coverage",
+                                                                                     f"NODE#{SECOND}")
                 and i["sk"]["S"] == f"NODE#{SECOND}")
     assert item["gone"]["S"] and int(item["expires_at"]["N"]) > NOW_EPOCH
 
@@ -492,7 +491,7 @@ def test_the_alert_leads_with_the_worst_change_and_stays_bounded_at_ten_thousand
     template = node_of(base, GPU)
     fleet = [template.model_copy(update={"instance_id": f"i-{k:017x}"}) for k in range(10_000)]
     before = compare(base.model_copy(update={"nodes": fleet}), {})
-    previous = {item["sk"]["S"]: {k: v["S"] for k, v in item.items() if "S" in v} for item, _ in before.writes}
+    previous = {item["sk"]["S"]: {k: v["S"] for k, v in item.items() if "S" in v} for item in before.writes}
     blind = [n.model_copy(update={"xid_status": "Not observable", "verdict": "NOT OBSERVABLE"}) for n in fleet]
     blind[-1] = blind[-1].model_copy(update={"verdict": "REPLACE", "verdict_evidence": "Xid 64 on PCI 0000:53:00"})
     later = base.model_copy(update={"nodes": blind, "audit_id": "later"})
@@ -549,16 +548,6 @@ def test_a_latest_state_written_by_a_racing_audit_is_not_overwritten(sinks: Sink
     assert sinks.latest()[f"NODE#{GPU}"]["xid_status"] == "Not observable"
 
 
-def test_latest_nodes_are_those_of_every_mode(sinks: Sinks):
-    # Given a coverage audit of one GPU node and an incident audit that also lists a second
-    sinks.write(audit_to(10))
-    sinks.write(audit_to(11, nodes=2, mode="incident"))
-
-    # Then the history store's node list (sinks.latest_nodes) holds both, and the head node, once each
-    assert latest_nodes(sinks.ddb, TABLE, "llm-pretrain") == ["i-00000000000000001", GPU, SECOND]
-    assert latest_nodes(sinks.ddb, TABLE, "another-cluster") == []
-
-
 # Fleet memory (items 1-3 of #18) read by the alerts: audits that keep a history (the CLI's SQLite store).
 
 def remembered(tmp_path: Path, xids: dict[int, int], ends: tuple[int, ...], reboot: int | None = None) -> list[Result]:
@@ -606,27 +595,6 @@ def test_a_flapping_node_says_so_on_its_alert_lines(sinks: Sinks, tmp_path: Path
     assert said[1] == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
     (last,) = said[-1]
     assert last.startswith(f"{GPU} (flapping across audits): new verdict REBOOT — Xid 79")
-
-
-def test_independent_puts_run_side_by_side_and_a_failure_is_raised() -> None:
-    # Given four puts that can only all finish if they run at the same time (a barrier of four)
-    import threading
-
-    from gpuaudit.sinks import put_all
-
-    barrier = threading.Barrier(4, timeout=10)
-
-    def put(written: bool) -> bool:
-        barrier.wait()
-        return written
-
-    assert put_all(partial(put, w) for w in (True, True, False, True)) == 3
-
-    def failing() -> bool:
-        raise RuntimeError("AccessDenied")
-
-    with pytest.raises(RuntimeError, match="AccessDenied"):
-        put_all([lambda: True, failing, lambda: True])
 
 
 def test_the_dynamodb_client_pools_a_connection_per_thread() -> None:

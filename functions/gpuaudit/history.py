@@ -3,30 +3,46 @@
 Two implementations of `model.history.HistoryStore`, chosen by the caller, never by the rules:
 
 * `SqliteHistory` — the CLI's local history (`--history DIR`, standard-library sqlite3), one file per DIR.
-* `DynamoHistory` — the deployed auditor's findings table. Items `pk = HIST#<cluster>#<instance-id>`,
-  `sk = <audit time>#<audit id>`, so a node's look-back is one Query with a key range (never a Scan); spans
+* `DynamoHistory` — the deployed auditor's findings table, read once per cluster: a snapshot of each node's
+  latest span (`HISTSNAP#<cluster>`), and closed spans sharded over `HIST#<cluster>#<shard>` with
+  `sk = <audit time>#<instance>#<audit id>`, so the look-back is one key range per shard (never a Scan); spans
   are cut after `MAX_SPAN`, so the range `[since - MAX_SPAN, until]` sees every span that reaches `since`.
   Items expire with the table's TTL (`expires_at`, the findings' retention); a quiet span is ~350 bytes.
 
 Reads fail closed: any error is `HistoryUnreadable` carrying a typed Gap (scope "history"); the audit goes on
-and says recurrence across audits is Not checked. Writes put merged spans (model.history.merged) with a
-condition, so re-running an audit writes nothing new and a less complete run never replaces a complete one.
+and says recurrence across audits is Not checked. Writes fold merged spans (model.history.merged) into each node's
+latest (model.history.fold_latest), so re-running an audit writes nothing new and a less complete run never
+replaces a complete one.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
+import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import TypeAdapter
 
 from gpuaudit.collectors.aws import GAP_KINDS
+from gpuaudit.dynamo_batch import (
+    Backoff,
+    ItemTooLarge,
+    WritesNotDone,
+    batch_write,
+    delete_requests,
+    put_requests,
+    retried,
+    shard_of,
+)
 from gpuaudit.model.evidence import Evidence, Gap, GapKind
 from gpuaudit.model.history import (
     CLUSTER_GONE,
@@ -36,6 +52,8 @@ from gpuaudit.model.history import (
     HistoryStore,
     HistoryXid,
     closed_out,
+    distinct,
+    fold_latest,
     latest_spans,
     merged,
 )
@@ -43,7 +61,7 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.rules.history import actions_by_node, entries_for
 from gpuaudit.rules.nodes import reboots_by_node
-from gpuaudit.sinks import DYNAMODB_THREADS, put_all
+from gpuaudit.sinks import DYNAMODB_THREADS
 
 SQLITE_FILE = "gpuaudit-history.sqlite3"
 
@@ -179,15 +197,50 @@ def _span_from(row: dict[str, Any]) -> HistorySpan:
 # --------------------------------------------------------------------------- DynamoDB (deployed)
 
 
+HISTORY_SHARDS = 16  # closed spans of a cluster spread over HIST#<cluster>#00..15: no partition takes every write
+SNAPSHOT_PIECE_BYTES = 350_000  # a snapshot piece stays well inside DynamoDB's 400 KB item limit
+SNAPSHOT_READS = 3  # a snapshot replaced while it was read (pieces deleted under the reader) is read again
+SNAPSHOT_WRITES = 3  # another audit switched the snapshot first: read it again and fold this audit's spans into it
+_SPANS = TypeAdapter(list[HistorySpan])
+
+
 def history_pk(cluster: str, instance_id: str) -> str:
-    return f"HIST#{cluster}#{instance_id}"
+    """The partition of a node's closed spans: its cluster's shard, by instance ID."""
+    return f"HIST#{cluster}#{shard_of(instance_id, HISTORY_SHARDS):02d}"
+
+
+def snapshot_pk(cluster: str) -> str:
+    return f"HISTSNAP#{cluster}"
+
+
+@dataclass
+class Snapshot:
+    """Each node's latest span as one audit read it, and the generation it came from (None: no snapshot yet)."""
+
+    generation: str | None = None
+    latest: dict[str, HistorySpan] = field(default_factory=dict)
+    items: int = 0
+    requests: int = 0
 
 
 class DynamoHistory:
-    """The findings table: one Query per node over its key range (parallel), one conditional PutItem per span."""
+    """The findings table, read once per cluster and written only where something changed (issue #34 item 3).
 
-    def __init__(self, ddb: Any, table: str, threads: int = DYNAMODB_THREADS) -> None:
-        self.ddb, self.table, self.threads = ddb, table, threads
+    * Each node's latest span — the one the next audit extends — lives in the cluster's snapshot: zlib-compressed
+      JSON cut in pieces of at most 350 KB (`HISTSNAP#<cluster>` / `GEN#<generation>#<n>`), named by a head item
+      (`HISTSNAP#<cluster>` / `HEAD`). One GetItem and one Query read it; an audit writes a new generation in a few
+      BatchWriteItem calls and switches the head only if it still names the generation it read, so two audits
+      never mix their snapshots (the one that lost reads the new one and folds its spans in again).
+    * A span that is no longer a node's latest (its state changed, or it reached MAX_SPAN) is closed: written once
+      to `HIST#<cluster>#<shard>` / `<audit time>#<instance>#<audit id>` by BatchWriteItem, never rewritten. The
+      look-back reads each shard with one key range (`since - MAX_SPAN` .. `until`), paged.
+
+    At 10,000 quiet nodes an hourly audit reads in ~20 calls and writes in ~3 (before: 10,000 Query, 10,000
+    PutItem)."""
+
+    def __init__(self, ddb: Any, table: str, threads: int = DYNAMODB_THREADS, backoff: Backoff | None = None) -> None:
+        self.ddb, self.table, self.threads, self.backoff = ddb, table, threads, backoff
+        self._snapshots: dict[str, Snapshot] = {}  # as read by this audit: the write folds into it
 
     @property
     def name(self) -> str:
@@ -199,64 +252,158 @@ class DynamoHistory:
         return HistoryUnreadable(history_gap(GAP_KINDS.get(code, "not-read"), "dynamodb", operation, target, code,
                                              message))
 
-    def _node(self, cluster: str, instance_id: str, since: datetime, until: datetime) -> tuple[list[HistorySpan], int,
-                                                                                                 int]:
+    # -- the snapshot of latest spans ---------------------------------------------------------------
+    def _read_snapshot(self, cluster: str) -> Snapshot:
+        pk, requests = {"S": snapshot_pk(cluster)}, 0
+        for _ in range(SNAPSHOT_READS):
+            head = retried(lambda: self.ddb.get_item(TableName=self.table, Key={"pk": pk, "sk": {"S": "HEAD"}},
+                                                     ConsistentRead=True), self.backoff).get("Item")
+            requests += 1
+            if head is None:
+                return Snapshot(requests=requests)
+            generation, pieces = head["generation"]["S"], int(head["pieces"]["N"])
+            items, calls = self._query(pk, f"GEN#{generation}#")
+            requests += calls
+            if len(items) == pieces:
+                data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in sorted(items, key=lambda i: i["sk"]["S"])))
+                latest = {s.instance_id: s for s in _SPANS.validate_json(data)}
+                return Snapshot(generation, latest, items=len(items) + 1, requests=requests)
+        raise HistoryUnreadable(history_gap("not-read", "dynamodb", "Query", f"{self.table} {pk['S']}", "Replaced",
+                                            f"the snapshot was replaced {SNAPSHOT_READS} times while it was read"))
+
+    def _query(self, pk: dict[str, str], prefix: str) -> tuple[list[dict[str, Any]], int]:
+        params: dict[str, Any] = {"TableName": self.table, "ConsistentRead": True,
+                                  "KeyConditionExpression": "pk = :p AND begins_with(sk, :g)",
+                                  "ExpressionAttributeValues": {":p": pk, ":g": {"S": prefix}}}
+        items, calls = list[dict[str, Any]](), 0
+        while True:
+            out = retried(lambda: self.ddb.query(**params), self.backoff)
+            calls += 1
+            items += out.get("Items", [])
+            if not out.get("LastEvaluatedKey"):
+                return items, calls
+            params["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+    def _snapshot(self, cluster: str) -> Snapshot:
+        if cluster not in self._snapshots:
+            try:
+                self._snapshots[cluster] = self._read_snapshot(cluster)
+            except (ClientError, BotoCoreError, KeyError, ValueError, zlib.error) as exc:
+                raise self._gap("Query", f"{self.table} {snapshot_pk(cluster)}", exc) from None
+        return self._snapshots[cluster]
+
+    # -- closed spans --------------------------------------------------------------------------------
+    def _closed(self, cluster: str, shard: int, since: datetime, until: datetime) -> tuple[list[HistorySpan], int, int]:
         params: dict[str, Any] = {
             "TableName": self.table, "KeyConditionExpression": "pk = :p AND sk BETWEEN :a AND :b",
-            "ExpressionAttributeValues": {":p": {"S": history_pk(cluster, instance_id)},
+            "ExpressionAttributeValues": {":p": {"S": f"HIST#{cluster}#{shard:02d}"},
                                           ":a": {"S": iso(since - MAX_SPAN)}, ":b": {"S": iso(until) + "#~"}}}
         spans, items, requests = [], 0, 0
         while True:
-            out = self.ddb.query(**params)
+            out = retried(lambda: self.ddb.query(**params), self.backoff)
             requests += 1
             items += len(out.get("Items", []))
-            spans += [s for i in out.get("Items", []) if (s := _span_of_item(cluster, instance_id, i)).through >= since]
+            spans += [_span_of_item(cluster, None, i) for i in out.get("Items", [])]
             if not out.get("LastEvaluatedKey"):
                 return spans, items, requests
             params["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     def read(self, cluster: str, instance_ids: Sequence[str] | None, since: datetime,
              until: datetime) -> HistoryRead:
-        ids = list(dict.fromkeys(instance_ids if instance_ids is not None else self._known_nodes(cluster)))
+        """The cluster's spans in the look-back, once for all its nodes: the snapshot, then every shard of closed
+        spans side by side. `instance_ids` narrows what is returned, not what is read."""
+        snapshot = self._snapshot(cluster)
         try:
-            with ThreadPoolExecutor(max_workers=max(1, min(self.threads, len(ids)))) as pool:
-                parts = list(pool.map(lambda i: self._node(cluster, i, since, until), ids))
+            with ThreadPoolExecutor(max_workers=max(1, min(self.threads, HISTORY_SHARDS))) as pool:
+                parts = list(pool.map(lambda n: self._closed(cluster, n, since, until), range(HISTORY_SHARDS)))
         except (ClientError, BotoCoreError, KeyError, ValueError) as exc:
             raise self._gap("Query", f"{self.table} HIST#{cluster}#…", exc) from None
-        return HistoryRead(store=self.name, since=since, until=until, spans=[s for p in parts for s in p[0]],
-                           items_read=sum(p[1] for p in parts), requests=sum(p[2] for p in parts))
+        wanted = set(instance_ids) if instance_ids is not None else None
+        # A span closed by an audit that then lost the snapshot switch may be in both: the latest copy wins.
+        spans = distinct([*(s for p in parts for s in p[0]), *snapshot.latest.values()])
+        return HistoryRead(store=self.name, since=since, until=until,
+                           spans=[s for s in spans if (wanted is None or s.instance_id in wanted)
+                                  and s.through >= since and since - MAX_SPAN <= s.audit_time <= until],
+                           items_read=snapshot.items + sum(p[1] for p in parts),
+                           requests=snapshot.requests + sum(p[2] for p in parts))
 
-    def _known_nodes(self, cluster: str) -> list[str]:
-        """Every node of the cluster the latest-state items name (one Query of LATEST#<cluster>#<mode> per mode)."""
-        from gpuaudit.sinks import latest_nodes
-
-        try:
-            return latest_nodes(self.ddb, self.table, cluster)
-        except (ClientError, BotoCoreError) as exc:
-            raise self._gap("Query", f"{self.table} LATEST#{cluster}#…", exc) from None
-
+    # -- writes --------------------------------------------------------------------------------------
     def write(self, spans: Sequence[HistorySpan], retention_days: int, now: datetime) -> int:
+        """This audit's spans folded into each node's latest: the spans they close written once (BatchWriteItem),
+        then a new snapshot if anything in it changed. How many spans were new or changed; a write DynamoDB still
+        refuses after the retries is a named gap (the next audit would not see this one), never dropped."""
         expires = str(int(now.timestamp()) + retention_days * 86400)
-        items = [history_item(s, expires) for s in spans]
-        return put_all(partial(self._put, item) for item in items)
+        oldest = now - timedelta(days=retention_days)
+        by_cluster: dict[str, list[HistorySpan]] = {}
+        for span in spans:
+            by_cluster.setdefault(span.cluster, []).append(span)
+        written = 0
+        for cluster, given in by_cluster.items():
+            try:
+                written += self._write_cluster(cluster, given, expires, oldest)
+            except (ClientError, BotoCoreError, WritesNotDone, ItemTooLarge) as exc:
+                raise self._gap("BatchWriteItem", f"{self.table} HIST#{cluster}#…", exc) from None
+        return written
 
-    def _put(self, item: dict[str, Any]) -> bool:
-        """Insert or extend a span: False when a later (or as late and more complete) one is already there."""
+    def _write_cluster(self, cluster: str, given: list[HistorySpan], expires: str, oldest: datetime) -> int:
+        for _ in range(SNAPSHOT_WRITES):
+            snapshot = self._snapshot(cluster)
+            latest, closed, changed = fold_latest(snapshot.latest, given)
+            latest = {iid: s for iid, s in latest.items() if s.through >= oldest}  # past the retention: gone
+            if closed:
+                batch_write(self.ddb, self.table, put_requests([history_item(s, expires) for s in closed]),
+                            self.backoff)
+            if latest == snapshot.latest:
+                return changed
+            if self._switch(cluster, snapshot, latest, expires):
+                return changed
+            self._snapshots.pop(cluster, None)  # another audit switched first: read its snapshot, fold again
+        raise WritesNotDone(self.table, [], f"the snapshot of {cluster} kept being replaced by other audits")
+
+    def _switch(self, cluster: str, snapshot: Snapshot, latest: dict[str, HistorySpan], expires: str) -> bool:
+        """Write `latest` as a new generation, then point the head at it if it still names the one read; the old
+        generation's pieces are deleted after (a reader that finds them gone reads the head again)."""
+        pk = {"S": snapshot_pk(cluster)}
+        generation = uuid.uuid4().hex[:16]
+        data = zlib.compress(_SPANS.dump_json(sorted(latest.values(), key=lambda s: s.instance_id),
+                                              exclude_defaults=True), 6)
+        chunks = [data[i:i + SNAPSHOT_PIECE_BYTES] for i in range(0, len(data), SNAPSHOT_PIECE_BYTES)] or [b""]
+        pieces = [{"pk": pk, "sk": {"S": f"GEN#{generation}#{n:05d}"}, "spans": {"B": chunk},
+                   "expires_at": {"N": expires}} for n, chunk in enumerate(chunks)]
+        batch_write(self.ddb, self.table, put_requests(pieces), self.backoff)
+        head = {"pk": pk, "sk": {"S": "HEAD"}, "generation": {"S": generation}, "pieces": {"N": str(len(pieces))},
+                "nodes": {"N": str(len(latest))}, "expires_at": {"N": expires}}
+        condition = ("attribute_not_exists(pk)" if snapshot.generation is None else "generation = :seen")
         try:
-            self.ddb.put_item(
-                TableName=self.table, Item=item,
-                ConditionExpression="attribute_not_exists(pk) OR through < :t OR (through = :t AND gaps > :g)",
-                ExpressionAttributeValues={":t": item["through"], ":g": item["gaps"]})
-            return True
+            retried(lambda: self.ddb.put_item(
+                TableName=self.table, Item=head, ConditionExpression=condition,
+                **({"ExpressionAttributeValues": {":seen": {"S": snapshot.generation}}} if snapshot.generation else {})),
+                self.backoff)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise self._gap("PutItem", f"{self.table} {item['pk']['S']}", exc) from None
+                raise
+            self._drop_generation(pk, generation, len(pieces))
             return False
+        if snapshot.generation is not None:
+            self._drop_generation(pk, snapshot.generation, None)
+        self._snapshots[cluster] = Snapshot(generation, latest)
+        return True
+
+    def _drop_generation(self, pk: dict[str, str], generation: str, pieces: int | None) -> None:
+        """A generation no head names any more. Left to the table's TTL if DynamoDB refuses the deletes: no reader
+        follows it (the head names another), so nothing is lost, it only waits for the TTL."""
+        if pieces is None:
+            found, _ = self._query(pk, f"GEN#{generation}#")
+            keys = [{"pk": pk, "sk": i["sk"]} for i in found]
+        else:
+            keys = [{"pk": pk, "sk": {"S": f"GEN#{generation}#{n:05d}"}} for n in range(pieces)]
+        with suppress(WritesNotDone, ClientError):
+            batch_write(self.ddb, self.table, delete_requests(keys), self.backoff)
 
 
 def history_item(s: HistorySpan, expires: str) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "pk": {"S": history_pk(s.cluster, s.instance_id)}, "sk": {"S": f"{iso(s.audit_time)}#{s.audit_id}"},
+        "pk": {"S": history_pk(s.cluster, s.instance_id)}, "sk": {"S": f"{iso(s.audit_time)}#{s.instance_id}#{s.audit_id}"},
         "last_audit_id": {"S": s.last_audit_id}, "through": {"S": iso(s.through)}, "audits": {"N": str(s.audits)},
         "mode": {"S": s.mode}, "xid_status": {"S": s.xid_status}, "gaps": {"N": str(s.gaps)},
         "expires_at": {"N": expires}}
@@ -277,8 +424,10 @@ def history_item(s: HistorySpan, expires: str) -> dict[str, Any]:
     return item
 
 
-def _span_of_item(cluster: str, instance_id: str, item: dict[str, Any]) -> HistorySpan:
-    when, _, audit = item["sk"]["S"].partition("#")
+def _span_of_item(cluster: str, instance_id: str | None, item: dict[str, Any]) -> HistorySpan:
+    """A closed span from its item (`sk` = `<audit time>#<instance>#<audit id>`)."""
+    when, named, audit = item["sk"]["S"].split("#", 2)
+    instance_id = instance_id or named
 
     def text(name: str) -> str | None:
         return item[name]["S"] if name in item else None

@@ -1,26 +1,28 @@
 """Where results go: the findings table (DynamoDB) and the alert topic (SNS).
 
-Writes are idempotent: audit items are put with `attribute_not_exists`, keyed by the
+Writes are idempotent: the audit's summary is put with `attribute_not_exists`, keyed by the
 deterministic audit_id, so re-running the same audit window writes nothing new and
 publishes no second alert. Alerts go out only when something changed against the
-latest state kept per cluster and mode (`LATEST#<cluster>#<mode>`), and an audit that
-read less than the one that recorded a state never overwrites it (`compare`).
+latest state kept per cluster and mode (`LATEST#<cluster>#<mode>`, its node items sharded over
+`LATEST#<cluster>#<mode>#<shard>`), and an audit that read less than the one that recorded a state never
+overwrites it (`compare`). Node rows are not written per node: the result JSON in S3 holds them. Only the
+changed latest-state items are written, in batches (gpuaudit/dynamo_batch.py): a first audit of 10,000 nodes
+is 400 BatchWriteItem calls, an unchanged one none.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Any, get_args
+from typing import Any
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from gpuaudit.model.evidence import Mode
+from gpuaudit.dynamo_batch import batch_write, put_requests, retried, shard_of
 from gpuaudit.model.history import ESCALATED, FLAPPING
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result
 from gpuaudit.model.timeutil import iso
@@ -40,6 +42,7 @@ class SinkOutcome:
     items_written: int = 0
     duplicate: bool = False
     superseded: bool = False  # a less complete earlier result of the same window was replaced
+    latest_kept: bool = False  # another audit wrote the latest state after this one read it: its state stands
     alert: str | None = None
     subject: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)  # the SNS message attributes published
@@ -48,24 +51,17 @@ class SinkOutcome:
     records: list[Change] = field(default_factory=list)
 
 
-# DynamoDB calls run side by side: a Query per node to read history, a conditional put per node and key to write
-# (at 10,000 nodes, one at a time is minutes). The client's connection pool must be as large (dynamodb_client).
+# The latest state's reads run side by side (one Query per shard): the client's pool holds a connection per thread.
 DYNAMODB_THREADS = 16
+# A cluster's node states are spread over this many partitions (`LATEST#<cluster>#<mode>#<shard>`): a first audit
+# of 10,000 nodes writes 10,000 items, past the 1,000 writes a second one partition takes.
+LATEST_SHARDS = 16
+HEAD = "HEAD"  # the latest state's marker: which audit wrote it last (the writes are conditional on it)
 
 
 def dynamodb_client(session: Any) -> Any:
     """A DynamoDB client whose connection pool holds a connection per thread (botocore's default is 10)."""
     return session.client("dynamodb", config=Config(max_pool_connections=DYNAMODB_THREADS))
-
-
-def put_all(puts: Iterable[Callable[[], bool]], threads: int = DYNAMODB_THREADS) -> int:
-    """Run independent puts side by side (boto3 clients are thread-safe); how many were written. The first error
-    is raised, as a loop would raise it, once the puts in flight have finished."""
-    calls = list(puts)
-    if len(calls) <= 1:
-        return sum(int(call()) for call in calls)
-    with ThreadPoolExecutor(max_workers=min(threads, len(calls))) as pool:
-        return sum(int(written) for written in pool.map(lambda call: call(), calls))
 
 
 def _put_new(ddb: Any, table: str, item: dict[str, Any], fewer_gaps_than: int | None = None) -> bool:
@@ -76,18 +72,11 @@ def _put_new(ddb: Any, table: str, item: dict[str, Any], fewer_gaps_than: int | 
                    {":gaps": {"N": str(fewer_gaps_than)}})
 
 
-def _put_latest(ddb: Any, table: str, item: dict[str, Any], replaces: str | None) -> bool:
-    """A latest-state item, put only over the item that was compared with (or none)."""
-    if replaces is None:
-        return _put_if(ddb, table, item, "attribute_not_exists(pk)", {})
-    return _put_if(ddb, table, item, "audit_id = :seen", {":seen": _s(replaces)})
-
-
 def _put_if(ddb: Any, table: str, item: dict[str, Any], condition: str, values: dict[str, Any]) -> bool:
-    """A conditional put: False when the condition does not hold (another write won)."""
+    """A conditional put, retried while throttled: False when the condition does not hold (another write won)."""
     try:
-        ddb.put_item(TableName=table, Item=item, ConditionExpression=condition,
-                     **({"ExpressionAttributeValues": values} if values else {}))
+        retried(lambda: ddb.put_item(TableName=table, Item=item, ConditionExpression=condition,
+                                     **({"ExpressionAttributeValues": values} if values else {})))
         return True
     except ClientError as err:
         if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
@@ -100,28 +89,55 @@ def _s(value: object) -> dict[str, str]:
 
 
 def latest_key(cluster: str, mode: str) -> str:
-    """The partition of a cluster's latest state for one mode: a coverage audit and an incident audit of the same
-    cluster each compare with their own last audit, never with each other's."""
+    """The partition of a cluster's latest state for one mode (its HEAD, checks, self-check, answer): a coverage
+    audit and an incident audit of the same cluster each compare with their own last audit, never with each
+    other's."""
     return f"LATEST#{cluster}#{mode}"
 
 
-def latest_state(ddb: Any, table: str, cluster: str, mode: str) -> dict[str, dict[str, str]]:
-    """Every latest-state item of the cluster and mode, across all query pages (a 2,000-node cluster passes 1 MB)."""
-    state: dict[str, dict[str, str]] = {}
-    params: dict[str, Any] = {"TableName": table, "KeyConditionExpression": "pk = :p", "ConsistentRead": True,
-                              "ExpressionAttributeValues": {":p": _s(latest_key(cluster, mode))}}
+def latest_pk(cluster: str, mode: str, sk: str) -> str:
+    """Where one latest-state item lives: a node's in its shard (by its instance ID), the rest in the base key."""
+    if not sk.startswith("NODE#"):
+        return latest_key(cluster, mode)
+    return f"{latest_key(cluster, mode)}#{shard_of(sk.removeprefix('NODE#'), LATEST_SHARDS):02d}"
+
+
+def query_all(ddb: Any, table: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every item of one Query, across all its pages, each page retried while throttled."""
+    params, items = dict(params), list[dict[str, Any]]()
     while True:
-        out = ddb.query(**params)
-        state.update({i["sk"]["S"]: {k: v["S"] for k, v in i.items() if "S" in v} for i in out.get("Items", [])})
+        out = retried(lambda: ddb.query(TableName=table, **params))
+        items += out.get("Items", [])
         if not out.get("LastEvaluatedKey"):
-            return state
+            return items
         params["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
 
-def latest_nodes(ddb: Any, table: str, cluster: str) -> list[str]:
-    """Every node the cluster's latest state names, in any mode (one Query per mode), gone ones included."""
-    return sorted({sk.removeprefix("NODE#") for mode in get_args(Mode) for sk in latest_state(ddb, table, cluster, mode)
-                   if sk.startswith("NODE#")})
+def latest_state(ddb: Any, table: str, cluster: str, mode: str) -> dict[str, dict[str, str]]:
+    """Every latest-state item of the cluster and mode, by sort key: the base partition and every node shard,
+    each across all its query pages, read side by side. A node item left in the base partition by a release
+    before the shards is read too; its shard's item, when there is one, wins."""
+    base = latest_key(cluster, mode)
+    keys = [base, *(f"{base}#{n:02d}" for n in range(LATEST_SHARDS))]
+
+    def read(pk: str) -> list[dict[str, Any]]:
+        return query_all(ddb, table, {"KeyConditionExpression": "pk = :p", "ConsistentRead": True,
+                                      "ExpressionAttributeValues": {":p": _s(pk)}})
+
+    with ThreadPoolExecutor(max_workers=min(DYNAMODB_THREADS, len(keys))) as pool:
+        parts = list(pool.map(read, keys))
+    return {i["sk"]["S"]: {k: v["S"] for k, v in i.items() if "S" in v} for part in parts for i in part}
+
+
+def _claim(ddb: Any, table: str, result: Result, previous: dict[str, dict[str, str]]) -> bool:
+    """Mark the latest state as this audit's, only if it is still the state compared with: an audit that wrote
+    in between keeps its state (the batched writes that follow carry no condition of their own)."""
+    head = {"pk": _s(latest_key(result.cluster.name, result.mode)), "sk": _s(HEAD), "audit_id": _s(result.audit_id),
+            "recorded_at": _s(iso(result.window.end))}
+    seen = previous.get(HEAD, {}).get("audit_id")
+    if seen is None:
+        return _put_if(ddb, table, head, "attribute_not_exists(pk)", {})
+    return _put_if(ddb, table, head, "audit_id = :seen", {":seen": _s(seen)})
 
 
 def read_gaps(result: Result) -> frozenset[str]:
@@ -149,11 +165,11 @@ def _gap_key(said: str) -> str:
 
 @dataclass
 class Comparison:
-    """What changed since the last audit of the cluster and mode, and the latest-state items to write for it.
-    Each write is (item, audit_id of the item it replaces, None for a new one): the put is conditional on it."""
+    """What changed since the last audit of the cluster and mode, and the latest-state items to write for it
+    (only those that differ from what is recorded)."""
 
     records: list[Change] = field(default_factory=list)
-    writes: list[tuple[dict[str, Any], str | None]] = field(default_factory=list)
+    writes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def changes(self) -> list[str]:
@@ -249,7 +265,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
         state.record(sk, {"result": check.result}, previous.get(sk))
     rows += _answer_changes(result, previous, state)
     # A self-contradicting result's verdicts are not trusted: only its self-check is recorded.
-    writes = [w for w in state.writes if not result.invariants_broken or w[0]["sk"]["S"] == "SELFCHECK"]
+    writes = [w for w in state.writes if not result.invariants_broken or w["sk"]["S"] == "SELFCHECK"]
     return Comparison(records=sorted(rows, key=lambda r: r.rank), writes=writes)
 
 
@@ -295,7 +311,7 @@ class _State:
 
     def __init__(self, result: Result) -> None:
         self.result = result
-        self.writes: list[tuple[dict[str, Any], str | None]] = []
+        self.writes: list[dict[str, Any]] = []
 
     def record(self, sk: str, attrs: dict[str, str], before: dict[str, str] | None,
                extra: dict[str, Any] | None = None, *, keep_time: bool = False) -> None:
@@ -304,9 +320,9 @@ class _State:
             return  # unchanged: a rerun of an unchanged state writes nothing
         recorded_at = before.get("recorded_at") if keep_time and before is not None else None
         stamp = {"audit_id": self.result.audit_id, "recorded_at": recorded_at or iso(self.result.window.end)}
-        item = {"pk": _s(latest_key(self.result.cluster.name, self.result.mode)), "sk": _s(sk),
+        item = {"pk": _s(latest_pk(self.result.cluster.name, self.result.mode, sk)), "sk": _s(sk),
                 **{k: _s(v) for k, v in {**attrs, **stamp}.items()}, **(extra or {})}
-        self.writes.append((item, before.get("audit_id") if before is not None else None))
+        self.writes.append(item)
 
     def not_rechecked(self, iid: str, before: dict[str, str], unread: frozenset[str]) -> list[Change]:
         """A less complete audit leaves the recorded state as it is. Said once, and only of a REPLACE or REBOOT the
@@ -399,32 +415,38 @@ def alert_message(result: Result, changes: list[Change], report_link: str | None
     return alert.message(result, changes, report_link)
 
 
+def recorded_as(ddb: Any, table: str, result: Result) -> str | None:
+    """How the findings table already holds this audit (its summary, the commit marker): "duplicate" when a result
+    of the same window with as few gaps is recorded, "superseded" when one with more gaps is (this one saw more and
+    replaces it), None for a new audit. Completeness is part of idempotency: a degraded early run never hides a
+    complete later one, and a degraded rerun never replaces a complete result (the handler writes no S3 object
+    for a duplicate either)."""
+    audit_key = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY")}
+    recorded = retried(lambda: ddb.get_item(TableName=table, Key=audit_key, ConsistentRead=True)).get("Item")
+    if recorded is None:
+        return None
+    return "duplicate" if len(result.visibility_gaps) >= int(recorded.get("gaps", {}).get("N", "0")) else "superseded"
+
+
 def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, result: Result,
                     now_epoch: int, retention_days: int = RETENTION_DAYS,
-                    report_link: str | None = None,
+                    report_link: str | None = None, result_key: str | None = None,
                     publish_events: Callable[[Sequence[Change]], object] | None = None) -> SinkOutcome:
     """`report_link`: where the HTML report is (no credentials in it); the alert's last line and the summary's.
+    `result_key`: the S3 key of the result JSON, which holds every node's row: the table keeps the audit's summary
+    and the latest state, never a row per node (issue #34: 10,000 puts an audit for what S3 already holds).
     `publish_events`: the changes as events (eventbus.publish), sent with the alert and, like it, before the latest
     state is written (at least once)."""
     outcome = SinkOutcome()
     audit_key = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY")}
     gaps = len(result.visibility_gaps)
-    recorded = ddb.get_item(TableName=table, Key=audit_key, ConsistentRead=True).get("Item")
-    if recorded is not None:
-        # Completeness is part of idempotency: the same window again is a duplicate, unless this result saw
-        # more (fewer gaps) than the one recorded — a degraded early run never hides a complete later one.
-        if gaps >= int(recorded.get("gaps", {}).get("N", "0")):
-            outcome.duplicate = True
-            return outcome
-        outcome.superseded = True
+    recorded = recorded_as(ddb, table, result)
+    if recorded == "duplicate":
+        outcome.duplicate = True
+        return outcome
+    outcome.superseded = recorded == "superseded"
     previous = latest_state(ddb, table, result.cluster.name, result.mode)
     expires = _s(now_epoch + retention_days * 86400)
-    node_items = [{"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(f"NODE#{node.instance_id}"),
-                   "xid_status": _s(node.xid_status), "verdict": _s(node.verdict or "none"),
-                   "verdict_evidence": _s(redact(node.verdict_evidence or "", result.account_ids)),
-                   "expires_at": {"N": expires["S"]}, "gaps": {"N": str(gaps)}} for node in result.nodes]
-    replaced = gaps if outcome.superseded else None
-    outcome.items_written += put_all(partial(_put_new, ddb, table, item, replaced) for item in node_items)
     comparison = compare(result, previous, int(expires["S"]))
     outcome.changes, outcome.records = comparison.changes, comparison.records
     if outcome.records and topic_arn:
@@ -441,18 +463,25 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     if outcome.records and publish_events is not None:
         publish_events(outcome.records)
     # The latest state is written after the alert: a crash between them makes the retry compare with the same
-    # state and publish again (at least once), never record a change nobody heard of. Each put holds only if the
-    # item is still the one compared with: an audit that wrote in between is not overwritten.
-    outcome.items_written += put_all(partial(_put_latest, ddb, table, item, replaces)
-                                     for item, replaces in comparison.writes)
+    # state and publish again (at least once), never record a change nobody heard of. It is written only if it is
+    # still the state compared with (HEAD): an audit that wrote in between is not overwritten. The changed items
+    # go in batches (BatchWriteItem, retried); what DynamoDB still refuses fails the step, which is retried.
+    if comparison.writes:
+        if _claim(ddb, table, result, previous):
+            batch_write(ddb, table, put_requests(comparison.writes))
+            outcome.items_written += len(comparison.writes)
+        else:
+            outcome.latest_kept = True
     # The summary is the commit marker, written last: a crash before it makes a retry redo the writes and
     # the alert (at least once), never skip the alert. Two racing deliveries: the condition lets one win.
     summary = {**audit_key, "cluster": _s(result.cluster.name), "mode": _s(result.mode),
                "headline": _s(redact(result.headline, result.account_ids)), "window_start": _s(result.window.start.isoformat()),
                "window_end": _s(result.window.end.isoformat()), "expires_at": {"N": expires["S"]},
-               "gaps": {"N": str(gaps)}}
+               "gaps": {"N": str(gaps)}, "nodes": {"N": str(len(result.nodes))}}
     if report_link:
         summary["report_link"] = _s(redact(report_link, result.account_ids))
+    if result_key:
+        summary["result_key"] = _s(result_key)
     if _put_new(ddb, table, summary, gaps if outcome.superseded else None):
         outcome.items_written += 1
     return outcome

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed, assumed_session
 from gpuaudit.collectors.kubernetes import reader_connector
+from gpuaudit.dynamo_batch import WritesNotDone
 from gpuaudit.model.evidence import CallCount, Gap
 from gpuaudit.settings import Settings
 from handlers.observability import metrics
@@ -162,7 +163,8 @@ def reported_failures() -> Iterator[None]:
         code = err.code if isinstance(err, CallFailed) else \
             err.response.get("Error", {}).get("Code", "") if isinstance(err, ClientError) else ""
         metrics.add_metric(name="StepErrors", unit=MetricUnit.Count, value=1)
-        if code in THROTTLING:
+        # DynamoDB writes still unprocessed or throttled after the in-process retries: the step is retried later
+        if code in THROTTLING or isinstance(err, WritesNotDone):
             raise ThrottlingException(str(err)) from None
         raise
 

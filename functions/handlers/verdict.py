@@ -1,7 +1,9 @@
 """Verdict (step 4): the nodes' earlier audits from the findings table (fleet memory), pipeline.judge, this audit
 added to that history, pipeline.finalize, then the sinks — the result and reports
-(JSON, Markdown, HTML) to the evidence bucket, findings to DynamoDB, an alert to SNS and the changes as
-EventBridge events (eventbus.py, when a bus is configured) only when something changed. The alert and the findings summary link to the HTML report: its S3 URI and its
+(JSON, Markdown, HTML, the JSON holding every node's row) to the evidence bucket, the audit's summary and the
+changed latest state to DynamoDB (batched: no call per node), an alert to SNS and the changes as EventBridge
+events (eventbus.py, when a bus is configured) only when something changed. The alert and the findings summary
+link to the HTML report: its S3 URI and its
 S3 console page, never a presigned URL (that would carry credentials and expire).
 
 Re-running the same audit window writes nothing new and publishes nothing (sinks key by audit_id)."""
@@ -29,7 +31,7 @@ from gpuaudit.report.alert import Change
 from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
-from gpuaudit.sinks import SinkOutcome, dynamodb_client, write_and_alert
+from gpuaudit.sinks import SinkOutcome, dynamodb_client, recorded_as, write_and_alert
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, step_handler
@@ -60,11 +62,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         result = pipeline.record_history(history, result, evidence, settings.finding_retention_days)
         result = pipeline.finalize(result, evidence)
         key = f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}"
-        s3.put_object(Bucket=bucket, Key=f"{key}.json", Body=result.to_json().encode(), ContentType="application/json")
-        s3.put_object(Bucket=bucket, Key=f"{key}.md", Body=result.report_markdown.encode(),
-                      ContentType="text/markdown")
-        s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
-                      ContentType="text/html; charset=utf-8")
+        # The result JSON holds every node's row (the findings table keeps only the summary and the latest state):
+        # a rerun the table already holds as complete (a duplicate) must not replace it in S3 either.
+        if recorded_as(ddb, table, result) != "duplicate":
+            s3.put_object(Bucket=bucket, Key=f"{key}.json", Body=result.to_json().encode(),
+                          ContentType="application/json")
+            s3.put_object(Bucket=bucket, Key=f"{key}.md", Body=result.report_markdown.encode(),
+                          ContentType="text/markdown")
+            s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
+                          ContentType="text/html; charset=utf-8")
         link = report_link(bucket, f"{key}.html", s3.meta.region_name)
         delivered: list[Delivery] = []
         publish_events = None
@@ -77,7 +83,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         outcome = write_and_alert(ddb, table, session.client("sns"),
                                   settings.alert_topic_arn, result, int(now.timestamp()),
                                   retention_days=settings.finding_retention_days, report_link=link,
-                                  publish_events=publish_events)
+                                  publish_events=publish_events, result_key=f"{key}.json")
     record_metrics(result, outcome)
     events_sent = record_event_metrics(delivered)
     logger.info("judged", extra={"cluster": result.cluster.name, "audit_id": result.audit_id,

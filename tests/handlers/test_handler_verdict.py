@@ -21,6 +21,8 @@ from lambda_harness import (
     world_account,
 )
 
+from gpuaudit.sinks import latest_pk
+
 INCIDENT = {"cluster": "llm-pretrain-b200", "mode": "incident", "since": "2026-09-27T10:00:00Z",
             "until": "2026-09-27T12:00:00Z"}
 
@@ -39,7 +41,9 @@ def test_the_verdict_writes_findings_and_alerts_once_per_audit(pcluster: Account
     assert first["audited"] and not first["findings"]["duplicate"] and first["alert_published"]
     summary = [i for i in items if i["pk"] == f"AUDIT#{first['audit_id']}" and i["sk"] == "SUMMARY"]
     assert len(summary) == 1 and summary[0]["cluster"] == "llm-pretrain-b200"
-    assert {i["sk"] for i in items if i["pk"] == "LATEST#llm-pretrain-b200#incident"} >= {"NODE#i-0e58b081006f7e3df"}
+    assert {i["sk"] for i in items if i["pk"] == latest_pk("llm-pretrain-b200", "incident", "NODE#i-0e58b081006f7e3df")
+            } >= {"NODE#i-0e58b081006f7e3df"}
+    assert summary[0]["result_key"] == first["result"]["json"]  # the result JSON holds every node's row
     (alert,) = alerts
     # the subject counts what changed (two blind nodes, the leading hypothesis) and names the mode
     assert alert["subject"] == "llm-pretrain-b200: 2 NOT OBSERVABLE, 1 NEW HYPOTHESIS (incident)"

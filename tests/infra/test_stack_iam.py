@@ -30,6 +30,7 @@ READS = {
     "cloudwatch:DescribeAlarms", "events:ListRules", "servicequotas:GetServiceQuota", "servicequotas:ListServiceQuotas",
 }
 OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "s3:ListBucket", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query",
+                       "dynamodb:BatchWriteItem",
                        "sns:Publish",
                        "kms:GenerateDataKey", "kms:Decrypt",
                        "ssm:GetParameter"}  # exactly the member roles' external-ID SecureStrings

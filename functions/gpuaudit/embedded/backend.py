@@ -33,6 +33,7 @@ from botocore.exceptions import EndpointConnectionError
 from botocore.model import OperationModel, Shape
 
 from gpuaudit.embedded import insights, wire
+from gpuaudit.embedded.dynamodb_limits import DynamoLimits
 from gpuaudit.embedded.eventbridge import EventBridgeStandIn, PutEventsRefused
 from gpuaudit.embedded.world import World, WorldError
 from gpuaudit.model.timeutil import parse_time
@@ -90,10 +91,12 @@ class WorldBackend:
     serve_s: float = 0.0  # seconds spent answering and serializing in wire mode (AWS's side of the call)
     # The product's own events:PutEvents (issue #38): EventBridge's limits and partial failures, the events delivered.
     eventbridge: EventBridgeStandIn | None = None
+    dynamodb: DynamoLimits = field(init=False)
 
     def __post_init__(self) -> None:
         if self.eventbridge is None:
             self.eventbridge = EventBridgeStandIn(self.world.account_id, self.world.region)
+        self.dynamodb = DynamoLimits(self.world.faults, self._inject_fault, PARAMS_KEY)
 
     def attach(self, session: boto3.Session) -> None:
         session.events.register("before-parameter-build", self._keep_params)
@@ -102,6 +105,8 @@ class WorldBackend:
             session.events.register_first("before-send", self._send)
         else:
             session.events.register("before-call", self._serve)
+        # The product's own table (moto) held to DynamoDB's limits, with the world's throttling and unprocessed items.
+        self.dynamodb.attach(session)
         # The Kubernetes API of the world's EKS clusters, found by collectors/kubernetes.py on the session.
         session.gpuaudit_kubernetes = self.kubernetes  # type: ignore[attr-defined]
 

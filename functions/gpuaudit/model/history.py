@@ -149,6 +149,47 @@ def merged(entries: Sequence[HistorySpan], latest: Mapping[str, HistorySpan]) ->
     return out
 
 
+def _replaces(new: HistorySpan, old: HistorySpan) -> bool:
+    """The same span (node, first audit) recorded again: a later `through`, or as late with fewer gaps, wins."""
+    return new.through > old.through or (new.through == old.through and new.gaps < old.gaps)
+
+
+def span_key(span: HistorySpan) -> tuple[str, datetime, str]:
+    return span.instance_id, span.audit_time, span.audit_id
+
+
+def distinct(spans: Sequence[HistorySpan]) -> list[HistorySpan]:
+    """Each span once: of two records of the same span, the one that replaces the other."""
+    best: dict[tuple[str, datetime, str], HistorySpan] = {}
+    for span in spans:
+        known = best.get(span_key(span))
+        if known is None or _replaces(span, known):
+            best[span_key(span)] = span
+    return list(best.values())
+
+
+def fold_latest(latest: Mapping[str, HistorySpan], spans: Sequence[HistorySpan]) -> tuple[
+        dict[str, HistorySpan], list[HistorySpan], int]:
+    """Spans (already `merged`) folded into each node's latest span: (the new latest per node, the spans that are
+    no longer anyone's latest — closed, to be kept as they are —, how many given spans changed something). A span
+    extending the latest replaces it; a later one closes it; an earlier one is closed at once; the same span again
+    with nothing later or more complete changes nothing (a rerun writes nothing)."""
+    out, closed, changed = dict(latest), list[HistorySpan](), 0
+    for span in spans:
+        known = out.get(span.instance_id)
+        if known is None or (span_key(known) == span_key(span) and _replaces(span, known)):
+            out[span.instance_id] = span
+        elif span_key(known) == span_key(span):
+            continue
+        elif (span.audit_time, span.through) > (known.audit_time, known.through):
+            closed.append(known)
+            out[span.instance_id] = span
+        else:
+            closed.append(span)
+        changed += 1
+    return out, closed, changed
+
+
 CLUSTER_GONE = "cluster no longer exists"
 
 
