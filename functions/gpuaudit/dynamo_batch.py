@@ -30,6 +30,7 @@ MAX_DELAY_S = 5.0
 KEY_ATTRIBUTES = ("pk", "sk")  # the findings table's key (infra/findings.py)
 
 T = TypeVar("T")
+pause = time.sleep
 
 
 class WritesNotDone(Exception):
@@ -54,14 +55,14 @@ class Backoff:
     attempts: int = ATTEMPTS
     base_s: float = BASE_DELAY_S
     cap_s: float = MAX_DELAY_S
-    sleep: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], None] | None = None  # None: the module's `pause` (time.sleep), looked up per wait
     jitter: Callable[[], float] = random.random
     slept: list[float] = field(default_factory=list)
 
     def wait(self, attempt: int) -> None:
         delay = min(self.cap_s, self.base_s * 2 ** attempt) * self.jitter()
         self.slept.append(delay)
-        self.sleep(delay)
+        (self.sleep or pause)(delay)
 
 
 def value_bytes(value: dict[str, Any]) -> int:

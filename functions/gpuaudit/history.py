@@ -213,12 +213,20 @@ def snapshot_pk(cluster: str) -> str:
     return f"HISTSNAP#{cluster}"
 
 
+def snapshot_chunks(latest: dict[str, HistorySpan]) -> list[bytes]:
+    """Each node's latest span as compressed JSON, cut in pieces that each fit one item."""
+    data = zlib.compress(_SPANS.dump_json(sorted(latest.values(), key=lambda s: s.instance_id),
+                                          exclude_defaults=True), 6)
+    return [data[i:i + SNAPSHOT_PIECE_BYTES] for i in range(0, len(data), SNAPSHOT_PIECE_BYTES)] or [b""]
+
+
 @dataclass
 class Snapshot:
     """Each node's latest span as one audit read it, and the generation it came from (None: no snapshot yet)."""
 
     generation: str | None = None
     latest: dict[str, HistorySpan] = field(default_factory=dict)
+    pieces: int = 0
     items: int = 0
     requests: int = 0
 
@@ -267,7 +275,7 @@ class DynamoHistory:
             if len(items) == pieces:
                 data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in sorted(items, key=lambda i: i["sk"]["S"])))
                 latest = {s.instance_id: s for s in _SPANS.validate_json(data)}
-                return Snapshot(generation, latest, items=len(items) + 1, requests=requests)
+                return Snapshot(generation, latest, pieces, items=len(items) + 1, requests=requests)
         raise HistoryUnreadable(history_gap("not-read", "dynamodb", "Query", f"{self.table} {pk['S']}", "Replaced",
                                             f"the snapshot was replaced {SNAPSHOT_READS} times while it was read"))
 
@@ -312,6 +320,7 @@ class DynamoHistory:
              until: datetime) -> HistoryRead:
         """The cluster's spans in the look-back, once for all its nodes: the snapshot, then every shard of closed
         spans side by side. `instance_ids` narrows what is returned, not what is read."""
+        self._snapshots.pop(cluster, None)  # read afresh: a write after this read folds into what was read
         snapshot = self._snapshot(cluster)
         try:
             with ThreadPoolExecutor(max_workers=max(1, min(self.threads, HISTORY_SHARDS))) as pool:
@@ -365,11 +374,8 @@ class DynamoHistory:
         generation's pieces are deleted after (a reader that finds them gone reads the head again)."""
         pk = {"S": snapshot_pk(cluster)}
         generation = uuid.uuid4().hex[:16]
-        data = zlib.compress(_SPANS.dump_json(sorted(latest.values(), key=lambda s: s.instance_id),
-                                              exclude_defaults=True), 6)
-        chunks = [data[i:i + SNAPSHOT_PIECE_BYTES] for i in range(0, len(data), SNAPSHOT_PIECE_BYTES)] or [b""]
         pieces = [{"pk": pk, "sk": {"S": f"GEN#{generation}#{n:05d}"}, "spans": {"B": chunk},
-                   "expires_at": {"N": expires}} for n, chunk in enumerate(chunks)]
+                   "expires_at": {"N": expires}} for n, chunk in enumerate(snapshot_chunks(latest))]
         batch_write(self.ddb, self.table, put_requests(pieces), self.backoff)
         head = {"pk": pk, "sk": {"S": "HEAD"}, "generation": {"S": generation}, "pieces": {"N": str(len(pieces))},
                 "nodes": {"N": str(len(latest))}, "expires_at": {"N": expires}}
@@ -385,18 +391,14 @@ class DynamoHistory:
             self._drop_generation(pk, generation, len(pieces))
             return False
         if snapshot.generation is not None:
-            self._drop_generation(pk, snapshot.generation, None)
-        self._snapshots[cluster] = Snapshot(generation, latest)
+            self._drop_generation(pk, snapshot.generation, snapshot.pieces)
+        self._snapshots[cluster] = Snapshot(generation, latest, len(pieces))
         return True
 
-    def _drop_generation(self, pk: dict[str, str], generation: str, pieces: int | None) -> None:
+    def _drop_generation(self, pk: dict[str, str], generation: str, pieces: int) -> None:
         """A generation no head names any more. Left to the table's TTL if DynamoDB refuses the deletes: no reader
         follows it (the head names another), so nothing is lost, it only waits for the TTL."""
-        if pieces is None:
-            found, _ = self._query(pk, f"GEN#{generation}#")
-            keys = [{"pk": pk, "sk": i["sk"]} for i in found]
-        else:
-            keys = [{"pk": pk, "sk": {"S": f"GEN#{generation}#{n:05d}"}} for n in range(pieces)]
+        keys = [{"pk": pk, "sk": {"S": f"GEN#{generation}#{n:05d}"}} for n in range(pieces)]
         with suppress(WritesNotDone, ClientError):
             batch_write(self.ddb, self.table, delete_requests(keys), self.backoff)
 

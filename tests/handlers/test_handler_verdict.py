@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from handlers import inventory, verdict
-from handlers.runtime import InvalidEvent
+from handlers.runtime import InvalidEvent, ThrottlingException
 from lambda_harness import (
     BUCKET,
     EVENT_ACCOUNT,
@@ -21,6 +21,7 @@ from lambda_harness import (
     world_account,
 )
 
+from gpuaudit import dynamo_batch
 from gpuaudit.sinks import latest_pk
 
 INCIDENT = {"cluster": "llm-pretrain-b200", "mode": "incident", "since": "2026-09-27T10:00:00Z",
@@ -166,3 +167,44 @@ def test_events_the_bus_refuses_are_counted_and_the_audit_stands(pcluster: Accou
     assert out["audited"] and out["alert_published"] and stand_in.delivered == []
     assert out["events"] == {"events_sent": 0, "events_failed": 3}
     assert [r["EventsFailed"] for r in emitted if "EventsFailed" in r] in ([3], [3.0], [[3.0]])
+
+
+def test_throttled_and_unprocessed_writes_are_retried_until_every_node_state_lands(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given DynamoDB throttling a read and a batch, and leaving items unprocessed in two batches (issue #34)
+    monkeypatch.setattr(dynamo_batch, "pause", lambda _s: None)
+    faults = [{"service": "dynamodb", "operation": "BatchWriteItem", "unprocessed": 1, "times": 2},
+              {"service": "dynamodb", "operation": "BatchWriteItem", "error": "ProvisionedThroughputExceededException",
+               "times": 1},
+              {"service": "dynamodb", "operation": "Query", "error": "ThrottlingException", "times": 1}]
+    with world_account(monkeypatch, PCLUSTER_WORLD, clusters=("llm-pretrain-b200",), faults=faults) as acct:
+        out = verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+        items = acct.findings()
+        result = acct.read_json(out["result"]["json"])
+        unprocessed = acct.backend.dynamodb.unprocessed_returned
+
+    # Then every node's latest state and history landed: the retries recovered what DynamoDB left
+    assert unprocessed == 2
+    nodes = {n["instance_id"] for n in result["nodes"]}
+    assert {i["sk"].removeprefix("NODE#") for i in items if i["pk"].startswith("LATEST#") and
+            i["sk"].startswith("NODE#")} == nodes
+    (snapshot,) = [i for i in items if i["pk"] == "HISTSNAP#llm-pretrain-b200" and i["sk"].startswith("GEN#")]
+    assert all(n in snapshot["spans"] for n in nodes if any(r["instance_id"] == n and r.get("gpu_count")
+                                                              for r in result["nodes"]))
+    assert not [g for g in result["visibility_gaps"] if "history" in g.lower()]
+
+
+def test_writes_dynamodb_keeps_refusing_are_reported_never_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given DynamoDB throttling every BatchWriteItem for good
+    monkeypatch.setattr(dynamo_batch, "pause", lambda _s: None)
+    faults = [{"service": "dynamodb", "operation": "BatchWriteItem", "error": "ProvisionedThroughputExceededException"}]
+    with world_account(monkeypatch, PCLUSTER_WORLD, clusters=("llm-pretrain-b200",), faults=faults) as acct:
+        # Then the step fails as throttling (the state machine retries it, then RecordFailure records it) and
+        # commits nothing: no summary, so the retry redoes the writes and the alert
+        with pytest.raises(ThrottlingException, match="not done after 8 attempts"):
+            verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+        assert not [i for i in acct.findings() if i["sk"] == "SUMMARY"]
+        # and the history's own write failure is a named gap of the result it wrote
+        (key,) = [k for k in acct.object_keys() if k.endswith(".json") and k.startswith("results/")]
+        gaps = acct.read_json(key)["visibility_gaps"]
+    assert any("dynamodb BatchWriteItem" in g and "this audit is not in the history" in g for g in gaps)

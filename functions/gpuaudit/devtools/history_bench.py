@@ -42,7 +42,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.history import SQLITE_FILE, DynamoHistory, SqliteHistory, history_item, render_history
+from gpuaudit.dynamo_batch import shard_of
+from gpuaudit.history import (
+    HISTORY_SHARDS,
+    SQLITE_FILE,
+    DynamoHistory,
+    SqliteHistory,
+    history_item,
+    render_history,
+    snapshot_chunks,
+)
 from gpuaudit.model.history import (
     DEFAULT_LOOKBACK_DAYS,
     MAX_SPAN,
@@ -50,6 +59,7 @@ from gpuaudit.model.history import (
     HistorySpan,
     HistoryStore,
     HistoryXid,
+    latest_spans,
     merged,
 )
 
@@ -158,21 +168,26 @@ def read_once(store: HistoryStore, config: HistoryBenchConfig, now: datetime) ->
 
 
 def dynamodb_read_cost(stored: list[HistorySpan], ids: list[str], since: datetime, until: datetime) -> dict[str, Any]:
-    """What `DynamoHistory.read` costs on DynamoDB, from the items its key condition selects: one Query per node
-    (`sk BETWEEN since - MAX_SPAN AND until`), a page per started 1 MB, and, eventually consistent, 0.5 read
-    request unit per started 4 KB of the items a Query reads (DynamoDB bills what the key condition reads)."""
+    """What `DynamoHistory.read` costs on DynamoDB, from the items its keys select: the snapshot (a GetItem of its
+    head, a Query of its pieces: each node's latest span), then one Query per shard of closed spans
+    (`sk BETWEEN since - MAX_SPAN AND until`), a page per started 1 MB, and, consistent, 1 read request unit per
+    started 4 KB of the items a request reads (DynamoDB bills what the key condition reads)."""
     low, high = since - MAX_SPAN, until
-    wanted = set(ids)
-    per_node = dict.fromkeys(ids, 0)
+    latest = latest_spans(HistoryRead(store="", since=since, until=until, spans=stored))
+    pieces = snapshot_chunks(latest)
+    snapshot_bytes = sum(len(p) for p in pieces)
+    per_shard = dict.fromkeys(range(HISTORY_SHARDS), 0)
     items = 0
     for s in stored:
-        if s.instance_id in wanted and low <= s.audit_time <= high:
-            per_node[s.instance_id] += len(json.dumps(history_item(s, "0")))
+        if latest.get(s.instance_id) != s and low <= s.audit_time <= high:
+            per_shard[shard_of(s.instance_id, HISTORY_SHARDS)] += len(json.dumps(history_item(s, "0")))
             items += 1
-    return {"items_read": items,
-            "requests": sum(max(1, math.ceil(size / 2**20)) for size in per_node.values()),
-            "read_request_units": sum(0.5 * max(1, math.ceil(size / 4096)) for size in per_node.values()),
-            "item_mb_read": round(sum(per_node.values()) / 2**20, 1)}
+    sizes = [*per_shard.values(), snapshot_bytes]
+    return {"items_read": items + len(pieces) + 1,
+            "requests": 1 + sum(max(1, math.ceil(size / 2**20)) for size in sizes),
+            "read_request_units": 1 + sum(max(1, math.ceil(size / 4096)) for size in sizes),
+            "item_mb_read": round(sum(sizes) / 2**20, 1), "snapshot_pieces": len(pieces),
+            "wanted_nodes": len(set(ids))}
 
 
 def _dynamodb_read(config: HistoryBenchConfig, stored: list[HistorySpan], now: datetime) -> tuple[

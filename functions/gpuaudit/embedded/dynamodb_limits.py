@@ -71,15 +71,15 @@ class DynamoLimits:
         if operation != "BatchWriteItem":
             return None
         requests = [r for table in params.get("RequestItems", {}).values() for r in table]
+        sizes = [item_bytes(_request_body(r)) for r in requests]
+        if sum(sizes) > MAX_BATCH_BYTES:
+            return "ValidationException", "Request size exceeded: a BatchWriteItem request is limited to 16 MB"
         if len(requests) > MAX_BATCH_ITEMS:
             return ("ValidationException", "1 validation error detected: Value at 'requestItems' failed to satisfy "
                                            "constraint: Map value must satisfy constraint: [Member must have length "
                                            f"less than or equal to {MAX_BATCH_ITEMS}]")
-        sizes = [item_bytes(_request_body(r)) for r in requests]
         if any(size > MAX_ITEM_BYTES for size in sizes):
             return "ValidationException", "Item size has exceeded the maximum allowed size"
-        if sum(sizes) > MAX_BATCH_BYTES:
-            return "ValidationException", "Item collection size limit exceeded: the request is past 16 MB"
         for table_requests in params.get("RequestItems", {}).values():
             keys = [_key(r, self.key_names) for r in table_requests]
             if len(set(keys)) != len(keys):
