@@ -382,3 +382,16 @@ def test_the_cli_prints_the_entries_as_ndjson_against_its_local_history(tmp_path
     # a --format that contradicts the file's extension is refused, as for every format
     code, _, err = run("--format", "events", "--out", str(tmp_path / "x.ndjson"))
     assert code == 2 and "--format events conflicts with --out" in err
+
+
+def test_the_rules_deploy_md_documents_are_the_ones_tested_here() -> None:
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+    section = text.split("### Findings as EventBridge events", 1)[1].split("\n### ", 1)[0]
+    rules = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL)]
+    assert rules == [PAGE_ON_REPLACE, TICKET_ON_NOT_OBSERVABLE]
+    assert all(f"`{kind}`" in section for kind in set(events.DETAIL_TYPES.values()))
+    assert all(f"`{code}`" in section for code in events.DETAIL_TYPES)
+    plain = section.replace("`", "")
+    assert [f for f in events.DETAIL_FIELDS if not re.search(rf"\b{f}\b", plain)] == []
