@@ -13,8 +13,8 @@ import pytest
 
 from gpuaudit.collectors.logs import GPU_QUERY
 from gpuaudit.domain import markers
-from gpuaudit.rules.branches import LIFECYCLE
 from gpuaudit.rules.nodes import MEMORY_SIGNALS, NCCL
+from gpuaudit.rules.timeline import LIFECYCLE
 
 PACKAGE = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit"
 THIRD_PARTY_OF_MODEL = {"pydantic"}
@@ -45,7 +45,7 @@ RULES_FLOORS: dict[str, int] = {
     # 2: what every judging rule shares (the judge's configuration, Judged, Context) and how a step is shown
     "context": 2, "steps": 2,
     # 3: readers of a concern the incident questions and the pre-flight checks both ask
-    "capacity": 3, "fabric": 3, "onset": 3,
+    "capacity": 3, "fabric": 3, "onset": 3, "timeline": 3,
     # 4: the questions, side by side: incident branches and findings, pre-flight checks, the self-check
     "branches": 4, "findings": 4, "preflight": 4, "consistency": 4,
     # 5: the composition

@@ -1,4 +1,4 @@
-"""Incident mode (RULES §5, §8): the timeline and the six root-cause branches A–F.
+"""Incident mode (RULES §8): the six root-cause branches A–F (the timeline they read is rules/timeline.py).
 
 Every branch gets a status. `Ruled out` needs evidence that was read and came back clean;
 what could not be read is `Not assessed`. `Root cause` needs a Proven signal; the leading
@@ -7,16 +7,13 @@ unproven branch is `UNVERIFIED`, labelled Hypothesis, with the measurement that 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS, lead_time
-from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
+from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
-from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence, MetricPeak
+from gpuaudit.model.evidence import CloudTrailEvent, Evidence, MetricPeak
 from gpuaudit.model.result import (
     BRANCH_NAMES,
     Branch,
@@ -26,7 +23,6 @@ from gpuaudit.model.result import (
     FindingStep,
     NcclTransport,
     NodeResult,
-    TimelineEntry,
 )
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.capacity import affected_groups, capacity_error_step, capacity_step, subnet_step
@@ -35,135 +31,17 @@ from gpuaudit.rules.control_plane import deciding_silence, not_observable_headli
 from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
+from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, relevant_trail
 from gpuaudit.rules.xid_routing import fleet_pattern
 
 if TYPE_CHECKING:
     from gpuaudit.rules.bootstrap import BootstrapFailure
     from gpuaudit.rules.context import Judged
 
-TERMINATION_MATCH = timedelta(minutes=10)
 CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
-LIFECYCLE = re.compile("|".join(LIFECYCLE_MARKERS))
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
-
-
-def last_line(node: NodeResult) -> datetime | None:
-    times = [c.last_event for c in node.coverage if c.last_event and c.source_kind == "kernel"]
-    return max(times) if times else None
-
-
-def relevant_trail(evidence: Evidence) -> list[CloudTrailEvent]:
-    """CloudTrail events about this cluster: by cluster name, by its nodes, or by its launch templates."""
-    ids = {n.instance_id for n in evidence.nodes}
-    name = evidence.cluster.name
-    out = []
-    for e in evidence.cloudtrail or []:
-        params = e.request_parameters or {}
-        text = str(params) + " " + " ".join(e.resources)
-        if params.get("clusterName") in (name, evidence.cluster.arn) or (e.username in ids) or \
-                any(i in text for i in ids) or f"'launchTemplateName': '{name}-" in text:
-            out.append(e)
-    return out
-
-
-@dataclass
-class BlockEnd:
-    reservation: CapacityReservation
-    termination: datetime
-    lead: timedelta
-    nodes: list[str]  # nodes whose lines stop at the termination time
-    failed_launches: list[CloudTrailEvent]
-
-
-def block_ends(j: Judged) -> list[BlockEnd]:
-    ev = j.evidence
-    start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
-    types = {n.instance_type for n in ev.nodes}
-    trail = relevant_trail(ev)
-    found = []
-    for r in ev.capacity_reservations or []:
-        if r.end_date is None or not (start <= r.end_date <= end + timedelta(hours=1)):
-            continue
-        lead = lead_time(r.instance_type)
-        termination = r.end_date - lead
-        stopped = [n.instance_id for n in j.nodes if (t := last_line(n)) and abs(t - termination) <= TERMINATION_MATCH
-                   and n.role == "compute"]
-        failed = [e for e in trail if e.error_message and r.reservation_id in e.error_message]
-        if r.instance_type in types or stopped or failed:
-            found.append(BlockEnd(r, termination, lead, stopped, failed))
-    return found
-
-
-def timeline(j: Judged) -> list[TimelineEntry]:
-    ev = j.evidence
-    start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
-    out: list[TimelineEntry] = []
-
-    def add(time: datetime | None, source: str, resource: str, event: str, kind: str | None = None) -> None:
-        if time is not None and start <= time <= end:
-            out.append(TimelineEntry(time=time, source=source, resource=resource, event=event, kind=kind))
-
-    seen: set[tuple[str, int, str | None]] = set()
-    for iid, lines in j.lines_by_node.items():
-        for p in lines:
-            where = f"{p.line.log_group} / {p.line.log_stream}"
-            if p.hma and p.hma.reason:
-                add(p.line.time, where, iid, f"HMA detection: reason {p.hma.reason}"
-                    + (f", condition {p.hma.condition}" if p.hma.condition else "")
-                    + (f", RepairAction/Recommendation \"{p.hma.repair_action or p.hma.recommendation}\""
-                       if (p.hma.repair_action or p.hma.recommendation) else "")
-                    + (f": {p.hma.message[:200]}" if p.hma.message else ""))
-            elif p.hma and p.hma.err_num is not None:
-                add(p.line.time, where, iid, f"DCGM policy violation {p.hma.condition or ''} ErrNum {p.hma.err_num}")
-            elif p.xid is not None and (iid, p.xid.code, p.xid.pci) not in seen:
-                seen.add((iid, p.xid.code, p.xid.pci))
-                add(p.line.time, where, iid, f"first Xid {p.xid.code} on PCI {p.xid.pci}: {p.xid.raw[:200]}",
-                    kind=f"first Xid {p.xid.code}")
-            elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
-                add(p.line.time, where, iid, p.line.message[:240])
-    for p in j.unassigned_lines:
-        if LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
-            add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", ev.cluster.name, p.line.message[:240])
-    for n in j.nodes:
-        t = last_line(n)
-        if n.discovered_by == "log-streams" and t is not None:
-            streams = ", ".join(c.log_stream or "" for c in n.coverage if c.last_event == t)
-            add(t, "CloudWatch Logs", n.instance_id, f"last line from the node ({streams}); instance no longer "
-                                                     "returned by DescribeInstances")
-    for h in ev.health_events or []:
-        add(h.start, "AWS Health", ", ".join(h.entities) or (h.service or ""), f"{h.event_type} ({h.status})")
-    for s in ev.instance_status or []:
-        if s.system_status not in (None, "ok") or s.instance_status not in (None, "ok"):
-            add(ev.now if ev.now <= end else None, "EC2 status checks", s.instance_id,
-                f"system {s.system_status}, instance {s.instance_status}")
-    for r in ev.capacity_reservations or []:
-        add(r.end_date, "EC2 capacity reservation", r.reservation_id,
-            f"Capacity Block ends ({r.instance_type}, state {r.state})")
-        if r.end_date:
-            add(r.end_date - lead_time(r.instance_type), "EC2 capacity reservation", r.reservation_id,
-                f"instances on the block are terminated ({int(lead_time(r.instance_type).total_seconds() // 60)} min "
-                "before EndDate)")
-            add(r.end_date - timedelta(minutes=40), "EC2 capacity reservation", r.reservation_id,
-                "Capacity Block Expiration Warning is emitted (40 min before EndDate)")
-    trail_start = ev.window.start - CLOUDTRAIL_LOOKBACK
-    for e in relevant_trail(ev):
-        if trail_start <= e.time <= end:
-            result = f" → {e.error_code}: {e.error_message}" if e.error_code else ""
-            out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or
-                                     (e.username or ""), event=f"{e.event_name} by {e.username}{result}"))
-    for ce in ev.cluster_events or []:
-        add(ce.time, "HyperPod cluster events", ce.instance_id or ce.instance_group or ev.cluster.name,
-            ce.description)
-    for ke in ev.kube_events or []:
-        add(ke.time, f"Kubernetes {ev.cluster.eks_cluster} events", ke.node,
-            f"{ke.type or 'Event'} {ke.reason or ''}: {ke.message[:200]}".strip())
-    for k in ev.kube_nodes or []:  # when each node condition last changed (Kubernetes lastTransitionTime)
-        for c in k.conditions:
-            add(c.last_transition, f"Kubernetes {ev.cluster.eks_cluster}", k.instance_id or k.name,
-                f"node {k.name}: condition {c.type} became {c.status}" + (f" ({c.reason})" if c.reason else ""))
-    return sorted(out, key=lambda t: (t.time, t.source))
 
 
 def _branch(letter: BranchLetter, status: BranchStatus, evidence: str, label: CauseLabel | None = None,

@@ -33,6 +33,7 @@ from gpuaudit.rules import actions as action_rules
 from gpuaudit.rules import branches as branch_rules
 from gpuaudit.rules import findings as finding_rules
 from gpuaudit.rules import preflight as preflight_rules
+from gpuaudit.rules import timeline as timeline_rules
 from gpuaudit.rules.acted import already_done, replacements
 from gpuaudit.rules.bootstrap import BootstrapFailure, bootstrap_failure, host_ip
 from gpuaudit.rules.consistency import check_consistency
@@ -342,7 +343,7 @@ def gpu_timeline(j: Judged) -> list[TimelineEntry]:
 
 
 def build_timeline(j: Judged) -> list[TimelineEntry]:
-    return branch_rules.timeline(j)
+    return timeline_rules.timeline(j)
 
 
 def maintenance_in_window(spec: str | None, start: datetime, end: datetime) -> datetime | None:
