@@ -143,7 +143,13 @@ class AuditFunctions(Construct):
                                                 resources=[store.bucket.bucket_arn],
                                                 conditions={"StringLike": {"s3:prefix": [f"{CACHE_PREFIX}*"]}})],
             "Finish": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
-                                           resources=[payloads])],
+                                           resources=[payloads]),
+                       # The account's shared CloudTrail reads (handlers/trail_share.py), under cache/ too.
+                       iam.PolicyStatement(sid="TrailShare", actions=["s3:GetObject", "s3:PutObject"],
+                                           resources=[store.bucket.arn_for_objects(f"{CACHE_PREFIX}*")]),
+                       iam.PolicyStatement(sid="TrailShareMisses", actions=["s3:ListBucket"],
+                                           resources=[store.bucket.bucket_arn],
+                                           conditions={"StringLike": {"s3:prefix": [f"{CACHE_PREFIX}*"]}})],
             "RecordFailure": [iam.PolicyStatement(sid="FailedAudits", actions=["dynamodb:PutItem"],
                                                   resources=[store.table.table_arn])],
             "Verdict": [
@@ -213,8 +219,9 @@ class AuditFunctions(Construct):
                 f"/{PAYLOADS_PREFIX}*": f"{name}: its own step payloads in the evidence bucket; keys are content "
                                         "hashes, so only the prefix can be named.",
                 f"/{RESULTS_PREFIX}*": f"{name}: audit results in the evidence bucket, keyed by cluster and audit ID.",
-                f"/{CACHE_PREFIX}*": f"{name}: proven hourly coverage bins, one object per cluster and log group "
-                                     "(names hashed), so only the prefix can be named.",
+                f"/{CACHE_PREFIX}*": f"{name}: proven hourly coverage bins, one object per cluster and log group, "
+                                     "and the account's shared CloudTrail reads (names hashed), so only the prefix "
+                                     "can be named.",
             })
         for function in self.functions.values():
             Validations.of(function).acknowledge(Acknowledgment(

@@ -42,8 +42,9 @@ def shipped_audits() -> Iterator[tuple[World, AuditRequest]]:
 
 
 def aws_for(world: World) -> Aws:
-    return Aws(session=WorldBackend(world).session(), region=world.region, clock=lambda: world.now,
-               sleep=lambda _s: None)
+    backend = WorldBackend(world)
+    return Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=backend.sleep,
+               monotonic=backend.monotonic)
 
 
 def faults_for(service: str, operation: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -34,8 +34,9 @@ class Recorded:
 
 def wire_aws(w: PClusterWorld) -> Aws:
     world = w.world()
-    return Aws(session=WorldBackend(world, wire=True).session(), region=world.region, clock=lambda: world.now,
-               sleep=lambda _s: None)
+    backend = WorldBackend(world, wire=True)
+    return Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=backend.sleep,
+               monotonic=backend.monotonic)
 
 
 def test_a_fleet_larger_than_a_page_is_read_in_maxresults_pages_through_wire_parsing():

@@ -30,7 +30,8 @@ def aws_for(world: Path | None, region: str | None, role_arn: str | None = None,
         backend = WorldBackend(loaded)
         if region and region != loaded.region:
             raise UserError(f"--region {region} does not match the world's region {loaded.region}")
-        return Aws(session=backend.session(), region=loaded.region, clock=lambda: loaded.now, sleep=lambda _s: None)
+        return Aws(session=backend.session(), region=loaded.region, clock=lambda: loaded.now,
+                   sleep=backend.sleep, monotonic=backend.monotonic)
     from gpuaudit.collectors.session import AccessProblem, open_session
 
     try:

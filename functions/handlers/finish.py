@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from gpuaudit.collectors.logs import BatchEvidence
 from gpuaudit.model.evidence import CallCount, Evidence
-from handlers import payload, runtime
+from handlers import payload, runtime, trail_share
 from handlers.models import FailedBatch, FinishInput, VerdictInput
 from handlers.observability import logger, metrics, step_handler
 
@@ -38,9 +38,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                 continue
             batches.append(BatchEvidence.model_validate(payload.load(item.batch, s3)))
             tallies.append(item.calls)
+        # The account's CloudTrail reads, shared with its other clusters' Finish steps (handlers/trail_share.py).
+        bucket = runtime.env("EVIDENCE_BUCKET")
+        shared_at = trail_share.key(runtime.account_reader(evidence.cluster.name), aws.region)
+        aws.trail_share = trail_share.load(s3, bucket, shared_at)
         evidence = pipeline.finish_collection(aws, evidence, batches, joined.request)
+        trail_share.save(s3, bucket, shared_at, aws.trail_share)
         evidence.calls = runtime.sum_calls([*tallies, aws.call_counts()])
-        stored = payload.store(evidence.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "evidence")
+        stored = payload.store(evidence.model_dump(mode="json"), s3, bucket, "evidence")
     failed = sum(isinstance(item, FailedBatch) for item in joined.batches)
     metrics.add_metric(name="FailedLogBatches", unit=MetricUnit.Count, value=failed)
     logger.info("joined", extra={"cluster": evidence.cluster.name, "batches": len(batches), "failed_batches": failed,

@@ -110,6 +110,12 @@ def audit_port(session: boto3.Session, clock: Any, context: Any = None, cluster:
     return aws
 
 
+def account_reader(cluster: str) -> str:
+    """Whose account a cluster is read in: its member role (cdk.json `member_roles`), or the auditor's own."""
+    member = Settings.from_env(os.environ).member_roles.get(cluster)
+    return member.role_arn if member is not None else "own"
+
+
 _EXTERNAL_IDS: dict[str, str] = {}  # parameter name -> value, once per container
 
 

@@ -152,7 +152,8 @@ class WorldBuilder:
 
 def aws_for(world: World) -> Aws:
     backend = WorldBackend(world)
-    return Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=lambda _s: None)
+    return Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=backend.sleep,
+               monotonic=backend.monotonic)
 
 
 def audit(aws: Aws, cluster: str, *, mode: str = "coverage", since: str | None = None, until: str | None = None,

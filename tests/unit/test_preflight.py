@@ -566,7 +566,8 @@ def test_p16_public_subnet_without_nat_fails_bootstrap_lines_are_a_risk() -> Non
 def world_aws(raw: dict[str, Any] | None = None) -> Aws:
     world = load_world(WORLD) if raw is None else parse_world(raw)
     backend = WorldBackend(world)
-    return Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=lambda _s: None)
+    return Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=backend.sleep,
+               monotonic=backend.monotonic)
 
 
 def test_world_hyperpod_preflight_risks_end_to_end() -> None:

@@ -39,8 +39,9 @@ def messages(raw: dict[str, Any]) -> list[str]:
 
 def audit(raw: dict[str, Any], s: worldgen.WorldSpec) -> Result:
     world: World = parse_world(json.loads(worldgen.dumps(raw)))
-    aws = Aws(session=WorldBackend(world).session(), region=world.region, clock=lambda: world.now,
-              sleep=lambda _s: None)
+    backend = WorldBackend(world)
+    aws = Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=backend.sleep,
+              monotonic=backend.monotonic)
     return run_audit(aws, AuditRequest(cluster=s.cluster_name, since=world.now - timedelta(days=s.days)))
 
 

@@ -4,12 +4,13 @@ bounded retries on throttling, and failures turned into named gaps instead of ex
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -17,6 +18,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuaudit.model.evidence import CallCount, Gap, GapKind, GapScope
 from gpuaudit.progress import ProgressHook
+
+if TYPE_CHECKING:
+    from gpuaudit.collectors.trail import TrailShare
 
 THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
               "LimitExceededException", "RequestThrottled", "SlowDown"}
@@ -34,6 +38,11 @@ GAP_KINDS: dict[str, GapKind] = {
                     "unreachable"),
     DEADLINE_EXCEEDED: "deadline",
 }
+# Requests per second per account and Region that AWS documents for an operation (CloudTrail LookupEvents: "limited
+# to two per second, per account, per Region"). This process spaces its own calls so; other audits of the account
+# share the rate, so a throttled call still backs off with jitter.
+RATES: dict[tuple[str, str], float] = {("cloudtrail", "LookupEvents"): 2.0}
+BACKOFF_S = 0.2  # the first throttling backoff; a rate-limited operation starts at its own interval
 # Read-only by construction: the only operation prefixes a collector may call.
 READ_PREFIXES = ("Describe", "List", "Get", "Lookup", "Filter", "Search", "StartQuery", "StopQuery")
 
@@ -59,6 +68,8 @@ class Aws:
     region: str
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic  # what `sleep` moves: the clock calls are spaced on
+    jitter: Callable[[], float] = random.random  # in [0, 1): spreads the retries of audits throttled together
     max_attempts: int = 4
     deadline: float | None = None  # time.monotonic() after which no further call is made (audit deadline)
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -66,6 +77,9 @@ class Aws:
     kube_connector: Callable[[str, str, str], Any] | None = None
     watcher: ProgressHook | None = None  # told of every call attempt (CLI progress, --verbose); never decides
     _clients: dict[str, Any] = field(default_factory=dict)
+    _last_call: dict[tuple[str, str], float] = field(default_factory=dict)  # rate-limited operations only
+    # Account-wide CloudTrail reads kept for the next lookup (collectors/trail.py); None until the first.
+    trail_share: TrailShare | None = None
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -81,11 +95,16 @@ class Aws:
             raise CallFailed(service, operation, DEADLINE_EXCEEDED,
                              "the audit deadline passed before this call; the result holds what was read")
         method = getattr(self.client(service), _snake(operation))
-        delay = 0.2
+        rate = RATES.get((service, operation))
+        delay = 1.0 / rate if rate else BACKOFF_S
         for attempt in range(1, self.max_attempts + 1):
+            if rate:
+                self._keep_rate((service, operation), rate)
             self.counts[(service, operation)] += 1
             try:
                 response: dict[str, Any] = method(**params)
+                if rate:  # spaced from when AWS answered: it took the call at or before then
+                    self._last_call[(service, operation)] = self.monotonic()
                 if self.watcher is not None:
                     self.watcher.call(service, operation, response, None)
                 return response
@@ -95,7 +114,9 @@ class Aws:
                 if self.watcher is not None:
                     self.watcher.call(service, operation, None, code)
                 if code in THROTTLING and attempt < self.max_attempts and not self._past_deadline(delay):
-                    self.sleep(delay)
+                    # Exponential backoff with equal jitter: at least half the step, so a retry never lands at
+                    # once, and spread over the other half so audits throttled together do not retry together.
+                    self.sleep(delay * (0.5 + 0.5 * self.jitter()))
                     delay *= 2
                     continue
                 raise CallFailed(service, operation, code, message) from None
@@ -104,6 +125,14 @@ class Aws:
                     self.watcher.call(service, operation, None, type(err).__name__)
                 raise CallFailed(service, operation, type(err).__name__, str(err)) from None
         raise AssertionError("unreachable")
+
+    def _keep_rate(self, key: tuple[str, str], rate: float) -> None:
+        """Space this process's calls of a rate-limited operation at its documented interval, from the last answer."""
+        last = self._last_call.get(key)
+        if last is not None:
+            wait = last + 1.0 / rate - self.monotonic()
+            if wait > 0:
+                self.sleep(wait)
 
     def _past_deadline(self, wait: float) -> bool:
         return self.deadline is not None and time.monotonic() + wait >= self.deadline

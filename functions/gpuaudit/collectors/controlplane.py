@@ -13,6 +13,7 @@ from gpuaudit.collectors import kubernetes
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.preflight import file_system, named_lustre, saturation_peaks, scoped_file_systems
+from gpuaudit.collectors.trail import lookup_by_name
 from gpuaudit.domain.readplan import EVENT_SOURCE, next_read
 from gpuaudit.model.evidence import (
     CapacityReservation,
@@ -75,11 +76,11 @@ def _cloudtrail(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     """By event name, never by instance ID: a HyperPod replace gives the node a new ID (RULES §5.7)."""
     found: list[CloudTrailEvent] = []
     failures = 0
+    start, end = read.start or evidence.window.start, read.end or evidence.now  # the plan always sets both
     for name in read.names:
         source = EVENT_SOURCE[name]
         try:
-            events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=read.start, EndTime=read.end,
-                                       LookupAttributes=[{"AttributeKey": "EventName", "AttributeValue": name}]))
+            events = lookup_by_name(aws, name, start, end)
         except CallFailed as failed:
             evidence.gaps.append(failed.gap_for(f"CloudTrail {name} events not read"))
             failures += 1

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.trail import lookup_by_name
 from gpuaudit.domain.capability import family_classification, nvswitch_class
 from gpuaudit.domain.timing import LAUNCH_LOOKBACK, NAMED_LAUNCH_LOOKBACK
 from gpuaudit.model.evidence import (
@@ -198,9 +199,7 @@ def forgotten_instances(aws: Aws, ids: list[str], since: datetime, gaps: list[Ga
     unread = []
     for event_name in ("RunInstances", "TerminateInstances"):
         try:
-            events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=since - NAMED_LAUNCH_LOOKBACK,
-                                       EndTime=aws.clock(), LookupAttributes=[
-                                           {"AttributeKey": "EventName", "AttributeValue": event_name}]))
+            events = lookup_by_name(aws, event_name, since - NAMED_LAUNCH_LOOKBACK, aws.clock())
         except CallFailed as failed:
             gaps.append(failed.gap_for(f"CloudTrail {event_name} for {', '.join(ids)} not read: their "
                                        + ("type and launch" if event_name == "RunInstances" else "termination")
@@ -289,9 +288,8 @@ def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: 
     prefix = f"{cluster.name}-"
     found: dict[str, NodeInfo] = {}
     try:
-        events = list(aws.paginate("cloudtrail", "LookupEvents", "Events", StartTime=start - LAUNCH_LOOKBACK,
-                                   EndTime=end, LookupAttributes=[{"AttributeKey": "EventName",
-                                                                   "AttributeValue": "RunInstances"}]))
+        # Account-wide, so read once for every cluster of the account and kept (collectors/trail.py).
+        events = lookup_by_name(aws, "RunInstances", start - LAUNCH_LOOKBACK, end)
     except CallFailed as failed:
         gaps.append(failed.gap_for("compute nodes launched and since terminated are found by log streams only"))
         return []

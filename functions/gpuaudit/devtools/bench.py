@@ -208,7 +208,8 @@ def _load(args: dict[str, Any]) -> tuple[Any, Any, Any, float]:
     started = time.perf_counter()
     world = load_world(args["world"])
     backend = WorldBackend(world)
-    aws = Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=lambda _s: None)
+    aws = Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=backend.sleep,
+              monotonic=backend.monotonic)
     return world, backend, aws, time.perf_counter() - started
 
 

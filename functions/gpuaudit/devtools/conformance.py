@@ -219,7 +219,8 @@ def verify(account: Aws, group: str, start: datetime, end: datetime, max_events:
     real = [run_probe(account, group, probe) for probe in plan]
     world = world_of(group, read, account_of(real, group), account.region)
     backend = WorldBackend(world)
-    embedded_aws = Aws(session=backend.session(), region=world.region, clock=lambda: world.now, sleep=lambda _s: None)
+    embedded_aws = Aws(session=backend.session(), region=world.region, clock=lambda: world.now,
+                        sleep=backend.sleep, monotonic=backend.monotonic)
     mine = [run_probe(embedded_aws, group, probe) for probe in plan]
     shown = {world.account_id}
 

@@ -81,7 +81,8 @@ def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[Dem
             world = load_world(entry["path"])
             backend = WorldBackend(world)
             session = backend.session()
-            aws = Aws(session=session, region=world.region, clock=_frozen(world.now), sleep=lambda _s: None)
+            aws = Aws(session=session, region=world.region, clock=_frozen(world.now), sleep=backend.sleep,
+                      monotonic=backend.monotonic)
             result = run_audit(aws, demo_request(entry))
             ddb, sns = session.client("dynamodb"), session.client("sns")
             ensure_findings_table(ddb)

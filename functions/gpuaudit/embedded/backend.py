@@ -48,6 +48,12 @@ MODEL_KEY = "gpuaudit_operation_model"
 _SHARED_LOADER = botocore.loaders.create_loader()
 
 
+# Requests per second per account and Region that AWS documents for an operation, enforced on the backend's clock
+# (`WorldBackend.monotonic`): "The rate of lookup requests is limited to two per second, per account, per Region.
+# If this limit is exceeded, a throttling error occurs." (CloudTrail API reference, LookupEvents).
+RATE_LIMITS: dict[tuple[str, str], int] = {("cloudtrail", "LookupEvents"): 2}
+
+
 class ApiError(Exception):
     def __init__(self, code: str, message: str, status: int = 400) -> None:
         super().__init__(f"{code}: {message}")
@@ -89,6 +95,13 @@ class WorldBackend:
     wire: bool = False
     wire_bytes: int = 0  # response bodies served in wire mode
     serve_s: float = 0.0  # seconds spent answering and serializing in wire mode (AWS's side of the call)
+    # The account's clock for request rates: the process's monotonic time plus what callers slept through
+    # `sleep` (a world audit sleeps without waiting, so its backoff still moves the clock the rate is kept on).
+    slept_s: float = 0.0
+    elapsed: Callable[[], float] = time.monotonic  # the real part of that clock (a test may freeze it)
+    # Accepted calls per rate-limited operation (the times, on `monotonic`, in order), for RATE_LIMITS.
+    accepted: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    rejected: dict[tuple[str, str], int] = field(default_factory=dict)  # throttled calls, per operation
     # The product's own events:PutEvents (issue #38): EventBridge's limits and partial failures, the events delivered.
     eventbridge: EventBridgeStandIn | None = None
     dynamodb: DynamoLimits = field(init=False)
@@ -97,6 +110,13 @@ class WorldBackend:
         if self.eventbridge is None:
             self.eventbridge = EventBridgeStandIn(self.world.account_id, self.world.region)
         self.dynamodb = DynamoLimits(self.world.faults, self._inject_fault, PARAMS_KEY)
+
+    def monotonic(self) -> float:
+        return self.elapsed() + self.slept_s
+
+    def sleep(self, seconds: float) -> None:
+        """What a world audit's Aws sleeps with: no real wait, but the account's rate clock moves on."""
+        self.slept_s += max(0.0, seconds)
 
     def attach(self, session: boto3.Session) -> None:
         session.events.register("before-parameter-build", self._keep_params)
@@ -134,6 +154,7 @@ class WorldBackend:
         operation = model.name
         try:
             self._inject_fault(service, operation)
+            self._keep_rate(service, operation)
             responder = RESPONDERS.get((service, operation))
             if responder is None:
                 if not operation.startswith(("Describe", "List", "Get", "Lookup", "Filter", "Search")):
@@ -216,6 +237,19 @@ class WorldBackend:
             elif "AccessDenied" in fault["error"]:
                 status = 403
             raise ApiError(fault["error"], fault.get("message", fault["error"]), status)
+
+    def _keep_rate(self, service: str, operation: str) -> None:
+        """Refuse a call past the operation's documented per-account rate, as AWS does (ThrottlingException);
+        a refused call does not count against the rate."""
+        limit = RATE_LIMITS.get((service, operation))
+        if limit is None:
+            return
+        now = self.monotonic()
+        accepted = self.accepted.setdefault((service, operation), [])
+        if sum(1 for t in accepted[-limit:] if t > now - 1.0) >= limit:
+            self.rejected[(service, operation)] = self.rejected.get((service, operation), 0) + 1
+            raise ApiError("ThrottlingException", "Rate exceeded", 400)
+        accepted.append(now)
 
     def behaviour_fault(self, service: str, operation: str) -> dict[str, Any] | None:
         for fault in self.world.faults:
