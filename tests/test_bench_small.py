@@ -40,10 +40,14 @@ def test_json_keys_are_present(small: dict[int, dict[str, Any]]) -> None:
 def test_start_query_does_not_grow_with_healthy_nodes(small: dict[int, dict[str, Any]]) -> None:
     # Given 5 and then 20 healthy nodes; Then our audit starts the same number of queries
     assert small[5]["ours"]["start_query"] == small[20]["ours"]["start_query"]
-    # three per batch of <= 50 log groups, and no detail query when every stream is live
+    # per batch of <= 50 log groups the summary, the GPU lines and the kernel look-back a day at a time (#34 item 4),
+    # and no detail query when every stream is live
     batches = -(-small[20]["ours"]["log_groups_found"] // 50)
-    assert small[20]["ours"]["start_query"] == 3 * batches
-    assert small[20]["ours"]["queries_by_purpose"].get("stream-hours", 0) == 0
+    purposes = small[20]["ours"]["queries_by_purpose"]
+    assert purposes["stream-summary"] == purposes["gpu-lines"] == batches
+    assert purposes["kernel-streams"] == small[5]["ours"]["queries_by_purpose"]["kernel-streams"] >= batches
+    assert small[20]["ours"]["start_query"] == sum(purposes.values())
+    assert purposes.get("stream-hours", 0) == 0
 
 
 def test_naive_calls_are_two_per_node_per_source(small: dict[int, dict[str, Any]]) -> None:
@@ -71,7 +75,9 @@ def test_silent_nodes_add_no_per_node_queries() -> None:
     # a node silent for good has its live hours in one run, which the summary proves: no detail query, and never
     # one per node
     assert ours["queries_by_purpose"].get("stream-hours", 0) == 0
-    assert ours["start_query"] == 3 * -(-ours["log_groups_found"] // 50)
+    assert ours["start_query"] == sum(ours["queries_by_purpose"][p] for p in ("stream-summary", "gpu-lines",
+                                                                              "kernel-streams"))
+    assert ours["queries_by_purpose"]["stream-summary"] == -(-ours["log_groups_found"] // 50)
 
 
 def test_a_sampled_naive_run_extrapolates_to_the_full_count_and_says_so(small: dict[int, dict[str, Any]]) -> None:

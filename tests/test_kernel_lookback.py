@@ -4,7 +4,7 @@ targeted look back to its launch (at most 90 days), because RULES §4 (b) asks "
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, time, timedelta
 
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK
 from gpuaudit.model.evidence import AuditRequest, Evidence
@@ -17,7 +17,24 @@ PADDED_START = parse_time(at(5))
 
 
 def kernel_queries(ev: Evidence) -> list[tuple[str, str]]:
-    return sorted((q.start.isoformat(), q.end.isoformat()) for q in ev.queries if q.purpose == "kernel-streams")
+    """The ranges the kernel look-back read, its day queries joined where they meet (#34 item 4: no query over more
+    than a day of a group, every day cut at UTC midnight)."""
+    days = sorted((q.start, q.end) for q in ev.queries if q.purpose == "kernel-streams")
+    assert days and all(b - a <= timedelta(days=1) for a, b in days)
+    assert all(b.time() == time(0) for _, b in days[:-1] if b not in (PADDED_START - KERNEL_LOOKBACK,))
+    joined: list[tuple[datetime, datetime]] = []
+    for a, b in days:
+        if joined and joined[-1][1] == a:
+            joined[-1] = (joined[-1][0], b)
+        else:
+            joined.append((a, b))
+    return [(a.isoformat(), b.isoformat()) for a, b in joined]
+
+
+def cut_at(ev: Evidence, when: datetime) -> bool:
+    """Does one kernel-streams query end where another begins at `when` (two reads meeting there)?"""
+    days = [(q.start, q.end) for q in ev.queries if q.purpose == "kernel-streams"]
+    return any(b == when for _, b in days) and any(a == when for a, _ in days)
 
 
 def world(launch_hours_ago: int, kernel_recent: bool = False) -> PClusterWorld:
@@ -49,9 +66,9 @@ def test_an_old_quiet_kernel_stream_is_proven_by_its_boot_lines() -> None:
     request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
     ev = collect(w.aws(), request)
     bounded = (PADDED_START - KERNEL_LOOKBACK).isoformat()
-    # the bounded read, then the second look from the launch to where the bounded read began
-    assert kernel_queries(ev) == sorted([(bounded, parse_time(NOW).isoformat()),  # to the query time (§4 b)
-                                         (parse_time(at(-30 * 24)).isoformat(), bounded)])
+    # the bounded read, then the second look from the launch to where the bounded read began, to the query time (§4 b)
+    assert kernel_queries(ev) == [(parse_time(at(-30 * 24)).isoformat(), parse_time(NOW).isoformat())]
+    assert cut_at(ev, parse_time(bounded))
     assert node_of(run_audit(w.aws(), request), w.compute[0].instance_id).xid_status == "Measured"
 
 

@@ -147,7 +147,7 @@ def test_a_full_query_quota_is_waited_for_not_recorded_as_a_gap() -> None:
 def test_a_quota_full_past_the_deadline_becomes_a_named_gap() -> None:
     account, evidence, groups, _ = _quota_full()  # the other audit never collects: the quota stays full
     journal = QueryJournal()
-    for _ in range(10):
+    for _ in range(20):  # each query refused waits out its own deadline; the kernel look-back is a query a day
         try:
             batch = pipeline.collect_logs(account.aws(sleep=lambda _s: None), evidence, groups, journal=journal)
             break

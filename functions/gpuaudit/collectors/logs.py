@@ -29,7 +29,7 @@ import re
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -477,19 +477,26 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         "summary": ("stream-summary", win.padded_start, win.padded_end, SUMMARY_QUERY),
         "gpu": ("gpu-lines", win.gpu_start, win.gpu_end, GPU_QUERY)}
     expect = dict(expected_streams or {})
+    # The kernel look-back (launch to the query time, up to 14 days) is read a day at a time: no query scans more
+    # than a day of a group, so none runs long enough to be stopped (#34 item 4). Each day is read whole, and again in
+    # parts if it reaches the cap: a count over the look-back would size every day for its busiest (the launch day).
+    spans = {kind: day_spans(start, end) if kind == "kernel" else [(start, end)]
+             for kind, (_, start, end, _) in reads.items()}
 
-    def read(kind: str, rows: Rows | None) -> _Pending | _Parts:
-        purpose, start, end, query = reads[kind]
+    def read(kind: str, rows: Rows | None) -> list[tuple[datetime, datetime, _Pending | _Parts]]:
+        purpose, _, _, query = reads[kind]
         if rows is not None and in_parts(rows.streams):
-            return _Parts(runner, purpose, batch, start, end, query, planned_parts(rows))
-        return runner.start(purpose, batch, start, end, query)
+            return [(start, end, _Parts(runner, purpose, batch, start, end, query, planned_parts(rows)))
+                    for start, end in spans[kind]]
+        return [(start, end, runner.start(purpose, batch, start, end, query)) for start, end in spans[kind]]
 
-    counting = [kind for kind in ("kernel", "summary") if kind not in expect and in_parts(len(nodes))]
+    counting = [kind for kind in ("kernel", "summary")
+                if kind not in expect and in_parts(len(nodes)) and len(spans[kind]) == 1]
     count = runner.start("stream-count", batch, min(reads[kind][1] for kind in counting),
                          max(reads[kind][2] for kind in counting), STREAM_COUNTS,
                          f" (rows of the {' and '.join(reads[kind][0] for kind in counting)} reads)") \
         if counting else None
-    pending: dict[str, _Pending | _Parts] = {kind: read(kind, expect.get(kind)) for kind in reads if kind not in counting}
+    pending = {kind: read(kind, expect.get(kind)) for kind in reads if kind not in counting}
     counted = _streams_counted(runner.results(count)) if count else None
     for kind in counting:  # a count not read leaves the whole to be read (re-read if capped)
         pending[kind] = read(kind, None if counted is None else counted[kind])
@@ -499,32 +506,37 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     truncated: set[str] = set()
     unanswered: set[str] = set()
     node_index = NodeIndex(nodes)
-    for kind, p in sorted(pending.items(), key=lambda item: list(reads).index(item[0])):
-        purpose, start, end, query = reads[kind]
-        if isinstance(p, _Parts):  # expected past the cap: read in parts from the start
-            parts = p.read()
-            if not parts.answered:
-                unanswered.add(kind)
-                continue
-            rows = parts.rows
-        else:
-            whole = runner.results(p)
-            if whole is None:
-                unanswered.add(kind)
-                continue
-            rows, parts = whole, PartsRead(whole, 0, True)
-            if len(rows) >= MAX_ROWS and kind == "gpu":
-                rows, _ = _split_by_time(runner, "gpu-lines", GPU_QUERY, batch, win.gpu_start, win.gpu_end, gaps,
-                                         "GPU lines", depth=0)
-            elif len(rows) >= MAX_ROWS:
-                parts = _Parts(runner, purpose, batch, start, end, query,
-                               id_parts(stream_part_ranges(rows, node_index, len(nodes))), rows, capped=p).read()
-                rows = parts.rows
-        if parts.left:
+    for kind, slices in sorted(pending.items(), key=lambda item: list(reads).index(item[0])):
+        purpose, _, _, query = reads[kind]
+        rows, left, answered = [], 0, 0
+        for start, end, p in slices:
+            if isinstance(p, _Parts):  # expected past the cap: read in parts from the start
+                parts = p.read()
+            else:
+                whole = runner.results(p)
+                parts = PartsRead(whole or [], int(whole is None), whole is not None)
+                if whole is not None and len(whole) >= MAX_ROWS and kind == "gpu":
+                    split, _ = _split_by_time(runner, "gpu-lines", GPU_QUERY, batch, win.gpu_start, win.gpu_end, gaps,
+                                              "GPU lines", depth=0)
+                    parts = PartsRead(split, 0, True)
+                elif whole is not None and len(whole) >= MAX_ROWS:
+                    parts = _Parts(runner, purpose, batch, start, end, query,
+                                   id_parts(stream_part_ranges(whole, node_index, len(nodes))), whole, capped=p).read()
+            answered += parts.answered
+            left += parts.left if parts.answered else 0
+            rows += parts.rows
+        if not answered:
+            unanswered.add(kind)
+            continue
+        if len(slices) > answered:  # a day of the look-back did not answer: its gap is the failed query's own
+            truncated.add(kind)
+        if len(slices) > 1:
+            rows = _summed_days(rows)
+        if left:
             truncated.add(kind)
             gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
                             unseen=f"the {purpose} query over {', '.join(batch)} was read in parts by the instance ID "
-                            f"or host name in the stream name, of which {parts.left} reached the Logs Insights maximum of "
+                            f"or host name in the stream name, of which {left} reached the Logs Insights maximum of "
                             f"{MAX_ROWS} rows or did not answer; rows beyond them were not read and are not "
                             "treated as empty"))
         for r in rows:
@@ -593,6 +605,38 @@ def _job_figures(runner: InsightsRunner, groups: list[str], span: tuple[datetime
     return figures, [] if complete else groups
 
 
+DAY = timedelta(days=1)
+
+
+def day_spans(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut at each UTC midnight inside it: no span is longer than a day."""
+    cuts = [start]
+    midnight = start.replace(hour=0, minute=0, second=0, microsecond=0) + DAY
+    while midnight < end:
+        cuts.append(midnight)
+        midnight += DAY
+    return list(zip(cuts, [*cuts[1:], end], strict=True))
+
+
+def _summed_days(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """kernel-streams rows of several days as the whole look-back's: per stream, the kernel lines summed and the
+    latest last line."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for r in rows:
+        key = (r.get("@log", ""), r.get("@logStream", ""))
+        prior = out.get(key)
+        if prior is None:
+            out[key] = dict(r)
+            continue
+        prior["kernel_lines"] = str(int(float(prior["kernel_lines"])) + int(float(r["kernel_lines"])))
+        if (_time(r.get("last_kernel_line")) or _EARLIEST) > (_time(prior.get("last_kernel_line")) or _EARLIEST):
+            prior["last_kernel_line"] = r.get("last_kernel_line", "")
+    return list(out.values())
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
 BOOT_ROWS = 1_000  # newest boot-time lines kept per query: a node boots a few times, each boot logs a few lines
 
 
@@ -652,8 +696,9 @@ def _deep_kernel(runner: InsightsRunner, batch: list[str], index: NodeIndex, nod
     for i in range(0, len(lacking), DEEP_IDS_PER_QUERY):
         ids = lacking[i:i + DEEP_IDS_PER_QUERY]
         query = f"filter @logStream like /{'|'.join(ids)}/ | {KERNEL_QUERY}"
-        rows = runner.results(runner.start("kernel-streams", batch, start, lifetime, query))
-        for r in rows or []:
+        days = [runner.start("kernel-streams", batch, a, b, query) for a, b in day_spans(start, lifetime)]
+        rows = _summed_days([r for p in days for r in runner.results(p) or []])
+        for r in rows:
             found.append(KernelStream(log_group=_group_name(r.get("@log", "")), log_stream=r.get("@logStream", ""),
                                       kernel_lines=int(r["kernel_lines"]),
                                       last_kernel_line=_time(r.get("last_kernel_line"))))
