@@ -301,7 +301,7 @@ def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(mon
     raw = generate(spec)
     request = AuditRequest(cluster=spec.cluster_name, last="24h")
 
-    def hourly(tag: str) -> tuple[Result, list[tuple[str, str]]]:
+    def hourly(tag: str) -> tuple[Result, list[tuple[str, list[str], str]]]:
         world = parse_world(raw)
         cache, now = FileCache(tmp_path / f"{tag}.json"), world.now
         world.now = now - timedelta(hours=1)
@@ -313,11 +313,11 @@ def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(mon
         result = judge(evidence, JudgeConfig.from_request(request), generated_at=aws.clock())
         return finalize(result, evidence), list(started)
 
-    started: list[tuple[str, str]] = []
+    started: list[tuple[str, list[str], str]] = []
     start = logs.InsightsRunner.start
 
     def recording(runner: logs.InsightsRunner, purpose: QueryPurpose, *args: Any, **kwargs: Any) -> Any:
-        started.append((purpose, args[3]))  # (groups, start, end, query)
+        started.append((purpose, args[0], args[3]))  # (groups, start, end, query)
         return start(runner, purpose, *args, **kwargs)
 
     monkeypatch.setattr(logs.InsightsRunner, "start", recording)
@@ -326,14 +326,16 @@ def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(mon
     # When the next hourly audit runs
     in_parts_, queries = hourly("capped")
     # Then its stream-summary read, expected from the cache at about 120 streams, starts in parts (no whole query
-    # reached the cap first): the first part also takes the names without an instance ID
-    summary = [query for purpose, query in queries if purpose == "stream-summary"]
-    assert len(summary) >= 3 and all(q.startswith("filter @logStream") for q in summary)
-    if not host_named:
-        assert "not like" in summary[0] and summary[0].startswith("filter @logStream like")
-    else:  # the cache's 30 names without an ID would crowd the first part: they are read apart from the start
-        assert not any(" or @logStream not like" in q for q in summary)
-        assert sum(q.startswith(f"{NO_INSTANCE_ID} |") for q in summary) == 1
+    # reached the cap first), each naming one group (#34 item 7: a part scans only the group it reads): the
+    # cluster group's 90 streams by instance-ID ending, its first part also taking the names without an ID; the
+    # customer kernel group's 30 streams (named by host alone, or by ID) in one query over all its names
+    summary = [(groups, query) for purpose, groups, query in queries if purpose == "stream-summary"]
+    assert len(summary) >= 3 and all(q.startswith("filter @logStream") for _, q in summary)
+    assert all(len(groups) == 1 for groups, _ in summary)
+    cluster = [q for groups, q in summary if groups[0].startswith("/aws/parallelcluster/")]
+    customer = [q for groups, q in summary if not groups[0].startswith("/aws/parallelcluster/")]
+    assert len(cluster) >= 3 and "not like" in cluster[0] and cluster[0].startswith("filter @logStream like")
+    assert len(customer) == 1 and f" or {NO_INSTANCE_ID.removeprefix('filter ')} |" in customer[0]
     # and the answer is that of the audit that never met the cap
     assert _strip(in_parts_) == _strip(as_is)
 
@@ -510,7 +512,27 @@ def test_the_count_query_counts_the_rows_of_both_reads_and_the_names_without_an_
                *lines("ip-10-0-0-3", "sshd: ok"), *lines("node017", "kernel: hello", "kernel: again")]
     # When the one count query runs over them
     rows = [{c["field"]: c["value"] for c in row} for row in run_query(logs.STREAM_COUNTS, records, 0, 10, "1").rows]
-    # Then it returns one row: 5 streams, 3 with a kernel line, 2 named by ID, 1 of them with a kernel line
-    assert rows == [{"streams": "5", "kernel_streams": "3", "id_streams": "2", "kernel_id_streams": "1"}]
-    assert logs._streams_counted(rows) == {"summary": Rows(5, 3), "kernel": Rows(3, 2)}
-    assert logs._streams_counted(None) is None and logs._streams_counted([]) == {"summary": Rows(0), "kernel": Rows(0)}
+    # Then it returns one row for the group: 5 streams, 3 with a kernel line, 2 named by ID, 1 of them with a kernel
+    # line
+    assert rows == [{"@log": "1:/g", "streams": "5", "kernel_streams": "3", "id_streams": "2", "kernel_id_streams": "1"}]
+    assert logs._streams_counted(rows) == {"summary": {"/g": Rows(5, 3)}, "kernel": {"/g": Rows(3, 2)}}
+    assert logs._streams_counted(None) is None and logs._streams_counted([]) == {"summary": {}, "kernel": {}}
+
+
+def test_parts_name_only_the_groups_they_read() -> None:
+    # Given a batch's per-stream rows by group: one group past 83 % of the cap alone, the others small (#34 item 7)
+    rows = {"/big": Rows(30_000), "/a": Rows(3_000), "/b": Rows(4_000), "/c": Rows(5_000)}
+    # When the read is planned in parts
+    planned = logs.group_parts(["/a", "/big", "/b", "/c", "/empty"], rows)
+    # Then the big group has parts of its own, the others share queries as far as 83 % of the cap allows, and every
+    # group is named by exactly one set of parts (so no part scans a group whose streams it does not read)
+    assert planned == [(["/big"], planned_parts(Rows(30_000))),
+                       (["/a", "/b"], [logs.Part((0, logs.ENDINGS), unnamed=True)]),
+                       (["/c", "/empty"], [logs.Part((0, logs.ENDINGS), unnamed=True)])]
+    assert len(planned[0][1]) == 4
+    # and the one part over all of a set's streams matches every name, with an instance ID or without
+    (whole,) = planned[1][1]
+    names = ["ip-10-0-0-1.i-0123456789abcdef0.slurmd", "i-0abcdef1/messages", "ip-10-0-0-7", "node017", "I-UPPER"]
+    records = [LogRecord("/a", name, 1_000, "x") for name in names]
+    found = run_query(f"{whole.filter()} | stats count(*) by @logStream", records, 0, 10, "1").rows
+    assert sorted(c["value"] for row in found for c in row if c["field"] == "@logStream") == sorted(names)

@@ -129,8 +129,9 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
         # (those named without an instance ID apart when they would crowd the first part). Kernel streams are not
         # counted first: this read counts only the kernel lines since the last, usually few (read whole, and again
         # in parts if it reaches the cap).
-        names = [stream for c in usable for stream in c.hours]
-        expected = {"summary": Rows(len(names), sum(not holds_instance_id(name) for name in names)), "kernel": Rows(0)}
+        expected = {"summary": {g: Rows(len(c.hours), sum(not holds_instance_id(name) for name in c.hours))
+                                for g, c in zip(batch, usable, strict=True)},
+                    "kernel": {g: Rows(0) for g in batch}}
         # A job group known by NCCL lines in the cached hours only is still a job group (the job figures are
         # read over the whole window: cache.fresh_window keeps their range).
         jobs = named | {g for g, c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}

@@ -105,7 +105,7 @@ STREAM_COUNTS = (
     f"fields {_KERNEL_LINE} as kernel_line, {_NAMED} as named, least({_KERNEL_LINE}, {_NAMED}) as kernel_named "
     "| stats max(kernel_line) as kernel, max(named) as id, max(kernel_named) as kernel_id by @log, @logStream "
     "| stats count(*) as streams, sum(kernel) as kernel_streams, sum(id) as id_streams, "
-    "sum(kernel_id) as kernel_id_streams"
+    "sum(kernel_id) as kernel_id_streams by @log"
 )
 # The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
 GPU_QUERY = gpu_lines_query(MAX_ROWS)
@@ -457,18 +457,20 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                   runner: InsightsRunner | None = None,
                   known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
                   slots: QuerySlots | None = None, journal: QueryJournal | None = None,
-                  expected_streams: Mapping[str, Rows] | None = None,
+                  expected_streams: Mapping[str, Mapping[str, Rows]] | None = None,
                   job_groups: Collection[str] = ()) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
     the audit's concurrency budget, when batches share one.
 
     A per-stream read (kernel streams, stream summary) expected past the 10,000-row cap is read in parts from the
-    start: `expected_streams` gives its rows when known (an hourly read, from the last read's streams); when it
-    does not and the fleet alone would pass the cap (a stream or more per node), one `stream-count` query counts
-    the rows of every such read first (one row). Otherwise the whole is read, and read again in parts if it
-    reaches the cap. `job_groups`: groups known to hold a job's output (named with --log-group, or NCCL lines in
-    cached hours), read for the job's figures in an incident with the groups whose GPU lines hold NCCL's."""
+    start: `expected_streams` gives its rows per group when known (an hourly read, from the last read's streams);
+    when it does not and the fleet alone would pass the cap (a stream or more per node), one `stream-count` query
+    counts the rows of every such read first (one row per group). Each part names only the groups it reads
+    (`group_parts`): Logs Insights bills every record of each group it names, so a part never scans a group whose
+    streams it does not read. Otherwise the whole is read, and read again in parts if it reaches the cap.
+    `job_groups`: groups known to hold a job's output (named with --log-group, or NCCL lines in cached hours), read
+    for the job's figures in an incident with the groups whose GPU lines hold NCCL's."""
     gaps: list[Gap] = []
     runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
     runner.gaps = gaps
@@ -483,11 +485,11 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     spans = {kind: day_spans(start, end) if kind == "kernel" else [(start, end)]
              for kind, (_, start, end, _) in reads.items()}
 
-    def read(kind: str, rows: Rows | None) -> list[tuple[datetime, datetime, _Pending | _Parts]]:
+    def read(kind: str, rows: Mapping[str, Rows] | None) -> list[tuple[datetime, datetime, _Pending | _Parts]]:
         purpose, _, _, query = reads[kind]
-        if rows is not None and in_parts(rows.streams):
-            return [(start, end, _Parts(runner, purpose, batch, start, end, query, planned_parts(rows)))
-                    for start, end in spans[kind]]
+        if rows is not None and in_parts(sum(r.streams for r in rows.values())):
+            return [(start, end, _Parts(runner, purpose, groups, start, end, query, parts))
+                    for start, end in spans[kind] for groups, parts in group_parts(batch, rows)]
         return [(start, end, runner.start(purpose, batch, start, end, query)) for start, end in spans[kind]]
 
     counting = [kind for kind in ("kernel", "summary")
@@ -942,19 +944,46 @@ class PartsRead:
     answered: bool  # at least one part returned rows
 
 
-def _streams_counted(rows: list[dict[str, str]] | None) -> dict[str, Rows] | None:
-    """The rows each per-stream read will return, from a STREAM_COUNTS result (no row: none); None when it was not
-    read. Over the kernel read's longer range `streams` also counts streams silent in the summary's window: more
-    parts than needed, never fewer."""
+def _streams_counted(rows: list[dict[str, str]] | None) -> dict[str, dict[str, Rows]] | None:
+    """The rows each per-stream read will return, per group, from a STREAM_COUNTS result (a group with no row: none);
+    None when it was not read."""
     if rows is None:
         return None
-    row = rows[0] if rows else {}
-    try:
-        streams, named, kernel, kernel_named = (int(float(row.get(name, "0"))) for name in (
-            "streams", "id_streams", "kernel_streams", "kernel_id_streams"))
-    except ValueError:
-        return None
-    return {"summary": Rows(streams, streams - named), "kernel": Rows(kernel, kernel - kernel_named)}
+    out: dict[str, dict[str, Rows]] = {"summary": {}, "kernel": {}}
+    for row in rows:
+        try:
+            streams, named, kernel, kernel_named = (int(float(row.get(name, "0"))) for name in (
+                "streams", "id_streams", "kernel_streams", "kernel_id_streams"))
+        except ValueError:
+            return None
+        group = _group_name(row.get("@log", ""))
+        out["summary"][group] = Rows(streams, streams - named)
+        out["kernel"][group] = Rows(kernel, kernel - kernel_named)
+    return out
+
+
+def group_parts(batch: list[str], rows: Mapping[str, Rows]) -> list[tuple[list[str], list[Part]]]:
+    """The queries of a per-stream read past the cap, each naming only the groups it reads: a group that alone would
+    pass 83 % of the cap in its own parts (`planned_parts`), the others together, as many per query as keep it
+    within 83 % of the cap (one part over all their streams, halved if it reaches the cap anyway). A part over both
+    groups of a fleet scans both; apart, each part scans only its group (#34 item 7: the summary re-scanned every
+    group per part)."""
+    out: list[tuple[list[str], list[Part]]] = []
+    together: list[str] = []
+    held = 0
+    for group in batch:
+        count = rows.get(group, Rows(0))
+        if in_parts(count.streams):
+            out.append(([group], planned_parts(count)))
+            continue
+        if together and in_parts(held + count.streams):
+            out.append((together, [Part((0, ENDINGS), unnamed=True)]))
+            together, held = [], 0
+        together.append(group)
+        held += count.streams
+    if together:
+        out.append((together, [Part((0, ENDINGS), unnamed=True)]))
+    return out
 
 
 class _Parts:
