@@ -536,3 +536,37 @@ def test_parts_name_only_the_groups_they_read() -> None:
     records = [LogRecord("/a", name, 1_000, "x") for name in names]
     found = run_query(f"{whole.filter()} | stats count(*) by @logStream", records, 0, 10, "1").rows
     assert sorted(c["value"] for row in found for c in row if c["field"] == "@logStream") == sorted(names)
+
+
+def test_gpu_lines_past_the_cap_still_seed_the_cache_so_the_next_hourly_audit_reads_only_new_hours(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Given a fleet whose GPU lines in a day's window (boot banners, Xids) pass the (lowered) row cap, so the
+    # GPU-lines query is read again in halves of its time range (#34 item 7: such a read never seeded the cache,
+    # and every hourly audit read the whole window again)
+    spec = WorldSpec(kind="parallelcluster", nodes=30, days=1.0, silent_fraction=0.1, xid_rate=0.5, seed=4)
+    raw = generate(spec)
+    request = AuditRequest(cluster=spec.cluster_name, last="7d")  # back to the nodes' launch: 206 GPU lines
+    _lower_the_cap(monkeypatch, 100)
+    world = parse_world(raw)
+    now = world.now
+    cache = FileCache(tmp_path / "cache.json")
+    # When a full audit an hour ago fills the cache and the next hourly audit runs from it
+    world.now = now - timedelta(hours=1)
+    full = collect(aws_for(world), request, cache)
+    assert any(q.purpose == "gpu-lines" and q.truncated for q in full.queries)
+    world.now = now
+    aws = aws_for(world)
+    hourly = collect(aws, request, cache)
+    # Then every capped GPU-lines query was read again completely, the cache was kept, and the next audit read only
+    # the hours that can still change: a fraction of the full read
+    assert all(q.reread for q in full.queries if q.purpose == "gpu-lines" and q.truncated)
+    scanned = sum(q.records_scanned for q in hourly.queries)
+    assert scanned * 4 < sum(q.records_scanned for q in full.queries)
+    # and its nodes are those of a full read at the same time (the visibility gaps apart: an incremental audit's
+    # Fabric Manager gap names the fresh read's start as "the window", a wording of the incremental path, as before)
+    fresh = parse_world(raw)
+    reference = collect(aws_for(fresh), request)
+    judged = [{k: v for k, v in _strip(finalize(judge(ev, JudgeConfig.from_request(request), generated_at=now),
+                                                ev)).items() if k != "visibility_gaps"}
+              for ev in (hourly, reference)]
+    assert judged[0] == judged[1]

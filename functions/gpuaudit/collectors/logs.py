@@ -518,8 +518,10 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                 whole = runner.results(p)
                 parts = PartsRead(whole or [], int(whole is None), whole is not None)
                 if whole is not None and len(whole) >= MAX_ROWS and kind == "gpu":
-                    split, _ = _split_by_time(runner, "gpu-lines", GPU_QUERY, batch, win.gpu_start, win.gpu_end, gaps,
-                                              "GPU lines", depth=0)
+                    split, complete = _split_by_time(runner, "gpu-lines", GPU_QUERY, batch, win.gpu_start,
+                                                     win.gpu_end, gaps, "GPU lines", depth=0)
+                    if complete:  # every line read: the capped query was read again, so the cache may keep it
+                        runner.mark_reread(p)
                     parts = PartsRead(split, 0, True)
                 elif whole is not None and len(whole) >= MAX_ROWS:
                     parts = _Parts(runner, purpose, batch, start, end, query,
@@ -1030,22 +1032,31 @@ def _split_by_time(runner: InsightsRunner, purpose: QueryPurpose, query: str, ba
                    end: datetime, gaps: list[Gap], what: str, depth: int = -1) -> tuple[list[dict[str, str]], bool]:
     """A line query (oldest first) read whole (depth -1), and at the 10,000-row cap re-read in halves of its time
     range: a flood of identical Xids, or a job logging every step, must not hide the later lines (they are
-    collapsed downstream, not dropped here). Returns the rows and whether every part was read, under the cap."""
+    collapsed downstream, not dropped here). Returns the rows and whether every part was read, under the cap. Each
+    capped query whose halves were all read is marked read again, so a complete read seeds the incremental cache (a
+    capped query not read again never does: every hourly audit of such a fleet would read the whole window)."""
     if depth < 0:
-        whole = runner.results(runner.start(purpose, batch, start, end, query))
+        first = runner.start(purpose, batch, start, end, query)
+        whole = runner.results(first)
         if whole is None or len(whole) < MAX_ROWS:
             return whole or [], whole is not None
-        return _split_by_time(runner, purpose, query, batch, start, end, gaps, what, 0)
+        rows, complete = _split_by_time(runner, purpose, query, batch, start, end, gaps, what, 0)
+        if complete:
+            runner.mark_reread(first)
+        return rows, complete
     middle = start + timedelta(seconds=int((end - start).total_seconds()) // 2)  # whole seconds: no overlap
     rows: list[dict[str, str]] = []
     complete = True
     for lo, hi in ((start, middle), (middle, end)):
-        part = runner.results(runner.start(purpose, batch, lo, hi, query))
+        pending = runner.start(purpose, batch, lo, hi, query)
+        part = runner.results(pending)
         if part is None:
             complete = False
             continue
         if len(part) >= MAX_ROWS and depth + 1 < MAX_GPU_SPLITS:
             part, read = _split_by_time(runner, purpose, query, batch, lo, hi, gaps, what, depth + 1)
+            if read:
+                runner.mark_reread(pending)
             complete &= read
         elif len(part) >= MAX_ROWS:
             complete = False
