@@ -1040,10 +1040,10 @@ def _split_by_time(runner: InsightsRunner, purpose: QueryPurpose, query: str, ba
         whole = runner.results(first)
         if whole is None or len(whole) < MAX_ROWS:
             return whole or [], whole is not None
-        rows, complete = _split_by_time(runner, purpose, query, batch, start, end, gaps, what, 0)
-        if complete:
+        halves, done = _split_by_time(runner, purpose, query, batch, start, end, gaps, what, 0)
+        if done:
             runner.mark_reread(first)
-        return rows, complete
+        return halves, done
     middle = start + timedelta(seconds=int((end - start).total_seconds()) // 2)  # whole seconds: no overlap
     rows: list[dict[str, str]] = []
     complete = True
