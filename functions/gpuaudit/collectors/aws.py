@@ -10,17 +10,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuaudit.model.evidence import CallCount, Gap, GapKind, GapScope
+from gpuaudit.model.trail import TrailShare
 from gpuaudit.progress import ProgressHook
-
-if TYPE_CHECKING:
-    from gpuaudit.collectors.trail import TrailShare
 
 THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
               "LimitExceededException", "RequestThrottled", "SlowDown"}

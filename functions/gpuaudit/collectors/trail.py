@@ -17,32 +17,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.model.timeutil import parse_time
+from gpuaudit.model.trail import FORMAT, TrailRead, TrailShare
 
-FORMAT = "gpu-audit-trail/1"
+__all__ = ["FORMAT", "KEEP", "SETTLE", "TrailRead", "TrailShare", "lookup_by_name"]
+
 # A kept read is trusted up to this long before the time it was read to; the tail from there is read again. CloudTrail
 # delivers an event to event history typically within about 5 minutes of the call (not guaranteed).
 SETTLE = timedelta(minutes=15)
 # Kept events older than this before the newest read are dropped: the longest range an hourly audit asks is the
 # launch lookback (24 h) before a window of at most a day or so; a longer lookup (a 7-day incident) reads again.
 KEEP = timedelta(days=3)
-
-
-class TrailRead(BaseModel):
-    """Every event of one name from `start` to `end` (as far as CloudTrail had delivered them when read)."""
-
-    start: datetime
-    end: datetime
-    events: list[dict[str, Any]] = Field(default_factory=list)  # LookupEvents items, EventTime as ISO text
-
-
-class TrailShare(BaseModel):
-    format: str = FORMAT
-    reads: dict[str, TrailRead] = Field(default_factory=dict)  # by event name
-    changed: bool = Field(default=False, exclude=True)  # a read was added since it was loaded
 
 
 def lookup_by_name(aws: Aws, name: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
