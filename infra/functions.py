@@ -23,6 +23,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from gpuaudit.domain.kube_access import READER_GROUP
+from gpuaudit.report.events import SOURCE as EVENT_SOURCE
 from gpuaudit.settings import DEPLOYMENT_ENV, DEPLOYMENT_PATH
 from infra import permissions
 from infra.bundling import function_code
@@ -167,8 +168,11 @@ class AuditFunctions(Construct):
             ],
         }
         if config.publish_events:  # findings as events: PutEvents on the configured bus only
+            # ... and only as gpuaudit: events:source is EventBridge's condition key of PutEvents (User Guide, "Using
+            # IAM policy conditions"), so the role cannot pose as another source on a bus others' rules trust.
             own["Verdict"].append(iam.PolicyStatement(sid="FindingEvents", actions=["events:PutEvents"],
-                                                      resources=[event_bus_arn(stack, config.event_bus)]))
+                                                      resources=[event_bus_arn(stack, config.event_bus)],
+                                                      conditions={"StringEquals": {"events:source": EVENT_SOURCE}}))
         # Clusters of member accounts: their collectors read through that account's read-only role, with the external
         # ID read at run time from its SecureString parameter (exactly those parameters; the aws/ssm key's policy
         # lets the account's principals decrypt through SSM).

@@ -46,6 +46,7 @@ class Call:
     action: str
     resource: str
     missing_key: bool = False
+    context: tuple[tuple[str, str], ...] = ()  # condition keys the service sends with the call (events:source)
 
 
 @dataclass
@@ -64,8 +65,16 @@ class Recorder:
         action = f"{IAM_PREFIX.get(service, service)}:{model.name}"
         missing = (parsed.get("Error") or {}).get("Code") in ("NoSuchKey", "404") and model.name in (
             "GetObject", "HeadObject")
+        if action == "events:PutEvents":  # one call per bus and source: PutEvents is authorized per entry
+            for resource, source in sorted({(self.bus_arn(e), e["Source"]) for e in self.params["Entries"]}):
+                self.calls.append(Call(self.current, action, resource, context=(("events:source", source),)))
+            return
         for resource in self.resources(service, model.name, self.params):
             self.calls.append(Call(self.current, action, resource, missing))
+
+    def bus_arn(self, entry: dict[str, Any]) -> str:
+        bus = entry.get("EventBusName") or "default"
+        return bus if bus.startswith("arn:") else f"arn:aws:events:{self.region}:{self.account}:event-bus/{bus}"
 
     def resources(self, service: str, operation: str, p: dict[str, Any]) -> list[str]:
         r, a = self.region, self.account
@@ -76,9 +85,6 @@ class Recorder:
                                                                     else sorted(p["RequestItems"]))]
         if service == "sns":
             return [p["TopicArn"]]
-        if service == "events" and operation == "PutEvents":  # each entry's bus, by name or ARN
-            buses = [e.get("EventBusName") or "default" for e in p["Entries"]]
-            return sorted({b if b.startswith("arn:") else f"arn:aws:events:{r}:{a}:event-bus/{b}" for b in buses})
         if service == "logs" and operation not in ("GetQueryResults", "StopQuery"):
             names = p.get("logGroupNames") or ([p["logGroupName"]] if "logGroupName" in p else [])
             return [f"arn:aws:logs:{r}:{a}:log-group:{n}" for n in names] or [f"arn:aws:logs:{r}:{a}:log-group:*"]
@@ -112,7 +118,7 @@ def denied_calls(calls: list[Call], policies: StackPolicies, roles: dict[str, st
     out = []
     for c in calls:
         who = role(roles[c.function])
-        requests = [(Request(who, c.action, c.resource, TLS), "resource")]
+        requests = [(Request(who, c.action, c.resource, {**TLS, **dict(c.context)}), "resource")]
         if c.action == "sns:Publish" and c.resource in policies.topic_keys:
             requests += [(Request(who, a, policies.topic_keys[c.resource], TLS), "key")
                          for a in ("kms:GenerateDataKey", "kms:Decrypt")]

@@ -53,7 +53,8 @@ OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
                 ("s3:PutObject", "EVIDENCE_BUCKET", "results/research-hp-slurm/a1.json", {}),
                 ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}), ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
                 ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {}),
-                ("sns:Publish", "ALERT_TOPIC_ARN", None, {}), ("events:PutEvents", "EVENT_BUS", None, {})],
+                ("sns:Publish", "ALERT_TOPIC_ARN", None, {}),
+                ("events:PutEvents", "EVENT_BUS", None, {"events:source": "gpuaudit"})],
 }
 # Reads of audited services the collectors make (Logs Insights: queries on the cluster's log groups).
 QUERY_CALLS = {"inventory": ["logs:DescribeLogGroups"], "collect_logs": ["logs:StartQuery", "logs:GetQueryResults"],

@@ -238,6 +238,7 @@ def test_findings_are_put_on_the_configured_bus_only(bus: str | None, arn: str) 
     assert granted == [(step_roles(synth)["verdict"], arn)]
     (statement,) = [s for r, s in identity_statements(synth) if "events:PutEvents" in _list(s["Action"])]
     assert _list(statement["Action"]) == ["events:PutEvents"]
+    assert statement["Condition"] == {"StringEquals": {"events:source": "gpuaudit"}}  # only as gpuaudit
     verdict = next(f for f in synth.resources("AWS::Lambda::Function").values()
                    if f["Properties"]["Handler"] == "handlers.verdict.handler")
     assert names.resolve(verdict["Properties"]["Environment"]["Variables"]["EVENT_BUS"]) == arn
@@ -245,3 +246,22 @@ def test_findings_are_put_on_the_configured_bus_only(bus: str | None, arn: str) 
     assert not [s for _, s in identity_statements(silent) if "events:PutEvents" in _list(s["Action"])]
     assert not [f for f in silent.resources("AWS::Lambda::Function").values()
                 if "EVENT_BUS" in f["Properties"].get("Environment", {}).get("Variables", {})]
+
+
+def test_the_verdict_role_may_put_events_only_as_gpuaudit_on_its_bus(synth: Synthesized) -> None:
+    """Evaluated as AWS does (tests/infra/policy_eval.py): the source condition holds, another source or bus is denied."""
+    from policy_eval import Request, role
+    from stack_edges import StackPolicies
+
+    policies = StackPolicies(synth.template)
+    verdict = next(f for f in synth.resources("AWS::Lambda::Function").values()
+                   if f["Properties"]["Handler"] == "handlers.verdict.handler")
+    who = role(policies.names.resolve(verdict["Properties"]["Role"]))
+    bus = "arn:aws:events:us-west-2:123456789012:event-bus/default"
+
+    def allowed(resource: str, source: str) -> bool:
+        context = {"aws:SecureTransport": True, "events:source": source}
+        return bool(policies.decide(Request(who, "events:PutEvents", resource, context), "resource"))
+
+    assert allowed(bus, "gpuaudit")
+    assert not allowed(bus, "aws.ec2") and not allowed(bus.replace("/default", "/other"), "gpuaudit")
