@@ -56,6 +56,11 @@ OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
                 ("sns:Publish", "ALERT_TOPIC_ARN", None, {}),
                 ("events:PutEvents", "EVENT_BUS", None, {"events:source": "gpuaudit"})],
 }
+# The MCP endpoint (issue #38; its StartExecution is checked call by call in tests/test_mcp_deployed.py).
+OWN_CALLS["mcp_endpoint"] = [
+    ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
+    ("s3:GetObject", "EVIDENCE_BUCKET", "results/research-hp-slurm/a1.json", {}),
+    ("s3:ListBucket", "EVIDENCE_BUCKET", None, {"s3:prefix": "results/research-hp-slurm/a1.json"})]
 # Reads of audited services the collectors make (Logs Insights: queries on the cluster's log groups).
 QUERY_CALLS = {"inventory": ["logs:DescribeLogGroups"], "collect_logs": ["logs:StartQuery", "logs:GetQueryResults"],
                "finish": ["logs:DescribeLogStreams"]}

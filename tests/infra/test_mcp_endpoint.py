@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from cdk_synth import TEST_CONFIG, Synthesized, synthesize
+from policy_eval import Request, role
+from stack_edges import StackPolicies, denied_edges, without_statements
 
 from infra.config import BadConfig, load_config
 
@@ -96,3 +98,31 @@ def test_cdk_nag_is_clean_with_the_endpoint(mcp: Synthesized) -> None:
 def test_a_malformed_agent_principal_is_refused_naming_the_field(principal: str) -> None:
     with pytest.raises(BadConfig, match="mcp_endpoint.agent_principal"):
         load_config({"gpuaudit": {**TEST_CONFIG, "mcp_endpoint": {"agent_principal": principal}}})
+
+
+def test_every_edge_of_the_stack_with_the_endpoint_is_allowed(mcp: Synthesized) -> None:
+    """stack_edges reads the MCP function like the others: its role's trust, its log group, its table and bucket."""
+    assert denied_edges(mcp.template) == []
+    assert denied_edges(without_statements(mcp.template, {"FindingsRead"})), "the edge check cannot fail"
+
+
+@pytest.mark.parametrize(("action", "context", "allowed"), [
+    ("lambda:InvokeFunctionUrl", {"lambda:FunctionUrlAuthType": "AWS_IAM"}, True),
+    ("lambda:InvokeFunctionUrl", {"lambda:FunctionUrlAuthType": "NONE"}, False),
+    ("lambda:InvokeFunction", {"lambda:InvokedViaFunctionUrl": True}, True),
+    ("lambda:InvokeFunction", {}, False),  # a direct Invoke, around the URL
+    ("lambda:GetFunctionUrlConfig", {}, False),
+])
+def test_the_agent_may_assume_its_role_and_only_call_the_url(mcp: Synthesized, action: str, context: dict[str, Any],
+                                                              allowed: bool) -> None:
+    policies = StackPolicies(mcp.template)
+    logical_id, _ = _function(mcp)
+    (role_id,) = [k for k, r in mcp.resources("AWS::IAM::Role").items()
+                  if AGENT in str(r["Properties"]["AssumeRolePolicyDocument"])]
+    agent_role = policies.names.arn(role_id)
+    assert policies.decide(Request(role(AGENT), "sts:AssumeRole", agent_role, {}), "trust")
+    assert not policies.decide(Request(role("arn:aws:iam::444455556666:role/other"), "sts:AssumeRole", agent_role, {}),
+                               "trust")
+    target = policies.names.arn(logical_id)
+    assert bool(policies.decide(Request(role(agent_role), action, target, {"aws:SecureTransport": True, **context}),
+                                "resource")) is allowed
