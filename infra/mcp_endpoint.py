@@ -2,7 +2,7 @@
 Streamable HTTP behind a Function URL with AWS_IAM auth, and the role an agent assumes to call it.
 
 The URL is BUFFERED: Lambda's Python runtime cannot stream a response, so the server answers each POST with one
-JSON response (stateless; gpuaudit/agent/http.py). The function's role reads the findings table (Query) and the
+JSON response (stateless; gpuaudit/agent/http.py). The function's role reads the findings table (Query, GetItem) and the
 results (GetObject; ListBucket on that prefix so a missing result is a 404, not a 403), and may start an execution of
 the stack's state machine: its only non-read action, on that state machine alone. With discovery on, it also holds
 the Plan's discovery reads to list the clusters in scope.
@@ -32,7 +32,9 @@ class McpEndpoint(Construct):
         super().__init__(scope, construct_id)
         assert config.mcp_endpoint is not None
         statements = [
-            iam.PolicyStatement(sid="FindingsRead", actions=["dynamodb:Query"], resources=[store.table.table_arn]),
+            # Query: latest state and history spans; GetItem: a cluster's history snapshot head (gpuaudit/history.py)
+            iam.PolicyStatement(sid="FindingsRead", actions=["dynamodb:GetItem", "dynamodb:Query"],
+                                resources=[store.table.table_arn]),
             iam.PolicyStatement(sid="ResultsRead", actions=["s3:GetObject"],
                                 resources=[store.bucket.arn_for_objects(f"{RESULTS_PREFIX}*")]),
             iam.PolicyStatement(sid="ResultsMisses", actions=["s3:ListBucket"], resources=[store.bucket.bucket_arn],

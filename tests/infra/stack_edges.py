@@ -58,7 +58,7 @@ OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
 }
 # The MCP endpoint (issue #38; its StartExecution is checked call by call in tests/test_mcp_deployed.py).
 OWN_CALLS["mcp_endpoint"] = [
-    ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
+    ("dynamodb:Query", "FINDINGS_TABLE", None, {}), ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
     ("s3:GetObject", "EVIDENCE_BUCKET", "results/research-hp-slurm/a1.json", {}),
     ("s3:ListBucket", "EVIDENCE_BUCKET", None, {"s3:prefix": "results/research-hp-slurm/a1.json"})]
 # Reads of audited services the collectors make (Logs Insights: queries on the cluster's log groups).

@@ -62,7 +62,7 @@ def test_the_functions_role_reads_and_starts_only_the_stacks_state_machine(mcp: 
     statements = _statements(mcp, function["Properties"]["Role"]["Fn::GetAtt"][0])
     actions = {a for st in statements.values() for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
     assert actions == {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments",
-                       "xray:PutTelemetryRecords", "dynamodb:Query", "s3:GetObject", "s3:ListBucket",
+                       "xray:PutTelemetryRecords", "dynamodb:GetItem", "dynamodb:Query", "s3:GetObject", "s3:ListBucket",
                        "states:StartExecution"}
     (machine_id,) = mcp.resources("AWS::StepFunctions::StateMachine")
     assert statements["OnDemandAudits"]["Resource"] == {"Ref": machine_id}
