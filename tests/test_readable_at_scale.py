@@ -319,3 +319,20 @@ def test_past_100_nodes_the_incident_timeline_shows_first_xids_of_one_code_as_on
     few = small.audit(small.cluster, mode="incident", since=SINCE, until=UNTIL).report_markdown
     assert len([line for line in few.split("## Timeline (UTC)", 1)[1].split("\n## ", 1)[0].splitlines()
                 if "first Xid 31" in line]) == 5
+
+
+def test_a_branch_evidence_naming_a_fleet_opens_from_its_beginning_in_the_html() -> None:
+    w = fleet_world(EVERY_NODE_UP_TO + 1)
+    xid(w, w.compute[0], 79)
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    (d,) = [b for b in result.branches if b.branch == "D"]
+    assert len(d.evidence) > 1_000 and all(n.instance_id in d.evidence for n in w.compute)  # the JSON keeps it all
+    page = render_html(result)
+    root = page.split("<h2>Root cause</h2>", 1)[1].split("<h2>", 1)[0]
+    row = root.split("D — GPU communication", 1)[1].split("</tr>", 1)[0]
+    assert f"({len(d.evidence):,} characters: open for all)</summary>" in row
+    assert all(n.instance_id in row for n in w.compute)  # every node still in the page, behind the summary
+    # a short evidence is shown whole
+    (a,) = [b for b in result.branches if b.branch == "A"]
+    assert len(a.evidence) < 1_000 and "characters: open for all" not in root.split("A — GPU/node hardware", 1)[1] \
+        .split("</tr>", 1)[0]

@@ -299,16 +299,31 @@ def _checks(r: Result) -> str:
     return "<h2>Pre-flight checks</h2>" + _table(("#", "Check", "Result", "Evidence", "Action"), rows)
 
 
+LONG_EVIDENCE = 1_000  # characters: past this a branch's evidence opens from its first SHOWN_EVIDENCE characters
+SHOWN_EVIDENCE = 400
+
+
+def _evidence(text: str) -> str:
+    """A branch's evidence: whole when short; a long one (naming every node of a fleet) behind its beginning, so the
+    branch table stays a screen tall (no script: `<details>`)."""
+    if len(text) <= LONG_EVIDENCE:
+        return _prose(text)
+    return (f"<details><summary>{_e(text[:SHOWN_EVIDENCE])}… ({len(text):,} characters: open for all)</summary>"
+            f"{_prose(text)}</details>")
+
+
 def _branches(r: Result) -> str:
     if not r.branches:
         return ""
+    # The leading branches first, with their evidence when short (a long one is in the table right below).
     leading = [f"<li>Branch {_e(b.branch)} ({_e(BRANCH_NAMES[b.branch])}): {_badge(b.status, BRANCH_BADGE)}"
-               + (f" — <b>{_e(b.label)}</b>" if b.label else "") + f". {_prose(b.evidence)}"
+               + (f" — <b>{_e(b.label)}</b>" if b.label else "")
+               + (f". {_prose(b.evidence)}" if len(b.evidence) <= LONG_EVIDENCE else ": evidence in the table below.")
                + (f" <i>Confirming measurement:</i> {_prose(b.confirming_measurement)}" if b.confirming_measurement
                   else "") + "</li>"
                for b in r.branches if b.status in ("Root cause", "Contributing", "UNVERIFIED")]
     rows = [(f"{_e(b.branch)} — {_e(BRANCH_NAMES[b.branch])}", _badge(b.status, BRANCH_BADGE), _or_dash(b.label),
-             _prose(b.evidence), _or_dash(b.confirming_measurement)) for b in r.branches]
+             _evidence(b.evidence), _or_dash(b.confirming_measurement)) for b in r.branches]
     return ("<h2>Root cause</h2>" + (f"<ul>{''.join(leading)}</ul>" if leading else "")
             + _table(("Branch", "Status", "Label", "Evidence", "Confirming measurement"), rows))
 
