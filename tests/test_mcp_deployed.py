@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.types import Tool
 
 sys.path[:0] = [str(Path(__file__).parent / "handlers"), str(Path(__file__).parent / "infra")]
 
@@ -20,6 +21,7 @@ from handlers import mcp_endpoint  # noqa: E402
 from lambda_harness import BUCKET, TABLE, TOPIC  # noqa: E402
 from stack_edges import StackPolicies, without_statements  # noqa: E402
 from test_deployed_iam import Recorder, denied_calls  # noqa: E402
+from test_mcp_server import check_tool_listing  # noqa: E402
 from test_state_machine import audits, deployed  # noqa: E402
 
 AGENT = "arn:aws:iam::111122223333:role/devops-agent"
@@ -88,6 +90,7 @@ def test_every_tool_over_the_function_url_and_each_call_is_allowed_by_the_synthe
                                                  None)["body"])["result"]["tools"]  # type: ignore[arg-type]
         assert {t["name"] for t in listed} == {"start_audit", "audit_summary", "audit_nodes", "list_clusters",
                                                "latest_findings", "node_history", "explain"}
+        check_tool_listing([Tool.model_validate(t) for t in listed])  # names with a prefix ≤ 64, valid schemas
 
         cluster, audit_id = "research-hp-slurm", audit["audit_id"]
         summary = call("audit_summary", {"cluster": cluster, "audit_id": audit_id})["structuredContent"]
