@@ -9,6 +9,8 @@ from infra.config import DeployConfig
 from infra.dashboard import AuditDashboard
 from infra.findings import FindingsStore
 from infra.functions import AuditFunctions
+from infra.mcp_endpoint import NAME as MCP_NAME
+from infra.mcp_endpoint import SPEC as MCP_SPEC
 from infra.mcp_endpoint import McpEndpoint
 from infra.operations import AuditorAlarms
 from infra.triggers import AuditTriggers
@@ -25,9 +27,13 @@ class GpuAuditStack(Stack):
         self.workflow = AuditWorkflow(self, "Workflow", config, self.functions, self.store.map_results)
         self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
         self.dashboard = AuditDashboard(self, "Dashboard", config, self.workflow.state_machine)
+        timed = self.functions.timed_functions()
+        self.mcp: McpEndpoint | None = None
+        if config.mcp_endpoint is not None:  # its function is alarmed like the others (errors, near its timeout)
+            self.mcp = McpEndpoint(self, "Mcp", config, self.functions, self.store, self.workflow.state_machine)
+            timed[MCP_NAME] = (self.mcp.function, MCP_SPEC.timeout)
         self.alarms = AuditorAlarms(self, "Alarms", config, self.workflow.state_machine, self.store.topic,
-                                    self.store.alert_key, self.triggers.dead_letters,
-                                    self.functions.timed_functions())
+                                    self.store.alert_key, self.triggers.dead_letters, timed)
         CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn,
                   description="Start an on-demand audit here (Step Functions console, Start execution)")
         CfnOutput(self, "CollectorRoleArns", value=Fn.join(",", [self.functions.roles[n].role_arn for n in (
@@ -37,8 +43,7 @@ class GpuAuditStack(Stack):
         CfnOutput(self, "AlertTopicArn", value=self.store.topic.topic_arn)
         CfnOutput(self, "EvidenceBucketName", value=self.store.bucket.bucket_name,
                   description="results/<cluster>/<audit_id>.json, .md and .html; payloads/ expire after days")
-        if config.mcp_endpoint is not None:
-            self.mcp = McpEndpoint(self, "Mcp", config, self.functions, self.store, self.workflow.state_machine)
+        if self.mcp is not None:
             CfnOutput(self, "McpEndpointUrl", value=self.mcp.url.url + "mcp",
                       description="The MCP endpoint (Streamable HTTP, SigV4: service lambda); docs/DEPLOY.md")
             CfnOutput(self, "McpAgentRoleArn", value=self.mcp.agent_role.role_arn,

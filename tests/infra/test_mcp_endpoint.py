@@ -126,3 +126,10 @@ def test_the_agent_may_assume_its_role_and_only_call_the_url(mcp: Synthesized, a
     target = policies.names.arn(logical_id)
     assert bool(policies.decide(Request(role(agent_role), action, target, {"aws:SecureTransport": True, **context}),
                                 "resource")) is allowed
+
+
+def test_the_endpoint_is_alarmed_like_every_function(mcp: Synthesized) -> None:
+    logical_id, _ = _function(mcp)
+    watched = {a["Properties"]["MetricName"] for a in mcp.resources("AWS::CloudWatch::Alarm").values()
+               if {"Name": "FunctionName", "Value": {"Ref": logical_id}} in a["Properties"].get("Dimensions", [])}
+    assert watched == {"Errors", "Duration"}
