@@ -189,11 +189,13 @@ def test_past_100_nodes_proven_rows_are_counted_and_every_other_row_listed_the_j
     silent, signalled = w.compute[:2], w.compute[2:5]
     # the rows short of proven, one by one
     assert all(f"`{w.stream_name(n)}`" in section for n in silent)
-    # the proven ones counted per group and log group, saying how many nodes with a signal they hold
-    healthy_gpu = len(w.compute) - len(silent)
-    assert (f"{healthy_gpu} more row(s) of group gpu, log group {w.group}: {healthy_gpu} node(s), {healthy_gpu} "
-            f"Measured, live every hour of the window; {len(signalled)} of these nodes have a GPU signal") in section
-    assert not any(f"`{w.stream_name(n)}`" in section for n in w.compute[2:])
+    # RULES §11: only the Measured nodes without a GPU signal are counted, per group and log group; a node with a
+    # signal keeps its coverage row (its evidence), listed beside the rows short of proven
+    assert all(f"`{w.stream_name(n)}`" in section for n in signalled)
+    quiet = len(w.compute) - len(silent) - len(signalled)
+    assert (f"{quiet} more row(s) of group gpu, log group {w.group}: {quiet} node(s) without a GPU signal, {quiet} "
+            f"Measured, live every hour of the window") in section
+    assert not any(f"`{w.stream_name(n)}`" in section for n in w.compute[5:])
     # each node with a signal is still on its own line under Node verdicts
     verdicts = md.split("## Node verdicts", 1)[1].split("\n## ", 1)[0]
     assert all(f"`{n.instance_id}`" in verdicts for n in [*silent, *signalled])

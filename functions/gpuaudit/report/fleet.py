@@ -168,14 +168,14 @@ class CountedRows:
     log_group: str
     rows: int = 0
     nodes: set[str] = field(default_factory=set)
-    with_signal: set[str] = field(default_factory=set)
     statuses: dict[str, int] = field(default_factory=dict)
 
 
 def coverage_split(r: Result) -> tuple[list[tuple[NodeResult, CoverageRow]], list[CountedRows]]:
     """(the coverage rows to list one by one, the proven rest counted per group and log group). Up to
-    EVERY_NODE_UP_TO nodes every row is listed; past it only the rows short of proven are, in node order worst
-    first, and the proven ones are counted (the nodes with a GPU signal among them are each under Node verdicts)."""
+    EVERY_NODE_UP_TO nodes every row is listed; past it (RULES §11) only the Measured rows of nodes without a GPU
+    signal are counted: a row short of proven, and every row of a node with a verdict or a GPU error line, stays
+    listed in node order worst first, since that node's evidence is its coverage."""
     nodes = worst_first(r.nodes)
     if not fleet_size(r):
         return [(n, c) for n in nodes for c in n.coverage], []
@@ -183,7 +183,7 @@ def coverage_split(r: Result) -> tuple[list[tuple[NodeResult, CoverageRow]], lis
     counted: dict[tuple[str, str], CountedRows] = {}
     for n in nodes:
         for c in n.coverage:
-            if not proven_row(c):
+            if not proven_row(c) or n.verdict or n.gpu_errors:
                 listed.append((n, c))
                 continue
             group = n.instance_group or "(no group)"
@@ -191,18 +191,14 @@ def coverage_split(r: Result) -> tuple[list[tuple[NodeResult, CoverageRow]], lis
             k.rows += 1
             k.nodes.add(n.instance_id)
             k.statuses[c.status] = k.statuses.get(c.status, 0) + 1
-            if n.verdict or n.gpu_errors:
-                k.with_signal.add(n.instance_id)
     return listed, sorted(counted.values(), key=lambda k: (k.group, k.log_group))
 
 
 def counted_rows_text(k: CountedRows) -> str:
     """The sentence for counted rows (account text: escape per output)."""
     statuses = ", ".join(f"{v:,} {s}" for s, v in sorted(k.statuses.items()))
-    signal = (f"; {len(k.with_signal):,} of these nodes have a GPU signal, each listed under Node verdicts"
-              if k.with_signal else "")
-    return (f"{k.rows:,} more row(s) of group {k.group}, log group {k.log_group}: {len(k.nodes):,} node(s), "
-            f"{statuses}, live every hour of the window{signal} — each row is in the JSON result")
+    return (f"{k.rows:,} more row(s) of group {k.group}, log group {k.log_group}: {len(k.nodes):,} node(s) without a "
+            f"GPU signal, {statuses}, live every hour of the window — each row is in the JSON result")
 
 
 @dataclass
