@@ -338,3 +338,34 @@ def test_a_branch_evidence_naming_a_fleet_opens_from_its_beginning_in_the_html()
     (a,) = [b for b in result.branches if b.branch == "A"]
     assert len(a.evidence) < 1_000 and "characters: open for all" not in root.split("A — GPU/node hardware", 1)[1] \
         .split("</tr>", 1)[0]
+
+
+def test_branch_a_on_many_hardware_nodes_names_the_worst_whole_and_counts_the_rest_the_headline_bounded() -> None:
+    """RULES §11 (reports readable at fleet size) beside §0.4 (name everything): branch A quotes the worst nodes'
+    evidence whole and counts the rest by verdict; every node keeps its own evidence under its verdict."""
+    w = fleet_world(NAMED_UP_TO + 15)
+    for i, n in enumerate(w.compute):
+        xid(w, n, 64 if i == len(w.compute) - 1 else 79)  # one REPLACE (64) last by ID, the rest REBOOT (79)
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    a = next(b for b in result.branches if b.branch == "A")
+    assert a.status == "Root cause"
+    replaced = w.compute[-1].instance_id
+    assert a.evidence.index(replaced) < a.evidence.index(": REBOOT")  # worst first, though last by ID
+    assert f"and {len(w.compute) - NAMED_UP_TO} more of {len(w.compute)} nodes (REBOOT {len(w.compute) - NAMED_UP_TO})" \
+        in a.evidence
+    assert sum(n.instance_id in a.evidence for n in w.compute) == NAMED_UP_TO
+    assert len(result.headline) < 6_000
+    assert {n.instance_id for n in result.nodes if n.verdict} == {n.instance_id for n in w.compute}
+
+
+def test_a_security_group_shared_by_every_gpu_node_is_said_once_not_node_by_node() -> None:
+    w = fleet_world(NAMED_UP_TO + 5)
+    sg = "sg-0c0ffee000000b22"
+    for raw in w.section("ec2", "instances"):
+        raw["SecurityGroups"] = [{"GroupId": sg, "GroupName": "train-efa"}]
+        raw["VpcId"] = "vpc-0abc"
+    w.section("ec2", "security_groups").append({"GroupId": sg, "GroupName": "train-efa", "VpcId": "vpc-0abc",
+                                                "IpPermissions": [], "IpPermissionsEgress": []})
+    d = next(b for b in w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL).branches if b.branch == "D")
+    assert f"nodes all {len(w.compute)} GPU compute nodes" in d.evidence and sg in d.evidence
+    assert not any(n.instance_id in d.evidence for n in w.compute)

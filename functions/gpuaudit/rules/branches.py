@@ -7,7 +7,8 @@ unproven branch is `UNVERIFIED`, labelled Hypothesis, with the measurement that 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from gpuaudit.model.result import (
     NodeResult,
 )
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.actions import ACTION_ORDER, NAMED_UP_TO
 from gpuaudit.rules.capacity import affected_groups, capacity_error_step, capacity_step, subnet_step
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
@@ -75,7 +77,7 @@ def branch_a(j: Judged) -> Branch:
     impaired = [s.instance_id for s in j.evidence.instance_status or []
                 if s.system_status == "impaired" or s.instance_status == "impaired"]
     if hardware:
-        text = "; ".join(f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}" for n in hardware)
+        text = _per_node(hardware, lambda n: f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}")
         onset = failure_onset(j)
         firsts = [min(times) for n in hardware if (times := [e.time for e in n.gpu_errors if e.class_ == "hardware"])]
         if onset is not None and firsts and min(firsts) > onset.time:
@@ -89,9 +91,9 @@ def branch_a(j: Judged) -> Branch:
     # detection) that did not meet a verdict's bar is a hypothesis, never a clean node.
     signalled = [n for n in nodes if any(e.class_ == "hardware" for e in n.gpu_errors)]
     if signalled:
-        text = "; ".join(f"{n.instance_id}: " + ", ".join(f"Xid {e.code} ({e.source})" for e in n.gpu_errors
-                                                        if e.class_ == "hardware")
-                         + f" — {n.verdict or 'no verdict'}: {n.verdict_evidence or 'bar not met'}" for n in signalled)
+        text = _per_node(signalled, lambda n: f"{n.instance_id}: " + ", ".join(
+            f"Xid {e.code} ({e.source})" for e in n.gpu_errors if e.class_ == "hardware")
+            + f" — {n.verdict or 'no verdict'}: {n.verdict_evidence or 'bar not met'}")
         return _branch("A", "UNVERIFIED", f"Hardware-class GPU signal below the bar for a verdict: {text}",
                        "Hypothesis (to validate)", "the deciding check named in each node's verdict evidence")
     if failed or impaired:
@@ -108,6 +110,21 @@ def branch_a(j: Judged) -> Branch:
         return _branch("A", "Not assessed", f"No hardware-class signal read, but {why}")
     clean = ", ".join(f"{n.instance_id} ({n.xid_status}, status {n.status})" for n in nodes)
     return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}")
+
+
+def _per_node(nodes: Sequence[NodeResult], says: Callable[[NodeResult], str]) -> str:
+    """Each node's evidence while few are named; past NAMED_UP_TO, the worst of them whole and the rest counted by
+    verdict, so a branch row (and the headline quoting it) stays readable at fleet size; every node keeps its own
+    evidence under its verdict in the result."""
+    if len(nodes) <= NAMED_UP_TO:
+        return "; ".join(says(n) for n in nodes)
+    rank: dict[str, int] = {v: i for i, v in enumerate(ACTION_ORDER)}
+    worst = sorted(nodes, key=lambda n: (rank.get(n.verdict, len(rank)) if n.verdict else len(rank), n.instance_id))
+    rest = Counter(n.verdict or "no verdict" for n in worst[NAMED_UP_TO:])
+    counts = ", ".join(f"{k} {v:,}" for k, v in sorted(rest.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+    return ("; ".join(says(n) for n in worst[:NAMED_UP_TO])
+            + f"; and {len(worst) - NAMED_UP_TO:,} more of {len(nodes):,} nodes ({counts}), each with its evidence "
+              "under its verdict")
 
 
 def branch_b(j: Judged) -> Branch:

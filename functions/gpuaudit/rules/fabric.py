@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from gpuaudit.model.evidence import SecurityGroupInfo, SgRule
 from gpuaudit.model.result import FindingStep, FindingStepStatus
-from gpuaudit.rules.context import Context, id_list
+from gpuaudit.rules.actions import nodes_phrase
+from gpuaudit.rules.context import Context
 from gpuaudit.rules.steps import merge, step
 
 NCCL_COMMAND = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,SHM,NVLS "
@@ -38,7 +39,9 @@ def sg_sets(ctx: Context) -> tuple[list[tuple[str, list[SecurityGroupInfo]]], st
             sets.setdefault(tuple(net.security_group_ids), []).append(net.instance_id)
     if not sets:
         return [], "no running GPU compute node to read security groups from"
-    return [(f"nodes {id_list(nodes)}", [by_id[i] for i in ids if i in by_id]) for ids, nodes in sets.items()], None
+    population = sorted(gpu_ids)
+    return [(f"nodes {nodes_phrase(nodes, population, 'GPU compute')}", [by_id[i] for i in ids if i in by_id])
+            for ids, nodes in sets.items()], None
 
 
 def open_egress(sg: SecurityGroupInfo) -> bool:
