@@ -325,18 +325,19 @@ def test_past_100_nodes_the_incident_timeline_shows_first_xids_of_one_code_as_on
 
 def test_a_branch_evidence_naming_a_fleet_opens_from_its_beginning_in_the_html() -> None:
     w = fleet_world(EVERY_NODE_UP_TO + 1)
-    xid(w, w.compute[0], 79)
+    for n in w.compute[:NAMED_UP_TO + 2]:
+        xid(w, n, 79)
     result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
-    (d,) = [b for b in result.branches if b.branch == "D"]
-    assert len(d.evidence) > 1_000 and all(n.instance_id in d.evidence for n in w.compute)  # the JSON keeps it all
+    (a,) = [b for b in result.branches if b.branch == "A"]
+    assert len(a.evidence) > 1_000  # the worst ten nodes' evidence quoted whole, the rest counted
     page = render_html(result)
     root = page.split("<h2>Root cause</h2>", 1)[1].split("<h2>", 1)[0]
-    row = root.split("D — GPU communication", 1)[1].split("</tr>", 1)[0]
-    assert f"({len(d.evidence):,} characters: open for all)</summary>" in row
-    assert all(n.instance_id in row for n in w.compute)  # every node still in the page, behind the summary
-    # a short evidence is shown whole
-    (a,) = [b for b in result.branches if b.branch == "A"]
-    assert len(a.evidence) < 1_000 and "characters: open for all" not in root.split("A — GPU/node hardware", 1)[1] \
+    row = root.split("A — GPU/node hardware", 1)[1].split("</tr>", 1)[0]
+    assert f"({len(a.evidence):,} characters: open for all)</summary>" in row
+    assert "and 2 more of 12 nodes (REBOOT 2)" in row  # the whole evidence still in the page, behind the summary
+    # a short evidence is shown whole: the security group every node shares is named once
+    (d,) = [b for b in result.branches if b.branch == "D"]
+    assert len(d.evidence) < 1_000 and "characters: open for all" not in root.split("D — GPU communication", 1)[1] \
         .split("</tr>", 1)[0]
 
 
