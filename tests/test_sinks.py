@@ -312,20 +312,22 @@ def test_coverage_lost_then_restored_is_each_alerted_once(sinks: Sinks):
     assert len(sent) == 2 and "coverage lost" in sent[0] and "coverage regained" in sent[1]
 
 
-def test_a_recovery_is_alerted_with_the_verdict_before_and_after(sinks: Sinks):
-    # Given a node found REBOOT on an Xid 79
+def test_without_the_history_a_verdict_gone_is_never_said_recovered(sinks: Sinks):
+    # Given a node found REBOOT on an Xid 79, audited with no history of earlier audits (nothing shows a reboot)
     sinks.write(audit_to(10, xid=9))
 
     # When a complete audit finds only an application Xid on it, and the next one no GPU line at all
     to_leave_alone = sinks.write(audit_to(14, xid=13, code=31))
+    recorded = sinks.latest()[f"NODE#{GPU}"]["verdict"]
     quiet = sinks.write(audit_to(18))
 
-    # Then the first says it recovered, naming both verdicts; the second has nothing to say (LEAVE ALONE alerts no one)
-    assert to_leave_alone.changes == [f"{GPU}: recovered (REBOOT → LEAVE ALONE)"] and to_leave_alone.published
+    # Then neither says it recovered: whether the reboot was done is not known (issue #37, the action stays open)
+    assert to_leave_alone.changes == [] and not to_leave_alone.published
     assert quiet.changes == []
-    # and a REBOOT whose Xid left the window, on coverage still Measured, is a recovery to no signal
-    sinks.write(audit_to(22, xid=21))
-    assert sinks.write(audit_to(26)).changes == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
+    # and the new verdict is still recorded, so the next REBOOT is said again
+    assert recorded == "LEAVE ALONE" and sinks.latest()[f"NODE#{GPU}"]["verdict"] == "none"
+    assert any(c.startswith(f"{GPU}: new verdict REBOOT") for c in sinks.write(audit_to(22, xid=21)).changes)
+    assert sinks.write(audit_to(26)).changes == []
 
 
 def test_coverage_and_incident_audits_of_the_same_cluster_do_not_cross_talk(sinks: Sinks):
@@ -377,9 +379,11 @@ def test_an_incomplete_audit_never_alerts_a_false_recovery_and_says_not_re_check
     assert second_gap.changes == []
     assert sinks.latest()[f"NODE#{GPU}"]["verdict"] == "REBOOT"
 
-    # and when a complete audit finds it REBOOT still, nothing is said; when one finds it gone, that is the recovery
+    # and when a complete audit finds it REBOOT still, nothing is said; when one finds the Xid gone, no recovery
+    # either (no history read: nothing shows the reboot done)
     assert sinks.write(audit_to(13, xid=9)).changes == []
-    assert sinks.write(audit_to(17)).changes == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
+    assert sinks.write(audit_to(17)).changes == []
+    assert sinks.latest()[f"NODE#{GPU}"]["verdict"] == "none"
 
 
 def test_what_an_incomplete_audit_did_read_still_counts_but_cannot_clear_a_verdict(sinks: Sinks):
@@ -401,7 +405,8 @@ def test_what_an_incomplete_audit_did_read_still_counts_but_cannot_clear_a_verdi
     (unchecked,) = sinks.write(audit_to(15, denied=("cloudtrail", "LookupEvents"))).changes
     assert unchecked.startswith(f"{GPU}: not re-checked this audit (cloudtrail LookupEvents failed — ")
     assert unchecked.endswith("; REBOOT recorded by the audit to 2026-10-01T11:00:00Z stands")
-    assert sinks.write(audit_to(16)).changes == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
+    assert sinks.write(audit_to(16)).changes == []  # as complete, the Xid gone: recorded, not said recovered
+    assert sinks.latest()[f"NODE#{GPU}"]["verdict"] == "none"
 
 
 def test_a_node_gone_from_the_cluster_is_said_once_and_never_called_a_recovery(sinks: Sinks):
@@ -592,7 +597,7 @@ def test_a_flapping_node_says_so_on_its_alert_lines(sinks: Sinks, tmp_path: Path
     assert FLAPPING in (node_of(results[-1], GPU).history or "") and FLAPPING not in (node_of(results[2], GPU).history or "")
 
     # Then the lines of the audits that report the flapping name it, the earlier ones do not
-    assert said[1] == [f"{GPU}: recovered (REBOOT → no GPU signal in the window)"]
+    assert said[1] == []  # the Xid left the window, no reboot seen: the REBOOT is still open, never "recovered"
     (last,) = said[-1]
     assert last.startswith(f"{GPU} (flapping across audits): new verdict REBOOT — Xid 79")
 

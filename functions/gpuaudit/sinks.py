@@ -184,8 +184,10 @@ _BOOKKEEPING = {"pk", "sk", "audit_id", "recorded_at"}
 def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int = 0) -> Comparison:
     """The change list against the latest state of the same cluster and mode, worst first: a self-check failure,
     new REPLACE/REBOOT verdicts, coverage lost, checks newly FAIL, alerting nodes gone from the cluster, alerting
-    verdicts this audit could not re-check, then recoveries (an alerting verdict gone, coverage regained, a check
-    back to PASS). An unchanged state yields nothing and writes nothing.
+    verdicts this audit could not re-check, actions shown done (a reboot, a replacement, coverage Measured again:
+    NodeResult.actions_asked, read from the history), then recoveries (coverage regained, a check back to PASS, an
+    alerting verdict gone whose action the history shows done earlier — never one still open). An unchanged state
+    yields nothing and writes nothing.
 
     Completeness: each recorded node state keeps the read gaps of the audit that recorded it. An audit with a read
     gap the recorded one did not have is less complete for that state: what it could not read (Not observable, a
@@ -216,6 +218,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
             before = None  # left the cluster and came back: seen anew
         now = {"xid_status": node.xid_status, "verdict": node.verdict or "none",
                **({"escalated": "yes"} if ESCALATED in (node.verdict_evidence or "") else {})}
+        rows += _done(node)  # read from the history, whichever audit recorded the state compared with
         if before is None:
             rows += _first_seen(node)
             gone = {"gone": result.audit_id} if sk in left else {}  # first seen leaving: said once, recorded gone
@@ -403,11 +406,29 @@ def _node_changes(node: NodeResult, before: dict[str, str]) -> list[Change]:
     if now_v in ALERTING_VERDICTS and now_v != was_v:
         was = f" (was {was_v})" if was_v in ALERTING_VERDICTS else ""
         rows.append(_verdict_change(node, 1 if now_v in SEVERITY else 2, was, previous=was_v))
-    elif was_v in ALERTING_VERDICTS and now_v not in ALERTING_VERDICTS and not (was_v == "NOT OBSERVABLE" and regained):
+    elif (was_v in ALERTING_VERDICTS and now_v not in ALERTING_VERDICTS and not (was_v == "NOT OBSERVABLE" and regained)
+          and _done_before(node, was_v)):
         rows.append(Change(6, alert.RECOVERED, f"recovered ({was_v} → "
                                                f"{now_v if now_v != 'none' else 'no GPU signal in the window'})", node=iid,
                            code=events.VERDICT_RECOVERED, was=was_v))
     return rows
+
+
+def _done(node: NodeResult) -> list[Change]:
+    """The actions this audit showed done (a reboot after the signal, a replacement or relaunch, coverage Measured
+    again), each said once: the audit that shows it is the one that closes it in the history."""
+    return [Change(6, alert.DONE, f"{a.verdict} done: {a.done}", node=node.instance_id,
+                   detail=f"{a.verdict} given at {iso(a.given_at)}"
+                          + (f" on a signal at {iso(a.signal)}" if a.signal else ""),
+                   code=events.ACTION_DONE, was=a.verdict)
+            for a in node.actions_asked or [] if a.status not in ("open", "superseded")]
+
+
+def _done_before(node: NodeResult, verdict: str) -> bool:
+    """A verdict gone is a recovery only when the history shows its action done by an earlier audit (said then):
+    not while it is open (a REBOOT whose Xid left the window was not thereby rebooted), not when this audit shows it
+    done (`_done` says that), and not with no history read (whether it was done is not known: nothing is said)."""
+    return node.actions_asked is not None and not any(a.verdict == verdict for a in node.actions_asked)
 
 
 def alert_message(result: Result, changes: list[Change], report_link: str | None = None) -> str:

@@ -78,6 +78,10 @@ ASKS = {"REPLACE": "replace the node", "REBOOT": "reboot the node",
         "NOT OBSERVABLE": "collect its kernel log (coverage not proven)"}
 
 
+# How a later audit showed an action done (rules/history.py `_closer`); `superseded`: a REBOOT a REPLACE took over.
+Closure = Literal["closed", "replaced", "relaunched", "rebooted", "measured", "superseded"]
+
+
 @dataclass(frozen=True)
 class Action:
     """One action a verdict asked for: from the audit that first gave it to the one that showed it done
@@ -90,6 +94,9 @@ class Action:
     audits_since: int = 0  # audits after the last one giving it that showed nothing done
     closed_at: datetime | None = None  # the audit that showed it done (None: still open)
     closed_by: str | None = None  # what was done, and which audit showed it
+    closed_how: Closure | None = None
+    closed_said: str | None = None  # what was done, as closed_by says it without the audit
+    closed_in: str | None = None  # the id of the audit that showed it done
 
     @property
     def open(self) -> bool:

@@ -117,6 +117,19 @@ class NodeSignals(Out):
     gpu_activity: Signal = "Not observable"
 
 
+class AskedAction(Out):
+    """An action a verdict asked for (RULES §7: replace, reboot, collect the kernel log) as fleet memory reads it once
+    this audit is recorded (rules/history.py `actions_of`): still `open`, or shown done by this audit — `rebooted`,
+    `replaced`, `relaunched`, coverage `measured` again, `closed` (the cluster gone) — or `superseded` by a REPLACE."""
+
+    verdict: Literal["REPLACE", "REBOOT", "NOT OBSERVABLE"]
+    given_at: datetime  # the audit that first gave it
+    given_in: str  # that audit's id
+    signal: datetime | None = None  # the latest hardware signal it rests on
+    status: Literal["open", "rebooted", "replaced", "relaunched", "measured", "closed", "superseded"]
+    done: str | None = None  # what this audit saw done, with its source
+
+
 class NodeResult(Out):
     instance_id: str
     instance_group: str | None = None
@@ -139,6 +152,9 @@ class NodeResult(Out):
     # What earlier audits saw of the node (fleet memory, issue #18): verdicts, hardware signals, reboots, and a
     # recurrence, an escalated REPLACE or flapping; "Not checked: …" when the history could not be read.
     history: str | None = None
+    # The actions earlier audits or this one asked of the node that are still open, and those this audit showed
+    # done (sinks.compare: an open one is never announced recovered). None: no history read, so not known.
+    actions_asked: list[AskedAction] | None = None
 
 
 class Branch(Out):

@@ -38,8 +38,11 @@ ALERT_MAX_LINES = 20
 SELF_CHECK, ROOT_CAUSE, NOT_READY = "SELF-CHECK FAILED", "ROOT CAUSE", "NOT READY"
 REPLACE, NOT_OBSERVABLE, REBOOT = "REPLACE", "NOT OBSERVABLE", "REBOOT"
 FAIL, HYPOTHESIS, LEFT, NOT_RECHECKED, RECOVERED = "FAIL", "NEW HYPOTHESIS", "LEFT", "NOT RE-CHECKED", "RECOVERED"
+# An action a verdict asked for (REPLACE, REBOOT, NOT OBSERVABLE's collection) that this audit showed done: a reboot
+# after the signal, a replacement or relaunch, coverage Measured again (rules/history.py `actions_of`).
+DONE = "DONE"
 KIND_ORDER = (SELF_CHECK, ROOT_CAUSE, NOT_READY, REPLACE, NOT_OBSERVABLE, REBOOT, FAIL, HYPOTHESIS, LEFT,
-              NOT_RECHECKED, RECOVERED)
+              NOT_RECHECKED, DONE, RECOVERED)
 VERDICT_KINDS = (REPLACE, NOT_OBSERVABLE, REBOOT)
 # The severity a pager routes on: act now, look soon, for the record.
 CRITICAL = frozenset((SELF_CHECK, ROOT_CAUSE, NOT_READY, REPLACE, REBOOT))

@@ -42,6 +42,7 @@ SELF_CHECK_FAILED_TYPE = "GPU Audit Self-Check Failed"
 
 # Change codes (Change.code, set by sinks.compare; the detail's `change`), by the detail-type they are sent as.
 NEW_VERDICT, ESCALATED, VERDICT_RECOVERED = "new-verdict", "escalated", "recovered"
+ACTION_DONE = "action-done"  # an action a verdict asked for, shown done by this audit (`previous_verdict`: which)
 LEFT_CLUSTER, NOT_RECHECKED = "left-cluster", "not-rechecked"
 COVERAGE_LOST, COVERAGE_REGAINED = "coverage-lost", "coverage-regained"
 ROOT_CAUSE_PROVEN, HYPOTHESIS_CHANGED = "root-cause-proven", "hypothesis-changed"
@@ -50,7 +51,7 @@ CHECK_FAILED, CHECK_RECOVERED = "check-failed", "check-recovered"
 SELF_CHECK_FAILED = "self-check-failed"
 DETAIL_TYPES = {
     NEW_VERDICT: NODE_VERDICT_CHANGED, ESCALATED: NODE_VERDICT_CHANGED, VERDICT_RECOVERED: NODE_VERDICT_CHANGED,
-    LEFT_CLUSTER: NODE_VERDICT_CHANGED, NOT_RECHECKED: NODE_VERDICT_CHANGED,
+    LEFT_CLUSTER: NODE_VERDICT_CHANGED, NOT_RECHECKED: NODE_VERDICT_CHANGED, ACTION_DONE: NODE_VERDICT_CHANGED,
     COVERAGE_LOST: COVERAGE_CHANGED, COVERAGE_REGAINED: COVERAGE_CHANGED,
     ROOT_CAUSE_PROVEN: ROOT_CAUSE_CHANGED, HYPOTHESIS_CHANGED: ROOT_CAUSE_CHANGED,
     NOT_READY: READINESS_CHANGED, READY_AGAIN: READINESS_CHANGED,

@@ -28,8 +28,19 @@ from datetime import datetime
 from typing import Literal
 
 from gpuaudit.model.evidence import Evidence, NodeInfo
-from gpuaudit.model.history import ASKS, ESCALATED, FLAPPING, Action, HistorySpan, HistoryXid
-from gpuaudit.model.result import GpuError, Result
+from gpuaudit.model.history import (
+    ASKS,
+    ESCALATED,
+    FLAPPING,
+    Action,
+    Closure,
+    HistorySpan,
+    HistoryXid,
+    distinct,
+    latest_spans,
+    merged,
+)
+from gpuaudit.model.result import AskedAction, GpuError, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.acted import GONE, already_done, replacements
 from gpuaudit.rules.xid import FIRST_OCCURRENCE, classify
@@ -261,23 +272,23 @@ def _asked(span: HistorySpan) -> str | None:
     return span.verdict
 
 
-def _closer(action: Action, span: HistorySpan) -> str | None:
-    """What in a later audit's span shows the action done, said with that audit; None when nothing does."""
-    where = _where(span)
+def _closer(action: Action, span: HistorySpan) -> tuple[Closure, str] | None:
+    """What in a later audit's span shows the action done, and how it is said (the audit is added by the caller);
+    None when nothing does."""
     if span.closed:
-        return f"closed: {span.closed} ({where})"
+        return "closed", f"closed: {span.closed}"
     if span.done == "replaced":
-        return f"replaced: {span.done_said or 'the node was replaced'} ({where})"
+        return "replaced", f"replaced: {span.done_said or 'the node was replaced'}"
     if action.verdict in ("REPLACE", "REBOOT") and span.launch_time and span.launch_time > action.after:
-        return f"relaunched at {iso(span.launch_time)}, after the verdict's signal ({where})"
+        return "relaunched", f"relaunched at {iso(span.launch_time)}, after the verdict's signal"
     if action.verdict == "REBOOT":
         if span.done == "rebooted":
-            return f"rebooted: {span.done_said or 'a reboot after the signal'} ({where})"
+            return "rebooted", f"rebooted: {span.done_said or 'a reboot after the signal'}"
         later = [r for r in span.reboots if r > action.after]
         if later:
-            return f"rebooted at {iso(min(later))} ({where})"
+            return "rebooted", f"rebooted at {iso(min(later))}"
     if action.verdict == "NOT OBSERVABLE" and span.xid_status == "Measured":
-        return f"coverage Measured again ({where})"
+        return "measured", "coverage Measured again"
     return None
 
 
@@ -292,14 +303,17 @@ def actions_of(spans: Sequence[HistorySpan]) -> list[Action]:
     standing: dict[str, Action] = {}
     for span in sorted(spans, key=lambda s: (s.audit_time, s.through, s.audit_id)):
         for verdict, action in list(standing.items()):
-            how = _closer(action, span)
-            if how is not None:
-                done.append(replace(action, closed_at=span.audit_time, closed_by=how))
+            shown = _closer(action, span)
+            if shown is not None:
+                how, said = shown
+                done.append(replace(action, closed_at=span.audit_time, closed_by=f"{said} ({_where(span)})",
+                                    closed_how=how, closed_said=said, closed_in=span.audit_id))
                 del standing[verdict]
         asked = _asked(span)
         if asked == "REPLACE" and "REBOOT" in standing:
             done.append(replace(standing.pop("REBOOT"), closed_at=span.audit_time,
-                                closed_by=f"superseded by REPLACE ({_where(span)})"))
+                                closed_by=f"superseded by REPLACE ({_where(span)})", closed_how="superseded",
+                                closed_said="superseded by REPLACE", closed_in=span.audit_id))
         if asked == "REBOOT" and "REPLACE" in standing:
             asked = None  # a replacement does what a reboot would
         for verdict, action in list(standing.items()):
@@ -326,6 +340,25 @@ def actions_by_node(spans: Sequence[HistorySpan]) -> dict[str, list[Action]]:
     for span in spans:
         grouped[span.instance_id].append(span)
     return {iid: actions_of(node_spans) for iid, node_spans in grouped.items()}
+
+
+def actions_after(result: Result, evidence: Evidence,
+                  reboots: Mapping[str, list[datetime]]) -> dict[str, list[AskedAction]] | None:
+    """Each node's actions as the history will hold them once this audit is recorded (the spans read, with this
+    audit's entries folded in as the store folds them), read by `actions_of`: those still open and those this audit
+    showed done. What the alert and the events say of an action comes from here, whichever store was read. None
+    when no history was read (off or unreadable): whether an earlier action was done is then not known."""
+    if evidence.history is None:
+        return None
+    written = merged(entries_for(result, evidence, reboots), latest_spans(evidence.history))
+    spans = distinct([*(s for s in evidence.history.spans if s.audit_id != result.audit_id), *written])
+    out: dict[str, list[AskedAction]] = {}
+    for iid, actions in actions_by_node(spans).items():
+        out[iid] = [AskedAction(verdict=a.verdict, given_at=a.given.audit_time, given_in=a.given.audit_id,  # type: ignore[arg-type]
+                                signal=a.signal, status="open" if a.open else a.closed_how or "closed",
+                                done=a.closed_said if not a.open else None)
+                    for a in actions if a.open or a.closed_in == result.audit_id]
+    return out
 
 
 def entries_for(result: Result, evidence: Evidence, reboots: Mapping[str, list[datetime]]) -> list[HistorySpan]:

@@ -40,8 +40,8 @@ from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.context import JudgeConfig, Judged
 from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
-from gpuaudit.rules.history import Memory, audit_id
-from gpuaudit.rules.nodes import DIRECT_CHECK, ParsedLine, assess_node, parse_lines, reboot_times
+from gpuaudit.rules.history import Memory, actions_after, audit_id
+from gpuaudit.rules.nodes import DIRECT_CHECK, ParsedLine, assess_node, parse_lines, reboot_times, reboots_by_node
 from gpuaudit.rules.onset import failure_onset, unread_signals
 from gpuaudit.rules.xid_routing import NodeRouting
 
@@ -168,7 +168,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                         *(c.log_group for n in nodes for c in n.coverage if c.log_group.startswith("/")),
                         *(r.reservation_id for r in evidence.capacity_reservations or []),
                         *(f.file_system_id for f in evidence.file_systems or [])})
-    return check_consistency(Result(
+    return check_consistency(with_actions_asked(Result(
         audit_id=this_audit, mode=evidence.mode,
         cluster=ClusterRef(name=evidence.cluster.name, kind=evidence.cluster.kind, region=evidence.cluster.region,
                            arn=evidence.cluster.arn),
@@ -183,7 +183,18 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         visibility_gaps=gaps, gap_nodes=gap_nodes, actions=_unique(actions + branch_actions), action_groups=groups,
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],
-        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]), evidence)
+        calls=[Call(service=c.service, operation=c.operation, count=c.count) for c in evidence.calls]), evidence),
+        evidence)
+
+
+def with_actions_asked(result: Result, evidence: Evidence) -> Result:
+    """Each node's actions as the history will hold them after this audit (open, or done by it): read from the
+    history whichever store holds it; left None with no history read."""
+    asked = actions_after(result, evidence, reboots_by_node(evidence))
+    if asked is None:
+        return result
+    return result.model_copy(update={"nodes": [n.model_copy(update={"actions_asked": asked.get(n.instance_id, [])})
+                                               for n in result.nodes]})
 
 
 def bootstrap_verdict(result: NodeResult, node: NodeInfo, boot: BootstrapFailure) -> NodeResult:
