@@ -41,7 +41,14 @@ from gpuaudit.rules.context import JudgeConfig, Judged
 from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.history import Memory, actions_after, audit_id
-from gpuaudit.rules.nodes import DIRECT_CHECK, ParsedLine, assess_node, parse_lines, reboot_times, reboots_by_node
+from gpuaudit.rules.nodes import (
+    DIRECT_CHECK,
+    ParsedLine,
+    assess_node,
+    parse_lines,
+    reboot_times,
+    reboots_by_node,
+)
 from gpuaudit.rules.onset import failure_onset, unread_signals
 from gpuaudit.rules.xid_routing import NodeRouting
 
