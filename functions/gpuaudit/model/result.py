@@ -117,12 +117,16 @@ class NodeSignals(Out):
     gpu_activity: Signal = "Not observable"
 
 
+AskedVerdict = Literal["REPLACE", "REBOOT", "NOT OBSERVABLE"]
+ASKED_VERDICTS: dict[str, AskedVerdict] = {"REPLACE": "REPLACE", "REBOOT": "REBOOT", "NOT OBSERVABLE": "NOT OBSERVABLE"}
+
+
 class AskedAction(Out):
     """An action a verdict asked for (RULES §7: replace, reboot, collect the kernel log) as fleet memory reads it once
     this audit is recorded (rules/history.py `actions_of`): still `open`, or shown done by this audit — `rebooted`,
     `replaced`, `relaunched`, coverage `measured` again, `closed` (the cluster gone) — or `superseded` by a REPLACE."""
 
-    verdict: Literal["REPLACE", "REBOOT", "NOT OBSERVABLE"]
+    verdict: AskedVerdict
     given_at: datetime  # the audit that first gave it
     given_in: str  # that audit's id
     signal: datetime | None = None  # the latest hardware signal it rests on

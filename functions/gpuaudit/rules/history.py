@@ -40,7 +40,7 @@ from gpuaudit.model.history import (
     latest_spans,
     merged,
 )
-from gpuaudit.model.result import AskedAction, GpuError, Result
+from gpuaudit.model.result import ASKED_VERDICTS, AskedAction, GpuError, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.acted import GONE, already_done, replacements
 from gpuaudit.rules.xid import FIRST_OCCURRENCE, classify
@@ -354,7 +354,7 @@ def actions_after(result: Result, evidence: Evidence,
     spans = distinct([*(s for s in evidence.history.spans if s.audit_id != result.audit_id), *written])
     out: dict[str, list[AskedAction]] = {}
     for iid, actions in actions_by_node(spans).items():
-        out[iid] = [AskedAction(verdict=a.verdict, given_at=a.given.audit_time, given_in=a.given.audit_id,  # type: ignore[arg-type]
+        out[iid] = [AskedAction(verdict=ASKED_VERDICTS[a.verdict], given_at=a.given.audit_time, given_in=a.given.audit_id,
                                 signal=a.signal, status="open" if a.open else a.closed_how or "closed",
                                 done=a.closed_said if not a.open else None)
                     for a in actions if a.open or a.closed_in == result.audit_id]
