@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from helpers.worlds import audit, aws_for
 
-from gpuaudit.collectors import logs
+from gpuaudit.collectors import insights, logs, stream_parts
 from gpuaudit.collectors.cache import FileCache
-from gpuaudit.collectors.logs import (
+from gpuaudit.collectors.stream_parts import (
     ENDINGS,
     NO_INSTANCE_ID,
     Endings,
@@ -142,7 +142,7 @@ def test_names_without_an_id_split_by_their_host_name_fall_in_exactly_one_part(s
     filters = [_compiled(p.filter()) for p in split]
     for name in [*NAMES, *HOST_NAMES]:
         matched = sum(_holds(f, name) for f in filters)
-        assert matched == (0 if _matches(f"filter @logStream like /{logs._ANY_ID}/", name) else 1), name
+        assert matched == (0 if _matches(f"filter @logStream like /{stream_parts._ANY_ID}/", name) else 1), name
     # the IP address's last digit decides: ip-10-0-3-17 goes with 7
     seven = next(p for p in split if p.host_digits and "7" in p.host_digits)
     assert _matches(seven.filter(), "ip-10-0-3-17.ec2.internal/messages")
@@ -187,8 +187,8 @@ def test_a_read_expected_past_the_cap_starts_in_as_few_parts_as_keep_each_within
     assert in_parts(streams) and not in_parts(8_333)  # 8,333 streams fit one query within 83 % of the cap
     ranges = part_ranges(streams)
     assert len(ranges) == parts and ranges == _equal_parts(parts)
-    assert _widest_rows(ranges, streams) <= logs.MAX_ROWS / logs.PART_HEADROOM or parts == ENDINGS
-    assert parts == 2 or _widest_rows(_equal_parts(parts - 1), streams) > logs.MAX_ROWS / logs.PART_HEADROOM
+    assert _widest_rows(ranges, streams) <= insights.MAX_ROWS / stream_parts.PART_HEADROOM or parts == ENDINGS
+    assert parts == 2 or _widest_rows(_equal_parts(parts - 1), streams) > insights.MAX_ROWS / stream_parts.PART_HEADROOM
 
 
 def _rows_of(nodes: int, streams_per_node: int, sample: int, seed: int = 0) -> tuple[list[dict[str, str]], NodeIndex]:
@@ -242,7 +242,7 @@ def _with_training_logs(raw: dict[str, Any], cluster: str) -> dict[str, Any]:
 def _lower_the_cap(monkeypatch: pytest.MonkeyPatch, cap: int) -> None:
     """The 10,000-row cap lowered in the service (embedded) and in the collector alike."""
     monkeypatch.setattr(execution, "MAX_RESULT_ROWS", cap)
-    monkeypatch.setattr(logs, "MAX_ROWS", cap)
+    monkeypatch.setattr(insights, "MAX_ROWS", cap)
 
 
 @pytest.mark.parametrize("kind, nodes, cap, training_logs, path", [
@@ -314,13 +314,13 @@ def test_an_hourly_audit_expected_past_the_cap_reads_in_parts_from_the_start(mon
         return finalize(result, evidence), list(started)
 
     started: list[tuple[str, list[str], str]] = []
-    start = logs.InsightsRunner.start
+    start = insights.InsightsRunner.start
 
-    def recording(runner: logs.InsightsRunner, purpose: QueryPurpose, *args: Any, **kwargs: Any) -> Any:
+    def recording(runner: insights.InsightsRunner, purpose: QueryPurpose, *args: Any, **kwargs: Any) -> Any:
         started.append((purpose, args[0], args[3]))  # (groups, start, end, query)
         return start(runner, purpose, *args, **kwargs)
 
-    monkeypatch.setattr(logs.InsightsRunner, "start", recording)
+    monkeypatch.setattr(insights.InsightsRunner, "start", recording)
     as_is, _ = hourly("as-is")
     _lower_the_cap(monkeypatch, 40)
     # When the next hourly audit runs
@@ -493,7 +493,7 @@ def test_the_count_only_sizes_the_parts_a_wrong_one_still_reads_every_stream(mon
     else:
         # Then the summary was read in as many parts as its rows need, a part that reached the cap read again
         rows = next(q.rows for q in plain if q.purpose == "stream-summary")
-        assert len(summary) >= math.ceil(rows * logs.PART_HEADROOM / 25)
+        assert len(summary) >= math.ceil(rows * stream_parts.PART_HEADROOM / 25)
         assert all(q.reread for q in summary if q.truncated)
     # and the answer is the uncapped audit's, node for node
     assert not any("maximum of" in g for g in capped.visibility_gaps)
@@ -515,20 +515,20 @@ def test_the_count_query_counts_the_rows_of_both_reads_and_the_names_without_an_
     # Then it returns one row for the group: 5 streams, 3 with a kernel line, 2 named by ID, 1 of them with a kernel
     # line
     assert rows == [{"@log": "1:/g", "streams": "5", "kernel_streams": "3", "id_streams": "2", "kernel_id_streams": "1"}]
-    assert logs._streams_counted(rows) == {"summary": {"/g": Rows(5, 3)}, "kernel": {"/g": Rows(3, 2)}}
-    assert logs._streams_counted(None) is None and logs._streams_counted([]) == {"summary": {}, "kernel": {}}
+    assert stream_parts._streams_counted(rows) == {"summary": {"/g": Rows(5, 3)}, "kernel": {"/g": Rows(3, 2)}}
+    assert stream_parts._streams_counted(None) is None and stream_parts._streams_counted([]) == {"summary": {}, "kernel": {}}
 
 
 def test_parts_name_only_the_groups_they_read() -> None:
     # Given a batch's per-stream rows by group: one group past 83 % of the cap alone, the others small (#34 item 7)
     rows = {"/big": Rows(30_000), "/a": Rows(3_000), "/b": Rows(4_000), "/c": Rows(5_000)}
     # When the read is planned in parts
-    planned = logs.group_parts(["/a", "/big", "/b", "/c", "/empty"], rows)
+    planned = stream_parts.group_parts(["/a", "/big", "/b", "/c", "/empty"], rows)
     # Then the big group has parts of its own, the others share queries as far as 83 % of the cap allows, and every
     # group is named by exactly one set of parts (so no part scans a group whose streams it does not read)
     assert planned == [(["/big"], planned_parts(Rows(30_000))),
-                       (["/a", "/b"], [logs.Part((0, logs.ENDINGS), unnamed=True)]),
-                       (["/c", "/empty"], [logs.Part((0, logs.ENDINGS), unnamed=True)])]
+                       (["/a", "/b"], [stream_parts.Part((0, stream_parts.ENDINGS), unnamed=True)]),
+                       (["/c", "/empty"], [stream_parts.Part((0, stream_parts.ENDINGS), unnamed=True)])]
     assert len(planned[0][1]) == 4
     # and the one part over all of a set's streams matches every name, with an instance ID or without
     (whole,) = planned[1][1]

@@ -11,6 +11,7 @@ from gpuaudit.collectors import cache, controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, CoverageCache
 from gpuaudit.collectors.control_logs import collect_control_streams
+from gpuaudit.collectors.insights import QueryJournal
 from gpuaudit.collectors.inventory import (
     UnknownCluster,
     collect_inventory,
@@ -18,21 +19,19 @@ from gpuaudit.collectors.inventory import (
     launched_by_cluster,
 )
 from gpuaudit.collectors.kubernetes import list_nodes
+from gpuaudit.collectors.log_sources import discover_log_groups
 from gpuaudit.collectors.logs import (
     JOB_LINE,
     BatchEvidence,
     LogWindow,
-    QueryJournal,
-    Rows,
     collect_batch,
     deep_kernel_start,
-    discover_log_groups,
-    holds_instance_id,
     lifetime_start,
     log_batches,
     merge_batches,
 )
 from gpuaudit.collectors.query_budget import QuerySlots
+from gpuaudit.collectors.stream_parts import Rows, holds_instance_id
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.history import HistoryUnreadable, close_gone_cluster, read_into, record

@@ -12,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit import pipeline
-from gpuaudit.collectors.logs import QueriesPending, QueryJournal
+from gpuaudit.collectors.insights import QueriesPending, QueryJournal
 from gpuaudit.model.evidence import CallCount, Evidence
 from handlers import payload, runtime
 from handlers.coverage_cache import S3GroupCache

@@ -12,7 +12,8 @@ import pytest
 
 from gpuaudit import pipeline
 from gpuaudit.collectors.aws import Aws
-from gpuaudit.collectors.logs import BatchEvidence, QueriesPending, QueryJournal
+from gpuaudit.collectors.insights import QueriesPending, QueryJournal
+from gpuaudit.collectors.logs import BatchEvidence
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import AuditRequest, Evidence
 from tests.helpers.worlds import PClusterWorld, at
@@ -164,11 +165,11 @@ def test_a_read_past_the_cap_in_parts_is_waited_for_and_gives_the_polled_batch(
         monkeypatch: pytest.MonkeyPatch, nodes: int, path: str) -> None:
     # Given more streams than the (lowered) row cap — with few nodes (the whole read reaches the cap and is read
     # again in parts) or nodes past it too (the rows are counted first) — and queries that stay Running for two reads
-    from gpuaudit.collectors import logs
+    from gpuaudit.collectors import insights
     from gpuaudit.embedded.insights import execution
 
     monkeypatch.setattr(execution, "MAX_RESULT_ROWS", 8)
-    monkeypatch.setattr(logs, "MAX_ROWS", 8)
+    monkeypatch.setattr(insights, "MAX_ROWS", 8)
 
     def big() -> PClusterWorld:
         w = PClusterWorld(n_compute=nodes)

@@ -18,25 +18,52 @@ streams silent for good, cost nothing extra: `one_run`), packed over the batch's
 summary counted and by `QUERY_CHAR_BUDGET` characters (`detail_chunks`). Every query is started within the
 audit's concurrency budget (collectors/query_budget.py): over budget, it waits for an earlier one instead of
 failing.
+
+Beside this module: the one runner every query goes through (`insights.py`), the reads in parts past the cap
+(`stream_parts.py`) and finding the log sources (`log_sources.py`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import re
-from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.collectors.inventory import node_from_log_stream
+from gpuaudit.collectors import insights  # insights.MAX_ROWS: one cap, patched in one place
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.collectors.insights import (
+    MAX_GROUPS_PER_QUERY,
+    InsightsRunner,
+    QueryJournal,
+    _batches,
+    _group_name,
+    _Pending,
+    _split_by_time,
+    _time,
+)
+from gpuaudit.collectors.log_sources import (
+    _hma_streams,
+    describe_silent_streams,
+    discover_vanished_nodes,
+    list_streams,
+)
 from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, QuerySlots, pack
+from gpuaudit.collectors.stream_parts import (
+    PartsRead,
+    Rows,
+    _Parts,
+    _streams_counted,
+    group_parts,
+    id_parts,
+    in_parts,
+    stream_part_ranges,
+)
 from gpuaudit.domain.capability import accelerated_by_family, nvswitch_class
 from gpuaudit.domain.markers import (
     DRIVER_BANNER,
@@ -48,18 +75,14 @@ from gpuaudit.domain.markers import (
 )
 from gpuaudit.domain.streams import (
     HMA_PREFIX,
-    HYPERPOD_NODE_STREAM,
     INSTANCE_ID,
-    PCLUSTER_STREAM,
     NodeIndex,
     is_hma_group,
-    is_pcluster_group,
     pcluster_control_log,
     stream_node_ids,
 )
 from gpuaudit.domain.throughput import job_figures_query, read_figures
 from gpuaudit.model.evidence import (
-    NAMED_BY_OPERATOR,
     ClusterInfo,
     Gap,
     GpuLine,
@@ -72,12 +95,7 @@ from gpuaudit.model.evidence import (
     QueryRecord,
     StreamActivity,
 )
-from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso, parse_time
-
-KEYWORDS = ("kernel", "messages", "syslog", "system", "dmesg", "journal", "gpu")
-MAX_GROUPS_PER_QUERY = 50
-MAX_ROWS = 10_000
-FINISHED = {"Complete", "Failed", "Cancelled", "Timeout", "Unknown"}
+from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between
 
 
 def _quoted_insights(text: str) -> str:
@@ -108,10 +126,10 @@ STREAM_COUNTS = (
     "sum(kernel_id) as kernel_id_streams by @log"
 )
 # The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
-GPU_QUERY = gpu_lines_query(MAX_ROWS)
+GPU_QUERY = gpu_lines_query(insights.MAX_ROWS)
 # A training job's throughput and step-time lines (domain/throughput.py), and what makes a group a job's: NCCL's
 # own lines are printed by the training processes, so a group holding them holds the job's output.
-JOB_QUERY = job_figures_query(MAX_ROWS)
+JOB_QUERY = job_figures_query(insights.MAX_ROWS)
 JOB_LINE = re.compile("|".join((NCCL_MARKER, *NCCL_TIMEOUT_MARKERS)))
 
 
@@ -148,257 +166,6 @@ class LogEvidence:
     job_figures: list[JobFigure]
     job_figure_groups: list[str]  # job groups whose figures were read whole
     job_figure_unread_groups: list[str]  # job groups whose figures read failed or stayed at the row cap
-
-
-def discover_log_groups(aws: Aws, cluster: ClusterInfo, gaps: list[Gap],
-                        named: Sequence[str] = (), search: bool = True) -> list[LogGroupInfo]:
-    """DescribeLogGroups by substring (never prefix only): the cluster name, then each keyword; then the groups the
-    operator named, by exact name (a named group that does not exist is a gap, never a silent skip). `search`
-    False: the named groups only (an audit with no node has no node log to find)."""
-    found: dict[str, LogGroupInfo] = {}
-    for pattern in (cluster.name, *KEYWORDS) if search else ():
-        try:
-            for g in aws.paginate("logs", "DescribeLogGroups", "logGroups", token="nextToken",
-                                  logGroupNamePattern=pattern):
-                name = g["logGroupName"]
-                prior = found.get(name)
-                patterns = [*(prior.matched_patterns if prior else []), pattern]
-                found[name] = LogGroupInfo(
-                    name=name, matched_patterns=patterns,
-                    creation_time=parse_time(g["creationTime"]) if g.get("creationTime") else None,
-                    stored_bytes=g.get("storedBytes"), owner_account=_arn_account(g.get("arn") or g.get("logGroupArn")))
-        except CallFailed as failed:
-            gaps.append(failed.gap_for(f"log groups matching {pattern!r} not listed"))
-    for name in named:
-        if name in found:
-            found[name] = found[name].model_copy(update={
-                "matched_patterns": [*found[name].matched_patterns, NAMED_BY_OPERATOR]})
-            continue
-        try:
-            exact = [g for g in aws.paginate("logs", "DescribeLogGroups", "logGroups", token="nextToken",
-                                             logGroupNamePrefix=name) if g.get("logGroupName") == name]
-        except CallFailed as failed:
-            gaps.append(failed.gap_for(f"the named log group {name} not read"))
-            continue
-        if not exact:
-            gaps.append(Gap(kind="not-read", service="logs", operation="DescribeLogGroups", target=name,
-                            outcome="found no such group", error_message="no log group of that exact name",
-                            unseen=f"the named log group {name} (--log-group) was not searched"))
-            continue
-        g = exact[0]
-        found[name] = LogGroupInfo(
-            name=name, matched_patterns=[NAMED_BY_OPERATOR],
-            creation_time=parse_time(g["creationTime"]) if g.get("creationTime") else None,
-            stored_bytes=g.get("storedBytes"), owner_account=_arn_account(g.get("arn") or g.get("logGroupArn")))
-    return sorted(found.values(), key=lambda g: g.name)
-
-
-def _arn_account(arn: str | None) -> str | None:
-    parts = (arn or "").split(":")
-    return parts[4] if len(parts) > 4 and parts[4].isdigit() else None
-
-
-def _batches(items: Sequence[str], size: int) -> list[list[str]]:
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
-
-
-def _row(row: list[dict[str, str]]) -> dict[str, str]:
-    return {cell["field"]: cell.get("value", "") for cell in row}
-
-
-def _group_name(log_field: str) -> str:
-    # @log is `<account-id>:<group>`; the account ID stops here and never reaches the result.
-    return log_field.split(":", 1)[1] if ":" in log_field else log_field
-
-
-@dataclass(eq=False)  # identity: the concurrency budget tracks each query, not equal-looking ones
-class _Pending:
-    purpose: QueryPurpose
-    groups: list[str]
-    start: datetime
-    end: datetime
-    query_id: str | None
-    subject: str = ""  # what the query reads beyond its groups, for the gap if it fails
-    settle: Callable[[], None] = lambda: None
-    settled: bool = False
-    rows: list[dict[str, str]] | None = None
-    key: str = ""  # in the journal
-    record: int | None = None  # its QueryRecord in the runner's records
-
-
-class JournalEntry(BaseModel):
-    """One query of a batch across invocations: its ID, when it started, and its outcome once read."""
-
-    query_id: str | None
-    started: datetime
-    status: str | None = None  # None: still running when last asked
-    rows: list[dict[str, str]] | None = None
-    scanned: float = 0.0
-    failure: Gap | None = None  # GetQueryResults itself failed
-
-
-class QueryJournal(BaseModel):
-    """The queries a batch has started and read, kept between Lambda invocations so a query is waited for by
-    the state machine (Wait state), never by a Lambda: on each invocation the batch's collection is replayed,
-    started queries are not started again, finished ones are not read again, and a query still running ends the
-    invocation (QueriesPending) until it finishes or its deadline passes (then it is stopped: a gap)."""
-
-    entries: dict[str, JournalEntry] = {}
-    calls: dict[str, int] = {}  # calls made by earlier invocations, "service:operation" -> count
-
-
-QUOTA_FULL = "LimitExceededException"  # StartQuery past the account's concurrent-query quota
-
-
-class QueriesPending(Exception):
-    """A journaled query is still running: come back after a wait (the state machine's Wait state)."""
-
-
-def _journal_key(purpose: str, groups: list[str], start: datetime, end: datetime, query: str) -> str:
-    return json.dumps([purpose, groups, iso(start), iso(end), query])
-
-
-class InsightsRunner:
-    """Starts queries within the audit's concurrency budget, polls them with a deadline, stops the ones it
-    gives up on. `slots` is shared by every runner of one audit; without one, the runner has its own. With a
-    `journal` (the deployed path), it never sleeps: a query still running raises QueriesPending instead."""
-
-    def __init__(self, aws: Aws, gaps: list[Gap], poll_seconds: float = 1.0, deadline_s: float = 300.0,
-                 slots: QuerySlots | None = None, journal: QueryJournal | None = None) -> None:
-        self.aws, self.gaps, self.poll_seconds, self.deadline_s = aws, gaps, poll_seconds, deadline_s
-        self.slots = slots or QuerySlots()
-        self.records: list[QueryRecord] = []
-        self.journal = journal
-
-    def start(self, purpose: QueryPurpose, groups: list[str], start: datetime, end: datetime, query: str,
-              subject: str = "") -> _Pending:
-        pending = _Pending(purpose, groups, start, end, None, subject)
-        pending.settle = lambda: self._settle(pending)
-        self.slots.take(pending)  # may first settle the oldest query in flight
-        key = _journal_key(purpose, groups, start, end, query)
-        pending.key = key
-        entry = self.journal.entries.get(key) if self.journal is not None else None
-        if entry is not None and (entry.query_id is not None or entry.failure is not None):
-            pending.query_id = entry.query_id  # started (or refused for good) by an earlier invocation
-            if pending.query_id is None:
-                self.gaps.append(entry.failure or Gap(kind="not-read", service="logs", operation="StartQuery",
-                                                      target=", ".join(groups)))
-                pending.settled = True
-                self.slots.release(pending)
-            return pending
-        try:
-            # endTime is inclusive to the whole second: stop one second short so [start, end) is queried and a
-            # line at exactly the padded end cannot fill an extra hour bin (and hide an empty hour in the count).
-            pending.query_id = self.aws.call(
-                "logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
-                endTime=math.ceil(end.timestamp()) - 1, queryString=query)["queryId"]
-        except CallFailed as failed:
-            if self.journal is not None and failed.code == QUOTA_FULL:
-                # Every concurrent query of the account is in use (other audits, dashboards): wait in the state
-                # machine and start it then, rather than record a gap, until the query's deadline passes.
-                waiting = entry or JournalEntry(query_id=None, started=self.aws.clock())
-                self.journal.entries[key] = waiting
-                if (self.aws.clock() - waiting.started).total_seconds() < self.deadline_s:
-                    raise QueriesPending(f"{purpose}: the account's Logs Insights query quota is in use") from None
-            gap = failed.gap_for(f"{purpose} query over {', '.join(groups)}{subject} not run")
-            self.gaps.append(gap)
-            pending.settled = True
-            self.slots.release(pending)
-            if self.journal is not None:
-                self.journal.entries[key] = JournalEntry(query_id=None, started=self.aws.clock(), failure=gap)
-            return pending
-        if self.journal is not None:
-            self.journal.entries[key] = JournalEntry(query_id=pending.query_id, started=self.aws.clock())
-        return pending
-
-    def results(self, pending: _Pending) -> list[dict[str, str]] | None:
-        self._settle(pending)
-        return pending.rows
-
-    def _settle(self, pending: _Pending) -> None:
-        if not pending.settled:
-            pending.rows = self._poll(pending)
-            pending.settled = True
-        self.slots.release(pending)
-
-    def _poll(self, pending: _Pending) -> list[dict[str, str]] | None:
-        if pending.query_id is None:
-            return None
-        if self.journal is not None:
-            return self._read_journaled(pending, self.journal.entries[pending.key])
-        waited = 0.0
-        while True:
-            try:
-                out = self.aws.call("logs", "GetQueryResults", queryId=pending.query_id)
-            except CallFailed as failed:
-                self.gaps.append(failed.gap_for(f"{pending.purpose} results{pending.subject} not read"))
-                return None
-            status = out.get("status", "Unknown")
-            if status in FINISHED:
-                break
-            if waited >= self.deadline_s:
-                with contextlib.suppress(CallFailed):  # the gap below already says the query was abandoned
-                    self.aws.call("logs", "StopQuery", queryId=pending.query_id)
-                self.gaps.append(Gap(kind="timed-out", service="logs", operation="GetQueryResults",
-                                     unseen=f"{pending.purpose} query still {status} after "
-                                     f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; stopped"))
-                self._record(pending, f"{status} (abandoned)", 0, 0.0, False)
-                return None
-            self.aws.sleep(self.poll_seconds)
-            waited += self.poll_seconds
-        rows = [_row(r) for r in out.get("results", [])]
-        scanned = float((out.get("statistics") or {}).get("recordsScanned", 0.0))
-        return self._finished(pending, status, rows, scanned)
-
-    def _read_journaled(self, pending: _Pending, entry: JournalEntry) -> list[dict[str, str]] | None:
-        """One look at a journaled query (or none, when an earlier invocation already read it)."""
-        if entry.status is None and entry.failure is None:
-            try:
-                out = self.aws.call("logs", "GetQueryResults", queryId=pending.query_id)
-            except CallFailed as failed:
-                entry.failure = failed.gap_for(f"{pending.purpose} results{pending.subject} not read")
-            else:
-                status = out.get("status", "Unknown")
-                if status in FINISHED:
-                    entry.status, entry.rows = status, [_row(r) for r in out.get("results", [])]
-                    entry.scanned = float((out.get("statistics") or {}).get("recordsScanned", 0.0))
-                elif (self.aws.clock() - entry.started).total_seconds() < self.deadline_s:
-                    raise QueriesPending(pending.purpose)
-                else:
-                    with contextlib.suppress(CallFailed):  # the gap below already says the query was abandoned
-                        self.aws.call("logs", "StopQuery", queryId=pending.query_id)
-                    entry.status = f"{status} (abandoned)"
-        if entry.failure is not None:
-            self.gaps.append(entry.failure)
-            return None
-        if entry.status is not None and entry.status.endswith("(abandoned)"):
-            self.gaps.append(Gap(kind="timed-out", service="logs", operation="GetQueryResults",
-                                 unseen=f"{pending.purpose} query still {entry.status.split(' ')[0]} after "
-                                 f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; stopped"))
-            self._record(pending, entry.status, 0, 0.0, False)
-            return None
-        return self._finished(pending, entry.status or "Unknown", entry.rows or [], entry.scanned)
-
-    def _finished(self, pending: _Pending, status: str, rows: list[dict[str, str]],
-                  scanned: float) -> list[dict[str, str]] | None:
-        truncated = len(rows) >= MAX_ROWS
-        self._record(pending, status, len(rows), scanned, truncated)
-        if status != "Complete":
-            self.gaps.append(Gap(kind="query-failed", service="logs", operation="StartQuery",
-                                 unseen=f"{pending.purpose} query ended {status} over "
-                                 f"{', '.join(pending.groups)}{pending.subject}"))
-            return None
-        return rows
-
-    def _record(self, p: _Pending, status: str, rows: int, scanned: float, truncated: bool) -> None:
-        p.record = len(self.records)
-        self.records.append(QueryRecord(purpose=p.purpose, log_groups=p.groups, start=p.start, end=p.end,
-                                        status=status, rows=rows, records_scanned=scanned, truncated=truncated))
-
-    def mark_reread(self, p: _Pending) -> None:
-        """The capped query's streams were all read again in parts that stayed under the cap."""
-        if p.record is not None:
-            self.records[p.record] = self.records[p.record].model_copy(update={"reread": True})
 
 
 class LogWindow(BaseModel):
@@ -517,13 +284,13 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
             else:
                 whole = runner.results(p)
                 parts = PartsRead(whole or [], int(whole is None), whole is not None)
-                if whole is not None and len(whole) >= MAX_ROWS and kind == "gpu":
+                if whole is not None and len(whole) >= insights.MAX_ROWS and kind == "gpu":
                     split, complete = _split_by_time(runner, "gpu-lines", GPU_QUERY, batch, win.gpu_start,
                                                      win.gpu_end, gaps, "GPU lines", depth=0)
                     if complete:  # every line read: the capped query was read again, so the cache may keep it
                         runner.mark_reread(p)
                     parts = PartsRead(split, 0, True)
-                elif whole is not None and len(whole) >= MAX_ROWS:
+                elif whole is not None and len(whole) >= insights.MAX_ROWS:
                     parts = _Parts(runner, purpose, batch, start, end, query,
                                    id_parts(stream_part_ranges(whole, node_index, len(nodes))), whole, capped=p).read()
             answered += parts.answered
@@ -541,7 +308,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
             gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
                             unseen=f"the {purpose} query over {', '.join(batch)} was read in parts by the instance ID "
                             f"or host name in the stream name, of which {left} reached the Logs Insights maximum of "
-                            f"{MAX_ROWS} rows or did not answer; rows beyond them were not read and are not "
+                            f"{insights.MAX_ROWS} rows or did not answer; rows beyond them were not read and are not "
                             "treated as empty"))
         for r in rows:
             group, stream = _group_name(r.get("@log", "")), r.get("@logStream", "")
@@ -709,69 +476,6 @@ def _deep_kernel(runner: InsightsRunner, batch: list[str], index: NodeIndex, nod
     return found
 
 
-MAX_LISTED_PAGES = 20  # DescribeLogStreams pages per group (50 streams each) when Logs Insights is unavailable
-
-
-def list_streams(aws: Aws, groups: list[str], since: datetime, gaps: list[Gap]) -> list[ListedStream]:
-    """Degrade, don't drop: without Logs Insights, the streams with an event since `since` are still listed
-    (newest first, first/last event times), so the nodes they name stay in the result. Coverage stays unproven."""
-    listed: list[ListedStream] = []
-    since_ms = since.timestamp() * 1000
-    for group in groups:
-        pages = aws.paginate("logs", "DescribeLogStreams", "logStreams", token="nextToken", logGroupName=group,
-                             orderBy="LastEventTime", descending=True)
-        try:
-            for i, s in enumerate(pages):
-                last = s.get("lastEventTimestamp")
-                if last is None or last < since_ms:
-                    break
-                if i >= MAX_LISTED_PAGES * 50:
-                    gaps.append(Gap(kind="truncated", service="logs", operation="DescribeLogStreams", target=group,
-                                    unseen=f"{group}: more than {i} streams with events in the window; streams past "
-                                    "them were not listed, so nodes named only there may be missing"))
-                    break
-                listed.append(ListedStream(log_group=group, log_stream=s["logStreamName"],
-                                           first_event=_time_ms(s.get("firstEventTimestamp")), last_event=_time_ms(last)))
-        except CallFailed as failed:
-            gaps.append(failed.gap_for(f"streams of {group} not listed: nodes named only by its streams may be "
-                                       "missing", scope="node-list"))
-    return listed
-
-
-MAX_SILENT_LOOKUPS = 100  # DescribeLogStreams calls for streams silent in the window (5 TPS account quota)
-
-
-def describe_silent_streams(aws: Aws, kernel: list[KernelStream], activity: list[StreamActivity],
-                            gaps: list[Gap]) -> list[ListedStream]:
-    """When did each kernel-carrying stream with no line in the padded window last write (RULES §4: every empty
-    hour is listed; the reader also needs "last event 3 days before the window")? One DescribeLogStreams by
-    exact-name prefix per stream, at most MAX_SILENT_LOOKUPS; the rest is a gap that says so."""
-    live = {(a.log_group, a.log_stream) for a in activity}
-    silent = sorted({(k.log_group, k.log_stream) for k in kernel} - live)
-    found: list[ListedStream] = []
-    for group, stream in silent[:MAX_SILENT_LOOKUPS]:
-        try:
-            listed = aws.call("logs", "DescribeLogStreams", logGroupName=group, logStreamNamePrefix=stream, limit=5)
-        except CallFailed as failed:
-            gaps.append(failed.gap_for(f"first/last event of the silent stream {group} / {stream} not read"))
-            continue
-        s = next((s for s in listed.get("logStreams", []) if s.get("logStreamName") == stream), None)
-        if s is not None:
-            found.append(ListedStream(log_group=group, log_stream=stream,
-                                      first_event=_time_ms(s.get("firstEventTimestamp")),
-                                      last_event=_time_ms(s.get("lastEventTimestamp"))))
-    if len(silent) > MAX_SILENT_LOOKUPS:
-        gaps.append(Gap(kind="truncated", service="logs", operation="DescribeLogStreams",
-                        target=f"{len(silent)} silent streams",
-                        unseen=f"first/last event times of {len(silent) - MAX_SILENT_LOOKUPS} of {len(silent)} streams "
-                               "silent in the window (their coverage is Not observable either way)"))
-    return found
-
-
-def _time_ms(value: Any) -> datetime | None:
-    return parse_time(value) if isinstance(value, (int, float)) else None
-
-
 def one_run(activity: StreamActivity) -> dict[datetime, int] | None:
     """The live hours of a stream its summary alone proves: live in as many hours as there are from its first
     line's hour to its last line's, so each of those held a line and no other did (a node that went silent for
@@ -791,280 +495,6 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
     if unread and counts is not None:  # the summary row was past the cap: totals come from the detail bins
         update.update(lines=sum(counts.values()), live_hours=sum(1 for n in counts.values() if n > 0))
     return activity.model_copy(update=update)
-
-
-# A per-stream query (kernel-streams, stream-summary) expected past the 10,000-row cap — counted first, or known
-# from the last read — or that reaches it, is read in parts, each filtered on a range of the last two hex digits
-# of an instance ID in the stream's name (256 endings, uniform whether IDs are random, as EC2's are, or sequential,
-# as in test worlds). The names that hold no instance ID ride with the first part (`or ... not like`), or, when the
-# count (or the cache) says they would crowd it, have parts of their own from the start, so every name falls in a
-# part. A name with two IDs may fall in two; rows are keyed by stream, so the overlap is harmless.
-# Filtering on @logStream keeps each stream's row whole. A part that still reaches the cap is halved, down to one
-# ending (2.56 million streams per batch); the names without an ID then get a part of their own, split in turn by
-# the last digit of an EC2 host name (`ip-10-0-3-17`: streams named `{hostname}`), down to one digit; the names
-# with neither (past 10,000 per batch) stay a gap. No look-around: the service's regular expressions are not
-# Python's.
-_HEX = "0123456789abcdef"
-ENDINGS = 256  # two hex digits
-Endings = tuple[int, int]  # [first, last + 1) of the 256 two-digit endings, as numbers
-_ID_ENDING = "i-(?:[0-9a-f]{{6}}|[0-9a-f]{{15}})(?:{endings})(?:[^0-9a-f]|$)"  # IDs of 8 or 17 digits
-_ANY_ID = _ID_ENDING.format(endings="[0-9a-f]{2}")
-NO_INSTANCE_ID = f"filter @logStream not like /{_ANY_ID}/"
-_ANY_ID_RX = re.compile(_ANY_ID)
-_EC2_HOST = "ip-[0-9]+-[0-9]+-[0-9]+-[0-9]*[{digits}](?:[^0-9]|$)"  # its last digit: the IP address's
-_DIGITS = "0123456789"
-PART_HEADROOM = 1.2  # parts are sized for 83 % of the cap: IDs spread unevenly, and a count may be an estimate
-
-
-def _endings_pattern(span: Endings) -> str:
-    """The endings [lo, hi) as alternatives of explicit characters (`[9ab]`, never `[9-b]`). An ending's number
-    is 16 × its last digit + the digit before, so sequential IDs, whose last digit turns fastest, spread over the
-    parts as random ones do."""
-    def chars(a: int, b: int) -> str:
-        return _HEX[a] if a == b else f"[{_HEX[a:b + 1]}]"
-
-    (a_last, a_before), (b_last, b_before) = divmod(span[0], 16), divmod(span[1] - 1, 16)
-    if a_last == b_last:
-        return chars(a_before, b_before) + _HEX[a_last]
-    pieces = [chars(a_before, 15) + _HEX[a_last]]
-    if b_last - a_last > 1:
-        pieces.append("[0-9a-f]" + chars(a_last + 1, b_last - 1))
-    return "|".join([*pieces, chars(0, b_before) + _HEX[b_last]])
-
-
-@dataclass(frozen=True)
-class Part:
-    """A share of a per-stream read by the names of its streams: those whose instance ID ends in `endings`, and
-    with `unnamed` those that hold no ID. Without `endings`, only names without an ID: all of them (`host_digits`
-    None), those whose EC2 host name ends in one of `host_digits` (with `unhosted`, also those with no such host
-    name), or ("") those with no such host name either."""
-
-    endings: Endings | None = None
-    unnamed: bool = False
-    host_digits: str | None = None
-    unhosted: bool = False
-
-    def filter(self) -> str:
-        if self.endings is not None:
-            where = f"filter @logStream like /{_ID_ENDING.format(endings=_endings_pattern(self.endings))}/"
-            return f"{where} or @logStream not like /{_ANY_ID}/" if self.unnamed else where
-        if self.host_digits is None:
-            return NO_INSTANCE_ID
-        if self.host_digits:
-            hosted = f"@logStream like /{_EC2_HOST.format(digits=self.host_digits)}/"
-            if self.unhosted:
-                return f"{NO_INSTANCE_ID} and ({hosted} or @logStream not like /{_EC2_HOST.format(digits=_DIGITS)}/)"
-            return f"{NO_INSTANCE_ID} and {hosted}"
-        return f"{NO_INSTANCE_ID} and @logStream not like /{_EC2_HOST.format(digits=_DIGITS)}/"
-
-    def halves(self) -> list[Part]:
-        """The parts this one is read again in when it reaches the cap; none when it cannot be split."""
-        if self.endings is not None:
-            if self.unnamed:  # the names without an ID leave it first: its range was sized for the IDs alone
-                return [Part(self.endings), Part()]
-            lo, hi = self.endings
-            return [Part((lo, (lo + hi) // 2)), Part(((lo + hi) // 2, hi))] if hi - lo > 1 else []
-        if self.host_digits is None:
-            return host_parts(2)
-        digits, unhosted = self.host_digits, self.unhosted
-        if len(digits) > 1:
-            return [Part(host_digits=digits[:len(digits) // 2]),
-                    Part(host_digits=digits[len(digits) // 2:], unhosted=unhosted)]
-        return [Part(host_digits=digits), Part(host_digits="")] if unhosted and digits else []
-
-
-def host_parts(count: int) -> list[Part]:
-    """The names without an instance ID in `count` parts (2 to 10) by their EC2 host name's last digit, the names
-    with no such host name riding with the last."""
-    cut = [len(_DIGITS) * i // count for i in range(count + 1)]
-    return [Part(host_digits=_DIGITS[a:b], unhosted=b == len(_DIGITS)) for a, b in zip(cut, cut[1:], strict=False)]
-
-
-def stream_part_filter(span: Endings | None, unnamed: bool = False) -> str:
-    """The streams whose name holds an instance ID ending in `span`, and with `unnamed` those whose name holds
-    none (`span` None: only those)."""
-    return Part(span, unnamed).filter()
-
-
-def part_ranges(streams: int) -> list[Endings]:
-    """Endings for about `streams` streams: as few near-equal parts as keep the widest within 83 % of the cap, at
-    least two (at most 256: one ending each)."""
-    parts = max(2, math.ceil(streams * PART_HEADROOM / MAX_ROWS))
-    while parts < ENDINGS and math.ceil(ENDINGS / parts) * streams * PART_HEADROOM > ENDINGS * MAX_ROWS:
-        parts += 1
-    parts = min(parts, ENDINGS)
-    return [(ENDINGS * i // parts, ENDINGS * (i + 1) // parts) for i in range(parts)]
-
-
-@dataclass(frozen=True)
-class Rows:
-    """How many rows a per-stream read returns: its streams, and of them those whose name holds no instance ID."""
-
-    streams: int
-    unnamed: int = 0
-
-
-def id_parts(ranges: list[Endings]) -> list[Part]:
-    """Parts by instance-ID ending, the names without an ID riding with the first."""
-    return [Part(span, unnamed=i == 0) for i, span in enumerate(ranges)]
-
-
-def planned_parts(rows: Rows) -> list[Part]:
-    """The parts of a read of `rows` expected past the cap: its ID-named streams by ending; the names without an ID
-    ride with the first part while that part stays within 83 % of the cap, else they are read apart from the start
-    (by the last digit of their EC2 host name when they alone would pass it), not found by the first part's cap."""
-    named = max(rows.streams - rows.unnamed, 0)
-    ranges = part_ranges(named) if in_parts(named) else [(0, ENDINGS)]
-    if not in_parts(named // len(ranges) + rows.unnamed):
-        return id_parts(ranges)
-    if not in_parts(rows.unnamed):
-        return [*map(Part, ranges), Part()]
-    return [*map(Part, ranges), *host_parts(min(len(_DIGITS), math.ceil(rows.unnamed * PART_HEADROOM / MAX_ROWS)))]
-
-
-def holds_instance_id(stream: str) -> bool:
-    """Does the stream's name hold an instance ID, as the parts' filters read it (8 or 17 hex digits)?"""
-    return _ANY_ID_RX.search(stream) is not None
-
-
-def in_parts(streams: int) -> bool:
-    """Is a per-stream read of about `streams` streams read in parts from the start (its whole would be capped)?"""
-    return streams * PART_HEADROOM > MAX_ROWS
-
-
-def stream_part_ranges(rows: Sequence[dict[str, str]], index: NodeIndex, node_count: int) -> list[Endings]:
-    """The endings of a re-read, for an estimate of the streams from the capped rows: the most streams any one
-    node has among them (a node's streams are alike across the fleet), times the nodes."""
-    per_node = Counter(iid for r in rows for iid in stream_node_ids(r.get("@logStream", ""), index))
-    return part_ranges(max(per_node.values(), default=1) * max(node_count, len(per_node), 1))
-
-
-@dataclass
-class PartsRead:
-    rows: list[dict[str, str]]
-    left: int  # parts still at the cap or unanswered: 0 when every stream was read
-    answered: bool  # at least one part returned rows
-
-
-def _streams_counted(rows: list[dict[str, str]] | None) -> dict[str, dict[str, Rows]] | None:
-    """The rows each per-stream read will return, per group, from a STREAM_COUNTS result (a group with no row: none);
-    None when it was not read."""
-    if rows is None:
-        return None
-    out: dict[str, dict[str, Rows]] = {"summary": {}, "kernel": {}}
-    for row in rows:
-        try:
-            streams, named, kernel, kernel_named = (int(float(row.get(name, "0"))) for name in (
-                "streams", "id_streams", "kernel_streams", "kernel_id_streams"))
-        except ValueError:
-            return None
-        group = _group_name(row.get("@log", ""))
-        out["summary"][group] = Rows(streams, streams - named)
-        out["kernel"][group] = Rows(kernel, kernel - kernel_named)
-    return out
-
-
-def group_parts(batch: list[str], rows: Mapping[str, Rows]) -> list[tuple[list[str], list[Part]]]:
-    """The queries of a per-stream read past the cap, each naming only the groups it reads: a group that alone would
-    pass 83 % of the cap in its own parts (`planned_parts`), the others together, as many per query as keep it
-    within 83 % of the cap (one part over all their streams, halved if it reaches the cap anyway). A part over both
-    groups of a fleet scans both; apart, each part scans only its group (#34 item 7: the summary re-scanned every
-    group per part)."""
-    out: list[tuple[list[str], list[Part]]] = []
-    together: list[str] = []
-    held = 0
-    for group in batch:
-        count = rows.get(group, Rows(0))
-        if in_parts(count.streams):
-            out.append(([group], planned_parts(count)))
-            continue
-        if together and in_parts(held + count.streams):
-            out.append((together, [Part((0, ENDINGS), unnamed=True)]))
-            together, held = [], 0
-        together.append(group)
-        held += count.streams
-    if together:
-        out.append((together, [Part((0, ENDINGS), unnamed=True)]))
-    return out
-
-
-class _Parts:
-    """A per-stream read in parts: every part is started at once (within the query budget), then read, and a part
-    still at the cap is halved. `rows`: a capped whole's rows, when the whole was read first (`capped`)."""
-
-    def __init__(self, runner: InsightsRunner, purpose: QueryPurpose, groups: list[str], start: datetime,
-                 end: datetime, query: str, parts: list[Part], rows: Sequence[dict[str, str]] = (),
-                 capped: _Pending | None = None) -> None:
-        self.runner, self.purpose, self.groups, self.start, self.end, self.query = \
-            runner, purpose, groups, start, end, query
-        self.by_stream = {(r.get("@log", ""), r.get("@logStream", "")): r for r in rows}
-        self.superseded = [capped] if capped else []  # the queries whose rows the parts read again
-        self.queue = deque(map(self._begin, parts))
-
-    def _begin(self, part: Part) -> tuple[Part, _Pending]:
-        where = part.filter()
-        return part, self.runner.start(self.purpose, self.groups, self.start, self.end, f"{where} | {self.query}",
-                                       f" for streams matching {where.removeprefix('filter @logStream ')}")
-
-    def read(self) -> PartsRead:
-        left, answered = 0, False
-        while self.queue:
-            part, p = self.queue.popleft()
-            rows = self.runner.results(p)
-            answered |= rows is not None
-            self.by_stream.update(((r.get("@log", ""), r.get("@logStream", "")), r) for r in rows or [])
-            halves = part.halves() if rows is not None and len(rows) >= MAX_ROWS else []
-            if not halves:
-                left += rows is None or len(rows) >= MAX_ROWS
-                continue
-            self.superseded.append(p)
-            self.queue.extend(self._begin(half) for half in halves)
-        if not left:
-            for p in self.superseded:
-                self.runner.mark_reread(p)
-        return PartsRead(list(self.by_stream.values()), left, answered)
-
-
-MAX_GPU_SPLITS = 5  # up to 32 time slices of the window before the rest is reported as a gap
-
-
-def _split_by_time(runner: InsightsRunner, purpose: QueryPurpose, query: str, batch: list[str], start: datetime,
-                   end: datetime, gaps: list[Gap], what: str, depth: int = -1) -> tuple[list[dict[str, str]], bool]:
-    """A line query (oldest first) read whole (depth -1), and at the 10,000-row cap re-read in halves of its time
-    range: a flood of identical Xids, or a job logging every step, must not hide the later lines (they are
-    collapsed downstream, not dropped here). Returns the rows and whether every part was read, under the cap. Each
-    capped query whose halves were all read is marked read again, so a complete read seeds the incremental cache (a
-    capped query not read again never does: every hourly audit of such a fleet would read the whole window)."""
-    if depth < 0:
-        first = runner.start(purpose, batch, start, end, query)
-        whole = runner.results(first)
-        if whole is None or len(whole) < MAX_ROWS:
-            return whole or [], whole is not None
-        halves, done = _split_by_time(runner, purpose, query, batch, start, end, gaps, what, 0)
-        if done:
-            runner.mark_reread(first)
-        return halves, done
-    middle = start + timedelta(seconds=int((end - start).total_seconds()) // 2)  # whole seconds: no overlap
-    rows: list[dict[str, str]] = []
-    complete = True
-    for lo, hi in ((start, middle), (middle, end)):
-        pending = runner.start(purpose, batch, lo, hi, query)
-        part = runner.results(pending)
-        if part is None:
-            complete = False
-            continue
-        if len(part) >= MAX_ROWS and depth + 1 < MAX_GPU_SPLITS:
-            part, read = _split_by_time(runner, purpose, query, batch, lo, hi, gaps, what, depth + 1)
-            if read:
-                runner.mark_reread(pending)
-            complete &= read
-        elif len(part) >= MAX_ROWS:
-            complete = False
-            gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
-                            unseen=f"more than {MAX_ROWS} {what} between {iso(lo)} and {iso(hi)} in "
-                            f"{', '.join(batch)}; lines beyond the first {MAX_ROWS} of that slice were not read"))
-        rows.extend(part)
-    return rows, complete
 
 
 def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
@@ -1105,16 +535,6 @@ def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:
     return _batches([g.name for g in groups], MAX_GROUPS_PER_QUERY)
 
 
-def _hma_streams(aws: Aws, group: str, gaps: list[Gap]) -> list[str] | None:
-    """HMA streams exist only for nodes with a detection (RULES §4), so listing them is one small call."""
-    try:
-        return [s["logStreamName"] for s in aws.paginate("logs", "DescribeLogStreams", "logStreams", token="nextToken",
-                                                         logGroupName=group, logStreamNamePrefix=HMA_PREFIX)]
-    except CallFailed as failed:
-        gaps.append(failed.gap_for(f"HMA streams of {group} not listed; HMA status Not observable"))
-        return None
-
-
 DETAIL_ROWS = 9_000  # rows a detail query is packed for: a tenth of the cap left for lines that arrive meanwhile
 
 
@@ -1128,7 +548,7 @@ def detail_chunks(keys: Iterable[StreamKey], expected_hours: int,
     not count is taken to fill every hour) — and QUERY_CHAR_BUDGET characters of query text (stream names run to
     512 characters)."""
     fixed = len(hours_query([]))
-    return pack(sorted(keys), lambda k: _hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, MAX_ROWS,
+    return pack(sorted(keys), lambda k: _hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, insights.MAX_ROWS,
                 weight=lambda k: min(expected_hours, max(1, live_hours.get(k, expected_hours))), max_weight=DETAIL_ROWS)
 
 
@@ -1153,7 +573,7 @@ def _hour_detail(runner: InsightsRunner, keys: set[StreamKey], expected_hours: i
         if rows is None:
             complete = False
             continue
-        if len(rows) >= MAX_ROWS:
+        if len(rows) >= insights.MAX_ROWS:
             if len(chunk) > 1:
                 queue.extend(begin(half) for half in (chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]))
                 halved.append(p)
@@ -1161,7 +581,7 @@ def _hour_detail(runner: InsightsRunner, keys: set[StreamKey], expected_hours: i
                 complete = False
                 runner.gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
                                        unseen=f"per-hour detail of {chunk[0][0]} / {chunk[0][1]} reached the Logs "
-                                       f"Insights maximum of {MAX_ROWS} rows; its hours were not read"))
+                                       f"Insights maximum of {insights.MAX_ROWS} rows; its hours were not read"))
             continue
         wanted = set(chunk)
         for key in chunk:
@@ -1179,38 +599,6 @@ def _streams_named(chunk: list[str]) -> str:
     """The gap's words for a detail query's streams: how many, and the first (shortened: names are long)."""
     first = chunk[0] if len(chunk[0]) <= 80 else chunk[0][:77] + "..."
     return f" for {len(chunk)} stream(s) from {first!r}"
-
-
-def discover_vanished_nodes(cluster: ClusterInfo, nodes: list[NodeInfo],
-                            stream_keys: Iterable[tuple[str, str]]) -> list[NodeInfo]:
-    """Nodes the inventory did not return, named by the cluster's own log streams with lines in the padded
-    window: ParallelCluster compute nodes DescribeInstances has forgotten (terminated instances drop out within
-    about an hour); HyperPod nodes replaced since, or all of them when ListClusterNodes could not be read."""
-    known = {n.instance_id for n in nodes}
-    groups = {g.name: g for g in cluster.instance_groups}
-    found: dict[str, NodeInfo] = {}
-    for group, stream in stream_keys:
-        if cluster.kind == "parallelcluster" and is_pcluster_group(group, cluster.name):
-            match = PCLUSTER_STREAM.match(stream)
-            if match and match["iid"] not in known and match["iid"] not in found:
-                found[match["iid"]] = node_from_log_stream(match["iid"], None, None)
-        elif cluster.kind != "parallelcluster" and is_hma_group(group, cluster.name):
-            hp = HYPERPOD_NODE_STREAM.match(stream)
-            if hp and hp["iid"] not in known and hp["iid"] not in found:
-                spec = groups.get(hp["group"])
-                found[hp["iid"]] = node_from_log_stream(hp["iid"], None, hp["group"]).model_copy(update={
-                    "instance_type": spec.instance_type if spec else None,
-                    "role": spec.node_role if spec else "unknown"})
-    return sorted(found.values(), key=lambda n: n.instance_id)
-
-
-def _time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return parse_time(str(value))
-    except ValueError:
-        return None
 
 
 def lifetime_start(nodes: list[NodeInfo], padded_start: datetime, lookback: timedelta) -> datetime:

@@ -25,11 +25,10 @@ from typing import Any, TextIO
 
 from gpuaudit.access import UserError, aws_for
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.insights import FINISHED
 from gpuaudit.collectors.logs import (
     BOOT_ROWS,
     DEEP_IDS_PER_QUERY,
-    ENDINGS,
-    FINISHED,
     GPU_QUERY,
     JOB_QUERY,
     KERNEL_QUERY,
@@ -37,8 +36,8 @@ from gpuaudit.collectors.logs import (
     SUMMARY_QUERY,
     detail_chunks,
     hours_query,
-    stream_part_filter,
 )
+from gpuaudit.collectors.stream_parts import ENDINGS, stream_part_filter
 from gpuaudit.domain.markers import boot_lines_query
 from gpuaudit.domain.streams import INSTANCE_ID
 from gpuaudit.embedded.backend import WorldBackend
