@@ -132,10 +132,11 @@ def test_a_reboot_after_the_signal_is_announced_rebooted(deployed: Deployed) -> 
     _, rebooted, after = deployed.said
     (done,) = rebooted.outcome.records
     assert done.kind == alert.DONE and done.node == iid
-    assert done.what.startswith("REBOOT done: rebooted") and f"a boot at {at(20)}" in done.what
+    assert done.what == (f"REBOOT done: already rebooted after the signal at {at(8)}: a boot at {at(20)} (kernel banner "
+                         "in the node's log)")
     assert done.detail == f"REBOOT given at {at(10)} on a signal at {at(8)}"
     assert rebooted.outcome.subject == "llm-pretrain: 1 DONE (coverage)"
-    assert f"\n- DONE {iid}: REBOOT done: rebooted" in deployed.messages()[1]
+    assert f"\n- DONE {iid}: REBOOT done: already rebooted after the signal" in deployed.messages()[1]
     assert rebooted.outcome.attributes["severity"]["StringValue"] == "info"
     (event,) = [json.loads(e["Detail"]) for e in rebooted.events]
     assert (event["change"], event["kind"], event["previous_verdict"], event["node"]) == (

@@ -283,7 +283,7 @@ def _closer(action: Action, span: HistorySpan) -> tuple[Closure, str] | None:
         return "relaunched", f"relaunched at {iso(span.launch_time)}, after the verdict's signal"
     if action.verdict == "REBOOT":
         if span.done == "rebooted":
-            return "rebooted", f"rebooted: {span.done_said or 'a reboot after the signal'}"
+            return "rebooted", span.done_said or "rebooted after the signal"  # `already rebooted after …: <how>`
         later = [r for r in span.reboots if r > action.after]
         if later:
             return "rebooted", f"rebooted at {iso(min(later))}"
