@@ -213,3 +213,29 @@ def test_not_observable_is_announced_done_when_coverage_is_measured_again(deploy
     assert sorted(said.codes()) == ["action-done", "coverage-regained"]
     assert f"- DONE {node.instance_id}: NOT OBSERVABLE done: coverage Measured again" in deployed.messages()[-1]
     assert deployed.said[1].changes == []  # still blind: nothing new
+
+
+def test_a_replace_whose_node_was_terminated_is_announced_replaced_on_its_left_line(deployed: Deployed) -> None:
+    # Given the REPLACE across a reboot
+    f = Fleet()
+    iid = f.node.instance_id
+    f.add(8, xid_line(f.node.hostname))
+    f.add(30, reboot_line(f.node.hostname))
+    f.add(56, xid_line(f.node.hostname))
+    for end in (10, 32, 58):
+        deployed.audit(f.audit, end)
+
+    # When the operator terminates the node (the fleet relaunches a new one) and the next audit runs
+    (instance,) = [i for i in f.w.section("ec2", "instances") if i["InstanceId"] == iid]
+    instance["State"] = {"Code": 48, "Name": "terminated"}
+    deployed.audit(f.audit, 70)
+
+    # Then its one line says it left the cluster and that the REPLACE was done by it; nothing says recovered
+    said = deployed.said[3]
+    assert sorted(c.kind for c in said.outcome.records) == [alert.DONE, alert.LEFT]
+    (done,) = [c for c in said.outcome.records if c.kind == alert.DONE]
+    assert done.what.startswith("REPLACE done: replaced: already terminated")
+    assert f"\n- LEFT {iid}: terminated, left the cluster (was REPLACE): not a recovery; REPLACE done: replaced" in (
+        deployed.messages()[-1])
+    assert sorted(said.codes()) == ["action-done", "left-cluster"]
+    assert all(no_recovery(s) for s in deployed.said)
