@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpuaudit.collectors.query_budget import DEFAULT_BUDGET_SHARE, budget_slots
 from gpuaudit.model.evidence import FileSystemId, InstanceId, LogGroupName
 from gpuaudit.settings import MemberRole
 from infra.packaging import ROOT
@@ -78,6 +79,12 @@ class DeployConfig(BaseModel):
     payload_retention_days: int = Field(default=3, ge=1)
     log_retention_days: Literal[1, 3, 7, 14, 30, 90, 180, 365] = 30  # the stack's own log groups
     logs_insights_concurrent_queries: int = Field(default=30, ge=QUERIES_PER_BATCH)
+    # The share of that quota every execution of this deployment together may hold (hourly, node-event and
+    # Capacity-Block executions overlap): leased from the findings table; the rest is left to on-call's own queries.
+    logs_insights_budget_share: float = Field(default=DEFAULT_BUDGET_SHARE, gt=0, le=1)
+    # How long one cluster's Logs Insights reads may take, from its audit's start: AWS stops a query at 60 min;
+    # the state machine waits (not a Lambda), and its timeout is derived from this (`execution_timeout`).
+    logs_insights_deadline_minutes: int = Field(default=30, ge=5, le=55)
     clusters_in_flight: int = Field(default=5, ge=1)
     # Seconds the state machine waits before asking CollectLogs again about queries still running.
     query_wait_seconds: int = Field(default=10, ge=1, le=300)
@@ -146,6 +153,11 @@ class DeployConfig(BaseModel):
         """The cluster Map's output (an audit summary per cluster, ~1 KB) nears Step Functions' 256 KB limit near
         200 clusters: from RESULT_WRITER_CLUSTERS configured clusters, or with discovery (no bound), it goes to S3."""
         return self.discover or len(self.clusters) >= RESULT_WRITER_CLUSTERS
+
+    @property
+    def query_slots(self) -> int:
+        """Concurrent Logs Insights queries all executions of this deployment together may hold."""
+        return budget_slots(self.logs_insights_concurrent_queries, self.logs_insights_budget_share)
 
     @property
     def batches_in_flight(self) -> int:

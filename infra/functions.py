@@ -50,7 +50,8 @@ class Spec:
 SPECS = {
     "Plan": Spec("plan", 256, Duration.minutes(1), "gpuaudit: trigger -> audits to run"),
     "Inventory": Spec("inventory", 512, Duration.minutes(5), "gpuaudit step 1: pipeline.start_audit"),
-    # A batch polls up to five Logs Insights queries; InsightsRunner gives each 300 s. Memory: at 10,000 nodes the
+    # One invocation starts and reads what it can and returns (the state machine waits between invocations, up to
+    # `logs_insights_deadline_minutes` from the audit's start). Memory: at 10,000 nodes the
     # step's heap peaks at 277 MB over a 52 MB interpreter (docs/BENCHMARKS.md, deployed steps): 512 MB left too
     # little room for allocator overhead; Finish and Verdict (269 and 349 MB) keep 1,024 MB.
     "CollectLogs": Spec("collect_logs", 1024, Duration.minutes(15), "gpuaudit step 2: pipeline.collect_logs"),
@@ -119,7 +120,10 @@ class AuditFunctions(Construct):
         deployment = {DEPLOYMENT_ENV: DEPLOYMENT_PATH}
         specific = {
             "Plan": {"FINDINGS_TABLE": store.table.table_name, **deployment},
-            "Inventory": dict(deployment), "CollectLogs": dict(deployment), "Finish": dict(deployment),
+            "Inventory": dict(deployment), "Finish": dict(deployment),
+            "CollectLogs": {**deployment, "FINDINGS_TABLE": store.table.table_name,
+                            "GPUAUDIT_QUERY_DEADLINE_S": str(config.logs_insights_deadline_minutes * 60),
+                            "GPUAUDIT_QUERY_SLOTS": str(config.query_slots)},
             "Verdict": {"FINDINGS_TABLE": store.table.table_name, "ALERT_TOPIC_ARN": store.topic.topic_arn,
                         "FINDING_RETENTION_DAYS": str(config.finding_retention_days),
                         "GPUAUDIT_HISTORY_DAYS": str(config.history_lookback_days),
@@ -130,8 +134,11 @@ class AuditFunctions(Construct):
         }
         payloads = store.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")
         own = {
-            # Bursts: one conditional claim per cluster, mode and quarter hour (handlers/coalesce.py)
+            # Bursts: one conditional claim per cluster, mode and quarter hour (handlers/coalesce.py); the audit
+            # order: when each cluster's last audit ended (handlers/rotation.py)
             "Plan": [iam.PolicyStatement(sid="BurstClaims", actions=["dynamodb:PutItem"],
+                                         resources=[store.table.table_arn]),
+                     iam.PolicyStatement(sid="AuditOrder", actions=["dynamodb:Query"],
                                          resources=[store.table.table_arn])],
             "Inventory": [iam.PolicyStatement(sid="StorePayloads", actions=["s3:PutObject"], resources=[payloads])],
             "CollectLogs": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
@@ -142,7 +149,10 @@ class AuditFunctions(Construct):
                             # first audit of every group would read as a denied cache instead of an empty one.
                             iam.PolicyStatement(sid="CoverageCacheMisses", actions=["s3:ListBucket"],
                                                 resources=[store.bucket.bucket_arn],
-                                                conditions={"StringLike": {"s3:prefix": [f"{CACHE_PREFIX}*"]}})],
+                                                conditions={"StringLike": {"s3:prefix": [f"{CACHE_PREFIX}*"]}}),
+                            # The account-wide query budget: leases in one item (handlers/query_leases.py)
+                            iam.PolicyStatement(sid="QueryBudget", actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
+                                                resources=[store.table.table_arn])],
             "Finish": [iam.PolicyStatement(sid="Payloads", actions=["s3:GetObject", "s3:PutObject"],
                                            resources=[payloads]),
                        # The account's shared CloudTrail reads (handlers/trail_share.py), under cache/ too.

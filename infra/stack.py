@@ -24,7 +24,8 @@ class GpuAuditStack(Stack):
                          **kwargs)  # type: ignore[arg-type]
         self.store = FindingsStore(self, "Findings", config)
         self.functions = AuditFunctions(self, "Functions", config, self.store, bundle)
-        self.workflow = AuditWorkflow(self, "Workflow", config, self.functions, self.store.map_results)
+        self.workflow = AuditWorkflow(self, "Workflow", config, self.functions, self.store.map_results,
+                                      self.store.table)
         self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
         self.dashboard = AuditDashboard(self, "Dashboard", config, self.workflow.state_machine)
         timed = self.functions.timed_functions()

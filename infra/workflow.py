@@ -14,22 +14,31 @@ records the cluster's failed audit and counts it (AuditsFailed). A step Lambda s
 
 Concurrency is sized to the account's Logs Insights concurrent-query quota: each log batch
 runs 3 queries at once, so clusters in flight × batches per cluster × 3 ≤ the quota
-(30 → 10 batches: 5 clusters × 2 batches by default).
+(30 → 10 batches: 5 clusters × 2 batches by default). Across overlapping executions, CollectLogs leases each
+query from one account-wide budget in the findings table (`logs_insights_budget_share` of the quota); a batch
+that finds it full waits in WaitForQueries like one whose queries still run.
+
+Timeouts follow the Logs Insights deadline (`logs_insights_deadline_minutes`): a cluster's log reads end by the
+deadline after its audit started (CollectLogs stops what still runs, a `timed-out` gap), so one cluster's audit
+takes at most `cluster_audit_bound` (its steps' Lambda timeouts plus the deadline and one wait), and the execution's
+timeout is that plus Plan's and a margin: a cluster started in the execution's first wave is never cut off.
 """
 
 from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
+from handlers.rotation import AUDITED_PREFIX
 
 from infra.config import DeployConfig
 from infra.findings import MAP_RESULTS_PREFIX
-from infra.functions import RETENTION, AuditFunctions
+from infra.functions import RETENTION, SPECS, AuditFunctions
 from infra.nag import acknowledge_wildcards, default_policy
 
 # Lambda's own throttling and transient faults, and a handler's ThrottlingException (AWS throttled
@@ -43,13 +52,28 @@ ALL = [sfn.Errors.ALL]
 # The cluster Distributed Map's label: its child executions emit AWS/States metrics under the labelled ARN
 # `stateMachine:<name>/<label>` (infra/operations.py alarms on it).
 CLUSTER_MAP_LABEL = "AuditClusters"
+EXECUTION_MARGIN = Duration.minutes(4)
+
+
+def cluster_audit_bound(config: DeployConfig) -> Duration:
+    """The longest one cluster's audit (one child execution) can take: Inventory, the log reads up to their
+    deadline, one wait and the CollectLogs invocation that meets it, Finish, Verdict (each at its Lambda timeout)."""
+    steps = sum(SPECS[name].timeout.to_seconds() for name in ("Inventory", "CollectLogs", "Finish", "Verdict"))
+    return Duration.seconds(steps + config.logs_insights_deadline_minutes * 60 + config.query_wait_seconds)
+
+
+def execution_timeout(config: DeployConfig) -> Duration:
+    return Duration.seconds(SPECS["Plan"].timeout.to_seconds() + cluster_audit_bound(config).to_seconds()
+                            + EXECUTION_MARGIN.to_seconds())
+
+
 at = sfn.JsonPath.string_at
 obj = sfn.JsonPath.object_at
 
 
 class AuditWorkflow(Construct):
     def __init__(self, scope: Construct, construct_id: str, config: DeployConfig, functions: AuditFunctions,
-                 map_results: s3.IBucket | None) -> None:
+                 map_results: s3.IBucket | None, table: dynamodb.ITable) -> None:
         super().__init__(scope, construct_id)
         fns = functions.functions
 
@@ -103,6 +127,27 @@ class AuditWorkflow(Construct):
             "request": obj("$.request"), "evidence": obj("$.inventory.evidence"), "failure": failure("Finish")})
             .next(verdict), errors=ALL, result_path="$.error")
 
+        # When this cluster's audit ended (audited or recorded as failed): Plan puts the least recently audited first
+        # (handlers/rotation.py), so an execution cut off by its timeout leaves a different tail each time. A mark
+        # not written changes only the order: the audit itself stands.
+        def mark_audited(name: str) -> tasks.DynamoUpdateItem:
+            mark = tasks.DynamoUpdateItem(
+                self, name, table=table, key={
+                    "pk": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.format(f"{AUDITED_PREFIX}{{}}",
+                                                                                     at("$.mode"))),
+                    "sk": tasks.DynamoAttributeValue.from_string(at("$.cluster"))},
+                update_expression="SET audited_at = :at",
+                expression_attribute_values={":at": tasks.DynamoAttributeValue.from_string(
+                    at("$$.State.EnteredTime"))},
+                result_path=sfn.JsonPath.DISCARD)
+            mark.add_retry(errors=ALL, interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,
+                           jitter_strategy=sfn.JitterType.FULL)
+            mark.add_catch(sfn.Pass(self, f"{name}NotRecorded"), errors=ALL, result_path=sfn.JsonPath.DISCARD)
+            return mark
+
+        verdict.next(mark_audited("MarkAudited"))
+        record_failure.next(mark_audited("MarkFailedAudit"))
+
         clusters = sfn.DistributedMap(self, "AuditClusters", items_path="$.targets", result_path="$.audits",
                                       max_concurrency=config.cluster_concurrency, label=CLUSTER_MAP_LABEL,
                                       # One cluster's failed audit never aborts the others (alarmed instead).
@@ -116,7 +161,7 @@ class AuditWorkflow(Construct):
                                   removal_policy=RemovalPolicy.DESTROY)
         self.state_machine = sfn.StateMachine(
             self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(plan.next(clusters)),
-            state_machine_type=sfn.StateMachineType.STANDARD, timeout=Duration.hours(1), tracing_enabled=True,
+            state_machine_type=sfn.StateMachineType.STANDARD, timeout=execution_timeout(config), tracing_enabled=True,
             # Execution data holds EventBridge events, which carry the account ID: not logged.
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=False),
             comment="gpuaudit: Plan -> per cluster Inventory -> CollectLogs (per log batch) -> Finish -> Verdict")

@@ -94,6 +94,10 @@ def deployed(synth: Synthesized, monkeypatch: pytest.MonkeyPatch, **world: Any) 
     modules = {logical_id: sys.modules[name] for logical_id, name in handler_of.items()}
     assert set(modules.values()) == set(HANDLER_MODULES)
     with world_account(monkeypatch, mock_config=SFN_CONFIG, **world) as account:
+        for f in functions.values():  # the query deadline and budget the stack configures (plain values)
+            for name, value in f["Properties"].get("Environment", {}).get("Variables", {}).items():
+                if name.startswith("GPUAUDIT_QUERY_") and isinstance(value, str):
+                    monkeypatch.setenv(name, value)
         monkeypatch.setattr(LambdaSimpleBackend, "invoke", route_to_handlers(modules))
         client = account.session.client("stepfunctions")
         arn = client.create_state_machine(name="gpuaudit", definition=json.dumps(for_moto(state_machine_definition(synth))),

@@ -96,6 +96,10 @@ class Settings(BaseModel):
     # Per EKS cluster with a private endpoint: the in-VPC KubeRead function that reads it (cdk.json
     # `eks_private_endpoints`), JSON.
     kube_readers: dict[str, str] = Field(default_factory=dict, alias="GPUAUDIT_KUBE_READERS")
+    # CollectLogs: how long a cluster's Logs Insights reads may take (cdk.json `logs_insights_deadline_minutes`), and
+    # the account-wide share of the concurrent-query quota leased from the findings table (unset: no shared budget).
+    query_deadline_s: int = Field(default=300, gt=0, alias="GPUAUDIT_QUERY_DEADLINE_S")
+    query_slots: int | None = Field(default=None, gt=0, alias="GPUAUDIT_QUERY_SLOTS")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:

@@ -1,8 +1,10 @@
 """CollectLogs (step 2, one item of the log-batch Map): pipeline.collect_logs — the Logs Insights
-queries over one batch of at most 50 log groups."""
+queries over one batch of at most 50 log groups, within the collection's deadline (GPUAUDIT_QUERY_DEADLINE_S from
+the audit's start) and the account-wide query budget (GPUAUDIT_QUERY_SLOTS leases in the findings table)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -14,10 +16,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from gpuaudit.collectors.insights import QueriesPending, QueryJournal
 from gpuaudit.model.evidence import CallCount, Evidence
+from gpuaudit.settings import Settings
 from handlers import payload, runtime
 from handlers.coverage_cache import S3GroupCache
 from handlers.models import CollectedBatch, CollectLogsInput
 from handlers.observability import logger, metrics, step_handler
+from handlers.query_leases import TableBudget
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
@@ -28,12 +32,17 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     item: CollectLogsInput = runtime.parse_event(event, CollectLogsInput, "CollectLogs expects evidence and a batch")
     session = session_factory()
     s3 = session.client("s3")
+    settings = Settings.from_env(os.environ)
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
         aws = runtime.audit_port(session, clock, context, evidence.cluster.name)
         bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), item.batch.groups)
         cached = bins.load(evidence.cluster.name, evidence.cluster.region)
-        journal = QueryJournal.model_validate(payload.load(item.journal, s3)) if item.journal else QueryJournal()
+        journal = QueryJournal.model_validate(payload.load(item.journal, s3)) if item.journal else \
+            QueryJournal(begun=evidence.now, deadline_s=settings.query_deadline_s)
+        budget = TableBudget(session.client("dynamodb"), settings.required("FINDINGS_TABLE"), settings.query_slots) \
+            if settings.query_slots else None
+        journal.use_budget(budget)
         try:
             batch = pipeline.collect_logs(aws, evidence, item.batch.groups, cached, journal=journal)
         except QueriesPending:
@@ -42,12 +51,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             stored_journal = payload.store(journal.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"),
                                            "journal", limit=payload.BATCHES_SHARE // item.batch.of)
             metrics.add_metric(name="QueriesPending", unit=MetricUnit.Count, value=1)
+            _budget_metrics(budget)
             return CollectLogsInput(evidence=item.evidence, batch=item.batch, pending=True,
                                     journal=stored_journal).model_dump(mode="json")
         bins.save(cached)
         stored = payload.store(batch.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "batch",
                                limit=payload.BATCHES_SHARE // item.batch.of)
     calls = _tally(journal.calls, aws.call_counts())
+    _budget_metrics(budget)
     metrics.add_metric(name="LogsInsightsQueries", unit=MetricUnit.Count, value=len(batch.queries))
     metrics.add_metric(name="CollectorGaps", unit=MetricUnit.Count, value=len(batch.gaps))
     metrics.add_metric(name="ThrottledQueries", unit=MetricUnit.Count,
@@ -57,6 +68,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return CollectedBatch(batch=stored, calls=[CallCount(service=k.split(":", 1)[0], operation=k.split(":", 1)[1],
                                                          count=n) for k, n in sorted(calls.items())]
                           ).model_dump(mode="json")
+
+
+def _budget_metrics(budget: TableBudget | None) -> None:
+    """Queries started without a lease because the budget item could not be read or written: alarmable."""
+    if budget is not None and budget.unavailable:
+        metrics.add_metric(name="QueryBudgetUnavailable", unit=MetricUnit.Count, value=len(budget.unavailable))
 
 
 def _tally(earlier: dict[str, int], now: list[CallCount]) -> dict[str, int]:

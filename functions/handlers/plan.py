@@ -17,6 +17,7 @@ from handlers import runtime
 from handlers.coalesce import coalesce
 from handlers.models import EventBridgeTrigger, Trigger
 from handlers.observability import logger, metrics, step_handler
+from handlers.rotation import least_recently_audited
 from handlers.targets import PlanSettings, plan_for
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
@@ -46,6 +47,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         plan = plan.model_copy(update={"targets": kept, "skipped": plan.skipped + coalesced,
                                        "gaps": plan.gaps + failed})
         metrics.add_metric(name="AuditsCoalesced", unit=MetricUnit.Count, value=len(coalesced))
+    if len(plan.targets) > 1:  # least recently audited first: a timed-out execution cuts a different tail next time
+        ordered, unread = least_recently_audited(session.client("dynamodb"), runtime.env("FINDINGS_TABLE"),
+                                                 plan.targets)
+        plan = plan.model_copy(update={"targets": ordered, "gaps": plan.gaps + unread})
     metrics.add_metric(name="AuditsPlanned", unit=MetricUnit.Count, value=len(plan.targets))
     logger.info("planned", extra={"trigger": plan.trigger, "clusters": [t.request.cluster for t in plan.targets],
                                   "skipped": [redact(s) for s in plan.skipped], "gaps": [redact(g) for g in plan.gaps]})

@@ -96,14 +96,15 @@ def state_machine_definition(synth: Synthesized) -> dict[str, Any]:
 
 
 def task_states(definition: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Task states in execution order, walking Next and into Map item processors."""
+    """Lambda task states in execution order, walking Next and into Map item processors (the state machine's own
+    DynamoDB update, MarkAudited, is not a step of the pipeline)."""
     found: list[tuple[str, dict[str, Any]]] = []
 
     def walk(states: dict[str, Any], start: str) -> None:
         name: str | None = start
         while name is not None:
             state = states[name]
-            if state["Type"] == "Task":
+            if state["Type"] == "Task" and state["Resource"].endswith(":states:::lambda:invoke"):
                 found.append((name, state))
             if state["Type"] == "Map":
                 processor = state["ItemProcessor"]

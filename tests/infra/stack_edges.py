@@ -9,7 +9,8 @@ file knowing it:
   or as events.amazonaws.com itself (aws:SourceArn = the rule); its dead-letter queue as events.amazonaws.com.
   For an encrypted SNS target the KMS request carries no aws:SourceAccount / aws:SourceArn (SNS Developer Guide:
   those keys in a KMS policy are not supported for EventBridge-to-encrypted topics).
-- state machine → each Lambda task's function, its own child executions (Distributed Map), its ResultWriter bucket.
+- state machine → each Lambda task's function, each DynamoDB task's table (MarkAudited), its own child executions
+  (Distributed Map), its ResultWriter bucket.
 - every role's trust: the service that runs it may assume it.
 - each Lambda → its own log group, and the table, bucket prefixes and topic its environment names (OWN_CALLS: what
   the handler does with each; tests/test_deployed_iam.py checks the calls the handlers really make).
@@ -229,6 +230,11 @@ def _state_machine_edges(p: StackPolicies, logical_id: str, props: dict[str, Any
             function = state["Parameters"]["FunctionName"]
             found.append(Edge(f"state {name} → Lambda {function.rsplit(':', 1)[-1]}", ((Request(
                 who, "lambda:InvokeFunction", function, _context()), "resource"),), role_arn))
+        if state["Type"] == "Task" and ":states:::dynamodb:" in state["Resource"]:
+            action = "dynamodb:" + state["Resource"].rsplit(":", 1)[-1][0].upper() + state["Resource"].rsplit(":", 1)[-1][1:]
+            table = f"arn:aws:dynamodb:{n.region}:{n.account}:table/{state['Parameters']['TableName']}"
+            found.append(Edge(f"state {name} → DynamoDB {action}", ((Request(who, action, table, _context()),
+                                                                     "resource"),), role_arn))
         if state["Type"] == "Map" and state.get("ItemProcessor", {}).get("ProcessorConfig", {}).get("Mode") == \
                 "DISTRIBUTED":
             # Child executions are started on the state machine itself (Step Functions Developer Guide, "IAM

@@ -40,6 +40,7 @@ def test_every_edge_the_stack_wires_is_allowed(synth: Synthesized, capsys: Any) 
     names = " | ".join(e.name for e in wired)
     for wanted in ("→ states target", "→ dead-letter queue", "state Verdict → Lambda", "Distributed Map",
                    "→ sns:Publish", "→ dynamodb:PutItem", "→ s3:ListBucket", "→ logs:StartQuery", "→ its log group",
+                   "state MarkAudited → DynamoDB dynamodb:UpdateItem", "state MarkFailedAudit → DynamoDB",
                    "assumes"):
         assert wanted in names, wanted
     # the encrypted topic's key is evaluated on every publishing edge

@@ -83,7 +83,8 @@ def test_every_collector_failure_is_caught_into_a_not_checked_state(definition: 
     (catch,) = states["Verdict"]["Catch"]
     assert catch["ErrorEquals"] == ["States.ALL"] and processor[catch["Next"]]["Next"] == "RecordFailure"
     assert processor["InventoryNotChecked"]["Next"] == "RecordFailure"
-    assert processor["RecordFailure"]["Type"] == "Task" and processor["RecordFailure"].get("End") is True
+    assert processor["RecordFailure"]["Type"] == "Task" and processor["RecordFailure"]["Next"] == "MarkFailedAudit"
+    assert processor["MarkFailedAudit"].get("End") is True  # then the end of the cluster's order (rotation.py)
 
 
 def test_state_machine_is_logged_and_traced_without_execution_data(template: Template) -> None:
@@ -314,3 +315,28 @@ def test_configured_eks_clusters_get_read_only_access_entries_for_the_collectors
     for e in entries:
         assert "AccessPolicies" not in e["Properties"] and e["Properties"]["Type"] == "STANDARD"
         assert e["Properties"]["KubernetesGroups"] == [READER_GROUP] and READER_GROUP in bound
+
+
+def test_the_timeouts_follow_the_logs_insights_deadline(synth: Synthesized, definition: dict[str, Any]) -> None:
+    """#34 item 4: a cluster's queries may run `logs_insights_deadline_minutes` (default 30; AWS stops a query at
+    60), waited for in the state machine; the execution's timeout is derived from it, so a cluster whose reads take
+    the whole deadline is still judged."""
+    from infra.functions import SPECS
+    from infra.workflow import cluster_audit_bound, execution_timeout
+
+    config = DeployConfig.model_validate(TEST_CONFIG)
+    assert config.logs_insights_deadline_minutes == 30 and config.logs_insights_budget_share == 0.7
+    steps = sum(SPECS[n].timeout.to_seconds() for n in ("Inventory", "CollectLogs", "Finish", "Verdict"))
+    assert cluster_audit_bound(config).to_seconds() == steps + 30 * 60 + config.query_wait_seconds
+    assert definition["TimeoutSeconds"] == execution_timeout(config).to_seconds() == \
+        SPECS["Plan"].timeout.to_seconds() + cluster_audit_bound(config).to_seconds() + 240
+    longer = DeployConfig.model_validate({**TEST_CONFIG, "logs_insights_deadline_minutes": 45})
+    assert execution_timeout(longer).to_seconds() - execution_timeout(config).to_seconds() == 15 * 60
+    (collect,) = [f["Properties"] for f in synth.resources("AWS::Lambda::Function").values()
+                  if f["Properties"]["Handler"] == "handlers.collect_logs.handler"]
+    variables = collect["Environment"]["Variables"]
+    # 70 % of the 30-query quota, for every execution of the deployment together
+    assert (variables["GPUAUDIT_QUERY_DEADLINE_S"], variables["GPUAUDIT_QUERY_SLOTS"]) == ("1800", "21")
+    for bad in ({"logs_insights_deadline_minutes": 60}, {"logs_insights_budget_share": 0}):
+        with pytest.raises(ValueError):
+            DeployConfig.model_validate({**TEST_CONFIG, **bad})

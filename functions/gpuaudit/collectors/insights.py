@@ -6,17 +6,19 @@ of a capped window in time slices. Every query's record (`QueryRecord`) is kept:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, PrivateAttr
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.collectors.query_budget import QuerySlots
+from gpuaudit.collectors.query_budget import AccountBudget, QuerySlots
 from gpuaudit.model.evidence import (
     Gap,
     QueryPurpose,
@@ -76,10 +78,34 @@ class QueryJournal(BaseModel):
     """The queries a batch has started and read, kept between Lambda invocations so a query is waited for by
     the state machine (Wait state), never by a Lambda: on each invocation the batch's collection is replayed,
     started queries are not started again, finished ones are not read again, and a query still running ends the
-    invocation (QueriesPending) until it finishes or its deadline passes (then it is stopped: a gap)."""
+    invocation (QueriesPending) until it finishes or its deadline passes (then it is stopped: a gap).
+
+    The deadline is the collection's: every query of the batch ends by `begun + deadline_s` (the deployed path sets
+    `begun` to the audit's start and `deadline_s` from `logs_insights_deadline_minutes`), so a cluster's log reads
+    take at most that long whatever number of queries follow one another. Without `begun`, each query has its own
+    `deadline_s` from when it was first asked for."""
 
     entries: dict[str, JournalEntry] = {}
     calls: dict[str, int] = {}  # calls made by earlier invocations, "service:operation" -> count
+    begun: datetime | None = None
+    deadline_s: float = 300.0
+    holder: str = Field(default_factory=lambda: uuid.uuid4().hex)  # names this batch's leases in the account budget
+    # The account-wide budget (query_budget.AccountBudget) each StartQuery is leased from; given per invocation.
+    _budget: AccountBudget | None = PrivateAttr(default=None)
+
+    def use_budget(self, budget: AccountBudget | None) -> QueryJournal:
+        self._budget = budget
+        return self
+
+    @property
+    def budget(self) -> AccountBudget | None:
+        return self._budget
+
+    def lease(self, key: str) -> str:
+        return f"{self.holder}:{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+    def past_deadline(self, started: datetime, now: datetime) -> bool:
+        return (now - (self.begun or started)).total_seconds() >= self.deadline_s
 
 
 QUOTA_FULL = "LimitExceededException"  # StartQuery past the account's concurrent-query quota
@@ -121,6 +147,8 @@ class InsightsRunner:
                 pending.settled = True
                 self.slots.release(pending)
             return pending
+        if self.journal is not None and not self._may_start(pending, entry, subject):
+            return pending
         try:
             # endTime is inclusive to the whole second: stop one second short so [start, end) is queried and a
             # line at exactly the padded end cannot fill an extra hour bin (and hide an empty hour in the count).
@@ -128,12 +156,14 @@ class InsightsRunner:
                 "logs", "StartQuery", logGroupNames=groups, startTime=int(start.timestamp()),
                 endTime=math.ceil(end.timestamp()) - 1, queryString=query)["queryId"]
         except CallFailed as failed:
+            if self.journal is not None and self.journal.budget is not None:
+                self.journal.budget.release(self.journal.lease(key))  # no query runs under this lease
             if self.journal is not None and failed.code == QUOTA_FULL:
                 # Every concurrent query of the account is in use (other audits, dashboards): wait in the state
                 # machine and start it then, rather than record a gap, until the query's deadline passes.
                 waiting = entry or JournalEntry(query_id=None, started=self.aws.clock())
                 self.journal.entries[key] = waiting
-                if (self.aws.clock() - waiting.started).total_seconds() < self.deadline_s:
+                if not self.journal.past_deadline(waiting.started, self.aws.clock()):
                     raise QueriesPending(f"{purpose}: the account's Logs Insights query quota is in use") from None
             gap = failed.gap_for(f"{purpose} query over {', '.join(groups)}{subject} not run")
             self.gaps.append(gap)
@@ -145,6 +175,32 @@ class InsightsRunner:
         if self.journal is not None:
             self.journal.entries[key] = JournalEntry(query_id=pending.query_id, started=self.aws.clock())
         return pending
+
+    def _may_start(self, pending: _Pending, entry: JournalEntry | None, subject: str) -> bool:
+        """Journaled only: False when the query must not be started now — the collection's deadline passed (a gap),
+        or the account-wide budget has no free slot (QueriesPending: the state machine waits and asks again)."""
+        journal, now = self.journal, self.aws.clock()
+        assert journal is not None
+        waiting = entry or JournalEntry(query_id=None, started=now)
+        where = f"{', '.join(pending.groups)}{subject}"
+        if entry is None and journal.past_deadline(now, now):  # a waiting one is tried once more (a gap naming why)
+            unseen = (f"{pending.purpose} query over {where} not started: the collection's deadline of "
+                      f"{journal.deadline_s:.0f} s had passed")
+        elif journal.budget is None or journal.budget.acquire(journal.lease(pending.key)):
+            return True
+        else:
+            journal.entries[pending.key] = waiting
+            if not journal.past_deadline(waiting.started, now):
+                raise QueriesPending(f"{pending.purpose}: the deployment's share of the account's Logs Insights "
+                                     "queries is in use by other audits")
+            unseen = (f"{pending.purpose} query over {where} not started: the deployment's share of the account's "
+                      f"Logs Insights queries stayed in use by other audits for {journal.deadline_s:.0f} s")
+        gap = Gap(kind="timed-out", service="logs", operation="StartQuery", outcome="not run", unseen=unseen)
+        self.gaps.append(gap)
+        journal.entries[pending.key] = JournalEntry(query_id=None, started=waiting.started, failure=gap)
+        pending.settled = True
+        self.slots.release(pending)
+        return False
 
     def results(self, pending: _Pending) -> list[dict[str, str]] | None:
         self._settle(pending)
@@ -187,6 +243,8 @@ class InsightsRunner:
 
     def _read_journaled(self, pending: _Pending, entry: JournalEntry) -> list[dict[str, str]] | None:
         """One look at a journaled query (or none, when an earlier invocation already read it)."""
+        journal = self.journal
+        assert journal is not None
         if entry.status is None and entry.failure is None:
             try:
                 out = self.aws.call("logs", "GetQueryResults", queryId=pending.query_id)
@@ -197,19 +255,22 @@ class InsightsRunner:
                 if status in FINISHED:
                     entry.status, entry.rows = status, [_row(r) for r in out.get("results", [])]
                     entry.scanned = float((out.get("statistics") or {}).get("recordsScanned", 0.0))
-                elif (self.aws.clock() - entry.started).total_seconds() < self.deadline_s:
+                elif not journal.past_deadline(entry.started, self.aws.clock()):
                     raise QueriesPending(pending.purpose)
                 else:
                     with contextlib.suppress(CallFailed):  # the gap below already says the query was abandoned
                         self.aws.call("logs", "StopQuery", queryId=pending.query_id)
                     entry.status = f"{status} (abandoned)"
+            if journal.budget is not None:  # final, stopped or unreadable: its slot is free again
+                journal.budget.release(journal.lease(pending.key))
         if entry.failure is not None:
             self.gaps.append(entry.failure)
             return None
         if entry.status is not None and entry.status.endswith("(abandoned)"):
             self.gaps.append(Gap(kind="timed-out", service="logs", operation="GetQueryResults",
-                                 unseen=f"{pending.purpose} query still {entry.status.split(' ')[0]} after "
-                                 f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; stopped"))
+                                 unseen=f"{pending.purpose} query still {entry.status.split(' ')[0]} at the "
+                                 f"collection's deadline of {journal.deadline_s:.0f} s over "
+                                 f"{', '.join(pending.groups)}{pending.subject}; stopped"))
             self._record(pending, entry.status, 0, 0.0, False)
             return None
         return self._finished(pending, entry.status or "Unknown", entry.rows or [], entry.scanned)

@@ -8,6 +8,10 @@ https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_StartQu
 including queries that have been added to dashboards" per account and Region (a quota that can be
 raised). Self-contained so the deployed path (a Step Functions Map over log batches) sizes itself
 with the same numbers: `batches_in_flight`.
+
+Across executions (hourly, node-event and Capacity-Block audits overlap), the deployed path also asks an
+`AccountBudget` before each StartQuery: a share of the account's quota leased from the product's own table
+(handlers/query_leases.py), so overlapping executions together stay inside it and leave the rest to people.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ MAX_QUERY_CHARS = 10_000
 # GPU query, a longer field name) cannot push a packed query over the limit.
 QUERY_CHAR_BUDGET = MAX_QUERY_CHARS - 1_000
 DEFAULT_CONCURRENT_QUERIES = 30  # the account quota unless raised
+DEFAULT_BUDGET_SHARE = 0.7  # of the quota, for the deployed audits together; the rest is left to people
+# "The maximum time a query can run is 60 minutes" (CloudWatch Logs quotas): a query no one stops ends by then, so a
+# lease held this long can no longer stand for a running query.
+MAX_QUERY_S = 3_600
 QUERIES_PER_BATCH = 3  # a log batch starts three queries at once (kernel streams, stream summary, GPU lines)
 
 _T = TypeVar("_T")
@@ -29,6 +37,21 @@ _T = TypeVar("_T")
 def batches_in_flight(concurrent_queries: int = DEFAULT_CONCURRENT_QUERIES) -> int:
     """Log batches that may run at once when each holds at most QUERIES_PER_BATCH queries."""
     return max(1, concurrent_queries // QUERIES_PER_BATCH)
+
+
+def budget_slots(concurrent_queries: int = DEFAULT_CONCURRENT_QUERIES, share: float = DEFAULT_BUDGET_SHARE) -> int:
+    """Queries all deployed audits of the account may run at once: `share` of the quota, at least one."""
+    return max(1, int(concurrent_queries * share))
+
+
+class AccountBudget(Protocol):
+    """The account-wide query budget shared by overlapping executions. `acquire` before StartQuery (False: every
+    slot is leased, wait and ask again); `release` once the query's final status is read or it was stopped. A lease
+    is named by the caller, so asking again for a lease already held is granted without a second slot."""
+
+    def acquire(self, lease: str) -> bool: ...
+
+    def release(self, lease: str) -> None: ...
 
 
 def pack(items: Iterable[_T], size: Callable[[_T], int], budget: int, max_items: int,
