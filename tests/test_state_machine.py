@@ -29,6 +29,7 @@ from cdk_synth import Synthesized, state_machine_definition, synthesize, task_st
 from lambda_harness import (  # noqa: E402
     HANDLER_MODULES,
     PCLUSTER_WORLD,
+    TABLE,
     Account,
     LambdaContext,
     capacity_block_warning,
@@ -111,7 +112,26 @@ def for_moto(definition: dict[str, Any]) -> dict[str, Any]:
     tests that fail a cluster assert on that cluster's own result, so it is dropped for the interpreter only;
     tests/infra pins it in the synthesized template."""
     text = json.dumps(definition)
-    return json.loads(re.sub(r',\s*"ToleratedFailurePercentage":\s*\d+', "", text))
+    return with_table(json.loads(re.sub(r',\s*"ToleratedFailurePercentage":\s*\d+', "", text)))
+
+
+def with_table(definition: dict[str, Any]) -> dict[str, Any]:
+    """The state machine's own DynamoDB tasks (MarkAudited) on the test account's findings table: CloudFormation
+    resolves the table's Ref to its name, the synthesized text holds the logical ID."""
+    for states in _state_maps(definition):
+        for state in states.values():
+            if state["Type"] == "Task" and ":states:::dynamodb:" in state["Resource"]:
+                state["Parameters"]["TableName"] = TABLE
+    return definition
+
+
+def _state_maps(definition: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    stack = [definition]
+    while stack:
+        states = stack.pop()["States"]
+        yield states
+        stack += [s.get("ItemProcessor") or s.get("Iterator") for s in states.values()
+                  if s["Type"] == "Map" and (s.get("ItemProcessor") or s.get("Iterator"))]
 
 
 def audits(described: dict[str, Any]) -> list[dict[str, Any]]:
@@ -184,6 +204,7 @@ def test_a_scheduled_audit_runs_end_to_end_with_findings_in_dynamodb(scheduled_r
     assert (latest_pk("research-hp-slurm", "coverage", "NODE#i-0cc3fc1626e53a130"), "NODE#i-0cc3fc1626e53a130") in keys
     # every node's row is in the result JSON the summary names, not an item per node
     assert not any(pk.startswith("AUDIT#") and sk.startswith("NODE#") for pk, sk in keys)
+    assert ("AUDITED#coverage", "research-hp-slurm") in keys  # MarkAudited: the next plan's order (rotation.py)
 
 
 def test_the_deployed_result_is_the_cli_result(scheduled_run: ScheduledRun) -> None:

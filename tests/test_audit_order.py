@@ -1,0 +1,116 @@
+"""No starved clusters (#34 item 5): the hourly execution audits clusters least recently audited first.
+
+An execution that reaches its timeout leaves the clusters it had not reached unaudited. In the configured order,
+those are the same tail clusters every hour. Here 60 clusters are configured and each period's execution finishes
+only the first 35 of its plan (the rest cut off by the timeout). The real Plan handler orders each period's plan from
+the findings table; the marks are written by the synthesized MarkAudited state itself, run in moto's Step Functions
+interpreter against the same table. Every cluster is audited within two periods."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path[:0] = [str(Path(__file__).parent / "handlers"), str(Path(__file__).parent / "infra")]
+
+from cdk_synth import Synthesized, state_machine_definition, synthesize  # noqa: E402
+from handlers import plan  # noqa: E402
+from lambda_harness import LambdaContext, deploy_configuration, scheduled_event, world_account  # noqa: E402
+from test_state_machine import with_table  # noqa: E402
+
+from gpuaudit.model.timeutil import iso  # noqa: E402
+
+CLUSTERS = [f"train-{i:02d}" for i in range(60)]
+FINISHED_PER_PERIOD = 35  # the clusters an execution audits before its timeout cuts off the rest
+SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+
+
+@pytest.fixture(scope="module")
+def synth() -> Synthesized:
+    return synthesize()
+
+
+def mark_state(synth: Synthesized, name: str) -> dict[str, Any]:
+    """The synthesized mark state, as the state machine runs it (its Catch target left out: nothing fails here)."""
+    stack = [state_machine_definition(synth)]
+    while stack:
+        states = stack.pop()["States"]
+        if name in states:
+            state = {k: v for k, v in states[name].items() if k not in ("Next", "Catch", "End")}
+            return with_table({"States": {name: {**state, "End": True}}})["States"][name]  # type: ignore[no-any-return]
+        stack += [s["ItemProcessor"] for s in states.values() if s["Type"] == "Map"]
+    raise AssertionError(f"no state {name}")
+
+
+class Marks:
+    """The synthesized MarkAudited state over each finished cluster's summary line, in moto's interpreter."""
+
+    def __init__(self, session: Any, state: dict[str, Any]) -> None:
+        self.client = session.client("stepfunctions")
+        definition = {"StartAt": "Each", "States": {"Each": {
+            "Type": "Map", "ItemsPath": "$.finished", "End": True,
+            "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": "MarkAudited",
+                              "States": {"MarkAudited": state}}}}}
+        self.arn = self.client.create_state_machine(
+            name="marks", definition=json.dumps(definition),
+            roleArn="arn:aws:iam::123456789012:role/gpuaudit-state-machine")["stateMachineArn"]
+
+    def run(self, finished: list[str]) -> None:
+        lines = [{"cluster": c, "mode": "coverage", "audited": True} for c in finished]  # Verdict's summary lines
+        execution = self.client.start_execution(stateMachineArn=self.arn, name=uuid.uuid4().hex,
+                                                input=json.dumps({"finished": lines}))["executionArn"]
+        deadline = time.monotonic() + 120
+        while (described := self.client.describe_execution(executionArn=execution))["status"] == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert described["status"] == "SUCCEEDED", described
+
+
+def test_sixty_clusters_are_each_audited_within_two_schedule_periods(synth: Synthesized,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    with world_account(monkeypatch, mock_config=SFN_CONFIG) as account:
+        deploy_configuration(monkeypatch, {"clusters": CLUSTERS})
+        marks = Marks(account.session, mark_state(synth, "MarkAudited"))
+        audited: list[set[str]] = []
+        orders: list[list[str]] = []
+        for period in range(5):
+            trigger = scheduled_event(iso(datetime(2026, 10, 1, 18, 17, 4) + timedelta(hours=period)))
+            planned = plan.handler(trigger, LambdaContext())
+            assert planned["gaps"] == []
+            order = [t["request"]["cluster"] for t in planned["targets"]]
+            assert sorted(order) == sorted(CLUSTERS)
+            marks.run(order[:FINISHED_PER_PERIOD])
+            orders.append(order)
+            audited.append(set(order[:FINISHED_PER_PERIOD]))
+            time.sleep(0.01)  # the marks carry the state's entered time: the next period's are later
+    assert orders[0] == CLUSTERS  # nothing audited yet: the configured order
+    assert orders[1][:25] == CLUSTERS[35:]  # the tail the first execution did not reach leads the second
+    for first, second in zip(audited, audited[1:], strict=False):
+        assert first | second == set(CLUSTERS)  # every cluster within any two consecutive periods
+
+
+def test_a_failed_audit_is_marked_too_so_it_cannot_hold_the_front(synth: Synthesized,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """RecordFailure's line goes through MarkFailedAudit: a cluster whose audit keeps failing takes its turn."""
+    with world_account(monkeypatch, mock_config=SFN_CONFIG) as account:
+        deploy_configuration(monkeypatch, {"clusters": CLUSTERS[:3]})
+        Marks(account.session, mark_state(synth, "MarkFailedAudit")).run([CLUSTERS[0]])
+        planned = plan.handler(scheduled_event("2026-10-01T18:17:04Z"), LambdaContext())
+    assert [t["request"]["cluster"] for t in planned["targets"]] == [CLUSTERS[1], CLUSTERS[2], CLUSTERS[0]]
+
+
+def test_an_unreadable_order_keeps_the_configured_one_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    with world_account(monkeypatch):
+        deploy_configuration(monkeypatch, {"clusters": CLUSTERS[:3]})
+        monkeypatch.setenv("FINDINGS_TABLE", "no-such-table")
+        planned = plan.handler(scheduled_event("2026-10-01T18:17:04Z"), LambdaContext())
+    assert [t["request"]["cluster"] for t in planned["targets"]] == CLUSTERS[:3]
+    (gap,) = planned["gaps"]
+    assert gap.startswith("audit order not read (ResourceNotFoundException)")
