@@ -93,6 +93,8 @@ def test_a_verdict_that_raises_is_recorded_and_counted_in_the_series_its_alarm_w
     assert item["sk"].endswith("#coverage") and item["step"] == "Verdict" and item["error"] == "RuntimeError"
     assert "judge crashed" in item["cause"] and "123456789012" not in item["cause"]  # redacted
     assert int(item["expires_at"]) > 0
+    # then MarkFailedAudit: the failed cluster takes its turn in the next plan's order, not the front (rotation.py)
+    assert [i["sk"] for i in findings if i["pk"] == "AUDITED#coverage"] == ["research-hp-slurm"]
     stdout = capsys.readouterr().out
     assert_alarm_reads(synth, stdout, "AuditsFailed")
     assert not [d for d in emitted(stdout, "AuditsCompleted")], "a failed audit is not a completed one"
