@@ -114,32 +114,43 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
     within `slots` (the audit's concurrency budget; a batch alone has QUERIES_PER_BATCH).
 
     With a cache, only the hours that can still change are queried and the rest is taken from the
-    cache (collectors/cache.py states the rule); the cache is then updated from the merged read."""
+    cache (collectors/cache.py states the rule); the cache is then updated, group by group, from the merged read.
+    The batch is read in parts when its groups' entries differ (cache.read_plan): cached groups first."""
     win = log_window(evidence)
     named = {g.name for g in evidence.log_groups if NAMED_BY_OPERATOR in g.matched_patterns}
-    usable = cache.usable(cached, batch, win) if cached is not None else None
-    if usable is None:
-        merged = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots, journal=journal,
-                               job_groups=named)
-    else:
-        part = cache.fresh_window(win, usable)
-        known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
-        # The last read's streams size this one's summary: expected past the 10,000-row cap, it starts in parts
-        # (those named without an instance ID apart when they would crowd the first part). Kernel streams are not
-        # counted first: this read counts only the kernel lines since the last, usually few (read whole, and again
-        # in parts if it reaches the cap).
-        expected = {"summary": {g: Rows(len(c.hours), sum(not holds_instance_id(name) for name in c.hours))
-                                for g, c in zip(batch, usable, strict=True)},
-                    "kernel": {g: Rows(0) for g in batch}}
-        # A job group known by NCCL lines in the cached hours only is still a job group (the job figures are
-        # read over the whole window: cache.fresh_window keeps their range).
-        jobs = named | {g for g, c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
-        fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
-                              slots=slots, journal=journal, expected_streams=expected, job_groups=jobs)
-        merged = cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)
+    plan = cache.read_plan(cached, batch, win) if cached is not None else [cache.ReadPart(batch, None)]
+    # Every part is read before the cache changes: a journaled collection replays them all on each invocation, and
+    # the plan must not change under it.
+    reads = [_read_part(aws, evidence, part.groups, part.caches, win, named, slots, journal) for part in plan]
     if cached is not None:
-        cache.update(cached, merged, win, evidence.now)
-    return merged
+        for merged in reads:
+            cache.update(cached, merged, win, evidence.now)
+            cache.note_stops(cached, merged)
+    return cache.joined(reads)
+
+
+def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cache.GroupCache] | None,
+               win: LogWindow, named: set[str], slots: QuerySlots | None,
+               journal: QueryJournal | None) -> BatchEvidence:
+    """One part of a batch (all of it unless its groups' cache entries differ): read in full, or incrementally."""
+    if usable is None:
+        return collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots, journal=journal,
+                             job_groups=named)
+    part = cache.fresh_window(win, usable)
+    known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
+    # The last read's streams size this one's summary: expected past the 10,000-row cap, it starts in parts
+    # (those named without an instance ID apart when they would crowd the first part). Kernel streams are not
+    # counted first: this read counts only the kernel lines since the last, usually few (read whole, and again
+    # in parts if it reaches the cap).
+    expected = {"summary": {g: Rows(len(c.hours), sum(not holds_instance_id(name) for name in c.hours))
+                            for g, c in zip(batch, usable, strict=True)},
+                "kernel": {g: Rows(0) for g in batch}}
+    # A job group known by NCCL lines in the cached hours only is still a job group (the job figures are
+    # read over the whole window: cache.fresh_window keeps their range).
+    jobs = named | {g for g, c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
+    fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
+                          slots=slots, journal=journal, expected_streams=expected, job_groups=jobs)
+    return cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)
 
 
 def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence], request: AuditRequest) -> Evidence:

@@ -3,10 +3,13 @@ queries only the hours that can still change.
 
 The rule (late delivery): an hour is final once it ended at least LATE_DELIVERY_HORIZON before the
 query time; until then it is queried again on every run, so a line that arrives late still fills
-it. Kernel-line counts (query b) accumulate from the end of the last counted range. A batch of log
-groups is read incrementally only when every group has a cache entry covering the whole window;
-otherwise it is read in full and the cache is rebuilt from that read. A batch whose read had any gap
-leaves its cache entry untouched, so a failed query can never become cached silence.
+it. Kernel-line counts (query b) accumulate from the end of the last counted range.
+
+Per group (`read_plan`): the groups of a batch whose entries cover the window alike are read together
+incrementally, first (they are cheap); the groups never cached are read together in full; then each group whose
+read was stopped at the deadline before is read alone, fewest stops first. A group is cached only when every
+query over it completed and no gap concerns it (`complete`), so a failed query can never become cached silence —
+and a group too big to finish within the deadline never keeps the others of its batch from being cached.
 
 A stream's line count over the window (`StreamActivity.lines`, which orders a node's other streams)
 is the fresh read's count plus the cached hours' share: the summary query gives a stream's total,
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
@@ -24,7 +28,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.collectors.logs import BatchEvidence, LogWindow
-from gpuaudit.model.evidence import GpuLine, KernelStream, StreamActivity
+from gpuaudit.model.evidence import Gap, GpuLine, KernelStream, StreamActivity
 from gpuaudit.model.timeutil import floor_hour
 
 FORMAT = "gpu-audit-cache/3"
@@ -128,6 +132,9 @@ class CacheState(_Model):
     cluster: str
     region: str
     groups: dict[str, GroupCache] = Field(default_factory=dict)
+    # Per group, the consecutive collections whose read of it was stopped at the deadline: read alone next time,
+    # fewest first, so the group that keeps timing out goes last and the others finish.
+    stopped: dict[str, int] = Field(default_factory=dict)
 
 
 class CoverageCache(Protocol):
@@ -172,6 +179,78 @@ def usable(state: CacheState, batch: list[str], win: LogWindow) -> list[GroupCac
     if next(iter(settled)) <= win.padded_start:
         return None  # nothing cached inside this window: a full read costs the same
     return caches
+
+
+@dataclass(frozen=True)
+class ReadPart:
+    groups: list[str]
+    caches: list[GroupCache] | None  # the groups' entries, read incrementally; None: read in full
+
+
+def read_plan(state: CacheState, batch: list[str], win: LogWindow) -> list[ReadPart]:
+    """The batch's reads, in order: groups cached alike together and incrementally, then the never-cached ones
+    together in full, then each group stopped at the deadline before, alone, fewest stops first. A batch whose groups
+    are all alike (every steady hour, and the first read) is one part: the whole batch."""
+    whole = usable(state, batch, win)
+    if whole is not None:
+        return [ReadPart(batch, whole)]
+    alike: dict[tuple[datetime, datetime], list[str]] = {}
+    fresh: list[str] = []
+    stopped: list[str] = []
+    for group in batch:
+        own = usable(state, [group], win)
+        if own is not None:
+            alike.setdefault((own[0].settled_until, own[0].kernel_as_of), []).append(group)
+        elif state.stopped.get(group):
+            stopped.append(group)
+        else:
+            fresh.append(group)
+    parts = [ReadPart(groups, usable(state, groups, win)) for groups in alike.values()]
+    if fresh:
+        parts.append(ReadPart(fresh, None))
+    return parts + [ReadPart([g], None) for g in sorted(stopped, key=lambda g: state.stopped[g])]
+
+
+def joined(parts: list[BatchEvidence]) -> BatchEvidence:
+    """The parts of one batch as one batch, each read's unread groups kept per group."""
+    if len(parts) == 1:
+        return parts[0]
+    unread = {kind: [g for p in parts for g in p.unread_in(kind)] for kind in ("kernel", "summary")}
+    return BatchEvidence(
+        groups=[g for p in parts for g in p.groups], kernel=[k for p in parts for k in p.kernel],
+        activity=[a for p in parts for a in p.activity],
+        gpu_lines=sorted((g for p in parts for g in p.gpu_lines), key=lambda g: g.time),
+        queries=[q for p in parts for q in p.queries], gaps=[g for p in parts for g in p.gaps],
+        listed=[s for p in parts for s in p.listed],
+        boot_lines=sorted((g for p in parts for g in p.boot_lines), key=lambda g: g.time),
+        unread=sorted(kind for kind, groups in unread.items() if groups),
+        unread_groups={kind: groups for kind, groups in unread.items() if groups},
+        job_figures=sorted((f for p in parts for f in p.job_figures), key=lambda f: f.time),
+        job_groups=[g for p in parts for g in p.job_groups], job_unread=[g for p in parts for g in p.job_unread])
+
+
+def _concerns(gap: Gap, group: str, groups: list[str]) -> bool:
+    """Whether a gap may leave `group` unread: it names the group, or names none of the batch's (then any)."""
+    text = " ".join(t for t in (gap.target, gap.unseen, gap.error_message) if t)
+    named = [g for g in groups if g in text]
+    return not named or group in named
+
+
+def complete(read: BatchEvidence, group: str) -> bool:
+    """Every query over `group` completed (a capped one read again in parts) and no gap concerns it."""
+    if any(group in q.log_groups and (q.status != "Complete" or (q.truncated and not q.reread))
+           for q in read.queries):
+        return False
+    return not any(_concerns(g, group, read.groups) for g in read.gaps)
+
+
+def note_stops(state: CacheState, read: BatchEvidence) -> None:
+    """Count the groups whose query was stopped at the deadline in this read; forget those read completely."""
+    for group in read.groups:
+        if any(group in q.log_groups and q.status.endswith("(abandoned)") for q in read.queries):
+            state.stopped[group] = state.stopped.get(group, 0) + 1
+        elif complete(read, group):
+            state.stopped.pop(group, None)
 
 
 def fresh_window(win: LogWindow, caches: list[GroupCache]) -> LogWindow:
@@ -237,17 +316,19 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
 
 
 def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: datetime) -> None:
-    """Keep the final hours of a complete read; a read with any gap leaves the prior entry as it was."""
-    if merged.gaps or any(q.status != "Complete" or (q.truncated and not q.reread) for q in merged.queries):
+    """Keep the final hours of each group read completely; a group any gap or unfinished query concerns keeps its
+    prior entry as it was."""
+    done = [g for g in merged.groups if complete(merged, g)]
+    if not done:
         return
     settled = min(floor_hour(now - LATE_DELIVERY_HORIZON), floor_hour(win.padded_end))
     horizon = floor_hour(now - RETENTION)
-    prior = {g: state.groups.get(g) for g in merged.groups}
+    prior = {g: state.groups.get(g) for g in done}
     covered = [c.covered_from for c in prior.values() if c is not None and c.covered_from <= win.padded_start]
     covered_from = max(min([*covered, win.padded_start]), horizon)
     full = _span(_floor_h(win.padded_start), _ceil_h(win.padded_end))
     keep_from, keep_to, settled_h = _ceil_h(covered_from), _ceil_h(win.padded_start), _ceil_h(settled)
-    for group in merged.groups:
+    for group in done:
         entry = GroupCache(covered_from=covered_from, settled_until=settled, kernel_as_of=win.kernel_until,
                            kernel={k.log_stream: k for k in merged.kernel if k.log_group == group})
         old = prior.get(group)

@@ -213,6 +213,14 @@ class BatchEvidence(BaseModel):
     job_figures: list[JobFigure] = []
     job_groups: list[str] = []
     job_unread: list[str] = []
+    # A batch read in parts (collectors/cache.py read_plan): per read, the groups it left unread; None: all of them.
+    unread_groups: dict[str, list[str]] | None = None
+
+    def unread_in(self, kind: str) -> list[str]:
+        """The groups whose `kind` read did not complete."""
+        if self.unread_groups is not None:
+            return self.unread_groups.get(kind, [])
+        return list(self.groups) if kind in self.unread else []
 
 
 def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bool:
@@ -524,8 +532,8 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
         queries=[q for b in batches for q in b.queries], discovered_nodes=discovered, hma_streams=hma_streams,
         listed_streams=listed, silent_streams=describe_silent_streams(
             aws, [k for k in kernel if k.log_group in kept], activity, gaps),
-        kernel_unread_groups=sorted(g for b in batches if "kernel" in b.unread for g in b.groups),
-        summary_unread_groups=sorted(g for b in batches if "summary" in b.unread for g in b.groups),
+        kernel_unread_groups=sorted(g for b in batches for g in b.unread_in("kernel")),
+        summary_unread_groups=sorted(g for b in batches for g in b.unread_in("summary")),
         job_figures=sorted((f for b in batches for f in b.job_figures), key=lambda f: f.time),
         job_figure_groups=sorted(g for b in batches for g in b.job_groups),
         job_figure_unread_groups=sorted(g for b in batches for g in b.job_unread))
