@@ -15,7 +15,8 @@ import pytest
 from gpuaudit import pipeline
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, complete, joined, read_plan
-from gpuaudit.collectors.logs import BatchEvidence, QueriesPending, QueryJournal
+from gpuaudit.collectors.insights import QueriesPending, QueryJournal
+from gpuaudit.collectors.logs import BatchEvidence
 from gpuaudit.embedded import backend as embedded
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import AuditRequest, Gap, QueryRecord
