@@ -43,6 +43,7 @@ from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.history import Memory, actions_after, audit_id
 from gpuaudit.rules.nodes import (
     DIRECT_CHECK,
+    AgentStreams,
     ParsedLine,
     assess_node,
     parse_lines,
@@ -128,12 +129,13 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     nodes: list[NodeResult] = []
     routings: dict[str, NodeRouting] = {}
     this_audit = audit_id(evidence)
+    agents = AgentStreams.of(evidence)
     for node in evidence.nodes:
         coverage = node_coverage(node, evidence, index, pad, life, hma_live)
         lines = lines_by_node.get(node.instance_id, [])
         result, routing = assess_node(node, evidence, coverage, lines, config.xid_overrides,
                                       evidence.window.start, evidence.window.end, None,
-                                      Memory.of(evidence, node.instance_id, this_audit))
+                                      Memory.of(evidence, node.instance_id, this_audit), agents)
         result = result.model_copy(update={"service_action": service_action(node, evidence, lines),
                                            "signals": boot_signals(result, boot_by_node.get(node.instance_id, []))})
         if routing is not None:
