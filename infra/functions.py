@@ -130,7 +130,8 @@ class AuditFunctions(Construct):
                         "GPUAUDIT_XID_CLASS_OVERRIDES": ",".join(config.xid_class_overrides),
                         **({"EVENT_BUS": event_bus_arn(stack, config.event_bus)} if config.publish_events else {})},
             "RecordFailure": {"FINDINGS_TABLE": store.table.table_name,
-                              "FINDING_RETENTION_DAYS": str(config.finding_retention_days)},
+                              "FINDING_RETENTION_DAYS": str(config.finding_retention_days),
+                              "GPUAUDIT_HISTORY_DAYS": str(config.history_lookback_days)},
         }
         payloads = store.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")
         own = {
@@ -161,7 +162,11 @@ class AuditFunctions(Construct):
                        iam.PolicyStatement(sid="TrailShareMisses", actions=["s3:ListBucket"],
                                            resources=[store.bucket.bucket_arn],
                                            conditions={"StringLike": {"s3:prefix": [f"{CACHE_PREFIX}*"]}})],
-            "RecordFailure": [iam.PolicyStatement(sid="FailedAudits", actions=["dynamodb:PutItem"],
+            # The failed audit's item; for a cluster deleted between runs, its history read and closed
+            # (handlers/record_failure.py): the snapshot and closed spans of the own table only.
+            "RecordFailure": [iam.PolicyStatement(sid="FailedAudits",
+                                                  actions=["dynamodb:BatchWriteItem", "dynamodb:GetItem",
+                                                           "dynamodb:PutItem", "dynamodb:Query"],
                                                   resources=[store.table.table_arn])],
             "Verdict": [
                 iam.PolicyStatement(sid="LoadPayloads", actions=["s3:GetObject"], resources=[payloads]),

@@ -5,7 +5,13 @@ retries) is recorded and counted, so it is seen: an item in the findings table (
 discovery included: no configured list is needed).
 
 A failure that kills the step before its Catch (a Lambda timeout or out-of-memory kill, where no EMF is flushed)
-still arrives here: the Catch runs in Step Functions, not in the failed function."""
+still arrives here: the Catch runs in Step Functions, not in the failed function.
+
+A cluster deleted between runs (issue #33, bad input): Inventory fails with `UnknownCluster` (DescribeCluster
+answered ResourceNotFound or a ValidationException naming it, and no instance carries its ParallelCluster tag, as
+collectors/inventory.py classifies it). Its nodes' standing verdicts are then closed in the findings table's
+history with the reason `cluster no longer exists` (pipeline.close_gone_cluster, the CLI's own path), once: a
+node already closed is not closed again, and a cluster created again under the name starts new spans."""
 
 from __future__ import annotations
 
@@ -18,9 +24,12 @@ import boto3
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from gpuaudit.collectors.inventory import UnknownCluster
+from gpuaudit.history import DynamoHistory, close_gone_cluster
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
+from gpuaudit.sinks import dynamodb_client
 from handlers import runtime
 from handlers.models import FailedAudit
 from handlers.observability import NAMESPACE, logger, metrics, step_handler
@@ -49,16 +58,28 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     failed: FailedAudit = runtime.parse_event(event, FailedAudit, "RecordFailure expects the cluster, mode and failure")
     settings = Settings.from_env(os.environ)
     now = clock()
+    closed: int | None = None
     with runtime.reported_failures():
-        session_factory().client("dynamodb").put_item(
-            TableName=settings.required("FINDINGS_TABLE"),
-            Item=failure_item(failed, now, settings.finding_retention_days))
+        ddb = dynamodb_client(session_factory())
+        table = settings.required("FINDINGS_TABLE")
+        ddb.put_item(TableName=table, Item=failure_item(failed, now, settings.finding_retention_days))
+        if cluster_gone(failed):
+            closed = close_gone_cluster(DynamoHistory(ddb, table), failed.cluster, now,
+                                        settings.history_lookback_days, settings.finding_retention_days)
     # Per cluster (which cluster) and fleet-wide (the alarm's metric: one series, whatever clusters exist).
     with single_metric(name="AuditsFailed", unit=MetricUnit.Count, value=1, namespace=NAMESPACE) as metric:
         metric.add_dimension(name="cluster", value=failed.cluster)
     metrics.add_metric(name="AuditsFailed", unit=MetricUnit.Count, value=1)
     logger.warning("audit failed", extra={"cluster": failed.cluster, "mode": failed.mode, "step": failed.failure.step,
                                           "error": redact(failed.failure.error)})
+    if closed:
+        logger.warning("cluster gone: standing verdicts closed", extra={"cluster": failed.cluster, "nodes": closed})
     return {"cluster": failed.cluster, "mode": failed.mode, "audited": False, "recorded": True,
             "failure": {"step": failed.failure.step, "error": redact(failed.failure.error),
-                        "cause": described(failed)}}
+                        "cause": described(failed)},
+            **({"history_closed": closed} if closed is not None else {})}
+
+
+def cluster_gone(failed: FailedAudit) -> bool:
+    """Inventory found no cluster of that name (UnknownCluster, the error type Step Functions records)."""
+    return failed.failure.step == "Inventory" and failed.failure.error == UnknownCluster.__name__

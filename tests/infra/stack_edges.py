@@ -41,7 +41,9 @@ from policy_eval import (
 # tests/test_deployed_iam.py). (action, env variable, object key or None, extra condition context)
 OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
     "plan": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {})],
-    "record_failure": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {})],
+    "record_failure": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
+                       ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
+                       ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {})],
     "inventory": [("s3:PutObject", "EVIDENCE_BUCKET", "payloads/0f3a.json", {})],
     "collect_logs": [("s3:GetObject", "EVIDENCE_BUCKET", "payloads/0f3a.json", {}),
                      ("s3:PutObject", "EVIDENCE_BUCKET", "payloads/1b2c.json", {}),
