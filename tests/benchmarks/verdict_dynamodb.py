@@ -101,7 +101,8 @@ def run(nodes: int, days: float, kind: str) -> dict[str, Any]:
             runs = [_run(inputs[0], "first (empty table)")]
             clock[0] = world.now + timedelta(hours=1)
             runs.append(_run(inputs[1], "next hour (nothing changed)"))
-            items = account.session.client("dynamodb").scan(TableName=TABLE, Select="COUNT")["Count"]
+            pages = account.session.client("dynamodb").get_paginator("scan").paginate(TableName=TABLE, Select="COUNT")
+            items = sum(page["Count"] for page in pages)
     return {"nodes": nodes, "days": days, "kind": kind, "collect_s": round(collect_s, 1), "runs": runs,
             "table_items_after": items}
 
