@@ -131,6 +131,9 @@ CASES: list[tuple[str, Mutation, str]] = [
     # out of range
     ("every_s of 0.0001", lambda r: stream0(r)["periodic"][0].update(every_s=0.0001),
      f"world: {S0}.periodic[0].every_s: must be >= 0.1, got 0.0001"),
+    ("every_s of 1e308 (found by the mutation test: an OverflowError before)",
+     lambda r: stream0(r)["periodic"][0].update(every_s=1e308),
+     f"world: {S0}.periodic[0].every_s: must be <= 31622400.0, got 1e+308"),
     ("a periodic entry of more than 50 M lines", lambda r: stream0(r)["periodic"][0].update(
         **{"from": "2000-01-01T00:00:00Z", "to": "2099-01-01T00:00:00Z", "every_s": 1}),
      f"world: {S0}.periodic[0]: {(ms('2099-01-01T00:00:00Z') - ms('2000-01-01T00:00:00Z')) // 1000:,} lines, "

@@ -35,6 +35,7 @@ from gpuaudit.model.timeutil import parse_time, to_epoch_ms
 FORMAT = "gpu-audit-world/1"
 EARLIEST_MS, LATEST_MS = 0, 4_102_444_800_000  # 1970-01-01 to 2100-01-01
 MIN_EVERY_S = 0.1  # periodic entries: at most ten lines a second
+MAX_EVERY_S = 366 * 86_400  # and at least one a year: a larger period is no log line (1e308 s overflowed)
 MAX_PERIODIC_LINES = 50_000_000  # one entry; generated 10,000-node weeks stay below
 # CloudWatch Logs takes events of up to 1 MB (PutLogEvents API reference); counted here in characters.
 MAX_MESSAGE_CHARS = 1_048_576
@@ -377,7 +378,7 @@ class Periodic(Closed):
 
     start_ms: EpochMs = Field(alias="from")
     end_ms: EpochMs = Field(alias="to")
-    every_s: Annotated[float, Strict(), Field(ge=MIN_EVERY_S, allow_inf_nan=False)]
+    every_s: Annotated[float, Strict(), Field(ge=MIN_EVERY_S, le=MAX_EVERY_S, allow_inf_nan=False)]
     message: Message
 
     @model_validator(mode="after")
