@@ -477,6 +477,22 @@ def report(
         _fail(f"cannot write output: {exc}", EXIT_UNREACHABLE)
 
 
+@app.command()
+def explain(
+    term: Annotated[str, typer.Argument(help="A verdict, label, Xid status, `RULES §7`, or an Xid code (`79`)")],
+) -> None:
+    """What a word of a report means: a verdict's bar, Proven vs Hypothesis, a `RULES §N` a report cites, an Xid
+    (the glossary docs/VERDICTS.md and the Xid catalog, shipped with the package)."""
+    from gpuaudit.agent.glossary import explain as glossary_explain
+    from gpuaudit.agent.glossary import terms
+
+    entries = glossary_explain(term)
+    if not entries:
+        _fail(f"{term!r} is not in the glossary; terms: {', '.join(terms())}", EXIT_BAD_INPUT)
+    for e in entries:
+        sys.stdout.write(f"{e.term} ({e.section}): {e.meaning}\n")
+
+
 @app.command("history")
 def history_command(
     cluster: Annotated[str | None, typer.Option(help="Cluster name, as the audits named it")] = None,

@@ -33,7 +33,7 @@ from gpuaudit.report.fleet import (
 )
 from gpuaudit.report.heatmap import STATUS_BADGE, heatmap
 from gpuaudit.report.heatmap import html_text as _e
-from gpuaudit.report.markdown import action_lines, ready_line
+from gpuaudit.report.markdown import GLOSSARY_LINE, action_lines, ready_line
 from gpuaudit.report.order import VERDICT_SEVERITY, worst_first
 from gpuaudit.report.redact import MASK, redact
 
@@ -351,7 +351,7 @@ def _lists(r: Result) -> str:
             + "<h2>Recommended operator actions (not executed)</h2>"
             + (f"<ol>{actions}</ol>" if actions else "<p>none</p>")
             + f"<h2>Visibility gaps</h2><ul>{gaps}</ul>"
-            + f"<h2>Calls made</h2><p>{calls}</p><p><b>{_e(r.self_check)}</b></p>")
+            + f"<h2>Calls made</h2><p>{calls}</p><p><b>{_e(r.self_check)}</b></p><p>{_e(GLOSSARY_LINE)}</p>")
 
 
 def render_html(result: Result) -> str:

@@ -65,6 +65,11 @@ def ready_line(r: Result) -> str:
     return f"Ready: {r.ready}" + (f" — {why}" if why else "")
 
 
+# RULES §11 / #37: every verdict, label and `RULES §N` the report cites can be opened by its reader
+GLOSSARY_LINE = ("What a verdict, a label or a cited `RULES §N` means: `gpuaudit explain <term>` (e.g. `gpuaudit "
+                 "explain REBOOT`, `gpuaudit explain \"RULES §7\"`), or the glossary docs/VERDICTS.md.")
+
+
 def _table(header: str, rows: list[str]) -> list[str]:
     """A Markdown table, or nothing when it has no row (RULES §11: no empty table)."""
     if not rows:
@@ -219,7 +224,8 @@ def render(result: Result) -> str:
     lines += ["", "## Visibility gaps", ""]
     lines += [f"- {md_inline(g)}" for g in r.visibility_gaps] or ["- none"]
     calls = ", ".join(f"{c.service} {c.operation} ×{c.count}" for c in r.calls)
-    lines += ["", "## Calls made", "", md_inline(calls or "none"), "", f"**{md_inline(r.self_check)}**", ""]
+    lines += ["", "## Calls made", "", md_inline(calls or "none"), "", f"**{md_inline(r.self_check)}**", "",
+              GLOSSARY_LINE, ""]
     return redact("\n".join(lines))
 
 
