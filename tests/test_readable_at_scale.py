@@ -370,3 +370,12 @@ def test_a_security_group_shared_by_every_gpu_node_is_said_once_not_node_by_node
     d = next(b for b in w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL).branches if b.branch == "D")
     assert f"nodes all {len(w.compute)} GPU compute nodes" in d.evidence and sg in d.evidence
     assert not any(n.instance_id in d.evidence for n in w.compute)
+
+
+def test_branch_f_on_many_application_xids_quotes_the_first_lines_and_counts_the_rest_per_code() -> None:
+    w = fleet_world(NAMED_UP_TO + 5, xids=NAMED_UP_TO + 5)  # every node: one Xid 31 (application)
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    f = next(b for b in result.branches if b.branch == "F")
+    assert "and 5 more application-class Xid line(s) on 5 node(s) (Xid 31 ×5), each under its node" in f.evidence
+    assert sum(n.instance_id in f.evidence for n in w.compute) == NAMED_UP_TO
+    assert len(f.evidence) < 4_000

@@ -481,9 +481,17 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
     codes = {n.instance_id: {e.code for e in n.gpu_errors if e.code is not None} for n in nodes}
     pattern = fleet_pattern(classes, codes, image_changed=bool(image_drift(j.evidence)))
     if app:
+        app.sort(key=lambda ne: (ne[1].time, ne[0].instance_id))
         text = "; ".join(f"{n.instance_id}: Xid {e.code} ({e.meaning}) ×{e.count} at {iso(e.time)} in "
                          f"{e.log_group} / {e.log_stream}" + (f", HMA reason {e.hma_reason}" if e.hma_reason else "")
-                         for n, e in app)
+                         for n, e in app[:NAMED_UP_TO])
+        if len(app) > NAMED_UP_TO:  # readable at fleet size: the first lines whole, the rest counted per code
+            rest = app[NAMED_UP_TO:]
+            per_code = Counter(e.code for _, e in rest)
+            text += (f"; and {len(rest):,} more application-class Xid line(s) on {len({n.instance_id for n, _ in rest}):,} "
+                     "node(s) (" + ", ".join(f"Xid {c} ×{k:,}" for c, k in sorted(per_code.items(), key=lambda ck:
+                                                                                  (-ck[1], ck[0] or 0)))
+                     + "), each under its node")
         if pattern == "F":
             text += "; application-class Xids on several nodes, no hardware class anywhere"
         clean = [b for b in others if b.status == "Ruled out"]
