@@ -69,7 +69,7 @@ def test_the_alarm_grants_are_scoped_to_this_accounts_alarms_of_this_stack(synth
     ours = f"arn:aws:cloudwatch:us-west-2:123456789012:alarm:{_an_alarm_name(synth)}"
     for source, allowed in ((ours, True),
                             ("arn:aws:cloudwatch:us-west-2:123456789012:alarm:someone-elses-alarm", False),
-                            ("arn:aws:cloudwatch:us-west-2:999999999999:alarm:" + _an_alarm_name(synth), False)):
+                            ("arn:aws:cloudwatch:us-west-2:444455556666:alarm:" + _an_alarm_name(synth), False)):
         context = {"aws:SecureTransport": True, "aws:SourceArn": source, "aws:SourceAccount": source.split(":")[4]}
         cloudwatch = service("cloudwatch.amazonaws.com")
         assert bool(policies.decide(Request(cloudwatch, "sns:Publish", topic, context), "resource")) is allowed
