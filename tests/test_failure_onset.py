@@ -15,7 +15,7 @@ import pytest
 
 from gpuaudit.model.result import Branch, Result
 from gpuaudit.report.html import render_html
-from tests.helpers.worlds import PCLUSTER_TAG, PClusterWorld, at, cli_audit
+from tests.helpers.worlds import PCLUSTER_TAG, PClusterWorld, at, cli_audit, one_node_world
 
 FS = "fs-0aa11bb22cc33dd44"
 SINCE, UNTIL = at(8), at(11)
@@ -25,12 +25,7 @@ TIMEOUT = ("[rank0]:[E1001 09:30:00.000 ProcessGroupNCCL.cpp:616] [Rank 0] Watch
 
 
 def world(*, nccl_timeout: str | None = None, xid_at: str | None = None) -> PClusterWorld:
-    w = PClusterWorld(n_compute=1)
-    node = w.compute[0]
-    stream = w.healthy(node, at(-48), at(12, 25))
-    if xid_at is not None:
-        w.stream(w.group, stream, events=[(xid_at, f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, pid=0, "
-                                                   "GPU has fallen off the bus.")])
+    w = one_node_world(xid_at)
     w.section("fsx", "file_systems").append({"FileSystemId": FS, "FileSystemType": "LUSTRE", "StorageType": "SSD",
                                              "LustreConfiguration": {"DeploymentType": "PERSISTENT_2"},
                                              "Tags": [{"Key": PCLUSTER_TAG, "Value": w.cluster}]})

@@ -14,7 +14,7 @@ from gpuaudit.model.evidence import AuditRequest, Evidence
 from gpuaudit.model.result import Branch, Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import collect, run_audit
-from tests.helpers.worlds import PClusterWorld, at, calls
+from tests.helpers.worlds import PClusterWorld, at, calls, one_node_world
 
 SINCE, UNTIL = at(8), at(11)
 JOB = "/aws/batch/job"
@@ -29,12 +29,7 @@ def megatron(step_ms: float) -> str:
 
 
 def world(*, xid_at: str | None, job_lines: bool = True) -> PClusterWorld:
-    w = PClusterWorld(n_compute=1)
-    node = w.compute[0]
-    stream = w.healthy(node, at(-48), at(12, 25))
-    if xid_at is not None:
-        w.stream(w.group, stream, events=[(xid_at, f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, pid=0, "
-                                                   "GPU has fallen off the bus.")])
+    w = one_node_world(xid_at)
     if job_lines:  # the step time doubles at 10:40 and stays there
         w.stream(JOB, JOB_STREAM, periodic=[(at(7, 30), at(10, 40), 60, megatron(1520.4)),
                                             (at(10, 40), at(11, 30), 60, megatron(3040.8))])

@@ -274,6 +274,18 @@ class HyperPodWorld(WorldBuilder):
 
 
 # -- reading results ----------------------------------------------------------------------------
+def one_node_world(xid79_at: str | None = None) -> PClusterWorld:
+    """One ParallelCluster GPU node whose kernel stream is live from two days before the window to past it, with an
+    Xid 79 ("fallen off the bus") line at `xid79_at` when given: the node the onset tests judge causes on."""
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-48), at(12, 25))
+    if xid79_at is not None:
+        w.stream(w.group, stream, events=[(xid79_at, f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, "
+                                                     "pid=0, GPU has fallen off the bus.")])
+    return w
+
+
 def cli_audit(raw: dict[str, Any], tmp_path: Path, *args: str) -> tuple[int, str]:
     """`gpuaudit audit --world <raw> --format json ARGS`: the exit code and the output (never a traceback)."""
     from typer.testing import CliRunner
