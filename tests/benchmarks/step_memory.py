@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "tests" / "handlers"), str(ROOT / "tests")]
+# ROOT first: infra/ (the deployment document) before tests/infra, a namespace package of the same name
+sys.path[:0] = [str(ROOT), str(ROOT / "functions"), str(ROOT / "tests" / "handlers"), str(ROOT / "tests")]
 FIGURES = sys.stdout
 sys.stdout = sys.stderr  # the steps' log lines and metrics (bound at import) go to stderr; the figures to stdout
 
