@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from botocore.utils import parse_timestamp
 from handlers.targets import clusters_on_reservation
 from helpers.worlds import PClusterWorld, at
 
-from gpuaudit.collectors.aws import Aws
+from gpuaudit.collectors.aws import Aws, fast_timestamp
 from gpuaudit.collectors.controlplane import READERS
-from gpuaudit.collectors.inventory import INSTANCE_PAGE, collect_inventory
+from gpuaudit.collectors.inventory import INSTANCE_PAGE, PCLUSTER_TAG, _node_from_instance, collect_inventory
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import Gap
 
@@ -143,3 +144,26 @@ def test_a_failed_status_chunk_leaves_status_checks_unread_not_partial():
     assert evidence.instance_status is None
     gap: Gap = evidence.gaps[0]
     assert gap.operation == "DescribeInstanceStatus" and gap.kind == "denied"
+
+
+def test_timestamps_are_parsed_without_dateutil_into_the_same_node_records_as_botocores_parser(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a ParallelCluster read through wire parsing, once by botocore's own timestamp parser (a plain client)
+    w = PClusterWorld(n_compute=12)
+    plain = WorldBackend(w.world(), wire=True).session().client("ec2", region_name="us-west-2")
+    by_botocore = [_node_from_instance(i).model_dump(mode="json")
+                   for r in plain.describe_instances(Filters=[{"Name": f"tag:{PCLUSTER_TAG}",
+                                                               "Values": ["llm-pretrain"]}])["Reservations"]
+                   for i in r["Instances"]]
+
+    # When inventoried through the port, dateutil unavailable
+    def no_dateutil(*_: Any, **__: Any) -> Any:
+        raise AssertionError("dateutil parsed a timestamp")
+    monkeypatch.setattr("dateutil.parser.parse", no_dateutil)
+    _, nodes = collect_inventory(wire_aws(w), "llm-pretrain", None, [])
+
+    # Then no timestamp went through dateutil and the node records are the same, launch times included
+    assert [n.model_dump(mode="json") for n in nodes] == by_botocore
+    assert all(n.launch_time is not None for n in nodes)
+    monkeypatch.undo()
+    assert fast_timestamp("2026-12-06T08:00:00.5Z") == parse_timestamp("2026-12-06T08:00:00.5Z")  # other forms: botocore's
