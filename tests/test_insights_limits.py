@@ -10,7 +10,8 @@ from helpers.worlds import PClusterWorld, WorldBuilder, at
 from test_collectors import evidence_of, purposes
 
 from gpuaudit import pipeline
-from gpuaudit.collectors.logs import DETAIL_ROWS, detail_chunks, hours_query
+from gpuaudit.collectors.log_queries import hours_query
+from gpuaudit.collectors.logs import DETAIL_ROWS, detail_chunks
 from gpuaudit.collectors.query_budget import (
     MAX_QUERY_CHARS,
     QUERIES_PER_BATCH,

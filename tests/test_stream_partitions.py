@@ -16,6 +16,7 @@ from helpers.worlds import audit, aws_for
 
 from gpuaudit.collectors import insights, logs, stream_parts
 from gpuaudit.collectors.cache import FileCache
+from gpuaudit.collectors.log_queries import STREAM_COUNTS
 from gpuaudit.collectors.stream_parts import (
     ENDINGS,
     NO_INSTANCE_ID,
@@ -511,7 +512,7 @@ def test_the_count_query_counts_the_rows_of_both_reads_and_the_names_without_an_
                *lines("ip-10-0-0-2", '{"_TRANSPORT":"kernel","MESSAGE":"NVRM: Xid 79"}', "x"),
                *lines("ip-10-0-0-3", "sshd: ok"), *lines("node017", "kernel: hello", "kernel: again")]
     # When the one count query runs over them
-    rows = [{c["field"]: c["value"] for c in row} for row in run_query(logs.STREAM_COUNTS, records, 0, 10, "1").rows]
+    rows = [{c["field"]: c["value"] for c in row} for row in run_query(STREAM_COUNTS, records, 0, 10, "1").rows]
     # Then it returns one row for the group: 5 streams, 3 with a kernel line, 2 named by ID, 1 of them with a kernel
     # line
     assert rows == [{"@log": "1:/g", "streams": "5", "kernel_streams": "3", "id_streams": "2", "kernel_id_streams": "1"}]

@@ -18,18 +18,11 @@ from gpuaudit.collectors.inventory import (
     collect_profiles,
     launched_by_cluster,
 )
+from gpuaudit.collectors.kernel_lookback import deep_kernel_start, lifetime_start
 from gpuaudit.collectors.kubernetes import list_nodes
+from gpuaudit.collectors.log_queries import JOB_LINE
 from gpuaudit.collectors.log_sources import discover_log_groups
-from gpuaudit.collectors.logs import (
-    JOB_LINE,
-    BatchEvidence,
-    LogWindow,
-    collect_batch,
-    deep_kernel_start,
-    lifetime_start,
-    log_batches,
-    merge_batches,
-)
+from gpuaudit.collectors.logs import BatchEvidence, LogWindow, collect_batch, log_batches, merge_batches
 from gpuaudit.collectors.query_budget import QuerySlots
 from gpuaudit.collectors.stream_parts import Rows, holds_instance_id
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaudit.collectors.logs import GPU_QUERY
+from gpuaudit.collectors.log_queries import GPU_QUERY
 from gpuaudit.domain import markers
 from gpuaudit.rules.nodes import MEMORY_SIGNALS, NCCL
 from gpuaudit.rules.timeline import LIFECYCLE

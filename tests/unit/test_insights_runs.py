@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.collectors.logs import GPU_QUERY, KERNEL_QUERY, STREAM_COUNTS, SUMMARY_QUERY, hours_query
+from gpuaudit.collectors.log_queries import GPU_QUERY, KERNEL_QUERY, STREAM_COUNTS, SUMMARY_QUERY, hours_query
 from gpuaudit.embedded.insights import LogRecord, LogRun, QueryOutcome, ScanItem, run_query
 
 ACCOUNT = "111122223333"

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from gpuaudit.collectors.logs import JOB_QUERY
+from gpuaudit.collectors.log_queries import JOB_QUERY
 from gpuaudit.domain.throughput import JOB_FIGURE_MARKERS, read_figures
 from gpuaudit.embedded.insights import LogRecord, run_query
 from gpuaudit.model.evidence import JobFigure

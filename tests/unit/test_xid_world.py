@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from helpers.worlds import PClusterWorld, at, ms
 
-from gpuaudit.collectors.logs import GPU_QUERY
+from gpuaudit.collectors.log_queries import GPU_QUERY
 
 FALLEN = (
     "kernel: [ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",

@@ -19,18 +19,17 @@ summary counted and by `QUERY_CHAR_BUDGET` characters (`detail_chunks`). Every q
 audit's concurrency budget (collectors/query_budget.py): over budget, it waits for an earlier one instead of
 failing.
 
-Beside this module: the one runner every query goes through (`insights.py`), the reads in parts past the cap
-(`stream_parts.py`) and finding the log sources (`log_sources.py`).
+Beside this module: the query texts (`log_queries.py`), the reads before the window — the kernel look-back a day at
+a time, the deep look-back and the boot-time lines (`kernel_lookback.py`) — the one runner every query goes through
+(`insights.py`), the reads in parts past the cap (`stream_parts.py`) and finding the log sources (`log_sources.py`).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -46,6 +45,17 @@ from gpuaudit.collectors.insights import (
     _Pending,
     _split_by_time,
     _time,
+)
+from gpuaudit.collectors.kernel_lookback import day_spans, read_boot_lines, read_deep_kernel, summed_days
+from gpuaudit.collectors.log_queries import (
+    GPU_QUERY,
+    JOB_LINE,
+    JOB_QUERY,
+    KERNEL_QUERY,
+    STREAM_COUNTS,
+    SUMMARY_QUERY,
+    hours_query,
+    hours_query_cost,
 )
 from gpuaudit.collectors.log_sources import (
     _hma_streams,
@@ -64,15 +74,6 @@ from gpuaudit.collectors.stream_parts import (
     in_parts,
     stream_part_ranges,
 )
-from gpuaudit.domain.capability import accelerated_by_family, nvswitch_class
-from gpuaudit.domain.markers import (
-    DRIVER_BANNER,
-    FABRIC_MANAGER_STARTED,
-    NCCL_MARKER,
-    NCCL_TIMEOUT_MARKERS,
-    boot_lines_query,
-    gpu_lines_query,
-)
 from gpuaudit.domain.streams import (
     HMA_PREFIX,
     INSTANCE_ID,
@@ -81,7 +82,7 @@ from gpuaudit.domain.streams import (
     pcluster_control_log,
     stream_node_ids,
 )
-from gpuaudit.domain.throughput import job_figures_query, read_figures
+from gpuaudit.domain.throughput import read_figures
 from gpuaudit.model.evidence import (
     ClusterInfo,
     Gap,
@@ -96,56 +97,6 @@ from gpuaudit.model.evidence import (
     StreamActivity,
 )
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between
-
-
-def _quoted_insights(text: str) -> str:
-    """A Logs Insights string literal: single quotes when the text holds a double quote (no escapes needed)."""
-    return f"'{text}'" if '"' in text and "'" not in text else json.dumps(text)
-
-
-KERNEL_FILTER = 'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/'
-KERNEL_QUERY = f"{KERNEL_FILTER} | stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line by @log, @logStream"
-SUMMARY_QUERY = (
-    "stats count(*) as lines, min(@timestamp) as first, max(@timestamp) as last by @log, @logStream, bin(1h) as hour "
-    "| stats count(*) as live_hours, sum(lines) as total_lines, min(first) as first_event, max(last) as last_event "
-    "by @log, @logStream"
-)
-# How many rows the two per-stream reads return, in one query and one row: `streams` (a line: stream-summary rows)
-# and `kernel_streams` (a kernel line: kernel-streams rows). `strcontains` is the documented 1-or-0 substring test
-# (a query cannot test a regex per line), so the JSON form of KERNEL_FILTER is counted in its two usual spacings
-# only; a count is only a size, and a part it makes too big is read again in halves (`_Parts`).
-# `id_streams` / `kernel_id_streams`: those whose name holds "i-" (an instance ID, as a substring test sees it), so
-# the names without one, which ride with the first part, can be given parts of their own from the start.
-KERNEL_MARKERS = ("kernel:", '"_TRANSPORT":"kernel"', '"_TRANSPORT": "kernel"')
-_KERNEL_LINE = f"greatest({', '.join(f'strcontains(@message, {_quoted_insights(m)})' for m in KERNEL_MARKERS)})"
-_NAMED = 'strcontains(@logStream, "i-")'
-STREAM_COUNTS = (
-    f"fields {_KERNEL_LINE} as kernel_line, {_NAMED} as named, least({_KERNEL_LINE}, {_NAMED}) as kernel_named "
-    "| stats max(kernel_line) as kernel, max(named) as id, max(kernel_named) as kernel_id by @log, @logStream "
-    "| stats count(*) as streams, sum(kernel) as kernel_streams, sum(id) as id_streams, "
-    "sum(kernel_id) as kernel_id_streams by @log"
-)
-# The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
-GPU_QUERY = gpu_lines_query(insights.MAX_ROWS)
-# A training job's throughput and step-time lines (domain/throughput.py), and what makes a group a job's: NCCL's
-# own lines are printed by the training processes, so a group holding them holds the job's output.
-JOB_QUERY = job_figures_query(insights.MAX_ROWS)
-JOB_LINE = re.compile("|".join((NCCL_MARKER, *NCCL_TIMEOUT_MARKERS)))
-
-
-def hours_query(streams: Iterable[str]) -> str:
-    """Detail bins for named streams; names are JSON-quoted, so no name can break out of the string."""
-    names = ", ".join(_quoted(s) for s in sorted(set(streams)))
-    return f"filter @logStream in [{names}] | stats count(*) as lines by @log, @logStream, bin(1h) as hour"
-
-
-def _quoted(stream: str) -> str:
-    return json.dumps(stream)
-
-
-def _hours_query_cost(stream: str) -> int:
-    """Characters a stream adds to `hours_query`: its quoted name and the ", " before it."""
-    return len(_quoted(stream)) + 2
 
 
 @dataclass
@@ -310,7 +261,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         if len(slices) > answered:  # a day of the look-back did not answer: its gap is the failed query's own
             truncated.add(kind)
         if len(slices) > 1:
-            rows = _summed_days(rows)
+            rows = summed_days(rows)
         if left:
             truncated.add(kind)
             gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
@@ -334,7 +285,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     expected = len(hours_between(win.padded_start, win.padded_end))
     kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     if win.deep_kernel_start is not None and not {"kernel"} & (unanswered | truncated):
-        kernel += _deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start, win.lifetime_start)
+        kernel += read_deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start, win.lifetime_start)
         kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     need_detail = {key for key in kernel_keys
                    if looks_like_node_stream(key[1], node_index) and key in summary
@@ -362,7 +313,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     activity = [_with_hours(a, detail.get(key), key in unread) if key in need_detail else a
                 for key, a in sorted(summary.items())]
     listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
-    boot = _boot_lines(runner, batch, node_index, nodes, gpu_lines, win) if "gpu" not in unanswered else []
+    boot = read_boot_lines(runner, batch, node_index, nodes, gpu_lines, win.lifetime_start, win.gpu_start) \
+        if win.boot_lines and "gpu" not in unanswered else []
     jobs = sorted({g for g in batch if g in job_groups} | {g.log_group for g in gpu_lines if JOB_LINE.search(g.message)})
     figures, unread_jobs = _job_figures(runner, jobs, win.job_range, gaps) if win.job_range and jobs else ([], [])
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
@@ -382,106 +334,6 @@ def _job_figures(runner: InsightsRunner, groups: list[str], span: tuple[datetime
                for r in rows if (time := _time(r.get("@timestamp"))) is not None
                for measure, value in read_figures(r.get("@message", ""))]
     return figures, [] if complete else groups
-
-
-DAY = timedelta(days=1)
-
-
-def day_spans(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
-    """[start, end) cut at each UTC midnight inside it: no span is longer than a day."""
-    cuts = [start]
-    midnight = start.replace(hour=0, minute=0, second=0, microsecond=0) + DAY
-    while midnight < end:
-        cuts.append(midnight)
-        midnight += DAY
-    return list(zip(cuts, [*cuts[1:], end], strict=True))
-
-
-def _summed_days(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """kernel-streams rows of several days as the whole look-back's: per stream, the kernel lines summed and the
-    latest last line."""
-    out: dict[tuple[str, str], dict[str, str]] = {}
-    for r in rows:
-        key = (r.get("@log", ""), r.get("@logStream", ""))
-        prior = out.get(key)
-        if prior is None:
-            out[key] = dict(r)
-            continue
-        prior["kernel_lines"] = str(int(float(prior["kernel_lines"])) + int(float(r["kernel_lines"])))
-        if (_time(r.get("last_kernel_line")) or _EARLIEST) > (_time(prior.get("last_kernel_line")) or _EARLIEST):
-            prior["last_kernel_line"] = r.get("last_kernel_line", "")
-    return list(out.values())
-
-
-_EARLIEST = datetime.min.replace(tzinfo=UTC)
-
-
-BOOT_ROWS = 1_000  # newest boot-time lines kept per query: a node boots a few times, each boot logs a few lines
-
-
-def lacking_boot_lines(nodes: list[NodeInfo], lines: list[GpuLine], index: NodeIndex) -> list[str]:
-    """GPU nodes whose own streams held, in the GPU-lines window, no driver banner — or, on an NVSwitch type
-    (RULES §2 table), no Fabric Manager start line: the ones a since-launch search is for."""
-    seen_fm: set[str] = set()
-    seen_driver: set[str] = set()
-    for line in lines:
-        owners = stream_node_ids(line.log_stream, index)
-        if any(m in line.message for m in FABRIC_MANAGER_STARTED):
-            seen_fm.update(owners)
-        if DRIVER_BANNER in line.message:
-            seen_driver.update(owners)
-    out = []
-    for n in nodes:
-        itype = (n.instance_type or "").removeprefix("ml.")
-        if n.role not in ("compute", "unknown") or accelerated_by_family(itype) is False:
-            continue
-        fm_expected = bool(itype) and nvswitch_class(itype, None)[1]
-        if n.instance_id not in seen_driver or (fm_expected and n.instance_id not in seen_fm):
-            out.append(n.instance_id)
-    return sorted(out)
-
-
-def _boot_lines(runner: InsightsRunner, batch: list[str], index: NodeIndex, nodes: list[NodeInfo],
-                lines: list[GpuLine], win: LogWindow) -> list[GpuLine]:
-    """RULES §2: Fabric Manager and the driver banner are logged at boot, often before the window. Their cost is
-    bounded: only nodes lacking them in the window, only their streams named, from the lifetime start (launch, at
-    most KERNEL_LOOKBACK before the window, the kernel-streams query's own range) to where the GPU-lines query
-    began — nothing it read is read twice — and at most BOOT_ROWS rows."""
-    if not win.boot_lines or win.lifetime_start >= win.gpu_start:
-        return []
-    lacking = lacking_boot_lines(nodes, lines, index)
-    found: list[GpuLine] = []
-    for i in range(0, len(lacking), DEEP_IDS_PER_QUERY):
-        query = boot_lines_query(lacking[i:i + DEEP_IDS_PER_QUERY], BOOT_ROWS)
-        for r in runner.results(runner.start("boot-lines", batch, win.lifetime_start, win.gpu_start, query)) or []:
-            found.append(GpuLine(time=_time(r.get("@timestamp")) or win.lifetime_start,
-                                 log_group=_group_name(r.get("@log", "")), log_stream=r.get("@logStream", ""),
-                                 message=r.get("@message", "")))
-    return found
-
-
-DEEP_IDS_PER_QUERY = 200  # instance IDs named in one deep kernel query's stream filter
-
-
-def _deep_kernel(runner: InsightsRunner, batch: list[str], index: NodeIndex, nodes: list[NodeInfo],
-                 kernel_keys: set[tuple[str, str]], start: datetime, lifetime: datetime) -> list[KernelStream]:
-    """RULES §4 (b) is "since launch": nodes launched before the bounded lookback whose streams held no `kernel:`
-    line in it are looked up back to their launch (at most KERNEL_DEEP_LOOKBACK), naming only their streams, so a
-    quiet kernel stream is never called "not shipping kernel lines" for want of reading its boot lines."""
-    proven = {iid for _, stream in kernel_keys for iid in stream_node_ids(stream, index)}
-    lacking = sorted(n.instance_id for n in nodes if n.launch_time and n.launch_time < lifetime
-                     and n.instance_id not in proven and n.role in ("compute", "unknown"))
-    found: list[KernelStream] = []
-    for i in range(0, len(lacking), DEEP_IDS_PER_QUERY):
-        ids = lacking[i:i + DEEP_IDS_PER_QUERY]
-        query = f"filter @logStream like /{'|'.join(ids)}/ | {KERNEL_QUERY}"
-        days = [runner.start("kernel-streams", batch, a, b, query) for a, b in day_spans(start, lifetime)]
-        rows = _summed_days([r for p in days for r in runner.results(p) or []])
-        for r in rows:
-            found.append(KernelStream(log_group=_group_name(r.get("@log", "")), log_stream=r.get("@logStream", ""),
-                                      kernel_lines=int(r["kernel_lines"]),
-                                      last_kernel_line=_time(r.get("last_kernel_line"))))
-    return found
 
 
 def one_run(activity: StreamActivity) -> dict[datetime, int] | None:
@@ -556,7 +408,7 @@ def detail_chunks(keys: Iterable[StreamKey], expected_hours: int,
     not count is taken to fill every hour) — and QUERY_CHAR_BUDGET characters of query text (stream names run to
     512 characters)."""
     fixed = len(hours_query([]))
-    return pack(sorted(keys), lambda k: _hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, insights.MAX_ROWS,
+    return pack(sorted(keys), lambda k: hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, insights.MAX_ROWS,
                 weight=lambda k: min(expected_hours, max(1, live_hours.get(k, expected_hours))), max_weight=DETAIL_ROWS)
 
 
@@ -607,19 +459,3 @@ def _streams_named(chunk: list[str]) -> str:
     """The gap's words for a detail query's streams: how many, and the first (shortened: names are long)."""
     first = chunk[0] if len(chunk[0]) <= 80 else chunk[0][:77] + "..."
     return f" for {len(chunk)} stream(s) from {first!r}"
-
-
-def lifetime_start(nodes: list[NodeInfo], padded_start: datetime, lookback: timedelta) -> datetime:
-    """Kernel-stream identification looks back over node lifetimes (since launch), not just the window — but never
-    more than `lookback` before the padded window: a full read's cost grows with it (docs/DEPLOY.md), and a node
-    older than that is judged on the lines of the bounded span, with the bound said (rules/coverage.py)."""
-    launches = [n.launch_time for n in nodes if n.launch_time]
-    earliest = min(launches) if launches and len(launches) == len(nodes) else padded_start - lookback
-    return min(max(earliest, padded_start - lookback), padded_start)
-
-
-def deep_kernel_start(nodes: list[NodeInfo], lifetime: datetime, deep: timedelta) -> datetime | None:
-    """Where a full read's second look for older nodes starts (their earliest launch, at most `deep` before the
-    bounded lifetime start); None when no node launched before it."""
-    launches = [n.launch_time for n in nodes if n.launch_time and n.launch_time < lifetime]
-    return max(min(launches), lifetime - deep) if launches else None

@@ -26,17 +26,16 @@ from typing import Any, TextIO
 from gpuaudit.access import UserError, aws_for
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.insights import FINISHED
-from gpuaudit.collectors.logs import (
-    BOOT_ROWS,
-    DEEP_IDS_PER_QUERY,
+from gpuaudit.collectors.kernel_lookback import BOOT_ROWS, DEEP_IDS_PER_QUERY
+from gpuaudit.collectors.log_queries import (
     GPU_QUERY,
     JOB_QUERY,
     KERNEL_QUERY,
     STREAM_COUNTS,
     SUMMARY_QUERY,
-    detail_chunks,
     hours_query,
 )
+from gpuaudit.collectors.logs import detail_chunks
 from gpuaudit.collectors.stream_parts import ENDINGS, stream_part_filter
 from gpuaudit.domain.markers import boot_lines_query
 from gpuaudit.domain.streams import INSTANCE_ID

@@ -12,7 +12,7 @@ NCCL_MARKER = "NCCL (INFO|WARN)"
 # A collective that hung: PyTorch's NCCL watchdog line, and NCCL's own timeout (RULES §8 D, a hang).
 NCCL_TIMEOUT_MARKERS = ("collective operation timeout", "NCCL timeout")
 # Boot-time lines (RULES §2, §10 P11): Fabric Manager started, and the driver banner with its version. Logged once at
-# boot, often before the window, so they are searched since the node's launch (collectors/logs.py, bounded).
+# boot, often before the window, so they are searched since the node's launch (collectors/kernel_lookback.py, bounded).
 FABRIC_MANAGER_STARTED = ('Started "Nvidia Fabric Manager"', "Started NVIDIA fabric manager",
                           "is usable for NVLink subnet management")
 DRIVER_BANNER = "NVRM: loading NVIDIA UNIX"
@@ -44,7 +44,7 @@ def gpu_lines_query(limit: int) -> str:
 
 def boot_lines_query(instance_ids: list[str], limit: int) -> str:
     """The boot-time lines of the named nodes' streams, newest first: the query names only nodes whose window held
-    no such line, and its time range ends where the GPU-lines query began (collectors/logs.py)."""
+    no such line, and its time range ends where the GPU-lines query began (collectors/kernel_lookback.py)."""
     return (f"filter @logStream like /{'|'.join(instance_ids)}/ "
             f"| filter @message like /{'|'.join(BOOT_LINE_MARKERS)}/ "
             f"| fields @timestamp, @log, @logStream, @message | sort @timestamp desc | limit {limit}")

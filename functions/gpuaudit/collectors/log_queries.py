@@ -1,0 +1,63 @@
+"""The Logs Insights query texts of the log reads (collectors/logs.py, collectors/kernel_lookback.py), in one place
+so the reads, the conformance check (devtools/conformance.py) and the tests run the very same text: the GPU-lines and
+job-figures queries are built from the markers the rules match (domain/markers.py, domain/throughput.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+from gpuaudit.collectors.insights import MAX_ROWS
+from gpuaudit.domain.markers import NCCL_MARKER, NCCL_TIMEOUT_MARKERS, gpu_lines_query
+from gpuaudit.domain.throughput import job_figures_query
+
+
+def _quoted_insights(text: str) -> str:
+    """A Logs Insights string literal: single quotes when the text holds a double quote (no escapes needed)."""
+    return f"'{text}'" if '"' in text and "'" not in text else json.dumps(text)
+
+
+KERNEL_FILTER = 'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/'
+KERNEL_QUERY = f"{KERNEL_FILTER} | stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line by @log, @logStream"
+SUMMARY_QUERY = (
+    "stats count(*) as lines, min(@timestamp) as first, max(@timestamp) as last by @log, @logStream, bin(1h) as hour "
+    "| stats count(*) as live_hours, sum(lines) as total_lines, min(first) as first_event, max(last) as last_event "
+    "by @log, @logStream"
+)
+# How many rows the two per-stream reads return, in one query and one row: `streams` (a line: stream-summary rows)
+# and `kernel_streams` (a kernel line: kernel-streams rows). `strcontains` is the documented 1-or-0 substring test
+# (a query cannot test a regex per line), so the JSON form of KERNEL_FILTER is counted in its two usual spacings
+# only; a count is only a size, and a part it makes too big is read again in halves (`_Parts`).
+# `id_streams` / `kernel_id_streams`: those whose name holds "i-" (an instance ID, as a substring test sees it), so
+# the names without one, which ride with the first part, can be given parts of their own from the start.
+KERNEL_MARKERS = ("kernel:", '"_TRANSPORT":"kernel"', '"_TRANSPORT": "kernel"')
+_KERNEL_LINE = f"greatest({', '.join(f'strcontains(@message, {_quoted_insights(m)})' for m in KERNEL_MARKERS)})"
+_NAMED = 'strcontains(@logStream, "i-")'
+STREAM_COUNTS = (
+    f"fields {_KERNEL_LINE} as kernel_line, {_NAMED} as named, least({_KERNEL_LINE}, {_NAMED}) as kernel_named "
+    "| stats max(kernel_line) as kernel, max(named) as id, max(kernel_named) as kernel_id by @log, @logStream "
+    "| stats count(*) as streams, sum(kernel) as kernel_streams, sum(id) as id_streams, "
+    "sum(kernel_id) as kernel_id_streams by @log"
+)
+# The GPU evidence lines the rules match on (domain/markers.py), with the status streams' error lines.
+GPU_QUERY = gpu_lines_query(MAX_ROWS)
+# A training job's throughput and step-time lines (domain/throughput.py), and what makes a group a job's: NCCL's
+# own lines are printed by the training processes, so a group holding them holds the job's output.
+JOB_QUERY = job_figures_query(MAX_ROWS)
+JOB_LINE = re.compile("|".join((NCCL_MARKER, *NCCL_TIMEOUT_MARKERS)))
+
+
+def hours_query(streams: Iterable[str]) -> str:
+    """Detail bins for named streams; names are JSON-quoted, so no name can break out of the string."""
+    names = ", ".join(_quoted(s) for s in sorted(set(streams)))
+    return f"filter @logStream in [{names}] | stats count(*) as lines by @log, @logStream, bin(1h) as hour"
+
+
+def _quoted(stream: str) -> str:
+    return json.dumps(stream)
+
+
+def hours_query_cost(stream: str) -> int:
+    """Characters a stream adds to `hours_query`: its quoted name and the ", " before it."""
+    return len(_quoted(stream)) + 2
