@@ -28,16 +28,9 @@ from gpuaudit.collectors.stream_parts import Rows, holds_instance_id
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.history import HistoryUnreadable, close_gone_cluster, read_into, record
-from gpuaudit.model.evidence import (
-    NAMED_BY_OPERATOR,
-    AuditRequest,
-    ClusterInfo,
-    Evidence,
-    Gap,
-    KubeNode,
-    NodeInfo,
-)
+from gpuaudit.model.evidence import NAMED_BY_OPERATOR, AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
 from gpuaudit.model.history import CLUSTER_GONE, DEFAULT_LOOKBACK_DAYS, HistoryStore
+from gpuaudit.model.planned_reads import KubeNode
 from gpuaudit.model.result import Result
 from gpuaudit.progress import ProgressHook, Silent
 from gpuaudit.report.markdown import finalize

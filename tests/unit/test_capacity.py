@@ -15,7 +15,8 @@ from gpuaudit.domain.capacity import (
     lead_time,
     run_fit,
 )
-from gpuaudit.model.evidence import CapacityReservation, ClusterInfo, Evidence, NodeInfo, Window
+from gpuaudit.model.evidence import ClusterInfo, Evidence, NodeInfo, Window
+from gpuaudit.model.planned_reads import CapacityReservation
 
 NOW = datetime(2026, 10, 5, 5, 30, tzinfo=UTC)
 END = datetime(2026, 10, 6, 11, 30, tzinfo=UTC)  # Capacity Blocks end at 11:30 UTC

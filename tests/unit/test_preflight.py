@@ -18,32 +18,34 @@ from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import load_world, parse_world
 from gpuaudit.model.evidence import (
-    AlarmInfo,
     AuditRequest,
     CapabilityProfile,
-    CapacityReservation,
     ClusterInfo,
-    EventRuleInfo,
     Evidence,
+    GpuLine,
+    InstanceGroup,
+    KernelStream,
+    NodeInfo,
+    StreamActivity,
+    Window,
+)
+from gpuaudit.model.planned_reads import (
+    AlarmInfo,
+    CapacityReservation,
+    EventRuleInfo,
     ExtensionOffering,
     ExtensionOfferings,
     FileSystemInfo,
     GpuActivity,
-    GpuLine,
-    InstanceGroup,
     InstanceNetwork,
-    KernelStream,
     MetricPeak,
-    NodeInfo,
     Route,
     RouteTableInfo,
     SecurityGroupInfo,
     ServiceQuotaInfo,
     SgRule,
-    StreamActivity,
     SubnetInfo,
     TrainingPlanInfo,
-    Window,
 )
 from gpuaudit.model.result import Check, Result
 from gpuaudit.pipeline import run_audit

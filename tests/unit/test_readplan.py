@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from gpuaudit.domain import readplan
-from gpuaudit.model.evidence import AuditRequest, Evidence, PlannedRead, QuotaAsk
+from gpuaudit.model.evidence import AuditRequest, Evidence
+from gpuaudit.model.planned_reads import PlannedRead, QuotaAsk
 from gpuaudit.pipeline import collect
 from tests.unit.test_preflight import CR, NOW, WORLD, hyperpod, pcluster, reservation, result, world_aws
 

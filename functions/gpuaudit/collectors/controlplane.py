@@ -15,12 +15,11 @@ from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.preflight import file_system, named_lustre, saturation_peaks, scoped_file_systems
 from gpuaudit.collectors.trail import lookup_by_name
 from gpuaudit.domain.readplan import EVENT_SOURCE, next_read
-from gpuaudit.model.evidence import (
+from gpuaudit.model.evidence import Evidence, Gap
+from gpuaudit.model.planned_reads import (
     CapacityReservation,
     CloudTrailEvent,
     ClusterEvent,
-    Evidence,
-    Gap,
     HealthEvent,
     InstanceStatusInfo,
     PlannedRead,

@@ -27,7 +27,8 @@ from botocore.signers import RequestSigner
 
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.domain.kube_access import RBAC_MANIFEST, READER_GROUP, READER_ROLE
-from gpuaudit.model.evidence import Evidence, Gap, GapScope, KubeCondition, KubeEvent, KubeNode, PlannedRead
+from gpuaudit.model.evidence import Evidence, Gap, GapScope
+from gpuaudit.model.planned_reads import KubeCondition, KubeEvent, KubeNode, PlannedRead
 from gpuaudit.model.timeutil import parse_time
 
 NODES_PATH = "/api/v1/nodes"

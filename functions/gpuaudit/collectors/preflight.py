@@ -18,15 +18,14 @@ from gpuaudit.domain.capacity import (
     cluster_reservations,
 )
 from gpuaudit.domain.readplan import FSX_READINGS, FSX_SATURATION, GPU_POWER
-from gpuaudit.model.evidence import (
+from gpuaudit.model.evidence import Evidence, Gap
+from gpuaudit.model.planned_reads import (
     AlarmInfo,
     EventRuleInfo,
-    Evidence,
     ExtensionOffering,
     ExtensionOfferings,
     FileSystemInfo,
     FsxReading,
-    Gap,
     GpuActivity,
     InstanceNetwork,
     MetricPeak,

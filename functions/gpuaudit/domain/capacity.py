@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuaudit.domain.capability import is_ultraserver
-from gpuaudit.model.evidence import CapacityReservation, Evidence
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.planned_reads import CapacityReservation
 from gpuaudit.model.timeutil import iso
 
 DEFAULT_RUN_HOURS = (24.0, 48.0, 72.0)  # RULES §1: run length unknown → evaluate 24, 48 and 72 h

@@ -21,7 +21,8 @@ from gpuaudit.domain.capacity import (
     run_fit,
 )
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN, lookback
-from gpuaudit.model.evidence import AuditRequest, Evidence, OfferingAsk, PlannedRead, QuotaAsk, ReadSource
+from gpuaudit.model.evidence import AuditRequest, Evidence
+from gpuaudit.model.planned_reads import OfferingAsk, PlannedRead, QuotaAsk, ReadSource
 from gpuaudit.model.timeutil import floor_hour
 
 # Looked up by event name, never by instance ID: a HyperPod replace gives the node a new ID (RULES §5.7).

@@ -18,17 +18,15 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gpuaudit.model.frozen import Frozen
 
 DEFAULT_LOOKBACK_DAYS = 30
 MAX_SPAN = timedelta(days=7)  # a span is cut after a week: a read of [since - MAX_SPAN, until] sees every span
 # How the rules say what history found, in a node's verdict evidence and history line; the alerts read them too.
 ESCALATED = "escalated, not a new verdict"  # a REPLACE given by an earlier audit and not acted on
 FLAPPING = "flapping:"  # the verdict keeps changing across audits
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class HistoryXid(Frozen):

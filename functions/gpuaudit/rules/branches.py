@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
-from gpuaudit.model.evidence import CloudTrailEvent, Evidence, MetricPeak
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.planned_reads import CloudTrailEvent, MetricPeak
 from gpuaudit.model.result import (
     BRANCH_NAMES,
     Branch,

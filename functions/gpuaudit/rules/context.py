@@ -10,14 +10,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capability import is_accelerated
-from gpuaudit.model.evidence import (
-    CapacityReservation,
-    Evidence,
-    GpuLine,
-    InstanceGroup,
-    NodeInfo,
-    TrainingPlanInfo,
-)
+from gpuaudit.model.evidence import Evidence, GpuLine, InstanceGroup, NodeInfo
+from gpuaudit.model.planned_reads import CapacityReservation, TrainingPlanInfo
 from gpuaudit.model.result import NodeResult
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.xid import XID_CLASSES

@@ -4,7 +4,7 @@ pre-flight checks alike. Pure: no AWS, no clock."""
 
 from __future__ import annotations
 
-from gpuaudit.model.evidence import SecurityGroupInfo, SgRule
+from gpuaudit.model.planned_reads import SecurityGroupInfo, SgRule
 from gpuaudit.model.result import FindingStep, FindingStepStatus
 from gpuaudit.rules.actions import nodes_phrase
 from gpuaudit.rules.context import Context

@@ -12,7 +12,8 @@ from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
 from gpuaudit.domain.markers import BOOT_LINE, FABRIC_MANAGER_STARTED, NCCL_MARKER
 from gpuaudit.domain.nccl import NodeFabric, TransportLine, transport_of, transports
 from gpuaudit.domain.streams import HMA_PREFIX, NodeIndex, stream_node_ids
-from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, KubeNode, NodeInfo, StreamActivity
+from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo, StreamActivity
+from gpuaudit.model.planned_reads import KubeNode
 from gpuaudit.model.result import GpuError, NcclTransport, NodeResult, NodeSignals, Signal, Verdict
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.coverage import NodeCoverage

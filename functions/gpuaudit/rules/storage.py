@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from gpuaudit.model.evidence import Evidence, FsxReading, MetricPeak
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.planned_reads import FsxReading, MetricPeak
 from gpuaudit.model.timeutil import iso
 
 THROUGHPUT_METRICS = ("NetworkThroughputUtilization", "FileServerDiskThroughputUtilization", "DiskIopsUtilization")

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from gpuaudit.domain.capacity import lead_time
 from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
-from gpuaudit.model.evidence import CapacityReservation, CloudTrailEvent, Evidence
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import NodeResult, TimelineEntry
 
 if TYPE_CHECKING:

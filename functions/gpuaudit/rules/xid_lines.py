@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pydantic import ConfigDict
 
 from gpuaudit.domain.markers import FALLEN_OFF_BUS_MARKER
-from gpuaudit.model.evidence import Frozen
+from gpuaudit.model.frozen import Frozen
 
 
 class XidModel(Frozen):

@@ -10,9 +10,7 @@ from gpuaudit.domain.capacity import (
     extension_hours,
     run_fit,
 )
-from gpuaudit.model.evidence import (
-    ExtensionOffering,
-)
+from gpuaudit.model.planned_reads import ExtensionOffering
 from gpuaudit.model.result import Check
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.capacity import holding_for

@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gpuaudit.model.evidence import (
-    RouteTableInfo,
-)
+from gpuaudit.model.planned_reads import RouteTableInfo
 from gpuaudit.model.result import Check, NcclTransport
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.capacity import need_per_node
