@@ -7,7 +7,9 @@ Finish stores it, then the Verdict handler runs on it twice against the findings
 limits (gpuaudit/embedded/dynamodb_limits.py): the first audit of the cluster (empty table: every node's history
 and latest state written) and the next hourly audit (the same evidence an hour later: nothing changed). Per run it
 prints the DynamoDB calls by operation, the wall seconds, the process CPU seconds, moto's CPU seconds (DynamoDB's
-side of the calls, here in process) and the client CPU (process CPU less moto's), and the items the table holds after.
+side of the calls, here in process) and the client CPU (process CPU less moto's), the on-demand request units the calls are billed (a write unit per started KB of each item written, a read unit per
+started 4 KB a read returned, halved when eventually consistent: what docs/DEPLOY.md's DynamoDB row is computed
+from), and the items the table holds after.
 """
 
 from __future__ import annotations
@@ -37,16 +39,52 @@ from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 from gpuaudit import pipeline  # noqa: E402
 from gpuaudit.collectors.aws import Aws  # noqa: E402
 from gpuaudit.devtools.worldgen import WorldSpec, generate, write  # noqa: E402
+from gpuaudit.dynamo_batch import item_bytes  # noqa: E402
 from gpuaudit.model.evidence import AuditRequest, Evidence  # noqa: E402
 
 CALLS: Counter[str] = Counter()
+UNITS: dict[str, float] = {"write": 0, "read": 0}  # on-demand request units billed: "write" per 1 KB written, "read" per 4 KB read
 MOTO_S = [0.0]
+
+
+def _write_units(operation: str, params: dict[str, Any]) -> int:
+    """A write request unit per started KB of each item written (a delete: one); DynamoDB's own size rule."""
+    if operation == "PutItem":
+        return -(-item_bytes(params["Item"]) // 1024)
+    if operation == "UpdateItem":  # sized by the key and the values set: a lower bound of the item after
+        return max(1, -(-item_bytes({**params["Key"], **params.get("ExpressionAttributeValues", {})}) // 1024))
+    if operation == "DeleteItem":
+        return 1
+    if operation == "BatchWriteItem":
+        return sum(-(-item_bytes(r["PutRequest"]["Item"]) // 1024) if "PutRequest" in r else 1
+                   for requests in params["RequestItems"].values() for r in requests)
+    return 0
+
+
+def _read_units(operation: str, params: dict[str, Any], answer: dict[str, Any]) -> float:
+    """A read request unit per started 4 KB a Query or GetItem returns (half when eventually consistent); a Query
+    is sized by the items it returned as a whole, a GetItem by its item."""
+    half = 1.0 if params.get("ConsistentRead") else 0.5
+    if operation == "GetItem":
+        return half * max(1, -(-item_bytes(answer.get("Item", {})) // 4096))
+    if operation in ("Query", "Scan"):
+        return half * max(1, -(-sum(item_bytes(i) for i in answer.get("Items", [])) // 4096))
+    return 0.0
 
 
 def _counting(real: Callable[..., Any]) -> Callable[..., Any]:
     def call(client: Any, operation: str, params: Any) -> Any:
-        CALLS[f"{client.meta.service_model.service_name}:{operation}"] += 1
-        return real(client, operation, params)
+        service = client.meta.service_model.service_name
+        CALLS[f"{service}:{operation}"] += 1
+        answer = real(client, operation, params)
+        if service == "dynamodb":
+            # what was asked, not what moto kept: UnprocessedItems come back and are billed when written again
+            written = _write_units(operation, params)
+            if operation == "BatchWriteItem":
+                written -= _write_units(operation, {"RequestItems": answer.get("UnprocessedItems") or {}})
+            UNITS["write"] += written
+            UNITS["read"] += _read_units(operation, params, answer)
+        return answer
     return call
 
 
@@ -62,6 +100,7 @@ def _timing(real: Callable[..., Any]) -> Callable[..., Any]:
 
 def _run(given: dict[str, Any], label: str) -> dict[str, Any]:
     CALLS.clear()
+    UNITS.update(write=0, read=0)
     MOTO_S[0] = 0.0
     wall, cpu = time.perf_counter(), time.process_time()
     out = verdict.handler(given, LambdaContext())
@@ -70,6 +109,7 @@ def _run(given: dict[str, Any], label: str) -> dict[str, Any]:
     return {"audit": label, "dynamodb_calls": sum(dynamodb.values()), "by_operation": dynamodb,
             "wall_s": round(wall, 1), "process_cpu_s": round(cpu, 1), "moto_s": round(MOTO_S[0], 1),
             "client_cpu_s": round(max(0.0, cpu - MOTO_S[0]), 1), "items_written": out["findings"]["written"],
+            "write_request_units": UNITS["write"], "read_request_units": UNITS["read"],
             "alert_published": out["alert_published"]}
 
 
@@ -101,10 +141,11 @@ def run(nodes: int, days: float, kind: str) -> dict[str, Any]:
             runs = [_run(inputs[0], "first (empty table)")]
             clock[0] = world.now + timedelta(hours=1)
             runs.append(_run(inputs[1], "next hour (nothing changed)"))
-            pages = account.session.client("dynamodb").get_paginator("scan").paginate(TableName=TABLE, Select="COUNT")
+            pages = list(account.session.client("dynamodb").get_paginator("scan").paginate(TableName=TABLE))
             items = sum(page["Count"] for page in pages)
+            stored = sum(item_bytes(item) for page in pages for item in page["Items"])
     return {"nodes": nodes, "days": days, "kind": kind, "collect_s": round(collect_s, 1), "runs": runs,
-            "table_items_after": items}
+            "table_items_after": items, "table_bytes_after": stored}
 
 
 def main() -> None:
