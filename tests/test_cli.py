@@ -1,4 +1,4 @@
-"""The command line (cli.py): exit codes, messages that name the problem, clean output.
+"""The command line (cli/): exit codes, messages that name the problem, clean output.
 
 Exit codes: 0 audited (whatever the findings); 2 bad input, naming what; 3 the account or world
 could not be reached. A missing --world file is bad input (2): the user named a path that does not

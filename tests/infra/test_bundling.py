@@ -42,7 +42,7 @@ def test_local_bundling_installs_for_lambdas_platform_and_copies_the_packages(tm
     assert {"handlers/plan.py", "handlers/payload.py", "gpuaudit/pipeline.py", "gpuaudit/sinks.py",
             "gpuaudit/agent/server.py", "gpuaudit/agent/glossary.py", "gpuaudit/agent/deployed.py",
             "handlers/mcp_endpoint.py"} <= shipped
-    assert not [p for p in shipped if p.startswith(("gpuaudit/embedded/", "gpuaudit/cli.py", "gpuaudit/devtools/",
+    assert not [p for p in shipped if p.startswith(("gpuaudit/embedded/", "gpuaudit/cli/", "gpuaudit/devtools/",
                                                      "gpuaudit/__main__.py", "gpuaudit/agent/local_backend.py"))]
     assert (tmp_path / "gpuaudit/data/xid_catalog.json").exists()
     assert (tmp_path / "gpuaudit/data/VERDICTS.md").exists()  # the MCP explain tool's glossary

@@ -179,7 +179,7 @@ def test_offline_synth_ships_the_source_without_the_embedded_backend(synth: Synt
     (asset,) = [a for a in assets if (a / "handlers").is_dir()]
     shipped = {p.relative_to(asset).as_posix() for p in asset.rglob("*")}
     assert {"handlers/plan.py", "handlers/verdict.py", "gpuaudit/pipeline.py", "gpuaudit/data/xid_catalog.json"} <= shipped
-    assert not [p for p in shipped if p.startswith(("gpuaudit/embedded", "gpuaudit/worlds", "gpuaudit/cli.py"))
+    assert not [p for p in shipped if p.startswith(("gpuaudit/embedded", "gpuaudit/worlds", "gpuaudit/cli/"))
                 or "__pycache__" in p]
 
 

@@ -1,7 +1,7 @@
 """`gpuaudit mcp`'s backend: audits run in this process against an account (the CLI's AWS access rules) or a world
 file, results written under a directory, the local history (`--history DIR`) for latest findings and timelines.
 
-CLI-side (packaging.DEV_ONLY keeps it out of Lambda, like cli.py): it reuses the CLI's access and error handling so
+CLI-side (packaging.DEV_ONLY keeps it out of Lambda, like cli/): it reuses the CLI's access and error handling so
 a tool error says exactly what `gpuaudit audit` would print (exit 2 bad input, exit 3 unreachable).
 """
 

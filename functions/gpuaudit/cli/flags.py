@@ -1,0 +1,143 @@
+"""What each flag accepts: every value is checked before anything is read, and a bad one is named by its flag
+(exit 2, through UserError)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from datetime import date, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gpuaudit.access import UserError
+from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
+from gpuaudit.history import SQLITE_FILE
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.report.order import VERDICT_SEVERITY
+
+MODES = ("coverage", "incident", "preflight")
+FORMATS = ("md", "json", "html")
+REPORT_FORMATS = ("html", "md", "table", "ndjson", "csv")
+SCOPE, WINDOW, OUTPUT, GATES, ACCESS, PREFLIGHT, ADVANCED = (
+    "Scope", "Window", "Output", "Filters and CI gates", "AWS access", "Preflight", "Advanced")
+DEVELOPER = "Developer tools"
+
+
+DATE_PREFIX = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
+
+
+def _time_arg(value: str | None, flag: str) -> datetime | None:
+    if value is None:
+        return None
+    calendar = DATE_PREFIX.match(value.strip())
+    if calendar is not None:
+        try:
+            date(*(int(part) for part in calendar.groups()))
+        except ValueError:
+            raise UserError(f"{flag}: {calendar.group(0)} is not a date") from None
+    try:
+        parsed = parse_time(value)
+    except (ValueError, OverflowError):
+        lengths = " or a length" if flag == "--since" else ""
+        example = ", or 2h for two hours ago" if lengths else ""
+        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {value!r} (e.g. 2026-09-27T10:00:00Z{example})") from None
+    if not 1970 <= parsed.year <= 2100:
+        raise UserError(f"{flag}: {value!r} is outside the years 1970-2100")
+    return parsed
+
+
+def _positive(value: float | None, flag: str) -> float | None:
+    """A finite number above zero, or None when the flag was not given."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UserError(f"{flag} must be a finite number above 0; got {value}")
+    return value
+
+
+def _cache_path(path: Path | None) -> Path | None:
+    """--cache names a file of its own format (or a new file): never a directory, a world or anything else."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise UserError(f"--cache {path}: is a directory; give a file path")
+    if path.exists():
+        try:
+            with path.open("rb") as f:
+                head = f.read(4096).decode("utf-8", "replace")
+        except OSError as exc:
+            raise UserError(f"--cache {path}: cannot be read: {exc.strerror}") from None
+        if f'"format":"{CACHE_FORMAT}"' not in head.replace(" ", "") and head.strip():
+            raise UserError(f"--cache {path}: exists and is not a gpuaudit cache ({CACHE_FORMAT}); refusing to "
+                            "overwrite it")
+    return path
+
+
+def _history_dir(path: Path | None, must_exist: bool = False) -> Path | None:
+    """--history DIR: a directory for the local history (created when absent, unless reading it)."""
+    if path is None:
+        return None
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--history {path}: is not a directory (the history is kept as {SQLITE_FILE} inside it)")
+    if not path.exists():
+        if must_exist:
+            raise UserError(f"--history {path}: no such directory (no audit has written a history there)")
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise UserError(f"--history {path}: cannot create the directory: {exc.strerror}") from None
+    if not os.access(path, os.R_OK | (0 if must_exist else os.W_OK)):
+        raise UserError(f"--history {path}: not readable/writable")
+    return path
+
+
+def _out_path(path: Path | None, flag: str = "--out") -> Path | None:
+    if path is not None and (path.is_dir() or not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
+        raise UserError(f"{flag} {path}: cannot write there (directory, or a folder that does not exist or is not "
+                        "writable)")
+    return path
+
+
+def _out_dir(path: Path | None) -> Path | None:
+    """--out-dir DIR: created when absent (its parent must exist), never a file."""
+    if path is None:
+        return None
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out-dir {path}: is a file; give a directory")
+    if not path.exists():
+        try:
+            path.mkdir()
+        except OSError as exc:
+            raise UserError(f"--out-dir {path}: cannot create the directory: {exc.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise UserError(f"--out-dir {path}: not writable")
+    return path
+
+
+def _verdicts(value: str | None, flag: str) -> set[str]:
+    """A comma-separated verdict list, as typed: REPLACE,REBOOT; NOT_OBSERVABLE or not-observable for the spaced ones."""
+    if value is None:
+        return set()
+    chosen: set[str] = set()
+    for word in (w.strip() for w in value.split(",")):
+        if not word:
+            continue
+        verdict = re.sub(r"[_\-\s]+", " ", word).upper()
+        if verdict not in VERDICT_SEVERITY:
+            named = ", ".join(v.replace(" ", "_") for v in VERDICT_SEVERITY)
+            raise UserError(f"{flag}: {word!r} is not a verdict; use {named}")
+        chosen.add(verdict)
+    if not chosen:
+        raise UserError(f"{flag}: name at least one verdict")
+    return chosen
+
+
+FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances", "file_system_ids": "--filesystem"}  # request fields whose flag is named otherwise
+
+
+def _validation_message(exc: ValidationError) -> str:
+    def flag(loc: tuple[int | str, ...]) -> str:
+        head = FLAGS.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-")) if loc else "--?"
+        return head + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+
+    return "bad input: " + "; ".join(f"{flag(e['loc'])}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors())

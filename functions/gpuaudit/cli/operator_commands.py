@@ -1,0 +1,203 @@
+"""The commands around an audit's result: `report` (render a saved result), `explain` (a word of a report),
+`history` (fleet memory across audits) and `mcp` (the read-only tools served to an agent)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import TypeAdapter, ValidationError
+from rich.console import Console
+from rich.markup import escape as escape_markup
+
+from gpuaudit.access import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE, UserError, aws_for
+from gpuaudit.cli.flags import (
+    ACCESS,
+    FORMATS,
+    REPORT_FORMATS,
+    _cache_path,
+    _history_dir,
+    _out_dir,
+    _out_path,
+    _verdicts,
+)
+from gpuaudit.cli.stderr import _fail, err
+from gpuaudit.embedded.world import WorldError
+from gpuaudit.history import SQLITE_FILE, SqliteHistory
+from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.outputs import print_table, render
+from gpuaudit.report.escape import visible
+
+
+def emit(result: Result, fmt: str, out: Path | None) -> None:
+    """One output of `report`: a file (said on stderr) or stdout."""
+    text = render(result, fmt)
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        err.print(f"wrote {escape_markup(visible(str(out)))}", soft_wrap=True, highlight=False)
+    else:
+        sys.stdout.write(text)
+
+
+def report(
+    result_file: Annotated[Path, typer.Argument(metavar="RESULT.json", help="A result written by `audit --format json`")],
+    fmt: Annotated[str, typer.Option("--format", help="html | md | table | ndjson | csv")] = "html",
+    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
+) -> None:
+    """Render a saved result as an HTML or Markdown report, the terminal summary, or finding records."""
+    from pydantic import ValidationError
+
+    from gpuaudit.report.markdown import render
+
+    try:
+        if fmt not in REPORT_FORMATS:
+            raise UserError(f"--format must be one of {', '.join(REPORT_FORMATS)}; got {fmt!r}")
+        try:
+            text = result_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read {result_file}: {exc}") from None
+        try:
+            result = Result.model_validate_json(text)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "document"
+            raise UserError(f"{result_file} is not a gpuaudit result JSON ({exc.error_count()} error(s); "
+                            f"first at {where}: {first['msg']})") from None
+        if fmt == "md":
+            emit(result.model_copy(update={"report_markdown": render(result)}), "md", out)
+        elif fmt == "table" and out is None and Console().is_terminal:
+            print_table(Console(highlight=False, soft_wrap=True), result)
+        else:
+            emit(result, fmt, out)
+    except UserError as exc:
+        _fail(str(exc), exc.code)
+    except OSError as exc:
+        _fail(f"cannot write output: {exc}", EXIT_UNREACHABLE)
+
+
+def explain(
+    term: Annotated[str, typer.Argument(help="A verdict, label, Xid status, `RULES §7`, or an Xid code (`79`)")],
+) -> None:
+    """What a word of a report means: a verdict's bar, Proven vs Hypothesis, a `RULES §N` a report cites, an Xid
+    (the glossary docs/VERDICTS.md and the Xid catalog, shipped with the package)."""
+    from gpuaudit.agent.glossary import explain as glossary_explain
+    from gpuaudit.agent.glossary import terms
+
+    entries = glossary_explain(term)
+    if not entries:
+        _fail(f"{term!r} is not in the glossary; terms: {', '.join(terms())}", EXIT_BAD_INPUT)
+    for e in entries:
+        sys.stdout.write(f"{e.term} ({e.section}): {e.meaning}\n")
+
+
+def history_command(
+    cluster: Annotated[str | None, typer.Option(help="Cluster name, as the audits named it")] = None,
+    node: Annotated[str | None, typer.Option(help="One node, i-…: its timeline only")] = None,
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="The directory `gpuaudit audit --history DIR` keeps its history in")] = None,
+    days: Annotated[int, typer.Option(help="Look-back in days, ending at the cluster's latest recorded audit")] = 30,
+    fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
+    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
+    verdict: Annotated[str | None, typer.Option(
+        help="Only nodes that an audit gave one of these verdicts, or with one open, e.g. REBOOT,NOT_OBSERVABLE")] = None,
+    open_only: Annotated[bool, typer.Option(
+        "--open", help="Only nodes with an action still open (REPLACE, REBOOT or NOT OBSERVABLE not shown done)")] = False,
+    changed: Annotated[bool, typer.Option(
+        "--changed", help="Only nodes whose verdict changed in the look-back (or whose action was done)")] = False,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="Also list and draw the steady nodes (nothing open, no change), and every timeline")] = False,
+) -> None:
+    """Each node across audits, worst first, leading with the actions still open: verdicts, hardware-class Xids,
+    reboots, coverage (fleet memory)."""
+
+    from gpuaudit.history import HistoryUnreadable, render_history
+    from gpuaudit.model.evidence import InstanceId
+
+    try:
+        if not cluster or not cluster.strip():
+            raise UserError("--cluster is required (the cluster name the audits used)")
+        if node is not None:
+            try:
+                TypeAdapter(InstanceId).validate_python(node)
+            except ValidationError:
+                raise UserError(f"--node must be an instance ID like i-0123456789abcdef0; got {node!r}") from None
+        if fmt not in FORMATS:
+            raise UserError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+        if not 1 <= days <= 3650:
+            raise UserError(f"--days must be between 1 and 3650; got {days}")
+        verdicts = frozenset(_verdicts(verdict, "--verdict"))
+        if history is None:
+            raise UserError("--history DIR is required: the directory `gpuaudit audit --history DIR` wrote")
+        directory = _history_dir(history, must_exist=True)
+        if directory is None or not (directory / SQLITE_FILE).is_file():
+            raise UserError(f"--history {history}: holds no gpuaudit history ({SQLITE_FILE} not found)")
+        out = _out_path(out)
+        store = SqliteHistory(directory)
+        try:
+            everything = store.read(cluster, [node] if node else None, parse_time("1970-01-01T00:00:00Z"),
+                                    parse_time("2100-01-01T00:00:00Z"))
+        except HistoryUnreadable as exc:
+            raise UserError(f"--history {history}: {exc}", EXIT_UNREACHABLE) from None
+        if not everything.spans:
+            flag = f"--node {node}" if node else f"--cluster {cluster}"
+            raise UserError(f"{flag}: no audit of it is recorded in --history {history}")
+        text = render_history(everything, cluster, fmt, days, verdicts=verdicts, open_only=open_only,
+                              changed=changed, show_all=show_all or bool(node))
+        if out is not None:
+            out.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+            err.print(f"wrote {out}")
+        else:
+            sys.stdout.write(text.rstrip("\n") + "\n")
+    except UserError as exc:
+        _fail(str(exc), exc.code)
+    except OSError as exc:
+        _fail(f"cannot write output: {exc}", EXIT_BAD_INPUT)
+
+
+def mcp(
+    world: Annotated[Path | None, typer.Option(help="Serve a world file (a frozen account) instead of AWS")] = None,
+    profile: Annotated[str | None, typer.Option(
+        help="AWS profile (default: AWS_PROFILE, then the default chain)", rich_help_panel=ACCESS)] = None,
+    region: Annotated[str | None, typer.Option(
+        help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then the profile's; a world's own)",
+        rich_help_panel=ACCESS)] = None,
+    role_arn: Annotated[str | None, typer.Option(help="Audit another account through its read-only role",
+                                                 rich_help_panel=ACCESS)] = None,
+    external_id: Annotated[str | None, typer.Option(help="External ID the read-only role requires",
+                                                    rich_help_panel=ACCESS)] = None,
+    results_dir: Annotated[Path, typer.Option(
+        "--results-dir", help="Where each audit's result JSON and HTML report are written (<cluster>/<audit_id>.*)")
+    ] = Path("~/.gpuaudit/results"),
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="Fleet memory: the local history audits read and add to, and latest_findings/node_history "
+                          "read (default: off)")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Incremental audits: the coverage cache file")] = None,
+) -> None:
+    """Serve gpuaudit's read-only tools to an MCP client over stdio (Claude Desktop, VS Code, any agent)."""
+    try:
+        if world is not None and profile is not None:
+            raise UserError("--profile applies to AWS accounts, not to --world")
+        if role_arn and world is not None:
+            raise UserError("--role-arn applies to AWS accounts, not to --world")
+        directory = results_dir.expanduser()
+        _out_dir(directory) if directory.parent.is_dir() else directory.mkdir(parents=True, exist_ok=True)
+        history = _history_dir(history.expanduser() if history else None)
+        if world is not None:
+            aws_for(world, region)  # a bad world or region is said now, not on the first tool call
+        from gpuaudit.agent.local_backend import LocalBackend
+        from gpuaudit.agent.server import build_server
+
+        backend = LocalBackend(results_dir=directory, world=world, profile=profile, region=region, role_arn=role_arn,
+                               external_id=external_id, history_dir=history, cache=_cache_path(cache))
+        build_server(backend).run("stdio")
+    except UserError as exc:
+        _fail(str(exc), exc.code)
+    except WorldError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except OSError as exc:
+        _fail(f"--results-dir {results_dir}: {exc}", EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
