@@ -100,9 +100,9 @@ def _measured(name: str, step: Callable[[], Any], rows: list[dict[str, Any]]) ->
 def _memoise_insights(mp: pytest.MonkeyPatch) -> None:
     """The embedded backend's query answers kept by (query, groups, time range): a second StartQuery of the same
     query allocates nothing in the evaluator, as a Lambda allocates nothing for the work Logs Insights does."""
-    from gpuaudit.embedded import backend
+    from gpuaudit.embedded.responders import logs
 
-    real_input, real_run = backend.query_input, backend.insights.run_query
+    real_input, real_run = logs.query_input, logs.insights.run_query
     answers: dict[tuple[Any, ...], Any] = {}
 
     def deferred_input(world: Any, names: list[str], low: int, high: int) -> tuple[Any, ...]:
@@ -114,8 +114,8 @@ def _memoise_insights(mp: pytest.MonkeyPatch) -> None:
             answers[key] = real_run(query, real_input(given[0], list(given[1]), given[2], given[3]), *args, **kwargs)
         return answers[key]
 
-    mp.setattr(backend, "query_input", deferred_input)
-    mp.setattr(backend.insights, "run_query", answer)
+    mp.setattr(logs, "query_input", deferred_input)
+    mp.setattr(logs.insights, "run_query", answer)
 
 
 def _drop_coverage_cache(account: Any) -> None:

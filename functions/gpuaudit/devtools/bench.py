@@ -272,8 +272,8 @@ def _answer_sizes(result: Any) -> dict[str, int]:
 
 def _group_volume(world: Any, group: str, start_ms: int, end_ms: int) -> tuple[int, int]:
     """Records and bytes of a whole log group in [start_ms, end_ms]: what one Logs Insights query over it scans."""
-    from gpuaudit.embedded.backend import query_input
     from gpuaudit.embedded.insights import LogRun
+    from gpuaudit.embedded.responders.logs import query_input
 
     records = size = 0
     for item in query_input(world, [group], start_ms, end_ms):
@@ -292,7 +292,9 @@ def install_stream_pushdown(backend: Any, session: Any) -> None:
     from botocore.awsrequest import AWSResponse
 
     from gpuaudit.embedded import insights
-    from gpuaudit.embedded.backend import PARAMS_KEY, RunningQuery, query_input
+    from gpuaudit.embedded.backend import PARAMS_KEY
+    from gpuaudit.embedded.responders.logs import query_input
+    from gpuaudit.embedded.responders.registry import RunningQuery
 
     volumes: dict[tuple[str, int, int], tuple[int, int]] = {}
 

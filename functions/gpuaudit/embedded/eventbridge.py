@@ -1,5 +1,5 @@
 """Amazon EventBridge's PutEvents, as strict as AWS where the publisher depends on it (issue #38): the stand-in the
-world backend answers the product's own `events:PutEvents` with (embedded/backend.py).
+world backend answers the product's own `events:PutEvents` with (embedded/responders/events.py).
 
 Modelled (EventBridge API reference, PutEvents and PutEventsResultEntry; User Guide, "Calculating PutEvents event
 entry size"):

@@ -46,8 +46,8 @@ DEFAULT_LOGS_CONCURRENT_QUERIES = 30
 MAX_FAULT_COUNT = 1_000_000  # `times` / `after`: beyond any audit's call count
 MAX_ERRORS_SHOWN = 20
 
-# The services the embedded backend answers, as botocore names them (backend.RESPONDERS; a test keeps the two
-# equal). A fault naming another service could never fire.
+# The services the embedded backend answers, as botocore names them (responders/registry.RESPONDERS; a test keeps
+# the two equal). A fault naming another service could never fire.
 SERVED_SERVICES = ("sagemaker", "ec2", "logs", "cloudtrail", "cloudwatch", "fsx", "events", "health",
                    "service-quotas", "eks", "kubernetes")
 # Behaviour faults: a Logs Insights query that ends with this status instead of Complete.
