@@ -21,26 +21,38 @@ nodes stop shipping kernel messages at a random hour inside the window (their sl
 streams keep going, the trap RULES §4 warns about). Xids arrive at `xid_rate` per node-day while a
 node's kernel stream is live, with a realistic mix of codes; on HyperPod the health agent reports
 the ones it acts on.
+
+The nodes as planned and their identifiers are in worldgen_fleet.py; what EC2 describes of them (instance
+types, instances with their interfaces and volumes, the network) in worldgen_ec2.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from gpuaudit.model.timeutil import floor_hour, parse_time
+from gpuaudit.devtools.worldgen_ec2 import (
+    GPU_TYPES,
+    SG,
+    SUBNET_COMPUTE,
+    SUBNET_HEAD,
+    VPC,
+    cpu_instance_type,
+    derived,
+    ec2_instance,
+    gpu_instance_type,
+)
+from gpuaudit.devtools.worldgen_fleet import ACCOUNT, REGION, Ids, Node
+from gpuaudit.model.timeutil import floor_hour, iso, parse_time
 
 Kind = Literal["parallelcluster", "hyperpod"]
 KINDS: tuple[str, ...] = ("parallelcluster", "hyperpod")
 
 FORMAT = "gpu-audit-world/1"
-ACCOUNT = "111122223333"  # the documented example account
-REGION = "us-west-2"
 NOW = "2026-10-01T18:26:00Z"
 EVERY_S = 300
 PIPELINE = "training-logs"
@@ -68,30 +80,6 @@ HMA_ACTION: dict[int, tuple[str, str | None]] = {
 }
 
 
-@dataclass(frozen=True)
-class GpuType:
-    name: str
-    gpu: str
-    gpu_count: int
-    gpu_mib: int
-    vcpus: int
-    memory_mib: int
-    efa_max: int
-    network_cards: int
-    card_gbps: float
-    network: str
-    disks: tuple[int, int]  # (count, size GB)
-    cpu: str
-
-
-GPU_TYPES: dict[str, GpuType] = {
-    "p5.48xlarge": GpuType("p5.48xlarge", "H100", 8, 81559, 192, 2097152, 32, 32, 100.0, "3200 Gigabit",
-                           (8, 3800), "AMD"),
-    "p5en.48xlarge": GpuType("p5en.48xlarge", "H200", 8, 143771, 192, 2097152, 16, 16, 200.0, "3200 Gigabit",
-                             (8, 3800), "Intel"),
-    "p4d.24xlarge": GpuType("p4d.24xlarge", "A100", 8, 40960, 96, 1179648, 4, 4, 100.0, "4x 100 Gigabit",
-                            (8, 1000), "Intel"),
-}
 
 
 @dataclass(frozen=True)
@@ -132,50 +120,12 @@ class WorldSpec:
         return round(self.silent_fraction * self.nodes)
 
 
-@dataclass
-class _Node:
-    index: int
-    instance_id: str
-    ip: str
-    launch: datetime
-    role: str  # head | compute | controller
-    group: str | None
-    instance_type: str
-    silent_at: datetime | None = None
-    xids: list[tuple[datetime, int, str]] | None = None  # (time, code, message without host prefix)
-
-    @property
-    def host(self) -> str:
-        return "ip-" + self.ip.replace(".", "-")
-
-    @property
-    def dns(self) -> str:
-        return f"{self.host}.{REGION}.compute.internal"
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _ms(t: datetime) -> int:
     return int(t.timestamp() * 1000)
 
 
-class _Ids:
-    """Unique AWS-style identifiers from one seeded generator."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng, self.seen = rng, set[str]()
-
-    def hex(self, prefix: str, digits: int = 17) -> str:
-        while True:
-            value = f"{prefix}{self.rng.getrandbits(4 * digits):0{digits}x}"
-            if value not in self.seen:
-                self.seen.add(value)
-                return value
-
-    def alnum(self, n: int) -> str:
-        return "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(n))
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -216,18 +166,18 @@ def _xid_text(rng: random.Random, code: int) -> str:
     return head + detail
 
 
-def _plan_nodes(spec: WorldSpec, rng: random.Random, ids: _Ids, created: datetime,
-                window_start: datetime, now: datetime) -> list[_Node]:
-    nodes: list[_Node] = []
+def _plan_nodes(spec: WorldSpec, rng: random.Random, ids: Ids, created: datetime,
+                window_start: datetime, now: datetime) -> list[Node]:
+    nodes: list[Node] = []
     pcluster = spec.kind == "parallelcluster"
     head_role = "head" if pcluster else "controller"
-    nodes.append(_Node(0, ids.hex("i-0", 16), "10.20.1.24", created + timedelta(minutes=5), head_role,
+    nodes.append(Node(0, ids.hex("i-0", 16), "10.20.1.24", created + timedelta(minutes=5), head_role,
                        None if pcluster else "controller", HEAD_TYPE if pcluster else CONTROLLER_TYPE))
     for i in range(spec.nodes):
         ip = f"10.20.{32 + i // 250}.{4 + i % 250}"
         launch = created + timedelta(minutes=15, seconds=rng.randint(0, 12 * 3600))
         group = "compute-p5" if pcluster else f"worker-{i // NODES_PER_GROUP + 1:02d}"
-        nodes.append(_Node(i + 1, ids.hex("i-0", 16), ip, launch, "compute", group, spec.instance_type))
+        nodes.append(Node(i + 1, ids.hex("i-0", 16), ip, launch, "compute", group, spec.instance_type))
     compute = nodes[1:]
     # Silent nodes: their kernel stream stops at a random hour inside the window, leaving at least two
     # whole empty hours before `now` so the gap is real, not late delivery.
@@ -251,7 +201,7 @@ def _plan_nodes(spec: WorldSpec, rng: random.Random, ids: _Ids, created: datetim
     return nodes
 
 
-def _boot_lines(node: _Node, gpu: bool) -> list[list[Any]]:
+def _boot_lines(node: Node, gpu: bool) -> list[list[Any]]:
     t = _ms(node.launch)
     h = node.host
     lines = [
@@ -275,10 +225,10 @@ def _boot_lines(node: _Node, gpu: bool) -> list[list[Any]]:
 def _periodic(start: datetime, end: datetime, message: str) -> list[dict[str, Any]]:
     if end <= start:
         return []
-    return [{"from": _iso(start), "to": _iso(end), "every_s": EVERY_S, "message": message}]
+    return [{"from": iso(start), "to": iso(end), "every_s": EVERY_S, "message": message}]
 
 
-def _kernel_stream(name: str, node: _Node, now: datetime, creation: int) -> dict[str, Any]:
+def _kernel_stream(name: str, node: Node, now: datetime, creation: int) -> dict[str, Any]:
     """The node's syslog as shipped: boot lines, liveness every 300 s until it goes silent, Xids."""
     gpu = node.role == "compute"
     events = _boot_lines(node, gpu)
@@ -297,157 +247,12 @@ def _simple_stream(name: str, creation: int, first: list[list[Any]], start: date
             "periodic": _periodic(start, end, message)}
 
 
-def _gpu_instance_type(t: GpuType) -> dict[str, Any]:
-    count, size = t.disks
-    return {
-        "InstanceType": t.name, "CurrentGeneration": True,
-        "SupportedUsageClasses": ["capacity-block", "on-demand", "spot"],
-        "SupportedRootDeviceTypes": ["ebs"], "SupportedVirtualizationTypes": ["hvm"], "BareMetal": False,
-        "Hypervisor": "nitro",
-        "ProcessorInfo": {"SupportedArchitectures": ["x86_64"], "Manufacturer": t.cpu},
-        "VCpuInfo": {"DefaultVCpus": t.vcpus, "DefaultCores": t.vcpus // 2, "DefaultThreadsPerCore": 2},
-        "MemoryInfo": {"SizeInMiB": t.memory_mib},
-        "InstanceStorageSupported": True,
-        "InstanceStorageInfo": {"TotalSizeInGB": count * size, "Disks": [{"SizeInGB": size, "Count": count,
-                                                                          "Type": "ssd"}],
-                                "NvmeSupport": "required", "EncryptionSupport": "required"},
-        "NetworkInfo": {
-            "NetworkPerformance": t.network, "MaximumNetworkInterfaces": 2 * t.network_cards,
-            "MaximumNetworkCards": t.network_cards, "DefaultNetworkCardIndex": 0,
-            "NetworkCards": [{"NetworkCardIndex": i, "NetworkPerformance": f"{t.card_gbps:g} Gigabit",
-                              "MaximumNetworkInterfaces": 2, "BaselineBandwidthInGbps": t.card_gbps,
-                              "PeakBandwidthInGbps": t.card_gbps} for i in range(t.network_cards)],
-            "Ipv4AddressesPerInterface": 50, "Ipv6Supported": True, "EnaSupport": "required",
-            "EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": t.efa_max},
-            "EncryptionInTransitSupported": True, "EnaSrdSupported": True},
-        "GpuInfo": {"Gpus": [{"Name": t.gpu, "Manufacturer": "NVIDIA", "Count": t.gpu_count,
-                              "MemoryInfo": {"SizeInMiB": t.gpu_mib}}],
-                    "TotalGpuMemoryInMiB": t.gpu_count * t.gpu_mib},
-        "PlacementGroupInfo": {"SupportedStrategies": ["cluster", "partition", "spread"]},
-        "SupportedBootModes": ["legacy-bios", "uefi"],
-    }
-
-
-def _cpu_instance_type(name: str) -> dict[str, Any]:
-    return {"InstanceType": name, "CurrentGeneration": True, "Hypervisor": "nitro",
-            "ProcessorInfo": {"SupportedArchitectures": ["x86_64"], "Manufacturer": "Intel"},
-            "VCpuInfo": {"DefaultVCpus": 8, "DefaultCores": 4, "DefaultThreadsPerCore": 2},
-            "MemoryInfo": {"SizeInMiB": 32768}, "InstanceStorageSupported": False,
-            "NetworkInfo": {"NetworkPerformance": "Up to 10 Gigabit", "MaximumNetworkInterfaces": 4,
-                            "MaximumNetworkCards": 1, "Ipv4AddressesPerInterface": 15, "EnaSupport": "required",
-                            "EfaSupported": False}}
-
-
-_VPC = "vpc-0a1b2c3d4e5f60718"
-_SUBNET_HEAD = "subnet-0e6170b86449c2d45"
-_SUBNET_COMPUTE = "subnet-024dbe437aef9d7eb"
-_SG = "sg-0c6c57aa6bccdbb0d"
-
-
-def _derived(kind: str, seed: str, digits: int = 17) -> str:
-    """An identifier derived from the instance's own (hash, not the generator's random stream): the attributes
-    DescribeInstances adds per interface and volume leave the rest of a seeded world byte for byte as it was."""
-    return hashlib.blake2b(f"{kind}/{seed}".encode(), digest_size=16).hexdigest()[:digits]
-
-
-def _mac(seed: str) -> str:
-    raw = _derived("mac", seed, 10)
-    return "0a:" + ":".join(raw[i:i + 2] for i in range(0, 10, 2))
-
-
-def _interface(node: _Node, card: int, kind: str, eni: str, subnet: str, group: dict[str, str],
-               with_address: bool) -> dict[str, Any]:
-    """One network interface as DescribeInstances returns it (a p5.48xlarge carries 32, one per network card)."""
-    seed = f"{node.instance_id}/{card}"
-    attach = _iso(node.launch)
-    interface: dict[str, Any] = {
-        "Attachment": {"AttachTime": attach, "AttachmentId": f"eni-attach-0{_derived('attach', seed, 16)}",
-                       "DeleteOnTermination": True, "DeviceIndex": 0 if card == 0 else 1, "Status": "attached",
-                       "NetworkCardIndex": card, "EnaQueueCount": 32 if card == 0 else 8},
-        "Description": "" if card == 0 else f"EFA interface {card} of {node.instance_id}",
-        "Groups": [group], "Ipv6Addresses": [], "MacAddress": _mac(seed), "NetworkInterfaceId": eni,
-        "OwnerId": ACCOUNT, "SourceDestCheck": True, "Status": "in-use", "SubnetId": subnet, "VpcId": _VPC,
-        "InterfaceType": kind, "Operator": {"Managed": False}}
-    if with_address:
-        ip = node.ip if card == 0 else f"10.21.{(node.index * 32 + card) // 250 % 250}.{(node.index * 32 + card) % 250 + 4}"
-        dns = node.dns if card == 0 else f"ip-{ip.replace('.', '-')}.{REGION}.compute.internal"
-        interface.update({"PrivateDnsName": dns, "PrivateIpAddress": ip, "PrivateIpAddresses": [
-            {"Primary": True, "PrivateDnsName": dns, "PrivateIpAddress": ip}]})
-    return interface
-
-
-def _block_devices(node: _Node, head: bool) -> list[dict[str, Any]]:
-    """The EBS volumes (root, and a shared /home on the head node); instance-store NVMe disks are not listed."""
-    names = ["/dev/xvda", "/dev/sdb"] if head else ["/dev/xvda"]
-    return [{"DeviceName": name, "Ebs": {"AttachTime": _iso(node.launch), "DeleteOnTermination": name == "/dev/xvda",
-                                         "Status": "attached",
-                                         "VolumeId": f"vol-0{_derived('vol', f'{node.instance_id}/{name}', 16)}"}}
-            for name in names]
-
-
-def _ec2_instance(node: _Node, spec: WorldSpec, ids: _Ids, reservation: str | None) -> dict[str, Any]:
-    cluster = spec.cluster_name
-    head = node.role == "head"
-    subnet = _SUBNET_HEAD if head else _SUBNET_COMPUTE
-    tags = [{"Key": "parallelcluster:cluster-name", "Value": cluster},
-            {"Key": "parallelcluster:node-type", "Value": "HeadNode" if head else "Compute"},
-            {"Key": "parallelcluster:version", "Value": "3.13.0"},
-            {"Key": "parallelcluster:attributes", "Value": "alinux2023, slurm, 3.13.0, x86_64"},
-            {"Key": "Name", "Value": "HeadNode" if head else "Compute"},
-            {"Key": "aws:ec2launchtemplate:id", "Value": f"lt-0{_derived('lt', cluster + str(head), 16)}"},
-            {"Key": "aws:ec2launchtemplate:version", "Value": "1"},
-            {"Key": "parallelcluster:filesystem", "Value": "efs=0, multiebs=0, raid=0, fsxlustre=1, fsxontap=0, "
-                                                          "fsxopenzfs=0, filecache=0"}]
-    if not head:
-        tags += [{"Key": "parallelcluster:queue-name", "Value": "gpu"},
-                 {"Key": "parallelcluster:compute-resource-name", "Value": node.group or "compute-p5"},
-                 {"Key": "aws:ec2:fleet-id", "Value": f"fleet-{_derived('fleet', cluster, 8)}-"
-                                                       f"{_derived('fleet', cluster + '/1', 4)}-"
-                                                       f"{_derived('fleet', cluster + '/2', 12)}"}]
-    group = {"GroupId": _SG, "GroupName": f"{cluster}-sg"}
-    interfaces = [_interface(node, 0, "interface" if head else "efa", ids.hex("eni-0", 16), subnet, group, True)]
-    if not head:
-        # Card 0 carries the node's address; the other cards' EFA-only interfaces carry RDMA traffic alone.
-        interfaces += [_interface(node, card, "efa-only", ids.hex("eni-0", 16), subnet, group, False)
-                       for card in range(1, GPU_TYPES[spec.instance_type].efa_max)]
-    instance: dict[str, Any] = {
-        "AmiLaunchIndex": 0, "ImageId": "ami-0732881584d8c4fa2", "InstanceId": node.instance_id,
-        "InstanceType": node.instance_type, "LaunchTime": _iso(node.launch),
-        "Monitoring": {"State": "disabled"},
-        "Placement": {"AvailabilityZone": "us-west-2b", "AvailabilityZoneId": "usw2-az2", "Tenancy": "default",
-                      "GroupName": "" if head else f"{cluster}-gpu-placement"},
-        "PrivateDnsName": node.dns, "PrivateIpAddress": node.ip, "ProductCodes": [], "PublicDnsName": "",
-        "State": {"Code": 16, "Name": "running"}, "StateTransitionReason": "", "SubnetId": subnet, "VpcId": _VPC,
-        "Architecture": "x86_64", "BlockDeviceMappings": _block_devices(node, head),
-        "ClientToken": f"fleet-{_derived('token', node.instance_id, 32)}", "EbsOptimized": not head,
-        "EnaSupport": True, "Hypervisor": "nitro" if not head else "xen",
-        "IamInstanceProfile": {"Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/parallelcluster/{cluster}/"
-                                      f"{cluster}-{'HeadNode' if head else 'ComputeNode'}",
-                               "Id": "AIPA" + _derived("profile", cluster + str(head), 17).upper()},
-        "NetworkInterfaces": interfaces, "RootDeviceName": "/dev/xvda", "RootDeviceType": "ebs",
-        "SecurityGroups": [group], "SourceDestCheck": True, "Tags": tags, "VirtualizationType": "hvm",
-        "CpuOptions": {"CoreCount": 48 if not head else 4, "ThreadsPerCore": 2},
-        "CapacityReservationSpecification": {"CapacityReservationPreference": "open"},
-        "HibernationOptions": {"Configured": False},
-        "MetadataOptions": {"State": "applied", "HttpTokens": "required", "HttpPutResponseHopLimit": 1,
-                            "HttpEndpoint": "enabled", "HttpProtocolIpv6": "disabled", "InstanceMetadataTags": "disabled"},
-        "EnclaveOptions": {"Enabled": False}, "BootMode": "uefi-preferred", "PlatformDetails": "Linux/UNIX",
-        "UsageOperation": "RunInstances", "UsageOperationUpdateTime": _iso(node.launch),
-        "PrivateDnsNameOptions": {"HostnameType": "ip-name", "EnableResourceNameDnsARecord": False,
-                                  "EnableResourceNameDnsAAAARecord": False},
-        "MaintenanceOptions": {"AutoRecovery": "default"}, "CurrentInstanceBootMode": "uefi"}
-    if reservation and not head:
-        instance["CapacityReservationId"] = reservation
-        instance["CapacityReservationSpecification"] = {"CapacityReservationTarget": {
-            "CapacityReservationId": reservation}}
-        instance["InstanceLifecycle"] = "capacity-block"
-    return instance
 
 
 def generate(spec: WorldSpec) -> dict[str, Any]:
     """A world for `spec`, as the JSON-ready dict a world file holds."""
     rng = random.Random(spec.seed)
-    ids = _Ids(rng)
+    ids = Ids(rng)
     now = parse_time(spec.now)
     window_start = now - timedelta(days=spec.days)
     created = floor_hour(window_start - timedelta(days=2))
@@ -456,25 +261,25 @@ def generate(spec: WorldSpec) -> dict[str, Any]:
     world: dict[str, Any] = {"format": FORMAT, "now": spec.now, "account_id": ACCOUNT, "region": REGION}
     if spec.kind == "parallelcluster":
         _parallelcluster(world, spec, nodes, ids, created, now)
-        types = [_cpu_instance_type(HEAD_TYPE), _gpu_instance_type(gpu)]
+        types = [cpu_instance_type(HEAD_TYPE), gpu_instance_type(gpu)]
     else:
         _hyperpod(world, spec, nodes, ids, created, now)
-        types = [_cpu_instance_type(CONTROLLER_TYPE), _gpu_instance_type(gpu)]
+        types = [cpu_instance_type(CONTROLLER_TYPE), gpu_instance_type(gpu)]
     world.setdefault("ec2", {})["instance_types"] = types
     world["ec2"]["subnets"] = [
-        {"SubnetId": s, "VpcId": _VPC, "AvailabilityZone": "us-west-2b", "AvailabilityZoneId": "usw2-az2",
+        {"SubnetId": s, "VpcId": VPC, "AvailabilityZone": "us-west-2b", "AvailabilityZoneId": "usw2-az2",
          "CidrBlock": c, "AvailableIpAddressCount": a, "State": "available"}
-        for s, c, a in ((_SUBNET_HEAD, "10.20.1.0/24", 240), (_SUBNET_COMPUTE, "10.20.32.0/19", 8000))]
+        for s, c, a in ((SUBNET_HEAD, "10.20.1.0/24", 240), (SUBNET_COMPUTE, "10.20.32.0/19", 8000))]
     world["ec2"]["security_groups"] = [
-        {"GroupId": _SG, "GroupName": f"{spec.cluster_name}-sg", "VpcId": _VPC,
+        {"GroupId": SG, "GroupName": f"{spec.cluster_name}-sg", "VpcId": VPC,
          "Description": "cluster nodes (EFA needs all traffic to and from itself)",
-         "IpPermissions": [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": _SG}]}],
-         "IpPermissionsEgress": [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": _SG}],
+         "IpPermissions": [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": SG}]}],
+         "IpPermissionsEgress": [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": SG}],
                                   "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]}]
     return world
 
 
-def _customer_kernel_group(spec: WorldSpec, nodes: list[_Node], created: datetime, now: datetime) -> dict[str, Any]:
+def _customer_kernel_group(spec: WorldSpec, nodes: list[Node], created: datetime, now: datetime) -> dict[str, Any]:
     name = f"/aws/{PIPELINE}/{spec.cluster_name}/kernel"
     streams = [_kernel_stream(n.dns if spec.host_named else f"{n.dns}-{n.instance_id}", n, now, _ms(n.launch) + 95_000)
                for n in nodes]
@@ -482,16 +287,17 @@ def _customer_kernel_group(spec: WorldSpec, nodes: list[_Node], created: datetim
             "logGroupClass": "STANDARD", "streams": streams}
 
 
-def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[_Node], ids: _Ids, created: datetime,
+def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[Node], ids: Ids, created: datetime,
                      now: datetime) -> None:
     # EC2 Capacity Blocks hold 1 to 64 instances: a larger fleet runs in several blocks of one end date.
     first = ids.hex("cr-0", 16)
     compute = [n for n in nodes if n.role == "compute"]
-    blocks = [first] + [f"cr-0{_derived('cr', f'{first}/{k}', 16)}"
+    blocks = [first] + [f"cr-0{derived('cr', f'{first}/{k}', 16)}"
                         for k in range(1, -(-len(compute) // CAPACITY_BLOCK_MAX))]
     block_of = {n.instance_id: blocks[k // CAPACITY_BLOCK_MAX] for k, n in enumerate(compute)}
     world["ec2"] = {
-        "instances": [_ec2_instance(n, spec, ids, block_of.get(n.instance_id)) for n in nodes],
+        "instances": [ec2_instance(n, spec.cluster_name, spec.instance_type, ids, block_of.get(n.instance_id))
+                      for n in nodes],
         "capacity_reservations": [{
             "CapacityReservationId": reservation, "OwnerId": ACCOUNT, "InstanceType": spec.instance_type,
             "InstancePlatform": "Linux/UNIX", "AvailabilityZone": "us-west-2b", "AvailabilityZoneId": "usw2-az2",
@@ -499,8 +305,8 @@ def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[_Node],
             "ReservationType": "capacity-block",
             "TotalInstanceCount": min(CAPACITY_BLOCK_MAX, len(compute) - k * CAPACITY_BLOCK_MAX),
             "AvailableInstanceCount": 0,
-            "State": "active", "StartDate": _iso(created), "EndDate": _iso(floor_hour(now) + timedelta(days=5, minutes=30)),
-            "CreateDate": _iso(created - timedelta(days=1))} for k, reservation in enumerate(blocks)],
+            "State": "active", "StartDate": iso(created), "EndDate": iso(floor_hour(now) + timedelta(days=5, minutes=30)),
+            "CreateDate": iso(created - timedelta(days=1))} for k, reservation in enumerate(blocks)],
     }
     group = f"/aws/parallelcluster/{spec.cluster_name}-{created:%Y%m%d%H%M}"
     streams = []
@@ -538,9 +344,9 @@ def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[_Node],
 
 def _hma_lines(when: datetime, code: int, text: str) -> list[list[Any]]:
     reason, condition = HMA_ACTION[code]
-    ts = _iso(when + timedelta(seconds=1))
+    ts = iso(when + timedelta(seconds=1))
     uptime = f"[{when.timestamp() % 900000:.6f}]"
-    details: dict[str, Any] = {"severity": "warn", "timestamp": _iso(when), "reason": reason,
+    details: dict[str, Any] = {"severity": "warn", "timestamp": iso(when), "reason": reason,
                                "message": f"{uptime} {text}"}
     if condition:
         details["nodeCondition"] = condition
@@ -552,11 +358,11 @@ def _hma_lines(when: datetime, code: int, text: str) -> list[list[Any]]:
     return [[t, json.dumps(npd, separators=(",", ":"))], [t + 5000, json.dumps(dcgm, separators=(",", ":"))]]
 
 
-def _hyperpod(world: dict[str, Any], spec: WorldSpec, nodes: list[_Node], ids: _Ids,
+def _hyperpod(world: dict[str, Any], spec: WorldSpec, nodes: list[Node], ids: Ids,
               created: datetime, now: datetime) -> None:
     name = spec.cluster_name
     cluster_id = ids.alnum(12)
-    groups: dict[str, list[_Node]] = {}
+    groups: dict[str, list[Node]] = {}
     for n in nodes:
         groups.setdefault(n.group or "controller", []).append(n)
     instance_groups = []
@@ -574,14 +380,14 @@ def _hyperpod(world: dict[str, Any], spec: WorldSpec, nodes: list[_Node], ids: _
     cluster_nodes = [{
         "InstanceGroupName": n.group, "InstanceId": n.instance_id,
         "InstanceStatus": {"Status": "Running", "Message": ""}, "InstanceType": "ml." + n.instance_type,
-        "LaunchTime": _iso(n.launch), "LastSoftwareUpdateTime": _iso(n.launch), "ThreadsPerCore": 2,
+        "LaunchTime": iso(n.launch), "LastSoftwareUpdateTime": iso(n.launch), "ThreadsPerCore": 2,
         "PrivatePrimaryIp": n.ip, "PrivateDnsHostname": n.dns,
         "Placement": {"AvailabilityZone": "us-west-2b", "AvailabilityZoneId": "usw2-az2"},
         "ImageVersionStatus": "UpToDate"} for n in nodes]
     world["sagemaker"] = {"clusters": [{
         "ClusterArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/{cluster_id}", "ClusterName": name,
-        "ClusterStatus": "InService", "CreationTime": _iso(created), "InstanceGroups": instance_groups,
-        "VpcConfig": {"SecurityGroupIds": [_SG], "Subnets": [_SUBNET_COMPUTE]},
+        "ClusterStatus": "InService", "CreationTime": iso(created), "InstanceGroups": instance_groups,
+        "VpcConfig": {"SecurityGroupIds": [SG], "Subnets": [SUBNET_COMPUTE]},
         "Orchestrator": {"Slurm": {"SlurmConfigStrategy": "Managed"}}, "NodeRecovery": "Automatic",
         "Nodes": cluster_nodes}]}
     world["ec2"] = {}
