@@ -1,8 +1,10 @@
-"""Synthesize the app once per test session, the way CI does: `python app.py`, offline, no bundling.
+"""Synthesize the app once per configuration per test process, the way CI does: app.py's build, offline, no bundling.
 
-Shared by tests/infra and tests/test_state_machine.py (which puts this folder on sys.path). The run
-goes through app.py itself with the test configuration in CDK_CONTEXT_JSON, and cdk-nag runs as
-a validation plugin: an unacknowledged finding fails the synth.
+Shared by tests/infra and the tests of the deployed stack (which put this folder on sys.path). Each synthesis is
+app.py's own (infra/app.py's `build_app`, then `synth`) with the test configuration as its context, run by
+synth_server.py: one process kept for the whole test process, so the CDK's Node.js runtime and cdk-nag start once
+(~10 s of CPU) rather than once per configuration. cdk-nag runs as a validation plugin: an unacknowledged finding
+fails the synth. tests/infra/test_stack_nag.py checks the server's template is the one `python app.py` writes.
 """
 
 from __future__ import annotations
@@ -53,11 +55,67 @@ def synthesize(member_account: bool = False, config: dict[str, Any] | None = Non
     return _synthesize(member_account, json.dumps(config or TEST_CONFIG, sort_keys=True))
 
 
+class _Server:
+    """synth_server.py, started on first use and kept for the test process: the CDK's Node.js runtime and cdk-nag
+    load once per process, not once per configuration. Its environment is `python app.py`'s as CI runs it."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+        for offline in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION", "AWS_PROFILE", "CDK_OUTDIR", "CDK_CONTEXT_JSON"):
+            env.pop(offline, None)
+        self.log = tempfile.NamedTemporaryFile(prefix="gpuaudit-synth-", suffix=".log", delete=False)  # noqa: SIM115
+        atexit.register(os.unlink, self.log.name)
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("synth_server.py"))], cwd=ROOT,
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True)
+        atexit.register(self.close)
+
+    def synth(self, context: dict[str, Any], outdir: Path) -> tuple[dict[str, Any], str]:
+        """The server's reply, and what it wrote to stderr meanwhile."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        start = Path(self.log.name).stat().st_size
+        self.proc.stdin.write(json.dumps({"context": context, "outdir": str(outdir)}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        with open(self.log.name, encoding="utf-8", errors="replace") as log:
+            log.seek(start)
+            stderr = log.read()
+        if not line:
+            raise AssertionError(f"synth_server.py exited ({self.proc.wait()}):\n{stderr[-6000:]}")
+        return json.loads(line), stderr
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@functools.cache
+def _server() -> _Server:
+    return _Server()
+
+
 @functools.cache
 def _synthesize(member_account: bool, config_json: str) -> Synthesized:
     outdir = Path(tempfile.mkdtemp(prefix="gpuaudit-cdk-"))
     atexit.register(shutil.rmtree, outdir, True)
     context = {**TEST_CONTEXT, "member_account": member_account, "gpuaudit": json.loads(config_json)}
+    reply, stderr = _server().synth(context, outdir)
+    if not reply["ok"]:
+        raise AssertionError(f"synth failed:\n{reply['error'][-6000:]}\n{stderr[-3000:]}")
+    return _read(outdir, member_account, stderr)
+
+
+def synthesize_with_app_py(member_account: bool = False, config: dict[str, Any] | None = None) -> Synthesized:
+    """The same synthesis through `python app.py` itself, in a process of its own, as CI runs it (context in
+    CDK_CONTEXT_JSON, output to CDK_OUTDIR): what the server's answers are checked against."""
+    outdir = Path(tempfile.mkdtemp(prefix="gpuaudit-cdk-"))
+    atexit.register(shutil.rmtree, outdir, True)
+    context = {**TEST_CONTEXT, "member_account": member_account, "gpuaudit": config or TEST_CONFIG}
     env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(context),
            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true"}
     for offline in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION", "AWS_PROFILE"):
@@ -66,11 +124,15 @@ def _synthesize(member_account: bool, config_json: str) -> Synthesized:
                           timeout=600, check=False)
     if done.returncode != 0:
         raise AssertionError(f"python app.py failed ({done.returncode}):\n{done.stderr[-6000:]}")
+    return _read(outdir, member_account, done.stderr)
+
+
+def _read(outdir: Path, member_account: bool, stderr: str) -> Synthesized:
     report_path = outdir / "validation-report.json"
     stack = READ_ONLY_ROLE_STACK if member_account else STACK
     return Synthesized(outdir=outdir, template=json.loads((outdir / f"{stack}.template.json").read_text()),
                        report=json.loads(report_path.read_text()) if report_path.exists() else {},
-                       stderr=done.stderr)
+                       stderr=stderr)
 
 
 def resolve_arns(value: Any, region: str = "us-west-2", account: str = "123456789012") -> Any:

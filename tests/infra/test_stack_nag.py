@@ -3,8 +3,10 @@ made on the construct it covers (or its parent), never blanket at the stack or a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from cdk_synth import STACK, Synthesized
+from cdk_synth import STACK, Synthesized, synthesize_with_app_py
 
 from infra.nag import flatten, reason_for
 
@@ -29,6 +31,18 @@ def test_every_acknowledgment_is_justified_where_it_is_made(synth: Synthesized) 
             assert construct["constructPath"].startswith(where + "/"), (finding["ruleName"], where)
     wildcards = [s for s in suppressed if s["ruleName"].startswith("AwsSolutions-IAM5")]
     assert wildcards and all("[Resource::" in s["ruleName"] for s in wildcards), "one acknowledgment per wildcard"
+
+
+def test_the_synthesis_the_tests_read_is_the_one_python_app_py_writes(synth: Synthesized) -> None:
+    """The tests' syntheses share one process (tests/infra/synth_server.py); `python app.py` on its own, as CI and
+    the deploy run it (context in CDK_CONTEXT_JSON, cdk.json's merged in), writes the same template and report."""
+    own = synthesize_with_app_py()
+    assert own.template == synth.template
+    assert own.report == synth.report
+    def written(outdir: Path) -> list[str]:  # the manifests, templates and assets (by content hash)
+        return sorted(p.name for p in outdir.iterdir() if p.suffix == ".json" or p.name.startswith("asset."))
+
+    assert written(own.outdir) == written(synth.outdir)
 
 
 def test_a_wildcard_without_a_reason_fails_the_synth() -> None:
