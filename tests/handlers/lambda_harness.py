@@ -2,11 +2,14 @@
 
 moto holds the product's own resources (evidence bucket, findings table, alert topic); the embedded
 backend serves every read from a shared world; each handler module's `session_factory` and `clock`
-hooks point at that world, so its `now` freezes every handler's clock.
+hooks point at that world, so its `now` freezes every handler's clock. The handlers' AWS port waits as a world
+audit's does (the backend's `sleep` moves the account's rate clock, no real wait): CloudTrail's 2 calls a second
+are kept without 0.5 s of wall time per LookupEvents.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 import zlib
@@ -20,11 +23,12 @@ from typing import Any
 
 import boto3
 import pytest
-from handlers import collect_logs, finish, inventory, plan, record_failure, verdict
+from handlers import collect_logs, finish, inventory, plan, record_failure, runtime, verdict
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
 
+from gpuaudit.collectors.aws import Aws
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import World, load_world
 from gpuaudit.model.timeutil import iso
@@ -125,6 +129,9 @@ def world_account(monkeypatch: pytest.MonkeyPatch, world_path: Path = HYPERPOD_W
         monkeypatch.setenv("ALERT_TOPIC_ARN", topic_arn)
         # the stack's default: the account's default event bus (infra/functions.event_bus_arn)
         monkeypatch.setenv("EVENT_BUS", f"arn:aws:events:{world.region}:{topic_arn.split(':')[4]}:event-bus/default")
+        # looked up at each wait, so a test may make the backend's sleep fail
+        monkeypatch.setattr(runtime, "Aws", functools.partial(Aws, sleep=lambda s: backend.sleep(s),
+                                                              monotonic=backend.monotonic))
         for module in HANDLER_MODULES:
             monkeypatch.setattr(module, "session_factory", backend.session)
             monkeypatch.setattr(module, "clock", lambda w=world: w.now)
