@@ -1,6 +1,10 @@
 """`gpuaudit bench` on small worlds: the figures it prints, and the property it exists to show —
 our StartQuery count does not grow with healthy nodes, the naive one grows 2 × nodes × sources.
-No timing assertions: wall seconds and RSS are reported, never tested."""
+No timing assertions: wall seconds and RSS are reported, never tested.
+
+The CLI's run (20 nodes) spawns each step in a fresh interpreter, as `gpuaudit bench` does; the other runs call
+bench.py's same step functions in this process, through the same JSON in and out (`steps_here`): what these tests
+read are counts, the same either way, and ~4 s of interpreter start-up per run is saved."""
 
 from __future__ import annotations
 
@@ -12,16 +16,34 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaudit.cli import app
+from gpuaudit.devtools import bench
 from gpuaudit.devtools.bench import BenchConfig, run_bench
 
 TOP_KEYS = {"nodes", "log_groups", "ours", "naive", "ratio_calls", "ratio_wall", "judge"}
 STEP_KEYS = {"calls", "start_query", "wall_s", "peak_rss_mb"}
 
 
+def _step_here(args: dict[str, Any]) -> dict[str, Any]:
+    """bench._spawn's step, run here: the child's own entry (bench.STEPS), its argument and answer through JSON."""
+    answer: dict[str, Any] = json.loads(json.dumps(bench.STEPS[args["step"]](json.loads(json.dumps(args)))))
+    return answer
+
+
+@pytest.fixture
+def steps_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_bench's steps in this process; the machine's calibration loop (reported, never tested) skipped."""
+    monkeypatch.setattr(bench, "_spawn", _step_here)
+    monkeypatch.setattr(bench, "calibration", lambda: 0.0)
+
+
 @pytest.fixture(scope="module")
 def small() -> dict[int, dict[str, Any]]:
-    """Healthy worlds (silent fraction 0) of 5 and 20 GPU nodes; 20 through the CLI's JSON output."""
-    five = run_bench(BenchConfig(nodes=5, days=2.0, silent_fraction=0.0, seed=1))
+    """Healthy worlds (silent fraction 0) of 5 and 20 GPU nodes; 20 through the CLI's JSON output (its steps spawned
+    as `gpuaudit bench` spawns them), 5 with its steps run here."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench, "_spawn", _step_here)
+        patch.setattr(bench, "calibration", lambda: 0.0)
+        five = run_bench(BenchConfig(nodes=5, days=2.0, silent_fraction=0.0, seed=1))
     out = CliRunner().invoke(app, ["bench", "--nodes", "20", "--days", "2", "--silent-fraction", "0",
                                    "--seed", "1", "--format", "json"])
     assert out.exit_code == 0, out.output
@@ -68,6 +90,7 @@ def test_ratios_and_the_judge_step_agree_with_the_audit(small: dict[int, dict[st
     assert figures["ours"]["xid_status"] == {"Measured": 21}
 
 
+@pytest.mark.usefixtures("steps_here")
 def test_silent_nodes_add_no_per_node_queries() -> None:
     figures = run_bench(BenchConfig(nodes=8, days=1.0, silent_fraction=0.25, xid_rate=0.0, seed=2))
     ours = figures["ours"]
@@ -80,6 +103,7 @@ def test_silent_nodes_add_no_per_node_queries() -> None:
     assert ours["queries_by_purpose"]["stream-summary"] == -(-ours["log_groups_found"] // 50)
 
 
+@pytest.mark.usefixtures("steps_here")
 def test_a_sampled_naive_run_extrapolates_to_the_full_count_and_says_so(small: dict[int, dict[str, Any]]) -> None:
     """#20 item 4: at 10,000 nodes the naive strategy is run on a sample; per-node work is uniform, so the
     extrapolated StartQuery count equals a full run's on the same world (here 20 nodes, 5 sampled)."""
@@ -98,6 +122,7 @@ def test_the_answer_sizes_are_reported(small: dict[int, dict[str, Any]]) -> None
     assert 0 < ours["markdown_chars"] < ours["html_chars"] and ours["json_chars"] > 0
 
 
+@pytest.mark.usefixtures("steps_here")
 def test_a_fleet_whose_kernel_streams_are_named_by_host_is_measured_like_one_named_by_id(tmp_path: Path) -> None:
     # Given the same small fleet with the customer kernel group's streams named by host alone
     by_host = run_bench(BenchConfig(nodes=6, days=1.0, silent_fraction=0.0, xid_rate=0.0, seed=3, host_named=True),
