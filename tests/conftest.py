@@ -4,6 +4,9 @@
 - One botocore data loader for the whole run: every audit builds fresh boto3 sessions (one per
   world, as the CLI does), and each would otherwise re-read the same service-model JSON files
   (~0.1 s per service). The loader only caches botocore's own read-only model data.
+- The API methods botocore builds for a client class, once per service model the shared loader read (every new
+  session builds a client class of its own; building its ~100-400 methods was ~15 % of an audit test's time). Each
+  client class is still made per session, through the session's own `creating-client-class` handlers.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import botocore.client
 import botocore.loaders
 import botocore.session
 import pytest
@@ -29,8 +34,20 @@ def _shared_botocore_loader() -> Iterator[None]:
     def create_loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
         return shared if search_path_string is None else original(search_path_string)
 
+    built = botocore.client.ClientCreator._create_methods
+    methods: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+    def create_methods(self: botocore.client.ClientCreator, service_model: Any) -> dict[str, Any]:
+        # keyed by the model's own description (the shared loader's one dict per service and version), held so
+        # its id stays its own; a copy each time, as creating-client-class handlers add to it
+        description = service_model._service_description
+        if id(description) not in methods:
+            methods[id(description)] = (description, built(self, service_model))
+        return dict(methods[id(description)][1])
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(botocore.session, "create_loader", create_loader)
+        patch.setattr(botocore.client.ClientCreator, "_create_methods", create_methods)
         yield
 
 
