@@ -15,13 +15,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpuaudit demo
 
-# Lint first (ruff, mypy), then the suite on every core (pytest-xdist; a file's tests stay on one worker), with
-# the ten slowest tests named. pytest exits 5 when it collected no test: a failure here too.
+# Lint first (ruff, mypy), then the suite on every core (pytest-xdist; a file's tests stay on one worker, files
+# handed out in collection order: the slowest first, tests/conftest.py SLOW_FIRST), with the ten slowest tests
+# named. pytest exits 5 when it collected no test: a failure here too.
 # Bytecode caches are written even where the environment turns them off (PYTHONDONTWRITEBYTECODE): without them
 # every worker and every `python -m gpuaudit` the tests start compiles every module and re-rewrites every test
 # module's asserts (~8 s of CPU per pytest process). __pycache__ is git-ignored and kept out of the Lambda asset.
 test: $(STAMP) lint
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --dist loadfile --durations=10; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check functions tests infra app.py

@@ -65,6 +65,40 @@ def _broken_invariants_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(judge, "check_consistency", strict)
 
 
+# The files that take longest (wall seconds with `make test` on 2 cores), marked `slow` and collected first in this
+# order, so the workers start on them and finish together: `make test` hands out files in collection order
+# (--no-loadscope-reorder; xdist's own order is by number of tests, which put the one-test fault matrix last).
+SLOW_FIRST = (
+    "tests/test_fault_matrix.py",  # every read failing, on every shipped world and mode: ~450 audits, 2 processes
+    "tests/test_stream_partitions.py",
+    "tests/test_collectors.py",
+    "tests/test_cli_operator.py",  # each a `python -m gpuaudit` on a terminal
+    "tests/infra/test_config_scale.py",  # the first CDK synthesis of its worker, and five `python app.py`
+    "tests/test_fuzz_inputs.py",
+    "tests/test_sinks.py",
+    "tests/test_mcp_server.py",
+    "tests/handlers/test_query_budget.py",
+    "tests/test_state_machine.py",
+    "tests/infra/test_stack_nag.py",  # one `python app.py`, checked against the shared synthesis
+    "tests/test_alert_actions.py",
+    "tests/infra/test_stack_template.py",
+    "tests/test_world_schema.py",
+    "tests/test_deployed_iam.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(SLOW_FIRST)}
+
+    def order(item: pytest.Item) -> int:
+        return rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FIRST))
+
+    for item in items:
+        if order(item) < len(SLOW_FIRST):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=order)  # stable: each file's tests, and the other files, keep their order
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The fuzz suites' figures (how many inputs were tried), printed once at the end of the run."""
     fuzz = sys.modules.get("tests.test_fuzz_inputs") or sys.modules.get("test_fuzz_inputs")
