@@ -87,6 +87,28 @@ SLOW_FIRST = (
 )
 
 
+# The files that synthesize the CDK app (tests/infra/cdk_synth.py): one scope for pytest-xdist, so one worker runs them
+# all and the synthesis process starts once (~10 s of CPU for Node.js and cdk-nag) instead of once per worker. A file
+# missing here still works: its worker starts a synthesis process of its own.
+CDK_SYNTH_FILES = ("tests/infra/", "tests/test_state_machine.py", "tests/test_deployed_iam.py",
+                   "tests/test_mcp_deployed.py", "tests/test_audit_order.py", "tests/test_failures_seen.py",
+                   "tests/test_cluster_gone_deployed.py")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` with the CDK_SYNTH_FILES as one unit; any other --dist is xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SynthesisTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "cdk-synthesis" if path.startswith(CDK_SYNTH_FILES) else path
+
+    return SynthesisTogether(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {path: i for i, path in enumerate(SLOW_FIRST)}
 
