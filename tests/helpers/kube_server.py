@@ -125,7 +125,8 @@ def kube_server(nodes: list[dict[str, Any]], signed_by: tuple[Any, x509.Certific
         context.load_cert_chain(chain)
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.socket = context.wrap_socket(server.socket, server_side=True)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        # polled every 50 ms (socketserver's default is 0.5 s): shutdown() waits for the poll, once per test
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
         state.url = f"https://127.0.0.1:{server.server_address[1]}"
         try:
