@@ -24,6 +24,14 @@ demo: $(STAMP)
 test: $(STAMP) lint
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi; exit $$rc
 
+# The benchmarks the suite does not run (minutes each; figures printed, kept in docs/BENCHMARKS.md): one coverage
+# audit of 1,000 generated nodes against a manual investigation, then the deployed steps' memory, time and calls
+# at 2,000 nodes through wire parsing, then Verdict's DynamoDB calls and request units at 2,000 nodes.
+bench: $(STAMP)
+	$(BIN)/gpuaudit bench --nodes 1000
+	$(BIN)/python tests/benchmarks/step_memory.py --nodes 2000
+	$(BIN)/python tests/benchmarks/verdict_dynamodb.py --nodes 2000
+
 lint: $(STAMP)
 	$(BIN)/ruff check functions tests infra app.py
 	$(BIN)/mypy functions/gpuaudit functions/handlers infra
