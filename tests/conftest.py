@@ -82,17 +82,20 @@ def _broken_invariants_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
 # (--no-loadscope-reorder; xdist's own order is by number of tests, which put the one-test fault matrix last).
 SLOW_FIRST = (
     "tests/test_fault_matrix.py",  # every read failing, on every shipped world and mode: ~450 audits, 2 processes
+    "tests/test_html_browser.py",  # a headless Chromium per report (~2.5 s each; skipped where Chromium is absent)
     "tests/test_stream_partitions.py",
     "tests/test_collectors.py",
     "tests/test_cli_operator.py",  # each a `python -m gpuaudit` on a terminal
     "tests/infra/test_config_scale.py",  # the first CDK synthesis of its worker, and five `python app.py`
     "tests/test_fuzz_inputs.py",
+    "tests/test_history_bench.py",  # its history page in Chromium too
     "tests/test_sinks.py",
     "tests/test_mcp_server.py",
     "tests/handlers/test_query_budget.py",
     "tests/test_state_machine.py",
     "tests/infra/test_stack_nag.py",  # one `python app.py`, checked against the shared synthesis
     "tests/test_alert_actions.py",
+    "tests/test_history_open.py",
     "tests/infra/test_stack_template.py",
     "tests/test_world_schema.py",
     "tests/test_deployed_iam.py",
