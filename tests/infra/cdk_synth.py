@@ -110,6 +110,13 @@ def _synthesize(member_account: bool, config_json: str) -> Synthesized:
     return _read(outdir, member_account, stderr)
 
 
+def refusal(config: dict[str, Any], outdir: Path) -> str | None:
+    """What the synthesis of this configuration says when it refuses it (app.py's own `gpuaudit: …` message, or the
+    traceback of any other failure), through the shared server; None when it synthesized."""
+    reply, _stderr = _server().synth({**TEST_CONTEXT, "gpuaudit": config}, outdir)
+    return None if reply["ok"] else str(reply["error"])
+
+
 def synthesize_with_app_py(member_account: bool = False, config: dict[str, Any] | None = None) -> Synthesized:
     """The same synthesis through `python app.py` itself, in a process of its own, as CI runs it (context in
     CDK_CONTEXT_JSON, output to CDK_OUTDIR): what the server's answers are checked against."""

@@ -18,6 +18,7 @@ from cdk_synth import (
     TEST_CONTEXT,
     Synthesized,
     environment_bytes,
+    refusal,
     scale_config,
     synthesize,
 )
@@ -102,7 +103,15 @@ def _synth_exit(config: dict[str, Any], tmp_path: Path) -> subprocess.CompletedP
 ])
 def test_a_malformed_configuration_is_a_synth_error_naming_the_field(
         bad: dict[str, Any], named: str, tmp_path: Path) -> None:
-    done = _synth_exit({"clusters": ["gpu-a"], **bad}, tmp_path)
+    # through the shared synthesis process (app.py's build_app and its message); app.py's exit code and stderr below
+    said = refusal({"clusters": ["gpu-a"], **bad}, tmp_path)
+    assert said is not None and said.startswith("gpuaudit: "), said
+    assert named in said and "Traceback" not in said
+    assert not list(tmp_path.glob("*.template.json"))
+
+
+def test_python_app_py_exits_2_with_one_message_naming_the_field_and_writes_nothing(tmp_path: Path) -> None:
+    done = _synth_exit({"clusters": ["gpu-a"], "instances": {"gpu-a": ["i-123"]}}, tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert named in done.stderr and "Traceback" not in done.stderr
+    assert "gpuaudit: " in done.stderr and "`instances.gpu-a.0`" in done.stderr and "Traceback" not in done.stderr
     assert not list(tmp_path.glob("*.template.json"))
