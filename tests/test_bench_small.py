@@ -29,11 +29,15 @@ def _step_here(args: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+def _run_steps_here(patch: pytest.MonkeyPatch) -> None:
+    """run_bench's steps in this process; the machine's calibration loop (reported, never tested) skipped."""
+    patch.setattr(bench, "_spawn", _step_here)
+    patch.setattr(bench, "calibration", lambda: 0.0)
+
+
 @pytest.fixture
 def steps_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """run_bench's steps in this process; the machine's calibration loop (reported, never tested) skipped."""
-    monkeypatch.setattr(bench, "_spawn", _step_here)
-    monkeypatch.setattr(bench, "calibration", lambda: 0.0)
+    _run_steps_here(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +45,7 @@ def small() -> dict[int, dict[str, Any]]:
     """Healthy worlds (silent fraction 0) of 5 and 20 GPU nodes; 20 through the CLI's JSON output (its steps spawned
     as `gpuaudit bench` spawns them), 5 with its steps run here."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench, "_spawn", _step_here)
-        patch.setattr(bench, "calibration", lambda: 0.0)
+        _run_steps_here(patch)
         five = run_bench(BenchConfig(nodes=5, days=2.0, silent_fraction=0.0, seed=1))
     out = CliRunner().invoke(app, ["bench", "--nodes", "20", "--days", "2", "--silent-fraction", "0",
                                    "--seed", "1", "--format", "json"])
