@@ -12,10 +12,24 @@
   world audit's CPU). The classes are made from the shared loader's models, so they are the ones a session would make.
 - botocore's User-Agent component sanitizer, a pure function of its two arguments, remembered: it runs a generator
   over every character of every component of every request's User-Agent (~10 % of a world audit's CPU).
+- Which operation of a service model is its endpoint-discovery operation (none, for most), once per service model:
+  every client creation asks, and botocore answers by building the model of every operation of the service (~13 %
+  of a small world audit's CPU). Where there is one, its model is still built by the client's own service model.
+- botocore's event-name aliasing (a pure function of the name and botocore's own alias table), remembered across
+  sessions: each new session's emitter otherwise re-derives it for each of the ~60 handlers it registers (~7 %).
+- The copy of the event emitter every client makes of its session's (~400 trie nodes), made without copy.copy's
+  dispatch per node: the same nodes, the same handler lists copied, the handlers themselves shared, as botocore's.
+- The embedded backend's Logs Insights parser (a pure function of the query text and the length limit, its Query
+  frozen and never changed by the evaluator), remembered: StartQuery parses each query three times (~15 % of the
+  fault matrix's CPU). A query it refuses is parsed (and refused) anew every time. The parser's own unit tests
+  import it before this runs, so they call it as it is.
+- The Click command typer builds from the CLI's Typer app, built once per app (CliRunner.invoke otherwise rebuilds
+  it, reading every command's signature, ~40 ms an invocation); Click commands are made to be invoked many times.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 from collections.abc import Iterator
@@ -24,10 +38,15 @@ from typing import Any
 
 import botocore.client
 import botocore.errorfactory
+import botocore.hooks
 import botocore.loaders
+import botocore.model
 import botocore.session
 import botocore.useragent
+import botocore.utils
 import pytest
+import typer.main
+import typer.testing
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
@@ -60,7 +79,85 @@ def _shared_botocore_loader() -> Iterator[None]:
         patch.setattr(botocore.session, "ClientExceptionsFactory", lambda: exceptions)
         patch.setattr(botocore.useragent, "sanitize_user_agent_string_component",
                       functools.lru_cache(maxsize=4096)(botocore.useragent.sanitize_user_agent_string_component))
+        patch.setattr(botocore.model.ServiceModel, "endpoint_discovery_operation", _endpoint_discovery_operation())
+        _share_event_alias_names(patch)
+        patch.setattr(botocore.hooks._PrefixTrie, "_recursive_copy", _trie_copy)
+        patch.setattr(typer.testing, "_get_command", _command_once_per_app())
+        from gpuaudit.embedded import insights
+        from gpuaudit.embedded.insights import execution
+
+        parse_query = functools.lru_cache(maxsize=1024)(insights.parse_query)
+        patch.setattr(insights, "parse_query", parse_query)
+        patch.setattr(execution, "parse_query", parse_query)
         yield
+
+
+def _endpoint_discovery_operation() -> Any:
+    """ServiceModel.endpoint_discovery_operation, the operation's name remembered per service description (held, so
+    its id stays its own); the property stays cached per ServiceModel instance, as botocore's CachedProperty is."""
+    found = botocore.model.ServiceModel.__dict__["endpoint_discovery_operation"]
+    names: dict[int, tuple[Any, str | None]] = {}
+
+    def endpoint_discovery_operation(self: botocore.model.ServiceModel) -> Any:
+        description = self._service_description
+        if id(description) not in names:
+            model = found.__get__(self, type(self))
+            names[id(description)] = (description, None if model is None else model.name)
+            return model
+        name = names[id(description)][1]
+        return None if name is None else self.operation_model(name)
+
+    return botocore.utils.CachedProperty(endpoint_discovery_operation)
+
+
+def _share_event_alias_names(patch: pytest.MonkeyPatch) -> None:
+    """Every EventAliaser with botocore's own alias table (by content: a client's emitter holds a copy) shares one
+    memo of aliased names; one given another table keeps its own, as in botocore."""
+    built = botocore.hooks.EventAliaser.__init__
+    shared: dict[str, str] = {}
+
+    def init(self: botocore.hooks.EventAliaser, event_emitter: Any, event_aliases: Any = None) -> None:
+        built(self, event_emitter, event_aliases)
+        if self._event_aliases is botocore.hooks.EVENT_ALIASES or self._event_aliases == botocore.hooks.EVENT_ALIASES:
+            self._alias_name_cache = shared
+
+    patch.setattr(botocore.hooks.EventAliaser, "__init__", init)
+
+
+def _trie_copy(self: Any, node: dict[str, Any]) -> dict[str, Any]:
+    """botocore.hooks._PrefixTrie._recursive_copy: dicts copied recursively, each NodeList copied as its own __copy__
+    does (its three lists copied), anything else shared."""
+    node_list = botocore.hooks.NodeList
+    copied: dict[str, Any] = {}
+    for key, value in node.items():
+        kind = type(value)
+        if kind is node_list and type(value.first) is type(value.middle) is type(value.last) is list:
+            copied[key] = node_list(value.first.copy(), value.middle.copy(), value.last.copy())
+        elif kind is dict:
+            copied[key] = _trie_copy(self, value)
+        elif isinstance(value, node_list):
+            copied[key] = copy.copy(value)
+        elif isinstance(value, dict):
+            copied[key] = _trie_copy(self, value)
+        else:
+            copied[key] = value
+    return copied
+
+
+def _command_once_per_app() -> Any:
+    """typer.main.get_command, remembered per Typer app while its registered commands, groups and callback stay the
+    same (a test that registers one more gets a command built anew)."""
+    built: dict[int, tuple[Any, tuple[Any, ...], Any]] = {}
+
+    def get_command(app: Any) -> Any:
+        shape = (tuple(map(id, app.registered_commands)), tuple(map(id, app.registered_groups)),
+                 id(app.registered_callback), id(app.info.callback))
+        held = built.get(id(app))
+        if held is None or held[0] is not app or held[1] != shape:
+            held = built[id(app)] = (app, shape, typer.main.get_command(app))
+        return held[2]
+
+    return get_command
 
 
 @pytest.fixture(autouse=True)
