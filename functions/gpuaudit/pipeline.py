@@ -135,7 +135,7 @@ def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cach
     # read over the whole window: cache.fresh_window keeps their range).
     jobs = named | {g for g, c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
     fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
-                          slots=slots, journal=journal, expected_streams=expected, job_groups=jobs)
+                          slots=slots, journal=journal, expected_streams=expected, job_groups=jobs, by_hint=True)
     return cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)
 
 
@@ -157,7 +157,8 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
         "listed_streams": logs.listed_streams, "silent_streams": logs.silent_streams, "gpu_lines": logs.gpu_lines,
         "control_streams": control,
         "boot_lines": logs.boot_lines, "kernel_unread_groups": logs.kernel_unread_groups,
-        "summary_unread_groups": logs.summary_unread_groups, "job_figures": logs.job_figures,
+        "summary_unread_groups": logs.summary_unread_groups, "gpu_unread_groups": logs.gpu_unread_groups,
+        "job_figures": logs.job_figures,
         "job_figure_groups": logs.job_figure_groups, "job_figure_unread_groups": logs.job_figure_unread_groups,
         "queries": logs.queries, "gaps": gaps})
     controlplane.collect(aws, evidence, request)

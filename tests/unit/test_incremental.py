@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from helpers.worlds import PClusterWorld, at, aws_for
 
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.model.evidence import AuditRequest, Evidence
 from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 
 
@@ -114,3 +117,80 @@ def test_line_counts_stay_those_of_the_window_over_many_hourly_runs(tmp_path: Pa
     for a in full.stream_activity:
         assert abs(merged[(a.log_group, a.log_stream)] - a.lines) <= 2, a.log_stream
     assert sum(merged.values()) == pytest.approx(sum(a.lines for a in full.stream_activity), abs=2)
+
+
+def _refuse_named_gpu_reads(aws: Any) -> list[str]:
+    """Make StartQuery refuse the GPU-lines queries over named streams (as a throttled account would); returns the
+    refused query texts."""
+    refused: list[str] = []
+
+    def refuse(params: dict[str, Any], **_: Any) -> None:
+        text = params.get("queryString", "")
+        if text.startswith("filter @logStream in") and "NVRM" in text:
+            refused.append(text)
+            raise ClientError({"Error": {"Code": "LimitExceededException", "Message": "refused by the test"}},
+                              "StartQuery")
+
+    aws.client("logs").meta.events.register("provide-client-params.logs.StartQuery", refuse)
+    return refused
+
+
+def test_an_hourly_audit_reads_gpu_and_kernel_lines_only_from_streams_whose_summary_counts_a_hint(
+        tmp_path: Path) -> None:
+    """The new hours are scanned once for liveness and hints together; the GPU and kernel lines are then read from
+    the one stream with a hint (the Xid at 10:20), by name, so those queries scan that stream's lines only."""
+    from gpuaudit.pipeline import collect
+
+    cache = FileCache(tmp_path / "cache.json")
+    request = AuditRequest(cluster="inc")
+    collect(aws_for(world_at(at(11, 30)).world()), request, cache)
+    hourly = collect(aws_for(world_at(at(12, 30)).world()), request, cache)
+
+    (summary,) = [q for q in hourly.queries if q.purpose == "stream-summary"]
+    (gpu,) = [q for q in hourly.queries if q.purpose == "gpu-lines"]
+    assert (gpu.start, gpu.end) == (summary.start, summary.end)  # the same fresh hours
+    assert 0 < gpu.records_scanned * 4 < summary.records_scanned  # one of the eight streams, by its index
+    xid_stream = world_at(at(12, 30)).stream_name(world_at(at(12, 30)).compute[0])
+    assert [(g.log_stream, g.time) for g in hourly.gpu_lines if "Xid" in g.message] == [
+        (xid_stream, parse_time(at(10, 20)))]
+    assert hourly.gpu_lines_read(summary.log_groups[0])
+    (kernel,) = [q for q in hourly.queries if q.purpose == "kernel-streams"]
+    assert (kernel.start, kernel.end) == (parse_time(at(11, 30)), parse_time(at(12, 30)))  # since the last audit
+    assert kernel.records_scanned * 8 < summary.records_scanned
+
+
+def test_an_hourly_audit_without_a_hint_runs_no_gpu_or_kernel_query_and_says_the_gpu_lines_were_read(tmp_path: Path) -> None:
+    from gpuaudit.pipeline import collect
+
+    cache = FileCache(tmp_path / "cache.json")
+    request = AuditRequest(cluster="inc")
+    collect(aws_for(world_at(at(13, 30)).world()), request, cache)  # the Xid at 10:20 is settled by then
+    hourly = collect(aws_for(world_at(at(14, 30)).world()), request, cache)
+
+    assert not [q for q in hourly.queries if q.purpose in ("gpu-lines", "kernel-streams")]
+    (summary,) = [q for q in hourly.queries if q.purpose == "stream-summary"]
+    assert hourly.gpu_lines_read(summary.log_groups[0])  # the summary read them: no stream holds a hint
+    assert summary.records_scanned > 0  # the streams wrote until 14:00
+    full = collect(aws_for(world_at(at(14, 30)).world()), request, None)
+    assert {(k.log_stream, k.kernel_lines) for k in hourly.kernel_streams} == {
+        (k.log_stream, k.kernel_lines) for k in full.kernel_streams}
+
+
+def test_a_refused_gpu_read_by_name_is_a_named_gap_the_cache_does_not_keep(tmp_path: Path) -> None:
+    from gpuaudit.pipeline import collect
+
+    cache = FileCache(tmp_path / "cache.json")
+    request = AuditRequest(cluster="inc")
+    collect(aws_for(world_at(at(11, 30)).world()), request, cache)
+    before = cache.load("inc", "us-west-2")
+    aws = aws_for(world_at(at(12, 30)).world())
+    refused = _refuse_named_gpu_reads(aws)
+
+    hourly = collect(aws, request, cache)
+
+    assert refused
+    group = next(q.log_groups[0] for q in hourly.queries if q.purpose == "stream-summary")
+    assert not hourly.gpu_lines_read(group)
+    assert any(g.operation == "StartQuery" and "LimitExceededException" in (g.error_code or "") for g in hourly.gaps)
+    assert cache.load("inc", "us-west-2").groups[group] == before.groups[group]  # nothing new kept
+    assert comparable(audit(at(12, 30), cache)) == comparable(audit(at(12, 30), None))

@@ -215,7 +215,7 @@ def joined(parts: list[BatchEvidence]) -> BatchEvidence:
     """The parts of one batch as one batch, each read's unread groups kept per group."""
     if len(parts) == 1:
         return parts[0]
-    unread = {kind: [g for p in parts for g in p.unread_in(kind)] for kind in ("kernel", "summary")}
+    unread = {kind: [g for p in parts for g in p.unread_in(kind)] for kind in ("kernel", "summary", "gpu")}
     return BatchEvidence(
         groups=[g for p in parts for g in p.groups], kernel=[k for p in parts for k in p.kernel],
         activity=[a for p in parts for a in p.activity],

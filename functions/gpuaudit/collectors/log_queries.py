@@ -9,7 +9,14 @@ import re
 from collections.abc import Iterable
 
 from gpuaudit.collectors.insights import MAX_ROWS
-from gpuaudit.domain.markers import NCCL_MARKER, NCCL_TIMEOUT_MARKERS, gpu_lines_query
+from gpuaudit.domain.markers import (
+    GPU_HINTS,
+    HYPERPOD_STATUS_STREAMS,
+    NCCL_MARKER,
+    NCCL_TIMEOUT_MARKERS,
+    STATUS_STREAM_WORDS,
+    gpu_lines_query,
+)
 from gpuaudit.domain.throughput import job_figures_query
 
 
@@ -20,10 +27,27 @@ def _quoted_insights(text: str) -> str:
 
 KERNEL_FILTER = 'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/'
 KERNEL_QUERY = f"{KERNEL_FILTER} | stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line by @log, @logStream"
+
+def _any_of(field: str, texts: Iterable[str]) -> str:
+    """1 when `field` holds any of `texts`, else 0: `strcontains` per text, the greatest of them."""
+    tests = [f"strcontains({field}, {_quoted_insights(t)})" for t in texts]
+    return tests[0] if len(tests) == 1 else f"greatest({', '.join(tests)})"
+
+
+# 1 on a line the GPU-lines query may match, else 0 (domain/markers.py GPU_HINTS: a superset of its markers).
+GPU_HINT = (f"greatest({_any_of('@message', GPU_HINTS)}, least({_any_of('@logStream', HYPERPOD_STATUS_STREAMS)}, "
+            f"{_any_of('@message', STATUS_STREAM_WORDS)}))")
+# 1 on a line KERNEL_FILTER may match, else 0: its JSON form holds `"kernel"` however it is spaced.
+KERNEL_HINT = _any_of("@message", ("kernel:", '"kernel"'))
+# Per stream: the hours holding a line, its lines, first and last line, and its lines that may be GPU lines
+# (`gpu_hints`) or kernel lines (`kernel_hints`). An hourly read asks only the streams with a hint for their GPU
+# lines and kernel lines (collectors/logs.py).
 SUMMARY_QUERY = (
-    "stats count(*) as lines, min(@timestamp) as first, max(@timestamp) as last by @log, @logStream, bin(1h) as hour "
-    "| stats count(*) as live_hours, sum(lines) as total_lines, min(first) as first_event, max(last) as last_event "
-    "by @log, @logStream"
+    f"fields {GPU_HINT} as gpu_hint, {KERNEL_HINT} as kernel_hint "
+    "| stats count(*) as lines, sum(gpu_hint) as hints, sum(kernel_hint) as kernel_hint_lines, "
+    "min(@timestamp) as first, max(@timestamp) as last by @log, @logStream, bin(1h) as hour "
+    "| stats count(*) as live_hours, sum(lines) as total_lines, sum(hints) as gpu_hints, "
+    "sum(kernel_hint_lines) as kernel_hints, min(first) as first_event, max(last) as last_event by @log, @logStream"
 )
 # How many rows the two per-stream reads return, in one query and one row: `streams` (a line: stream-summary rows)
 # and `kernel_streams` (a kernel line: kernel-streams rows). `strcontains` is the documented 1-or-0 substring test
@@ -48,10 +72,19 @@ JOB_QUERY = job_figures_query(MAX_ROWS)
 JOB_LINE = re.compile("|".join((NCCL_MARKER, *NCCL_TIMEOUT_MARKERS)))
 
 
+def named_query(streams: Iterable[str], query: str) -> str:
+    """`query` (GPU_QUERY, KERNEL_QUERY) over named streams only: `@logStream in [...]` first, which the log group's
+    default `@logStream` field index serves (the query scans only those streams' lines)."""
+    return f"filter @logStream in [{_names(streams)}] | {query}"
+
+
 def hours_query(streams: Iterable[str]) -> str:
     """Detail bins for named streams; names are JSON-quoted, so no name can break out of the string."""
-    names = ", ".join(_quoted(s) for s in sorted(set(streams)))
-    return f"filter @logStream in [{names}] | stats count(*) as lines by @log, @logStream, bin(1h) as hour"
+    return f"filter @logStream in [{_names(streams)}] | stats count(*) as lines by @log, @logStream, bin(1h) as hour"
+
+
+def _names(streams: Iterable[str]) -> str:
+    return ", ".join(_quoted(s) for s in sorted(set(streams)))
 
 
 def _quoted(stream: str) -> str:

@@ -56,6 +56,7 @@ from gpuaudit.collectors.log_queries import (
     SUMMARY_QUERY,
     hours_query,
     hours_query_cost,
+    named_query,
 )
 from gpuaudit.collectors.log_sources import (
     _hma_streams,
@@ -98,6 +99,8 @@ from gpuaudit.model.evidence import (
 )
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between
 
+_Slice = tuple[datetime, datetime, _Pending | _Parts, str, list[str]]  # a query's range, the query, its text, groups
+
 
 @dataclass
 class LogEvidence:
@@ -114,6 +117,7 @@ class LogEvidence:
     boot_lines: list[GpuLine]
     kernel_unread_groups: list[str]  # groups whose kernel-streams read did not complete
     summary_unread_groups: list[str]  # groups whose stream-summary read did not complete
+    gpu_unread_groups: list[str]  # groups whose GPU-lines read did not answer
     job_figures: list[JobFigure]
     job_figure_groups: list[str]  # job groups whose figures were read whole
     job_figure_unread_groups: list[str]  # job groups whose figures read failed or stayed at the row cap
@@ -158,7 +162,7 @@ class BatchEvidence(BaseModel):
     listed: list[ListedStream] = []  # DescribeLogStreams, only when the kernel or summary query failed
     boot_lines: list[GpuLine] = []  # boot-time lines from before the GPU-lines window (boot-lines query)
     # The per-stream reads ("kernel", "summary") that did not complete (a query failed, or a part stayed capped):
-    # in this batch's groups a stream's absence from them proves nothing.
+    # in this batch's groups a stream's absence from them proves nothing; "gpu": a GPU-lines read did not answer.
     unread: list[str] = []
     # Incident: the job groups' throughput and step-time figures; the job groups read whole, and those not.
     job_figures: list[JobFigure] = []
@@ -184,7 +188,7 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                   known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
                   slots: QuerySlots | None = None, journal: QueryJournal | None = None,
                   expected_streams: Mapping[str, Mapping[str, Rows]] | None = None,
-                  job_groups: Collection[str] = ()) -> BatchEvidence:
+                  job_groups: Collection[str] = (), by_hint: bool = False) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
     the audit's concurrency budget, when batches share one.
@@ -196,7 +200,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     (`group_parts`): Logs Insights bills every record of each group it names, so a part never scans a group whose
     streams it does not read. Otherwise the whole is read, and read again in parts if it reaches the cap.
     `job_groups`: groups known to hold a job's output (named with --log-group, or NCCL lines in cached hours), read
-    for the job's figures in an incident with the groups whose GPU lines hold NCCL's."""
+    for the job's figures in an incident with the groups whose GPU lines hold NCCL's. `by_hint` (an hourly read):
+    the GPU and kernel lines are read by name from the streams the summary counted a hint of them in (`_by_hint`)."""
     gaps: list[Gap] = []
     runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
     runner.gaps = gaps
@@ -204,6 +209,12 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
         "kernel": ("kernel-streams", win.lifetime_start, win.kernel_until, KERNEL_QUERY),
         "summary": ("stream-summary", win.padded_start, win.padded_end, SUMMARY_QUERY),
         "gpu": ("gpu-lines", win.gpu_start, win.gpu_end, GPU_QUERY)}
+    # An hourly read reads the new hours once: the summary counts per stream the lines that may be GPU or kernel
+    # lines (`gpu_hints`, `kernel_hints`), and only the streams with a hint are then asked for those lines, by name
+    # (`_by_hint`): the default `@logStream` field index makes such a query scan those streams only. It needs the
+    # summary's range to hold the GPU-lines and kernel ranges (an hourly read's do: both start at or after it).
+    hinted = by_hint and win.padded_start <= min(win.gpu_start, win.lifetime_start) \
+        and max(win.gpu_end, win.kernel_until) <= win.padded_end
     expect = dict(expected_streams or {})
     # The kernel look-back (launch to the query time, up to 14 days) is read a day at a time: no query scans more
     # than a day of a group, so none runs long enough to be stopped (#34 item 4). Each day is read whole, and again in
@@ -211,64 +222,74 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     spans = {kind: day_spans(start, end) if kind == "kernel" else [(start, end)]
              for kind, (_, start, end, _) in reads.items()}
 
-    def read(kind: str, rows: Mapping[str, Rows] | None) -> list[tuple[datetime, datetime, _Pending | _Parts]]:
+    def read(kind: str, rows: Mapping[str, Rows] | None) -> list[_Slice]:
         purpose, _, _, query = reads[kind]
         if rows is not None and in_parts(sum(r.streams for r in rows.values())):
-            return [(start, end, _Parts(runner, purpose, groups, start, end, query, parts))
+            return [(start, end, _Parts(runner, purpose, groups, start, end, query, parts), query, batch)
                     for start, end in spans[kind] for groups, parts in group_parts(batch, rows)]
-        return [(start, end, runner.start(purpose, batch, start, end, query)) for start, end in spans[kind]]
+        return [(start, end, runner.start(purpose, batch, start, end, query), query, batch)
+                for start, end in spans[kind]]
 
+    first = ["summary"] if hinted else list(reads)
     counting = [kind for kind in ("kernel", "summary")
-                if kind not in expect and in_parts(len(nodes)) and len(spans[kind]) == 1]
+                if kind in first and kind not in expect and in_parts(len(nodes)) and len(spans[kind]) == 1]
     count = runner.start("stream-count", batch, min(reads[kind][1] for kind in counting),
                          max(reads[kind][2] for kind in counting), STREAM_COUNTS,
                          f" (rows of the {' and '.join(reads[kind][0] for kind in counting)} reads)") \
         if counting else None
-    pending = {kind: read(kind, expect.get(kind)) for kind in reads if kind not in counting}
+    pending = {kind: read(kind, expect.get(kind)) for kind in first if kind not in counting}
     counted = _streams_counted(runner.results(count)) if count else None
     for kind in counting:  # a count not read leaves the whole to be read (re-read if capped)
         pending[kind] = read(kind, None if counted is None else counted[kind])
     kernel: list[KernelStream] = []
     summary: dict[tuple[str, str], StreamActivity] = {}
+    hints: dict[str, dict[StreamKey, int]] = {"gpu": {}, "kernel": {}}  # per stream, the summary's hint counts
     gpu_lines: list[GpuLine] = []
     truncated: set[str] = set()
     unanswered: set[str] = set()
     node_index = NodeIndex(nodes)
-    for kind, slices in sorted(pending.items(), key=lambda item: list(reads).index(item[0])):
-        purpose, _, _, query = reads[kind]
+
+    def take(kind: str, slices: list[_Slice]) -> None:
+        """Read `kind`'s queries (a capped one read again in parts, or in halves of its range for GPU lines) and
+        keep their rows; a read none of whose queries answered is `unanswered`, one left partly unread `truncated`."""
+        purpose = reads[kind][0]
         rows, left, answered = [], 0, 0
-        for start, end, p in slices:
+        for start, end, p, query, groups in slices:
             if isinstance(p, _Parts):  # expected past the cap: read in parts from the start
                 parts = p.read()
             else:
                 whole = runner.results(p)
                 parts = PartsRead(whole or [], int(whole is None), whole is not None)
                 if whole is not None and len(whole) >= insights.MAX_ROWS and kind == "gpu":
-                    split, complete = _split_by_time(runner, "gpu-lines", GPU_QUERY, batch, win.gpu_start,
-                                                     win.gpu_end, gaps, "GPU lines", depth=0)
+                    split, complete = _split_by_time(runner, "gpu-lines", query, groups, start, end, gaps,
+                                                     "GPU lines", depth=0)
                     if complete:  # every line read: the capped query was read again, so the cache may keep it
                         runner.mark_reread(p)
-                    parts = PartsRead(split, 0, True)
+                    parts = PartsRead(split, 0 if complete else 1, True)
                 elif whole is not None and len(whole) >= insights.MAX_ROWS:
-                    parts = _Parts(runner, purpose, batch, start, end, query,
+                    parts = _Parts(runner, purpose, groups, start, end, query,
                                    id_parts(stream_part_ranges(whole, node_index, len(nodes))), whole, capped=p).read()
             answered += parts.answered
             left += parts.left if parts.answered else 0
             rows += parts.rows
+        if not slices:
+            return  # asked of no stream (no stream holds a hint): nothing to read
         if not answered:
             unanswered.add(kind)
-            continue
+            return
         if len(slices) > answered:  # a day of the look-back did not answer: its gap is the failed query's own
             truncated.add(kind)
-        if len(slices) > 1:
+        if len(slices) > 1 and kind == "kernel":
             rows = summed_days(rows)
-        if left:
+        if left and kind != "gpu":
             truncated.add(kind)
             gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
                             unseen=f"the {purpose} query over {', '.join(batch)} was read in parts by the instance ID "
                             f"or host name in the stream name, of which {left} reached the Logs Insights maximum of "
                             f"{insights.MAX_ROWS} rows or did not answer; rows beyond them were not read and are not "
                             "treated as empty"))
+        elif left:
+            truncated.add(kind)  # _split_by_time named what stayed unread
         for r in rows:
             group, stream = _group_name(r.get("@log", "")), r.get("@logStream", "")
             if kind == "kernel":
@@ -279,9 +300,18 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                     log_group=group, log_stream=stream, lines=int(float(r["total_lines"])),
                     live_hours=int(r["live_hours"]), first_event=_time(r.get("first_event")),
                     last_event=_time(r.get("last_event")))
+                for hint in hints:
+                    hints[hint][(group, stream)] = int(float(r.get(f"{hint}_hints") or 0))
             else:
-                gpu_lines.append(GpuLine(time=_time(r["@timestamp"]) or win.padded_start, log_group=group,
-                                         log_stream=stream, message=r.get("@message", "")))
+                gpu_lines.append(_gpu_line(r, win))
+
+    for first_kind in sorted(pending, key=list(reads).index):
+        take(first_kind, pending[first_kind])
+    if hinted:
+        whole = bool({"summary"} & (truncated | unanswered))  # a stream the summary missed may hold such lines
+        for hinted_kind in ("kernel", "gpu"):
+            named = None if whole else _by_hint(runner, hinted_kind, reads[hinted_kind], hints[hinted_kind])
+            take(hinted_kind, named if named is not None else read(hinted_kind, expect.get(hinted_kind)))
     expected = len(hours_between(win.padded_start, win.padded_end))
     kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     if win.deep_kernel_start is not None and not {"kernel"} & (unanswered | truncated):
@@ -319,8 +349,35 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     figures, unread_jobs = _job_figures(runner, jobs, win.job_range, gaps) if win.job_range and jobs else ([], [])
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
                          queries=runner.records, gaps=gaps, listed=listed, boot_lines=boot,
-                         unread=sorted({"kernel", "summary"} & (truncated | unanswered)),
+                         unread=sorted({"kernel", "summary", "gpu"} & (truncated | unanswered)),
                          job_figures=figures, job_groups=[g for g in jobs if g not in unread_jobs], job_unread=unread_jobs)
+
+
+HINTED_QUERIES = 3  # named queries an hourly read may take per kind; past that, one query over the batch
+
+
+def _by_hint(runner: InsightsRunner, kind: str, read: tuple[QueryPurpose, datetime, datetime, str],
+             hints: Mapping[StreamKey, int]) -> list[_Slice] | None:
+    """The `kind` read ("gpu", "kernel") asked only of the streams whose summary counted a hint of it (none: no
+    query), by name, in queries of at most QUERY_CHAR_BUDGET characters, each over the groups of its streams; None
+    when the names need more than HINTED_QUERIES queries (one query over the batch is then the cheaper read)."""
+    purpose, start, end, query = read
+    named = sorted(key for key, n in hints.items() if n > 0)
+    fixed = len(named_query([], query))
+    chunks = pack(named, lambda k: hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, insights.MAX_ROWS)
+    if len(chunks) > HINTED_QUERIES:
+        return None
+    slices: list[_Slice] = []
+    for chunk in chunks:
+        text, groups = named_query((stream for _, stream in chunk), query), sorted({group for group, _ in chunk})
+        subject = _streams_named([stream for _, stream in chunk])
+        slices.append((start, end, runner.start(purpose, groups, start, end, text, subject), text, groups))
+    return slices
+
+
+def _gpu_line(row: Mapping[str, str], win: LogWindow) -> GpuLine:
+    return GpuLine(time=_time(row["@timestamp"]) or win.padded_start, log_group=_group_name(row.get("@log", "")),
+                   log_stream=row.get("@logStream", ""), message=row.get("@message", ""))
 
 
 def _job_figures(runner: InsightsRunner, groups: list[str], span: tuple[datetime, datetime],
@@ -386,6 +443,7 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
             aws, [k for k in kernel if k.log_group in kept], activity, gaps),
         kernel_unread_groups=sorted(g for b in batches for g in b.unread_in("kernel")),
         summary_unread_groups=sorted(g for b in batches for g in b.unread_in("summary")),
+        gpu_unread_groups=sorted(g for b in batches for g in b.unread_in("gpu")),
         job_figures=sorted((f for b in batches for f in b.job_figures), key=lambda f: f.time),
         job_figure_groups=sorted(g for b in batches for g in b.job_groups),
         job_figure_unread_groups=sorted(g for b in batches for g in b.job_unread))

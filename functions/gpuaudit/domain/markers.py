@@ -34,6 +34,17 @@ HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")
 STATUS_STREAM_WORDS = ("ERROR", "FAIL", "Xid", "EFA", "NCCL")
 
 
+# Plain substrings, at least one of which every line `gpu_lines_query` matches holds (its regex markers spelled out:
+# "NCCL (INFO|WARN)" as both, "Fabric ?Manager" as both spellings), and for the status streams the words they are
+# read for. A Logs Insights query can count `strcontains` per line but cannot test a regex per line, so the stream
+# summary counts these per stream (collectors/log_queries.py GPU_HINT): a stream with none in a range has no GPU
+# line there, and an hourly read asks only the others for their lines (tests/unit/test_gpu_hints.py).
+GPU_HINTS = tuple(dict.fromkeys(
+    h for marker in GPU_LINE_MARKERS
+    for h in ({"NCCL (INFO|WARN)": ("NCCL INFO", "NCCL WARN"),
+               "Fabric ?Manager": ("Fabric Manager", "FabricManager")}.get(marker, (marker,)))))
+
+
 def gpu_lines_query(limit: int) -> str:
     """The Logs Insights query of the GPU lines: every marker, plus the status streams' error lines."""
     streams = "|".join(s.rstrip("/") for s in HYPERPOD_STATUS_STREAMS)

@@ -342,6 +342,7 @@ class Evidence(BaseModel):
     # 10,000-row cap): there a stream's absence from kernel_streams / stream_activity proves nothing.
     kernel_unread_groups: list[str] = Field(default_factory=list)
     summary_unread_groups: list[str] = Field(default_factory=list)
+    gpu_unread_groups: list[str] = Field(default_factory=list)  # a GPU-lines read over the group did not answer
     # Kernel-carrying streams with no line in the padded window, as DescribeLogStreams lists them: when they died.
     silent_streams: list[ListedStream] = Field(default_factory=list)
     gpu_lines: list[GpuLine] = Field(default_factory=list)
@@ -391,3 +392,17 @@ class Evidence(BaseModel):
 
     def planned(self, source: ReadSource) -> PlannedRead | None:
         return next((r for r in self.read_plan if r.source == source), None)
+
+    def gpu_line_reads(self, group: str) -> list[QueryRecord]:
+        """The queries that read `group`'s GPU lines: its GPU-lines queries; an hourly read with none over the group
+        asked only the streams its stream summary counted a GPU hint in (collectors/logs.py `_hinted_gpu_lines`), so
+        there the summary's queries over the group are what read them (a hint-less stream holds no GPU line)."""
+        lines = [q for q in self.queries if q.purpose == "gpu-lines" and group in q.log_groups]
+        return lines or [q for q in self.queries if q.purpose == "stream-summary" and group in q.log_groups]
+
+    def gpu_lines_read(self, group: str) -> bool:
+        """`group`'s GPU lines were read: every query that read them completed (a capped one read again) and none
+        was refused (a refused query leaves no record, only the group in `gpu_unread_groups`)."""
+        reads = self.gpu_line_reads(group)
+        return bool(reads) and group not in self.gpu_unread_groups and all(
+            q.status == "Complete" and (not q.truncated or q.reread) for q in reads)

@@ -62,8 +62,7 @@ def _lifecycle_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
     name = "the replacement's lifecycle script"
     ev = ctx.ev
     parts: list[tuple[FindingStepStatus, str]] = []
-    read = any(q.purpose == "gpu-lines" and q.status == "Complete" and ev.hma_log_group in q.log_groups
-               for q in ev.queries) if ev.hma_log_group else False
+    read = ev.gpu_lines_read(ev.hma_log_group) if ev.hma_log_group else False
     for g in groups:
         prefix = f"LifecycleConfig/{g.name}/"
         failed = [p for p in all_lines(ctx.j) if p.line.log_stream.startswith(prefix)

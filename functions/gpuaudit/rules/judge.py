@@ -234,7 +234,8 @@ def boot_search_span(evidence: Evidence) -> str:
     if boot:
         return (f"from {iso(min(boot))} (each node's launch, at most {KERNEL_LOOKBACK.days} days before the window) "
                 "to the window's end")
-    window = [q.start for q in evidence.queries if q.purpose == "gpu-lines"]
+    groups = {g for q in evidence.queries for g in q.log_groups}
+    window = [q.start for g in groups for q in evidence.gpu_line_reads(g)]
     if window and evidence.mode == "coverage":
         return (f"in the window only (from {iso(min(window))}): a coverage audit does not search boot-time lines; an "
                 "incident or pre-flight audit searches since launch")

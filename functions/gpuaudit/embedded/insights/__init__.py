@@ -42,12 +42,18 @@ from gpuaudit.embedded.insights.syntax import (
     MAX_LOG_GROUPS,
     MAX_QUERY_CHARS,
     MAX_RESULT_ROWS,
+    Compare,
+    FilterCmd,
+    In,
     Query,
     QueryError,
     parse_query,
 )
 
 __all__ = [
+    "Compare",
+    "FilterCmd",
+    "In",
     "INVALID_PARAMETER",
     "MALFORMED",
     "MAX_QUERY_CHARS",

@@ -51,7 +51,8 @@ ScanItem = LogRecord | LogRun
 @dataclass
 class QueryOutcome:
     rows: list[list[dict[str, str]]]  # GetQueryResults "results" shape
-    records_scanned: int  # records in the named groups inside [start, end] (what AWS bills/scans)
+    records_scanned: int  # records read, what AWS bills: the groups' inside [start, end] (responders/logs.py
+    # reads only the named streams' for a first `filter @logStream in [...]`, as the default field index does)
     records_matched: int  # records that passed all filters (before stats)
     bytes_scanned: int  # sum of len(message.encode()) over scanned records
 

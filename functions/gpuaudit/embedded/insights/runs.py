@@ -99,13 +99,13 @@ def _record_chunks(
 
 
 def _mergeable(cmd: StatsCmd, env: _Env) -> bool:
-    """Every aggregation is one whose per-chunk results combine exactly: counts, and min/max of a field
-    whose raw value is always an int (timestamps). The others keep the all-members path."""
+    """Every aggregation is one whose per-chunk results combine exactly: counts, and min/max/sum of a field
+    whose raw value is always an int (timestamps, `strcontains`). The others keep the all-members path."""
     for agg in cmd.aggs:
         if agg.arg is None:
             continue
         kind = env.field(agg.arg).kind
-        if not ((agg.func == "count" and kind != "any") or (agg.func in ("min", "max") and kind == "num")):
+        if not ((agg.func == "count" and kind != "any") or (agg.func in ("min", "max", "sum") and kind == "num")):
             return False
     return True
 
@@ -140,7 +140,8 @@ def _chunk_partials(
     by = _group_accessors(cmd, env)
     aggregations = [_compile_agg(agg, env, True) for agg in cmd.aggs]
     folds: list[Callable[[Any, Any], Any]] = [
-        _add if agg.func == "count" or agg.arg is None else (min if agg.func == "min" else max) for agg in cmd.aggs
+        _add if agg.func in ("count", "sum") or agg.arg is None else (min if agg.func == "min" else max)
+        for agg in cmd.aggs
     ]
     partials: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # tuples: a million groups is a lot of lists
     for chunk in chunks:
@@ -221,14 +222,14 @@ def _add(a: Any, b: Any) -> Any:
 def _run_aggregable(cmd: StatsCmd, env: _Env) -> bool:
     """A `_mergeable` stats that sees only what the lines of a run share: grouped by fields other than
     time and at most one bin, counting, and taking min/max of @timestamp or @ingestionTime (a run's
-    lines have no ingestion time of their own, so it is their timestamp) or of a value computed from the
-    fields its lines share (`fields strcontains(@message, "x") as k`)."""
+    lines have no ingestion time of their own, so it is their timestamp) or min/max/sum of a value computed from
+    the fields its lines share (`fields strcontains(@message, "x") as k`: a bin's sum is k times its lines)."""
     if sum(term.bin_ms is not None for term in cmd.by) > 1:
         return False
     if any(term.bin_ms is None and term.field in _TIME_FIELDS for term in cmd.by):
         return False
-    return all(agg.arg is None or agg.func == "count" or agg.arg in _TIME_FIELDS or agg.arg in env.run_constant
-               for agg in cmd.aggs)
+    return all(agg.arg is None or agg.func == "count" or agg.arg in env.run_constant
+               or (agg.arg in _TIME_FIELDS and agg.func in ("min", "max")) for agg in cmd.aggs)
 
 
 def _fold_runs(
@@ -243,11 +244,12 @@ def _fold_runs(
     Built a column at a time per run; a run whose groups are all new (the usual case) is one dict update."""
     keys = [None if term.bin_ms is not None else env.field(term.field or "").raw for term in cmd.by]
     width = next((term.bin_ms for term in cmd.by if term.bin_ms is not None), None)
-    # Per aggregation: which of (count, first, last, the run's constant value) it takes, and the output
-    # conversion of a timestamp.
-    picks = [0 if agg.arg is None or agg.func == "count" else 3 if agg.arg in env.run_constant
+    # Per aggregation: which of (count, first, last, the run's constant value, that value times the count) it
+    # takes, and the output conversion of a timestamp.
+    picks = [0 if agg.arg is None or agg.func == "count"
+             else (4 if agg.func == "sum" else 3) if agg.arg in env.run_constant
              else 1 if agg.func == "min" else 2 for agg in cmd.aggs]
-    finals = [None if pick in (0, 3) else env.field(agg.arg or "").final
+    finals = [None if pick in (0, 3, 4) else env.field(agg.arg or "").final
               for pick, agg in zip(picks, cmd.aggs, strict=True)]
     constants = [env.field(agg.arg or "").raw for agg in cmd.aggs if agg.arg in env.run_constant]
     for run in runs:
@@ -262,7 +264,9 @@ def _fold_runs(
         else:  # the bin column bounds the repeated constant ones
             group_keys = list(zip(*[buckets if raw is None else repeat(raw(first_line)) for raw in keys], strict=False))
         columns = iter(segment[3:])
-        values = list(zip(*[next(columns) if pick == 3 else segment[pick] if final is None
+        values = list(zip(*[next(columns) if pick == 3
+                            else [n * v for n, v in zip(segment[0], next(columns), strict=True)] if pick == 4
+                            else segment[pick] if final is None
                             else map(final, segment[pick]) for pick, final in zip(picks, finals, strict=True)],
                           strict=False))
         if partials.keys().isdisjoint(group_keys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable
+from itertools import chain
 from typing import Any
 
 from gpuaudit.embedded import insights
@@ -150,7 +151,7 @@ def _start_query(b: Backend, p: dict[str, Any]) -> dict[str, Any]:
         query = f"{query} | limit {int(p['limit'])}"
     try:
         insights.parse_query(p["queryString"])  # the length limit applies to the string as sent
-        insights.parse_query(query, max_chars=None)
+        parsed = insights.parse_query(query, max_chars=None)
     except insights.QueryError as exc:
         raise ApiError(exc.exception, str(exc)) from None
     # "You can have up to 30 concurrent CloudWatch Logs insights queries, including queries that have been
@@ -160,14 +161,41 @@ def _start_query(b: Backend, p: dict[str, Any]) -> dict[str, Any]:
         raise ApiError("LimitExceededException",
                        f"Account has {in_flight} concurrent Logs Insights queries; the limit is "
                        f"{b.world.logs_concurrent_queries}")
-    outcome = insights.run_query(query, query_input(b.world, names, p["startTime"] * 1000, p["endTime"] * 1000 + 999),
-                                 p["startTime"], p["endTime"], b.world.account_id, max_chars=None)
+    low, high = p["startTime"] * 1000, p["endTime"] * 1000 + 999
+    indexed = _indexed_streams(parsed)
+    items = chain.from_iterable(
+        query_input(b.world, [name], low, high, None if indexed is None or not _has_default_index(b, name) else indexed)
+        for name in names)
+    outcome = insights.run_query(query, items, p["startTime"], p["endTime"], b.world.account_id, max_chars=None)
     query_id = str(uuid.uuid4())
     stuck = b.behaviour_fault("logs", "GetQueryResults")
     slow = stuck is not None and stuck["status"] == "Running" and stuck.get("times") is not None
     b.queries[query_id] = RunningQuery(outcome, stuck["status"] if stuck else "Complete",
                                        running_reads=int(stuck["times"]) if slow and stuck else None)
     return {"queryId": query_id}
+
+
+def _indexed_streams(query: insights.Query) -> set[str] | None:
+    """The streams a query's first command keeps by `@logStream = "x"` or `@logStream in [...]`: CloudWatch Logs
+    indexes `@logStream` by default in Standard-class groups, and a query filtering on an indexed field by equality
+    or `in` scans only the lines of those values ("Create field indexes to improve query performance and reduce scan
+    volume"). Those lines alone are read, so records scanned is what AWS bills; any other first command: None."""
+    first = query.commands[0] if query.commands else None
+    if not isinstance(first, insights.FilterCmd):
+        return None
+    expr = first.expr
+    if isinstance(expr, insights.In) and expr.field == "@logStream" and not expr.negate:
+        return {str(v) for v in expr.values}
+    if isinstance(expr, insights.Compare) and expr.field == "@logStream" and expr.op == "=":
+        return {str(expr.value)}
+    return None
+
+
+def _has_default_index(b: Backend, group: str) -> bool:
+    """Default field indexes are given to Standard-class log groups only (a world's group class, Standard unless
+    it says otherwise)."""
+    found = b.world.log_groups.get(group)
+    return found is None or found.meta.get("logGroupClass", "STANDARD") in ("", "STANDARD")
 
 
 @responds("logs", "GetQueryResults")
