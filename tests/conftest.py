@@ -19,6 +19,9 @@
   sessions: each new session's emitter otherwise re-derives it for each of the ~60 handlers it registers (~7 %).
 - The copy of the event emitter every client makes of its session's (~400 trie nodes), made without copy.copy's
   dispatch per node: the same nodes, the same handler lists copied, the handlers themselves shared, as botocore's.
+- Whether an event handler accepts **kwargs (botocore checks each handler it registers, reading its signature with
+  inspect: ~60 per session and ~25 per client), remembered per function (a bound method by its function: the
+  same parameters after the bound one); any other callable is checked as botocore checks it.
 - The embedded backend's Logs Insights parser (a pure function of the query text and the length limit, its Query
   frozen and never changed by the evaluator), remembered: StartQuery parses each query three times (~15 % of the
   fault matrix's CPU). A query it refuses is parsed (and refused) anew every time. The parser's own unit tests
@@ -32,6 +35,7 @@ from __future__ import annotations
 import copy
 import functools
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +85,7 @@ def _shared_botocore_loader() -> Iterator[None]:
                       functools.lru_cache(maxsize=4096)(botocore.useragent.sanitize_user_agent_string_component))
         patch.setattr(botocore.model.ServiceModel, "endpoint_discovery_operation", _endpoint_discovery_operation())
         _share_event_alias_names(patch)
+        patch.setattr(botocore.hooks, "accepts_kwargs", _accepts_kwargs_per_function(botocore.hooks.accepts_kwargs))
         patch.setattr(botocore.hooks._PrefixTrie, "_recursive_copy", _trie_copy)
         patch.setattr(typer.testing, "_get_command", _command_once_per_app())
         from gpuaudit.embedded import insights
@@ -108,6 +113,27 @@ def _endpoint_discovery_operation() -> Any:
         return None if name is None else self.operation_model(name)
 
     return botocore.utils.CachedProperty(endpoint_discovery_operation)
+
+
+def _accepts_kwargs_per_function(accepts_kwargs: Any) -> Any:
+    seen: dict[int, tuple[Any, Any]] = {}  # id -> (the function, held so its id stays its own; the answer)
+
+    def remembered(func: Any) -> Any:
+        kind = type(func)
+        if kind is types.MethodType:
+            key = func.__func__
+            if type(key) is not types.FunctionType:
+                return accepts_kwargs(func)
+        elif kind is types.FunctionType:
+            key = func
+        else:
+            return accepts_kwargs(func)
+        held = seen.get(id(key))
+        if held is None or held[0] is not key:
+            held = seen[id(key)] = (key, accepts_kwargs(key))
+        return held[1]
+
+    return remembered
 
 
 def _share_event_alias_names(patch: pytest.MonkeyPatch) -> None:
