@@ -11,7 +11,7 @@ from gpuaudit.collectors import cache, controlplane
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, CoverageCache
 from gpuaudit.collectors.control_logs import collect_control_streams
-from gpuaudit.collectors.insights import QueryJournal
+from gpuaudit.collectors.insights import InsightsRunner, QueryJournal
 from gpuaudit.collectors.inventory import (
     UnknownCluster,
     collect_inventory,
@@ -20,6 +20,7 @@ from gpuaudit.collectors.inventory import (
 )
 from gpuaudit.collectors.kernel_lookback import deep_kernel_start, lifetime_start
 from gpuaudit.collectors.kubernetes import list_nodes
+from gpuaudit.collectors.lagging import read_lagging
 from gpuaudit.collectors.log_queries import JOB_LINE
 from gpuaudit.collectors.log_sources import discover_log_groups
 from gpuaudit.collectors.logs import BatchEvidence, LogWindow, collect_batch, log_batches, merge_batches
@@ -136,7 +137,10 @@ def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cach
     jobs = named | {g for g, c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
     fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
                           slots=slots, journal=journal, expected_streams=expected, job_groups=jobs, by_hint=True)
-    return cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part)
+    # The streams that had fallen silent shortly before the last read: their silence is read again by name.
+    opened = {(g, s): hour for g, c in zip(batch, usable, strict=True) for s, hour in c.lagging.items()}
+    lag = read_lagging(InsightsRunner(aws, [], slots=slots, journal=journal), opened, part.padded_start)
+    return cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part, lag)
 
 
 def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence], request: AuditRequest) -> Evidence:

@@ -1,9 +1,14 @@
 """Incremental hourly audits: per-stream hourly bins already proven are kept, and the next audit
 queries only the hours that can still change.
 
-The rule (late delivery): an hour is final once it ended at least LATE_DELIVERY_HORIZON before the
-query time; until then it is queried again on every run, so a line that arrives late still fills
-it. Kernel-line counts (query b) accumulate from the end of the last counted range.
+The rule (late delivery): a stream's lines arrive in order (collectors/lagging.py says why; RULES §4 treats a gap
+followed by later lines as lost, not late), so late lines can only fill a stream's trailing silence. An hour is final
+once it began before the query time less OUT_OF_ORDER (the margin for batches retried out of order) — for every stream
+that wrote after it, or fell silent more than LATE_DELIVERY_HORIZON before the query (a gap that old is lost, not
+late). A stream silent since less than that is `lagging`: its hours from its silence on are read again on every run,
+by name, until they are final (`read_lagging`), so a line that arrives late still fills them. More lagging streams
+than MAX_LAGGING_STREAMS: every hour since the horizon is read again, for all streams, as before. Kernel-line counts
+(query b) accumulate from the end of the last counted range.
 
 Per group (`read_plan`): the groups of a batch whose entries cover the window alike are read together
 incrementally, first (they are cheap); the groups never cached are read together in full; then each group whose
@@ -27,12 +32,15 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpuaudit.collectors.lagging import LaggingRead
 from gpuaudit.collectors.logs import BatchEvidence, LogWindow
 from gpuaudit.model.evidence import Gap, GpuLine, KernelStream, StreamActivity
 from gpuaudit.model.timeutil import floor_hour
 
-FORMAT = "gpu-audit-cache/3"
+FORMAT = "gpu-audit-cache/4"
 LATE_DELIVERY_HORIZON = timedelta(hours=2)
+OUT_OF_ORDER = timedelta(minutes=15)
+MAX_LAGGING_STREAMS = 450  # about three named queries of each kind (names run to 512 characters; most are ~60)
 RETENTION = timedelta(days=8)
 MAX_CACHED_GPU_LINES = 20_000
 
@@ -125,6 +133,9 @@ class GroupCache(_Model):
     kernel: dict[str, KernelStream] = Field(default_factory=dict)  # by stream name
     hours: dict[str, StreamHours] = Field(default_factory=dict)
     gpu_lines: list[GpuLine] = Field(default_factory=list)
+    # Streams silent before settled_until, but not yet for LATE_DELIVERY_HORIZON: their hours from this one on are
+    # not final (their live runs and GPU lines stop before it) and are read again by name.
+    lagging: dict[str, datetime] = Field(default_factory=dict)
 
 
 class CacheState(_Model):
@@ -269,9 +280,12 @@ def _live_runs(a: StreamActivity, span: Runs) -> Runs | None:
     return None  # per-hour detail not read
 
 
-def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, part: LogWindow) -> BatchEvidence:
-    """The batch as a full read would have seen it: cached final hours plus the freshly read ones.
-    A stream live in every hour of the window has no `hour_counts`, as after a full read."""
+def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, part: LogWindow,
+          lag: LaggingRead | None = None) -> BatchEvidence:
+    """The batch as a full read would have seen it: cached final hours, the lagging streams' hours read again
+    (`lag`), and the freshly read ones. A stream live in every hour of the window has no `hour_counts`, as after a
+    full read."""
+    lag = lag or LaggingRead()
     kernel = {(g, s): k for g, c in caches.items() for s, k in c.kernel.items()}
     for k in fresh.kernel:
         prior = kernel.get((k.log_group, k.log_stream))
@@ -284,22 +298,29 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
     window_size = _size(_span(_floor_h(win.padded_start), _ceil_h(win.padded_end)))
     old_from, old_to = _ceil_h(win.padded_start), _ceil_h(part.padded_start)  # cached hours still in the window
     fresh_by_key = {(a.log_group, a.log_stream): a for a in fresh.activity}
-    keys = set(fresh_by_key) | {(g, s) for g, c in caches.items() for s in c.hours}
+    keys = set(fresh_by_key) | {(g, s) for g, c in caches.items() for s in c.hours} | set(lag.streams)
     activity = []
     for key in sorted(keys):
         cached = caches[key[0]].hours.get(key[1]) if key[0] in caches else None
-        old = _clip(cached.live_runs, old_from, old_to) if cached else []
+        kept = _clip(cached.live_runs, old_from, old_to) if cached else []
+        again = lag.streams.get(key)
+        again_hours = {h: n for h, n in again.hours.items() if old_from <= _floor_h(h) < old_to} if again else {}
+        old = _union(kept, _runs_of(h for h, n in again_hours.items() if n > 0))
         a = fresh_by_key.get(key)
         new = _live_runs(a, fresh_span) if a is not None else []
         if not old and not new and a is None:
             continue  # no line in the window at all: a full read would not list the stream either
         first = a.first_event if a is not None else None
-        if old:
-            earliest = _hour_start(old[0][0])
+        if kept:
+            earliest = _hour_start(kept[0][0])
             first = cached.first_event if cached and cached.first_event and cached.first_event >= earliest \
                 else earliest  # hour precision when the cached first line predates the window
-        last = a.last_event if a is not None and a.last_event else (cached.last_event if cached else None)
-        lines = (a.lines if a is not None else 0) + (_share(cached.lines, old, _size(cached.live_runs)) if cached else 0)
+        elif again_hours and again and again.first:
+            first = max(again.first, win.padded_start)
+        last = a.last_event if a is not None and a.last_event else max(
+            filter(None, [cached.last_event if cached else None, again.last if again else None]), default=None)
+        lines = (a.lines if a is not None else 0) + sum(again_hours.values()) + \
+            (_share(cached.lines, kept, _size(cached.live_runs)) if cached else 0)
         if new is None:
             activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines, live_hours=_size(old),
                                            first_event=first, last_event=last, hour_counts=None))
@@ -310,9 +331,11 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
         activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines, live_hours=live_hours,
                                        first_event=first, last_event=last, hour_counts=hour_counts))
     old_lines = [g for c in caches.values() for g in c.gpu_lines if win.gpu_start <= g.time < part.gpu_start]
+    old_lines += [g for g in lag.gpu_lines if win.gpu_start <= g.time < part.gpu_start]
     return fresh.model_copy(update={
         "kernel": sorted(kernel.values(), key=lambda k: (k.log_group, k.log_stream)),
-        "activity": activity, "gpu_lines": sorted([*old_lines, *fresh.gpu_lines], key=lambda g: g.time)})
+        "activity": activity, "gpu_lines": sorted([*old_lines, *fresh.gpu_lines], key=lambda g: g.time),
+        "queries": [*fresh.queries, *lag.queries], "gaps": [*fresh.gaps, *lag.gaps]})
 
 
 def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: datetime) -> None:
@@ -321,22 +344,23 @@ def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: dateti
     done = [g for g in merged.groups if complete(merged, g)]
     if not done:
         return
-    settled = min(floor_hour(now - LATE_DELIVERY_HORIZON), floor_hour(win.padded_end))
+    settled, lagging = _settled(merged, done, win, now)
     horizon = floor_hour(now - RETENTION)
     prior = {g: state.groups.get(g) for g in done}
     covered = [c.covered_from for c in prior.values() if c is not None and c.covered_from <= win.padded_start]
     covered_from = max(min([*covered, win.padded_start]), horizon)
     full = _span(_floor_h(win.padded_start), _ceil_h(win.padded_end))
-    keep_from, keep_to, settled_h = _ceil_h(covered_from), _ceil_h(win.padded_start), _ceil_h(settled)
+    keep_from, keep_to = _ceil_h(covered_from), _ceil_h(win.padded_start)
     for group in done:
         entry = GroupCache(covered_from=covered_from, settled_until=settled, kernel_as_of=win.kernel_until,
-                           kernel={k.log_stream: k for k in merged.kernel if k.log_group == group})
+                           kernel={k.log_stream: k for k in merged.kernel if k.log_group == group},
+                           lagging=lagging[group])
         old = prior.get(group)
         for a in (x for x in merged.activity if x.log_group == group):
             live = _live_runs(a, full) or []
             prior_hours = old.hours.get(a.log_stream) if old else None
             kept_old = _clip(prior_hours.live_runs, keep_from, keep_to) if prior_hours else []
-            final = _clip(live, keep_from, settled_h)
+            final = _clip(live, keep_from, _ceil_h(lagging[group].get(a.log_stream, settled)))
             lines = _share(a.lines, final, _hours_read(a, live, win.padded_end)) + \
                 (_share(prior_hours.lines, kept_old, _size(prior_hours.live_runs)) if prior_hours else 0)
             entry.hours[a.log_stream] = StreamHours(live_runs=_union(final, kept_old), lines=lines,
@@ -349,6 +373,23 @@ def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: dateti
                         entry.hours[stream] = hours.model_copy(
                             update={"live_runs": kept, "lines": _share(hours.lines, kept, _size(hours.live_runs))})
         older = [g for g in (old.gpu_lines if old else []) if covered_from <= g.time < win.gpu_start]
-        entry.gpu_lines = [*older, *(g for g in merged.gpu_lines if g.log_group == group and g.time < settled)][
-            -MAX_CACHED_GPU_LINES:]
+        entry.gpu_lines = [*older, *(g for g in merged.gpu_lines if g.log_group == group
+                                     and g.time < lagging[group].get(g.log_stream, settled))][-MAX_CACHED_GPU_LINES:]
         state.groups[group] = entry
+
+
+def _settled(merged: BatchEvidence, done: list[str], win: LogWindow,
+             now: datetime) -> tuple[datetime, dict[str, dict[str, datetime]]]:
+    """Where the next read of the groups `done` starts (the hour of `now` less OUT_OF_ORDER), and per group the
+    streams that are lagging then, each with the first hour it may still gain a line in; past MAX_LAGGING_STREAMS,
+    the hour of the late-delivery horizon and none (every stream read again from there)."""
+    settled = min(floor_hour(now - OUT_OF_ORDER), floor_hour(win.padded_end))
+    horizon = now - LATE_DELIVERY_HORIZON
+    lagging: dict[str, dict[str, datetime]] = {group: {} for group in done}
+    for a in merged.activity:
+        last = a.last_event
+        if a.log_group in lagging and last is not None and horizon <= last and last - OUT_OF_ORDER < settled:
+            lagging[a.log_group][a.log_stream] = floor_hour(max(last - OUT_OF_ORDER, horizon))
+    if sum(map(len, lagging.values())) > MAX_LAGGING_STREAMS:
+        return min(floor_hour(horizon), floor_hour(win.padded_end)), {group: {} for group in done}
+    return settled, lagging

@@ -78,6 +78,12 @@ def named_query(streams: Iterable[str], query: str) -> str:
     return f"filter @logStream in [{_names(streams)}] | {query}"
 
 
+def lagging_hours_query(streams: Iterable[str]) -> str:
+    """Per-hour lines of named streams with each hour's first and last line (collectors/lagging.py)."""
+    return (f"filter @logStream in [{_names(streams)}] | stats count(*) as lines, min(@timestamp) as first, "
+            "max(@timestamp) as last by @log, @logStream, bin(1h) as hour")
+
+
 def hours_query(streams: Iterable[str]) -> str:
     """Detail bins for named streams; names are JSON-quoted, so no name can break out of the string."""
     return f"filter @logStream in [{_names(streams)}] | stats count(*) as lines by @log, @logStream, bin(1h) as hour"

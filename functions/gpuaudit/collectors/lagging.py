@@ -1,0 +1,82 @@
+"""The re-read of the streams an hourly audit cannot yet call final (collectors/cache.py `lagging`), by name.
+
+A stream's lines reach CloudWatch Logs in order (an agent ships each file in sequence; RULES §4 treats a gap followed by
+later lines as lost, not late): once its line at time L is readable, its earlier lines are too, save a margin for
+batches retried out of order. So the hours a late line can still fill are a stream's trailing silence only. A stream
+still writing when the last audit ran is read again from the hour before that audit, with the whole group; one that
+had fallen silent less than the late-delivery horizon before it (a node that died, an agent that stalled) is read
+again by name from its silence on, here: a `@logStream in [...]` query is served by the default field index and scans
+only those streams, so a few silent streams do not make every hour re-read the whole group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpuaudit.collectors.insights import InsightsRunner, _group_name, _split_by_time, _time
+from gpuaudit.collectors.log_queries import GPU_QUERY, hours_query_cost, lagging_hours_query, named_query
+from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, pack
+from gpuaudit.model.evidence import Gap, GpuLine, QueryRecord
+from gpuaudit.model.timeutil import floor_hour
+
+StreamKey = tuple[str, str]  # (log group, stream)
+
+
+@dataclass
+class StreamHourLines:
+    """One stream's lines in the hours read again: per hour, the count and the first and last line."""
+
+    hours: dict[datetime, int] = field(default_factory=dict)
+    first: datetime | None = None
+    last: datetime | None = None
+
+
+@dataclass
+class LaggingRead:
+    streams: dict[StreamKey, StreamHourLines] = field(default_factory=dict)
+    gpu_lines: list[GpuLine] = field(default_factory=list)
+    queries: list[QueryRecord] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)  # a failed query names its groups: they are not cached
+
+
+def _chunks(keys: list[StreamKey], query: str) -> list[list[StreamKey]]:
+    fixed = len(named_query([], query))
+    return pack(sorted(keys), lambda k: hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, 10_000)
+
+
+def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end: datetime) -> LaggingRead:
+    """The lines of each stream of `opened` from its hour there to `end` (the settled hour the whole-group read starts
+    at): per-hour counts with first and last line, and the GPU lines. Streams are read together over the earliest
+    hour, each kept from its own hour on (before it, the cache's hours are final and its lines already counted)."""
+    out = LaggingRead(queries=runner.records, gaps=runner.gaps)
+    if not opened:
+        return out
+    start = min(opened.values())
+    keys = sorted(opened)
+    for chunk in _chunks(keys, lagging_hours_query([])):
+        names = [stream for _, stream in chunk]
+        pending = runner.start("stream-hours", sorted({g for g, _ in chunk}), start, end, lagging_hours_query(names),
+                               f" for {len(names)} stream(s) silent before the last audit")
+        rows = runner.results(pending)
+        if rows is None:
+            continue  # the runner's gap names the query's groups
+        for r in rows:
+            key, hour = (_group_name(r.get("@log", "")), r.get("@logStream", "")), _time(r.get("hour"))
+            if key not in opened or hour is None or floor_hour(hour) < opened[key]:
+                continue
+            lines = out.streams.setdefault(key, StreamHourLines())
+            lines.hours[floor_hour(hour)] = int(float(r["lines"]))
+            first, last = _time(r.get("first")), _time(r.get("last"))
+            lines.first = min(filter(None, [lines.first, first]), default=None)
+            lines.last = max(filter(None, [lines.last, last]), default=None)
+    for chunk in _chunks(keys, GPU_QUERY):
+        rows, _read = _split_by_time(runner, "gpu-lines", named_query((s for _, s in chunk), GPU_QUERY),
+                                     sorted({g for g, _ in chunk}), start, end, runner.gaps,
+                                     f"GPU lines of {len(chunk)} stream(s) silent before the last audit")
+        for r in rows:
+            key, when = (_group_name(r.get("@log", "")), r.get("@logStream", "")), _time(r.get("@timestamp"))
+            if key in opened and when is not None and when >= opened[key]:
+                out.gpu_lines.append(GpuLine(time=when, log_group=key[0], log_stream=key[1],
+                                             message=r.get("@message", "")))
+    return out
