@@ -4,6 +4,7 @@ those inside functions and `if TYPE_CHECKING:` blocks, which hide a dependency b
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shutil
 import sys
@@ -54,6 +55,17 @@ RULES_FLOORS: dict[str, int] = {
 ALLOWED_INSIDE = {"model": {"model"}, "domain": {"model", "domain"}}
 
 
+@functools.cache
+def _parse(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
+def parsed(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once per distinct source text (every check walks every module: each re-parsed
+    the whole package); read-only, as the checks only walk it. A copy changed by a test is new text, parsed anew."""
+    return _parse(path.read_text(encoding="utf-8"))
+
+
 def unit_of(path: Path) -> str:
     parts = path.relative_to(PACKAGE).with_suffix("").parts
     return parts[0]
@@ -61,7 +73,7 @@ def unit_of(path: Path) -> str:
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
     """(line, absolute module) of every import in one file; relative imports are resolved."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     package = ".".join(("gpuaudit", *path.relative_to(PACKAGE).parent.parts))
     out = []
     for node in ast.walk(tree):
@@ -117,7 +129,7 @@ def test_imports_go_one_way() -> None:
 
 def test_handlers_never_import_what_the_lambda_asset_does_not_ship() -> None:
     found = [f"{path.name}:{node.lineno} imports {node.module}" for path in sorted(HANDLERS.glob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             for node in ast.walk(parsed(path))
              if isinstance(node, ast.ImportFrom) and gpuaudit_unit(node.module or "") in HANDLERS_NEVER]
     assert found == []
 
@@ -133,7 +145,7 @@ def module_graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom)
                      and node.module and not node.level else [])
@@ -286,7 +298,7 @@ def definitions_of(wanted: set[str], kinds: tuple[type, ...] = (ast.Tuple, ast.L
     """Every order or name table in the package that spells out all of `wanted` (Literal[...] types excepted)."""
     found = []
     for p in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(p.read_text(encoding="utf-8"))
+        tree = parsed(p)
         type_args = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
         found += [f"{p.relative_to(PACKAGE)}:{n.lineno}" for n in ast.walk(tree)
                   if isinstance(n, kinds) and id(n) not in type_args and _is_order_or_name_table(n) and wanted <= _literal_strings(n)]
