@@ -17,7 +17,8 @@ from gpuaudit.model.timeutil import parse_time
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ("kernel-streams", "stream-summary", "gpu-lines", "job-figures", "stream-count", "kernel-lines", "stream-part",
-          "boot-lines", "stream-hours", "default-limit", "end-inclusive")
+          "boot-lines", "stream-hours", "gpu-lines-named", "kernel-named", "lagging-hours", "default-limit",
+          "end-inclusive")
 
 
 def account_world() -> PClusterWorld:

@@ -3,8 +3,11 @@
 Per batch of at most 50 groups, three queries, never one per node:
   kernel-streams  streams with `kernel:` lines over the nodes' lifetimes: count, last line   (b)
   stream-summary  all lines binned by stream and hour over the padded window, then folded to one
-                  row per stream (live hours, first/last event)                               (a)
+                  row per stream (live hours, first/last event, and the lines that may be GPU
+                  or kernel lines: `gpu_hints`, `kernel_hints`)                                (a)
   gpu-lines       NVRM / HMA / NCCL / Fabric Manager lines in the window
+An hourly read (`by_hint`) reads the summary first and asks the kernel-streams and gpu-lines queries only of the
+streams with a hint of them, by name (`_by_hint`): the new hours are scanned once, not three times.
   boot-lines      only for nodes whose window held no Fabric Manager start or driver banner: those boot-time
                   lines in the nodes' own streams from their launch (at most the kernel lookback) to the
                   window, newest first, at most BOOT_ROWS rows
@@ -19,7 +22,8 @@ summary counted and by `QUERY_CHAR_BUDGET` characters (`detail_chunks`). Every q
 audit's concurrency budget (collectors/query_budget.py): over budget, it waits for an earlier one instead of
 failing.
 
-Beside this module: the query texts (`log_queries.py`), the reads before the window — the kernel look-back a day at
+Beside this module: the query texts (`log_queries.py`), the re-read of streams that fell silent before the last
+hourly audit (`lagging.py`), the reads before the window — the kernel look-back a day at
 a time, the deep look-back and the boot-time lines (`kernel_lookback.py`) — the one runner every query goes through
 (`insights.py`), the reads in parts past the cap (`stream_parts.py`) and finding the log sources (`log_sources.py`).
 """

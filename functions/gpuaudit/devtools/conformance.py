@@ -34,6 +34,8 @@ from gpuaudit.collectors.log_queries import (
     STREAM_COUNTS,
     SUMMARY_QUERY,
     hours_query,
+    lagging_hours_query,
+    named_query,
 )
 from gpuaudit.collectors.logs import detail_chunks
 from gpuaudit.collectors.stream_parts import ENDINGS, stream_part_filter
@@ -119,6 +121,10 @@ def probes(read: EventRead) -> list[Probe]:
         found.append(Probe("boot-lines", boot_lines_query(ids[:DEEP_IDS_PER_QUERY], BOOT_ROWS), start, end, True))
     if chunks:
         found.append(Probe("stream-hours", hours_query(chunks[0]), start, end, False))
+        # an hourly read's by-name reads: the GPU and kernel lines of the streams with a hint, a lagging stream's hours
+        found.append(Probe("gpu-lines-named", named_query(chunks[0], GPU_QUERY), start, end, True))
+        found.append(Probe("kernel-named", named_query(chunks[0], KERNEL_QUERY), start, end, False))
+        found.append(Probe("lagging-hours", lagging_hours_query(chunks[0]), start, end, False))
     # Default row limit when `limit` is omitted, raw-record order and the timestamp format of raw lines.
     found.append(Probe("default-limit", "fields @timestamp, @message, @logStream, @log", start, end, False))
     # endTime includes its whole second: a window of exactly the last event's second holds that event.
