@@ -9,8 +9,10 @@ are kept without 0.5 s of wall time per LookupEvents.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
+import shutil
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -96,7 +98,9 @@ def deploy_configuration(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]
     deployment_document), written where GPUAUDIT_DEPLOYMENT points, as the functions find it under /opt."""
     from infra.config import DeployConfig, deployment_document
 
-    path = Path(tempfile.mkdtemp(prefix="gpuaudit-deployment-")) / "deployment.json"
+    folder = Path(tempfile.mkdtemp(prefix="gpuaudit-deployment-"))
+    atexit.register(shutil.rmtree, folder, True)  # the test process's lifetime: a step may read it until then
+    path = folder / "deployment.json"
     path.write_text(json.dumps(deployment_document(DeployConfig.model_validate(config))), encoding="utf-8")
     monkeypatch.setenv(DEPLOYMENT_ENV, str(path))
     return path
