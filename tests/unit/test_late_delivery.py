@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from helpers.worlds import PClusterWorld, at, aws_for
 
 from gpuaudit.collectors import cache as coverage_cache
@@ -134,3 +136,31 @@ def test_past_the_lagging_limit_every_stream_is_read_again_from_the_late_deliver
     assert summary.start == parse_time(at(9))  # the hour of 09:30: two hours before the last audit
     assert not [q for q in hourly.queries if q.purpose == "stream-hours" and q.end == summary.start]
     assert comparable(result(w, FileCache(tmp_path / "other.json"))) == comparable(result(w, None))
+
+
+def test_a_refused_re_read_of_a_silent_stream_leaves_its_liveness_unproven_and_the_cache_as_it_was(
+        tmp_path: Path) -> None:
+    cache = FileCache(tmp_path / "cache.json")
+    evidence(stalled_agent(at(11, 30)), cache)
+    before = cache.load("late", "us-west-2")
+    w = stalled_agent(at(12, 30))
+    aws = aws_for(w.world())
+    refused: list[str] = []
+
+    def refuse(params: dict[str, Any], **_: Any) -> None:  # the account's query quota, say, refuses the re-reads
+        if params.get("queryString", "").startswith("filter @logStream in"):
+            refused.append(params["queryString"])
+            raise ClientError({"Error": {"Code": "LimitExceededException", "Message": "refused by the test"}},
+                              "StartQuery")
+
+    aws.client("logs").meta.events.register("provide-client-params.logs.StartQuery", refuse)
+    hourly = run_audit(aws, AuditRequest(cluster="late"), coverage_cache=cache)
+
+    assert refused
+    row = late_node(hourly, w).coverage[0]
+    assert row.status == "Not observable" and "liveness not proven" in (row.note or "")  # never "empty", never live
+    assert any("LimitExceededException" in g for g in hourly.visibility_gaps)
+    assert cache.load("late", "us-west-2").groups[w.group] == before.groups[w.group]
+    # and the next hour, read again, says what a full audit says
+    w = stalled_agent(at(13, 30))
+    assert comparable(result(w, cache)) == comparable(result(w, None))

@@ -321,9 +321,10 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
             filter(None, [cached.last_event if cached else None, again.last if again else None]), default=None)
         lines = (a.lines if a is not None else 0) + sum(again_hours.values()) + \
             (_share(cached.lines, kept, _size(cached.live_runs)) if cached else 0)
-        if new is None:
-            activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines, live_hours=_size(old),
-                                           first_event=first, last_event=last, hour_counts=None))
+        if new is None or key in lag.unread:  # hours not read: the rules say its liveness is not proven
+            activity.append(StreamActivity(log_group=key[0], log_stream=key[1], lines=lines,
+                                           live_hours=_size(_union(old, new or [])), first_event=first,
+                                           last_event=last, hour_counts=None))
             continue
         live = _union(old, new)
         live_hours = _size(live)
@@ -335,7 +336,8 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
     return fresh.model_copy(update={
         "kernel": sorted(kernel.values(), key=lambda k: (k.log_group, k.log_stream)),
         "activity": activity, "gpu_lines": sorted([*old_lines, *fresh.gpu_lines], key=lambda g: g.time),
-        "queries": [*fresh.queries, *lag.queries], "gaps": [*fresh.gaps, *lag.gaps]})
+        "queries": [*fresh.queries, *lag.queries], "gaps": [*fresh.gaps, *lag.gaps],
+        "unread": sorted({*fresh.unread, "gpu"} if lag.gpu_unread else fresh.unread)})
 
 
 def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: datetime) -> None:

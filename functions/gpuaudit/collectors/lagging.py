@@ -38,6 +38,8 @@ class LaggingRead:
     gpu_lines: list[GpuLine] = field(default_factory=list)
     queries: list[QueryRecord] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)  # a failed query names its groups: they are not cached
+    unread: set[StreamKey] = field(default_factory=set)  # streams whose hours query did not answer
+    gpu_unread: bool = False  # a GPU-lines query did not answer, or stayed at the row cap
 
 
 def _chunks(keys: list[StreamKey], query: str) -> list[list[StreamKey]]:
@@ -59,8 +61,9 @@ def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end:
         pending = runner.start("stream-hours", sorted({g for g, _ in chunk}), start, end, lagging_hours_query(names),
                                f" for {len(names)} stream(s) silent before the last audit")
         rows = runner.results(pending)
-        if rows is None:
-            continue  # the runner's gap names the query's groups
+        if rows is None:  # the runner's gap names the query's groups
+            out.unread.update(chunk)
+            continue
         for r in rows:
             key, hour = (_group_name(r.get("@log", "")), r.get("@logStream", "")), _time(r.get("hour"))
             if key not in opened or hour is None or floor_hour(hour) < opened[key]:
@@ -71,9 +74,10 @@ def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end:
             lines.first = min(filter(None, [lines.first, first]), default=None)
             lines.last = max(filter(None, [lines.last, last]), default=None)
     for chunk in _chunks(keys, GPU_QUERY):
-        rows, _read = _split_by_time(runner, "gpu-lines", named_query((s for _, s in chunk), GPU_QUERY),
-                                     sorted({g for g, _ in chunk}), start, end, runner.gaps,
-                                     f"GPU lines of {len(chunk)} stream(s) silent before the last audit")
+        rows, read = _split_by_time(runner, "gpu-lines", named_query((s for _, s in chunk), GPU_QUERY),
+                                    sorted({g for g, _ in chunk}), start, end, runner.gaps,
+                                    f"GPU lines of {len(chunk)} stream(s) silent before the last audit")
+        out.gpu_unread |= not read
         for r in rows:
             key, when = (_group_name(r.get("@log", "")), r.get("@logStream", "")), _time(r.get("@timestamp"))
             if key in opened and when is not None and when >= opened[key]:
