@@ -6,8 +6,6 @@ Per batch of at most 50 groups, three queries, never one per node:
                   row per stream (live hours, first/last event, and the lines that may be GPU
                   or kernel lines: `gpu_hints`, `kernel_hints`)                                (a)
   gpu-lines       NVRM / HMA / NCCL / Fabric Manager lines in the window
-An hourly read (`by_hint`) reads the summary first and asks the kernel-streams and gpu-lines queries only of the
-streams with a hint of them, by name (`_by_hint`): the new hours are scanned once, not three times.
   boot-lines      only for nodes whose window held no Fabric Manager start or driver banner: those boot-time
                   lines in the nodes' own streams from their launch (at most the kernel lookback) to the
                   window, newest first, at most BOOT_ROWS rows
@@ -16,6 +14,8 @@ streams with a hint of them, by name (`_by_hint`): the new hours are scanned onc
 A kernel-streams or stream-summary read past the 10,000-row cap (both counted first in one `stream-count` query at
 fleet scale, known from the last read, or found capped) is read in parts by the instance ID's ending, or host
 name, in the stream name (`Part`), so a large fleet costs a few more queries, not one per node.
+An hourly read (`by_hint`) reads the summary first and asks the kernel-streams and gpu-lines queries only of the
+streams with a hint of them, by name (`_by_hint`): the new hours are scanned once, not three times.
 Then `stream-hours` detail queries, only for node streams whose live hours have a hole (healthy nodes, and
 streams silent for good, cost nothing extra: `one_run`), packed over the batch's groups by the live hours the
 summary counted and by `QUERY_CHAR_BUDGET` characters (`detail_chunks`). Every query is started within the
