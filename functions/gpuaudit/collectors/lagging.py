@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpuaudit.collectors import insights  # insights.MAX_ROWS: the one cap, patched in one place
 from gpuaudit.collectors.insights import InsightsRunner, _group_name, _split_by_time, _time
 from gpuaudit.collectors.log_queries import GPU_QUERY, hours_query_cost, lagging_hours_query, named_query
 from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, pack
@@ -42,8 +43,8 @@ class LaggingRead:
     gpu_unread: bool = False  # a GPU-lines query did not answer, or stayed at the row cap
 
 
-def _chunks(keys: list[StreamKey], query: str) -> list[list[StreamKey]]:
-    fixed = len(named_query([], query))
+def _chunks(keys: list[StreamKey], fixed: int) -> list[list[StreamKey]]:
+    """`keys` in queries of at most QUERY_CHAR_BUDGET characters, `fixed` of them the query's text without names."""
     return pack(sorted(keys), lambda k: hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, 10_000)
 
 
@@ -56,10 +57,16 @@ def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end:
         return out
     start = min(opened.values())
     keys = sorted(opened)
-    for chunk in _chunks(keys, lagging_hours_query([])):
-        names = [stream for _, stream in chunk]
-        pending = runner.start("stream-hours", sorted({g for g, _ in chunk}), start, end, lagging_hours_query(names),
-                               f" for {len(names)} stream(s) silent before the last audit")
+    # Every query started before any is read: they run side by side (one wait in the state machine, not several).
+    hours = [(chunk, runner.start("stream-hours", sorted({g for g, _ in chunk}), start, end,
+                                  lagging_hours_query([s for _, s in chunk]),
+                                  f" for {len(chunk)} stream(s) silent before the last audit"))
+             for chunk in _chunks(keys, len(lagging_hours_query([])))]
+    gpu = [(chunk, named_query((s for _, s in chunk), GPU_QUERY))
+           for chunk in _chunks(keys, len(named_query([], GPU_QUERY)))]
+    gpu_started = [(chunk, text, runner.start("gpu-lines", sorted({g for g, _ in chunk}), start, end, text))
+                   for chunk, text in gpu]
+    for chunk, pending in hours:
         rows = runner.results(pending)
         if rows is None:  # the runner's gap names the query's groups
             out.unread.update(chunk)
@@ -73,12 +80,17 @@ def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end:
             first, last = _time(r.get("first")), _time(r.get("last"))
             lines.first = min(filter(None, [lines.first, first]), default=None)
             lines.last = max(filter(None, [lines.last, last]), default=None)
-    for chunk in _chunks(keys, GPU_QUERY):
-        rows, read = _split_by_time(runner, "gpu-lines", named_query((s for _, s in chunk), GPU_QUERY),
-                                    sorted({g for g, _ in chunk}), start, end, runner.gaps,
-                                    f"GPU lines of {len(chunk)} stream(s) silent before the last audit")
-        out.gpu_unread |= not read
-        for r in rows:
+    for chunk, text, pending in gpu_started:
+        rows = runner.results(pending)
+        if rows is not None and len(rows) >= insights.MAX_ROWS:  # read again in halves of the range
+            rows, read = _split_by_time(runner, "gpu-lines", text, sorted({g for g, _ in chunk}), start, end,
+                                        runner.gaps, f"GPU lines of {len(chunk)} stream(s) silent before the last audit",
+                                        depth=0)
+            if read:
+                runner.mark_reread(pending)
+            out.gpu_unread |= not read
+        out.gpu_unread |= rows is None
+        for r in rows or []:
             key, when = (_group_name(r.get("@log", "")), r.get("@logStream", "")), _time(r.get("@timestamp"))
             if key in opened and when is not None and when >= opened[key]:
                 out.gpu_lines.append(GpuLine(time=when, log_group=key[0], log_stream=key[1],

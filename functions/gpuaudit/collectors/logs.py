@@ -311,11 +311,14 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
 
     for first_kind in sorted(pending, key=list(reads).index):
         take(first_kind, pending[first_kind])
-    if hinted:
+    if hinted:  # both kinds' queries started before either is read: they run side by side
         whole = bool({"summary"} & (truncated | unanswered))  # a stream the summary missed may hold such lines
-        for hinted_kind in ("kernel", "gpu"):
-            named = None if whole else _by_hint(runner, hinted_kind, reads[hinted_kind], hints[hinted_kind])
-            take(hinted_kind, named if named is not None else read(hinted_kind, expect.get(hinted_kind)))
+        started: dict[str, list[_Slice]] = {}
+        for hint_kind in ("kernel", "gpu"):
+            named = None if whole else _by_hint(runner, hint_kind, reads[hint_kind], hints[hint_kind])  # []: no hint
+            started[hint_kind] = named if named is not None else read(hint_kind, expect.get(hint_kind))
+        for hinted_kind, slices in started.items():
+            take(hinted_kind, slices)
     expected = len(hours_between(win.padded_start, win.padded_end))
     kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     if win.deep_kernel_start is not None and not {"kernel"} & (unanswered | truncated):
