@@ -196,3 +196,32 @@ def test_a_refused_gpu_read_by_name_is_a_named_gap_the_cache_does_not_keep(tmp_p
     assert any(g.operation == "StartQuery" and "LimitExceededException" in (g.error_code or "") for g in hourly.gaps)
     assert cache.load("inc", "us-west-2").groups[group] == before.groups[group]  # nothing new kept
     assert comparable(audit(at(11, 30), cache)) == comparable(audit(at(11, 30), None))
+
+
+def test_a_generated_fleet_audited_hourly_from_the_cache_equals_full_audits(tmp_path: Path) -> None:
+    """Three hourly audits chained through the cache over a generated fleet (nodes going silent at random hours, Xids,
+    kernel lines), then a fourth: what it says equals a full audit of the same moment, kernel counts included."""
+    from datetime import timedelta
+
+    from gpuaudit.devtools import worldgen
+    from gpuaudit.embedded.world import parse_world
+
+    spec = worldgen.WorldSpec(kind="parallelcluster", nodes=60, days=1, silent_fraction=0.1, xid_rate=2.0, seed=2)
+    world = parse_world(worldgen.generate(spec))
+    aws = aws_for(world)
+    cache = FileCache(tmp_path / "cache.json")
+    request = AuditRequest(cluster=spec.cluster_name, last="1d")
+    now = world.now
+    lagging = []
+    for hours_before in (3, 2, 1):
+        world.now = now - timedelta(hours=hours_before)
+        run_audit(aws, request, coverage_cache=cache)
+        lagging.append(sum(len(g.lagging) for g in cache.load(spec.cluster_name, world.region).groups.values()))
+    assert lagging[0] > 0  # nodes that fell silent shortly before: read again by name at the next audits
+    world.now = now
+    hourly = run_audit(aws, request, coverage_cache=cache)
+    full = run_audit(aws, request)
+    assert comparable(hourly) == comparable(full)
+    assert {n.xid_status for n in full.nodes if n.role == "compute"} == {"Measured", "Not observable"}
+    assert any(n.gpu_errors for n in full.nodes)
+    assert cache.load(spec.cluster_name, world.region).groups  # the cache was used, not rebuilt
