@@ -15,8 +15,13 @@ import pytest
 from botocore.exceptions import ClientError
 from helpers.worlds import PClusterWorld, at, aws_for
 
+from gpuaudit import pipeline
 from gpuaudit.collectors import cache as coverage_cache
-from gpuaudit.collectors.cache import FileCache
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.collectors.cache import CacheState, FileCache
+from gpuaudit.collectors.insights import QueriesPending, QueryJournal
+from gpuaudit.collectors.logs import BatchEvidence
+from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import AuditRequest, Evidence
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
@@ -164,3 +169,36 @@ def test_a_refused_re_read_of_a_silent_stream_leaves_its_liveness_unproven_and_t
     # and the next hour, read again, says what a full audit says
     w = stalled_agent(at(13, 30))
     assert comparable(result(w, cache)) == comparable(result(w, None))
+
+
+def _deployed_read(world: PClusterWorld, state: CacheState) -> BatchEvidence:
+    """One CollectLogs of the deployed state machine: every query still running at its first poll, so each round
+    ends in QueriesPending and is invoked again (the journal carried between invocations as the state machine does)."""
+    w = world.world()
+    w.faults.append({"service": "logs", "operation": "GetQueryResults", "status": "Running", "times": 1})
+    backend = WorldBackend(w)
+    aws = Aws(session=backend.session(), region=w.region, clock=lambda: w.now, sleep=backend.sleep,
+              monotonic=backend.monotonic)
+    evidence_ = pipeline.start_audit(aws, AuditRequest(cluster="late"))
+    (batch,) = pipeline.log_batches(evidence_.log_groups)
+    journal = QueryJournal(begun=evidence_.now, deadline_s=1800)
+    for _ in range(20):
+        try:
+            return pipeline.collect_logs(aws, evidence_, batch, state, journal=journal)
+        except QueriesPending:
+            journal = QueryJournal.model_validate_json(journal.model_dump_json())
+    raise AssertionError("the collection never ended")
+
+
+def test_the_deployed_collection_reads_the_silence_again_across_its_waits_as_the_cli_does(tmp_path: Path) -> None:
+    state = CacheState(cluster="late", region="us-west-2")
+    _deployed_read(stalled_agent(at(11, 30)), state)
+    assert list(state.groups.values())[0].lagging  # the silent stream is lagging after the first read
+    deployed = _deployed_read(stalled_agent(at(12, 30)), state)
+    cache = FileCache(tmp_path / "cache.json")
+    evidence(stalled_agent(at(11, 30)), cache)
+    cli = evidence(stalled_agent(at(12, 30)), cache)
+    assert sorted((a.log_stream, a.live_hours, a.last_event) for a in deployed.activity) == sorted(
+        (a.log_stream, a.live_hours, a.last_event) for a in cli.stream_activity)
+    assert [(g.log_stream, g.time) for g in deployed.gpu_lines] == [(g.log_stream, g.time) for g in cli.gpu_lines]
+    assert any(q.purpose == "stream-hours" and q.end == parse_time(at(11)) for q in deployed.queries)
