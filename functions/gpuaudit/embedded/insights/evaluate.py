@@ -519,14 +519,25 @@ def _none_safe(final: Callable[[Any], Value]) -> Callable[[Any], Value | None]:
     return lambda raw: None if raw is None else final(raw)
 
 
+CompiledStats = tuple[list[_Acc], list[Callable[[list[Any]], Any]]]
+
+
+def compile_stats(cmd: StatsCmd, env: _Env, on_records: bool) -> CompiledStats:
+    """A stats command's group-key accessors and aggregations, built once for every `_run_stats` that reuses them
+    (the second stats of a pair runs once per stream: building them each time was most of its cost)."""
+    by = [env.bin(t.bin_ms) if t.bin_ms is not None else env.field(t.field or "") for t in cmd.by]
+    return by, [_compile_agg(agg, env, on_records) for agg in cmd.aggs]
+
+
 def _run_stats(
-    cmd: StatsCmd, items: list[Any], env: _Env, on_records: bool, ordered: bool
+    cmd: StatsCmd, items: list[Any], env: _Env, on_records: bool, ordered: bool,
+    compiled: CompiledStats | None = None,
 ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
     """One pass buckets the items by group key; the output is then built column by column, so the
     per-group work is mostly C-level builtins (len, min, max, map) rather than interpreted code.
     `ordered=False` skips sorting the groups when only another stats will consume them.
     Returns row tuples and each output name's position (a repeated name: the later one wins)."""
-    by = [env.bin(t.bin_ms) if t.bin_ms is not None else env.field(t.field or "") for t in cmd.by]
+    by, aggregations = compiled or compile_stats(cmd, env, on_records)
     names = [t.name for t in cmd.by] + [agg.name for agg in cmd.aggs]
     positions = {name: index for index, name in enumerate(names)}
     groups: defaultdict[tuple[Any, ...], list[Any]] = defaultdict(list)
@@ -545,8 +556,8 @@ def _run_stats(
         else:
             output.append(list(map(final if acc.kind != "any" else _none_safe(final), key_column)))
     member_lists = [groups[key] for key in keys]
-    for agg in cmd.aggs:
-        output.append(list(map(_compile_agg(agg, env, on_records), member_lists)))
+    for aggregate in aggregations:
+        output.append(list(map(aggregate, member_lists)))
     return list(zip(*output, strict=True)), positions
 
 

@@ -19,6 +19,7 @@ from gpuaudit.embedded.insights.evaluate import (
     _RowEnv,
     _run_stats,
     _sorted_keys,
+    compile_stats,
 )
 from gpuaudit.embedded.insights.records import LogRecord, LogRun, ScanItem
 from gpuaudit.embedded.insights.syntax import StatsCmd
@@ -203,11 +204,13 @@ def _stats_of_stats(
         first_line = LogRecord(run.log_group, run.log_stream, run.timestamps[0], run.message)
         runs_of[tuple([raw(first_line) for raw in raws])].append(run)
     row_env = _RowEnv(_positions(first))
+    compiled = compile_stats(second, row_env, False)
     rows: list[tuple[Any, ...]] = []
     for value in [*keys_of, *(v for v in runs_of if v not in keys_of)]:  # first appearance, as one pass has it
         own = {key: partials.pop(key) for key in keys_of.get(value, ())}
         _fold_runs(first, env, runs_of.get(value, []), own, folds)
-        rows.extend(_run_stats(second, _partial_rows(first, env, own, list(own)), row_env, False, False)[0])
+        rows.extend(_run_stats(second, _partial_rows(first, env, own, list(own)), row_env, False, False,
+                               compiled)[0])
     if ordered:
         width = len(second.by)
         by_key = {row[:width]: row for row in rows}
