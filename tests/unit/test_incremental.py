@@ -225,3 +225,24 @@ def test_a_generated_fleet_audited_hourly_from_the_cache_equals_full_audits(tmp_
     assert {n.xid_status for n in full.nodes if n.role == "compute"} == {"Measured", "Not observable"}
     assert any(n.gpu_errors for n in full.nodes)
     assert cache.load(spec.cluster_name, world.region).groups  # the cache was used, not rebuilt
+
+
+@pytest.mark.parametrize("log", ["système-messages", 'sys"log\\messages', "日志-messages", "sys\x01messages"])
+def test_streams_named_with_any_characters_are_read_by_name_as_a_full_read_reads_them(tmp_path: Path, log: str) -> None:
+    """The hourly read names streams in `@logStream in [...]` (their GPU lines, a silent stream's hours): a name
+    with non-ASCII characters, quotes or backslashes must match its stream, or its Xid would go unread."""
+    def fleet(now: str) -> PClusterWorld:
+        w = PClusterWorld("odd", n_compute=2, launch=at(-24), now=now)
+        live, silent = w.compute
+        stream = w.healthy(live, at(-24), at(14), every_s=300, log=log)
+        w.stream(w.group, stream, events=[(at(11, 40), f"{live.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, "
+                                                       "pid=1, name=python3, GPU has fallen off the bus.")])
+        w.healthy(silent, at(-24), at(10, 50), every_s=300, log=log)  # silent shortly before 11:30: lagging
+        return w
+
+    cache = FileCache(tmp_path / "cache.json")
+    run_audit(aws_for(fleet(at(11, 30)).world()), AuditRequest(cluster="odd"), coverage_cache=cache)
+    hourly = run_audit(aws_for(fleet(at(12, 30)).world()), AuditRequest(cluster="odd"), coverage_cache=cache)
+    full = run_audit(aws_for(fleet(at(12, 30)).world()), AuditRequest(cluster="odd"))
+    assert comparable(hourly) == comparable(full)
+    assert [e.code for n in hourly.nodes for e in n.gpu_errors] == [79]

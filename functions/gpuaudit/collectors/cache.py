@@ -33,6 +33,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.collectors.lagging import LaggingRead
+from gpuaudit.collectors.log_queries import nameable
 from gpuaudit.collectors.logs import BatchEvidence, LogWindow
 from gpuaudit.model.evidence import Gap, GpuLine, KernelStream, StreamActivity
 from gpuaudit.model.timeutil import floor_hour
@@ -384,7 +385,8 @@ def _settled(merged: BatchEvidence, done: list[str], win: LogWindow,
              now: datetime) -> tuple[datetime, dict[str, dict[str, datetime]]]:
     """Where the next read of the groups `done` starts (the hour of `now` less OUT_OF_ORDER), and per group the
     streams that are lagging then, each with the first hour it may still gain a line in; past MAX_LAGGING_STREAMS,
-    the hour of the late-delivery horizon and none (every stream read again from there)."""
+    or with one whose name no query can hold, the hour of the late-delivery horizon and none (every stream read again
+    from there)."""
     settled = min(floor_hour(now - OUT_OF_ORDER), floor_hour(win.padded_end))
     horizon = now - LATE_DELIVERY_HORIZON
     lagging: dict[str, dict[str, datetime]] = {group: {} for group in done}
@@ -392,6 +394,7 @@ def _settled(merged: BatchEvidence, done: list[str], win: LogWindow,
         last = a.last_event
         if a.log_group in lagging and last is not None and horizon <= last and last - OUT_OF_ORDER < settled:
             lagging[a.log_group][a.log_stream] = floor_hour(max(last - OUT_OF_ORDER, horizon))
-    if sum(map(len, lagging.values())) > MAX_LAGGING_STREAMS:
+    names = [stream for streams in lagging.values() for stream in streams]
+    if len(names) > MAX_LAGGING_STREAMS or not all(map(nameable, names)):  # or one no query can name
         return min(floor_hour(horizon), floor_hour(win.padded_end)), {group: {} for group in done}
     return settled, lagging

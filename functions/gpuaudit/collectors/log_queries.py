@@ -94,7 +94,16 @@ def _names(streams: Iterable[str]) -> str:
 
 
 def _quoted(stream: str) -> str:
-    return json.dumps(stream)
+    """A stream name as a query's string literal: non-ASCII characters as themselves, only quotes and backslashes
+    escaped (the escapes a query string reads: a `\\u00e9` would stay six characters and name no stream). Only for
+    `nameable` names."""
+    return json.dumps(stream, ensure_ascii=False)
+
+
+def nameable(stream: str) -> bool:
+    """Whether a query can name the stream: every character printable (JSON would escape a control character as
+    `\\n` or `\\u0001`, which a query string does not read back). A read that would name another is made whole."""
+    return stream.isprintable()
 
 
 def hours_query_cost(stream: str) -> int:

@@ -60,6 +60,7 @@ from gpuaudit.collectors.log_queries import (
     SUMMARY_QUERY,
     hours_query,
     hours_query_cost,
+    nameable,
     named_query,
 )
 from gpuaudit.collectors.log_sources import (
@@ -370,6 +371,8 @@ def _by_hint(runner: InsightsRunner, kind: str, read: tuple[QueryPurpose, dateti
     when the names need more than HINTED_QUERIES queries (one query over the batch is then the cheaper read)."""
     purpose, start, end, query = read
     named = sorted(key for key, n in hints.items() if n > 0)
+    if not all(nameable(stream) for _, stream in named):
+        return None  # a name no query string can hold: read the batch whole
     fixed = len(named_query([], query))
     chunks = pack(named, lambda k: hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, insights.MAX_ROWS)
     if len(chunks) > HINTED_QUERIES:
@@ -485,6 +488,12 @@ def _hour_detail(runner: InsightsRunner, keys: set[StreamKey], expected_hours: i
     detail: dict[StreamKey, dict[datetime, int]] = {}
     halved: list[_Pending] = []  # capped queries, marked read again once every half was read
     complete = True
+    unnameable = sorted(key for key in keys if not nameable(key[1]))
+    if unnameable:  # no query can name them: their hours stay unread (liveness not proven), and said so
+        keys = keys - set(unnameable)
+        runner.gaps.append(Gap(kind="not-read", service="logs", operation="StartQuery", target=unnameable[0][0],
+                               unseen=f"per-hour detail of {len(unnameable)} stream(s) whose name holds a control "
+                               f"character, e.g. {unnameable[0][1]!r}: a query cannot name them"))
 
     def begin(chunk: list[StreamKey]) -> tuple[list[StreamKey], _Pending]:
         names = [stream for _, stream in chunk]
