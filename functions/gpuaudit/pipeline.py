@@ -139,7 +139,10 @@ def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cach
                           slots=slots, journal=journal, expected_streams=expected, job_groups=jobs, by_hint=True)
     # The streams that had fallen silent shortly before the last read: their silence is read again by name.
     opened = {(g, s): hour for g, c in zip(batch, usable, strict=True) for s, hour in c.lagging.items()}
-    lag = read_lagging(InsightsRunner(aws, [], slots=slots, journal=journal), opened, part.padded_start)
+    seen = {(g, s): last for g, c in zip(batch, usable, strict=True) for s in c.lagging
+            if s in c.hours and (last := c.hours[s].last_event) is not None}
+    lag = read_lagging(InsightsRunner(aws, [], slots=slots, journal=journal), opened, part.padded_start, seen,
+                       usable[0].kernel_as_of)
     return cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part, lag)
 
 

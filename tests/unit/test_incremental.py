@@ -156,7 +156,7 @@ def test_an_hourly_audit_reads_gpu_and_kernel_lines_only_from_streams_whose_summ
     assert [(g.log_stream, g.time) for g in hourly.gpu_lines if "Xid" in g.message] == [
         (xid_stream, parse_time(at(10, 20)))]
     assert hourly.gpu_lines_read(summary.log_groups[0])
-    (kernel,) = [q for q in hourly.queries if q.purpose == "kernel-streams"]
+    (kernel,) = [q for q in hourly.queries if q.purpose == "kernel-streams" and q.end == summary.end]
     assert (kernel.start, kernel.end) == (parse_time(at(10, 30)), parse_time(at(11, 30)))  # since the last audit
     assert kernel.records_scanned == 12  # that stream's lines since the last audit only
 

@@ -288,7 +288,9 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
     full read."""
     lag = lag or LaggingRead()
     kernel = {(g, s): k for g, c in caches.items() for s, k in c.kernel.items()}
-    for k in fresh.kernel:
+    late = [KernelStream(log_group=g, log_stream=s, kernel_lines=n, last_kernel_line=t)
+            for (g, s), (n, t) in sorted(lag.kernel.items())]  # arrived since the last audit, stamped before it
+    for k in [*late, *fresh.kernel]:
         prior = kernel.get((k.log_group, k.log_stream))
         if prior is not None:
             k = k.model_copy(update={"kernel_lines": prior.kernel_lines + k.kernel_lines,
@@ -338,7 +340,8 @@ def merge(fresh: BatchEvidence, caches: dict[str, GroupCache], win: LogWindow, p
         "kernel": sorted(kernel.values(), key=lambda k: (k.log_group, k.log_stream)),
         "activity": activity, "gpu_lines": sorted([*old_lines, *fresh.gpu_lines], key=lambda g: g.time),
         "queries": [*fresh.queries, *lag.queries], "gaps": [*fresh.gaps, *lag.gaps],
-        "unread": sorted({*fresh.unread, "gpu"} if lag.gpu_unread else fresh.unread)})
+        "unread": sorted({*fresh.unread, *(["gpu"] if lag.gpu_unread else []),
+                          *(["kernel"] if lag.kernel_unread else [])})})
 
 
 def update(state: CacheState, merged: BatchEvidence, win: LogWindow, now: datetime) -> None:

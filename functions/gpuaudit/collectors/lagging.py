@@ -11,14 +11,21 @@ only those streams, so a few silent streams do not make every hour re-read the w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuaudit.collectors import insights  # insights.MAX_ROWS: the one cap, patched in one place
 from gpuaudit.collectors.insights import InsightsRunner, _group_name, _split_by_time, _time
-from gpuaudit.collectors.log_queries import GPU_QUERY, hours_query_cost, lagging_hours_query, named_query
+from gpuaudit.collectors.log_queries import (
+    GPU_QUERY,
+    KERNEL_LINES_QUERY,
+    hours_query_cost,
+    lagging_hours_query,
+    named_query,
+)
 from gpuaudit.collectors.query_budget import QUERY_CHAR_BUDGET, pack
-from gpuaudit.model.evidence import Gap, GpuLine, QueryRecord
+from gpuaudit.model.evidence import Gap, GpuLine, QueryPurpose, QueryRecord
 from gpuaudit.model.timeutil import floor_hour
 
 StreamKey = tuple[str, str]  # (log group, stream)
@@ -41,6 +48,9 @@ class LaggingRead:
     gaps: list[Gap] = field(default_factory=list)  # a failed query names its groups: they are not cached
     unread: set[StreamKey] = field(default_factory=set)  # streams whose hours query did not answer
     gpu_unread: bool = False  # a GPU-lines query did not answer, or stayed at the row cap
+    # Per stream, the kernel lines that arrived since the last audit read it, and the latest of them.
+    kernel: dict[StreamKey, tuple[int, datetime]] = field(default_factory=dict)
+    kernel_unread: bool = False
 
 
 def _chunks(keys: list[StreamKey], fixed: int) -> list[list[StreamKey]]:
@@ -48,10 +58,14 @@ def _chunks(keys: list[StreamKey], fixed: int) -> list[list[StreamKey]]:
     return pack(sorted(keys), lambda k: hours_query_cost(k[1]), QUERY_CHAR_BUDGET - fixed, 10_000)
 
 
-def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end: datetime) -> LaggingRead:
+def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end: datetime,
+                 seen: Mapping[StreamKey, datetime] | None = None, kernel_until: datetime | None = None) -> LaggingRead:
     """The lines of each stream of `opened` from its hour there to `end` (the settled hour the whole-group read starts
     at): per-hour counts with first and last line, and the GPU lines. Streams are read together over the earliest
-    hour, each kept from its own hour on (before it, the cache's hours are final and its lines already counted)."""
+    hour, each kept from its own hour on (before it, the cache's hours are final and its lines already counted).
+    With `seen` (each stream's last line when the last audit read it) and `kernel_until` (where that audit's kernel
+    count ended), also the kernel lines that arrived since: stamped after the stream's last line then (earlier ones
+    were read then: lines arrive in order) and before `kernel_until` (later ones the hourly kernel read counts)."""
     out = LaggingRead(queries=runner.records, gaps=runner.gaps)
     if not opened:
         return out
@@ -62,10 +76,13 @@ def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end:
                                   lagging_hours_query([s for _, s in chunk]),
                                   f" for {len(chunk)} stream(s) silent before the last audit"))
              for chunk in _chunks(keys, len(lagging_hours_query([])))]
-    gpu = [(chunk, named_query((s for _, s in chunk), GPU_QUERY))
-           for chunk in _chunks(keys, len(named_query([], GPU_QUERY)))]
-    gpu_started = [(chunk, text, runner.start("gpu-lines", sorted({g for g, _ in chunk}), start, end, text))
-                   for chunk, text in gpu]
+    line_reads: list[tuple[QueryPurpose, datetime, datetime, str]] = [("gpu-lines", start, end, GPU_QUERY)]
+    if seen is not None and kernel_until is not None and kernel_until > start:
+        line_reads.append(("kernel-streams", start, kernel_until, KERNEL_LINES_QUERY))
+    lines = [(purpose, lo, hi, chunk, text, runner.start(purpose, sorted({g for g, _ in chunk}), lo, hi, text))
+             for purpose, lo, hi, query in line_reads
+             for chunk in _chunks(keys, len(named_query([], query)))
+             for text in [named_query((s for _, s in chunk), query)]]
     for chunk, pending in hours:
         rows = runner.results(pending)
         if rows is None:  # the runner's gap names the query's groups
@@ -75,24 +92,32 @@ def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end:
             key, hour = (_group_name(r.get("@log", "")), r.get("@logStream", "")), _time(r.get("hour"))
             if key not in opened or hour is None or floor_hour(hour) < opened[key]:
                 continue
-            lines = out.streams.setdefault(key, StreamHourLines())
-            lines.hours[floor_hour(hour)] = int(float(r["lines"]))
+            stream = out.streams.setdefault(key, StreamHourLines())
+            stream.hours[floor_hour(hour)] = int(float(r["lines"]))
             first, last = _time(r.get("first")), _time(r.get("last"))
-            lines.first = min(filter(None, [lines.first, first]), default=None)
-            lines.last = max(filter(None, [lines.last, last]), default=None)
-    for chunk, text, pending in gpu_started:
+            stream.first = min(filter(None, [stream.first, first]), default=None)
+            stream.last = max(filter(None, [stream.last, last]), default=None)
+    for purpose, lo, hi, chunk, text, pending in lines:
         rows = runner.results(pending)
+        read = rows is not None
         if rows is not None and len(rows) >= insights.MAX_ROWS:  # read again in halves of the range
-            rows, read = _split_by_time(runner, "gpu-lines", text, sorted({g for g, _ in chunk}), start, end,
-                                        runner.gaps, f"GPU lines of {len(chunk)} stream(s) silent before the last audit",
-                                        depth=0)
+            rows, read = _split_by_time(runner, purpose, text, sorted({g for g, _ in chunk}), lo, hi, runner.gaps,
+                                        f"lines of {len(chunk)} stream(s) silent before the last audit", depth=0)
             if read:
                 runner.mark_reread(pending)
+        kernel = purpose == "kernel-streams"
+        if kernel:
+            out.kernel_unread |= not read
+        else:
             out.gpu_unread |= not read
-        out.gpu_unread |= rows is None
         for r in rows or []:
             key, when = (_group_name(r.get("@log", "")), r.get("@logStream", "")), _time(r.get("@timestamp"))
-            if key in opened and when is not None and when >= opened[key]:
+            if key not in opened or when is None or when < opened[key]:
+                continue
+            if not kernel:
                 out.gpu_lines.append(GpuLine(time=when, log_group=key[0], log_stream=key[1],
                                              message=r.get("@message", "")))
+            elif seen is not None and (key not in seen or when > seen[key]):
+                count, last = out.kernel.get(key, (0, None))
+                out.kernel[key] = (count + 1, max(filter(None, [last, when])))
     return out
