@@ -8,7 +8,8 @@ that wrote after it, or fell silent more than LATE_DELIVERY_HORIZON before the q
 late). A stream silent since less than that is `lagging`: its hours from its silence on are read again on every run,
 by name, until they are final (`read_lagging`), so a line that arrives late still fills them. More lagging streams
 than MAX_LAGGING_STREAMS: every hour since the horizon is read again, for all streams, as before. Kernel-line counts
-(query b) accumulate from the end of the last counted range.
+(query b) accumulate from the end of the last counted range, a lagging stream's with the kernel lines that arrived
+since, stamped after its last line then.
 
 Per group (`read_plan`): the groups of a batch whose entries cover the window alike are read together
 incrementally, first (they are cheap); the groups never cached are read together in full; then each group whose
