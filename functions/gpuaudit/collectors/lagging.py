@@ -77,8 +77,9 @@ def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end:
                                   f" for {len(chunk)} stream(s) silent before the last audit"))
              for chunk in _chunks(keys, len(lagging_hours_query([])))]
     line_reads: list[tuple[QueryPurpose, datetime, datetime, str]] = [("gpu-lines", start, end, GPU_QUERY)]
-    if seen is not None and kernel_until is not None and kernel_until > start:
-        line_reads.append(("kernel-streams", start, kernel_until, KERNEL_LINES_QUERY))
+    kernel_from = min((seen[key] for key in keys if key in seen), default=start) if seen else start
+    if seen is not None and kernel_until is not None and kernel_until > kernel_from:  # only lines after the last seen
+        line_reads.append(("kernel-streams", kernel_from, kernel_until, KERNEL_LINES_QUERY))
     lines = [(purpose, lo, hi, chunk, text, runner.start(purpose, sorted({g for g, _ in chunk}), lo, hi, text))
              for purpose, lo, hi, query in line_reads
              for chunk in _chunks(keys, len(named_query([], query)))
@@ -117,7 +118,8 @@ def read_lagging(runner: InsightsRunner, opened: dict[StreamKey, datetime], end:
             if not kernel:
                 out.gpu_lines.append(GpuLine(time=when, log_group=key[0], log_stream=key[1],
                                              message=r.get("@message", "")))
-            elif seen is not None and (key not in seen or when > seen[key]):
+            elif seen is not None and (key not in seen or when > seen[key]) and (
+                    kernel_until is None or when < kernel_until):
                 count, last = out.kernel.get(key, (0, None))
                 out.kernel[key] = (count + 1, max(filter(None, [last, when])))
     return out
