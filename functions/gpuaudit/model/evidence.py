@@ -395,7 +395,7 @@ class Evidence(BaseModel):
 
     def gpu_line_reads(self, group: str) -> list[QueryRecord]:
         """The queries that read `group`'s GPU lines: its GPU-lines queries; an hourly read with none over the group
-        asked only the streams its stream summary counted a GPU hint in (collectors/logs.py `_hinted_gpu_lines`), so
+        asked only the streams its stream summary counted a GPU hint in (collectors/logs.py `_by_hint`), so
         there the summary's queries over the group are what read them (a hint-less stream holds no GPU line)."""
         lines = [q for q in self.queries if q.purpose == "gpu-lines" and group in q.log_groups]
         return lines or [q for q in self.queries if q.purpose == "stream-summary" and group in q.log_groups]
