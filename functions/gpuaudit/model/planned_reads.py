@@ -115,6 +115,21 @@ class HealthEvent(Frozen):
     start: datetime | None = None
     entities: list[str] = Field(default_factory=list)
     description: str | None = None
+    end: datetime | None = None
+    # When AWS Health last posted or updated the event: a scheduled change is announced before its own start
+    # (RULES §5: listed in the timeline at its announcement, with its date).
+    last_updated: datetime | None = None
+
+
+class ScheduledEvent(Frozen):
+    """One EC2 scheduled event of an instance (DescribeInstanceStatus `Events`): `instance-retirement`,
+    `system-reboot`, `system-maintenance`, `instance-reboot`, `instance-stop`. EC2 does not say when it was
+    announced; a `[Completed]` or `[Canceled]` description marks one already past."""
+
+    code: str
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    description: str = ""
 
 
 class InstanceStatusInfo(Frozen):
@@ -122,6 +137,9 @@ class InstanceStatusInfo(Frozen):
     system_status: str | None = None
     instance_status: str | None = None
     scheduled_events: list[str] = Field(default_factory=list)  # "<code> at <time>: <description>"
+    events: list[ScheduledEvent] = Field(default_factory=list)  # the same events, typed
+    # The earliest `ImpairedSince` of the failing system or instance check (its Details): when it began failing.
+    impaired_since: datetime | None = None
 
 
 class FileSystemInfo(Frozen):

@@ -32,6 +32,7 @@ from gpuaudit.rules.capacity import affected_groups, capacity_error_step, capaci
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
+from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
 from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, relevant_trail
@@ -75,10 +76,10 @@ def branch_a(j: Judged) -> Branch:
     nodes = _accelerated(j)
     hardware = [n for n in nodes if (r := j.routings.get(n.instance_id)) and r.hardware]
     failed = [n for n in nodes if n.status == "Failure"]
-    impaired = [s.instance_id for s in j.evidence.instance_status or []
-                if s.system_status == "impaired" or s.instance_status == "impaired"]
+    host, host_read = _host_reads(j, nodes)
     if hardware:
         text = _per_node(hardware, lambda n: f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}")
+        text += f". Also read: {described(host)}" if host else ""
         onset = failure_onset(j)
         firsts = [min(times) for n in hardware if (times := [e.time for e in n.gpu_errors if e.class_ == "hardware"])]
         if onset is not None and firsts and min(firsts) > onset.time:
@@ -97,20 +98,47 @@ def branch_a(j: Judged) -> Branch:
             + f" — {n.verdict or 'no verdict'}: {n.verdict_evidence or 'bar not met'}")
         return _branch("A", "UNVERIFIED", f"Hardware-class GPU signal below the bar for a verdict: {text}",
                        "Hypothesis (to validate)", "the deciding check named in each node's verdict evidence")
-    if failed or impaired:
-        ids = ", ".join([n.instance_id for n in failed] + impaired)
-        return _branch("A", "UNVERIFIED", f"Node status Failure or impaired status check on {ids}, with no "
-                       "hardware-class Xid read", "Hypothesis (to validate)",
-                       "DescribeClusterNode / DescribeInstanceStatus detail and the node's kernel log (`dmesg -T`)")
+    if failed or host:
+        said = "; ".join([f"{n.instance_id}: node status Failure" for n in failed] + ([described(host)] if host else []))
+        return _branch("A", "UNVERIFIED", f"Node or host signal with no hardware-class Xid read: {said}",
+                       "Hypothesis (to validate)",
+                       "DescribeClusterNode / DescribeInstanceStatus detail, the AWS Health event's detail "
+                       "(DescribeEventDetails) and the node's kernel log (`dmesg -T`) before the failure")
     blind = [n.instance_id for n in nodes if n.xid_status == "Not observable"]
     if blind:
         return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)
                        + " for part of the window: hardware cannot be ruled out from the logs; no hardware-class "
-                       "Xid, HMA hardware detection, Failure status or impaired status check was read")
+                       f"Xid, HMA hardware detection, Failure status or impaired status check was read; {host_read}")
     if (why := unread_fleet(j)) is not None:
-        return _branch("A", "Not assessed", f"No hardware-class signal read, but {why}")
+        return _branch("A", "Not assessed", f"No hardware-class signal read, but {why}; {host_read}")
     clean = ", ".join(f"{n.instance_id} ({n.xid_status}, status {n.status})" for n in nodes)
-    return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}")
+    return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}; "
+                   f"{host_read}")
+
+
+def _host_reads(j: Judged, nodes: Sequence[NodeResult]) -> tuple[list[HostEvent], str]:
+    """RULES §8 A's host signals on the GPU nodes (an impaired status check, failing hardware, AWS maintenance dated
+    where the failure is: rules/host_events.py), and what the status-check and Health reads said, so a cleared row
+    names what cleared it and what was not read (§0.4)."""
+    ev = j.evidence
+    ids = {n.instance_id for n in nodes}
+    events = host_events(ev, ids)
+    signals = a_signals(events, ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN)
+    later = [e for e in events if e not in signals and not e.canceled and e.kind != "status"]
+    if ev.cluster.kind.startswith("hyperpod"):
+        status = "EC2 status checks not read (HyperPod nodes are not EC2 instances of the account)"
+    elif ev.instance_status is None:
+        status = "EC2 status checks and scheduled events not read (see visibility gaps)"
+    else:
+        seen = [s for s in ev.instance_status if s.instance_id in ids]
+        status = (f"EC2 status checks read for {len(seen)} of {len(ids)} GPU node(s) (DescribeInstanceStatus)"
+                  + ("" if any(e.source != "AWS Health" for e in events) else ": all ok, no scheduled event"))
+    health = ("AWS Health not read (see visibility gaps)" if ev.health_events is None else
+              f"AWS Health: {len(ev.health_events)} EC2/SageMaker event(s) read (DescribeEvents)"
+              + ("" if any(e.source == "AWS Health" for e in events) else ", none a hardware or maintenance event "
+                 "on these nodes"))
+    upcoming = f"; dated after the failure, not its cause: {described(later)}" if later else ""
+    return signals, f"{status}; {health}{upcoming}"
 
 
 def _per_node(nodes: Sequence[NodeResult], says: Callable[[NodeResult], str]) -> str:

@@ -20,8 +20,10 @@ from gpuaudit.domain.streams import (
     is_hma_group,
     is_pcluster_group,
 )
+from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.rules.host_events import a_signals, host_events
 from gpuaudit.rules.nodes import agent_live
 
 HARDWARE_WORDS = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
@@ -75,6 +77,10 @@ def no_ruled_out_beside_a_signal(result: Result, evidence: Evidence) -> list[str
         failed = [n.instance_id for n in gpu if n.status == "Failure"]
         impaired = [s.instance_id for s in evidence.instance_status or []
                     if "impaired" in (s.system_status, s.instance_status)]
+        impaired += [e.resource for e in a_signals(host_events(evidence, {n.instance_id for n in gpu}),
+                                                   evidence.window.start - TIMELINE_MARGIN,
+                                                   evidence.window.end + TIMELINE_MARGIN)
+                     if e.resource not in impaired]
         if hardware or failed or impaired:
             broken.append("branch A Ruled out beside a hardware-class signal on " + ", ".join(hardware + failed + impaired))
     if by.get("F") == "Ruled out":
