@@ -31,7 +31,7 @@ from gpuaudit.rules.actions import ACTION_ORDER, NAMED_UP_TO
 from gpuaudit.rules.capacity import affected_groups, capacity_error_step, capacity_step, subnet_step
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
-from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
+from gpuaudit.rules.fabric import NCCL_COMMAND, placement_step, sg_step
 from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
@@ -344,16 +344,22 @@ def branch_d(j: Judged) -> Branch:
                        f"an all_reduce test (nccl-tests) on the nodes with `{NCCL_DEBUG}`, and EFA counters "
                        "(`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
     sg = sg_step(_fabric_context(j))
-    layer4 = _layer4(sg)
+    place = placement_step(_fabric_context(j))
+    layer4 = _layer4(sg, place)
     if hang is not None and sg.status == "Blocked":
         return _branch("D", "Root cause", f"NCCL hang at {iso(hang[0])} ({hang[1]}) on a cluster whose EFA security "
-                       f"group rules fail: {sg.evidence}. A missing self-referencing rule is a proven precondition "
-                       "failure (RULES §8 D layer 4)", "Proven")
+                       f"group rules fail: {sg.evidence}{_split(place)}. A missing self-referencing rule is a proven "
+                       "precondition failure (RULES §8 D layer 4)", "Proven")
     if sg.status == "Blocked":
-        return _branch("D", "Contributing", f"EFA precondition failure (proven): {sg.evidence}; no NCCL hang or "
+        return _branch("D", "Contributing", f"EFA precondition failure (proven): {sg.evidence}{_split(place)}; no NCCL hang or "
                        "failure onset was read, so it is not shown to have caused this failure", "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`")
     if not any(n.signals.nccl == "Observable" for n in nodes):
+        if place.status == "Blocked":  # RULES §8 D: a layer-4 defect read with layers 1–3 Not observable
+            return _branch("D", "UNVERIFIED", f"EFA precondition defect read: {place.evidence}. Layers 1–3 Not "
+                           "observable: no NCCL INFO/WARN lines in any source, no NVLink Xid read, EFA counters not "
+                           f"read; {layer4}", "Hypothesis (to validate)",
+                           f"NCCL's transport on the job's nodes, collected with `{NCCL_DEBUG}`")
         return _branch("D", "Not assessed", "no NCCL INFO/WARN lines in any source (layer 1 Not observable); no NVLink "
                        f"Xid read; EFA counters not read; {layer4}. Collect with `{NCCL_DEBUG}`")
     used = "; ".join(f"{n.instance_id}: " + ", ".join(sorted({f"{t.transport} ({t.assessment})"
@@ -367,10 +373,18 @@ def branch_d(j: Judged) -> Branch:
                    + (f" ({used})" if used else "") + f"; no NVLink Xid; EFA counters not read; {layer4}")
 
 
-def _layer4(sg: FindingStep) -> str:
+def _layer4(sg: FindingStep, place: FindingStep | None = None) -> str:
     """RULES §0.4, §8 D layer 4: the security groups whose rules were read, and the self rule found or missing —
-    said whatever layer 1 showed, so a cleared precondition names what cleared it."""
-    return f"layer 4, EFA security group self-referencing all-traffic rules — {sg.status}: {sg.evidence}"
+    said whatever layer 1 showed, so a cleared precondition names what cleared it; and where the job's nodes are."""
+    text = f"layer 4, EFA security group self-referencing all-traffic rules — {sg.status}: {sg.evidence}"
+    if place is not None and place.status != "Not applicable":
+        text += f"; {place.name} — {place.status}: {place.evidence}"
+    return text
+
+
+def _split(place: FindingStep) -> str:
+    """The job's nodes split across subnets or AZs (layer 4), said beside another precondition when read."""
+    return f"; {place.name} — {place.status}: {place.evidence}" if place.status == "Blocked" else ""
 
 
 NCCL_DEBUG = NCCL_COMMAND
@@ -430,7 +444,8 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     if nvlink:
         signal += "; " + "; ".join(f"{i}: Xid {c}" for i, c in nvlink)
     pre = ("Preconditions: EFA width — " + "; ".join(short + unseen + full)
-           + f"; security group self-referencing all-traffic rules inbound and outbound — {sg.status}: {sg.evidence}")
+           + f"; security group self-referencing all-traffic rules inbound and outbound — {sg.status}: {sg.evidence}"
+           + _split(placement_step(_fabric_context(j))))
     if sg.status == "Blocked":
         return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}. The missing "
                        "self-referencing rule is a proven precondition failure (RULES §8 D layer 4): EFA traffic "
