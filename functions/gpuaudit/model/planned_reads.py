@@ -16,6 +16,7 @@ ReadSource = Literal[
     "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
     "instance-network", "training-plans", "extension-offerings", "security-groups", "subnets", "route-tables",
     "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes", "kubernetes-events",
+    "gpu-peers",
 ]
 
 
@@ -316,3 +317,14 @@ class GpuActivity(Frozen):
     gpu_ids: list[str] = Field(default_factory=list)
     # UTC hour starts neither idle nor busy: no datapoint, or a GPU silent with none of the others busy (§8)
     missing_hours: list[datetime] = Field(default_factory=list)
+
+
+class GpuPeerSeries(Frozen):
+    """Hourly averages of one CloudWatch agent per-GPU metric (namespace `CWAgent`, dimension `index`) of one node's
+    GPU (RULES §8 straggler GPU): SM clock, temperature, power draw, PCIe link width and generation."""
+
+    instance_id: str
+    index: str  # the GPU's nvidia-smi index on the node
+    metric: str  # e.g. nvidia_smi_clocks_current_sm
+    hours: list[datetime] = Field(default_factory=list)  # UTC hour starts with a datapoint
+    values: list[float] = Field(default_factory=list)  # the hour's Average, as reported
