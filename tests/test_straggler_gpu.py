@@ -60,6 +60,8 @@ def test_a_gpu_clock_below_its_peers_every_hour_persists_and_is_a_reboot_hypothe
     assert "1100" in node.verdict_evidence and "1980" in node.verdict_evidence
     assert "Hypothesis (to validate)" in node.verdict_evidence and "nvidia-smi" in node.verdict_evidence
     assert node_of(result, w.compute[1].instance_id).verdict is None  # its peers are not blamed
+    a = next(b for b in result.branches if b.branch == "A")  # a GPU below its peers is never hardware Ruled out
+    assert a.status == "UNVERIFIED" and "GPU index 3" in a.evidence
 
 
 def test_one_hour_below_is_monitor() -> None:

@@ -35,6 +35,7 @@ from gpuaudit.rules.fabric import NCCL_COMMAND, placement_step, sg_step
 from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
+from gpuaudit.rules.straggler import stragglers
 from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, relevant_trail
 from gpuaudit.rules.xid_routing import fleet_pattern
 
@@ -98,8 +99,10 @@ def branch_a(j: Judged) -> Branch:
             + f" — {n.verdict or 'no verdict'}: {n.verdict_evidence or 'bar not met'}")
         return _branch("A", "UNVERIFIED", f"Hardware-class GPU signal below the bar for a verdict: {text}",
                        "Hypothesis (to validate)", "the deciding check named in each node's verdict evidence")
-    if failed or host:
-        said = "; ".join([f"{n.instance_id}: node status Failure" for n in failed] + ([described(host)] if host else []))
+    slow = [s for s in stragglers(j.evidence) if s.instance_id in {n.instance_id for n in nodes}]
+    if failed or host or slow:
+        said = "; ".join([f"{n.instance_id}: node status Failure" for n in failed] + ([described(host)] if host else [])
+                         + [s.said() for s in slow])
         return _branch("A", "UNVERIFIED", f"Node or host signal with no hardware-class Xid read: {said}",
                        "Hypothesis (to validate)",
                        "DescribeClusterNode / DescribeInstanceStatus detail, the AWS Health event's detail "
