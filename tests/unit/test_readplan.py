@@ -37,10 +37,11 @@ def test_each_mode_reads_what_its_rules_need_in_one_order() -> None:
     assert sequence(pc.model_copy(update={"mode": "coverage"})) == []
     # incident: the timeline sources (RULES §5) and the branches' evidence (RULES §8 B, C, E)
     # and the incident questions beside them (#21): a replacement's capacity and IPs, the EFA security group of
-    # a hang, idle reserved GPUs — the training plan read on HyperPod, the EC2-only sources not
+    # a hang, idle reserved GPUs, a straggler GPU's CWAgent series — the training plan read on HyperPod, the
+    # EC2-only sources not
     assert sequence(pc.model_copy(update={"mode": "incident"})) == [
         "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
-        "instance-network", "training-plans", "security-groups", "subnets", "gpu-activity"]
+        "instance-network", "training-plans", "security-groups", "subnets", "gpu-activity", "gpu-peers"]
     assert sequence(hp.model_copy(update={"mode": "incident"})) == [
         "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
         "training-plans", "security-groups", "subnets"]

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.collectors import kubernetes
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.gpu_peers import read_gpu_peers
 from gpuaudit.collectors.preflight import file_system, named_lustre, saturation_peaks, scoped_file_systems
 from gpuaudit.collectors.trail import lookup_by_name
 from gpuaudit.domain.readplan import EVENT_SOURCE, next_read
@@ -24,6 +26,7 @@ from gpuaudit.model.planned_reads import (
     InstanceStatusInfo,
     PlannedRead,
     ReadSource,
+    ScheduledEvent,
 )
 from gpuaudit.model.timeutil import parse_time
 
@@ -113,7 +116,8 @@ def _health(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                 filter={"eventArns": [e["arn"]]})] if e.get("arn") else []
             out.append(HealthEvent(arn=e.get("arn"), service=e.get("service"), event_type=e.get("eventTypeCode"),
                                    category=e.get("eventTypeCategory"), status=e.get("statusCode"),
-                                   start=e.get("startTime"), entities=entities))
+                                   start=e.get("startTime"), end=e.get("endTime"),
+                                   last_updated=e.get("lastUpdatedTime"), entities=entities))
         evidence.health_events = out
     except CallFailed as failed:
         evidence.gaps.append(failed.gap_for("AWS Health events not read (needs a Business or Enterprise "
@@ -143,7 +147,19 @@ def _instance_status(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
             instance_id=s["InstanceId"], system_status=(s.get("SystemStatus") or {}).get("Status"),
             instance_status=(s.get("InstanceStatus") or {}).get("Status"),
             scheduled_events=[f"{e.get('Code')} at {e.get('NotBefore')}: {e.get('Description', '')}"
-                              for e in s.get("Events", []) or []]) for s in statuses]
+                              for e in s.get("Events", []) or []],
+            events=[ScheduledEvent(code=str(e.get("Code", "")), not_before=e.get("NotBefore"),
+                                   not_after=e.get("NotAfter"), description=str(e.get("Description", "")))
+                    for e in s.get("Events", []) or []],
+            impaired_since=_impaired_since(s)) for s in statuses]
+
+
+def _impaired_since(status: dict[str, Any]) -> datetime | None:
+    """The earliest `ImpairedSince` among the failing checks' details (system and instance reachability)."""
+    since = [parse_time(d["ImpairedSince"]) if isinstance(d["ImpairedSince"], str) else d["ImpairedSince"]
+             for key in ("SystemStatus", "InstanceStatus") for d in (status.get(key) or {}).get("Details", []) or []
+             if d.get("ImpairedSince") and d.get("Status") != "passed"]
+    return min(since) if since else None
 
 
 def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
@@ -164,7 +180,7 @@ def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
 READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
     "cluster-events": _cluster_events, "capacity-reservations": _capacity_reservations, "cloudtrail": _cloudtrail,
     "health": _health, "instance-status": _instance_status, "fsx": _fsx, "kubernetes-nodes": kubernetes.read_nodes,
-    "kubernetes-events": kubernetes.read_events,
+    "kubernetes-events": kubernetes.read_events, "gpu-peers": read_gpu_peers,
     **preflight_collectors.READERS,
 }
 

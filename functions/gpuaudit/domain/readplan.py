@@ -43,6 +43,13 @@ FSX_READINGS: dict[str, tuple[str | None, str]] = {
 FSX_METRICS = (*FSX_SATURATION, *FSX_READINGS)
 ENI_QUOTA = QuotaAsk(service_code="vpc", quota_code="L-DF5E4CA3", quota_name="Network interfaces per Region")
 GPU_POWER = "GPUPowerUtilization"
+# The CloudWatch agent's `nvidia_gpu` metrics a straggler GPU shows below its peers on (RULES §8), in namespace
+# `CWAgent` per `index` (and `host`, or `InstanceId` when appended): what each measures, as a reader says it.
+CWAGENT_NAMESPACE = "CWAgent"
+STRAGGLER_METRICS: dict[str, str] = {
+    "nvidia_smi_clocks_current_sm": "SM clock (MHz)", "nvidia_smi_temperature_gpu": "temperature (°C)",
+    "nvidia_smi_power_draw": "power draw (W)", "nvidia_smi_pcie_link_width_current": "PCIe link width",
+    "nvidia_smi_pcie_link_gen_current": "PCIe link generation"}
 
 
 PREFLIGHT_SOURCES: tuple[ReadSource, ...] = (
@@ -51,9 +58,9 @@ PREFLIGHT_SOURCES: tuple[ReadSource, ...] = (
 # Incident questions beside the branches: what a replacement needs (a plan's spare, free IPs), the EFA security
 # group of a hang, and idle reserved GPUs in the window (RULES §8 A, B, D, idle reserved GPUs).
 INCIDENT_SOURCES: tuple[ReadSource, ...] = ("instance-network", "training-plans", "security-groups", "subnets",
-                                            "gpu-activity")
+                                            "gpu-activity", "gpu-peers")
 # HyperPod nodes are not EC2 instances of the account: their interfaces, route tables and EC2 metrics are not read.
-EC2_ONLY: frozenset[ReadSource] = frozenset({"instance-network", "route-tables", "gpu-activity"})
+EC2_ONLY: frozenset[ReadSource] = frozenset({"instance-network", "route-tables", "gpu-activity", "gpu-peers"})
 
 
 def sources_for(evidence: Evidence) -> list[ReadSource]:
@@ -112,6 +119,10 @@ def plan(source: ReadSource, ev: Evidence, request: AuditRequest) -> PlannedRead
         case "gpu-activity":
             return PlannedRead(source=source, reason="idle reserved GPU hours (RULES §8, §10 P9)",
                                start=floor_hour(last_run[0]), end=last_run[1], names=[GPU_POWER])
+        case "gpu-peers":
+            return PlannedRead(source=source, reason="a straggler GPU below its peers (RULES §8)",
+                               start=floor_hour(ev.window.start - TIMELINE_MARGIN),
+                               end=min(ev.window.end + TIMELINE_MARGIN, ev.now), names=list(STRAGGLER_METRICS))
         case "extension-offerings":
             return PlannedRead(source=source, reason="can the Capacity Blocks be extended (RULES §10 P2)",
                                offerings=offering_asks(ev, start, request.run_hours))

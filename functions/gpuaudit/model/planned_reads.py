@@ -16,6 +16,7 @@ ReadSource = Literal[
     "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
     "instance-network", "training-plans", "extension-offerings", "security-groups", "subnets", "route-tables",
     "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes", "kubernetes-events",
+    "gpu-peers",
 ]
 
 
@@ -115,6 +116,21 @@ class HealthEvent(Frozen):
     start: datetime | None = None
     entities: list[str] = Field(default_factory=list)
     description: str | None = None
+    end: datetime | None = None
+    # When AWS Health last posted or updated the event: a scheduled change is announced before its own start
+    # (RULES §5: listed in the timeline at its announcement, with its date).
+    last_updated: datetime | None = None
+
+
+class ScheduledEvent(Frozen):
+    """One EC2 scheduled event of an instance (DescribeInstanceStatus `Events`): `instance-retirement`,
+    `system-reboot`, `system-maintenance`, `instance-reboot`, `instance-stop`. EC2 does not say when it was
+    announced; a `[Completed]` or `[Canceled]` description marks one already past."""
+
+    code: str
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    description: str = ""
 
 
 class InstanceStatusInfo(Frozen):
@@ -122,6 +138,9 @@ class InstanceStatusInfo(Frozen):
     system_status: str | None = None
     instance_status: str | None = None
     scheduled_events: list[str] = Field(default_factory=list)  # "<code> at <time>: <description>"
+    events: list[ScheduledEvent] = Field(default_factory=list)  # the same events, typed
+    # The earliest `ImpairedSince` of the failing system or instance check (its Details): when it began failing.
+    impaired_since: datetime | None = None
 
 
 class FileSystemInfo(Frozen):
@@ -298,3 +317,14 @@ class GpuActivity(Frozen):
     gpu_ids: list[str] = Field(default_factory=list)
     # UTC hour starts neither idle nor busy: no datapoint, or a GPU silent with none of the others busy (§8)
     missing_hours: list[datetime] = Field(default_factory=list)
+
+
+class GpuPeerSeries(Frozen):
+    """Hourly averages of one CloudWatch agent per-GPU metric (namespace `CWAgent`, dimension `index`) of one node's
+    GPU (RULES §8 straggler GPU): SM clock, temperature, power draw, PCIe link width and generation."""
+
+    instance_id: str
+    index: str  # the GPU's nvidia-smi index on the node
+    metric: str  # e.g. nvidia_smi_clocks_current_sm
+    hours: list[datetime] = Field(default_factory=list)  # UTC hour starts with a datapoint
+    values: list[float] = Field(default_factory=list)  # the hour's Average, as reported

@@ -31,9 +31,11 @@ from gpuaudit.rules.actions import ACTION_ORDER, NAMED_UP_TO
 from gpuaudit.rules.capacity import affected_groups, capacity_error_step, capacity_step, subnet_step
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
-from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
+from gpuaudit.rules.fabric import NCCL_COMMAND, placement_step, sg_step
+from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
+from gpuaudit.rules.straggler import stragglers
 from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, relevant_trail
 from gpuaudit.rules.xid_routing import fleet_pattern
 
@@ -75,10 +77,10 @@ def branch_a(j: Judged) -> Branch:
     nodes = _accelerated(j)
     hardware = [n for n in nodes if (r := j.routings.get(n.instance_id)) and r.hardware]
     failed = [n for n in nodes if n.status == "Failure"]
-    impaired = [s.instance_id for s in j.evidence.instance_status or []
-                if s.system_status == "impaired" or s.instance_status == "impaired"]
+    host, host_read = _host_reads(j, nodes)
     if hardware:
         text = _per_node(hardware, lambda n: f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}")
+        text += f". Also read: {described(host)}" if host else ""
         onset = failure_onset(j)
         firsts = [min(times) for n in hardware if (times := [e.time for e in n.gpu_errors if e.class_ == "hardware"])]
         if onset is not None and firsts and min(firsts) > onset.time:
@@ -97,20 +99,49 @@ def branch_a(j: Judged) -> Branch:
             + f" — {n.verdict or 'no verdict'}: {n.verdict_evidence or 'bar not met'}")
         return _branch("A", "UNVERIFIED", f"Hardware-class GPU signal below the bar for a verdict: {text}",
                        "Hypothesis (to validate)", "the deciding check named in each node's verdict evidence")
-    if failed or impaired:
-        ids = ", ".join([n.instance_id for n in failed] + impaired)
-        return _branch("A", "UNVERIFIED", f"Node status Failure or impaired status check on {ids}, with no "
-                       "hardware-class Xid read", "Hypothesis (to validate)",
-                       "DescribeClusterNode / DescribeInstanceStatus detail and the node's kernel log (`dmesg -T`)")
+    slow = [s for s in stragglers(j.evidence) if s.instance_id in {n.instance_id for n in nodes}]
+    if failed or host or slow:
+        said = "; ".join([f"{n.instance_id}: node status Failure" for n in failed] + ([described(host)] if host else [])
+                         + [s.said() for s in slow])
+        return _branch("A", "UNVERIFIED", f"Node or host signal with no hardware-class Xid read: {said}",
+                       "Hypothesis (to validate)",
+                       "DescribeClusterNode / DescribeInstanceStatus detail, the AWS Health event's detail "
+                       "(DescribeEventDetails) and the node's kernel log (`dmesg -T`) before the failure")
     blind = [n.instance_id for n in nodes if n.xid_status == "Not observable"]
     if blind:
         return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)
                        + " for part of the window: hardware cannot be ruled out from the logs; no hardware-class "
-                       "Xid, HMA hardware detection, Failure status or impaired status check was read")
+                       f"Xid, HMA hardware detection, Failure status or impaired status check was read; {host_read}")
     if (why := unread_fleet(j)) is not None:
-        return _branch("A", "Not assessed", f"No hardware-class signal read, but {why}")
+        return _branch("A", "Not assessed", f"No hardware-class signal read, but {why}; {host_read}")
     clean = ", ".join(f"{n.instance_id} ({n.xid_status}, status {n.status})" for n in nodes)
-    return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}")
+    return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}; "
+                   f"{host_read}")
+
+
+def _host_reads(j: Judged, nodes: Sequence[NodeResult]) -> tuple[list[HostEvent], str]:
+    """RULES §8 A's host signals on the GPU nodes (an impaired status check, failing hardware, AWS maintenance dated
+    where the failure is: rules/host_events.py), and what the status-check and Health reads said, so a cleared row
+    names what cleared it and what was not read (§0.4)."""
+    ev = j.evidence
+    ids = {n.instance_id for n in nodes}
+    events = host_events(ev, ids)
+    signals = a_signals(events, ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN)
+    later = [e for e in events if e not in signals and not e.canceled and e.kind != "status"]
+    if ev.cluster.kind.startswith("hyperpod"):
+        status = "EC2 status checks not read (HyperPod nodes are not EC2 instances of the account)"
+    elif ev.instance_status is None:
+        status = "EC2 status checks and scheduled events not read (see visibility gaps)"
+    else:
+        seen = [s for s in ev.instance_status if s.instance_id in ids]
+        status = (f"EC2 status checks read for {len(seen)} of {len(ids)} GPU node(s) (DescribeInstanceStatus)"
+                  + ("" if any(e.source != "AWS Health" for e in events) else ": all ok, no scheduled event"))
+    health = ("AWS Health not read (see visibility gaps)" if ev.health_events is None else
+              f"AWS Health: {len(ev.health_events)} EC2/SageMaker event(s) read (DescribeEvents)"
+              + ("" if any(e.source == "AWS Health" for e in events) else ", none a hardware or maintenance event "
+                 "on these nodes"))
+    upcoming = f"; dated after the failure, not its cause: {described(later)}" if later else ""
+    return signals, f"{status}; {health}{upcoming}"
 
 
 def _per_node(nodes: Sequence[NodeResult], says: Callable[[NodeResult], str]) -> str:
@@ -316,16 +347,22 @@ def branch_d(j: Judged) -> Branch:
                        f"an all_reduce test (nccl-tests) on the nodes with `{NCCL_DEBUG}`, and EFA counters "
                        "(`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
     sg = sg_step(_fabric_context(j))
-    layer4 = _layer4(sg)
+    place = placement_step(_fabric_context(j))
+    layer4 = _layer4(sg, place)
     if hang is not None and sg.status == "Blocked":
         return _branch("D", "Root cause", f"NCCL hang at {iso(hang[0])} ({hang[1]}) on a cluster whose EFA security "
-                       f"group rules fail: {sg.evidence}. A missing self-referencing rule is a proven precondition "
-                       "failure (RULES §8 D layer 4)", "Proven")
+                       f"group rules fail: {sg.evidence}{_split(place)}. A missing self-referencing rule is a proven "
+                       "precondition failure (RULES §8 D layer 4)", "Proven")
     if sg.status == "Blocked":
-        return _branch("D", "Contributing", f"EFA precondition failure (proven): {sg.evidence}; no NCCL hang or "
+        return _branch("D", "Contributing", f"EFA precondition failure (proven): {sg.evidence}{_split(place)}; no NCCL hang or "
                        "failure onset was read, so it is not shown to have caused this failure", "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`")
     if not any(n.signals.nccl == "Observable" for n in nodes):
+        if place.status == "Blocked":  # RULES §8 D: a layer-4 defect read with layers 1–3 Not observable
+            return _branch("D", "UNVERIFIED", f"EFA precondition defect read: {place.evidence}. Layers 1–3 Not "
+                           "observable: no NCCL INFO/WARN lines in any source, no NVLink Xid read, EFA counters not "
+                           f"read; {layer4}", "Hypothesis (to validate)",
+                           f"NCCL's transport on the job's nodes, collected with `{NCCL_DEBUG}`")
         return _branch("D", "Not assessed", "no NCCL INFO/WARN lines in any source (layer 1 Not observable); no NVLink "
                        f"Xid read; EFA counters not read; {layer4}. Collect with `{NCCL_DEBUG}`")
     used = "; ".join(f"{n.instance_id}: " + ", ".join(sorted({f"{t.transport} ({t.assessment})"
@@ -339,10 +376,18 @@ def branch_d(j: Judged) -> Branch:
                    + (f" ({used})" if used else "") + f"; no NVLink Xid; EFA counters not read; {layer4}")
 
 
-def _layer4(sg: FindingStep) -> str:
+def _layer4(sg: FindingStep, place: FindingStep | None = None) -> str:
     """RULES §0.4, §8 D layer 4: the security groups whose rules were read, and the self rule found or missing —
-    said whatever layer 1 showed, so a cleared precondition names what cleared it."""
-    return f"layer 4, EFA security group self-referencing all-traffic rules — {sg.status}: {sg.evidence}"
+    said whatever layer 1 showed, so a cleared precondition names what cleared it; and where the job's nodes are."""
+    text = f"layer 4, EFA security group self-referencing all-traffic rules — {sg.status}: {sg.evidence}"
+    if place is not None and place.status != "Not applicable":
+        text += f"; {place.name} — {place.status}: {place.evidence}"
+    return text
+
+
+def _split(place: FindingStep) -> str:
+    """The job's nodes split across subnets or AZs (layer 4), said beside another precondition when read."""
+    return f"; {place.name} — {place.status}: {place.evidence}" if place.status == "Blocked" else ""
 
 
 NCCL_DEBUG = NCCL_COMMAND
@@ -402,7 +447,8 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     if nvlink:
         signal += "; " + "; ".join(f"{i}: Xid {c}" for i, c in nvlink)
     pre = ("Preconditions: EFA width — " + "; ".join(short + unseen + full)
-           + f"; security group self-referencing all-traffic rules inbound and outbound — {sg.status}: {sg.evidence}")
+           + f"; security group self-referencing all-traffic rules inbound and outbound — {sg.status}: {sg.evidence}"
+           + _split(placement_step(_fabric_context(j))))
     if sg.status == "Blocked":
         return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}. The missing "
                        "self-referencing rule is a proven precondition failure (RULES §8 D layer 4): EFA traffic "

@@ -20,9 +20,12 @@ from gpuaudit.domain.streams import (
     is_hma_group,
     is_pcluster_group,
 )
+from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.rules.host_events import a_signals, host_events
 from gpuaudit.rules.nodes import agent_live
+from gpuaudit.rules.straggler import stragglers
 
 HARDWARE_WORDS = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
 NO_ERRORS = "No GPU errors"
@@ -75,6 +78,10 @@ def no_ruled_out_beside_a_signal(result: Result, evidence: Evidence) -> list[str
         failed = [n.instance_id for n in gpu if n.status == "Failure"]
         impaired = [s.instance_id for s in evidence.instance_status or []
                     if "impaired" in (s.system_status, s.instance_status)]
+        impaired += [e.resource for e in a_signals(host_events(evidence, {n.instance_id for n in gpu}),
+                                                   evidence.window.start - TIMELINE_MARGIN,
+                                                   evidence.window.end + TIMELINE_MARGIN)
+                     if e.resource not in impaired]
         if hardware or failed or impaired:
             broken.append("branch A Ruled out beside a hardware-class signal on " + ", ".join(hardware + failed + impaired))
     if by.get("F") == "Ruled out":
@@ -90,8 +97,11 @@ def one_story(result: Result, evidence: Evidence) -> list[str]:
     with_errors = [n.instance_id for n in result.nodes if n.gpu_errors]
     if NO_ERRORS in result.headline and with_errors:
         broken.append("headline says no GPU errors while the GPU errors table lists " + ", ".join(with_errors))
+    # a persisting straggler GPU (RULES §8) is a REBOOT on CWAgent metrics, which hold no Xid row
+    straggling = {s.instance_id for s in stragglers(evidence) if s.persists}
     for n in result.nodes:
-        if n.verdict in ("REPLACE", "REBOOT") and not n.gpu_errors:
+        if n.verdict in ("REPLACE", "REBOOT") and not n.gpu_errors and not (
+                n.verdict == "REBOOT" and n.instance_id in straggling):
             broken.append(f"{n.instance_id} {n.verdict} with no row in the GPU errors table")
     # REPLACE/REBOOT on hardware grounds; a driver-config code (e.g. Xid 151) reboots without being hardware
     hard = [n for n in result.nodes if n.verdict in ("REPLACE", "REBOOT")

@@ -83,3 +83,44 @@ def sg_step(ctx: Context) -> FindingStep:
             parts.append(("Blocked", f"{where}: {sg_names(sgs)} — no all-traffic {missing} rule naming the group "
                                      f"itself (EFA needs both){instead}"))
     return merge(name, parts)
+
+
+def placement_step(ctx: Context) -> FindingStep:
+    """RULES §8 D layer 4: the nodes of one job split across subnets or Availability Zones. EFA's OS-bypass traffic
+    is not routed: an EFA reaches only EFAs in its own subnet, so one AZ is not enough. The job the auditor can
+    see is a GPU group (a ParallelCluster queue and type, a HyperPod instance group): its nodes run one job's ranks
+    (docs/decisions.md). Only EFA-capable groups of two or more nodes are judged."""
+    name = "EFA placement: nodes of one job in one subnet"
+    ev = ctx.ev
+    groups = [g for g in ctx.groups if len(g.nodes) > 1
+              and (p := ev.profiles.get(g.instance_type or "")) is not None and p.efa_supported]
+    if not groups:
+        return step(name, "Not applicable", "no EFA-capable group of two or more nodes")
+    if ctx.hyperpod:
+        subnets = ", ".join(f"`{s}`" for s in ev.cluster.subnet_ids) or "none returned"
+        return step(name, "Not checked", f"which subnet each HyperPod node is in is not read (VpcConfig subnets "
+                                         f"{subnets}) — `aws sagemaker describe-cluster-node` Placement per node")
+    if ev.instance_network is None:
+        return step(name, "Not checked", "the nodes' subnets not read — `aws ec2 describe-instances`")
+    subnet_of = {n.instance_id: n.subnet_id for n in ev.instance_network}
+    zone_of = {s.subnet_id: s.availability_zone for s in ev.subnets or []}
+    parts: list[tuple[FindingStepStatus, str]] = []
+    for g in groups:
+        where: dict[str, list[str]] = {}
+        for iid in g.node_ids:
+            if (subnet := subnet_of.get(iid)) is not None:
+                where.setdefault(subnet, []).append(iid)
+        unseen = [i for i in g.node_ids if subnet_of.get(i) is None]
+        places = "; ".join(f"`{s}` ({zone_of.get(s) or 'AZ not read'}): {nodes_phrase(ids, g.node_ids, 'group')}"
+                           for s, ids in sorted(where.items()))
+        if len(where) > 1:
+            zones = {zone_of.get(s) for s in where}
+            across = "Availability Zones and subnets" if len(zones) > 1 and None not in zones else "subnets"
+            parts.append(("Blocked", f"{g.label} split across {len(where)} {across} — {places}: EFA traffic does "
+                                     "not cross a subnet"))
+        elif unseen:
+            parts.append(("Not checked", f"{g.label}: subnet not read for {', '.join(unseen)}"
+                                         + (f"; {places}" if places else "")))
+        else:
+            parts.append(("Cleared", f"{g.label}: every node in {places}"))
+    return merge(name, parts)

@@ -51,6 +51,7 @@ from gpuaudit.rules.nodes import (
     reboots_by_node,
 )
 from gpuaudit.rules.onset import failure_onset, unread_signals
+from gpuaudit.rules.straggler import with_stragglers
 from gpuaudit.rules.xid_routing import NodeRouting
 
 if TYPE_CHECKING:
@@ -147,6 +148,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     if boot is not None:
         nodes = [bootstrap_verdict(n, node, boot) for n, node in zip(nodes, evidence.nodes, strict=True)]
     judged = Judged(evidence, nodes, routings, lines_by_node, unassigned, control, boot, dict(boot_by_node))
+    if evidence.gpu_peers:  # RULES §8 straggler GPU: its label reads the failure's onset
+        nodes = judged.nodes = with_stragglers(nodes, evidence, (o.time if (o := failure_onset(judged)) else None))
 
     node_gaps, gap_nodes = coverage_gaps(judged)
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + node_gaps \

@@ -15,6 +15,7 @@ from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import NodeResult, TimelineEntry
+from gpuaudit.rules.host_events import health_kind, host_events, on_cluster, timeline_text, timeline_time
 
 if TYPE_CHECKING:
     from gpuaudit.rules.context import Judged
@@ -109,12 +110,13 @@ def timeline(j: Judged) -> list[TimelineEntry]:
             streams = ", ".join(c.log_stream or "" for c in n.coverage if c.last_event == t)
             add(t, "CloudWatch Logs", n.instance_id, f"last line from the node ({streams}); instance no longer "
                                                      "returned by DescribeInstances")
-    for h in ev.health_events or []:
-        add(h.start, "AWS Health", ", ".join(h.entities) or (h.service or ""), f"{h.event_type} ({h.status})")
-    for s in ev.instance_status or []:
-        if s.system_status not in (None, "ok") or s.instance_status not in (None, "ok"):
-            add(ev.now if ev.now <= end else None, "EC2 status checks", s.instance_id,
-                f"system {s.system_status}, instance {s.instance_status}")
+    ids = {n.instance_id for n in ev.nodes}
+    for h in ev.health_events or []:  # Health events neither on the cluster nor judged by branch A: at their start
+        if not (on_cluster(ev, h, ids) and health_kind(h)):
+            add(h.start, "AWS Health", ", ".join(h.entities) or (h.service or ""), f"{h.event_type} ({h.status})")
+    for host in host_events(ev, ids):  # status checks, scheduled events, Health events on the nodes (RULES §5.4–5)
+        at = timeline_time(host, start, end, ev.now)
+        add(at, host.source, host.resource, timeline_text(host, at) if at else host.text)
     for r in ev.capacity_reservations or []:
         add(r.end_date, "EC2 capacity reservation", r.reservation_id,
             f"Capacity Block ends ({r.instance_type}, state {r.state})")

@@ -1,0 +1,63 @@
+"""The CloudWatch agent's per-GPU metrics of the GPU nodes (RULES §8 straggler GPU): SM clock, temperature, power
+draw, PCIe link width and generation, per `index`, hourly averages over the window ± margin. The agent names a node
+by `InstanceId` when `append_dimensions` adds it, else by `host` (the node's private DNS name, or its first label)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.domain.readplan import CWAGENT_NAMESPACE
+from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.planned_reads import GpuPeerSeries, PlannedRead
+
+QUERIES_PER_CALL = 500  # GetMetricData: at most 500 MetricDataQuery structures per request
+HOUR_S = 3600
+
+
+def _node_of(dims: dict[str, str], by_host: dict[str, str], ids: set[str]) -> str | None:
+    if dims.get("InstanceId") in ids:
+        return dims["InstanceId"]
+    return by_host.get(dims.get("host", ""))
+
+
+def read_gpu_peers(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+    """Every CWAgent series of the GPU compute nodes for the read's metrics, or a gap naming the failed call
+    (fail closed: a partial read is no peer comparison)."""
+    nodes = [n for n in evidence.nodes if n.role in ("compute", "unknown") and n.discovered_by in ("api", "user")]
+    ids = {n.instance_id for n in nodes}
+    by_host: dict[str, str] = {}
+    for n in nodes:
+        if n.private_dns:
+            by_host[n.private_dns] = n.instance_id
+            by_host[n.private_dns.split(".", 1)[0]] = n.instance_id
+    start, end = read.start or evidence.window.start, read.end or evidence.now
+    try:
+        series: list[tuple[str, str, str, list[dict[str, Any]]]] = []
+        for metric in read.names:
+            for m in aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace=CWAGENT_NAMESPACE,
+                                  MetricName=metric):
+                dims = {d.get("Name", ""): d.get("Value", "") for d in m.get("Dimensions", []) or []}
+                node = _node_of(dims, by_host, ids)
+                if node is not None and "index" in dims:
+                    series.append((node, dims["index"], metric, m["Dimensions"]))
+        points: dict[int, dict[Any, float]] = defaultdict(dict)
+        for k in range(0, len(series), QUERIES_PER_CALL):
+            chunk = series[k:k + QUERIES_PER_CALL]
+            queries = [{"Id": f"s{k + i}", "MetricStat": {
+                "Metric": {"Namespace": CWAGENT_NAMESPACE, "MetricName": metric, "Dimensions": dims},
+                "Period": HOUR_S, "Stat": "Average"}} for i, (_, _, metric, dims) in enumerate(chunk)]
+            for r in aws.paginate("cloudwatch", "GetMetricData", "MetricDataResults", StartTime=start, EndTime=end,
+                                  MetricDataQueries=queries):
+                points[int(str(r.get("Id", "s0"))[1:])].update(
+                    zip(r.get("Timestamps", []), (float(v) for v in r.get("Values", [])), strict=False))
+    except CallFailed as failed:
+        evidence.gaps.append(failed.gap_for("CWAgent per-GPU metrics not read; a straggler GPU is not assessed"))
+        return
+    out = []
+    for i, (node, index, metric, _) in enumerate(series):
+        hours = sorted(points.get(i, {}))
+        out.append(GpuPeerSeries(instance_id=node, index=index, metric=metric, hours=hours,
+                                 values=[points[i][h] for h in hours]))
+    evidence.gpu_peers = out
