@@ -233,9 +233,9 @@ def test_start_query_count_does_not_grow_with_healthy_nodes():
     r_small = small.audit(small.cluster, since=SINCE, until=UNTIL)
     r_large = large.audit(large.cluster, since=SINCE, until=UNTIL)
 
-    # Then one batch of queries serves either size — the summary, the GPU lines and the kernel look-back a day at a
+    # Then one batch of queries serves either size — the summary, the GPU lines and the kernel look-back as one range
     # time (#34 item 4: the cluster launched 48 h before now, three UTC days) — and every node is Measured
-    assert calls(r_small, "logs", "StartQuery") == calls(r_large, "logs", "StartQuery") == 2 + 3
+    assert calls(r_small, "logs", "StartQuery") == calls(r_large, "logs", "StartQuery") == 2 + 1
     assert {n.xid_status for n in r_large.nodes if n.role == "compute"} == {"Measured"}
     assert len([n for n in r_large.nodes if n.role == "compute"]) == 30
 
@@ -248,14 +248,14 @@ def test_sixty_log_groups_are_queried_in_two_batches_of_at_most_fifty():
     # When the audit collects
     ev = evidence_of(w, w.cluster)
 
-    # Then 2 batches × (summary, GPU lines, the kernel look-back's three days), each naming at most 50 groups,
+    # Then 2 batches × (summary, GPU lines, the kernel look-back as one range), each naming at most 50 groups,
     # together naming every group
     assert len(ev.log_groups) == 60
-    assert len(ev.queries) == 2 * (2 + 3)
+    assert len(ev.queries) == 2 * (2 + 1)
     assert sorted(len(q.log_groups) for q in purposes(ev, "stream-summary")) == [10, 50]
     assert all(len(q.log_groups) <= 50 for q in ev.queries)
     assert {g for q in purposes(ev, "kernel-streams") for g in q.log_groups} == {w.group, *extra}
-    assert next(c.count for c in ev.calls if c.operation == "StartQuery") == 2 * (2 + 3)
+    assert next(c.count for c in ev.calls if c.operation == "StartQuery") == 2 * (2 + 1)
 
 
 def test_node_stream_with_gaps_triggers_exactly_one_detail_query():
@@ -273,7 +273,7 @@ def test_node_stream_with_gaps_triggers_exactly_one_detail_query():
     # Then one stream-hours query names exactly the two gap streams
     (detail,) = purposes(ev, "stream-hours")
     assert detail.log_groups == [w.group]
-    assert len(ev.queries) == 2 + 3 + 1  # summary, GPU lines, the kernel look-back's three days, the detail
+    assert len(ev.queries) == 2 + 1 + 1  # summary, GPU lines, the kernel look-back as one range, the detail
     with_hours = {a.log_stream for a in ev.stream_activity if a.hour_counts is not None}
     assert with_hours == {w.stream_name(gap_a), w.stream_name(gap_b)}
 

@@ -4,7 +4,10 @@ prefix and bare 12-digit IDs are masked; ParallelCluster log-group timestamps ar
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpuaudit.model.redaction import MAY_HOLD, redact_every_form, redact_tree
 from gpuaudit.report.redact import MASK, redact
 
 ACCOUNT = "111122223333"
@@ -79,3 +82,34 @@ def test_redact_masks_every_occurrence_in_a_report():
     assert ACCOUNT not in out
     assert out.count(MASK) == 2
     assert "/aws/parallelcluster/x-202608261551" in out
+
+
+# The shortcut `redact` takes (a text holding no run of the MAY_HOLD form is returned as it is) changes no answer: the
+# full redaction is run beside it on texts made of what account IDs, timestamps and resource IDs are made of.
+_ACCOUNT_ALPHABET = "0123456789-abcdefi:/ _."
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=_ACCOUNT_ALPHABET, max_size=60), st.sampled_from([frozenset(), frozenset({ACCOUNT})]))
+def test_the_shortcut_agrees_with_the_full_redaction_on_any_text(text: str, known: frozenset[str]) -> None:
+    assert redact(text, known) == redact_every_form(text, known)
+
+
+@pytest.mark.parametrize("text", [ACCOUNT, "1111-2222-3333", f"x{ACCOUNT}y", f"prefix-{OTHER}", "2026-09-28T18:00"])
+def test_the_shortcut_lets_no_account_form_through(text: str) -> None:
+    assert MAY_HOLD.search(text) or redact_every_form(text) == text
+
+
+def test_redact_tree_keeps_only_cluster_arn_at_any_depth_and_masks_repeated_strings_alike() -> None:
+    arn = f"arn:aws:sagemaker:us-west-2:{ACCOUNT}:cluster/abc"
+    doc = {"cluster": {"arn": arn, "name": f"c-{ACCOUNT}", "nested": {"arn": arn}},
+           "nodes": [{"arn": arn, "group": "/aws/parallelcluster/x-202608261551"}] * 3,
+           "arn": arn, "count": int(ACCOUNT)}
+    out = redact_tree(doc)
+    assert out["cluster"]["arn"] == arn  # OUTPUT-CONTRACT: the one field that may keep it
+    masked = arn.replace(ACCOUNT, MASK)
+    assert out["cluster"]["nested"]["arn"] == masked and out["arn"] == masked
+    assert out["cluster"]["name"] == f"c-{MASK}"
+    assert all(n == {"arn": masked, "group": "/aws/parallelcluster/x-202608261551"} for n in out["nodes"])
+    assert out["count"] == int(ACCOUNT)  # numbers are not text: only strings are redacted
+    assert redact_tree(doc, keep=frozenset())["cluster"]["arn"] == masked

@@ -108,7 +108,8 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
     plan = cache.read_plan(cached, batch, win) if cached is not None else [cache.ReadPart(batch, None)]
     # Every part is read before the cache changes: a journaled collection replays them all on each invocation, and
     # the plan must not change under it.
-    reads = [_read_part(aws, evidence, part.groups, part.caches, win, named, slots, journal) for part in plan]
+    reads = [_read_part(aws, evidence, part.groups, part.caches, win, named, slots, journal, part.by_day)
+             for part in plan]
     if cached is not None:
         for merged in reads:
             cache.update(cached, merged, win, evidence.now)
@@ -118,11 +119,12 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
 
 def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cache.GroupCache] | None,
                win: LogWindow, named: set[str], slots: QuerySlots | None,
-               journal: QueryJournal | None) -> BatchEvidence:
-    """One part of a batch (all of it unless its groups' cache entries differ): read in full, or incrementally."""
+               journal: QueryJournal | None, by_day: bool = False) -> BatchEvidence:
+    """One part of a batch (all of it unless its groups' cache entries differ): read in full, or incrementally.
+    `by_day`: the kernel look-back a day at a time (a group stopped at the deadline before)."""
     if usable is None:
         return collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots, journal=journal,
-                             job_groups=named)
+                             job_groups=named, kernel_by_day=by_day)
     part = cache.fresh_window(win, usable)
     known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
     # The last read's streams size this one's summary: expected past the 10,000-row cap, it starts in parts
@@ -136,7 +138,8 @@ def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cach
     # read over the whole window: cache.fresh_window keeps their range).
     jobs = named | {g for g, c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
     fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
-                          slots=slots, journal=journal, expected_streams=expected, job_groups=jobs, by_hint=True)
+                          slots=slots, journal=journal, expected_streams=expected, job_groups=jobs, by_hint=True,
+                          kernel_by_day=by_day)
     # The streams that had fallen silent shortly before the last read: their silence is read again by name.
     opened = {(g, s): hour for g, c in zip(batch, usable, strict=True) for s, hour in c.lagging.items()}
     seen = {(g, s): last for g, c in zip(batch, usable, strict=True) for s in c.lagging

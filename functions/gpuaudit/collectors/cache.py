@@ -198,6 +198,9 @@ def usable(state: CacheState, batch: list[str], win: LogWindow) -> list[GroupCac
 class ReadPart:
     groups: list[str]
     caches: list[GroupCache] | None  # the groups' entries, read incrementally; None: read in full
+    # The kernel look-back read a day at a time: only a group whose read was stopped at the deadline before
+    # (docs/decisions.md, "The kernel look-back as one range").
+    by_day: bool = False
 
 
 def read_plan(state: CacheState, batch: list[str], win: LogWindow) -> list[ReadPart]:
@@ -206,7 +209,7 @@ def read_plan(state: CacheState, batch: list[str], win: LogWindow) -> list[ReadP
     are all alike (every steady hour, and the first read) is one part: the whole batch."""
     whole = usable(state, batch, win)
     if whole is not None:
-        return [ReadPart(batch, whole)]
+        return [ReadPart(batch, whole, by_day=any(state.stopped.get(g) for g in batch))]
     alike: dict[tuple[datetime, datetime], list[str]] = {}
     fresh: list[str] = []
     stopped: list[str] = []
@@ -221,7 +224,7 @@ def read_plan(state: CacheState, batch: list[str], win: LogWindow) -> list[ReadP
     parts = [ReadPart(groups, usable(state, groups, win)) for groups in alike.values()]
     if fresh:
         parts.append(ReadPart(fresh, None))
-    return parts + [ReadPart([g], None) for g in sorted(stopped, key=lambda g: state.stopped[g])]
+    return parts + [ReadPart([g], None, by_day=True) for g in sorted(stopped, key=lambda g: state.stopped[g])]
 
 
 def joined(parts: list[BatchEvidence]) -> BatchEvidence:

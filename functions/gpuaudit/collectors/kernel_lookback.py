@@ -43,6 +43,11 @@ def day_spans(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]
     return list(zip(cuts, [*cuts[1:], end], strict=True))
 
 
+def kernel_spans(start: datetime, end: datetime, by_day: bool) -> list[tuple[datetime, datetime]]:
+    """The kernel look-back's query ranges: the whole as one, or (`by_day`) cut at each UTC midnight."""
+    return day_spans(start, end) if by_day else [(start, end)]
+
+
 def summed_days(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     """kernel-streams rows of several days as the whole look-back's: per stream, the kernel lines summed and the
     latest last line."""
@@ -110,7 +115,8 @@ DEEP_IDS_PER_QUERY = 200  # instance IDs named in one deep kernel query's stream
 
 
 def read_deep_kernel(runner: InsightsRunner, batch: list[str], index: NodeIndex, nodes: list[NodeInfo],
-                     kernel_keys: set[tuple[str, str]], start: datetime, lifetime: datetime) -> list[KernelStream]:
+                     kernel_keys: set[tuple[str, str]], start: datetime, lifetime: datetime,
+                     by_day: bool = False) -> list[KernelStream]:
     """RULES §4 (b) is "since launch": nodes launched before the bounded lookback whose streams held no `kernel:`
     line in it are looked up back to their launch (at most KERNEL_DEEP_LOOKBACK), naming only their streams, so a
     quiet kernel stream is never called "not shipping kernel lines" for want of reading its boot lines."""
@@ -121,7 +127,7 @@ def read_deep_kernel(runner: InsightsRunner, batch: list[str], index: NodeIndex,
     for i in range(0, len(lacking), DEEP_IDS_PER_QUERY):
         ids = lacking[i:i + DEEP_IDS_PER_QUERY]
         query = f"filter @logStream like /{'|'.join(ids)}/ | {KERNEL_QUERY}"
-        days = [runner.start("kernel-streams", batch, a, b, query) for a, b in day_spans(start, lifetime)]
+        days = [runner.start("kernel-streams", batch, a, b, query) for a, b in kernel_spans(start, lifetime, by_day)]
         rows = summed_days([r for p in days for r in runner.results(p) or []])
         for r in rows:
             found.append(KernelStream(log_group=_group_name(r.get("@log", "")), log_stream=r.get("@logStream", ""),

@@ -50,7 +50,7 @@ from gpuaudit.collectors.insights import (
     _split_by_time,
     _time,
 )
-from gpuaudit.collectors.kernel_lookback import day_spans, read_boot_lines, read_deep_kernel, summed_days
+from gpuaudit.collectors.kernel_lookback import kernel_spans, read_boot_lines, read_deep_kernel, summed_days
 from gpuaudit.collectors.log_queries import (
     GPU_QUERY,
     JOB_LINE,
@@ -193,7 +193,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                   known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
                   slots: QuerySlots | None = None, journal: QueryJournal | None = None,
                   expected_streams: Mapping[str, Mapping[str, Rows]] | None = None,
-                  job_groups: Collection[str] = (), by_hint: bool = False) -> BatchEvidence:
+                  job_groups: Collection[str] = (), by_hint: bool = False,
+                  kernel_by_day: bool = False) -> BatchEvidence:
     """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
     streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
     the audit's concurrency budget, when batches share one.
@@ -221,10 +222,11 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     hinted = by_hint and win.padded_start <= min(win.gpu_start, win.lifetime_start) \
         and max(win.gpu_end, win.kernel_until) <= win.padded_end
     expect = dict(expected_streams or {})
-    # The kernel look-back (launch to the query time, up to 14 days) is read a day at a time: no query scans more
-    # than a day of a group, so none runs long enough to be stopped (#34 item 4). Each day is read whole, and again in
-    # parts if it reaches the cap: a count over the look-back would size every day for its busiest (the launch day).
-    spans = {kind: day_spans(start, end) if kind == "kernel" else [(start, end)]
+    # The kernel look-back (launch to the query time, up to 14 days) is one range, one query (#50 item 1); a day at a
+    # time only for a group whose read was stopped at the deadline before (`kernel_by_day`): no query of it then scans
+    # more than a day, so none runs long enough to be stopped again (#34 item 4). Each day is read whole, and again
+    # in parts if it reaches the cap: a count over the look-back would size every day for its busiest (launch day).
+    spans = {kind: kernel_spans(start, end, kernel_by_day) if kind == "kernel" else [(start, end)]
              for kind, (_, start, end, _) in reads.items()}
 
     def read(kind: str, rows: Mapping[str, Rows] | None) -> list[_Slice]:
@@ -323,7 +325,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     expected = len(hours_between(win.padded_start, win.padded_end))
     kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     if win.deep_kernel_start is not None and not {"kernel"} & (unanswered | truncated):
-        kernel += read_deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start, win.lifetime_start)
+        kernel += read_deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start, win.lifetime_start,
+                                   kernel_by_day)
         kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     need_detail = {key for key in kernel_keys
                    if looks_like_node_stream(key[1], node_index) and key in summary

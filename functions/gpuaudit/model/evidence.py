@@ -7,7 +7,6 @@ result can always be traced back to a call made in this run (RULES §0.4, §11).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -39,6 +38,7 @@ from gpuaudit.model.planned_reads import (
     SubnetInfo,
     TrainingPlanInfo,
 )
+from gpuaudit.model.timeutil import UtcDatetime
 
 # HyperPod cluster states worth an incident audit (a state change to any other status starts none).
 FAILED_CLUSTER_STATES = ("Failed", "RollingBack")
@@ -68,8 +68,8 @@ class AuditRequest(Frozen):
 
     cluster: str = Field(min_length=1, max_length=256)  # a fleet label when only instance IDs are given
     mode: Mode = "coverage"
-    since: datetime | None = None
-    until: datetime | None = None
+    since: UtcDatetime | None = None
+    until: UtcDatetime | None = None
     last: str | None = Field(default=None, pattern=r"^[1-9][0-9]{0,5}[mhd]$")  # 30m, 2h, 2d (domain/window.py)
     instance_ids: list[InstanceId] = Field(default_factory=list, max_length=MAX_INSTANCES)
     # FSx for Lustre file systems the operator names (`--filesystem`), audited with or without a cluster.
@@ -80,10 +80,10 @@ class AuditRequest(Frozen):
     # Self-managed EKS: the EKS cluster whose Kubernetes nodes (providerID) are the nodes to audit.
     eks_cluster: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
     run_hours: float | None = Field(default=None, gt=0)
-    run_start: datetime | None = None
+    run_start: UtcDatetime | None = None
     checkpoint_minutes: float | None = Field(default=None, gt=0)
     # Incident: when the failure began, as the operator states it (`--onset`); inside the impact window (RULES §0.5).
-    onset: datetime | None = None
+    onset: UtcDatetime | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -159,12 +159,12 @@ class Gap(Frozen):
 
 
 class Window(Frozen):
-    start: datetime
-    end: datetime
+    start: UtcDatetime
+    end: UtcDatetime
     source: WindowSource
     # The failure's onset as the operator states it (RULES §0.5): "before the failure" is measured from it. The
     # window's start is a search bound, never the onset.
-    onset: datetime | None = None
+    onset: UtcDatetime | None = None
 
 
 class InstanceGroup(Frozen):
@@ -205,7 +205,7 @@ class NodeInfo(Frozen):
     instance_type: str | None = None  # EC2 type, HyperPod's `ml.` prefix stripped
     status: str
     status_message: str | None = None
-    launch_time: datetime | None = None
+    launch_time: UtcDatetime | None = None
     private_dns: str | None = None
     role: Literal["compute", "head", "controller", "login", "unknown"] = "compute"
     discovered_by: NodeSource = "api"
@@ -227,7 +227,7 @@ class CapabilityProfile(Frozen):
 class LogGroupInfo(Frozen):
     name: str
     matched_patterns: list[str] = Field(default_factory=list)
-    creation_time: datetime | None = None
+    creation_time: UtcDatetime | None = None
     stored_bytes: int | None = None
     owner_account: str | None = None  # from the group's ARN; used only to redact it from every output
 
@@ -238,7 +238,7 @@ class KernelStream(Frozen):
     log_group: str
     log_stream: str
     kernel_lines: int
-    last_kernel_line: datetime | None = None
+    last_kernel_line: UtcDatetime | None = None
 
 
 class StreamActivity(Frozen):
@@ -252,9 +252,9 @@ class StreamActivity(Frozen):
     log_stream: str
     lines: int
     live_hours: int
-    first_event: datetime | None = None
-    last_event: datetime | None = None
-    hour_counts: dict[datetime, int] | None = None
+    first_event: UtcDatetime | None = None
+    last_event: UtcDatetime | None = None
+    hour_counts: dict[UtcDatetime, int] | None = None
 
 
 class ListedStream(Frozen):
@@ -263,8 +263,8 @@ class ListedStream(Frozen):
 
     log_group: str
     log_stream: str
-    first_event: datetime | None = None
-    last_event: datetime | None = None
+    first_event: UtcDatetime | None = None
+    last_event: UtcDatetime | None = None
 
 
 class ControlStream(Frozen):
@@ -277,12 +277,12 @@ class ControlStream(Frozen):
     role: str  # clustermgtd | slurm_resume | slurmctld | HyperPod cluster log
     instance_id: str | None = None  # the head node, for ParallelCluster
     listed: bool = True
-    first_event: datetime | None = None
-    last_event: datetime | None = None
+    first_event: UtcDatetime | None = None
+    last_event: UtcDatetime | None = None
 
 
 class GpuLine(Frozen):
-    time: datetime
+    time: UtcDatetime
     log_group: str
     log_stream: str
     message: str
@@ -291,7 +291,7 @@ class GpuLine(Frozen):
 class JobFigure(Frozen):
     """One throughput or step-time figure of a training job's log line (domain/throughput.py names the measures)."""
 
-    time: datetime
+    time: UtcDatetime
     log_group: str
     log_stream: str
     measure: str  # "TFLOP/s per GPU", "ms per iteration", "it/s"…
@@ -309,8 +309,8 @@ class QueryRecord(Frozen):
 
     purpose: QueryPurpose
     log_groups: list[str]
-    start: datetime
-    end: datetime
+    start: UtcDatetime
+    end: UtcDatetime
     status: str
     rows: int
     records_scanned: float
@@ -330,7 +330,7 @@ class Evidence(BaseModel):
     mode: Mode
     cluster: ClusterInfo
     window: Window
-    now: datetime
+    now: UtcDatetime
     nodes: list[NodeInfo] = Field(default_factory=list)
     profiles: dict[str, CapabilityProfile] = Field(default_factory=dict)
     log_groups: list[LogGroupInfo] = Field(default_factory=list)

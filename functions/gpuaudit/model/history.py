@@ -21,6 +21,7 @@ from typing import Literal, Protocol
 from pydantic import Field
 
 from gpuaudit.model.frozen import Frozen
+from gpuaudit.model.timeutil import UtcDatetime
 
 DEFAULT_LOOKBACK_DAYS = 30
 MAX_SPAN = timedelta(days=7)  # a span is cut after a week: a read of [since - MAX_SPAN, until] sees every span
@@ -35,8 +36,8 @@ class HistoryXid(Frozen):
     code: int | None
     signal: str | None = None
     pci: str | None = None
-    first: datetime
-    last: datetime
+    first: UtcDatetime
+    last: UtcDatetime
 
 
 class HistorySpan(Frozen):
@@ -45,16 +46,16 @@ class HistorySpan(Frozen):
     cluster: str
     instance_id: str
     audit_id: str  # the first audit of the span
-    audit_time: datetime  # its time: the end of its window
+    audit_time: UtcDatetime  # its time: the end of its window
     last_audit_id: str
-    through: datetime  # the last audit's time
+    through: UtcDatetime  # the last audit's time
     audits: int = Field(default=1, ge=1)
     mode: str
     verdict: str | None = None
     xid_status: str
     xids: list[HistoryXid] = Field(default_factory=list)
-    reboots: list[datetime] = Field(default_factory=list)
-    launch_time: datetime | None = None
+    reboots: list[UtcDatetime] = Field(default_factory=list)
+    launch_time: UtcDatetime | None = None
     gaps: int = 0  # visibility gaps of the audit (an audit of the same window with fewer gaps supersedes it)
     # Why the node's standing verdict ended without a new one (CLUSTER_GONE): a closing span, never extended.
     closed: str | None = None
@@ -88,10 +89,10 @@ class Action:
 
     verdict: str  # REPLACE, REBOOT or NOT OBSERVABLE
     given: HistorySpan  # the span that first gave it
-    last_given: datetime  # the last audit that gave it again
-    signal: datetime | None  # the latest hardware signal it rests on: what was done must come after it
+    last_given: UtcDatetime  # the last audit that gave it again
+    signal: UtcDatetime | None  # the latest hardware signal it rests on: what was done must come after it
     audits_since: int = 0  # audits after the last one giving it that showed nothing done
-    closed_at: datetime | None = None  # the audit that showed it done (None: still open)
+    closed_at: UtcDatetime | None = None  # the audit that showed it done (None: still open)
     closed_by: str | None = None  # what was done, and which audit showed it
     closed_how: Closure | None = None
     closed_said: str | None = None  # what was done, as closed_by says it without the audit
@@ -111,8 +112,8 @@ class HistoryRead(Frozen):
     """What one audit read of its cluster's history: the spans of its nodes in [since, until]."""
 
     store: str  # "sqlite <path>" or "dynamodb <table>": where it was read
-    since: datetime
-    until: datetime
+    since: UtcDatetime
+    until: UtcDatetime
     spans: list[HistorySpan] = Field(default_factory=list)
     items_read: int = 0
     requests: int = 0

@@ -4,12 +4,12 @@ against the plan). Evidence (model/evidence.py) holds one field per source; None
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
 from gpuaudit.model.frozen import Frozen
+from gpuaudit.model.timeutil import UtcDatetime
 
 # The read plan (domain/readplan.py decides it, the collectors execute it, the rules judge against it).
 ReadSource = Literal[
@@ -24,7 +24,7 @@ class KubeCondition(Frozen):
     type: str
     status: str
     reason: str | None = None
-    last_transition: datetime | None = None
+    last_transition: UtcDatetime | None = None
 
 
 class KubeNode(Frozen):
@@ -41,7 +41,7 @@ class KubeEvent(Frozen):
     """A Kubernetes Event about a node (GET /api/v1/events, involvedObject.kind=Node)."""
 
     node: str
-    time: datetime
+    time: UtcDatetime
     type: str | None = None  # Normal, Warning
     reason: str | None = None
     message: str = ""
@@ -68,15 +68,15 @@ class PlannedRead(Frozen):
 
     source: ReadSource
     reason: str
-    start: datetime | None = None
-    end: datetime | None = None
+    start: UtcDatetime | None = None
+    end: UtcDatetime | None = None
     names: list[str] = Field(default_factory=list)  # CloudTrail event names or CloudWatch metric names
     quotas: list[QuotaAsk] = Field(default_factory=list)
     offerings: list[OfferingAsk] = Field(default_factory=list)
 
 
 class CloudTrailEvent(Frozen):
-    time: datetime
+    time: UtcDatetime
     event_name: str
     event_source: str
     username: str | None = None
@@ -88,7 +88,7 @@ class CloudTrailEvent(Frozen):
 
 
 class ClusterEvent(Frozen):
-    time: datetime
+    time: UtcDatetime
     event_id: str | None = None
     resource_type: str | None = None
     instance_id: str | None = None
@@ -101,8 +101,8 @@ class CapacityReservation(Frozen):
     instance_type: str
     state: str
     reservation_type: str | None = None
-    start_date: datetime | None = None
-    end_date: datetime | None = None
+    start_date: UtcDatetime | None = None
+    end_date: UtcDatetime | None = None
     total_instance_count: int | None = None
     available_instance_count: int | None = None
 
@@ -113,13 +113,13 @@ class HealthEvent(Frozen):
     event_type: str | None = None
     category: str | None = None
     status: str | None = None
-    start: datetime | None = None
+    start: UtcDatetime | None = None
     entities: list[str] = Field(default_factory=list)
     description: str | None = None
-    end: datetime | None = None
+    end: UtcDatetime | None = None
     # When AWS Health last posted or updated the event: a scheduled change is announced before its own start
     # (RULES §5: listed in the timeline at its announcement, with its date).
-    last_updated: datetime | None = None
+    last_updated: UtcDatetime | None = None
 
 
 class ScheduledEvent(Frozen):
@@ -128,8 +128,8 @@ class ScheduledEvent(Frozen):
     announced; a `[Completed]` or `[Canceled]` description marks one already past."""
 
     code: str
-    not_before: datetime | None = None
-    not_after: datetime | None = None
+    not_before: UtcDatetime | None = None
+    not_after: UtcDatetime | None = None
     description: str = ""
 
 
@@ -140,7 +140,7 @@ class InstanceStatusInfo(Frozen):
     scheduled_events: list[str] = Field(default_factory=list)  # "<code> at <time>: <description>"
     events: list[ScheduledEvent] = Field(default_factory=list)  # the same events, typed
     # The earliest `ImpairedSince` of the failing system or instance check (its Details): when it began failing.
-    impaired_since: datetime | None = None
+    impaired_since: UtcDatetime | None = None
 
 
 class FileSystemInfo(Frozen):
@@ -164,7 +164,7 @@ class MetricPeak(Frozen):
     minutes_at_or_above_90: int
     datapoints: int
     longest_run_at_or_above_90: int = 0  # consecutive 1-minute datapoints ≥ 90 %: "sustained" (RULES §8 C)
-    sustained_from: datetime | None = None  # start of the first run of 5+ consecutive minutes ≥ 90 %
+    sustained_from: UtcDatetime | None = None  # start of the first run of 5+ consecutive minutes ≥ 90 %
 
 
 class FsxReading(Frozen):
@@ -181,7 +181,7 @@ class FsxReading(Frozen):
     minimum: float | None = None  # of the per-period values (a rate for Sum)
     maximum: float | None = None
     # the per-period values averaged over 10-minute buckets (bucket start, value): enough to see a rise or a drop
-    buckets: list[tuple[datetime, float]] = Field(default_factory=list)
+    buckets: list[tuple[UtcDatetime, float]] = Field(default_factory=list)
 
 
 class TrainingPlanInfo(Frozen):
@@ -190,8 +190,8 @@ class TrainingPlanInfo(Frozen):
     arn: str
     name: str
     status: str | None = None
-    start_time: datetime | None = None
-    end_time: datetime | None = None
+    start_time: UtcDatetime | None = None
+    end_time: UtcDatetime | None = None
     duration_hours: int | None = None
     total_instance_count: int | None = None
     available_instance_count: int | None = None
@@ -206,8 +206,8 @@ class ExtensionOffering(Frozen):
     offering_id: str
     instance_type: str | None = None
     instance_count: int | None = None
-    start_date: datetime | None = None
-    end_date: datetime | None = None
+    start_date: UtcDatetime | None = None
+    end_date: UtcDatetime | None = None
     duration_hours: int | None = None
 
 
@@ -277,7 +277,7 @@ class AlarmInfo(Frozen):
     """A CloudWatch alarm read in state ALARM (DescribeAlarms StateValue=ALARM)."""
 
     name: str
-    state_since: datetime | None = None
+    state_since: UtcDatetime | None = None
     state_reason: str | None = None
     namespace: str | None = None
     metric: str | None = None
@@ -308,15 +308,15 @@ class GpuActivity(Frozen):
     instance_id: str
     metric: str
     gpus: int
-    start: datetime
-    end: datetime
+    start: UtcDatetime
+    end: UtcDatetime
     hours_observed: int  # hours with at least one datapoint
     idle_hours: int  # every GPU reported, and every GPU stayed below 5 %
     busy_hours: int = 0  # at least one GPU at or above 5 %
     hours_in_span: int = 0  # the hours the read asked for: the rest of them are missing, never idle or busy
     gpu_ids: list[str] = Field(default_factory=list)
     # UTC hour starts neither idle nor busy: no datapoint, or a GPU silent with none of the others busy (§8)
-    missing_hours: list[datetime] = Field(default_factory=list)
+    missing_hours: list[UtcDatetime] = Field(default_factory=list)
 
 
 class GpuPeerSeries(Frozen):
@@ -326,5 +326,5 @@ class GpuPeerSeries(Frozen):
     instance_id: str
     index: str  # the GPU's nvidia-smi index on the node
     metric: str  # e.g. nvidia_smi_clocks_current_sm
-    hours: list[datetime] = Field(default_factory=list)  # UTC hour starts with a datapoint
+    hours: list[UtcDatetime] = Field(default_factory=list)  # UTC hour starts with a datapoint
     values: list[float] = Field(default_factory=list)  # the hour's Average, as reported

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
 
 from gpuaudit.model.redaction import redact_tree
-from gpuaudit.model.timeutil import iso
+from gpuaudit.model.timeutil import UtcDatetime, iso
 
 SCHEMA = "gpu-audit-result/1"
 
@@ -51,14 +51,14 @@ class ClusterRef(Out):
 
 
 class WindowOut(Out):
-    start: datetime
-    end: datetime
+    start: UtcDatetime
+    end: UtcDatetime
     source: str
-    padded_start: datetime | None = None
-    padded_end: datetime | None = None
+    padded_start: UtcDatetime | None = None
+    padded_end: UtcDatetime | None = None
     # What "before the failure" was measured from (RULES §0.5): the stated onset or the first failure signal read;
     # None when neither exists (the window's start is never the onset).
-    onset: datetime | None = None
+    onset: UtcDatetime | None = None
     onset_source: str | None = None
     # No onset, and a source of one that could not be read (a job log's throughput lines): why "not known" is not
     # "no failure signal" there.
@@ -70,16 +70,16 @@ class CoverageRow(Out):
     log_stream: str | None
     kernel_lines_ever: int | None = None
     live_hours: int = 0
-    empty_hours: list[datetime] = Field(default_factory=list)
-    first_event: datetime | None = None
-    last_event: datetime | None = None
+    empty_hours: list[UtcDatetime] = Field(default_factory=list)
+    first_event: UtcDatetime | None = None
+    last_event: UtcDatetime | None = None
     status: XidStatus
     source_kind: Literal["kernel", "hma"] = "kernel"
     note: str | None = None
 
 
 class GpuError(Out):
-    time: datetime
+    time: UtcDatetime
     code: int | None
     pci: str | None = None
     gpu_instance: int | None = None  # MIG: the GPU instance the driver attributes the Xid to (`GPU-I:05`)
@@ -89,7 +89,7 @@ class GpuError(Out):
     log_stream: str
     message: str
     count: int = 1
-    last_time: datetime | None = None
+    last_time: UtcDatetime | None = None
     meaning: str | None = None
     source: Literal["kernel", "hma", "history"] = "kernel"  # history: seen by an earlier audit (fleet memory)
     hma_reason: str | None = None
@@ -103,7 +103,7 @@ class NcclTransport(Out):
     marker: str
     assessment: Literal["good", "bad", "expected", "unverified"]
     why: str
-    time: datetime
+    time: UtcDatetime
     log_group: str
     log_stream: str
     message: str
@@ -127,9 +127,9 @@ class AskedAction(Out):
     `replaced`, `relaunched`, coverage `measured` again, `closed` (the cluster gone) — or `superseded` by a REPLACE."""
 
     verdict: AskedVerdict
-    given_at: datetime  # the audit that first gave it
+    given_at: UtcDatetime  # the audit that first gave it
     given_in: str  # that audit's id
-    signal: datetime | None = None  # the latest hardware signal it rests on
+    signal: UtcDatetime | None = None  # the latest hardware signal it rests on
     status: Literal["open", "rebooted", "replaced", "relaunched", "measured", "closed", "superseded"]
     done: str | None = None  # what this audit saw done, with its source
 
@@ -221,7 +221,7 @@ class GapNodes(Out):
 
 
 class TimelineEntry(Out):
-    time: datetime
+    time: UtcDatetime
     source: str
     resource: str
     event: str
@@ -242,7 +242,7 @@ class Result(Out):
     mode: str
     cluster: ClusterRef
     window: WindowOut
-    generated_at: datetime
+    generated_at: UtcDatetime
     headline: str
     confidence: Literal["High", "Medium", "Low"]
     nodes: list[NodeResult] = Field(default_factory=list)

@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 HOUR = timedelta(hours=1)
+
+
+def as_utc(value: datetime) -> datetime:
+    """An aware time on the standard library's UTC object. pydantic gives each time it parses its own `TzInfo`, and
+    comparing two times whose tzinfo objects differ asks both for their offset: ~12x dearer than two times sharing
+    `datetime.UTC` (961 vs 79 ns measured), and the rules compare millions of times at fleet size (issue #50)."""
+    if value.tzinfo is None or value.tzinfo is UTC:
+        return value
+    return value.astimezone(UTC)
+
+
+# Every time a model holds: whatever a JSON document or a caller gave, the model keeps it on `datetime.UTC`
+# (tests/unit/test_utc_times.py checks every time field of every model is one).
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 def parse_time(value: str | float | datetime) -> datetime:

@@ -3,10 +3,11 @@ events. A model of its own so the AWS port can hold one without importing the co
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from gpuaudit.model.timeutil import UtcDatetime
 
 FORMAT = "gpu-audit-trail/1"
 
@@ -14,8 +15,8 @@ FORMAT = "gpu-audit-trail/1"
 class TrailRead(BaseModel):
     """Every event of one name from `start` to `end` (as far as CloudTrail had delivered them when read)."""
 
-    start: datetime
-    end: datetime
+    start: UtcDatetime
+    end: UtcDatetime
     events: list[dict[str, Any]] = Field(default_factory=list)  # LookupEvents items, EventTime as ISO text
 
 

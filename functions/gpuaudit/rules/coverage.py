@@ -6,6 +6,7 @@ while the cluster log group is live.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -57,8 +58,7 @@ def expected_hours(node: NodeInfo, pad: Padded) -> list[datetime]:
     """Hours a node's kernel stream must fill: the padded window, from the node's launch hour on."""
     hours = pad.hours
     if node.launch_time is not None:
-        launched = floor_hour(node.launch_time)
-        hours = [h for h in hours if h >= launched]
+        hours = hours[bisect_left(hours, floor_hour(node.launch_time)):]  # the padded hours are in order
     return hours
 
 
