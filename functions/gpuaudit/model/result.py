@@ -90,6 +90,9 @@ class GpuError(Out):
     message: str
     count: int = 1
     last_time: datetime | None = None
+    # The node's reboots between the first and the last occurrence (RULES §6/§7: a hardware-class Xid recurring on the
+    # same bus across a reboot is REPLACE), so the row shows the recurrence its verdict rests on.
+    reboots_between: list[datetime] = Field(default_factory=list)
     meaning: str | None = None
     source: Literal["kernel", "hma", "history"] = "kernel"  # history: seen by an earlier audit (fleet memory)
     hma_reason: str | None = None

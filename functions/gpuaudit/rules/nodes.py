@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
-from gpuaudit.domain.markers import BOOT_LINE, FABRIC_MANAGER_STARTED, NCCL_MARKER
+from gpuaudit.domain.markers import BOOT_BANNER, FABRIC_MANAGER_STARTED, NCCL_MARKER
 from gpuaudit.domain.nccl import NodeFabric, TransportLine, transport_of, transports
 from gpuaudit.domain.streams import HMA_PREFIX, NodeIndex, stream_node_ids
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo, StreamActivity
@@ -501,11 +501,17 @@ def memory_signal_rows(lines: Sequence[ParsedLine], start: datetime, end: dateti
 
 def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]) -> list[datetime]:
     """When the node booted again: a kernel banner in its own stream, or a reboot call naming it."""
-    times = [p.line.time for p in lines if BOOT_LINE in p.line.message]
+    times = [p.line.time for p in lines if BOOT_BANNER.search(p.line.message)]
     times += [e.time for e in evidence.cloudtrail or []
               if e.event_name == "BatchRebootClusterNodes" and not e.error_code
               and node.instance_id in str(e.request_parameters or {})]
     return sorted(times)
+
+
+def with_reboots_between(rows: Sequence[GpuError], reboots: Sequence[datetime]) -> list[GpuError]:
+    """Each row collapsed from several occurrences names the reboots between its first and last one."""
+    return [row.model_copy(update={"reboots_between": between}) if row.last_time is not None and (
+        between := [r for r in reboots if row.time < r < row.last_time]) else row for row in rows]
 
 
 def reboots_by_node(evidence: Evidence) -> dict[str, list[datetime]]:
@@ -513,7 +519,7 @@ def reboots_by_node(evidence: Evidence) -> dict[str, list[datetime]]:
     index = NodeIndex(evidence.nodes)
     banners: dict[str, list[ParsedLine]] = defaultdict(list)
     for line in evidence.gpu_lines:
-        if BOOT_LINE in line.message:
+        if BOOT_BANNER.search(line.message):
             for iid in stream_node_ids(line.log_stream, index):
                 banners[iid].append(ParsedLine(line, None, None))
     return {n.instance_id: reboot_times(n, evidence, banners.get(n.instance_id, [])) for n in evidence.nodes}
@@ -548,8 +554,9 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
                           overrides, accelerated)
     routing = remembered.routing
     history_rows = remembered.rows if not any(e.class_ == "hardware" for e in gpu_errors) else []
-    gpu_errors = sorted([*gpu_errors, *history_rows,
-                         *deciding_rows(lines, routing, gpu_errors, overrides, window_start)], key=lambda e: e.time)
+    gpu_errors = with_reboots_between(sorted([*gpu_errors, *history_rows,
+                                              *deciding_rows(lines, routing, gpu_errors, overrides, window_start)],
+                                             key=lambda e: e.time), reboots)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated,
                                          agent_live(node.instance_id, evidence, window_start, window_end, agents))
     if (disagreement := kube_disagreement(kube, verdict)) is not None:
