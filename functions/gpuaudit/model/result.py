@@ -147,6 +147,9 @@ class NodeResult(Out):
     gpu_count: int | None = None
     verdict: Verdict | None = None
     verdict_evidence: str | None = None
+    # The Xid code the verdict rests on (RULES §6 routing: the candidate cause), None when no Xid decided it (a memory
+    # signal, the service's own word, a coverage gap): outputs list the node's Xids with this one first.
+    deciding_xid: int | None = None
     xid_status: XidStatus
     coverage: list[CoverageRow] = Field(default_factory=list)
     gpu_errors: list[GpuError] = Field(default_factory=list)

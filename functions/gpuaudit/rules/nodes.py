@@ -508,6 +508,14 @@ def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]
     return sorted(times)
 
 
+def deciding_xid(routing: NodeRouting | None, verdict: Verdict | None) -> int | None:
+    """The Xid the node's verdict rests on: the routing's cause when the verdict is the routing's (or the MONITOR a
+    held or unmet routing shows as, `verdict_for`); None when a coverage gap or no Xid decided it."""
+    if routing is None or routing.cause_code is None or verdict in (None, "NOT OBSERVABLE"):
+        return None
+    return routing.cause_code if verdict in (routing.verdict, "MONITOR") else None
+
+
 def with_reboots_between(rows: Sequence[GpuError], reboots: Sequence[datetime]) -> list[GpuError]:
     """Each row collapsed from several occurrences names the reboots between its first and last one."""
     return [row.model_copy(update={"reboots_between": between}) if row.last_time is not None and (
@@ -567,7 +575,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
         status=node.status, role=node.role, discovered_by=node.discovered_by,
         gpu_count=profile.gpu_count if profile else (0 if accelerated_by_family(node.instance_type) is False else None),
         verdict=verdict,
-        verdict_evidence=evidence_text, xid_status=coverage.xid_status, coverage=coverage.rows,
+        verdict_evidence=evidence_text, deciding_xid=deciding_xid(routing, verdict),
+        xid_status=coverage.xid_status, coverage=coverage.rows,
         gpu_errors=gpu_errors,
         signals=signals(lines, profile.fabric_manager_expected if profile else False),
         nccl_transports=nccl_transports(lines, profile),
