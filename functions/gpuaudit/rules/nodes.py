@@ -88,6 +88,9 @@ def collapse(node_lines: Sequence[ParsedLine], overrides: Mapping[int, str] | No
             gpu_instance=p.xid.gpu_instance, compute_instance=p.xid.compute_instance, class_=c.class_,
             log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.xid.raw,
             meaning=c.meaning + (f" (class overridden to {c.override} by configuration)" if c.override else "")
+            # RULES §6: where the line and the decode (or code and text) disagree, the row says so whatever decided
+            # the node (NVLink5's register decode over the printed word, a 71 routed as 74, a 154 value's name).
+            + (f" — {c.disagreement}" if c.disagreement else "")
             if c.meaning else ("unknown code: quoted verbatim, see https://docs.nvidia.com/deploy/xid-errors/"),
             source="hma" if p.hma else "kernel", hma_reason=p.hma.reason if p.hma else None)
     return sorted(entries.values(), key=lambda e: e.time)
