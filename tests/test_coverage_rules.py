@@ -182,7 +182,7 @@ def test_instance_id_liveness_trap_dead_kernel_stream_among_live_streams_of_the_
 
 
 # -- the edges of the window ----------------------------------------------------------------------
-def test_current_partial_hour_without_a_line_is_not_an_empty_hour():
+def test_current_partial_hour_without_a_line_is_an_empty_hour_listed_as_possibly_late():
     # Given now = 12:30 and a kernel stream whose last line is 11:50 (nothing yet in the 12:00 hour)
     w = PClusterWorld(n_compute=1)
     node = w.compute[0]
@@ -191,10 +191,27 @@ def test_current_partial_hour_without_a_line_is_not_an_empty_hour():
     # When the window runs to now (padded 08:00–12:30)
     result = w.audit(w.cluster, since=at(9))
 
-    # Then the partial hour is neither empty nor counted live, and the node is Measured
+    # Then (RULES §4: the partial hour is live only if it already holds a line; every empty hour is listed) the
+    # partial hour is listed empty, the gap runs to the query time (possibly late), and liveness is not proven
     (row,) = kernel_rows(node_of(result, node.instance_id))
-    assert row.empty_hours == []
+    assert iso_list(row.empty_hours) == hours(12)
     assert row.live_hours == 4  # 08, 09, 10, 11
+    assert "possibly late" in (row.note or "")
+    assert row.status == "Not observable"
+
+
+def test_current_partial_hour_holding_a_line_is_live():
+    # Given now = 12:30 and a kernel stream with a line at 12:20
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.healthy(node, at(-10), at(12, 25))
+
+    # When the window runs to now
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), node.instance_id))
+
+    # Then the partial hour counts live and the node is Measured
+    assert row.empty_hours == []
+    assert row.live_hours == 5  # 08, 09, 10, 11, 12 (partial, holding lines)
     assert row.status == "Measured"
 
 
@@ -286,8 +303,8 @@ def test_gap_running_into_the_current_partial_hour_is_noted_as_possibly_late():
     # When audited
     (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), node.instance_id))
 
-    # Then the whole hour 11:00 is empty, the partial hour is not listed, and the gap may be late delivery
-    assert iso_list(row.empty_hours) == hours(11)
+    # Then the whole hour 11:00 and the partial hour (no line yet) are empty, and the gap may be late delivery
+    assert iso_list(row.empty_hours) == hours(11, 12)
     assert "possibly late" in (row.note or "")
 
 
@@ -320,8 +337,8 @@ def test_gap_reaching_now_but_begun_hours_ago_is_lost_not_late():
     # When audited
     (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(8)), node.instance_id))
 
-    # Then the hours are listed and the gap is not excused as late delivery
-    assert iso_list(row.empty_hours) == hours(7, 8, 9, 10, 11)
+    # Then the hours are listed, the current partial hour with no line among them, and the gap is not excused as late
+    assert iso_list(row.empty_hours) == hours(7, 8, 9, 10, 11, 12)
     assert "possibly late" not in (row.note or "")
 
 

@@ -89,10 +89,10 @@ def late_node(r: Result, w: PClusterWorld):
 
 def test_a_backlog_shipped_late_fills_the_hours_of_its_silence_in_the_next_hourly_audit(tmp_path: Path) -> None:
     cache = FileCache(tmp_path / "cache.json")
-    # Given an hourly audit at 11:30, when the node had been silent since 09:50
+    # Given an hourly audit at 11:30, when the node had been silent since 09:50 (the current hour, 11, holds no line)
     before = result(stalled_agent(at(11, 30)), cache)
     row = late_node(before, stalled_agent(at(11, 30))).coverage[0]
-    assert [h.hour for h in map(parse_time, map(str, row.empty_hours))] == [10]
+    assert [h.hour for h in map(parse_time, map(str, row.empty_hours))] == [10, 11]
     assert "possibly late" in (row.note or "")
     # When the backlog arrives at 12:15 and the next hourly audit runs at 12:30 from the cache
     w = stalled_agent(at(12, 30))

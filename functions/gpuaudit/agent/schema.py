@@ -21,7 +21,7 @@ from gpuaudit.model.history import HistoryRead, latest_spans
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, Verdict
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report.escape import one_line
-from gpuaudit.report.order import verdict_counts, verdict_rank, worst_first
+from gpuaudit.report.order import verdict_counts, verdict_rank, worst_first, xid_codes
 from gpuaudit.report.records import reason_code
 from gpuaudit.report.redact import redact
 
@@ -121,7 +121,7 @@ class NodeRow(BaseModel):
                                             "signal in the window")
     reason_code: str
     reason: str | None = Field(description="The evidence sentence (cut to 400 characters)")
-    xid_codes: list[int]
+    xid_codes: list[int] = Field(description="The node's Xid codes, the one its verdict rests on first")
     coverage: str = Field(description="Xid status: Measured, Not observable, No HMA detections")
     instance_group: str | None
     instance_type: str | None
@@ -274,7 +274,7 @@ def cut(text: str | None, limit: int = TEXT_MAX) -> str | None:
 def node_row(node: NodeResult, accounts: frozenset[str]) -> NodeRow:
     return NodeRow(instance_id=node.instance_id, verdict=node.verdict, reason_code=reason_code(node),
                    reason=cut(redact(node.verdict_evidence, accounts)) if node.verdict_evidence else None,
-                   xid_codes=sorted({e.code for e in node.gpu_errors if e.code is not None}),
+                   xid_codes=xid_codes(node),  # the Xid the verdict rests on first
                    coverage=node.xid_status, instance_group=node.instance_group, instance_type=node.instance_type,
                    status=node.status)
 

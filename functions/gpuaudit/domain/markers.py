@@ -6,6 +6,8 @@ cannot be missing from what the collectors read (tests/unit/test_architecture.py
 
 from __future__ import annotations
 
+import re
+
 XID_MARKER = "NVRM"  # `NVRM: Xid …` and the driver's own lines (version, load)
 HMA_MARKER = "HealthMonitoringAgentDetectionEvent"
 NCCL_MARKER = "NCCL (INFO|WARN)"
@@ -19,9 +21,12 @@ DRIVER_BANNER = "NVRM: loading NVIDIA UNIX"
 BOOT_LINE_MARKERS = (*FABRIC_MANAGER_STARTED, DRIVER_BANNER)
 FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager")
 # ParallelCluster / HyperPod lifecycle strings of RULES §8 that decide between hardware, capacity and bootstrap.
+# The kernel's boot banner in both forms it is shipped in: `kernel: Linux version …` (journald, no uptime) and
+# `kernel: [    0.000000] Linux version …` (syslog, behind the uptime stamp). A regex: the query and the rules match it.
+BOOT_LINE = r"kernel: (\[ *[0-9]+\.[0-9]+\] )?Linux version"
+BOOT_BANNER = re.compile(BOOT_LINE)
 LIFECYCLE_MARKERS = ("InsufficientInstanceCapacity", "bootstrap failure", "Node bootstrap error", "protected mode",
-                     "FaultyInstance", "Interruption Warning", "kernel: Linux version")
-BOOT_LINE = "kernel: Linux version"
+                     "FaultyInstance", "Interruption Warning", BOOT_LINE)
 # The driver's Xid-less "GPU has fallen off the bus" message, read as Xid 79 (RULES §6).
 FALLEN_OFF_BUS_MARKER = "fallen off the bus"
 # nvidia-smi / driver memory health lines of RULES §6 (row remapping, SRAM, page retirement).
@@ -42,7 +47,8 @@ STATUS_STREAM_WORDS = ("ERROR", "FAIL", "Xid", "EFA", "NCCL")
 GPU_HINTS = tuple(dict.fromkeys(
     h for marker in GPU_LINE_MARKERS
     for h in ({"NCCL (INFO|WARN)": ("NCCL INFO", "NCCL WARN"),
-               "Fabric ?Manager": ("Fabric Manager", "FabricManager")}.get(marker, (marker,)))))
+               "Fabric ?Manager": ("Fabric Manager", "FabricManager"),
+               BOOT_LINE: ("Linux version",)}.get(marker, (marker,)))))
 
 
 def gpu_lines_query(limit: int) -> str:

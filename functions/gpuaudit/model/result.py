@@ -90,6 +90,9 @@ class GpuError(Out):
     message: str
     count: int = 1
     last_time: UtcDatetime | None = None
+    # The node's reboots between the first and the last occurrence (RULES §6/§7: a hardware-class Xid recurring on the
+    # same bus across a reboot is REPLACE), so the row shows the recurrence its verdict rests on.
+    reboots_between: list[UtcDatetime] = Field(default_factory=list)
     meaning: str | None = None
     source: Literal["kernel", "hma", "history"] = "kernel"  # history: seen by an earlier audit (fleet memory)
     hma_reason: str | None = None
@@ -144,6 +147,9 @@ class NodeResult(Out):
     gpu_count: int | None = None
     verdict: Verdict | None = None
     verdict_evidence: str | None = None
+    # The Xid code the verdict rests on (RULES §6 routing: the candidate cause), None when no Xid decided it (a memory
+    # signal, the service's own word, a coverage gap): outputs list the node's Xids with this one first.
+    deciding_xid: int | None = None
     xid_status: XidStatus
     coverage: list[CoverageRow] = Field(default_factory=list)
     gpu_errors: list[GpuError] = Field(default_factory=list)

@@ -25,6 +25,7 @@ from typing import Any
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import visible
+from gpuaudit.report.order import xid_codes
 from gpuaudit.report.redact import redact
 
 SUBJECT_MAX = 100  # SNS: at most 100 printable ASCII characters, no line break
@@ -87,18 +88,9 @@ def _kind_rank(kind: str) -> int:
     return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
 
 
-# Which of a node's Xids lead its alert line: the class that can decide a verdict first, application last.
-XID_CLASS_ORDER = ("hardware", "informational", "driver-config", "unverified", "sympathetic", "application")
-
-
 def _xids(node: NodeResult | None) -> str:
-    """The node's Xid codes read this audit, the deciding class first: `Xid 79` or `Xid 63, 31`."""
-    if node is None:
-        return ""
-    codes: list[int] = []
-    for e in sorted(node.gpu_errors, key=lambda e: (XID_CLASS_ORDER.index(e.class_), e.time)):
-        if e.code is not None and e.source != "history" and e.code not in codes:
-            codes.append(e.code)
+    """The node's Xid codes read this audit, the deciding one first: `Xid 79` or `Xid 63, 31`."""
+    codes = xid_codes(node, history=False) if node is not None else []
     return f" Xid {', '.join(str(c) for c in codes[:4])}" if codes else ""
 
 

@@ -27,7 +27,7 @@ from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change, cut, dedup_key, severity
 from gpuaudit.report.escape import visible
-from gpuaudit.report.order import verdict_rank
+from gpuaudit.report.order import verdict_rank, xid_codes
 from gpuaudit.report.records import reason_code
 from gpuaudit.report.redact import redact
 
@@ -100,7 +100,7 @@ def _node_fields(node: NodeResult | None, change: Change) -> dict[str, Any]:
             "node_status": node.status, "verdict": node.verdict, "verdict_rank": verdict_rank(node.verdict),
             "reason_code": reason_code(node), "reason": node.verdict_evidence,
             # this audit's Xids (an earlier audit's, from fleet memory, are named in the reason)
-            "xid_codes": sorted({e.code for e in node.gpu_errors if e.code is not None and e.source != "history"}),
+            "xid_codes": xid_codes(node, history=False),  # the Xid the verdict rests on first
             "xid_classes": sorted({e.class_ for e in node.gpu_errors if e.source != "history"}),
             "coverage": node.xid_status}
 

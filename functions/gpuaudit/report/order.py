@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
-from gpuaudit.model.result import NodeResult, Verdict
+from gpuaudit.model.result import GpuError, NodeResult, Verdict
 
 VERDICT_SEVERITY: tuple[Verdict, ...] = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "MONITOR", "LEAVE ALONE")
 # Verdicts that ask the operator to do or look at something (`--only-exceptions` keeps these).
@@ -33,3 +33,23 @@ def verdict_counts(nodes: Sequence[NodeResult]) -> list[tuple[Verdict, int]]:
     """How many nodes carry each verdict, worst first, verdicts no node carries left out."""
     counts = {v: sum(n.verdict == v for n in nodes) for v in VERDICT_SEVERITY}
     return [(v, c) for v, c in counts.items() if c]
+
+
+# After the Xid the verdict rests on, which of a node's GPU errors lead: the class that can decide a verdict first,
+# application last.
+XID_CLASS_ORDER = ("hardware", "informational", "driver-config", "unverified", "sympathetic", "application")
+
+
+def deciding_first(node: NodeResult, *, history: bool = True) -> list[GpuError]:
+    """The node's GPU error rows, the signal that decided its verdict first (RULES §6: the candidate cause), then by
+    class and time. Every output that names a node's Xids (terminal, NDJSON/CSV, events, MCP, alert) leads with it.
+    `history`: keep rows seen only by earlier audits (fleet memory)."""
+    rows = [e for e in node.gpu_errors if history or e.source != "history"]
+    return sorted(rows, key=lambda e: (e.code is None or e.code != node.deciding_xid, e.source == "history",
+                                       XID_CLASS_ORDER.index(e.class_) if e.class_ in XID_CLASS_ORDER
+                                       else len(XID_CLASS_ORDER), e.time))
+
+
+def xid_codes(node: NodeResult, *, history: bool = True) -> list[int]:
+    """The node's Xid codes, each once, the deciding one first (see `deciding_first`)."""
+    return list(dict.fromkeys(e.code for e in deciding_first(node, history=history) if e.code is not None))

@@ -19,7 +19,7 @@ from typing import Any
 from gpuaudit.model.redaction import redact_tree
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
-from gpuaudit.report.order import verdict_rank, worst_first
+from gpuaudit.report.order import verdict_rank, worst_first, xid_codes
 
 FINDINGS_SCHEMA = "gpu-audit-finding/1"
 # The fields of every record, in this order (the CSV header).
@@ -60,7 +60,7 @@ def _node_record(node: NodeResult, actions: Sequence[str]) -> dict[str, Any]:
     return {"record": "node", "id": node.instance_id, "verdict": node.verdict,
             "severity_rank": verdict_rank(node.verdict), "reason_code": reason_code(node),
             "reason": node.verdict_evidence,
-            "xid_codes": sorted({e.code for e in node.gpu_errors if e.code is not None}),
+            "xid_codes": xid_codes(node),  # the Xid the verdict rests on first
             "xid_classes": sorted({e.class_ for e in node.gpu_errors}),
             "pci_bus": sorted({e.pci for e in node.gpu_errors if e.pci}),
             "coverage_status": node.xid_status,

@@ -21,7 +21,7 @@ from rich.text import Text
 from gpuaudit.model.result import BRANCH_NAMES, CheckResult, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import one_line
-from gpuaudit.report.order import verdict_counts, worst_first
+from gpuaudit.report.order import deciding_first, verdict_counts, worst_first
 from gpuaudit.report.redact import redact
 
 VERDICT_STYLE: dict[str, tuple[str, str]] = {  # verdict -> (glyph, Rich style)
@@ -65,20 +65,18 @@ def shown_nodes(result: Result) -> list[NodeResult]:
     return [n for n in result.nodes if n.verdict is not None or n.xid_status != "Measured"]
 
 
-CLASS_ORDER = ("hardware", "unverified", "driver-config", "sympathetic", "application", "informational")
-
-
 def _xids(node: NodeResult) -> str:
-    """The node's most telling Xid (hardware class first) with its class, and how many other codes it logged."""
-    seen: dict[str, int] = {}
-    for e in node.gpu_errors:
+    """The Xid the node's verdict rests on (else the most telling one) with its class, and how many other codes it
+    logged: the deciding signal first, as every output orders it (report/order.py deciding_first)."""
+    seen: list[str] = []
+    for e in deciding_first(node):
         what = f"{e.code} {e.class_}" if e.code is not None else f"HMA {e.hma_reason or e.class_}"
         what += " (earlier audit)" if e.source == "history" else ""
-        seen.setdefault(what, CLASS_ORDER.index(e.class_) if e.class_ in CLASS_ORDER else len(CLASS_ORDER))
+        if what not in seen:
+            seen.append(what)
     if not seen:
         return "—"
-    first = min(seen, key=lambda w: (seen[w], w))
-    return first + (f" (+{len(seen) - 1} more)" if len(seen) > 1 else "")
+    return seen[0] + (f" (+{len(seen) - 1} more)" if len(seen) > 1 else "")
 
 
 def _last_seen(node: NodeResult) -> str:

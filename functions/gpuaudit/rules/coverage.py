@@ -72,17 +72,16 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
         empty = []
     else:
         return None
-    partial = pad.partial_last_hour
-    # The current, partial hour counts as live if it already holds a line; if not, it is not yet late.
-    return [h for h in empty if h != partial]
+    # RULES §4: the current, partial hour counts as live only if it already holds a line; without one it is empty
+    # like any other hour, and every empty hour is listed (a gap running to the query time is said possibly late).
+    return empty
 
 
 def _possibly_late(empty: list[datetime], hours: list[datetime], pad: Padded) -> bool:
-    """A gap that reaches the last whole hour (the partial hour is never listed) and began at most
-    LATE_DELIVERY before the query may still be filled by late delivery; an older gap is a lost one."""
-    partial = pad.partial_last_hour
-    whole = [h for h in hours if h != partial]
-    if not empty or not whole or empty[-1] != whole[-1]:
+    """A gap that reaches the query time (the current, partial hour) or the last whole hour before it, and began at
+    most LATE_DELIVERY before the query, may still be filled by late delivery; an older gap is a lost one."""
+    whole = [h for h in hours if h != pad.partial_last_hour]
+    if not empty or not hours or empty[-1] not in {hours[-1], *whole[-1:]}:
         return False
     listed, began = set(empty), empty[-1]
     while began - HOUR in listed:
@@ -91,7 +90,7 @@ def _possibly_late(empty: list[datetime], hours: list[datetime], pad: Padded) ->
 
 
 def _live_hours(activity: StreamActivity | None, hours: list[datetime]) -> int:
-    """Expected hours holding at least one line (a partial hour without a line is neither live nor empty)."""
+    """Expected hours holding at least one line (a partial hour without a line is empty, RULES §4)."""
     if activity is None:
         return 0
     if activity.hour_counts is not None:

@@ -317,6 +317,9 @@ def node_action_texts(j: Judged) -> list[tuple[NodeResult, str]]:
         elif n.verdict == "MONITOR" and routing is not None and routing.deciding_check:
             actions.append((n, f"On {n.instance_id}, run `{routing.deciding_check.split(':')[0]}` before any "
                            "reboot or replacement"))
+        elif n.verdict == "MONITOR" and routing is not None and routing.action_text:
+            # RULES §6: the catalog row's action (157: plan a replacement at the next maintenance window).
+            actions.append((n, f"Watch {n.instance_id}: {routing.action_text}"))
         elif n.verdict == "NOT OBSERVABLE":
             # RULES §7: the application reading and its hand-off are still stated beside the gap
             app = routing is not None and routing.verdict == "LEAVE ALONE"

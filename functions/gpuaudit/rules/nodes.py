@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
-from gpuaudit.domain.markers import BOOT_LINE, FABRIC_MANAGER_STARTED, NCCL_MARKER
+from gpuaudit.domain.markers import BOOT_BANNER, FABRIC_MANAGER_STARTED, NCCL_MARKER
 from gpuaudit.domain.nccl import NodeFabric, TransportLine, transport_of, transports
 from gpuaudit.domain.streams import HMA_PREFIX, NodeIndex, stream_node_ids
 from gpuaudit.model.evidence import CapabilityProfile, Evidence, GpuLine, NodeInfo, StreamActivity
@@ -88,6 +88,9 @@ def collapse(node_lines: Sequence[ParsedLine], overrides: Mapping[int, str] | No
             gpu_instance=p.xid.gpu_instance, compute_instance=p.xid.compute_instance, class_=c.class_,
             log_group=p.line.log_group, log_stream=p.line.log_stream, message=p.xid.raw,
             meaning=c.meaning + (f" (class overridden to {c.override} by configuration)" if c.override else "")
+            # RULES §6: where the line and the decode (or code and text) disagree, the row says so whatever decided
+            # the node (NVLink5's register decode over the printed word, a 71 routed as 74, a 154 value's name).
+            + (f" — {c.disagreement}" if c.disagreement else "")
             if c.meaning else ("unknown code: quoted verbatim, see https://docs.nvidia.com/deploy/xid-errors/"),
             source="hma" if p.hma else "kernel", hma_reason=p.hma.reason if p.hma else None)
     return sorted(entries.values(), key=lambda e: e.time)
@@ -501,11 +504,25 @@ def memory_signal_rows(lines: Sequence[ParsedLine], start: datetime, end: dateti
 
 def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]) -> list[datetime]:
     """When the node booted again: a kernel banner in its own stream, or a reboot call naming it."""
-    times = [p.line.time for p in lines if BOOT_LINE in p.line.message]
+    times = [p.line.time for p in lines if BOOT_BANNER.search(p.line.message)]
     times += [e.time for e in evidence.cloudtrail or []
               if e.event_name == "BatchRebootClusterNodes" and not e.error_code
               and node.instance_id in str(e.request_parameters or {})]
     return sorted(times)
+
+
+def deciding_xid(routing: NodeRouting | None, verdict: Verdict | None) -> int | None:
+    """The Xid the node's verdict rests on: the routing's cause when the verdict is the routing's (or the MONITOR a
+    held or unmet routing shows as, `verdict_for`); None when a coverage gap or no Xid decided it."""
+    if routing is None or routing.cause_code is None or verdict in (None, "NOT OBSERVABLE"):
+        return None
+    return routing.cause_code if verdict in (routing.verdict, "MONITOR") else None
+
+
+def with_reboots_between(rows: Sequence[GpuError], reboots: Sequence[datetime]) -> list[GpuError]:
+    """Each row collapsed from several occurrences names the reboots between its first and last one."""
+    return [row.model_copy(update={"reboots_between": between}) if row.last_time is not None and (
+        between := [r for r in reboots if row.time < r < row.last_time]) else row for row in rows]
 
 
 def reboots_by_node(evidence: Evidence) -> dict[str, list[datetime]]:
@@ -513,7 +530,7 @@ def reboots_by_node(evidence: Evidence) -> dict[str, list[datetime]]:
     index = NodeIndex(evidence.nodes)
     banners: dict[str, list[ParsedLine]] = defaultdict(list)
     for line in evidence.gpu_lines:
-        if BOOT_LINE in line.message:
+        if BOOT_BANNER.search(line.message):
             for iid in stream_node_ids(line.log_stream, index):
                 banners[iid].append(ParsedLine(line, None, None))
     return {n.instance_id: reboot_times(n, evidence, banners.get(n.instance_id, [])) for n in evidence.nodes}
@@ -548,8 +565,9 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
                           overrides, accelerated)
     routing = remembered.routing
     history_rows = remembered.rows if not any(e.class_ == "hardware" for e in gpu_errors) else []
-    gpu_errors = sorted([*gpu_errors, *history_rows,
-                         *deciding_rows(lines, routing, gpu_errors, overrides, window_start)], key=lambda e: e.time)
+    gpu_errors = with_reboots_between(sorted([*gpu_errors, *history_rows,
+                                              *deciding_rows(lines, routing, gpu_errors, overrides, window_start)],
+                                             key=lambda e: e.time), reboots)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated,
                                          agent_live(node.instance_id, evidence, window_start, window_end, agents))
     if (disagreement := kube_disagreement(kube, verdict)) is not None:
@@ -560,7 +578,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
         status=node.status, role=node.role, discovered_by=node.discovered_by,
         gpu_count=profile.gpu_count if profile else (0 if accelerated_by_family(node.instance_type) is False else None),
         verdict=verdict,
-        verdict_evidence=evidence_text, xid_status=coverage.xid_status, coverage=coverage.rows,
+        verdict_evidence=evidence_text, deciding_xid=deciding_xid(routing, verdict),
+        xid_status=coverage.xid_status, coverage=coverage.rows,
         gpu_errors=gpu_errors,
         signals=signals(lines, profile.fabric_manager_expected if profile else False),
         nccl_transports=nccl_transports(lines, profile),

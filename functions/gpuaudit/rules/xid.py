@@ -380,7 +380,10 @@ def _decode_nvlink5(base: XidClassification, text: str) -> XidClassification:
         # printed word that disagrees with it is said, each side in its own words.
         fatal = decoded.fatal
         note = decoded.said()
-        if printed is not None and printed != fatal:
+        # They disagree where the printed word would act otherwise than the decode: a printed Fatal is a reboot
+        # candidate, a printed Nonfatal is watched; the decode resets only on RESET_GPU (a `Link Fatal` row
+        # whose action is IGNORE disagrees with a printed Fatal although both say fatal).
+        if printed is not None and printed != (decoded.action == "RESET_GPU"):
             note += (f"; the line prints {match['severity'] if match else ''}, the decode says {decoded.severity} "
                      f"({decoded.action}): the decode decides")
             update["disagreement"] = note

@@ -112,13 +112,16 @@ def parse_xid(message: str) -> XidLine | None:
     )
 
 
-# The driver's Xid-less report of a lost GPU, one message or split over several `NVRM:` lines:
-# `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` and `NVRM: The NVIDIA GPU 0000:01:00.0
-# / NVRM: (PCI ID: 10de:1b80) installed in this system has / NVRM: fallen off the bus and is not
-# responding to commands.`
-_FALLEN_START = re.compile(
-    r"NVRM: (?:The NVIDIA GPU (?P<long>\S+)|GPU (?:at PCI:)?(?P<short>[0-9A-Fa-f:.]+):\s*GPU has fallen)"
-)
+# The driver's Xid-less report of a lost GPU, one family of forms, one message or split over several `NVRM:` lines:
+# `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` (the device-prefixed print), `NVRM: GPU at 0000:01:00.0 has
+# fallen off the bus.` and `NVRM: GPU at PCI:0000:1a:00 has fallen off the bus` (older drivers), and `NVRM: The NVIDIA
+# GPU 0000:01:00.0 / NVRM: (PCI ID: 10de:1b80) installed in this system has / NVRM: fallen off the bus and is not
+# responding to commands.` A message saying a GPU has fallen off with no bus named (`NVRM: GPU has fallen off the
+# bus.`) is the same event on an unknown bus.
+_FALLEN_START = re.compile(r"(?:NVRM: )?The NVIDIA GPU (?:at )?(?:PCI:)?(?P<long>\S+)"
+                           r"|NVRM: GPU (?:at )?(?:PCI:)?(?P<short>[0-9A-Fa-f]+:[0-9A-Fa-f:.]*[0-9A-Fa-f])")
+# A whole message saying a GPU fell off with no bus named; the bare tail of a split message is not one on its own.
+_GPU_FELL = re.compile(r"NVRM: .*\bGPU\b.*\bhas " + FALLEN_OFF_BUS_MARKER)
 _NVRM_PREFIX = re.compile(r"^.*?NVRM:\s?", re.DOTALL)
 _FALLEN_CONTINUATION_LINES = 3  # the longest split the driver prints is three lines
 SAME_EVENT = timedelta(seconds=60)  # an Xid 79 this close on the same bus is the same loss
@@ -135,19 +138,26 @@ def fallen_off_bus(stream: Sequence[tuple[datetime, str]]) -> dict[int, XidLine]
         return {}  # the common case: a stream of ordinary NVRM lines costs one substring scan
     xid79 = [(time, bus_key(line.pci)) for time, message in stream if (line := parse_xid(message)) and line.code == 79]
     found: dict[int, XidLine] = {}
+    joined_to_earlier: set[int] = set()
     for i, (time, message) in enumerate(stream):
-        start = _FALLEN_START.search(message)
-        if start is None or _XID.search(message):
+        if i in joined_to_earlier or _XID.search(message):
             continue
-        parts = [message[start.start() :]]
-        for _, following in stream[i + 1 : i + 1 + _FALLEN_CONTINUATION_LINES]:
-            if FALLEN_OFF_BUS_MARKER in " ".join(" ".join(parts).split()) or "NVRM:" not in following:
-                break
+        start = _FALLEN_START.search(message)
+        if start is None and not _GPU_FELL.search(message):
+            continue
+        parts = [message[start.start():] if start else message]
+        for j in range(i + 1, min(len(stream), i + 1 + _FALLEN_CONTINUATION_LINES)):
+            following = stream[j][1]
+            if (FALLEN_OFF_BUS_MARKER in " ".join(" ".join(parts).split()) or "NVRM:" not in following
+                    or _XID.search(following) or _FALLEN_START.search(following)):
+                break  # complete, or the next line is another message (an Xid, another GPU's report)
             parts.append(_NVRM_PREFIX.sub("", following, count=1))
+            joined_to_earlier.add(j)
         joined = " ".join(" ".join(_NVRM_PREFIX.sub("", part, count=1) for part in parts).split())
         if FALLEN_OFF_BUS_MARKER not in joined:
+            joined_to_earlier -= set(range(i + 1, i + len(parts)))
             continue
-        bus = (start["long"] or start["short"]).rstrip(".:,")
+        bus = (start["long"] or start["short"]).rstrip(".:,") if start else ""
         pci = bus if _PCI_ID.fullmatch(bus) else None
         same_loss = any(
             abs(time - seen) <= SAME_EVENT and (pci is None or key in (None, bus_key(pci))) for seen, key in xid79

@@ -268,6 +268,8 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
             None,
             f"{listed}, quoted verbatim: {event.text!r}; see {CATALOG_URL}; no verdict guessed",
             rank=_RANK_UNVERIFIED,
+            action_text=f"look Xid {event.code} up in NVIDIA's catalog ({CATALOG_URL}) before acting on the node; "
+            "keep it under watch meanwhile",
         )
 
     if c.class_ == "application":
@@ -299,7 +301,9 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
     finding = FIRST_OCCURRENCE if c.class_ == "hardware" else f"{c.class_} class"
     if c.rule == "GSP":
         finding = "first occurrence of a GSP fault: a GPU reset (reboot) clears it"
-    return _outcome(xid, c.verdict, finding + disagreement, hardware=hardware, action_text=c.action_text)
+    # RULES §6: the row's action is part of the evidence (157: plan a replacement at the next maintenance window).
+    action = f"; the catalog's action: {c.action_text}" if c.action_text else ""
+    return _outcome(xid, c.verdict, finding + disagreement + action, hardware=hardware, action_text=c.action_text)
 
 
 def _recurrence(xids: Sequence[_Xid], reboot_times: Sequence[datetime]) -> _Outcome | None:
@@ -455,7 +459,9 @@ def _routing(
     if best.verdict != "LEAVE ALONE" and "Running" not in best.finding:
         parts.append(f"node {'Running' if node_running else 'not Running'}")
     conclusion = best.verdict or (
-        "hypothesis, verdict held until the deciding check" if best.hypothesis else "no verdict"
+        "hypothesis, verdict held until the deciding check" if best.hypothesis
+        # rules/nodes.py verdict_for shows such a node as MONITOR: the text says the verdict the field carries.
+        else "MONITOR (no RULES §7 bar met on what was read)"
     )
     return NodeRouting(
         verdict=best.verdict,
