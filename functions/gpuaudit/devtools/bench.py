@@ -47,6 +47,8 @@ from gpuaudit.devtools import worldgen
 
 DEFAULT_SILENT_FRACTION = 0.01
 DEFAULT_XID_RATE = 0.05
+NAIVE_SECONDS_NOTE = ("the embedded Logs Insights evaluator walks every stream of a group for each per-stream query and "
+                      "the sample's time is scaled to the fleet, so its seconds measure the stand-in, not AWS")
 NAIVE_KERNEL_QUERY = 'filter @logStream = {stream} and @message like /kernel:/ | stats count(*)'
 NAIVE_HOURS_QUERY = "filter @logStream = {stream} | stats count(*) by bin(1h)"
 _STREAM_FILTER = re.compile(r'^filter @logStream = ("(?:[^"\\]|\\.)*")')
@@ -120,7 +122,7 @@ def run_bench(config: BenchConfig, keep_dir: Path | None = None, progress: Any =
         "naive": naive,
         "ratio_calls": _ratio(naive["calls"], ours["calls"]),
         "ratio_start_query": _ratio(naive["start_query"], ours["start_query"]),
-        "ratio_wall": _ratio(naive["wall_s"], ours["wall_s"]),
+        "ratio_wall": None,  # the naive seconds are the stand-in's (naive["seconds_note"]): no honest ratio
         "ratio_records_scanned": _ratio(naive["records_scanned"], ours["records_scanned"]),
         "judge": {**judged, "same_result": judged["result_sha256"] == ours["result_sha256"]},
         "hourly": hourly,
@@ -176,8 +178,24 @@ def calibration() -> float:
 # --------------------------------------------------------------------------- child steps
 
 
+def _status_mb(field: str) -> float | None:
+    """A memory figure of this process from /proc/self/status (Linux), in MB; None elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        found = re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text())
+        return round(int(found.group(1)) / 1024, 1) if found else None
+    return None
+
+
 def _peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+    """This process's own high-water mark: VmHWM. Not ru_maxrss, which Linux carries over fork and exec, so a step
+    started by a large parent reported the parent's peak (a judge of 245 MB shown as 1,228: issue #50)."""
+    own = _status_mb("VmHWM")
+    return own if own is not None else round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _rss_mb() -> float | None:
+    """This process's resident memory now (VmRSS): after a world loads, what the stand-in account holds."""
+    return _status_mb("VmRSS")
 
 
 def _calls(aws: Any) -> tuple[dict[str, int], int, int]:
@@ -217,6 +235,7 @@ def step_ours(args: dict[str, Any]) -> dict[str, Any]:
     from gpuaudit import pipeline
 
     world, _backend, aws, load_s = _load(args)
+    world_rss = _rss_mb()  # the stand-in account, loaded: not the audit's memory
     request = pipeline.AuditRequest(cluster=args["cluster"], mode="coverage",
                                     since=world.now - timedelta(days=args["days"]))
     captured: dict[str, Any] = {}
@@ -246,7 +265,8 @@ def step_ours(args: dict[str, Any]) -> dict[str, Any]:
         "calls": total, "start_query": start_query, "calls_by_operation": by_op, "queries_by_purpose": _by_purpose(evidence.queries),
         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "collect_s": round(captured["collect_s"], 3),
         "judge_report_s": round(wall - captured["collect_s"], 3), "load_s": round(load_s, 3),
-        "peak_rss_mb": peak,
+        "peak_rss_mb": peak, "world_rss_mb": world_rss,
+        "audit_peak_over_world_mb": None if world_rss is None else round(peak - world_rss, 1),
         "records_scanned": int(sum(q.records_scanned for q in evidence.queries)),
         "audited_nodes": len(result.nodes), "log_groups_found": len(evidence.log_groups),
         "xid_status": statuses, "gaps": len(result.visibility_gaps), "result_sha256": _result_digest(result),
@@ -383,7 +403,10 @@ def step_naive(args: dict[str, Any]) -> dict[str, Any]:
     return {
         "calls": round(total + per_node * (scale - 1)), "start_query": round(start_query * scale),
         "calls_by_operation": by_op,
-        "wall_s": round(wall * scale, 3), "cpu_s": round(cpu * scale, 3), "load_s": round(load_s, 3),
+        # Its seconds are the stand-in's, not AWS's: the embedded evaluator walks the stream per query and the sample
+        # is scaled up, so they are left out of the comparison (issue #50); calls, StartQuery and records are exact.
+        "wall_s": None, "cpu_s": None, "stand_in_wall_s": round(wall * scale, 3), "stand_in_cpu_s": round(cpu * scale, 3),
+        "seconds_note": NAIVE_SECONDS_NOTE, "load_s": round(load_s, 3),
         "peak_rss_mb": _peak_rss_mb(), "records_scanned": scanned, "gpu_nodes": len(gpu_nodes), "sources": len(groups),
         "queries_answered": answered, "queries_failed": failed,
         "sampled_nodes": len(sampled), "extrapolated": len(sampled) < len(gpu_nodes),
@@ -467,10 +490,14 @@ def render_table(figures: dict[str, Any], console: Any) -> None:
         row(f"  {op}", a, b, _ratio(b, a))
     row("calls (total)", ours["calls"], naive["calls"], figures["ratio_calls"])
     row("records scanned", ours["records_scanned"], naive["records_scanned"], figures["ratio_records_scanned"])
-    row("wall s", ours["wall_s"], naive["wall_s"], figures["ratio_wall"])
-    row("CPU s", ours["cpu_s"], naive["cpu_s"], _ratio(naive["cpu_s"], ours["cpu_s"]))
-    row("peak RSS MB", ours["peak_rss_mb"], naive["peak_rss_mb"])
+    row("wall s", ours["wall_s"], "—")
+    row("CPU s", ours["cpu_s"], "—")
+    row("peak RSS MB (VmHWM)", ours["peak_rss_mb"], naive["peak_rss_mb"])
     console.print(table)
+    console.print(f"naive seconds left out: {naive['seconds_note']}")
+    if ours.get("world_rss_mb") is not None:
+        console.print(f"ours: the loaded world (the stand-in account) held {ours['world_rss_mb']:,.0f} MB of the peak; "
+                      f"the audit added {ours['audit_peak_over_world_mb']:,.0f} MB over it")
     console.print(f"judge step (rules + report on the collected evidence): {judged['wall_s']:.2f} s "
                   f"({judged['cpu_s']:.2f} s CPU), "
                   f"peak RSS {judged['peak_rss_mb']:.0f} MB (evidence {judged['evidence_mb']:.1f} MB); "
@@ -494,6 +521,8 @@ def render_table(figures: dict[str, Any], console: Any) -> None:
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
     if isinstance(value, float):
         return f"{value:,.2f}"
     if isinstance(value, int):
