@@ -19,7 +19,12 @@ DRIVER_BANNER = "NVRM: loading NVIDIA UNIX"
 BOOT_LINE_MARKERS = (*FABRIC_MANAGER_STARTED, DRIVER_BANNER)
 FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager")
 # ParallelCluster / HyperPod lifecycle strings of RULES §8 that decide between hardware, capacity and bootstrap.
-LIFECYCLE_MARKERS = ("InsufficientInstanceCapacity", "bootstrap failure", "Node bootstrap error", "protected mode",
+# Capacity-class launch errors as EC2, ParallelCluster (clustermgtd, slurm_resume) and HyperPod word them (RULES §8 B;
+# rules/capacity.py CAPACITY_ERROR decides which lines are one): plain substrings, so the query can hint them.
+CAPACITY_ERROR_MARKERS = ("InsufficientInstanceCapacity", "InsufficientCapacity", "ReservationCapacityExceeded",
+                          "InsufficientFreeAddressesInSubnet", "Capacity Reservation", "Capacity Block",
+                          "nsufficient capacity")
+LIFECYCLE_MARKERS = (*CAPACITY_ERROR_MARKERS, "bootstrap failure", "Node bootstrap error", "protected mode",
                      "FaultyInstance", "Interruption Warning", "kernel: Linux version")
 BOOT_LINE = "kernel: Linux version"
 # The driver's Xid-less "GPU has fallen off the bus" message, read as Xid 79 (RULES §6).

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
-from gpuaudit.model.planned_reads import CloudTrailEvent
+from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import (
     BRANCH_NAMES,
     Branch,
@@ -28,7 +28,16 @@ from gpuaudit.model.result import (
 )
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.actions import ACTION_ORDER, NAMED_UP_TO
-from gpuaudit.rules.capacity import affected_groups, capacity_error_step, capacity_step, subnet_step
+from gpuaudit.rules.capacity import (
+    CapacityError,
+    affected_groups,
+    capacity_error_step,
+    capacity_errors,
+    capacity_step,
+    inactive_reservations,
+    reservation_said,
+    subnet_step,
+)
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
@@ -139,8 +148,10 @@ def branch_b(j: Judged) -> Branch:
     if ev.capacity_reservations is None:
         return _branch("B", "Not assessed", "capacity reservations could not be read (see visibility gaps)")
     ends = block_ends(j)
+    errors = capacity_errors(j)
+    inactive = inactive_reservations(j, errors)
     if not ends:
-        return _capacity_reads(j)
+        return _capacity_signals(j, errors, inactive) if errors or inactive else _capacity_reads(j)
     parts = []
     warned = [p for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
               if "Interruption Warning" in p.line.message]
@@ -158,6 +169,10 @@ def branch_b(j: Judged) -> Branch:
             first, last = b.failed_launches[0], b.failed_launches[-1]
             parts.append(f"{len(b.failed_launches)} RunInstances call(s) from {iso(first.time)} to {iso(last.time)} "
                          f"failed: {first.error_code}: {first.error_message}")
+    ended = {b.reservation.reservation_id for b in ends}
+    launched = {e.time for b in ends for e in b.failed_launches}  # already said with the block they name
+    parts += [reservation_said(r) for r in inactive if r.reservation_id not in ended]
+    parts += [e.said() for e in errors if not (e.launch and e.time in launched)][:NAMED_UP_TO]
     if warned:
         parts.append("per-instance Capacity Reservation Instance Interruption Warning retained")
         return _branch("B", "Root cause", "; ".join(parts) + ". Expected lifecycle, not a fault: the finding is the "
@@ -169,6 +184,40 @@ def branch_b(j: Judged) -> Branch:
                    "Hypothesis (to validate)",
                    "an EventBridge archive or rule target holding `Capacity Reservation Instance Interruption Warning` "
                    "events (source aws.ec2; detail instance-id, instance-termination-time) for these instances")
+
+
+def _capacity_signals(j: Judged, errors: Sequence[CapacityError], inactive: Sequence[CapacityReservation]) -> Branch:
+    """RULES §8 B with no block ending at the window but capacity read as unavailable: every capacity-class error
+    read and every reservation of the cluster that is not active keeps B open, each named, the reservation first
+    (its ID, State and StartDate lead the row, and so the headline). Proven when a launch failed naming a
+    reservation whose state, read apart, is not active (two reads that agree), with no hardware signal competing;
+    otherwise a hypothesis."""
+    said = [reservation_said(r) for r in inactive] + [e.said() for e in errors[:NAMED_UP_TO]]
+    if len(errors) > NAMED_UP_TO:
+        said.append(f"and {len(errors) - NAMED_UP_TO} more capacity-class error(s), each in the timeline")
+    ctx = _fabric_context(j)
+    reads = [_ending_step(j), subnet_step(ctx, affected_groups(ctx) or list(ctx.groups))]
+    others = "; ".join(f"{s.name} — {s.status}: {s.evidence}" for s in reads)
+    states = {r.reservation_id: r for r in inactive}
+    agree = [(e, states[r]) for e in errors for r in e.reservations if r in states and _before_start(e, states[r])]
+    hardware = [i for i, r in j.routings.items() if r.hardware]
+    text = "; ".join(said) + f"; other capacity reads: {others}"
+    if agree and not hardware:
+        e, r = agree[0]
+        return _branch("B", "Root cause", f"{text}. Proven: the launch error ({e.where}) names `{r.reservation_id}`, "
+                       f"whose State read apart is {r.state} — capacity lifecycle, not a node fault", "Proven")
+    why = (f"; not Proven: hardware-class GPU signal on {', '.join(sorted(hardware))} competes" if agree else
+           "; not Proven: no launch error read names a reservation whose state is not active")
+    return _branch("B", "Contributing", text + why, "Hypothesis (to validate)",
+                   "the failed launch's own error (CloudTrail RunInstances / CreateFleet errorCode and errorMessage, or "
+                   "the clustermgtd / slurm_resume line) naming the reservation, beside "
+                   "`aws ec2 describe-capacity-reservations` State and StartDate of that reservation")
+
+
+def _before_start(error: CapacityError, r: CapacityReservation) -> bool:
+    """A `scheduled` block explains a launch error only when the launch came before its StartDate."""
+    start = r.start_date
+    return r.state != "scheduled" or start is None or error.time is None or error.time < start
 
 
 def _capacity_reads(j: Judged) -> Branch:
