@@ -323,8 +323,11 @@ def _decided(lead: FileSystemDecision, decisions: Sequence[FileSystemDecision]) 
     deciding = " ".join(r.text() for r in lead.deciding)
     said = f"Storage {lead.file_system_id} ({lead.scope}): {lead.reading.statement} — {deciding}"
     rest = [r.text() for r in lead.rows if r not in lead.deciding]
-    also = [f"{d.file_system_id} ({d.scope}): {d.outcome}" for d in decisions[1:]]
-    quoted = "; ".join(d.reading.quoted for d in decisions if d.reading.quoted)
+    # a root cause is about its own file system alone (the headline quotes it whole); short of one, the others read
+    # are said with their outcome, so none is taken for cleared unsaid
+    shown = [lead] if lead.outcome == "Proven" else list(decisions)
+    also = [f"{d.file_system_id} ({d.scope}): {d.outcome}" for d in shown[1:]]
+    quoted = "; ".join(d.reading.quoted for d in shown if d.reading.quoted)
     return (said + (f". Other rows: {'; '.join(rest)}" if rest else "")
             + (f". Other file systems: {'; '.join(also)}" if also else "") + f". Values as reported: {quoted}")
 
