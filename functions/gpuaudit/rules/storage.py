@@ -2,7 +2,8 @@
 with the numbers behind it, quoted as the service reports them (§0.6: percents as percents, a Sum as Sum / period).
 
 Throughput-bound: network, disk throughput or disk IOPS (not on Scratch or HDD) at or above 90 % for 5+ minutes.
-Metadata-bound: the metadata server's CPU at or above 90 % for 5+ minutes while throughput stays below that.
+Metadata-bound: the metadata server's CPU at or above 90 % for 5+ minutes while throughput stays below that; or,
+below saturation, a sharp rise of MetadataOperations with throughput below it (a hypothesis: rules/storage_decision.py).
 Never both: saturated throughput decides, and a busy metadata server beside it is said as such. The other rows
 (MetadataOperations, FreeDataStorageCapacity per OST, DataReadBytes / DataWriteBytes, ClientConnections) are read and
 quoted: a sharp rise of metadata operations with the onset, one OST under 10 % free while others have room, and a

@@ -185,9 +185,8 @@ def _saturation(name: str, peaks: list[MetricPeak], bar: _Bar, metrics: str) -> 
     unmet = bar.unmet(began)
     said = (f"{_pct(first)} ≥ 90 % for {first.longest_run_at_or_above_90} consecutive minute(s) from "
             f"{iso(began) if began else '—'}")
-    if unmet:
+    if unmet or bar.onset is None:  # (no unmet reason already means the onset is known)
         return Row(name, "Hypothesis", f"{said}. Not Proven: {'; '.join(unmet)}")
-    assert bar.onset is not None  # no unmet reason means the onset is known
     return Row(name, "Proven", f"{said}, before {onset_text(bar.onset)}; no other branch holds evidence")
 
 
