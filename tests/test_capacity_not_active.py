@@ -67,6 +67,7 @@ def test_launches_failing_on_a_scheduled_block_prove_b_naming_the_block_its_stat
     assert (b.status, b.label) == ("Root cause", "Proven")
     assert f"`{BLOCK}`" in b.evidence and "State scheduled" in b.evidence and f"StartDate {START}" in b.evidence
     assert "is not active" in b.evidence and at(9, 5) in b.evidence  # the launch error, as read
+    assert any(t.source == "CloudTrail" and "is not active" in t.event for t in result.timeline)  # the same read
     assert result.headline.startswith("Root cause (Proven): branch B")
     assert BLOCK in result.headline and "scheduled" in result.headline and START in result.headline
 

@@ -42,11 +42,14 @@ class StorageReading:
     quoted: str  # every row read, as reported
 
 
+METADATA_SERVER_WORDS = ("MDS", "MDT", "META")  # how a FileServer value names a metadata server
+
+
 def metadata_cpu(peaks: Sequence[MetricPeak]) -> list[MetricPeak]:
     """The metadata server's CPUUtilization: the FileServer values naming an MDS when any does, else every
     CPUUtilization series ListMetrics returned (the file system reports its servers under one name)."""
     cpu = [m for m in peaks if m.metric == "CPUUtilization"]
-    mds = [m for m in cpu if "MDS" in m.dimensions.get("FileServer", "").upper()]
+    mds = [m for m in cpu if any(word in m.dimensions.get("FileServer", "").upper() for word in METADATA_SERVER_WORDS)]
     return mds or cpu
 
 
