@@ -108,7 +108,7 @@ def test_every_row_read_and_clean_rules_storage_out_naming_each_row() -> None:
     Storage(w, tagged_for=w.cluster).done()
     c = _c(_incident(w))
     assert (c.status, c.label) == ("Ruled out", None)
-    for row in ("throughput saturation", "metadata-server CPU", "metadata operations", "OST free space",
+    for row in ("throughput saturation", "metadata server", "metadata operations", "OST free space",
                 "maintenance window"):
         assert f"{row} — Ruled out" in c.evidence, row
     assert FS in c.evidence and "storage not saturated" in c.evidence
@@ -121,7 +121,7 @@ def test_a_row_not_read_keeps_storage_from_ruled_out() -> None:
     s.done()
     c = _c(_incident(w))
     assert c.status != "Ruled out" and c.label == HYPOTHESIS
-    assert "metadata-server CPU — Not checked" in c.evidence
+    assert "metadata server — Not checked" in c.evidence
 
 
 # -- throughput saturation ----------------------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ def test_throughput_saturation_row(start: tuple[int, int], onset: str | None, wa
     assert FS in result.headline
 
 
-# -- metadata-server CPU ------------------------------------------------------------------------------------------------
+# -- metadata server (CPU, MDT disk IOPS) ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("cpu", "want"), [
     (96.0, ("Root cause", "Proven")),
     (60.0, ("Ruled out", None)),
@@ -151,6 +151,17 @@ def test_metadata_server_cpu_row(cpu: float, want: tuple[str, str | None]) -> No
     c = _c(_incident(w))
     assert (c.status, c.label) == want
     assert ("metadata-bound" in c.evidence) is (cpu >= 90)
+
+
+def test_the_metadata_targets_disk_iops_saturated_is_metadata_bound_not_throughput_bound() -> None:
+    # FSx's metadata IOPS utilization is the MDT's disk IOPS: a small-file storm, not large sequential I/O
+    w = _cluster()
+    Storage(w, tagged_for=w.cluster).flag("DiskIopsUtilization", _series((8, 45), 60, 98.0),
+                                          ("StorageTargetId", "MDT0000")).done()
+    c = _c(_incident(w))
+    assert (c.status, c.label) == ("Root cause", "Proven")
+    assert "metadata-bound" in c.evidence and "throughput-bound" not in c.evidence
+    assert "metadata server — Proven" in c.evidence and "throughput saturation — Ruled out" in c.evidence
 
 
 def test_metadata_server_cpu_saturated_after_the_onset_is_a_hypothesis() -> None:

@@ -53,6 +53,21 @@ def metadata_cpu(peaks: Sequence[MetricPeak]) -> list[MetricPeak]:
     return mds or cpu
 
 
+def metadata_target(m: MetricPeak) -> bool:
+    """DiskIopsUtilization of a metadata target (StorageTargetId `MDT…`): the metadata server's disk, not data
+    throughput (FSx's metadata IOPS utilization is the MDT disk IOPS)."""
+    return m.metric == "DiskIopsUtilization" and "MDT" in m.dimensions.get("StorageTargetId", "").upper()
+
+
+def metadata_peaks(peaks: Sequence[MetricPeak]) -> list[MetricPeak]:
+    """What says the metadata server is at its limit: its CPUUtilization, and its MDT disk IOPS."""
+    return metadata_cpu(peaks) + [m for m in peaks if metadata_target(m)]
+
+
+def data_throughput(peaks: Sequence[MetricPeak]) -> list[MetricPeak]:
+    return [m for m in peaks if m.metric in THROUGHPUT_METRICS and not metadata_target(m)]
+
+
 def _no_iops(ev: Evidence) -> set[str]:
     return {f.file_system_id for f in ev.file_systems or []
             if (f.deployment_type or "").startswith("SCRATCH") or f.storage_type == "HDD"}
@@ -78,10 +93,10 @@ def read_storage(ev: Evidence, onset: datetime | None, file_system_id: str | Non
     """The statement over every file system read, or over the one named by `file_system_id`."""
     peaks = [m for m in usable_peaks(ev) if file_system_id in (None, m.file_system_id)]
     readings = [r for r in ev.fsx_readings or [] if r.datapoints and file_system_id in (None, r.file_system_id)]
-    throughput = [m for m in peaks if m.metric in THROUGHPUT_METRICS]
+    throughput = data_throughput(peaks)
     cpu = metadata_cpu(peaks)
     hot_throughput = [m for m in throughput if _sustained(m)]
-    hot_cpu = [m for m in cpu if _sustained(m)]
+    hot_cpu = [m for m in metadata_peaks(peaks) if _sustained(m)]
     top_throughput = max((m.peak or 0.0 for m in throughput), default=None)
     top_cpu = max((m.peak or 0.0 for m in cpu), default=None)
     through = f"throughput peaked at {top_throughput} %" if top_throughput is not None else \
@@ -90,15 +105,15 @@ def read_storage(ev: Evidence, onset: datetime | None, file_system_id: str | Non
         "no metadata-server CPUUtilization was reported"
     if hot_throughput:
         names = ", ".join(sorted({m.metric for m in hot_throughput}))
-        also = (f"; the metadata server's CPUUtilization was also ≥ 90 % (Maximum {top_cpu} %), but throughput at "
-                "its limit decides the bound") if hot_cpu else f"; {mds}"
+        also = (f"; the metadata server was also ≥ 90 % ({_limits(hot_cpu)}), but throughput at its limit decides "
+                "the bound") if hot_cpu else f"; {mds}"
         bound: Bound = "throughput-bound"
         statement = f"throughput-bound: {names} saturated (large sequential I/O at the limit){also}"
         saturated = hot_throughput
     elif hot_cpu:
         bound, saturated = "metadata-bound", hot_cpu
-        statement = (f"metadata-bound: the metadata server's CPUUtilization saturated (Maximum {top_cpu} %) while "
-                     f"{through} (many small files)")
+        statement = (f"metadata-bound: the metadata server saturated ({_limits(hot_cpu)}) while {through} (many "
+                     "small files)")
     elif (rise := _metadata_rise(readings, onset)) is not None:
         # RULES §8 C: many small files, throughput well below capacity — metadata-bound without saturation, which
         # FSx's metrics alone leave a hypothesis (no client latency is published)
@@ -112,6 +127,11 @@ def read_storage(ev: Evidence, onset: datetime | None, file_system_id: str | Non
     quoted = "; ".join([*(_pct(m) for m in peaks), *(_row(r) for r in readings)]
                        + ([drop] if drop else []))
     return StorageReading(bound, statement, saturated, signals, quoted)
+
+
+def _limits(peaks: Sequence[MetricPeak]) -> str:
+    return ", ".join(f"{m.metric} {m.dimensions.get('FileServer') or m.dimensions.get('StorageTargetId') or ''} "
+                     f"Maximum {m.peak} %" for m in peaks)
 
 
 def _rate_unit(r: FsxReading) -> str:

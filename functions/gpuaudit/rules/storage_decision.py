@@ -5,8 +5,8 @@ cluster) before the others of the account.
 
 | Row | Flag (read from AWS/FSx, quoted as reported) | Proven when | Otherwise |
 |-----|------|-------------|-----------|
-| throughput saturation | Network / FileServerDisk throughput, DiskIops (not Scratch, HDD) ≥ 90 % for 5+ min | the bar below | Hypothesis |
-| metadata-server CPU | the MDS `CPUUtilization` ≥ 90 % for 5+ min | the bar below | Hypothesis |
+| throughput saturation | Network / FileServerDisk throughput, an OST's DiskIops (not Scratch, HDD) ≥ 90 % for 5+ min | the bar below | Hypothesis |
+| metadata server | the MDS `CPUUtilization`, or an MDT's `DiskIopsUtilization`, ≥ 90 % for 5+ min | the bar below | Hypothesis |
 | metadata operations | `MetadataOperations` rising sharply (≥ 3×) with the slowdown | never: no client latency | Hypothesis |
 | OST free space | one OST < 10 % free while the others have room | never: no client latency | Hypothesis |
 | maintenance window | the stall starts inside `WeeklyMaintenanceStartTime` (30 min) | client I/O drops in that window | Hypothesis |
@@ -34,11 +34,11 @@ from gpuaudit.rules.onset import Onset, failure_onset, onset_text
 from gpuaudit.rules.storage import (
     BUCKET_MINUTES,
     SUSTAINED_MINUTES,
-    THROUGHPUT_METRICS,
     StorageReading,
     client_io_drop,
+    data_throughput,
     file_systems_in_scope,
-    metadata_cpu,
+    metadata_peaks,
     read_storage,
     usable_peaks,
 )
@@ -128,9 +128,10 @@ def decide(j: Judged, others: Sequence[Branch]) -> list[FileSystemDecision]:
         bar = _Bar(onset, unmet_scope, competing, ev.job_figure_unread_groups)
         reading = read_storage(ev, onset.time if onset else None, fs_id)
         peaks = [m for m in usable_peaks(ev) if m.file_system_id == fs_id]
-        rows = [_saturation("throughput saturation", [m for m in peaks if m.metric in THROUGHPUT_METRICS], bar,
+        rows = [_saturation("throughput saturation", data_throughput(peaks), bar,
                             "NetworkThroughputUtilization, FileServerDiskThroughputUtilization, DiskIopsUtilization"),
-                _saturation("metadata-server CPU", metadata_cpu(peaks), bar, "CPUUtilization (FileServer)"),
+                _saturation("metadata server", metadata_peaks(peaks), bar,
+                            "CPUUtilization (FileServer), DiskIopsUtilization of an MDT"),
                 _metadata_operations(ev, fs_id, reading),
                 _ost_space(ev, fs_id, reading),
                 _maintenance(ev, fs_id, fs.weekly_maintenance, bar)]
