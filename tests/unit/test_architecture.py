@@ -46,7 +46,7 @@ RULES_FLOORS: dict[str, int] = {
     # 2: what every judging rule shares (the judge's configuration, Judged, Context) and how a step is shown
     "context": 2, "steps": 2,
     # 3: readers of a concern the incident questions and the pre-flight checks both ask
-    "capacity": 3, "fabric": 3, "onset": 3, "timeline": 3,
+    "capacity": 3, "fabric": 3, "onset": 3, "timeline": 3, "storage_decision": 3,
     # 4: the questions, side by side: incident branches and findings, pre-flight checks, the self-check
     "branches": 4, "findings": 4, "preflight": 4, "consistency": 4,
     # 5: the composition

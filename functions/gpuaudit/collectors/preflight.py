@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
@@ -18,6 +18,7 @@ from gpuaudit.domain.capacity import (
     cluster_reservations,
 )
 from gpuaudit.domain.readplan import FSX_READINGS, FSX_SATURATION, GPU_POWER
+from gpuaudit.domain.timing import FSX_BUCKET
 from gpuaudit.model.evidence import Evidence, Gap
 from gpuaudit.model.planned_reads import (
     AlarmInfo,
@@ -298,7 +299,7 @@ def _peak(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], read: Planned
                       longest_run_at_or_above_90=longest, sustained_from=sustained_from)
 
 
-BUCKET = timedelta(minutes=10)
+BUCKET = FSX_BUCKET
 
 
 def _reading(aws: Aws, fs_id: str, metric: str, dims: dict[str, str], read: PlannedRead) -> FsxReading:

@@ -25,7 +25,12 @@ FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager")
 # `kernel: [    0.000000] Linux version …` (syslog, behind the uptime stamp). A regex: the query and the rules match it.
 BOOT_LINE = r"kernel: (\[ *[0-9]+\.[0-9]+\] )?Linux version"
 BOOT_BANNER = re.compile(BOOT_LINE)
-LIFECYCLE_MARKERS = ("InsufficientInstanceCapacity", "bootstrap failure", "Node bootstrap error", "protected mode",
+# Capacity-class launch errors as EC2, ParallelCluster (clustermgtd, slurm_resume) and HyperPod word them (RULES §8 B;
+# rules/capacity.py CAPACITY_ERROR decides which lines are one): plain substrings, so the query can hint them.
+CAPACITY_ERROR_MARKERS = ("InsufficientInstanceCapacity", "InsufficientCapacity", "ReservationCapacityExceeded",
+                          "InsufficientFreeAddressesInSubnet", "Capacity Reservation", "Capacity Block",
+                          "nsufficient capacity")
+LIFECYCLE_MARKERS = (*CAPACITY_ERROR_MARKERS, "bootstrap failure", "Node bootstrap error", "protected mode",
                      "FaultyInstance", "Interruption Warning", BOOT_LINE)
 # The driver's Xid-less "GPU has fallen off the bus" message, read as Xid 79 (RULES §6).
 FALLEN_OFF_BUS_MARKER = "fallen off the bus"

@@ -25,3 +25,6 @@ def lookback(now: datetime, run_hours: float | None) -> tuple[datetime, datetime
     """The last similar run for metrics (P8, P9): the planned length held between 24 and 72 h."""
     hours = min(max(run_hours or 72.0, 24.0), 72.0)
     return now - timedelta(hours=hours), now
+# The grain of the FSx Sum / Minimum readings kept for the rules (collectors/preflight.py): 10-minute means of the
+# 1-minute values, enough to see a rise or a drop; a time read from them is known to within one bucket.
+FSX_BUCKET = timedelta(minutes=10)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
-from gpuaudit.model.planned_reads import CloudTrailEvent, MetricPeak
+from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import (
     BRANCH_NAMES,
     Branch,
@@ -28,13 +28,28 @@ from gpuaudit.model.result import (
 )
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.actions import ACTION_ORDER, NAMED_UP_TO
-from gpuaudit.rules.capacity import affected_groups, capacity_error_step, capacity_step, subnet_step
+from gpuaudit.rules.capacity import (
+    CapacityError,
+    affected_groups,
+    capacity_error_step,
+    capacity_errors,
+    capacity_step,
+    inactive_reservations,
+    reservation_said,
+    subnet_step,
+)
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.fabric import NCCL_COMMAND, placement_step, sg_step
 from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
 from gpuaudit.rules.onset import failure_onset, onset_text
-from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
+from gpuaudit.rules.storage import file_systems_in_scope
+from gpuaudit.rules.storage_decision import (
+    MAINTENANCE_CHECK,
+    STORAGE_CLIENT_CHECK,
+    FileSystemDecision,
+    decide,
+)
 from gpuaudit.rules.straggler import stragglers
 from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, relevant_trail
 from gpuaudit.rules.xid_routing import fleet_pattern
@@ -164,8 +179,10 @@ def branch_b(j: Judged) -> Branch:
     if ev.capacity_reservations is None:
         return _branch("B", "Not assessed", "capacity reservations could not be read (see visibility gaps)")
     ends = block_ends(j)
+    errors = capacity_errors(j)
+    inactive = inactive_reservations(j, errors)
     if not ends:
-        return _capacity_reads(j)
+        return _capacity_signals(j, errors, inactive) if errors or inactive else _capacity_reads(j)
     parts = []
     warned = [p for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
               if "Interruption Warning" in p.line.message]
@@ -183,6 +200,10 @@ def branch_b(j: Judged) -> Branch:
             first, last = b.failed_launches[0], b.failed_launches[-1]
             parts.append(f"{len(b.failed_launches)} RunInstances call(s) from {iso(first.time)} to {iso(last.time)} "
                          f"failed: {first.error_code}: {first.error_message}")
+    ended = {b.reservation.reservation_id for b in ends}
+    launched = {e.time for b in ends for e in b.failed_launches}  # already said with the block they name
+    parts += [reservation_said(r) for r in inactive if r.reservation_id not in ended]
+    parts += [e.said() for e in errors if not (e.launch and e.time in launched)][:NAMED_UP_TO]
     if warned:
         parts.append("per-instance Capacity Reservation Instance Interruption Warning retained")
         return _branch("B", "Root cause", "; ".join(parts) + ". Expected lifecycle, not a fault: the finding is the "
@@ -194,6 +215,40 @@ def branch_b(j: Judged) -> Branch:
                    "Hypothesis (to validate)",
                    "an EventBridge archive or rule target holding `Capacity Reservation Instance Interruption Warning` "
                    "events (source aws.ec2; detail instance-id, instance-termination-time) for these instances")
+
+
+def _capacity_signals(j: Judged, errors: Sequence[CapacityError], inactive: Sequence[CapacityReservation]) -> Branch:
+    """RULES §8 B with no block ending at the window but capacity read as unavailable: every capacity-class error
+    read and every reservation of the cluster that is not active keeps B open, each named, the reservation first
+    (its ID, State and StartDate lead the row, and so the headline). Proven when a launch failed naming a
+    reservation whose state, read apart, is not active (two reads that agree), with no hardware signal competing;
+    otherwise a hypothesis."""
+    said = [reservation_said(r) for r in inactive] + [e.said() for e in errors[:NAMED_UP_TO]]
+    if len(errors) > NAMED_UP_TO:
+        said.append(f"and {len(errors) - NAMED_UP_TO} more capacity-class error(s), each in the timeline")
+    ctx = _fabric_context(j)
+    reads = [_ending_step(j), subnet_step(ctx, affected_groups(ctx) or list(ctx.groups))]
+    others = "; ".join(f"{s.name} — {s.status}: {s.evidence}" for s in reads)
+    states = {r.reservation_id: r for r in inactive}
+    agree = [(e, states[r]) for e in errors for r in e.reservations if r in states and _before_start(e, states[r])]
+    hardware = [i for i, r in j.routings.items() if r.hardware]
+    text = "; ".join(said) + f"; other capacity reads: {others}"
+    if agree and not hardware:
+        e, r = agree[0]
+        return _branch("B", "Root cause", f"{text}. Proven: the launch error ({e.where}) names `{r.reservation_id}`, "
+                       f"whose State read apart is {r.state} — capacity lifecycle, not a node fault", "Proven")
+    why = (f"; not Proven: hardware-class GPU signal on {', '.join(sorted(hardware))} competes" if agree else
+           "; not Proven: no launch error read names a reservation whose state is not active")
+    return _branch("B", "Contributing", text + why, "Hypothesis (to validate)",
+                   "the failed launch's own error (CloudTrail RunInstances / CreateFleet errorCode and errorMessage, or "
+                   "the clustermgtd / slurm_resume line) naming the reservation, beside "
+                   "`aws ec2 describe-capacity-reservations` State and StartDate of that reservation")
+
+
+def _before_start(error: CapacityError, r: CapacityReservation) -> bool:
+    """A `scheduled` block explains a launch error only when the launch came before its StartDate."""
+    start = r.start_date
+    return r.state != "scheduled" or start is None or error.time is None or error.time < start
 
 
 def _capacity_reads(j: Judged) -> Branch:
@@ -257,75 +312,61 @@ def _short_groups_step(ctx: Context, groups: Sequence[GpuGroup], vanished: Seque
     return FindingStep(name=name, status="Cleared", evidence=text)
 
 
-STORAGE_CLIENT_CHECK = ("client-side: time a `stat` or small-file open on the mount during the slow period, or "
-                        "Lustre client metrics")
-
-
 def branch_c(j: Judged, others: Sequence[Branch] = ()) -> Branch:
-    """RULES §8 C: every row of the table read, one statement of throughput-bound / metadata-bound / neither with
-    its numbers (rules/storage.py), Proven only on the bar of _storage_bar."""
+    """RULES §8 C as one decision table (rules/storage_decision.py): every row, per file system, Proven /
+    Hypothesis / Ruled out / Not checked on one bar; the branch decided on one named file system, which leads
+    its evidence (and so the headline quoting it)."""
     ev = j.evidence
     if ev.file_systems is None or ev.fsx_metrics is None:
         return _branch("C", "Not assessed", "FSx file systems or their metrics could not be read (see visibility gaps)")
     if not ev.file_systems:
         return _branch("C", "Not assessed", "no FSx for Lustre file system found in the region")
-    onset = failure_onset(j)
-    reading = read_storage(ev, onset.time if onset else None)
-    fs_ids = ", ".join(f.file_system_id for f in ev.file_systems)
-    if not reading.quoted:
+    decisions = decide(j, others)
+    in_scope = file_systems_in_scope(ev)[0]
+    if not any(d.reading.quoted for d in decisions):
+        fs_ids = ", ".join(d.file_system_id for d in decisions)
         return _branch("C", "Not assessed", f"no AWS/FSx datapoints in the window for {fs_ids}: storage "
                        "cannot be assessed from metrics", None, STORAGE_CLIENT_CHECK)
-    also = f" Also read: {'; '.join(reading.signals)}." if reading.signals else ""
-    values = f"Values as reported: {reading.quoted}"
-    if reading.saturated:
-        unmet, proof = _storage_bar(j, reading.saturated, others)
-        if not unmet and proof is not None:
-            return _branch("C", "Root cause", f"Storage {reading.statement}. Proven: {proof}.{also} {values}",
-                           "Proven")
-        return _branch("C", "Contributing", f"Saturation ≥ 90 % for 5+ min. The metrics say {reading.statement}. Not "
-                       f"Proven: {'; '.join(unmet)}.{also} {values}", "Hypothesis (to validate)",
-                       STORAGE_CLIENT_CHECK)
-    if reading.signals:
-        return _branch("C", "Contributing", f"The metrics say {reading.statement}.{also} FSx publishes no client "
-                       f"latency, so these stay a hypothesis. {values}", "Hypothesis (to validate)",
-                       STORAGE_CLIENT_CHECK)
-    return _branch("C", "UNVERIFIED", f"Storage {reading.statement}. FSx publishes no client latency, so storage is "
-                   f"not the root cause on this evidence. {values}", "Hypothesis (to validate)", STORAGE_CLIENT_CHECK)
+    lead = decisions[0]
+    if lead.outcome in ("Ruled out", "Not checked") and not in_scope and ev.cluster_file_system_ids is not None:
+        # the mounts were read and name none of the file systems, and none of them holds a flagged row
+        return _branch("C", "Ruled out", f"the cluster mounts none of the FSx for Lustre file systems read "
+                       f"({', '.join(d.file_system_id for d in decisions)}); " + _rows(decisions))
+    scoped = [d for d in decisions if d.in_scope]
+    if lead.outcome == "Ruled out" and scoped and all(d.outcome == "Ruled out" for d in scoped):
+        return _branch("C", "Ruled out", "every row of the storage table read and clean on "
+                       + ", ".join(f"{d.file_system_id} ({d.scope})" for d in scoped) + ": " + _rows(decisions))
+    text = _decided(lead, decisions)
+    if lead.outcome == "Proven":
+        return _branch("C", "Root cause", text, "Proven")
+    if lead.outcome == "Hypothesis":
+        confirming = MAINTENANCE_CHECK if all(r.name == "maintenance window" for r in lead.deciding) \
+            else STORAGE_CLIENT_CHECK
+        return _branch("C", "Contributing", text, "Hypothesis (to validate)", confirming)
+    unread = sorted({r.name for d in (scoped or decisions) for r in d.rows if r.outcome == "Not checked"})
+    return _branch("C", "UNVERIFIED", f"{text}. Not read: {', '.join(unread)} — storage is not ruled out (FSx "
+                   "publishes no client latency)", "Hypothesis (to validate)", STORAGE_CLIENT_CHECK)
 
 
-def _storage_bar(j: Judged, saturated: Sequence[MetricPeak],
-                 others: Sequence[Branch]) -> tuple[list[str], str | None]:
-    """RULES §0.5 / §8 C, Proven: sustained saturation, on a file system the cluster mounts, before the failure's
-    onset (stated, or the first failure signal read), with no other branch holding evidence. Returns what is
-    unmet, and the proof."""
-    unmet: list[str] = []
-    mounted = j.evidence.cluster_file_system_ids
-    if mounted is None:
-        unmet.append("which file system the cluster mounts was not resolved")
-    on_mount = [m for m in saturated if mounted is not None and m.file_system_id in mounted]
-    if mounted is not None and not on_mount:
-        unmet.append(f"the saturated file system is not one the cluster mounts ({', '.join(mounted) or 'none found'})")
-    sustained = [m for m in on_mount if m.sustained_from is not None]
-    if on_mount and not sustained:
-        unmet.append(f"no run of {SUSTAINED_MINUTES}+ consecutive minutes ≥ 90 % on the mounted file system")
-    onset = failure_onset(j)
-    if onset is None:
-        unmet.append(f"{onset_text(None, j.evidence.job_figure_unread_groups)}, so 'before the failure' cannot be "
-                     "shown (the window's start is a search bound, not the onset)")
-    before = [m for m in sustained if m.sustained_from is not None and onset is not None
-              and m.sustained_from <= onset.time]
-    if sustained and onset is not None and not before:
-        first = min(m.sustained_from for m in sustained if m.sustained_from is not None)
-        unmet.append(f"the sustained saturation began {iso(first)}, after {onset_text(onset)}")
-    competing = [b.branch for b in others if b.status in ("Root cause", "UNVERIFIED", "Contributing")]
-    if competing:
-        unmet.append(f"branch(es) {', '.join(competing)} also hold evidence")
-    if unmet or not before or onset is None:
-        return unmet, None
-    m = min(before, key=lambda m: m.sustained_from or onset.time)
-    return [], (f"{m.file_system_id} (mounted by the cluster) {m.metric} {m.dimensions} ≥ 90 % for "
-                f"{m.longest_run_at_or_above_90} consecutive minute(s) from {iso(m.sustained_from or onset.time)}, "
-                f"before {onset_text(onset)}; no other branch holds evidence")
+def _decided(lead: FileSystemDecision, decisions: Sequence[FileSystemDecision]) -> str:
+    """The file system C decided on first (so the headline's first clause names it), its bound, its rows; then the
+    other file systems read, each with its outcome; then every value as reported."""
+    deciding = " ".join(r.text() for r in lead.deciding)
+    said = f"Storage {lead.file_system_id} ({lead.scope}): {lead.reading.statement} — {deciding}"
+    rest = [r.text() for r in lead.rows if r not in lead.deciding]
+    # a root cause is about its own file system alone (the headline quotes it whole); short of one, the others read
+    # are said with their outcome, so none is taken for cleared unsaid
+    shown = [lead] if lead.outcome == "Proven" else list(decisions)
+    also = [f"{d.file_system_id} ({d.scope}): {d.outcome}" for d in shown[1:]]
+    quoted = "; ".join(d.reading.quoted for d in shown if d.reading.quoted)
+    return (said + (f". Other rows: {'; '.join(rest)}" if rest else "")
+            + (f". Other file systems: {'; '.join(also)}" if also else "") + f". Values as reported: {quoted}")
+
+
+def _rows(decisions: Sequence[FileSystemDecision]) -> str:
+    return ". ".join(f"{d.file_system_id} ({d.scope}): {d.reading.statement} — " + "; ".join(r.text() for r in d.rows)
+                     for d in decisions) + ". Values as reported: " + "; ".join(d.reading.quoted for d in decisions
+                                                                                 if d.reading.quoted)
 
 
 def branch_d(j: Judged) -> Branch:

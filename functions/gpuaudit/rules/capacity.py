@@ -5,13 +5,22 @@ alike; the arithmetic itself is in `domain/capacity.py`. Pure: no AWS, no clock.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import cluster_reservations, holding_reservation
+from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
+from gpuaudit.model.planned_reads import CapacityReservation
 from gpuaudit.model.result import FindingStep, FindingStepStatus
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.context import Context, GpuGroup, Holding, id_list
 from gpuaudit.rules.steps import all_lines, line_at, merge, quote, step
+
+if TYPE_CHECKING:
+    from gpuaudit.rules.context import Judged
 
 
 @dataclass(frozen=True)
@@ -127,16 +136,15 @@ def capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
         else:
             expired = [r for r in ctx.ev.capacity_reservations or [] if r.state == "expired"
                        and r.instance_type == (g.instance_type or "").removeprefix("ml.")]
-            insufficient = [p for p in all_lines(ctx.j) if "InsufficientInstanceCapacity" in p.line.message]
-            insufficient_events = [e for e in ctx.ev.cluster_events or []
-                                   if "InsufficientInstanceCapacity" in e.description]
+            insufficient = [p for p in all_lines(ctx.j) if CAPACITY_ERROR.search(p.line.message)]
+            insufficient_events = [e for e in ctx.ev.cluster_events or [] if CAPACITY_ERROR.search(e.description)]
             if expired:
                 parts.append(("Blocked", f"{g.label}: " + ", ".join(
                     f"`{r.reservation_id}` State expired (EndDate {iso(r.end_date) if r.end_date else '—'})"
                     for r in expired) + " — the reservation the group ran on has ended"))
             elif insufficient or insufficient_events:
                 where = line_at(insufficient[0]) if insufficient else f"cluster event at {iso(insufficient_events[0].time)}"
-                parts.append(("Blocked", f"{g.label}: InsufficientInstanceCapacity in {where}"))
+                parts.append(("Blocked", f"{g.label}: capacity-class error in {where}"))
             else:
                 parts.append(("Not checked", f"{g.label}: no Capacity Block, capacity reservation or training plan "
                                              "holds it (on-demand capacity is not visible before a launch) and no "
@@ -144,39 +152,121 @@ def capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
     return merge(name, parts)
 
 
-CAPACITY_ERROR = "InsufficientInstanceCapacity"
+# RULES §8 B: a capacity-class launch error, in any text the run reads (a CloudTrail call's error, a clustermgtd /
+# slurm_resume / HyperPod lifecycle line, a cluster event, a node's status message): no capacity in the pool or the
+# reservation, no free address in the subnet, or a Capacity Reservation / Block that is not active.
+CAPACITY_ERROR = re.compile(
+    r"InsufficientInstanceCapacity|InsufficientCapacity\w*|InsufficientReservedInstanceCapacity"
+    r"|ReservationCapacityExceeded|InsufficientFreeAddressesInSubnet"
+    r"|(?i:insufficient capacity|(?:do not|don't) have (?:sufficient|enough) [\w.-]+ capacity"
+    r"|capacity (?:reservation|block)[^.]{0,80}?\bnot (?:yet )?active)")
+RESERVATION_ID = re.compile(r"(?<![\w-])cr-[0-9a-f]{8,17}(?![\w-])")
+LAUNCH_CALLS = ("RunInstances", "CreateFleet")
+# Capacity Block states in which no instance can run on it (RULES §8 B: payment-pending, payment-failed,
+# scheduled, active, expired); what each means for a launch.
+NOT_ACTIVE: dict[str, str] = {
+    "scheduled": "nodes cannot launch on it before its StartDate (expected)",
+    "payment-pending": "it does not become active until the payment is processed",
+    "payment-failed": "it will not become active: the payment failed",
+    "expired": "it has ended: no instance runs or launches on it",
+}
+
+
+@dataclass(frozen=True)
+class CapacityError:
+    """One capacity-class error read, where it was read, and the reservations its text names."""
+
+    time: datetime | None
+    where: str
+    text: str
+    reservations: tuple[str, ...]
+    launch: bool  # a launch call's own error (CloudTrail RunInstances / CreateFleet)
+
+    def said(self) -> str:
+        return f"{self.text} ({self.where})"
+
+
+def capacity_errors(j: Judged) -> list[CapacityError]:
+    """Every capacity-class error the run read, oldest first: log lines, cluster events, node status messages, and
+    CloudTrail calls between 6 h before the window and its end — a failed RunInstances / CreateFleet counts too
+    when its message names a reservation that is not active, whatever its wording."""
+    ev = j.evidence
+    start, end = ev.window.start - CLOUDTRAIL_LOOKBACK, ev.window.end + TIMELINE_MARGIN
+    inactive = {r.reservation_id for r in ev.capacity_reservations or [] if r.state in NOT_ACTIVE}
+    out: list[CapacityError] = []
+    for p in all_lines(j):
+        if CAPACITY_ERROR.search(p.line.message) and "Interruption Warning" not in p.line.message:
+            out.append(CapacityError(p.line.time, line_at(p), quote(p.line.message),
+                                     tuple(RESERVATION_ID.findall(p.line.message)), False))
+    for e in ev.cluster_events or []:
+        if CAPACITY_ERROR.search(e.description) and start <= e.time <= end:
+            out.append(CapacityError(e.time, f"cluster event at {iso(e.time)}, ListClusterEvents", quote(e.description),
+                                     tuple(RESERVATION_ID.findall(e.description)), False))
+    for n in ev.nodes:
+        if n.status_message and CAPACITY_ERROR.search(n.status_message):
+            out.append(CapacityError(None, f"status of `{n.instance_id}`, DescribeClusterNode", quote(n.status_message),
+                                     tuple(RESERVATION_ID.findall(n.status_message)), False))
+    for t in ev.cloudtrail or []:
+        said = f"{t.error_code or ''} {t.error_message or ''}".strip()
+        if not t.error_code or not start <= t.time <= end:
+            continue
+        named = tuple(RESERVATION_ID.findall(said))
+        if CAPACITY_ERROR.search(said) or (t.event_name in LAUNCH_CALLS and inactive & set(named)):
+            out.append(CapacityError(t.time, "CloudTrail", f"{t.event_name} at {iso(t.time)} failed: "
+                                     f"{t.error_code}: {quote(t.error_message or '')}", named,
+                                     t.event_name in LAUNCH_CALLS))
+    return sorted(out, key=lambda e: (e.time is None, e.time or ev.window.start))
+
+
+def inactive_reservations(j: Judged, errors: Sequence[CapacityError]) -> list[CapacityReservation]:
+    """The Capacity Blocks / Reservations no instance of the cluster can run on now (NOT_ACTIVE): those a capacity
+    error names, and those of the cluster's instance types — an expired one only when it ended from 6 h before the
+    window on (one that ended long before is history, not this incident)."""
+    ev = j.evidence
+    named = {r for e in errors for r in e.reservations}
+    types = {(t or "").removeprefix("ml.") for t in [*(n.instance_type for n in ev.nodes),
+                                                      *(g.instance_type for g in ev.cluster.instance_groups)] if t}
+    out = []
+    for r in ev.capacity_reservations or []:
+        if r.state not in NOT_ACTIVE or not (r.reservation_id in named or r.instance_type in types):
+            continue
+        if r.state == "expired" and r.reservation_id not in named and not (
+                r.end_date and ev.window.start - CLOUDTRAIL_LOOKBACK <= r.end_date <= ev.window.end + TIMELINE_MARGIN):
+            continue
+        out.append(r)
+    return sorted(out, key=lambda r: (r.reservation_id not in named, r.reservation_id))
+
+
+def reservation_said(r: CapacityReservation) -> str:
+    """One reservation as read, with what its state means for a launch; no '; ' inside (a headline quotes it)."""
+    kind = "Capacity Block" if r.reservation_type == "capacity-block" else "Capacity Reservation"
+    return (f"{kind} `{r.reservation_id}` ({r.instance_type}) State {r.state}, StartDate "
+            f"{iso(r.start_date) if r.start_date else 'not returned'}, EndDate "
+            f"{iso(r.end_date) if r.end_date else 'not returned'} (DescribeCapacityReservations): "
+            f"{NOT_ACTIVE.get(r.state, 'not active')}")
 
 
 def capacity_error_step(ctx: Context) -> FindingStep:
-    """RULES §8 B: an `InsufficientInstanceCapacity` in a log line read (clustermgtd, slurm_resume), a cluster event,
-    a node's status message or a CloudTrail call's error. Cleared only when CloudTrail was read whole: an EC2 launch
-    error lives there, and logs alone cannot clear it."""
+    """RULES §8 B: every capacity-class error read (capacity_errors) blocks. Cleared only when CloudTrail was read
+    whole: an EC2 launch error lives there, and logs alone cannot clear it."""
     name = "capacity errors"
     ev = ctx.ev
-    lines = [p for p in all_lines(ctx.j) if CAPACITY_ERROR in p.line.message]
-    if lines:
-        return step(name, "Blocked", f"{CAPACITY_ERROR} in {line_at(lines[0])}: {quote(lines[0].line.message)}"
-                     + (f" (+{len(lines) - 1} more line(s))" if len(lines) > 1 else ""))
-    events = [e for e in ev.cluster_events or [] if CAPACITY_ERROR in e.description]
-    if events:
-        return step(name, "Blocked", f"{CAPACITY_ERROR} in the cluster event at {iso(events[0].time)} "
-                     f"(ListClusterEvents): {quote(events[0].description)}")
-    nodes = [n for n in ev.nodes if n.status_message and CAPACITY_ERROR in n.status_message]
-    if nodes:
-        return step(name, "Blocked", f"{CAPACITY_ERROR} in the status of `{nodes[0].instance_id}` "
-                     f"(DescribeClusterNode): {quote(nodes[0].status_message or '')}")
-    trail = [e for e in ev.cloudtrail or [] if CAPACITY_ERROR in f"{e.error_code} {e.error_message}"]
-    if trail:
-        e = trail[0]
-        return step(name, "Blocked", f"{e.event_name} at {iso(e.time)} failed: {e.error_code}: "
-                     f"{quote(e.error_message or '')} (CloudTrail)" + (f" (+{len(trail) - 1} more call(s))"
-                                                                         if len(trail) > 1 else ""))
+    errors = capacity_errors(ctx.j)
+    if errors:
+        shown = "; ".join(e.said() for e in errors[:NAMED_ERRORS])
+        more = f" (+{len(errors) - NAMED_ERRORS} more)" if len(errors) > NAMED_ERRORS else ""
+        return step(name, "Blocked", f"{len(errors)} capacity-class error(s) read: {shown}{more}")
     if ev.cloudtrail is None or not ev.cloudtrail_complete:
-        return step(name, "Not checked", f"no {CAPACITY_ERROR} in the log lines read, but CloudTrail was not read "
-                     "for every event name (see visibility gaps) — `aws cloudtrail lookup-events --lookup-attributes "
+        return step(name, "Not checked", "no InsufficientInstanceCapacity or other capacity-class error (a "
+                     "reservation not active, no free address) in the log lines read, but CloudTrail was not read for every event name "
+                     "(see visibility gaps) — `aws cloudtrail lookup-events --lookup-attributes "
                      "AttributeKey=EventName,AttributeValue=RunInstances`")
-    return step(name, "Cleared", f"no {CAPACITY_ERROR} in CloudTrail ({len(ev.cloudtrail)} event(s) read by event "
-                 "name), the cluster events or the log lines read")
+    return step(name, "Cleared", f"no InsufficientInstanceCapacity or other capacity-class error (a reservation not "
+                 f"active, no free address) in CloudTrail ({len(ev.cloudtrail)} event(s) read by event name), the cluster events "
+                 "or the log lines read")
+
+
+NAMED_ERRORS = 5
 
 
 def subnet_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
 from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, status_line_node_ids, stream_node_ids
-from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
+from gpuaudit.domain.timing import KERNEL_LOOKBACK
 from gpuaudit.domain.window import padded
 from gpuaudit.model.evidence import Evidence, GpuLine, NodeInfo
 from gpuaudit.model.result import (
@@ -51,6 +50,7 @@ from gpuaudit.rules.nodes import (
     reboots_by_node,
 )
 from gpuaudit.rules.onset import failure_onset, unread_signals
+from gpuaudit.rules.storage_decision import maintenance_in_window
 from gpuaudit.rules.straggler import with_stragglers
 from gpuaudit.rules.xid_routing import NodeRouting
 
@@ -371,21 +371,6 @@ def gpu_timeline(j: Judged) -> list[TimelineEntry]:
 
 def build_timeline(j: Judged) -> list[TimelineEntry]:
     return timeline_rules.timeline(j)
-
-
-def maintenance_in_window(spec: str | None, start: datetime, end: datetime) -> datetime | None:
-    """The first start of the FSx weekly maintenance window (`d:HH:MM` UTC, 1 = Monday) between 30 minutes before
-    `start` and `end` (RULES §8 C: a stall starting inside it is the maintenance window)."""
-    m = re.fullmatch(r"([1-7]):([01]\d|2[0-3]):([0-5]\d)", spec or "")
-    if m is None:
-        return None
-    day = (start - TIMELINE_MARGIN).replace(hour=0, minute=0, second=0, microsecond=0)
-    while day <= end:
-        moment = day.replace(hour=int(m[2]), minute=int(m[3]))
-        if day.isoweekday() == int(m[1]) and start - TIMELINE_MARGIN <= moment <= end:
-            return moment
-        day += timedelta(days=1)
-    return None
 
 
 def storage_summary(evidence: Evidence, fs_id: str) -> str:

@@ -3,7 +3,7 @@
 The operator's stated onset (`--onset`) wins. Without one, it is the first failure signal read on the affected
 nodes inside the impact window: an NCCL timeout line, a sustained throughput or step-time drop in a job log read
 (`sustained_drop`), a node status change (a HyperPod cluster event naming a node failure, a Kubernetes node turning
-NotReady). The window's start is a search bound and is never the onset: with no stated onset and no signal read,
+NotReady); and where none of those was read, a drop of an in-scope file system's own client I/O (RULES §8 C). The window's start is a search bound and is never the onset: with no stated onset and no signal read,
 the onset is unknown and no cause can be shown to precede it. A job log whose figures could not be read gives no
 onset and is said beside whatever onset was found (an earlier drop there is not excluded), never "no drop". Pure:
 no AWS, no clock.
@@ -15,15 +15,16 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from statistics import median
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.markers import NCCL_TIMEOUT_MARKERS
 from gpuaudit.domain.throughput import FORM_BY_MEASURE
-from gpuaudit.domain.timing import TIMELINE_MARGIN
+from gpuaudit.domain.timing import FSX_BUCKET, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence, JobFigure
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.storage import client_io_drop, file_systems_in_scope
 
 if TYPE_CHECKING:
     from gpuaudit.rules.context import Judged
@@ -54,6 +55,7 @@ class Onset:
     time: datetime
     source: str  # where it came from, named as read (flag, log group / stream, API)
     stated: bool = False  # the operator's own word
+    resolution: timedelta = timedelta(0)  # how far before `time` the change may have begun (a bucketed reading)
 
 
 def failure_onset(j: Judged) -> Onset | None:
@@ -62,6 +64,8 @@ def failure_onset(j: Judged) -> Onset | None:
     if ev.window.onset is not None:
         return Onset(ev.window.onset, "stated by the operator (--onset)", stated=True)
     found = [o for o in (_nccl_timeout(j), _job_drop(j), _cluster_event(j), _kube_change(j)) if o is not None]
+    if not found:
+        found = [o for o in (_file_system_drop(j),) if o is not None]
     if not found:
         return None
     first = min(found, key=lambda o: o.time)
@@ -137,6 +141,21 @@ def _cluster_event(j: Judged) -> Onset | None:
         return None
     return Onset(first.time, f"node status change of {first.instance_id} (ListClusterEvents: "
                              f"\"{first.description[:160]}\")")
+
+
+def _file_system_drop(j: Judged) -> Onset | None:
+    """RULES §8 C: where no other failure signal was read (an audit scoped to the file system alone), a drop of the
+    file system's own client I/O (DataReadBytes + DataWriteBytes, or MetadataOperations) starting inside the window
+    is the stall's onset — read from 10-minute means, so known to within one bucket."""
+    ev = j.evidence
+    drops = [d for fs in file_systems_in_scope(ev)[0] if (d := client_io_drop(ev, fs)) is not None
+             and _in_window(j, d.time)]
+    first = min(drops, key=lambda d: d.time, default=None)
+    if first is None:
+        return None
+    return Onset(first.time, f"drop of {first.file_system_id}'s own client I/O: {first.metrics} fell from "
+                             f"{first.before:,.0f} to {first.after:,.0f} (10-minute means, AWS/FSx)",
+                 resolution=FSX_BUCKET)
 
 
 def _kube_change(j: Judged) -> Onset | None:
