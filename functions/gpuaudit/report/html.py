@@ -34,13 +34,12 @@ from gpuaudit.report.fleet import (
 from gpuaudit.report.heatmap import STATUS_BADGE, heatmap
 from gpuaudit.report.heatmap import html_text as _e
 from gpuaudit.report.markdown import GLOSSARY_LINE, action_lines, ready_line
-from gpuaudit.report.order import VERDICT_SEVERITY, worst_first
+from gpuaudit.report.order import GAP_RANK, VERDICT_SEVERITY, coverage_gap, worst_first
 from gpuaudit.report.redact import MASK, redact
 
-# The verdicts whose node tables start open at any size: what on-call must act on (a new node, a node nothing proves
-# healthy, a reboot). The others start open only while short.
-OPEN_ALWAYS = ("REPLACE", "NOT OBSERVABLE", "REBOOT")
-OPEN_ROWS_UP_TO = 40  # a MONITOR or LEAVE ALONE table starts open up to this many rows
+# The node tables that start open, at any size: what on-call must act on (a new node, a node nothing proves healthy,
+# a reboot) and the coverage gaps of nodes that need nothing else. The rest start collapsed (#49 item 2).
+OPEN_ALWAYS = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "coverage gap")
 
 CSS = """
 :root{--ink:#1b1b1b;--muted:#555;--line:#d0d0d0;--live:#56B4E9;--empty:#E69F00;--na:#ececec;--unobs:#bdbdbd;
@@ -194,16 +193,24 @@ def _node_row(n: NodeResult) -> tuple[str, ...]:
 
 
 def _node_verdicts(r: Result) -> str:
-    """The listed nodes worst first, one `<details>` per verdict (open while short: no script, the CSP stays)."""
+    """The listed nodes worst first, one `<details>` per verdict (OPEN_ALWAYS open: no script, the CSP stays), a
+    coverage gap on a node that needs nothing else in its own table just above LEAVE ALONE."""
     listed, healthy = split_healthy(r.nodes)
     headers = ("Node", "Group / queue", "Type", "Status", "Role", "Verdict", "Xid status", "Evidence")
     out = ["<h2>Node verdicts</h2>"]
-    for verdict in (*VERDICT_SEVERITY, None):
-        nodes = [n for n in listed if n.verdict == verdict]
+    gaps = [n for n in listed if n.verdict in ("LEAVE ALONE", None) and coverage_gap(n)]
+    gap_ids = {n.instance_id for n in gaps}
+    # A coverage gap on a node that needs nothing else is read before the healthy rows (#49 item 6): its own table
+    groups: list[tuple[str | None, str, list[NodeResult]]] = [
+        (verdict, _badge(verdict, VERDICT_BADGE) if verdict else "no verdict (no GPU signal)",
+         [n for n in listed if n.verdict == verdict and n.instance_id not in gap_ids]) for verdict in (*VERDICT_SEVERITY, None)]
+    groups.insert(GAP_RANK, ("coverage gap", '<span class="badge b-grey">? coverage gap</span> (LEAVE ALONE or no '
+                             "verdict; what was not seen is in its row)", gaps))
+    for verdict, title, nodes in groups:
         if not nodes:
             continue
-        title = (_badge(verdict, VERDICT_BADGE) if verdict else "no verdict (no GPU signal)") + f" ×{len(nodes):,}"
-        state = " open" if verdict in OPEN_ALWAYS or len(nodes) <= OPEN_ROWS_UP_TO else ""
+        title += f" ×{len(nodes):,}"
+        state = " open" if verdict in OPEN_ALWAYS else ""
         out.append(f'<details class="verdict"{state}><summary>{title}</summary>'
                    f"{_table(headers, [_node_row(n) for n in nodes], scroll=len(nodes) > 40)}</details>")
     return "".join(out) + _healthy_note(healthy)
