@@ -32,6 +32,7 @@ from gpuaudit.cli.flags import (
     SCOPE,
     WINDOW,
     _cache_path,
+    _coverage_statuses,
     _history_dir,
     _out_dir,
     _out_path,
@@ -54,7 +55,7 @@ from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.outputs import BadOutput, Keep, Output, plan, print_table, render, report_file
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.escape import visible
-from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY
+from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY, coverage_gap
 from gpuaudit.rules.context import BadOverride, parse_overrides
 from gpuaudit.rules.judge import JudgeConfig
 from gpuaudit.settings import Settings
@@ -79,16 +80,20 @@ Exit codes: 0 audited; 2 bad input; 3 account unreachable or credentials; 4 a --
 130 interrupted."""
 
 
-def _node_filter(verdicts: set[str], only_exceptions: bool) -> tuple[Keep | None, str | None]:
-    """The rows --verdict / --only-exceptions keep (both given: a node must pass both), and how to say so."""
-    if not verdicts and not only_exceptions:
+def _node_filter(verdicts: set[str], only_exceptions: bool,
+                 coverage: set[str] | frozenset[str] = frozenset()) -> tuple[Keep | None, str | None]:
+    """The rows --verdict / --only-exceptions / --coverage keep (several given: a node must pass each), and how to
+    say so."""
+    if not verdicts and not only_exceptions and not coverage:
         return None, None
 
     def keep(node: NodeResult) -> bool:
         exception = node.verdict in EXCEPTIONS or (node.verdict is None and node.xid_status != "Measured")
-        return (not verdicts or node.verdict in verdicts) and (not only_exceptions or exception)
+        covered = not coverage or node.xid_status in coverage or ("gap" in coverage and coverage_gap(node))
+        return (not verdicts or node.verdict in verdicts) and (not only_exceptions or exception) and covered
 
     said = [f"--verdict {','.join(v for v in VERDICT_SEVERITY if v in verdicts)}"] if verdicts else []
+    said += [f"--coverage {','.join(sorted(coverage))}"] if coverage else []
     return keep, " ".join([*said, *(["--only-exceptions"] if only_exceptions else [])])
 
 
@@ -170,6 +175,9 @@ def audit(
         rich_help_panel=GATES)] = None,
     only_exceptions: Annotated[bool, typer.Option(
         "--only-exceptions", help="Show only nodes that need something: not LEAVE ALONE", rich_help_panel=GATES)] = False,
+    coverage: Annotated[str | None, typer.Option(
+        help="Show only nodes whose GPU error evidence is MEASURED, NOT_OBSERVABLE, NO_HMA_DETECTIONS, or GAP (any "
+             "empty hour) (table and finding records)", rich_help_panel=GATES)] = None,
     fail_on: Annotated[str | None, typer.Option(
         "--fail-on", help="Exit 4 when any node has one of these verdicts, e.g. REPLACE,NOT_OBSERVABLE",
         rich_help_panel=GATES)] = None,
@@ -221,7 +229,8 @@ def audit(
                             "the result's cluster is a labelled fleet, or the EKS cluster)")
         if fail_if_not_ready and mode != "preflight":
             raise UserError("--fail-if-not-ready applies to --mode preflight (readiness is judged there)")
-        keep, filtered = _node_filter(_verdicts(verdict, "--verdict"), only_exceptions)
+        keep, filtered = _node_filter(_verdicts(verdict, "--verdict"), only_exceptions,
+                                      _coverage_statuses(coverage, "--coverage"))
         fail_verdicts = _verdicts(fail_on, "--fail-on")
         _positive(run_hours, "--run-hours")
         _positive(checkpoint_minutes, "--checkpoint-minutes")

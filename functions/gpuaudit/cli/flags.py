@@ -132,6 +132,27 @@ def _verdicts(value: str | None, flag: str) -> set[str]:
     return chosen
 
 
+COVERAGE_STATUSES = {"MEASURED": "Measured", "NOT OBSERVABLE": "Not observable", "NO HMA DETECTIONS": "No HMA detections",
+                     "GAP": "gap"}  # `gap`: any coverage gap (report/order.py coverage_gap), whatever the status
+
+
+def _coverage_statuses(value: str | None, flag: str) -> set[str]:
+    """A comma-separated list of GPU-evidence statuses, as typed: MEASURED, NOT_OBSERVABLE, NO_HMA_DETECTIONS (any case,
+    `_`, `-` or a space between words) or GAP (a node with any empty hour, or not observable)."""
+    if value is None:
+        return set()
+    chosen: set[str] = set()
+    for word in (w.strip() for w in value.split(",") if w.strip()):
+        status = COVERAGE_STATUSES.get(re.sub(r"[_\-\s]+", " ", word).upper())
+        if status is None:
+            named = ", ".join(k.replace(" ", "_") for k in COVERAGE_STATUSES)
+            raise UserError(f"{flag}: {word!r} is not a coverage status; use {named}")
+        chosen.add(status)
+    if not chosen:
+        raise UserError(f"{flag}: name at least one coverage status")
+    return chosen
+
+
 FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances", "file_system_ids": "--filesystem"}  # request fields whose flag is named otherwise
 
 

@@ -34,10 +34,12 @@ from gpuaudit.report.fleet import (
 from gpuaudit.report.heatmap import STATUS_BADGE, heatmap
 from gpuaudit.report.heatmap import html_text as _e
 from gpuaudit.report.markdown import GLOSSARY_LINE, action_lines, ready_line
-from gpuaudit.report.order import VERDICT_SEVERITY, worst_first
+from gpuaudit.report.order import GAP_RANK, VERDICT_SEVERITY, coverage_gap, worst_first
 from gpuaudit.report.redact import MASK, redact
 
-OPEN_ROWS_UP_TO = 40  # a verdict's node table starts open up to this many rows
+# The node tables that start open, at any size: what on-call must act on (a new node, a node nothing proves healthy,
+# a reboot) and the coverage gaps of nodes that need nothing else. The rest start collapsed (#49 item 2).
+OPEN_ALWAYS = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "coverage gap")
 
 CSS = """
 :root{--ink:#1b1b1b;--muted:#555;--line:#d0d0d0;--live:#56B4E9;--empty:#E69F00;--na:#ececec;--unobs:#bdbdbd;
@@ -81,6 +83,14 @@ svg .strip-count{font-size:10px}
 .mk-sympathetic{fill:var(--purple)}.mk-other{fill:#111}
 ol li,ul li{margin:3px 0}
 @media print{.scroll{max-height:none;overflow:visible}details{display:block}}
+@media (max-width:640px){body{padding:8px 10px 32px}h1{font-size:19px}
+.badge{white-space:normal}summary,.meta,p,li{overflow-wrap:anywhere}code{word-break:break-all}
+table,tbody,tr,td{display:block;width:auto}thead{display:none}
+tr{border:1px solid var(--line);border-radius:4px;margin:0 0 8px}
+td{border:0;border-top:1px solid #eee;white-space:normal}td:first-child{border-top:0;white-space:normal}
+td[data-label]::before{content:attr(data-label);display:block;font-size:12px;font-weight:600;color:var(--muted)}
+.cov td:nth-child(2),.cov td:nth-child(3){min-width:0}
+.scroll{max-height:none;overflow:visible;border:0}.hscroll{max-width:100%}.vscroll{width:auto}}
 """
 
 DEFS = """<svg width="0" height="0" style="position:absolute" aria-hidden="true" focusable="false"><defs>
@@ -119,7 +129,10 @@ def _badge(text: str, table: dict[str, tuple[str, str]]) -> str:
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], scroll: bool = False, css: str = "") -> str:
     """A table, or nothing when it has no row (RULES §11: no empty table)."""
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    # data-label: on a narrow screen each row is a card and each cell shows its column's name (CSS only)
+    labels = [f' data-label="{_e(h)}"' for h in headers]
+    body = "".join("<tr>" + "".join(f"<td{label}>{c}</td>" for label, c in zip(labels, row, strict=False)) + "</tr>"
+                   for row in rows)
     if not body:
         return ""
     table = f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>' if css else (
@@ -180,16 +193,24 @@ def _node_row(n: NodeResult) -> tuple[str, ...]:
 
 
 def _node_verdicts(r: Result) -> str:
-    """The listed nodes worst first, one `<details>` per verdict (open while short: no script, the CSP stays)."""
+    """The listed nodes worst first, one `<details>` per verdict (OPEN_ALWAYS open: no script, the CSP stays), a
+    coverage gap on a node that needs nothing else in its own table just above LEAVE ALONE."""
     listed, healthy = split_healthy(r.nodes)
     headers = ("Node", "Group / queue", "Type", "Status", "Role", "Verdict", "Xid status", "Evidence")
     out = ["<h2>Node verdicts</h2>"]
-    for verdict in (*VERDICT_SEVERITY, None):
-        nodes = [n for n in listed if n.verdict == verdict]
+    gaps = [n for n in listed if n.verdict in ("LEAVE ALONE", None) and coverage_gap(n)]
+    gap_ids = {n.instance_id for n in gaps}
+    # A coverage gap on a node that needs nothing else is read before the healthy rows (#49 item 6): its own table
+    groups: list[tuple[str | None, str, list[NodeResult]]] = [
+        (verdict, _badge(verdict, VERDICT_BADGE) if verdict else "no verdict (no GPU signal)",
+         [n for n in listed if n.verdict == verdict and n.instance_id not in gap_ids]) for verdict in (*VERDICT_SEVERITY, None)]
+    groups.insert(GAP_RANK, ("coverage gap", '<span class="badge b-grey">? coverage gap</span> (LEAVE ALONE or no '
+                             "verdict; what was not seen is in its row)", gaps))
+    for verdict, title, nodes in groups:
         if not nodes:
             continue
-        title = (_badge(verdict, VERDICT_BADGE) if verdict else "no verdict (no GPU signal)") + f" ×{len(nodes):,}"
-        state = " open" if len(nodes) <= OPEN_ROWS_UP_TO else ""
+        title += f" ×{len(nodes):,}"
+        state = " open" if verdict in OPEN_ALWAYS else ""
         out.append(f'<details class="verdict"{state}><summary>{title}</summary>'
                    f"{_table(headers, [_node_row(n) for n in nodes], scroll=len(nodes) > 40)}</details>")
     return "".join(out) + _healthy_note(healthy)
@@ -339,17 +360,19 @@ def _findings(r: Result) -> str:
     return "".join(out)
 
 
+def _actions(r: Result) -> str:
+    actions = "".join(f"<li>{_prose(a)}</li>" for a in action_lines(r))
+    return "<h2>Recommended operator actions (not executed)</h2>" + (f"<ol>{actions}</ol>" if actions else "<p>none</p>")
+
+
 def _lists(r: Result) -> str:
     state = "".join(f"<li>{_prose(s)}</li>" for s in r.cluster_state) or "<li>not read</li>"
     services = "".join(f"<li><code>{_e(n.instance_id)}</code>: {_prose(n.service_action)}</li>"
                        for n in r.nodes if n.service_action)
-    actions = "".join(f"<li>{_prose(a)}</li>" for a in action_lines(r))
     gaps = "".join(f"<li>{_prose(g)}</li>" for g in r.visibility_gaps) or "<li>none</li>"
     calls = ", ".join(f"{_e(c.service)} {_e(c.operation)} ×{c.count}" for c in r.calls) or "none"
     return (f"<h2>Cluster state</h2><ul>{state}</ul>"
             + (f"<h3>What the service itself did</h3><ul>{services}</ul>" if services else "")
-            + "<h2>Recommended operator actions (not executed)</h2>"
-            + (f"<ol>{actions}</ol>" if actions else "<p>none</p>")
             + f"<h2>Visibility gaps</h2><ul>{gaps}</ul>"
             + f"<h2>Calls made</h2><p>{calls}</p><p><b>{_e(r.self_check)}</b></p><p>{_e(GLOSSARY_LINE)}</p>")
 
@@ -358,9 +381,11 @@ def render_html(result: Result) -> str:
     r = result
     # The picture first: headline, then the heatmap, then the tables it summarises.
     # RULES §11: in incident mode the root cause and the branch table come right after the verdict.
-    body = (_header(r) + _verdict(r) + _branches(r)
+    # On-call acts first: the recommended actions right under the verdict (issue #49 item 2); a pre-flight's checks
+    # right after its readiness (in the verdict); in incident mode the branches then (RULES §11).
+    body = (_header(r) + _verdict(r) + _checks(r) + _actions(r) + _branches(r)
             + "<h2>GPU error log coverage, hour by hour</h2>" + heatmap(r) + _node_verdicts(r)
-            + _checks(r) + _timeline(r) + _capability(r) + _coverage_table(r) + _errors(r)
+            + _timeline(r) + _capability(r) + _coverage_table(r) + _errors(r)
             + _findings(r) + _lists(r))
     page = ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"

@@ -2,7 +2,8 @@
 
 REPLACE needs a new node; NOT OBSERVABLE means nothing proves the node healthy (it ranks above REBOOT because a
 node that cannot be seen may hide anything); REBOOT, MONITOR, then LEAVE ALONE. A node with no verdict (no GPU
-signal: a head node, a controller) comes last.
+signal: a head node, a controller) comes last. A LEAVE ALONE node or one with no verdict whose evidence has a coverage
+gap (an empty hour, or not observable) comes right after MONITOR: on-call reads it before the healthy rows (#49 item 6).
 """
 
 from __future__ import annotations
@@ -24,9 +25,27 @@ def verdict_rank(verdict: str | None) -> int:
     return VERDICT_SEVERITY.index(verdict) if verdict in VERDICT_SEVERITY else len(VERDICT_SEVERITY)  # type: ignore[arg-type]
 
 
+def coverage_gap(node: NodeResult) -> bool:
+    """Whether a GPU node's error evidence was not proven arriving: Not observable, or an empty hour on a source. A
+    head node or controller (no GPU) has no GPU evidence to miss: its row keeps its place."""
+    return node.role in ("compute", "unknown") and (
+        node.xid_status == "Not observable" or any(c.empty_hours for c in node.coverage))
+
+
+GAP_RANK = VERDICT_SEVERITY.index("LEAVE ALONE")  # gap rows without a worse verdict stand just above LEAVE ALONE
+
+
+def node_rank(node: NodeResult) -> float:
+    """Where a node stands in every human output: its verdict's rank, a coverage gap on a LEAVE ALONE node or on one
+    with no verdict moved just above the LEAVE ALONE rows."""
+    rank = verdict_rank(node.verdict)
+    return GAP_RANK - 0.5 if rank >= GAP_RANK and coverage_gap(node) else rank
+
+
 def worst_first(nodes: Iterable[N]) -> list[N]:
-    """Nodes by verdict severity, then instance ID (stable, so two runs print the same order)."""
-    return sorted(nodes, key=lambda n: (verdict_rank(n.verdict), n.instance_id))
+    """Nodes by `node_rank` (verdict severity, coverage gaps above LEAVE ALONE), then instance ID (stable, so two
+    runs print the same order)."""
+    return sorted(nodes, key=lambda n: (node_rank(n), n.instance_id))
 
 
 def verdict_counts(nodes: Sequence[NodeResult]) -> list[tuple[Verdict, int]]:
