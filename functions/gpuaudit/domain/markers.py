@@ -26,7 +26,8 @@ BOOT_LINE = "kernel: Linux version"
 FALLEN_OFF_BUS_MARKER = "fallen off the bus"
 # nvidia-smi / driver memory health lines of RULES §6 (row remapping, SRAM, page retirement).
 MEMORY_MARKERS = ("infoROM is corrupted", "Remapping Failure Occurred", "SRAM Threshold Exceeded",
-                  "Unrepairable Memory", "Pending Page Blacklist", "Repair Pending")
+                  "Unrepairable Memory", "Pending Page Blacklist", "Repair Pending", "Remapped Rows",
+                  "Bank Remap Availability")
 GPU_LINE_MARKERS = (XID_MARKER, HMA_MARKER, NCCL_MARKER, *NCCL_TIMEOUT_MARKERS, *FABRIC_MANAGER_MARKERS, *LIFECYCLE_MARKERS,
                     *MEMORY_MARKERS, FALLEN_OFF_BUS_MARKER)
 # HyperPod lifecycle-script and deep-health-check streams: their error lines are read whatever they say.
