@@ -14,10 +14,12 @@ NCCL_TIMEOUT_MARKERS = ("collective operation timeout", "NCCL timeout")
 # Boot-time lines (RULES §2, §10 P11): Fabric Manager started, and the driver banner with its version. Logged once at
 # boot, often before the window, so they are searched since the node's launch (collectors/kernel_lookback.py, bounded).
 FABRIC_MANAGER_STARTED = ('Started "Nvidia Fabric Manager"', "Started NVIDIA fabric manager",
-                          "is usable for NVLink subnet management")
+                          "is usable for NVLink subnet management",
+                          "Started nvidia-fabricmanager")  # newer systemd: the unit's name before its description
 DRIVER_BANNER = "NVRM: loading NVIDIA UNIX"
 BOOT_LINE_MARKERS = (*FABRIC_MANAGER_STARTED, DRIVER_BANNER)
-FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager")
+# systemd names the unit by its description too (`Failed to start NVIDIA fabric manager service.`): lower case.
+FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager", "fabric manager")
 # ParallelCluster / HyperPod lifecycle strings of RULES §8 that decide between hardware, capacity and bootstrap.
 LIFECYCLE_MARKERS = ("InsufficientInstanceCapacity", "bootstrap failure", "Node bootstrap error", "protected mode",
                      "FaultyInstance", "Interruption Warning", "kernel: Linux version")

@@ -40,6 +40,7 @@ from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.context import JudgeConfig, Judged
 from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
+from gpuaudit.rules.fabric_manager import fabric_manager_of, with_fabric_manager
 from gpuaudit.rules.history import Memory, actions_after, audit_id
 from gpuaudit.rules.nodes import (
     DIRECT_CHECK,
@@ -138,6 +139,9 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                                       Memory.of(evidence, node.instance_id, this_audit), agents)
         result = result.model_copy(update={"service_action": service_action(node, evidence, lines),
                                            "signals": boot_signals(result, boot_by_node.get(node.instance_id, []))})
+        result, routing = with_fabric_manager(result, routing, fabric_manager_of(
+            [p.line for p in lines], boot_by_node.get(node.instance_id, []), fm_expected(evidence, node),
+            evidence.window.start - TIMELINE_MARGIN, min(evidence.window.end, evidence.now), result.coverage))
         if routing is not None:
             routings[node.instance_id] = routing
         nodes.append(result)
@@ -218,6 +222,11 @@ def bootstrap_verdict(result: NodeResult, node: NodeInfo, boot: BootstrapFailure
     if result.verdict is None and result.xid_status == "Measured" and node.status.lower() == "running":
         return result.model_copy(update={"verdict": "LEAVE ALONE", "verdict_evidence": said})
     return result.model_copy(update={"verdict_evidence": "; ".join(x for x in (result.verdict_evidence, said) if x)})
+
+
+def fm_expected(evidence: Evidence, node: NodeInfo) -> bool:
+    profile = evidence.profiles.get(node.instance_type or "")
+    return profile is not None and profile.fabric_manager_expected
 
 
 def boot_signals(node: NodeResult, boot: list[GpuLine]) -> NodeSignals:
