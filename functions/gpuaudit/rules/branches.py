@@ -33,6 +33,7 @@ from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
 from gpuaudit.rules.fabric_manager import FabricManagerReading, fabric_manager_of
+from gpuaudit.rules.node_state import deep_health_checks
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import SUSTAINED_MINUTES, read_storage
 from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, relevant_trail
@@ -103,6 +104,12 @@ def branch_a(j: Judged) -> Branch:
         return _branch("A", "UNVERIFIED", f"Node status Failure or impaired status check on {ids}, with no "
                        "hardware-class Xid read", "Hypothesis (to validate)",
                        "DescribeClusterNode / DescribeInstanceStatus detail and the node's kernel log (`dmesg -T`)")
+    if overdue := [r for r in deep_health_checks(j.evidence) if r.flagged]:
+        # A deep health check hanging well past 2 h is a node the service has not cleared: never Ruled out.
+        return _branch("A", "UNVERIFIED", "Deep health check running long, with no hardware-class Xid read: "
+                       + "; ".join(r.text() for r in overdue), "Hypothesis (to validate)",
+                       "the node's `DeepHealthCheckResults/<instance-id>` stream and `aws sagemaker "
+                       "describe-cluster-node`: which check runs, and whether it failed")
     blind = [n.instance_id for n in nodes if n.xid_status == "Not observable"]
     if blind:
         return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)

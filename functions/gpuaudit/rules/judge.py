@@ -42,6 +42,7 @@ from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.fabric_manager import fabric_manager_of, with_fabric_manager
 from gpuaudit.rules.history import Memory, actions_after, audit_id
+from gpuaudit.rules.node_state import deep_health_checks
 from gpuaudit.rules.nodes import (
     DIRECT_CHECK,
     AgentStreams,
@@ -439,6 +440,7 @@ def cluster_state(evidence: Evidence) -> list[str]:
     listed = ", ".join(not_running) if not_running else "none"
     lines.append(f"nodes not Running: {listed}" + ("" if complete else " among the nodes listed (the node list is "
                                                                       "incomplete: see visibility gaps)"))
+    lines += [f"deep health check: {run.text()}" for run in deep_health_checks(evidence)]  # RULES §8 A thresholds
     if c.kind.startswith("hyperpod"):
         recovery = c.node_recovery or "not returned"
         meaning = ("HyperPod reboots or replaces a node it finds faulty" if recovery == "Automatic" else
