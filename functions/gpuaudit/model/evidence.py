@@ -24,6 +24,7 @@ from gpuaudit.model.planned_reads import (
     FileSystemInfo,
     FsxReading,
     GpuActivity,
+    GpuCount,
     HealthEvent,
     InstanceNetwork,
     InstanceStatusInfo,
@@ -381,6 +382,8 @@ class Evidence(BaseModel):
     cluster_file_system_ids: list[str] | None = None  # FSx file systems attached to the cluster, when resolved
     named_file_systems: list[str] = Field(default_factory=list)  # `--filesystem`: audited in every mode
     gpu_activity: list[GpuActivity] | None = None
+    # The GPUs each accelerated EC2 node reports in CloudWatch; None: not read (HyperPod: no system metrics there).
+    gpu_counts: list[GpuCount] | None = None
     # EKS-orchestrated clusters: the Kubernetes nodes (labels, taints, conditions); None: not read (a gap says why).
     kube_nodes: list[KubeNode] | None = None
     kube_events: list[KubeEvent] | None = None  # node Events in the window ± margin; None: not read

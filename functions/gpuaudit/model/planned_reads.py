@@ -16,6 +16,7 @@ ReadSource = Literal[
     "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
     "instance-network", "training-plans", "extension-offerings", "security-groups", "subnets", "route-tables",
     "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes", "kubernetes-events",
+    "gpu-count",
 ]
 
 
@@ -281,6 +282,18 @@ class ServiceQuotaInfo(Frozen):
     value: float | None = None
     error: str | None = None
     absent: bool = False  # read, and the account has no such quota: a finding (UNVERIFIED), not a missing read
+
+
+class GpuCount(Frozen):
+    """The GPUs one EC2 node reports in CloudWatch (RULES §6, §7: fewer GPUs than the type → REPLACE): the distinct
+    `GpuId` of `AWS/EC2` or `index` of `CWAgent` with a datapoint in the latest whole hour the node reported at all.
+    `hour` None: no series of the node had a datapoint in the span (Not observable, never 0 GPUs)."""
+
+    instance_id: str
+    source: str  # the namespace, metric and dimension counted
+    gpu_ids: list[str] = Field(default_factory=list)  # reporting in `hour`
+    listed_ids: list[str] = Field(default_factory=list)  # every series ListMetrics returned for the node
+    hour: datetime | None = None
 
 
 class GpuActivity(Frozen):

@@ -20,7 +20,7 @@ from gpuaudit.domain.markers import BOOT_LINE, DRIVER_BANNER, FABRIC_MANAGER_STA
 from gpuaudit.model.evidence import GpuLine
 from gpuaudit.model.result import CoverageRow, GpuError, NodeResult, Verdict
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.nodes import STRENGTH
+from gpuaudit.rules.signal_verdict import with_signal
 from gpuaudit.rules.xid_routing import NodeRouting
 
 FmState = Literal["started", "failed", "restarting", "absent", "not confirmed"]
@@ -188,8 +188,8 @@ def fabric_manager_of(lines: Sequence[GpuLine], boot_lines: Sequence[GpuLine], e
 
 def with_fabric_manager(result: NodeResult, routing: NodeRouting | None,
                         reading: FabricManagerReading | None) -> tuple[NodeResult, NodeRouting | None]:
-    """The node's result with what Fabric Manager asks: its verdict where it is stronger than the node's (the
-    evidence it had is kept beside it), said beside a verdict as strong, and its line in the GPU errors table."""
+    """The node's result with what Fabric Manager asks (rules/signal_verdict.py), and its signal Observable where
+    what it did was read."""
     if reading is None:
         return result, routing
     signals = result.signals
@@ -197,15 +197,7 @@ def with_fabric_manager(result: NodeResult, routing: NodeRouting | None,
         signals = signals.model_copy(update={"fabric_manager": "Observable"})  # what it did was read
     asked = reading.verdict()
     row = fabric_manager_row(reading)
+    result = result.model_copy(update={"signals": signals})
     if asked is None or row is None:
-        return result.model_copy(update={"signals": signals}), routing
-    verdict, said = asked
-    errors = sorted([*result.gpu_errors, row], key=lambda e: e.time)
-    if STRENGTH[verdict] > STRENGTH[result.verdict]:
-        text = said + (f"; also: {result.verdict_evidence}" if result.verdict_evidence else "")
-        routing = (routing.model_copy(update={"verdict": verdict, "verdict_evidence": text}) if routing is not None
-                   else NodeRouting(verdict=verdict, verdict_evidence=text))
-        return result.model_copy(update={"verdict": verdict, "verdict_evidence": text, "gpu_errors": errors,
-                                         "signals": signals}), routing
-    text = f"{result.verdict_evidence}; {said}" if result.verdict_evidence else said
-    return result.model_copy(update={"verdict_evidence": text, "gpu_errors": errors, "signals": signals}), routing
+        return result, routing
+    return with_signal(result, routing, asked[0], asked[1], row, hardware=False)

@@ -41,6 +41,7 @@ from gpuaudit.rules.context import JudgeConfig, Judged
 from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
 from gpuaudit.rules.fabric_manager import fabric_manager_of, with_fabric_manager
+from gpuaudit.rules.gpu_count import gpu_count_gaps, with_gpu_count
 from gpuaudit.rules.history import Memory, actions_after, audit_id
 from gpuaudit.rules.node_state import deep_health_checks
 from gpuaudit.rules.nodes import (
@@ -143,6 +144,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         result, routing = with_fabric_manager(result, routing, fabric_manager_of(
             [p.line for p in lines], boot_by_node.get(node.instance_id, []), fm_expected(evidence, node),
             evidence.window.start - TIMELINE_MARGIN, min(evidence.window.end, evidence.now), result.coverage))
+        result, routing = with_gpu_count(result, routing, node, evidence)
         if routing is not None:
             routings[node.instance_id] = routing
         nodes.append(result)
@@ -155,7 +157,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
 
     node_gaps, gap_nodes = coverage_gaps(judged)
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + node_gaps \
-        + finding_rules.observability_gaps(judged, gap_nodes)
+        + finding_rules.observability_gaps(judged, gap_nodes) + gpu_count_gaps(evidence, nodes)
     groups = action_rules.grouped(evidence, [
         action_rules.NodeAction(n.verdict, n.instance_id, text.replace(n.instance_id, action_rules.NODE),
                                 _detail(judged.routings.get(n.instance_id)))
