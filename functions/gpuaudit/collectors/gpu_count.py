@@ -1,17 +1,15 @@
-"""How many GPUs each accelerated EC2 node reports in CloudWatch (RULES §6: distinct `GpuId` of `AWS/EC2` metrics, or
+"""How many GPUs each accelerated EC2 node has in CloudWatch (RULES §6: distinct `GpuId` of `AWS/EC2` metrics, or
 `index` of `CWAgent`, against the type's GPU count; missing metrics are Not observable, never a low count).
 
 Two listings for the whole account (one per namespace, paginated), not one per node: a fleet of 10,000 P5 nodes is
-160 pages of 500 series. Then hourly sample counts over the window (500 series per GetMetricData): a GPU counts in
-an hour when its series has a datapoint there. The count is read in the latest whole hour the node reported at all
-(the current, partial hour only when no whole one has data): a GPU whose point for the running hour is still on its
-way is never missing.
+160 pages of 500 series. Then hourly sample counts over the window (500 series per GetMetricData): which of the
+listed GPUs reported in the window at all — a listed GPU silent there is Not observable, never counted missing.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
@@ -22,7 +20,6 @@ from gpuaudit.model.planned_reads import GpuCount, PlannedRead
 from gpuaudit.model.timeutil import floor_hour
 
 QUERIES_PER_CALL = 500  # GetMetricData's limit
-HOUR = timedelta(hours=1)
 SOURCES = ((f"AWS/EC2 {GPU_POWER} (GpuId)", "AWS/EC2", GPU_POWER, "GpuId"),
            (f"CWAgent {CWAGENT_GPU} (index)", "CWAgent", CWAGENT_GPU, "index"))
 
@@ -97,11 +94,6 @@ def _pages(aws: Aws, queries: list[dict[str, Any]], start: datetime, end: dateti
 
 
 def _count(iid: str, label: str, listed: list[tuple[str, set[datetime]]], end: datetime) -> GpuCount:
-    per_hour: dict[datetime, set[str]] = defaultdict(set)
-    for gpu, hours in listed:
-        for h in hours:
-            per_hour[h].add(gpu)
-    whole = [h for h in per_hour if h + HOUR <= end]
-    chosen = max(whole) if whole else (max(per_hour) if per_hour else None)
-    return GpuCount(instance_id=iid, source=label, gpu_ids=sorted(per_hour[chosen]) if chosen else [],
-                    listed_ids=sorted({gpu for gpu, _ in listed}), hour=chosen)
+    hours = [h for _, seen in listed for h in seen if h < end]
+    return GpuCount(instance_id=iid, source=label, gpu_ids=sorted({gpu for gpu, seen in listed if seen}),
+                    listed_ids=sorted({gpu for gpu, _ in listed}), hour=max(hours) if hours else None)

@@ -285,15 +285,15 @@ class ServiceQuotaInfo(Frozen):
 
 
 class GpuCount(Frozen):
-    """The GPUs one EC2 node reports in CloudWatch (RULES §6, §7: fewer GPUs than the type → REPLACE): the distinct
-    `GpuId` of `AWS/EC2` or `index` of `CWAgent` with a datapoint in the latest whole hour the node reported at all.
-    `hour` None: no series of the node had a datapoint in the span (Not observable, never 0 GPUs)."""
+    """The GPUs one EC2 node has in CloudWatch (RULES §6, §7: fewer GPUs than the type → REPLACE): the distinct
+    `GpuId` of `AWS/EC2` or `index` of `CWAgent` ListMetrics returns for it, and which of them reported in the window.
+    `hour` None: no series of the node had a datapoint in the window (Not observable, never 0 GPUs)."""
 
     instance_id: str
     source: str  # the namespace, metric and dimension counted
-    gpu_ids: list[str] = Field(default_factory=list)  # reporting in `hour`
+    gpu_ids: list[str] = Field(default_factory=list)  # with a datapoint in the window
     listed_ids: list[str] = Field(default_factory=list)  # every series ListMetrics returned for the node
-    hour: datetime | None = None
+    hour: datetime | None = None  # the latest UTC hour any of them reported
 
 
 class GpuActivity(Frozen):

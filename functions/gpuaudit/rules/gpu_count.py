@@ -1,6 +1,7 @@
-"""Fewer GPUs than the type has (RULES §6, §7 REPLACE): the GPUs a node reports in CloudWatch — distinct `GpuId` of
-`AWS/EC2` metrics or `index` of `CWAgent` — against its type's GPU count (DescribeInstanceTypes). A node with no GPU
-metric is Not observable, never "0 GPUs": only a count read from a series that reported is compared. Pure."""
+"""Fewer GPUs than the type has (RULES §6, §7 REPLACE): the distinct `GpuId` of a node's `AWS/EC2` GPU metrics, or
+`index` of `CWAgent`, against its type's GPU count (DescribeInstanceTypes). Missing metrics are Not observable, never
+a low count: a node none of whose GPU series reported in the window says nothing of its GPUs, and a listed GPU
+silent in the window is Not observable, not missing (docs/decisions.md). Pure."""
 
 from __future__ import annotations
 
@@ -17,27 +18,25 @@ PUBLISH = ("publish per-GPU metrics (CloudWatch agent `nvidia_gpu` → `nvidia_s
            "on the node `nvidia-smi -L` against the type's GPU count")
 
 
-def best_count(counts: Sequence[GpuCount]) -> GpuCount | None:
-    """The source that saw the most GPUs: a GPU one source misses and another sees is there (fail closed: REPLACE
-    only when every source that reported reads short)."""
-    reported = [c for c in counts if c.hour is not None]
-    return max(reported, key=lambda c: len(c.gpu_ids)) if reported else None
+def reporting(counts: Sequence[GpuCount]) -> list[GpuCount]:
+    """The sources with at least one datapoint of the node in the window: only those say anything of its GPUs."""
+    return [c for c in counts if c.hour is not None]
 
 
 def short_of_type(counts: Sequence[GpuCount], profile: CapabilityProfile | None) -> tuple[str, GpuError] | None:
-    """(the REPLACE evidence, the row it rests on) when the node reports fewer GPUs than its type has."""
-    if profile is None or not profile.gpu_count:
+    """(the REPLACE evidence, the row it rests on) when every source that reported lists fewer GPUs than the type has
+    (a GPU one source misses and another lists is there: fail closed)."""
+    read = reporting(counts)
+    if profile is None or not profile.gpu_count or not read:
         return None
-    best = best_count(counts)
-    if best is None or best.hour is None or len(best.gpu_ids) >= profile.gpu_count:
+    best = max(read, key=lambda c: len(c.listed_ids))
+    if best.hour is None or len(best.listed_ids) >= profile.gpu_count:
         return None
-    missing = sorted(set(best.listed_ids) - set(best.gpu_ids))
-    gone = f"; listed but silent that hour: {', '.join(missing)}" if missing else ""
-    said = (f"{len(best.gpu_ids)} of the {profile.gpu_count} GPUs of {profile.instance_type} report in CloudWatch "
-            f"({best.source}: {', '.join(best.gpu_ids)} in the hour from {iso(best.hour)}{gone}) → REPLACE (fewer GPUs "
-            "than the type has, RULES §6, §7)")
+    said = (f"{len(best.listed_ids)} of the {profile.gpu_count} GPUs of {profile.instance_type} in CloudWatch "
+            f"({best.source}: {', '.join(best.listed_ids)}; reporting until the hour from {iso(best.hour)}) → REPLACE "
+            "(fewer GPUs than the type has, RULES §6, §7)")
     row = GpuError(time=best.hour, code=None, class_="hardware", log_group=f"CloudWatch {best.source}",
-                   log_stream=best.instance_id, message=f"{len(best.gpu_ids)} of {profile.gpu_count} GPUs reporting",
+                   log_stream=best.instance_id, message=f"{len(best.listed_ids)} of {profile.gpu_count} GPUs listed",
                    meaning="fewer GPUs than the instance type has (RULES §6)")
     return said, row
 
@@ -54,16 +53,28 @@ def with_gpu_count(result: NodeResult, routing: NodeRouting | None, node: NodeIn
 
 
 def gpu_count_gaps(evidence: Evidence, nodes: Sequence[NodeResult]) -> list[str]:
-    """Accelerated EC2 nodes the read found no reporting GPU series for: their GPU count is Not observable."""
+    """Where the GPU count is Not observable: accelerated EC2 nodes with no GPU series reporting in the window, and
+    listed GPUs silent there."""
     if evidence.gpu_counts is None:
         return []
-    seen = {c.instance_id for c in evidence.gpu_counts if c.hour is not None}
     read = [n for n in nodes if n.discovered_by in ("api", "user") and n.status.lower() == "running"
             and (n.gpu_count or 0) > 0]
-    blind = [n.instance_id for n in read if n.instance_id not in seen]
-    if not blind:
-        return []
-    return [f"GPU count per node Not observable on {', '.join(blind[:20])}"
-            + (f" (+{len(blind) - 20} more)" if len(blind) > 20 else "")
-            + " — no AWS/EC2 GPUPowerUtilization (GpuId) or CWAgent nvidia_smi_utilization_gpu (index) series with a "
-              f"datapoint in the window (ListMetrics, GetMetricData): a missing metric is not a low count; {PUBLISH}"]
+    by_node: dict[str, list[GpuCount]] = {}
+    for c in evidence.gpu_counts:
+        by_node.setdefault(c.instance_id, []).append(c)
+    blind = [n.instance_id for n in read if not reporting(by_node.get(n.instance_id, []))]
+    gaps = []
+    if blind:
+        gaps.append(f"GPU count per node Not observable on {', '.join(blind[:20])}"
+                    + (f" (+{len(blind) - 20} more)" if len(blind) > 20 else "")
+                    + " — no AWS/EC2 GPUPowerUtilization (GpuId) or CWAgent nvidia_smi_utilization_gpu (index) series "
+                      f"with a datapoint in the window (ListMetrics, GetMetricData): a missing metric is not a low "
+                      f"count; {PUBLISH}")
+    for n in read:
+        for c in reporting(by_node.get(n.instance_id, [])):
+            silent = sorted(set(c.listed_ids) - set(c.gpu_ids))
+            if silent:
+                gaps.append(f"{n.instance_id}: GPU {', '.join(silent)} listed in {c.source} but with no datapoint in "
+                            f"the window while the others reported: that GPU is Not observable (not counted missing); "
+                            f"{PUBLISH}")
+    return gaps
