@@ -127,7 +127,7 @@ def read_fabric_manager(lines: Sequence[GpuLine], read_end: datetime,
     into boots at each banner; `read_end` is where the reading stops (the window's end, or the query time);
     `covered` says of a banner whether its boot was read (`boot_read`)."""
     ordered = sorted({(line.time, line.log_group, line.log_stream, line.message): line for line in lines}.values(),
-                     key=lambda line: line.time)
+                     key=lambda line: (line.time, not is_banner(line)))  # a banner opens its own second
     segments: list[tuple[GpuLine | None, list[GpuLine]]] = [(None, [])]
     for line in ordered:
         banner = segments[-1][0]
