@@ -79,11 +79,20 @@ def test_repeated_starts_in_one_boot_are_restarting() -> None:
 
 
 def test_absent_needs_the_boot_read_with_no_start_line_after_it() -> None:
-    # the node rebooted inside the window; its syslog stream is live every hour, and no start line follows
-    w, iid = p5_node(boot(at(9, 30)))
+    # Fabric Manager started at launch in this syslog stream; the node rebooted inside the window, the stream is live
+    # every hour, and no start line follows the new boot
+    w, iid = p5_node([(at(-48, 1), STARTED), *boot(at(9, 30))])
     node, _ = audit(w, iid)
     assert node.verdict == "REBOOT"
     assert "absent" in (node.verdict_evidence or "")
+
+
+def test_a_stream_that_never_carried_fabric_manager_cannot_show_it_absent() -> None:
+    # the same reboot in a stream with no Fabric Manager line ever: whether it ships them is unknown → not confirmed
+    w, iid = p5_node(boot(at(9, 30)))
+    node, _ = audit(w, iid)
+    assert node.verdict is None
+    assert node.signals.fabric_manager == "Not observable"
 
 
 def test_a_boot_only_the_look_back_saw_is_not_confirmed_never_absent() -> None:
@@ -97,7 +106,7 @@ def test_a_boot_only_the_look_back_saw_is_not_confirmed_never_absent() -> None:
 
 def test_a_kernel_only_stream_cannot_show_fabric_manager_absent() -> None:
     # dmesg ships the kernel's lines alone: the boot banner is there, systemd's start line never would be
-    w, iid = p5_node(boot(at(9, 30)), log="dmesg")
+    w, iid = p5_node([(at(-48, 1), STARTED), *boot(at(9, 30))], log="dmesg")
     node, _ = audit(w, iid)
     assert node.verdict is None
 

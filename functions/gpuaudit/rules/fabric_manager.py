@@ -3,8 +3,9 @@ per boot of the node, and the verdict it asks for — REBOOT, REPLACE if it recu
 
 "Failed" and "restarting" are read (systemd `Failed to start`, `status=…/FAILURE`, `Failed with result`, a scheduled
 restart, repeated starts in one boot). "Absent" needs the node's boot read: a boot banner inside the span the GPU
-lines were read in full, in a stream that covers it (proven live hour by hour, Measured, and shipping systemd's lines,
-not the kernel's alone), with no start line after it in that boot. A boot seen only by the since-launch look-back
+lines were read in full, in a stream that covers it (proven live hour by hour, Measured, not named for the kernel's
+lines alone, and shown to ship Fabric Manager's lines by carrying one, e.g. its start at an earlier boot), with no
+start line after it in that boot. A boot seen only by the since-launch look-back
 (which reads the banner and the start line, nothing of the stream's liveness then) is not read: there Fabric Manager
 is "not confirmed", never absent (docs/decisions.md). Pure: the node's lines in, a reading out."""
 
@@ -29,6 +30,7 @@ _FM = r"(?:fabric ?manager|nvidia-fabricmanager|nv-fabricmanager)"
 # systemd's words for a unit that did not come up, on a line naming Fabric Manager (the unit or its description).
 FAILED = re.compile(rf"(?i)Failed to start\b[^\n]*{_FM}|{_FM}[^\n]*(?:status=\S+/FAILURE|Failed with result|"
                     r"Main process exited, code=(?:killed|dumped)|core-dump)")
+FM_LINE = re.compile(rf"(?i){_FM}")
 RESTARTING = re.compile(rf"(?i){_FM}[^\n]*Scheduled restart job")
 # systemd's own start line of the unit: two in one boot are a restart. (The p6-b200/b300 `CX Bridge device … is usable
 # for NVLink subnet management` lines also say Fabric Manager is up, but one is printed per bridge: never counted.)
@@ -135,11 +137,18 @@ def read_fabric_manager(lines: Sequence[GpuLine], read_end: datetime,
             segments.append((line, []))
         elif not is_banner(line):
             segments[-1][1].append(line)
+    # A stream shows it ships Fabric Manager's lines by having carried one (a start at an earlier boot, a failure):
+    # only there can a boot without a start line be read as absent.
+    carries = {(x.log_group, x.log_stream) for x in ordered if FM_LINE.search(x.message) and not BENIGN.search(x.message)}
+
+    def shipped(banner: GpuLine) -> bool:
+        return covered(banner) and (banner.log_group, banner.log_stream) in carries
+
     boots = []
     for i, (banner, body) in enumerate(segments):
         following = segments[i + 1][0] if i + 1 < len(segments) else None
         ends = following.time if following is not None else read_end
-        boot = _boot(banner, body, ends, covered)
+        boot = _boot(banner, body, ends, shipped)
         if boot is not None:
             boots.append(boot)
     return FabricManagerReading(tuple(boots))
