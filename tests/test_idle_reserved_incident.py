@@ -63,7 +63,8 @@ def test_idle_hours_per_node_and_per_reservation_with_missing_hours_kept_apart()
     assert f"`{BLOCK}`: 10 idle node-hours (80 GPU-hours), 4 busy, 2 missing" in f.answer
     assert "values as reported in percent" in f.answer
     assert "Are the reserved GPUs being used?" in result.report_markdown
-    assert calls(result, "cloudwatch", "GetMetricData") == 2
+    # one per reserved node for the idle hours, and one for the GPUs each node has (RULES §6, the gpu-count read)
+    assert calls(result, "cloudwatch", "GetMetricData") == 3
     assert not result.invariants_broken
 
 

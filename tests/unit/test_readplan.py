@@ -34,14 +34,15 @@ def test_each_mode_reads_what_its_rules_need_in_one_order() -> None:
     hp, pc = hyperpod(), pcluster()
     # coverage: only HyperPod's own event timeline; nothing else decides coverage (RULES §2–§4)
     assert sequence(hp.model_copy(update={"mode": "coverage"})) == ["cluster-events"]
-    assert sequence(pc.model_copy(update={"mode": "coverage"})) == []
+    # … and on EC2 the GPUs each node has in CloudWatch, in every mode: fewer than the type is a verdict (RULES §6, §7)
+    assert sequence(pc.model_copy(update={"mode": "coverage"})) == ["gpu-count"]
     # incident: the timeline sources (RULES §5) and the branches' evidence (RULES §8 B, C, E)
     # and the incident questions beside them (#21): a replacement's capacity and IPs, the EFA security group of
     # a hang, idle reserved GPUs, a straggler GPU's CWAgent series — the training plan read on HyperPod, the
     # EC2-only sources not
     assert sequence(pc.model_copy(update={"mode": "incident"})) == [
         "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
-        "instance-network", "training-plans", "security-groups", "subnets", "gpu-activity", "gpu-peers"]
+        "instance-network", "training-plans", "security-groups", "subnets", "gpu-activity", "gpu-peers", "gpu-count"]
     assert sequence(hp.model_copy(update={"mode": "incident"})) == [
         "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
         "training-plans", "security-groups", "subnets"]
@@ -49,7 +50,7 @@ def test_each_mode_reads_what_its_rules_need_in_one_order() -> None:
     hp_reads = sequence(hp)
     assert hp_reads[:2] == ["cluster-events", "capacity-reservations"]
     assert not set(hp_reads) & readplan.EC2_ONLY
-    assert set(sequence(pc)) == {"capacity-reservations", *readplan.PREFLIGHT_SOURCES}
+    assert set(sequence(pc)) == {"capacity-reservations", *readplan.PREFLIGHT_SOURCES, "gpu-count"}
 
 
 def test_cloudtrail_is_asked_by_event_name_over_the_lookback() -> None:

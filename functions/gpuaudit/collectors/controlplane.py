@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpuaudit.collectors import kubernetes
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.gpu_count import read_gpu_counts
 from gpuaudit.collectors.gpu_peers import read_gpu_peers
 from gpuaudit.collectors.preflight import file_system, named_lustre, saturation_peaks, scoped_file_systems
 from gpuaudit.collectors.trail import lookup_by_name
@@ -180,7 +181,7 @@ def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
 READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
     "cluster-events": _cluster_events, "capacity-reservations": _capacity_reservations, "cloudtrail": _cloudtrail,
     "health": _health, "instance-status": _instance_status, "fsx": _fsx, "kubernetes-nodes": kubernetes.read_nodes,
-    "kubernetes-events": kubernetes.read_events, "gpu-peers": read_gpu_peers,
+    "kubernetes-events": kubernetes.read_events, "gpu-peers": read_gpu_peers, "gpu-count": read_gpu_counts,
     **preflight_collectors.READERS,
 }
 

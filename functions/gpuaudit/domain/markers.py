@@ -16,10 +16,12 @@ NCCL_TIMEOUT_MARKERS = ("collective operation timeout", "NCCL timeout")
 # Boot-time lines (RULES §2, §10 P11): Fabric Manager started, and the driver banner with its version. Logged once at
 # boot, often before the window, so they are searched since the node's launch (collectors/kernel_lookback.py, bounded).
 FABRIC_MANAGER_STARTED = ('Started "Nvidia Fabric Manager"', "Started NVIDIA fabric manager",
-                          "is usable for NVLink subnet management")
+                          "is usable for NVLink subnet management",
+                          "Started nvidia-fabricmanager")  # newer systemd: the unit's name before its description
 DRIVER_BANNER = "NVRM: loading NVIDIA UNIX"
 BOOT_LINE_MARKERS = (*FABRIC_MANAGER_STARTED, DRIVER_BANNER)
-FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager")
+# systemd names the unit by its description too (`Failed to start NVIDIA fabric manager service.`): lower case.
+FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager", "fabric manager")
 # ParallelCluster / HyperPod lifecycle strings of RULES §8 that decide between hardware, capacity and bootstrap.
 # The kernel's boot banner in both forms it is shipped in: `kernel: Linux version …` (journald, no uptime) and
 # `kernel: [    0.000000] Linux version …` (syslog, behind the uptime stamp). A regex: the query and the rules match it.
@@ -36,7 +38,8 @@ LIFECYCLE_MARKERS = (*CAPACITY_ERROR_MARKERS, "bootstrap failure", "Node bootstr
 FALLEN_OFF_BUS_MARKER = "fallen off the bus"
 # nvidia-smi / driver memory health lines of RULES §6 (row remapping, SRAM, page retirement).
 MEMORY_MARKERS = ("infoROM is corrupted", "Remapping Failure Occurred", "SRAM Threshold Exceeded",
-                  "Unrepairable Memory", "Pending Page Blacklist", "Repair Pending")
+                  "Unrepairable Memory", "Pending Page Blacklist", "Repair Pending", "Remapped Rows",
+                  "Bank Remap Availability")
 GPU_LINE_MARKERS = (XID_MARKER, HMA_MARKER, NCCL_MARKER, *NCCL_TIMEOUT_MARKERS, *FABRIC_MANAGER_MARKERS, *LIFECYCLE_MARKERS,
                     *MEMORY_MARKERS, FALLEN_OFF_BUS_MARKER)
 # HyperPod lifecycle-script and deep-health-check streams: their error lines are read whatever they say.

@@ -60,7 +60,9 @@ PREFLIGHT_SOURCES: tuple[ReadSource, ...] = (
 INCIDENT_SOURCES: tuple[ReadSource, ...] = ("instance-network", "training-plans", "security-groups", "subnets",
                                             "gpu-activity", "gpu-peers")
 # HyperPod nodes are not EC2 instances of the account: their interfaces, route tables and EC2 metrics are not read.
-EC2_ONLY: frozenset[ReadSource] = frozenset({"instance-network", "route-tables", "gpu-activity", "gpu-peers"})
+EC2_ONLY: frozenset[ReadSource] = frozenset({"instance-network", "route-tables", "gpu-activity", "gpu-peers",
+                                             "gpu-count"})
+CWAGENT_GPU = "nvidia_smi_utilization_gpu"
 
 
 def sources_for(evidence: Evidence) -> list[ReadSource]:
@@ -80,6 +82,8 @@ def sources_for(evidence: Evidence) -> list[ReadSource]:
         out.append("fsx")  # `--filesystem`: details, maintenance window and saturation in every mode
     if evidence.mode == "preflight":
         out += [s for s in PREFLIGHT_SOURCES if not (hyperpod and s in EC2_ONLY)]
+    if not hyperpod:  # every mode gives node verdicts: fewer GPUs than the type is one (RULES §6, §7)
+        out.append("gpu-count")
     return out
 
 
@@ -123,6 +127,10 @@ def plan(source: ReadSource, ev: Evidence, request: AuditRequest) -> PlannedRead
             return PlannedRead(source=source, reason="a straggler GPU below its peers (RULES §8)",
                                start=floor_hour(ev.window.start - TIMELINE_MARGIN),
                                end=min(ev.window.end + TIMELINE_MARGIN, ev.now), names=list(STRAGGLER_METRICS))
+        case "gpu-count":
+            return PlannedRead(source=source, reason="GPUs each node reports against its type's count (RULES §6, §7)",
+                               start=floor_hour(ev.window.start), end=min(ev.window.end, ev.now),
+                               names=[GPU_POWER, CWAGENT_GPU])
         case "extension-offerings":
             return PlannedRead(source=source, reason="can the Capacity Blocks be extended (RULES §10 P2)",
                                offerings=offering_asks(ev, start, request.run_hours))

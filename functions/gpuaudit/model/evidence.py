@@ -23,6 +23,7 @@ from gpuaudit.model.planned_reads import (
     FileSystemInfo,
     FsxReading,
     GpuActivity,
+    GpuCount,
     GpuPeerSeries,
     HealthEvent,
     InstanceNetwork,
@@ -384,6 +385,8 @@ class Evidence(BaseModel):
     gpu_activity: list[GpuActivity] | None = None
     # CWAgent per-GPU series of the GPU nodes in the window (RULES §8 straggler GPU); None: not read, []: none published
     gpu_peers: list[GpuPeerSeries] | None = None
+    # The GPUs each accelerated EC2 node reports in CloudWatch; None: not read (HyperPod: no system metrics there).
+    gpu_counts: list[GpuCount] | None = None
     # EKS-orchestrated clusters: the Kubernetes nodes (labels, taints, conditions); None: not read (a gap says why).
     kube_nodes: list[KubeNode] | None = None
     kube_events: list[KubeEvent] | None = None  # node Events in the window ± margin; None: not read

@@ -17,6 +17,7 @@ ReadSource = Literal[
     "instance-network", "training-plans", "extension-offerings", "security-groups", "subnets", "route-tables",
     "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes", "kubernetes-events",
     "gpu-peers",
+    "gpu-count",
 ]
 
 
@@ -300,6 +301,18 @@ class ServiceQuotaInfo(Frozen):
     value: float | None = None
     error: str | None = None
     absent: bool = False  # read, and the account has no such quota: a finding (UNVERIFIED), not a missing read
+
+
+class GpuCount(Frozen):
+    """The GPUs one EC2 node has in CloudWatch (RULES §6, §7: fewer GPUs than the type → REPLACE): the distinct
+    `GpuId` of `AWS/EC2` or `index` of `CWAgent` ListMetrics returns for it, and which of them reported in the window.
+    `hour` None: no series of the node had a datapoint in the window (Not observable, never 0 GPUs)."""
+
+    instance_id: str
+    source: str  # the namespace, metric and dimension counted
+    gpu_ids: list[str] = Field(default_factory=list)  # with a datapoint in the window
+    listed_ids: list[str] = Field(default_factory=list)  # every series ListMetrics returned for the node
+    hour: UtcDatetime | None = None  # the latest UTC hour any of them reported
 
 
 class GpuActivity(Frozen):

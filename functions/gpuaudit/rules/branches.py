@@ -41,7 +41,9 @@ from gpuaudit.rules.capacity import (
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.fabric import NCCL_COMMAND, placement_step, sg_step
+from gpuaudit.rules.fabric_manager import FabricManagerReading, fabric_manager_of
 from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
+from gpuaudit.rules.node_state import deep_health_checks
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import file_systems_in_scope
 from gpuaudit.rules.storage_decision import (
@@ -122,6 +124,12 @@ def branch_a(j: Judged) -> Branch:
                        "Hypothesis (to validate)",
                        "DescribeClusterNode / DescribeInstanceStatus detail, the AWS Health event's detail "
                        "(DescribeEventDetails) and the node's kernel log (`dmesg -T`) before the failure")
+    if overdue := [r for r in deep_health_checks(j.evidence) if r.flagged]:
+        # A deep health check hanging well past 2 h is a node the service has not cleared: never Ruled out.
+        return _branch("A", "UNVERIFIED", "Deep health check running long, with no hardware-class Xid read: "
+                       + "; ".join(r.text() for r in overdue), "Hypothesis (to validate)",
+                       "the node's `DeepHealthCheckResults/<instance-id>` stream and `aws sagemaker "
+                       "describe-cluster-node`: which check runs, and whether it failed")
     blind = [n.instance_id for n in nodes if n.xid_status == "Not observable"]
     if blind:
         return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)
@@ -382,6 +390,8 @@ def branch_d(j: Judged) -> Branch:
     hang = _hang(j)
     if socket:
         return _socket_fallback(j, socket, other, nvlink, hang)
+    if fm := _fabric_manager_faults(j, nodes):
+        return _fabric_manager_branch(fm, nvlink, hang)
     if nvlink or other:
         text = "; ".join([f"{i}: Xid {c}" for i, c in nvlink] + [_bad_line(n, t) for n, t in other])
         return _branch("D", "Contributing", text, "Hypothesis (to validate)",
@@ -415,6 +425,40 @@ def branch_d(j: Judged) -> Branch:
                        + (f"; {used}" if used else "") + f"; {layer4}")
     return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback, SHM on NVSwitch or IB"
                    + (f" ({used})" if used else "") + f"; no NVLink Xid; EFA counters not read; {layer4}")
+
+
+def _fabric_manager_faults(j: Judged, nodes: Sequence[NodeResult]) -> list[tuple[NodeResult, FabricManagerReading]]:
+    """RULES §8 D layer 2: NVSwitch nodes whose Fabric Manager failed, restarted or is absent (rules/fabric_manager.py)."""
+    out = []
+    end = min(j.evidence.window.end, j.evidence.now)
+    for n in nodes:
+        profile = j.evidence.profiles.get(n.instance_type or "")
+        reading = fabric_manager_of([p.line for p in j.lines_by_node.get(n.instance_id, [])],
+                                    j.boot_lines_by_node.get(n.instance_id, []),
+                                    profile is not None and profile.fabric_manager_expected,
+                                    j.evidence.window.start - TIMELINE_MARGIN, end, n.coverage)
+        if reading is not None and reading.faulty:
+            out.append((n, reading))
+    return out
+
+
+def _fabric_manager_branch(fm: list[tuple[NodeResult, FabricManagerReading]], nvlink: list[tuple[str, int | None]],
+                           hang: tuple[datetime, str] | None) -> Branch:
+    """Proven only when the fault is read on the node before the hang (RULES §8 D: a layer 1–3 signal before it)."""
+    text = "; ".join(f"{n.instance_id} ({n.instance_type}): {n.verdict} — "
+                     + "; ".join(f"Fabric Manager {b.state} at {iso(b.line.time)} in {b.line.log_group} / "
+                                 f"{b.line.log_stream}: \"{_cut(b.line.message, 200)}\"" for b in r.faulty if b.line)
+                     for n, r in fm)
+    text += "".join(f"; {i}: Xid {c}" for i, c in nvlink)
+    first = min(b.line.time for _, r in fm for b in r.faulty if b.line)
+    if hang is not None and first < hang[0]:
+        return _branch("D", "Root cause", f"NVSwitch fabric (layer 2) failed before the hang at {iso(hang[0])} "
+                       f"({hang[1]}): {text}", "Proven")
+    when = (f"after the hang at {iso(hang[0])}, so it may be its effect" if hang is not None else
+            "no NCCL hang or failure onset was read, so it is not shown to have caused this failure")
+    return _branch("D", "Contributing", f"NVSwitch fabric (layer 2): {text}; {when}", "Hypothesis (to validate)",
+                   "`systemctl status nvidia-fabricmanager` and `journalctl -u nvidia-fabricmanager` on the node, "
+                   f"then an all_reduce test (nccl-tests) with `{NCCL_DEBUG}`")
 
 
 def _layer4(sg: FindingStep, place: FindingStep | None = None) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
 from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, status_line_node_ids, stream_node_ids
-from gpuaudit.domain.timing import KERNEL_LOOKBACK
+from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded
 from gpuaudit.model.evidence import Evidence, GpuLine, NodeInfo
 from gpuaudit.model.result import (
@@ -39,7 +39,10 @@ from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.context import JudgeConfig, Judged
 from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
+from gpuaudit.rules.fabric_manager import fabric_manager_of, with_fabric_manager
+from gpuaudit.rules.gpu_count import gpu_count_gaps, with_gpu_count
 from gpuaudit.rules.history import Memory, actions_after, audit_id
+from gpuaudit.rules.node_state import deep_health_checks
 from gpuaudit.rules.nodes import (
     DIRECT_CHECK,
     AgentStreams,
@@ -139,6 +142,10 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                                       Memory.of(evidence, node.instance_id, this_audit), agents)
         result = result.model_copy(update={"service_action": service_action(node, evidence, lines),
                                            "signals": boot_signals(result, boot_by_node.get(node.instance_id, []))})
+        result, routing = with_fabric_manager(result, routing, fabric_manager_of(
+            [p.line for p in lines], boot_by_node.get(node.instance_id, []), fm_expected(evidence, node),
+            evidence.window.start - TIMELINE_MARGIN, min(evidence.window.end, evidence.now), result.coverage))
+        result, routing = with_gpu_count(result, routing, node, evidence)
         if routing is not None:
             routings[node.instance_id] = routing
         nodes.append(result)
@@ -153,7 +160,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
 
     node_gaps, gap_nodes = coverage_gaps(judged)
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + node_gaps \
-        + finding_rules.observability_gaps(judged, gap_nodes)
+        + finding_rules.observability_gaps(judged, gap_nodes) + gpu_count_gaps(evidence, nodes)
     groups = action_rules.grouped(evidence, [
         action_rules.NodeAction(n.verdict, n.instance_id, text.replace(n.instance_id, action_rules.NODE),
                                 _detail(judged.routings.get(n.instance_id)))
@@ -221,6 +228,11 @@ def bootstrap_verdict(result: NodeResult, node: NodeInfo, boot: BootstrapFailure
     if result.verdict is None and result.xid_status == "Measured" and node.status.lower() == "running":
         return result.model_copy(update={"verdict": "LEAVE ALONE", "verdict_evidence": said})
     return result.model_copy(update={"verdict_evidence": "; ".join(x for x in (result.verdict_evidence, said) if x)})
+
+
+def fm_expected(evidence: Evidence, node: NodeInfo) -> bool:
+    profile = evidence.profiles.get(node.instance_type or "")
+    return profile is not None and profile.fabric_manager_expected
 
 
 def boot_signals(node: NodeResult, boot: list[GpuLine]) -> NodeSignals:
@@ -421,6 +433,7 @@ def cluster_state(evidence: Evidence) -> list[str]:
     listed = ", ".join(not_running) if not_running else "none"
     lines.append(f"nodes not Running: {listed}" + ("" if complete else " among the nodes listed (the node list is "
                                                                       "incomplete: see visibility gaps)"))
+    lines += [f"deep health check: {run.text()}" for run in deep_health_checks(evidence)]  # RULES §8 A thresholds
     if c.kind.startswith("hyperpod"):
         recovery = c.node_recovery or "not returned"
         meaning = ("HyperPod reboots or replaces a node it finds faulty" if recovery == "Automatic" else

@@ -266,11 +266,16 @@ class MemorySignal:
     verdict: Verdict
     persisting: Verdict  # the verdict when it is seen again after a reboot
     flag: bool = True  # an nvidia-smi `Field : Yes` line; False: a phrase matched as it stands
+    # What must follow the marker on the same line when the field is not `marker : Yes` itself (a section header
+    # with its field after it, e.g. `Remapped Rows … Pending : Yes`); a regex, matched after the marker.
+    then: str | None = None
+    hardware: bool = True  # False: a trend to watch (MONITOR), not a hardware verdict (RULES §7)
 
     @property
     def pattern(self) -> re.Pattern[str]:
         # nvidia-smi -q pads its fields (`SRAM Threshold Exceeded           : Yes`): any spacing around the colon.
-        return re.compile(re.escape(self.marker) + (r"\s*:\s*Yes\b" if self.flag else ""), re.IGNORECASE)
+        tail = rf"\b.*?{self.then}" if self.then else (r"\s*:\s*Yes\b" if self.flag else "")
+        return re.compile(re.escape(self.marker) + tail, re.IGNORECASE)
 
     def seen_in(self, message: str) -> bool:
         return self.pattern.search(message) is not None
@@ -284,6 +289,13 @@ MEMORY_SIGNALS: tuple[MemorySignal, ...] = (
     MemorySignal("Pending Page Blacklist", "REBOOT", "REBOOT"),
     MemorySignal("Channel Repair Pending", "REBOOT", "REBOOT"),
     MemorySignal("TPC Repair Pending", "REBOOT", "REBOOT"),
+    # The Remapped Rows section's own `Pending` field (not `Pending Page Blacklist`): a remap awaiting the reset that
+    # activates it (RULES §6, §7 "a pending row remap").
+    MemorySignal("Remapped Rows", "REBOOT", "REBOOT", then=r"\bPending\s*:\s*Yes\b"),
+    # Bank remap availability drifting from Max toward Low/None: any bank counted at Partial, Low or None is an early
+    # warning (MONITOR), never a hardware verdict (docs/decisions.md).
+    MemorySignal("Bank Remap Availability", "MONITOR", "MONITOR",
+                 then=r"\b(?:Partial|Low|None)\s*:\s*0*[1-9]", hardware=False),
 )
 STRENGTH = {None: 0, "LEAVE ALONE": 1, "MONITOR": 2, "NOT OBSERVABLE": 2, "REBOOT": 3, "REPLACE": 4}
 
@@ -315,7 +327,8 @@ def memory_signal_routing(lines: Sequence[ParsedLine], reboots: Sequence[datetim
             verdict=chosen,
             verdict_evidence=(f"`{where.message.strip()[:200]}` at {iso(seen[0])} in {where.log_group} / "
                               f"{where.log_stream}" + (f", again after a reboot at {iso(seen[-1])}" if persists else "")
-                              + f" → {chosen} (non-Xid memory signal `{signal.marker}`, RULES §6)"), hardware=True)
+                              + f" → {chosen} (non-Xid memory signal `{signal.marker}`, RULES §6)"),
+            hardware=signal.hardware)
         if best is None or STRENGTH[candidate.verdict] > STRENGTH[best.verdict]:
             best = candidate
     if best is None or (routing is not None and STRENGTH[routing.verdict] >= STRENGTH[best.verdict]):
@@ -496,7 +509,8 @@ def memory_signal_rows(lines: Sequence[ParsedLine], start: datetime, end: dateti
         seen = [p.line for p in lines if signal.seen_in(p.line.message) and start <= p.line.time <= end]
         if seen:
             first = seen[0]
-            rows.append(GpuError(time=first.time, last_time=seen[-1].time, code=None, class_="hardware",
+            rows.append(GpuError(time=first.time, last_time=seen[-1].time, code=None,
+                                 class_="hardware" if signal.hardware else "informational",
                                  log_group=first.log_group, log_stream=first.log_stream, message=first.message,
                                  count=len(seen), meaning=f"non-Xid memory signal `{signal.marker}` (RULES §6)"))
     return rows
