@@ -47,7 +47,8 @@ from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.domain.window import BadWindow, is_duration, parse_duration
 from gpuaudit.embedded.world import WorldError
 from gpuaudit.eventbus import RememberingHistory
-from gpuaudit.history import SqliteHistory
+from gpuaudit.files import same_file, write_atomically
+from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import HistoryRead
 from gpuaudit.model.result import NodeResult, Result
@@ -103,13 +104,24 @@ def _gate(result: Result, fail_on: set[str], if_not_ready: bool) -> str | None:
     return "; ".join(reasons) or None
 
 
+def _not_an_input(outputs: list[Output], out_dir: Path | None, inputs: dict[str, Path | None]) -> None:
+    """An output naming one of the run's inputs would overwrite what the audit reads (a world, the cache, the
+    history): refused before anything is read."""
+    for o in outputs:
+        for flag, given in inputs.items():
+            if o.path is not None and given is not None and same_file(o.path, given):
+                named = "--out-dir" if out_dir is not None and o.path.parent == out_dir else "--out"
+                raise UserError(f"{named} {visible(str(o.path))}: is the {flag} input of this run; refusing to "
+                                "overwrite it (write the output elsewhere)")
+
+
 def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: str | None, stdout: Console,
            quiet: bool, history: HistoryRead | None = None) -> None:
     full = report_file(outputs)
     for o in outputs:
         if o.path is not None:
-            o.path.write_text(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full, history=history),
-                              encoding="utf-8")
+            write_atomically(o.path, render(result, o.fmt, keep=keep, filtered=filtered, full_report=full,
+                                            history=history))
             if not quiet:
                 err.print(f"wrote {escape_markup(visible(str(o.path)))} ({o.fmt})", soft_wrap=True, highlight=False)
         elif o.fmt == "table" and stdout.is_terminal:
@@ -231,6 +243,8 @@ def audit(
             _out_path(o.path, "--out-dir" if out_dir is not None and o.path is not None
                       and o.path.parent == out_dir else "--out")
         history = _history_dir(history)
+        _not_an_input(outputs, out_dir, {"--world": world, "--cache": cache,
+                                         "--history": history / SQLITE_FILE if history is not None else None})
         if last is not None:
             parse_duration(last, "--last")
         relative_since = since is not None and is_duration(since)
