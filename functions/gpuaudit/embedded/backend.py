@@ -117,6 +117,8 @@ class WorldBackend:
     def session(self) -> boto3.Session:
         """A boto3 session wired to this world (dummy credentials: nothing leaves the process)."""
         core = botocore.session.get_session()
+        # A world is not an account: the caller's AWS_PROFILE (even one naming no profile) is never read for it.
+        core.get_component("config_store").set_config_variable("profile", None)  # an override, unlike the session's
         core.register_component("data_loader", _SHARED_LOADER)
         session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
                                 region_name=self.world.region, botocore_session=core)
