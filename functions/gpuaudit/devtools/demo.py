@@ -99,7 +99,7 @@ def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[Dem
     runs: list[DemoRun] = []
     # The demo reads no account: the caller's profile (even one that does not exist) is not read by moto's own
     # sessions either, as mock_aws already keeps the caller's credentials out.
-    no_profile = {name: None for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")}
+    no_profile: dict[str, str | None] = {"AWS_PROFILE": None, "AWS_DEFAULT_PROFILE": None}
     with mock_aws(), _environment(no_profile):
         for entry in demo_worlds():
             world = load_world(entry["path"])
