@@ -103,7 +103,10 @@ class LocalBackend:
             return result, str(stored), str(report)
 
     def _folder(self, cluster: str) -> Path:
-        folder = (self.results_dir / cluster).resolve()
+        try:
+            folder = (self.results_dir / cluster).resolve()
+        except ValueError:  # a NUL: no file system takes it in a name
+            raise ToolProblem(f"cluster {cluster!r}: not a name a result is stored under") from None
         if folder.parent != self.results_dir.resolve():  # a name like `..` would leave the results directory
             raise ToolProblem(f"cluster {cluster!r}: not a name a result is stored under")
         return folder

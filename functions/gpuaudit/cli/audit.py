@@ -104,6 +104,17 @@ def _gate(result: Result, fail_on: set[str], if_not_ready: bool) -> str | None:
     return "; ".join(reasons) or None
 
 
+def _settings() -> Settings:
+    """The settings from the environment; a bad one is bad input naming its variable (never a traceback later,
+    as 10^14 look-back days once were)."""
+    try:
+        return Settings.from_env(os.environ)
+    except ValidationError as exc:
+        said = "; ".join(f"environment variable {'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got "
+                         f"{str(e.get('input'))[:40]!r})" for e in exc.errors())
+        raise UserError(f"bad input: {said}") from None
+
+
 def _not_an_input(outputs: list[Output], out_dir: Path | None, inputs: dict[str, Path | None]) -> None:
     """An output naming one of the run's inputs would overwrite what the audit reads (a world, the cache, the
     history): refused before anything is read."""
@@ -264,7 +275,7 @@ def audit(
             eks_cluster=eks_cluster,
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes,
             onset=_time_arg(onset, "--onset"))
-        settings = Settings.from_env(os.environ)
+        settings = _settings()
         overrides = {**settings.xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
             raise UserError("--role-arn applies to AWS accounts, not to --world")

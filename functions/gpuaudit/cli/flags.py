@@ -137,8 +137,6 @@ FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances", "file_syste
 
 def _validation_message(exc: ValidationError) -> str:
     def flag(loc: tuple[int | str, ...]) -> str:
-        if loc and str(loc[0]).isupper():  # a setting read from the environment (Settings), named as set
-            return f"environment variable {loc[0]}"
         head = FLAGS.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-")) if loc else "--?"
         return head + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
 
