@@ -258,8 +258,8 @@ def _time(value: object, name: str, field: str) -> datetime | None:
     if not isinstance(value, str):  # the API writes times as RFC 3339 text, never a number
         raise Malformed(name, field, value)
     try:
-        return parse_time(value)  # type: ignore[arg-type]  # not a str: refused below as any non-time
-    except (TypeError, ValueError, OverflowError, AttributeError):
+        return parse_time(value)
+    except (ValueError, OverflowError):
         raise Malformed(name, field, value) from None
 
 
