@@ -216,3 +216,18 @@ def test_a_nul_in_a_fleet_label_is_a_tool_error_not_a_traceback(tmp_path: Path) 
     backend = LocalBackend(results_dir=tmp_path / "results")
     with pytest.raises(ToolProblem, match="not a name a result is stored under"):
         backend.result("fleet\x00label", "a1b2c3")
+
+
+@pytest.mark.parametrize(("event", "field"), [
+    ({"metadata": {"name": "e1"}, "lastTimestamp": "not a time"}, "lastTimestamp"),
+    ({"metadata": {"name": "e2"}, "lastTimestamp": 1790000000}, "lastTimestamp"),
+    ({"metadata": {"name": "e3"}, "lastTimestamp": "2026-09-27T10:00:00Z", "involvedObject": "ip-10-0-0-1"},
+     "involvedObject"),
+    (["an", "event"], "the Event"),
+])
+def test_a_kubernetes_event_of_the_wrong_shape_is_malformed_naming_the_field(event: Any, field: str) -> None:
+    with pytest.raises(kubernetes.Malformed, match=field):
+        kubernetes.kube_event(event)
+    well_formed = kubernetes.kube_event({"lastTimestamp": "2026-09-27T10:00:00Z", "reason": "NodeNotReady",
+                                         "involvedObject": {"kind": "Node", "name": "ip-10-0-0-1"}})
+    assert well_formed is not None and well_formed.node == "ip-10-0-0-1" and well_formed.reason == "NodeNotReady"
