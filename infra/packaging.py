@@ -20,7 +20,7 @@ FUNCTIONS = ROOT / "functions"
 PACKAGES = ("gpuaudit", "handlers")
 # Never shipped to Lambda: the embedded backend and its worlds, the CLI (with `gpuaudit mcp`'s local backend) and the
 # dev tools folder (glob patterns, relative to functions/). tests/infra imports the handlers from the package alone.
-DEV_ONLY = ("embedded", "worlds", "devtools", "cli", "__main__.py", "local_backend.py")
+DEV_ONLY = ("embedded", "worlds", "devtools", "cli", "__main__.py", "launcher.py", "local_backend.py")
 EXCLUDE = ["gpuaudit.egg-info", "**/__pycache__", "**/*.pyc", *(f"gpuaudit/{name}" for name in DEV_ONLY)]
 CLI_ONLY = {"typer", "rich"}
 EXTRAS = {"aws-lambda-powertools": "tracer"}  # Powertools' Tracer needs the X-Ray SDK

@@ -60,9 +60,12 @@ class Fleet:
 
 
 @contextmanager
-def dynamo_store() -> Iterator[DynamoHistory]:
+def dynamo_store(faults: list[dict[str, Any]] | None = None) -> Iterator[DynamoHistory]:
+    """`faults`: the table's own faults (embedded/backend.py), e.g. a write applied and then answered 500."""
     with mock_aws():
-        ddb = WorldBackend(PClusterWorld().world()).session().client("dynamodb")
+        world = PClusterWorld().world()
+        world.faults.extend(faults or [])
+        ddb = WorldBackend(world).session().client("dynamodb")
         ensure_findings_table(ddb)
         yield DynamoHistory(ddb, TABLE)
 
@@ -293,3 +296,49 @@ def test_the_look_back_is_a_setting_the_stack_sets_and_never_past_the_retention(
     assert DeployConfig(clusters=["c"]).history_lookback_days == 30
     with pytest.raises(ValidationError, match="history_lookback_days"):
         DeployConfig(clusters=["c"], finding_retention_days=14, history_lookback_days=30)
+
+
+# -- at-least-once writes (issue #48 item 2) --------------------------------------------------------------------
+def history_gaps(results: list[Result]) -> list[str]:
+    return [g for r in results for g in r.visibility_gaps if "history" in g.lower() or "HISTSNAP" in g]
+
+
+@pytest.mark.parametrize("error", ["InternalServerError", "ReadTimeoutError"])
+def test_a_snapshot_switch_applied_then_failed_is_recognised_as_its_own_and_memory_stands(error: str) -> None:
+    # Given DynamoDB applying the first audit's snapshot-head write, then answering 500 (or not at all): the
+    # client sends it again and the conditional put meets the head it wrote itself
+    applied = {"service": "dynamodb", "operation": "PutItem", "error": error, "applied": True, "times": 1}
+    with dynamo_store([applied]) as store:
+        f, results = replayed(store)
+        head = store.ddb.get_item(TableName=TABLE, Key={"pk": {"S": "HISTSNAP#llm-pretrain"}, "sk": {"S": "HEAD"}},
+                                  ConsistentRead=True)["Item"]
+        pieces = store.ddb.query(TableName=TABLE, KeyConditionExpression="pk = :p AND begins_with(sk, :g)",
+                                 ExpressionAttributeValues={":p": {"S": "HISTSNAP#llm-pretrain"},
+                                                            ":g": {"S": f"GEN#{head['generation']['S']}#"}})["Items"]
+    # Then the write is this audit's own: the head names a generation that exists, every audit read the history,
+    # and the recurrence across the reboot is REPLACE (RULES §6) as without the fault
+    assert len(pieces) == int(head["pieces"]["N"])
+    assert history_gaps(results) == []
+    assert node_of(results[2], f.node.instance_id).verdict == "REPLACE"
+
+
+def test_an_orphaned_snapshot_head_is_named_by_the_audit_that_meets_it_and_repaired_by_its_write() -> None:
+    # Given a snapshot head naming a generation whose pieces are gone (an earlier release's lost switch, a TTL)
+    with dynamo_store() as store:
+        f = Fleet()
+        f.add(8, xid_line(f.node.hostname))
+        f.add(30, reboot_line(f.node.hostname))
+        f.audit(10, store)
+        pk = {"S": "HISTSNAP#llm-pretrain"}
+        head = store.ddb.get_item(TableName=TABLE, Key={"pk": pk, "sk": {"S": "HEAD"}})["Item"]
+        for n in range(int(head["pieces"]["N"])):
+            store.ddb.delete_item(TableName=TABLE, Key={"pk": pk, "sk": {"S": f"GEN#{head['generation']['S']}#{n:05d}"}})
+        meets, after = f.audit(32, store), f.audit(56, store)
+    # Then the audit that meets it says the nodes' latest spans are lost (recurrence Not checked, never a silent
+    # first occurrence) and its write repairs the head: the next audit reads the history without a gap
+    (gap,) = [g for g in meets.visibility_gaps if "SnapshotLost" in g]
+    assert f"generation {head['generation']['S']}" in gap and "latest span is lost" in gap
+    assert node_of(meets, f.node.instance_id).history == ("Not checked: earlier audits could not be read "
+                                                          "(see visibility gaps)")
+    assert history_gaps([after]) == []
+    assert node_of(after, f.node.instance_id).history != node_of(meets, f.node.instance_id).history

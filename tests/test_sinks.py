@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
 
+from gpuaudit import dynamo_batch
 from gpuaudit import sinks as sinks_module
 from gpuaudit.devtools.demo import ensure_findings_table
 from gpuaudit.embedded.backend import WorldBackend
@@ -610,3 +612,58 @@ def test_the_dynamodb_client_pools_a_connection_per_thread() -> None:
 
     client = dynamodb_client(boto3.Session(region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x"))
     assert client.meta.config.max_pool_connections == DYNAMODB_THREADS > 10
+
+
+# -- at-least-once deliveries (issue #48 items 2 and 4) ---------------------------------------------------------
+@contextmanager
+def faulty_sinks(faults: list[dict[str, Any]]) -> Iterator[Sinks]:
+    """The sinks with the table's own faults (embedded/backend.py): throttling, writes applied then failed."""
+    with mock_aws():
+        world = PClusterWorld().world()
+        world.faults.extend(faults)
+        session = WorldBackend(world).session()
+        ddb, sns = session.client("dynamodb"), session.client("sns")
+        ensure_findings_table(ddb)
+        yield Sinks(ddb, sns, sns.create_topic(Name="gpuaudit-alerts")["TopicArn"])
+
+
+def test_a_latest_state_claim_applied_then_failed_is_this_audits_own_and_the_state_lands() -> None:
+    # Given DynamoDB applying the claim on the latest state (the first PutItem), then answering 500: the retried
+    # conditional put meets the head this audit just wrote
+    applied = {"service": "dynamodb", "operation": "PutItem", "error": "InternalServerError", "applied": True,
+               "times": 1}
+    with faulty_sinks([applied]) as sinks:
+        first = blind_audit()
+        outcome = sinks.write(first)
+        latest = sinks.latest()
+        # When the next window finds the same blind node
+        later = sinks.write(blind_audit(since=at(7), until=at(11)))
+        alerts = sinks.published()
+    # Then the claim was recognised as its own: the state is written, so the unchanged problem is not alerted again
+    assert not outcome.latest_kept and latest[f"NODE#{compute_id(first)}"]["verdict"] == "NOT OBSERVABLE"
+    assert not later.published and len(alerts) == 1
+
+
+def test_a_verdict_retried_after_its_state_writes_failed_publishes_the_alert_and_events_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given every attempt of the first delivery's state writes throttled (the step fails after publishing)
+    monkeypatch.setattr(dynamo_batch, "pause", lambda _s: None)
+    throttled = {"service": "dynamodb", "operation": "BatchWriteItem",
+                 "error": "ProvisionedThroughputExceededException", "times": dynamo_batch.ATTEMPTS}
+    sent: list[int] = []
+    with faulty_sinks([throttled]) as sinks:
+        result = blind_audit()
+
+        def deliver() -> Any:
+            return write_and_alert(sinks.ddb, TABLE, sinks.sns, sinks.topic_arn, result, NOW_EPOCH,
+                                   publish_events=lambda changes: sent.append(len(changes)))
+
+        with pytest.raises(dynamo_batch.WritesNotDone):
+            deliver()
+        # When Step Functions retries the step, and its writes now land
+        retry = deliver()
+        alerts, latest = sinks.published(), sinks.latest()
+    # Then the alert and the events went out once, the retry says it did not send them, and the state landed
+    assert len(alerts) == 1 and len(sent) == 1
+    assert retry.already_published and retry.events_already_sent and not retry.published
+    assert latest[f"NODE#{compute_id(result)}"]["verdict"] == "NOT OBSERVABLE"

@@ -1,3 +1,3 @@
-from gpuaudit.cli import main
+from gpuaudit.launcher import main
 
 main()

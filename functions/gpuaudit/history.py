@@ -229,6 +229,10 @@ class Snapshot:
     pieces: int = 0
     items: int = 0
     requests: int = 0
+    # The head names a generation whose pieces are gone (found `found` of `pieces`): each node's latest span is
+    # lost. The read says so (a named gap); the write repairs it (a new generation, switched from this one).
+    lost: bool = False
+    found: int = 0
 
 
 class DynamoHistory:
@@ -263,6 +267,7 @@ class DynamoHistory:
     # -- the snapshot of latest spans ---------------------------------------------------------------
     def _read_snapshot(self, cluster: str) -> Snapshot:
         pk, requests = {"S": snapshot_pk(cluster)}, 0
+        missing: str | None = None  # a generation the head named whose pieces were not all there
         for _ in range(SNAPSHOT_READS):
             head = retried(lambda: self.ddb.get_item(TableName=self.table, Key={"pk": pk, "sk": {"S": "HEAD"}},
                                                      ConsistentRead=True), self.backoff).get("Item")
@@ -276,6 +281,12 @@ class DynamoHistory:
                 data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in sorted(items, key=lambda i: i["sk"]["S"])))
                 latest = {s.instance_id: s for s in _SPANS.validate_json(data)}
                 return Snapshot(generation, latest, pieces, items=len(items) + 1, requests=requests)
+            if generation == missing:
+                # Named twice with its pieces gone: not a switch under the reader (an audit writes the pieces
+                # before it points the head at them, and deletes the old ones after), an orphaned head.
+                return Snapshot(generation, {}, pieces, items=len(items) + 1, requests=requests, lost=True,
+                                found=len(items))
+            missing = generation
         raise HistoryUnreadable(history_gap("not-read", "dynamodb", "Query", f"{self.table} {pk['S']}", "Replaced",
                                             f"the snapshot was replaced {SNAPSHOT_READS} times while it was read"))
 
@@ -322,6 +333,11 @@ class DynamoHistory:
         spans side by side. `instance_ids` narrows what is returned, not what is read."""
         self._snapshots.pop(cluster, None)  # read afresh: a write after this read folds into what was read
         snapshot = self._snapshot(cluster)
+        if snapshot.lost:  # kept as read: this audit's write replaces the orphaned head (the repair)
+            raise HistoryUnreadable(history_gap(
+                "not-read", "dynamodb", "Query", f"{self.table} {snapshot_pk(cluster)}", "SnapshotLost",
+                f"the snapshot head names generation {snapshot.generation}, of which {snapshot.found} of "
+                f"{snapshot.pieces} piece(s) exist: each node's latest span is lost; this audit writes a new snapshot"))
         try:
             with ThreadPoolExecutor(max_workers=max(1, min(self.threads, HISTORY_SHARDS))) as pool:
                 parts = list(pool.map(lambda n: self._closed(cluster, n, since, until), range(HISTORY_SHARDS)))
@@ -385,15 +401,26 @@ class DynamoHistory:
                 TableName=self.table, Item=head, ConditionExpression=condition,
                 **({"ExpressionAttributeValues": {":seen": {"S": snapshot.generation}}} if snapshot.generation else {})),
                 self.backoff)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise
-            self._drop_generation(pk, generation, len(pieces))
-            return False
+        except (ClientError, BotoCoreError) as exc:
+            # At least once: a put DynamoDB applied and then answered with a 5xx or a timeout is sent again (by
+            # botocore) and meets its own head. Whatever the error, the head read back says whose write stands.
+            if self._head_generation(pk) != generation:
+                lost_race = isinstance(exc, ClientError) and \
+                    exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+                if not lost_race:
+                    raise  # not applied, as far as can be read: a named gap; the new pieces wait for the TTL
+                self._drop_generation(pk, generation, len(pieces))
+                return False
         if snapshot.generation is not None:
             self._drop_generation(pk, snapshot.generation, snapshot.pieces)
         self._snapshots[cluster] = Snapshot(generation, latest, len(pieces))
         return True
+
+    def _head_generation(self, pk: dict[str, str]) -> str | None:
+        """The generation the head names now (consistent read): after a failed switch, whose write stands."""
+        head = retried(lambda: self.ddb.get_item(TableName=self.table, Key={"pk": pk, "sk": {"S": "HEAD"}},
+                                                 ConsistentRead=True), self.backoff).get("Item")
+        return head["generation"]["S"] if head else None
 
     def _drop_generation(self, pk: dict[str, str], generation: str, pieces: int) -> None:
         """A generation no head names any more. Left to the table's TTL if DynamoDB refuses the deletes: no reader

@@ -5,6 +5,7 @@ The CLI and the deployed state machine call these same functions in this same or
 
 from __future__ import annotations
 
+import errno
 from datetime import datetime
 
 from gpuaudit.collectors import cache, controlplane
@@ -185,11 +186,24 @@ def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | Non
     slots = QuerySlots()  # one budget for the whole audit: its batches run in turn and queue behind it
     batches = [collect_logs(aws, evidence, batch, cached, slots) for batch in log_batches(evidence.log_groups)]
     if coverage_cache is not None and cached is not None:
-        coverage_cache.save(cached)
+        try:
+            coverage_cache.save(cached)
+        except OSError as exc:  # this audit's reads stand: only the next one loses the hours it would have reused
+            evidence.gaps.append(cache_write_gap(coverage_cache, exc))
     progress.phase("control plane")
     evidence = finish_collection(aws, evidence, batches, request)
     evidence.calls = aws.call_counts()
     return evidence
+
+
+def cache_write_gap(coverage_cache: CoverageCache, exc: OSError) -> Gap:
+    """A coverage cache that could not be written, named: scope "cache" (nothing of this audit is unread)."""
+    where = str(getattr(coverage_cache, "path", type(coverage_cache).__name__))
+    return Gap(kind="not-read", service="cache", operation="write", target=where,
+               error_code=errno.errorcode.get(exc.errno or 0, type(exc).__name__),
+               error_message=exc.strerror or str(exc), scope="cache",
+               unseen="the hours this audit proved are not kept: the next --cache audit queries them again (slower, "
+                      "never less read); this audit's own reads are whole")
 
 
 def read_history(store: HistoryStore | None, evidence: Evidence,

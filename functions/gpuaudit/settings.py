@@ -79,6 +79,9 @@ def deployment(environ: Mapping[str, str]) -> DeploymentDocument | None:
     return _document_at(path) if path else None
 
 
+MAX_DAYS = 36_500  # a hundred years: any retention or look-back a deployment means
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
@@ -87,9 +90,10 @@ class Settings(BaseModel):
     findings_table: str | None = Field(default=None, alias="FINDINGS_TABLE")
     alert_topic_arn: str | None = Field(default=None, alias="ALERT_TOPIC_ARN")
     event_bus_arn: str | None = Field(default=None, alias="EVENT_BUS")  # findings as events (issue #38); unset: none
-    finding_retention_days: int = Field(default=RETENTION_DAYS, gt=0, alias="FINDING_RETENTION_DAYS")
+    # Days are bounded: a time this many days back must stay a date (issue #48 item 6: 10^14 days overflowed).
+    finding_retention_days: int = Field(default=RETENTION_DAYS, gt=0, le=MAX_DAYS, alias="FINDING_RETENTION_DAYS")
     # Fleet memory: how many days of a node's earlier audits the Verdict step reads (issue #18).
-    history_lookback_days: int = Field(default=DEFAULT_LOOKBACK_DAYS, gt=0, alias="GPUAUDIT_HISTORY_DAYS")
+    history_lookback_days: int = Field(default=DEFAULT_LOOKBACK_DAYS, gt=0, le=MAX_DAYS, alias="GPUAUDIT_HISTORY_DAYS")
     aws_region: str | None = Field(default=None, alias="AWS_REGION")  # set by Lambda itself
     # Per cluster of a member account: the role the collectors assume (cdk.json `member_roles`), JSON.
     member_roles: dict[str, MemberRole] = Field(default_factory=dict, alias="GPUAUDIT_MEMBER_ROLES")

@@ -47,6 +47,8 @@ class SinkOutcome:
     subject: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)  # the SNS message attributes published
     published: bool = False
+    already_published: bool = False  # an earlier attempt of this audit published the alert: not sent again
+    events_already_sent: bool = False  # the same for the changes as events
     changes: list[str] = field(default_factory=list)
     records: list[Change] = field(default_factory=list)
 
@@ -136,8 +138,38 @@ def _claim(ddb: Any, table: str, result: Result, previous: dict[str, dict[str, s
             "recorded_at": _s(iso(result.window.end))}
     seen = previous.get(HEAD, {}).get("audit_id")
     if seen is None:
-        return _put_if(ddb, table, head, "attribute_not_exists(pk)", {})
-    return _put_if(ddb, table, head, "audit_id = :seen", {":seen": _s(seen)})
+        claimed = _put_if(ddb, table, head, "attribute_not_exists(pk)", {})
+    else:
+        claimed = _put_if(ddb, table, head, "audit_id = :seen", {":seen": _s(seen)})
+    if claimed:
+        return True
+    # At least once: a put DynamoDB applied and then answered with a 5xx or a timeout is sent again (by botocore)
+    # and meets the head it wrote itself; read back, that head is this audit's claim, not another audit's.
+    now = retried(lambda: ddb.get_item(TableName=table, Key={"pk": head["pk"], "sk": head["sk"]},
+                                       ConsistentRead=True)).get("Item")
+    return now is not None and now.get("audit_id", {}).get("S") == result.audit_id
+
+
+# What one audit delivered (issue #48 item 4), kept under the audit's key (`AUDIT#<audit id>`): the alert and the
+# events. A Verdict step retried after it published (a state write throttled on every attempt, a timeout) finds
+# the mark and does not publish again. `gaps`: the completeness of the run that delivered, as in the summary; a
+# less complete run of the same window never stops a more complete one (`recorded_as` "superseded") delivering.
+ALERT_SENT, EVENTS_SENT = "DELIVERED#ALERT", "DELIVERED#EVENTS"
+
+
+def _delivered(ddb: Any, table: str, result: Result, what: str) -> bool:
+    """True when a run of this audit at least as complete as this one already delivered `what` (its mark)."""
+    mark = retried(lambda: ddb.get_item(TableName=table, Key={"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(what)},
+                                        ConsistentRead=True)).get("Item")
+    return mark is not None and int(mark.get("gaps", {}).get("N", "0")) <= len(result.visibility_gaps)
+
+
+def _mark_delivered(ddb: Any, table: str, result: Result, what: str, expires: dict[str, str]) -> None:
+    """Written as soon as the publish call returned, before any state write that could fail the step: only a
+    crash between the two (not a failed write) can publish twice; never an alert left unsent (at least once)."""
+    mark = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s(what), "gaps": {"N": str(len(result.visibility_gaps))},
+            "expires_at": {"N": expires["S"]}}
+    retried(lambda: ddb.put_item(TableName=table, Item=mark))
 
 
 def read_gaps(result: Result) -> frozenset[str]:
@@ -457,7 +489,8 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     `result_key`: the S3 key of the result JSON, which holds every node's row: the table keeps the audit's summary
     and the latest state, never a row per node (issue #34: 10,000 puts an audit for what S3 already holds).
     `publish_events`: the changes as events (eventbus.publish), sent with the alert and, like it, before the latest
-    state is written (at least once)."""
+    state is written, each marked delivered under the audit's key as soon as it is sent (a retried step sends
+    neither again)."""
     outcome = SinkOutcome()
     audit_key = {"pk": _s(f"AUDIT#{result.audit_id}"), "sk": _s("SUMMARY")}
     gaps = len(result.visibility_gaps)
@@ -470,7 +503,9 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     expires = _s(now_epoch + retention_days * 86400)
     comparison = compare(result, previous, int(expires["S"]))
     outcome.changes, outcome.records = comparison.changes, comparison.records
-    if outcome.records and topic_arn:
+    if outcome.records and topic_arn and _delivered(ddb, table, result, ALERT_SENT):
+        outcome.already_published = True  # by an earlier attempt of this step: said once
+    elif outcome.records and topic_arn:
         records = outcome.records
         outcome.alert = alert.message(result, records, report_link)
         outcome.subject = alert.subject(result, records)
@@ -481,10 +516,16 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
                     Message=json.dumps({"default": outcome.alert, "chatbot": chatbot, "https": chatbot}),
                     MessageStructure="json")
         outcome.published = True
+        _mark_delivered(ddb, table, result, ALERT_SENT, expires)
     if outcome.records and publish_events is not None:
-        publish_events(outcome.records)
-    # The latest state is written after the alert: a crash between them makes the retry compare with the same
-    # state and publish again (at least once), never record a change nobody heard of. It is written only if it is
+        if _delivered(ddb, table, result, EVENTS_SENT):
+            outcome.events_already_sent = True
+        else:
+            publish_events(outcome.records)
+            _mark_delivered(ddb, table, result, EVENTS_SENT, expires)
+    # The latest state is written after the alert: never a change recorded that nobody heard of. A retry after a
+    # failed state write compares with the same state and finds the delivery marks: nothing published twice (only
+    # a crash between a publish and its mark publishes again: at least once). The state is written only if it is
     # still the state compared with (HEAD): an audit that wrote in between is not overwritten. The changed items
     # go in batches (BatchWriteItem, retried); what DynamoDB still refuses fails the step, which is retried.
     if comparison.writes:

@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from mcp.server.mcpserver import MCPServer
 
 from gpuaudit.agent.deployed import DeployedBackend
-from gpuaudit.agent.http import http_app, serve_function_url
+from gpuaudit.agent.http import http_app, refuses_malformed_events, serve_function_url
 from gpuaudit.agent.server import build_server
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import DeploymentDocument, deployment
@@ -41,6 +41,7 @@ def server() -> MCPServer:
         deployment=deployment(os.environ) or DeploymentDocument(), clock=clock))
 
 
+@refuses_malformed_events
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     host = (event.get("headers") or {}).get("host") or event.get("requestContext", {}).get("domainName", "")
     caller = redact(event.get("requestContext", {}).get("authorizer", {}).get("iam", {}).get("userArn") or "")

@@ -208,3 +208,26 @@ def test_writes_dynamodb_keeps_refusing_are_reported_never_lost(monkeypatch: pyt
         (key,) = [k for k in acct.object_keys() if k.endswith(".json") and k.startswith("results/")]
         gaps = acct.read_json(key)["visibility_gaps"]
     assert any("dynamodb BatchWriteItem" in g and "this audit is not in the history" in g for g in gaps)
+
+
+def test_every_kind_of_write_applied_then_failed_commits_once_and_alerts_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given DynamoDB applying the first two PutItem and BatchWriteItem calls of the step and answering each with a
+    # 500 (issue #48 items 2 and 4): botocore sends each again, and each conditional write meets its own
+    applied = [{"service": "dynamodb", "operation": op, "error": "InternalServerError", "applied": True, "times": 2}
+               for op in ("PutItem", "BatchWriteItem")]
+    with world_account(monkeypatch, PCLUSTER_WORLD, clusters=("llm-pretrain-b200",), faults=applied) as acct:
+        given = through_steps(console_target(INCIDENT))
+        first = verdict.handler(given, LambdaContext())
+        again = verdict.handler(given, LambdaContext())
+        items, alerts = acct.findings(), acct.published()
+        result = acct.read_json(first["result"]["json"])
+    # Then the step succeeds with fleet memory whole (the head names a generation that exists), the latest state
+    # written, one alert, and the redelivery is a duplicate
+    assert first["alert_published"] and len(alerts) == 1
+    assert again["findings"]["duplicate"] and not again["alert_published"]
+    (head,) = [i for i in items if i["pk"] == "HISTSNAP#llm-pretrain-b200" and i["sk"] == "HEAD"]
+    pieces = [i for i in items if i["pk"] == "HISTSNAP#llm-pretrain-b200" and i["sk"].startswith(f"GEN#{head['generation']}#")]
+    assert len(pieces) == int(head["pieces"])
+    assert {i["sk"] for i in items if i["pk"].startswith("LATEST#llm-pretrain-b200#incident#")} >= {
+        f"NODE#{n['instance_id']}" for n in result["nodes"]}
+    assert not [g for g in result["visibility_gaps"] if "history" in g.lower()]

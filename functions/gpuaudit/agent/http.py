@@ -9,7 +9,9 @@ progress notifications are therefore not delivered over HTTP (the stdio server s
 from __future__ import annotations
 
 import base64
-from collections.abc import MutableMapping
+import functools
+import json
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -51,6 +53,57 @@ class NoEventStream:
                                                               b'this stateless endpoint keeps no event stream"}}'})
             return
         await self.app(scope, receive, send)
+
+
+def malformed_event(event: object) -> str | None:
+    """What makes `event` not a Function URL request (payload format 2.0) this endpoint can serve, or None. Lambda
+    builds the event, but anything that invokes the function directly can hand it any JSON: each field the endpoint
+    reads is checked for its type before it is read, the body's base64 decoded strictly."""
+    if not isinstance(event, dict):
+        return f"the event is {type(event).__name__}, not an object"
+    context = event.get("requestContext", {})
+    if not isinstance(context, dict):
+        return "requestContext is not an object"
+    for part in ("http", "authorizer"):
+        if not isinstance(context.get(part, {}), dict):
+            return f"requestContext.{part} is not an object"
+    if not isinstance(context.get("authorizer", {}).get("iam", {}), dict):
+        return "requestContext.authorizer.iam is not an object"
+    headers = event.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        return "headers is not an object of strings"
+    try:
+        for k, v in headers.items():
+            k.encode("latin-1"), v.encode("latin-1")
+    except UnicodeEncodeError:
+        return "a header is not latin-1 (HTTP headers are bytes of ISO-8859-1)"
+    for name in ("body", "rawPath", "rawQueryString"):
+        if event.get(name) is not None and not isinstance(event[name], str):
+            return f"{name} is not a string"
+    if not isinstance(event.get("isBase64Encoded", False), bool):
+        return "isBase64Encoded is not true or false"
+    if event.get("isBase64Encoded"):
+        try:
+            base64.b64decode(event.get("body") or "", validate=True)
+        except ValueError:
+            return "body is marked isBase64Encoded and is not base64"
+    elif len((event.get("body") or "").encode("utf-8", "surrogatepass")) > 6 * 1024 * 1024:
+        return "body is larger than a Function URL takes (6 MB)"
+    return None
+
+
+def refuses_malformed_events(handler: Callable[[Any, Any], dict[str, Any]]) -> Callable[[Any, Any], dict[str, Any]]:
+    """A Function URL handler that answers a malformed event 400 naming its field (never a traceback)."""
+    @functools.wraps(handler)
+    def checked(event: Any, context: Any) -> dict[str, Any]:
+        problem = malformed_event(event)
+        if problem is not None:
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32600, "message": f"not a Function URL request: {problem}"}})
+            return {"statusCode": 400, "headers": {"content-type": "application/json"}, "cookies": [], "body": body,
+                    "isBase64Encoded": False}
+        return handler(event, context)
+    return checked
 
 
 async def serve_function_url(app: Starlette, event: dict[str, Any]) -> dict[str, Any]:

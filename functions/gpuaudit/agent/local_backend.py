@@ -33,6 +33,7 @@ from gpuaudit.collectors.discovery import discovered_clusters
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.collectors.session import next_step
 from gpuaudit.domain.window import BadWindow
+from gpuaudit.files import write_atomically
 from gpuaudit.history import SQLITE_FILE, HistoryUnreadable, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest, Mode
 from gpuaudit.model.result import Result
@@ -97,13 +98,16 @@ class LocalBackend:
             folder = self._folder(result.cluster.name)
             folder.mkdir(parents=True, exist_ok=True)
             stored = folder / f"{result.audit_id}.json"
-            stored.write_text(result.to_json() + "\n", encoding="utf-8")
+            write_atomically(stored, result.to_json() + "\n")  # a failed write leaves the earlier result whole
             report = folder / f"{result.audit_id}.html"
-            report.write_text(render_html(result), encoding="utf-8")
+            write_atomically(report, render_html(result))
             return result, str(stored), str(report)
 
     def _folder(self, cluster: str) -> Path:
-        folder = (self.results_dir / cluster).resolve()
+        try:
+            folder = (self.results_dir / cluster).resolve()
+        except ValueError:  # a NUL: no file system takes it in a name
+            raise ToolProblem(f"cluster {cluster!r}: not a name a result is stored under") from None
         if folder.parent != self.results_dir.resolve():  # a name like `..` would leave the results directory
             raise ToolProblem(f"cluster {cluster!r}: not a name a result is stored under")
         return folder

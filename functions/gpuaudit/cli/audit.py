@@ -48,7 +48,8 @@ from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.domain.window import BadWindow, is_duration, parse_duration
 from gpuaudit.embedded.world import WorldError
 from gpuaudit.eventbus import RememberingHistory
-from gpuaudit.history import SqliteHistory
+from gpuaudit.files import same_file, write_atomically
+from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import HistoryRead
 from gpuaudit.model.result import NodeResult, Result
@@ -108,13 +109,35 @@ def _gate(result: Result, fail_on: set[str], if_not_ready: bool) -> str | None:
     return "; ".join(reasons) or None
 
 
+def _settings() -> Settings:
+    """The settings from the environment; a bad one is bad input naming its variable (never a traceback later,
+    as 10^14 look-back days once were)."""
+    try:
+        return Settings.from_env(os.environ)
+    except ValidationError as exc:
+        said = "; ".join(f"environment variable {'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got "
+                         f"{str(e.get('input'))[:40]!r})" for e in exc.errors())
+        raise UserError(f"bad input: {said}") from None
+
+
+def _not_an_input(outputs: list[Output], out_dir: Path | None, inputs: dict[str, Path | None]) -> None:
+    """An output naming one of the run's inputs would overwrite what the audit reads (a world, the cache, the
+    history): refused before anything is read."""
+    for o in outputs:
+        for flag, given in inputs.items():
+            if o.path is not None and given is not None and same_file(o.path, given):
+                named = "--out-dir" if out_dir is not None and o.path.parent == out_dir else "--out"
+                raise UserError(f"{named} {visible(str(o.path))}: is the {flag} input of this run; refusing to "
+                                "overwrite it (write the output elsewhere)")
+
+
 def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: str | None, stdout: Console,
            quiet: bool, history: HistoryRead | None = None) -> None:
     full = report_file(outputs)
     for o in outputs:
         if o.path is not None:
-            o.path.write_text(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full, history=history),
-                              encoding="utf-8")
+            write_atomically(o.path, render(result, o.fmt, keep=keep, filtered=filtered, full_report=full,
+                                            history=history))
             if not quiet:
                 err.print(f"wrote {escape_markup(visible(str(o.path)))} ({o.fmt})", soft_wrap=True, highlight=False)
         elif o.fmt == "table" and stdout.is_terminal:
@@ -240,6 +263,8 @@ def audit(
             _out_path(o.path, "--out-dir" if out_dir is not None and o.path is not None
                       and o.path.parent == out_dir else "--out")
         history = _history_dir(history)
+        _not_an_input(outputs, out_dir, {"--world": world, "--cache": cache,
+                                         "--history": history / SQLITE_FILE if history is not None else None})
         if last is not None:
             parse_duration(last, "--last")
         relative_since = since is not None and is_duration(since)
@@ -259,7 +284,7 @@ def audit(
             eks_cluster=eks_cluster,
             run_hours=run_hours, run_start=_time_arg(run_start, "--run-start"), checkpoint_minutes=checkpoint_minutes,
             onset=_time_arg(onset, "--onset"))
-        settings = Settings.from_env(os.environ)
+        settings = _settings()
         overrides = {**settings.xid_overrides, **parse_overrides(xid_class or [])}
         if role_arn and world is not None:
             raise UserError("--role-arn applies to AWS accounts, not to --world")

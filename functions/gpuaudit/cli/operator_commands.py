@@ -25,6 +25,7 @@ from gpuaudit.cli.flags import (
 )
 from gpuaudit.cli.stderr import _fail, err
 from gpuaudit.embedded.world import WorldError
+from gpuaudit.files import same_file, write_atomically
 from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
@@ -36,7 +37,7 @@ def emit(result: Result, fmt: str, out: Path | None) -> None:
     """One output of `report`: a file (said on stderr) or stdout."""
     text = render(result, fmt)
     if out is not None:
-        out.write_text(text, encoding="utf-8")
+        write_atomically(out, text)
         err.print(f"wrote {escape_markup(visible(str(out)))}", soft_wrap=True, highlight=False)
     else:
         sys.stdout.write(text)
@@ -55,6 +56,8 @@ def report(
     try:
         if fmt not in REPORT_FORMATS:
             raise UserError(f"--format must be one of {', '.join(REPORT_FORMATS)}; got {fmt!r}")
+        if out is not None and same_file(out, result_file):
+            raise UserError(f"--out {visible(str(out))}: is the RESULT.json being rendered; refusing to overwrite it")
         try:
             text = result_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -135,6 +138,8 @@ def history_command(
         if directory is None or not (directory / SQLITE_FILE).is_file():
             raise UserError(f"--history {history}: holds no gpuaudit history ({SQLITE_FILE} not found)")
         out = _out_path(out)
+        if out is not None and same_file(out, directory / SQLITE_FILE):
+            raise UserError(f"--out {visible(str(out))}: is the --history file being read; refusing to overwrite it")
         store = SqliteHistory(directory)
         try:
             everything = store.read(cluster, [node] if node else None, parse_time("1970-01-01T00:00:00Z"),
@@ -147,7 +152,7 @@ def history_command(
         text = render_history(everything, cluster, fmt, days, verdicts=verdicts, open_only=open_only,
                               changed=changed, show_all=show_all or bool(node))
         if out is not None:
-            out.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+            write_atomically(out, text.rstrip("\n") + "\n")
             err.print(f"wrote {out}")
         else:
             sys.stdout.write(text.rstrip("\n") + "\n")

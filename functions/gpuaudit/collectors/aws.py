@@ -128,6 +128,13 @@ class Aws:
             self.counts[(service, operation)] += 1
             try:
                 response: dict[str, Any] = method(**params)
+                if not response.get("ResponseMetadata", {}).get("RequestId"):
+                    # AWS answers every call with a request ID; a 200 without one is not the service's protocol
+                    # (a captive portal, a proxy's page): botocore parsed nothing of it, so nothing in it is read.
+                    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+                    raise CallFailed(service, operation, NOT_AWS,
+                                     f"HTTP {status} without an AWS request ID: the endpoint's answer is not the "
+                                     f"{service} API (a captive portal or proxy?)")
                 if rate:  # spaced from when AWS answered: it took the call at or before then
                     self._last_call[(service, operation)] = self.monotonic()
                 if self.watcher is not None:
@@ -185,6 +192,9 @@ class Aws:
 
     def call_counts(self) -> list[CallCount]:
         return [CallCount(service=s, operation=o, count=n) for (s, o), n in sorted(self.counts.items())]
+
+
+NOT_AWS = "NotAnAwsResponse"
 
 
 def _snake(operation: str) -> str:

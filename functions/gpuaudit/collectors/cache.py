@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpuaudit.collectors.lagging import LaggingRead
 from gpuaudit.collectors.log_queries import nameable
 from gpuaudit.collectors.logs import BatchEvidence, LogWindow
+from gpuaudit.files import write_atomically
 from gpuaudit.model.evidence import Gap, GpuLine, KernelStream, StreamActivity
 from gpuaudit.model.timeutil import floor_hour
 
@@ -172,10 +173,10 @@ class FileCache:
         return state
 
     def save(self, state: CacheState) -> None:
+        """Written beside the file and renamed over it: a failure (a full disk) leaves the previous cache whole and
+        no temporary file; the OSError is the caller's to name (pipeline.collect: a gap, never a lost audit)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(state.model_dump_json(), encoding="utf-8")
-        tmp.replace(self.path)
+        write_atomically(self.path, state.model_dump_json())
 
 
 def usable(state: CacheState, batch: list[str], win: LogWindow) -> list[GroupCache] | None:

@@ -19,6 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 import boto3
@@ -205,16 +206,79 @@ def read_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
         evidence.gaps.append(failed.gap_for(f"node Events of EKS cluster {name} not read; "
                                             + access_needed(name, failed)))
         return
-    events = []
+    events, malformed = [], []
     for e in items:
-        stamp = e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp")
-        if not stamp:
+        try:
+            event = kube_event(e)
+        except Malformed as bad:
+            malformed.append(bad)
             continue
-        time = parse_time(stamp)
-        if read.start <= time <= read.end:
-            events.append(KubeEvent(node=str((e.get("involvedObject") or {}).get("name", "")), time=time,
-                                    type=e.get("type"), reason=e.get("reason"), message=str(e.get("message", ""))))
+        if event is not None and read.start <= event.time <= read.end:
+            events.append(event)
+    if malformed:
+        evidence.gaps.append(_malformed_gap(EVENTS_PATH, name, malformed, "Events"))
     evidence.kube_events = sorted(events, key=lambda e: e.time)
+
+
+class Malformed(ValueError):
+    """A Kubernetes object whose field is not of the API's type (untrusted: a proxy, a bad controller)."""
+
+    def __init__(self, name: str, field: str, got: object) -> None:
+        super().__init__(f"{name or '(unnamed)'}: {field} is {type(got).__name__}, not the API's type")
+        self.name, self.field = name, field
+
+
+def _malformed_gap(path: str, cluster: str, malformed: list[Malformed], what: str,
+                   scope: GapScope | None = None) -> Gap:
+    said = "; ".join(str(m) for m in malformed[:3]) + (f" and {len(malformed) - 3} more" if len(malformed) > 3 else "")
+    return Gap(kind="not-read", service="kubernetes", operation=f"GET {path}", target=cluster, outcome="not read",
+               error_code="Malformed", error_message=said[:300],
+               unseen=f"{len(malformed)} {what} of a shape the API does not give: not read", scope=scope)
+
+
+def _mapping(value: object, name: str, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Malformed(name, field, value)
+    return value
+
+
+def _listing(value: object, name: str, field: str) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise Malformed(name, field, value)
+    return value
+
+
+def _time(value: object, name: str, field: str) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):  # the API writes times as RFC 3339 text, never a number
+        raise Malformed(name, field, value)
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError):
+        raise Malformed(name, field, value) from None
+
+
+def kube_event(e: object) -> KubeEvent | None:
+    """One node Event, None when it carries no time; Malformed when a field is not of the API's type."""
+    item = _mapping(e, "", "the Event")
+    metadata = _mapping(item.get("metadata"), "", "metadata")
+    name = str(metadata.get("name", ""))
+    time = _time(item.get("lastTimestamp") or item.get("eventTime") or metadata.get("creationTimestamp"), name,
+                 "lastTimestamp")
+    if time is None:
+        return None
+    involved = _mapping(item.get("involvedObject"), name, "involvedObject")
+    return KubeEvent(node=str(involved.get("name", "")), time=time, type=_text(item.get("type")),
+                     reason=_text(item.get("reason")), message=str(item.get("message", "")))
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _api(aws: Aws, name: str) -> KubeApi:
@@ -230,7 +294,13 @@ def _all(api: KubeApi, path: str, query: dict[str, str], gaps: list[Gap], name: 
     page_query = {**query, "limit": str(PAGE)}
     for _ in range(MAX_PAGES):
         page = api.get(path, page_query)
-        items += page.get("items", [])
+        listed = page.get("items") if isinstance(page, dict) else page
+        if not isinstance(page, dict) or not isinstance(listed, list | None) \
+                or not isinstance(page.get("metadata") or {}, dict):
+            raise CallFailed("kubernetes", f"GET {path}", "Malformed",
+                             f"a list answered as {type(page).__name__} with items of {type(listed).__name__}: not "
+                             "the Kubernetes API's answer")
+        items += listed or []
         token = (page.get("metadata") or {}).get("continue")
         if not token:
             return items
@@ -249,18 +319,30 @@ def list_nodes(aws: Aws, name: str, gaps: list[Gap], scope: GapScope | None = No
             access_needed(name, failed)
         gaps.append(failed.gap_for(unseen, scope=scope))
         return None
-    return [kube_node(item) for item in items]
+    nodes, malformed = [], []
+    for item in items:
+        try:
+            nodes.append(kube_node(item))
+        except Malformed as bad:  # its health not read: a gap (of the node list, when the list is the inventory)
+            malformed.append(bad)
+    if malformed:
+        gaps.append(_malformed_gap(NODES_PATH, name, malformed, "node(s)", scope))
+    return nodes
 
 
-def kube_node(item: dict[str, Any]) -> KubeNode:
-    metadata, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
+def kube_node(item: object) -> KubeNode:
+    """One node as listed; Malformed when a field is not of the API's type (labels a list, taints a string…)."""
+    node = _mapping(item, "", "the node")
+    metadata = _mapping(node.get("metadata"), "", "metadata")
     name = str(metadata.get("name", ""))
+    spec, status = _mapping(node.get("spec"), name, "spec"), _mapping(node.get("status"), name, "status")
     found = PROVIDER_ID.search(str(spec.get("providerID", ""))) or PROVIDER_ID.search(name)
     return KubeNode(
         name=name, instance_id=found.group(1) if found else None,
-        labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
-        taints=[f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in spec.get("taints") or []],
-        conditions=[KubeCondition(type=str(c.get("type")), status=str(c.get("status")), reason=c.get("reason"),
-                                  last_transition=parse_time(c["lastTransitionTime"])
-                                  if c.get("lastTransitionTime") else None)
-                    for c in status.get("conditions") or []])
+        labels={str(k): str(v) for k, v in _mapping(metadata.get("labels"), name, "metadata.labels").items()},
+        taints=[f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}"
+                for t in _listing(spec.get("taints"), name, "spec.taints")],
+        conditions=[KubeCondition(type=str(c.get("type")), status=str(c.get("status")), reason=_text(c.get("reason")),
+                                  last_transition=_time(c.get("lastTransitionTime"), name,
+                                                        "status.conditions[].lastTransitionTime"))
+                    for c in _listing(status.get("conditions"), name, "status.conditions")])

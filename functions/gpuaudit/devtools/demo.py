@@ -5,7 +5,9 @@ DynamoDB table and alerts published to an SNS topic, both in the embedded backen
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -68,6 +70,25 @@ class DemoRun:
     redelivered_cleanly: bool  # the same audit delivered again wrote and published nothing
 
 
+@contextmanager
+def _environment(changes: dict[str, str | None]) -> Iterator[None]:
+    """os.environ with `changes` (None: unset) for the block, then as it was."""
+    saved = {name: os.environ.get(name) for name in changes}
+    try:
+        for name, value in changes.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[DemoRun]:
     """Every shipped scenario through audit, report, findings table and alert topic (moto). Writes per scenario
     `<name>.result.json`, `.report.md`, `.report.html` and, when an alert went out, `.alert.txt`; prints the
@@ -76,7 +97,10 @@ def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[Dem
 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs: list[DemoRun] = []
-    with mock_aws():
+    # The demo reads no account: the caller's profile (even one that does not exist) is not read by moto's own
+    # sessions either, as mock_aws already keeps the caller's credentials out.
+    no_profile: dict[str, str | None] = {"AWS_PROFILE": None, "AWS_DEFAULT_PROFILE": None}
+    with mock_aws(), _environment(no_profile):
         for entry in demo_worlds():
             world = load_world(entry["path"])
             backend = WorldBackend(world)

@@ -7,6 +7,10 @@ registers two handlers on that session:
 - `before-call`: answers read calls from the world (short-circuiting the HTTP request),
   injects the world's faults as real ClientErrors, and lets the product's own writes
   (DynamoDB findings, SNS alerts, S3 evidence) through to moto;
+- `before-send` (first): a fault with `"applied": true` on one of those writes lets moto apply the call, then
+  answers it with the fault's error (`InternalServerError`, `ServiceUnavailable`: a 5xx; `ReadTimeoutError`: no
+  answer at all) — the write committed and the caller told it failed, as DynamoDB or SNS do under load; botocore
+  retries it as it retries AWS's own 5xx and timeouts;
   or, in wire mode (`WorldBackend(world, wire=True)`), `before-send`: the same answers as the
   HTTP response AWS would send (embedded/wire.py), parsed by botocore's own parser.
 
@@ -18,6 +22,7 @@ Each service's responders live in embedded/responders/, one module a service; th
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,7 +33,7 @@ import boto3
 import botocore.loaders
 import botocore.session
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
-from botocore.exceptions import EndpointConnectionError
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from botocore.model import OperationModel, Shape
 
 from gpuaudit.embedded import wire
@@ -42,6 +47,9 @@ from gpuaudit.model.timeutil import parse_time
 # The product's own resources live in moto, not in the world.
 PASS_THROUGH_SERVICES = {"dynamodb", "sns", "s3", "stepfunctions", "lambda", "sts"}
 PARAMS_KEY = "gpuaudit_api_params"
+APPLYING_KEY = "gpuaudit_applying"  # a request being applied by moto under an "applied, then failed" fault
+# The HTTP status an "applied, then failed" fault answers with, by error code (a 5xx: the commit was not seen).
+APPLIED_STATUS = {"InternalServerError": 500, "InternalFailure": 500, "InternalError": 500, "ServiceUnavailable": 503}
 MODEL_KEY = "gpuaudit_operation_model"
 # Every world session reads the same service models. botocore caches what it parsed per loader, and each new
 # session makes its own: one loader shared by world sessions saves re-parsing about a megabyte of model JSON per
@@ -98,6 +106,8 @@ class WorldBackend:
             session.events.register("before-call", self._serve)
         # The product's own table (moto) held to DynamoDB's limits, with the world's throttling and unprocessed items.
         self.dynamodb.attach(session)
+        # Writes that commit and then fail in the response (faults with "applied": true).
+        session.events.register_first("before-send", functools.partial(self._applied_then_failed, session))
         # The Kubernetes API of the world's EKS clusters, found by collectors/kubernetes.py on the session.
         session.gpuaudit_kubernetes = self.kubernetes  # type: ignore[attr-defined]
 
@@ -107,6 +117,8 @@ class WorldBackend:
     def session(self) -> boto3.Session:
         """A boto3 session wired to this world (dummy credentials: nothing leaves the process)."""
         core = botocore.session.get_session()
+        # A world is not an account: the caller's AWS_PROFILE (even one naming no profile) is never read for it.
+        core.get_component("config_store").set_config_variable("profile", None)  # an override, unlike the session's
         core.register_component("data_loader", _SHARED_LOADER)
         session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
                                 region_name=self.world.region, botocore_session=core)
@@ -188,8 +200,9 @@ class WorldBackend:
         for i, fault in enumerate(self.world.faults):
             if fault.get("service") != service or fault.get("operation") not in (operation, "*"):
                 continue
-            if fault.get("error") in (None, "") or "status" in fault:
-                continue  # behaviour faults (e.g. a query that stays Running) are applied by the responder
+            if fault.get("error") in (None, "") or "status" in fault or fault.get("applied"):
+                continue  # behaviour faults (e.g. a query that stays Running) are applied by the responder;
+                # "applied, then failed" faults by `_applied_then_failed`, after the write
             # `after`: let that many calls succeed first (e.g. a pagination token that expires on page 2).
             seen = self.fault_seen.get(i, 0)
             self.fault_seen[i] = seen + 1
@@ -208,6 +221,50 @@ class WorldBackend:
             elif "AccessDenied" in fault["error"]:
                 status = 403
             raise ApiError(fault["error"], fault.get("message", fault["error"]), status)
+
+    def _applied_then_failed(self, session: boto3.Session, request: AWSPreparedRequest, event_name: str,
+                             **_: Any) -> AWSResponse | None:
+        """A product write (a pass-through service) under an `"applied": true` fault: the rest of the chain (moto)
+        applies it, then the caller gets the fault's error instead of moto's answer — a 5xx, or no answer at all
+        (`ReadTimeoutError`). Counted with `after`/`times` like every fault."""
+        context = request.context if isinstance(getattr(request, "context", None), dict) else {}
+        model: OperationModel | None = context.get(MODEL_KEY)
+        if model is None or context.get(APPLYING_KEY):
+            return None
+        service = model.service_model.service_name
+        if service not in PASS_THROUGH_SERVICES:
+            return None
+        fault = self._applied_fault(service, model.name)
+        if fault is None:
+            return None
+        context[APPLYING_KEY] = True
+        try:
+            applied = [r for _, r in session.events.emit(event_name, request=request) if r is not None]
+        finally:
+            context.pop(APPLYING_KEY, None)
+        if not applied or applied[0].status_code >= 300:
+            return applied[0] if applied else None  # moto refused it: nothing was applied, its answer stands
+        if fault["error"] == "ReadTimeoutError":
+            raise ReadTimeoutError(endpoint_url=request.url)
+        answer = wire.failure(model, fault["error"], fault.get("message", fault["error"]),
+                              APPLIED_STATUS.get(fault["error"], 500), str(uuid.uuid4()))
+        return AWSResponse(request.url, answer.status, answer.headers, _RawBody(answer.body))
+
+    def _applied_fault(self, service: str, operation: str) -> dict[str, Any] | None:
+        for i, fault in enumerate(self.world.faults):
+            if not fault.get("applied") or fault.get("service") != service \
+                    or fault.get("operation") not in (operation, "*"):
+                continue
+            seen = self.fault_seen.get(i, 0)
+            self.fault_seen[i] = seen + 1
+            if seen < int(fault.get("after", 0)):
+                continue
+            hits = self.fault_hits.get(i, 0)
+            if fault.get("times") is not None and hits >= int(fault["times"]):
+                continue
+            self.fault_hits[i] = hits + 1
+            return fault
+        return None
 
     def _keep_rate(self, service: str, operation: str) -> None:
         """Refuse a call past the operation's documented per-account rate, as AWS does (ThrottlingException);

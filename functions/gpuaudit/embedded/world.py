@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -144,6 +145,9 @@ def load_world(path: str | Path) -> World:
                              f"column {exc.colno}") from None
         except RecursionError:
             raise WorldError(f"world file {path}: JSON nested too deeply") from None
+        except ValueError:  # json's own limit on integer digits (int_max_str_digits), not a JSONDecodeError
+            raise WorldError(f"world file {path}: holds a number of more than {sys.get_int_max_str_digits():,} "
+                             "digits; no field of the format takes one") from None
         world = parse_world(raw)
     world.source = str(path)
     return world

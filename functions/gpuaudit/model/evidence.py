@@ -126,7 +126,7 @@ GapKind = Literal[
     "timed-out", "query-failed", "truncated", "unsupported", "step-failed",
 ]
 # Which part of the Evidence a gap leaves incomplete, where a rule must know (today: the node list).
-GapScope = Literal["node-list", "history"]
+GapScope = Literal["node-list", "history", "cache"]  # "cache": the tool's own cache not written, nothing unread
 
 
 class Gap(Frozen):

@@ -502,7 +502,7 @@ def headline_for(j: Judged, branch_headline: str | None, ready: Readiness | None
     confidence: Literal["High", "Medium", "Low"]
     if not accelerated or partial:
         confidence = "Low"
-    elif not blind and not j.evidence.gaps:
+    elif not blind and not [g for g in j.evidence.gaps if g.scope != "cache"]:  # a cache not kept left nothing unread
         confidence = "High"
     elif len(blind) < len(accelerated):
         confidence = "Medium"
