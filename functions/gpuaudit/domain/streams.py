@@ -5,6 +5,7 @@ Matching is by token boundary, so `ip-10-20-38-23` never matches `ip-10-20-38-23
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -40,6 +41,8 @@ class NodeIndex:
         for at, (iid, dns) in enumerate(self.dns):
             self.hosts.setdefault(dns.split(".", 1)[0], []).append(iid)
             self.by_label.setdefault(dns.split(".", 1)[0], []).append(at)
+        # each stream's answer, once: the judge asks of the same streams from several rules (~7 times per stream)
+        self.named: dict[str, list[str]] = {}
 
 
 _TOKEN = re.compile(r"[\w-]+")  # what `_names_host` bounds a name by: a host's first label is one of these
@@ -48,6 +51,13 @@ _TOKEN = re.compile(r"[\w-]+")  # what `_names_host` bounds a name by: a host's 
 def stream_node_ids(stream: str, nodes: Iterable[NodeInfo] | NodeIndex) -> list[str]:
     """IDs of the nodes a stream names (usually zero or one): by instance ID, else by private DNS name."""
     index = nodes if isinstance(nodes, NodeIndex) else NodeIndex(nodes)
+    known = index.named.get(stream)
+    if known is None:
+        known = index.named[stream] = _named_by(stream, index)
+    return list(known)  # a copy: callers may extend it
+
+
+def _named_by(stream: str, index: NodeIndex) -> list[str]:
     matched = sorted(i for i in set(INSTANCE_ID.findall(stream)) if i in index.ids)
     if matched:
         return matched
@@ -76,6 +86,7 @@ def _names_host(stream: str, dns: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(dns)}(?![\w-])", stream) is not None
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of its two names, asked once per stream line at fleet size
 def is_pcluster_group(group: str, cluster: str) -> bool:
     return re.fullmatch(rf"/aws/parallelcluster/{re.escape(cluster)}-\d{{12}}", group) is not None
 

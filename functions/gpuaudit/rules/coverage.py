@@ -80,8 +80,11 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
 def _possibly_late(empty: list[datetime], hours: list[datetime], pad: Padded) -> bool:
     """A gap that reaches the query time (the current, partial hour) or the last whole hour before it, and began at
     most LATE_DELIVERY before the query, may still be filled by late delivery; an older gap is a lost one."""
-    whole = [h for h in hours if h != pad.partial_last_hour]
-    if not empty or not hours or empty[-1] not in {hours[-1], *whole[-1:]}:
+    if not empty or not hours:
+        return False
+    # the gap must end at the last hour, or at the last whole one when the last is the partial hour (in order)
+    ends = {hours[-1], *hours[-2:-1]} if hours[-1] == pad.partial_last_hour else {hours[-1]}
+    if empty[-1] not in ends:
         return False
     listed, began = set(empty), empty[-1]
     while began - HOUR in listed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -271,7 +272,7 @@ class MemorySignal:
     then: str | None = None
     hardware: bool = True  # False: a trend to watch (MONITOR), not a hardware verdict (RULES §7)
 
-    @property
+    @functools.cached_property  # built once per signal, not once per line (10,000 nodes × 9 signals × their lines)
     def pattern(self) -> re.Pattern[str]:
         # nvidia-smi -q pads its fields (`SRAM Threshold Exceeded           : Yes`): any spacing around the colon.
         tail = rf"\b.*?{self.then}" if self.then else (r"\s*:\s*Yes\b" if self.flag else "")
