@@ -107,7 +107,9 @@ class AuditWorkflow(Construct):
         collect.add_catch(sfn.Pass(self, "BatchNotChecked", parameters={
             "failed": {**failure("CollectLogs"), "groups": obj("$.batch.groups")}}), errors=ALL, result_path="$.error")
         batches = sfn.Map(self, "CollectLogBatches", items_path="$.inventory.batches",
-                          item_selector={"evidence": obj("$.inventory.evidence"), "batch": obj("$$.Map.Item.Value")},
+                          item_selector={"evidence": obj("$.inventory.evidence"), "batch": obj("$$.Map.Item.Value"),
+                                         # names the batch's query leases across CollectLogs' attempts
+                                         "execution": at("$$.Execution.Id")},
                           max_concurrency=config.batch_concurrency, result_path="$.batches")
         # A Logs Insights query still running ends the CollectLogs invocation (pending: true, its journal of
         # started queries kept in the payload); the state machine waits, not a Lambda, then invokes it again.

@@ -136,6 +136,9 @@ class CollectLogsInput(BaseModel):
     batch: LogBatch
     pending: bool = False  # set by CollectLogs itself when it asks to be invoked again after a Wait
     journal: dict[str, Any] | None = None  # QueryJournal, inline or by reference: the queries already started
+    # The (child) execution's ID, from the state machine's context object: names the batch's query leases, so every
+    # attempt of this CollectLogs holds the same ones (handlers/collect_logs.holder_of).
+    execution: str | None = Field(default=None, min_length=1, max_length=2048)
 
 
 class CollectedBatch(BaseModel):
