@@ -7,6 +7,7 @@ by `-c config=path.json`. `python app.py` without the CDK CLI reads cdk.json's c
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -153,6 +154,14 @@ class DeployConfig(BaseModel):
         """The cluster Map's output (an audit summary per cluster, ~1 KB) nears Step Functions' 256 KB limit near
         200 clusters: from RESULT_WRITER_CLUSTERS configured clusters, or with discovery (no bound), it goes to S3."""
         return self.discover or len(self.clusters) >= RESULT_WRITER_CLUSTERS
+
+    @property
+    def schedule_period_s(self) -> int:
+        """Seconds between scheduled executions: a `rate(…)` expression's; a `cron(…)` one is taken as hourly."""
+        match = re.fullmatch(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)", self.schedule.strip())
+        if match is None:
+            return 3600
+        return int(match.group(1)) * {"minute": 60, "hour": 3600, "day": 86400}[match.group(2).rstrip("s")]
 
     @property
     def query_slots(self) -> int:

@@ -40,9 +40,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), item.batch.groups)
         cached = bins.load(evidence.cluster.name, evidence.cluster.region)
         journal = QueryJournal.model_validate(payload.load(item.journal, s3)) if item.journal else \
-            QueryJournal(begun=evidence.now, deadline_s=settings.query_deadline_s,
-                         **({"holder": holder_of(item.execution, evidence.cluster.name, item.batch.index)}
-                            if item.execution else {}))
+            QueryJournal(begun=evidence.now, deadline_s=settings.query_deadline_s)
+        if not item.journal and item.execution:  # every attempt of this batch names its leases alike
+            journal.holder = holder_of(item.execution, evidence.cluster.name, item.batch.index)
         budget = TableBudget(session.client("dynamodb"), settings.required("FINDINGS_TABLE"), settings.query_slots) \
             if settings.query_slots else None
         journal.use_budget(budget)

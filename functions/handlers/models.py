@@ -105,6 +105,9 @@ class AuditTarget(BaseModel):
     request: AuditRequest
     trigger: TriggerKind
     window_source: WindowSource | None = None  # stamped on the evidence window (schedule / event)
+    # "deployment": the request's configured scope (log groups, instance IDs, file systems of the deployment document)
+    # is left out of Plan's output and added back by Inventory, so Plan's output stays small at any fleet size.
+    scope: Literal["request", "deployment"] = "request"
 
 
 class Plan(BaseModel):
@@ -125,6 +128,7 @@ class LogBatch(BaseModel):
 class InventoryOutput(BaseModel):
     evidence: dict[str, Any]
     batches: list[LogBatch]
+    request: AuditRequest  # the audit as run, with its configured scope: what Finish and Verdict are handed
 
 
 class CollectLogsInput(BaseModel):
