@@ -118,7 +118,9 @@ class AuditWorkflow(Construct):
 
         collect = invoke("CollectLogs", output_path="$.Payload")
         collect.add_catch(sfn.Pass(self, "BatchNotChecked", parameters={
-            "failed": {**failure("CollectLogs"), "groups": obj("$.batch.groups")}}), errors=ALL, result_path="$.error")
+            # the batch by reference: Finish names its groups from the evidence
+            "failed": {**failure("CollectLogs"), "batch": sfn.JsonPath.number_at("$.batch.index")}}),
+            errors=ALL, result_path="$.error")
         batches = sfn.Map(self, "CollectLogBatches", items_path="$.inventory.batches",
                           item_selector={"evidence": obj("$.inventory.evidence"), "batch": obj("$$.Map.Item.Value"),
                                          # names the batch's query leases across CollectLogs' attempts

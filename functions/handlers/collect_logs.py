@@ -37,7 +37,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
         aws = runtime.audit_port(session, clock, context, evidence.cluster.name)
-        bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), item.batch.groups)
+        groups = item.batch.groups_of(evidence.log_groups)
+        bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), groups)
         cached = bins.load(evidence.cluster.name, evidence.cluster.region)
         journal = QueryJournal.model_validate(payload.load(item.journal, s3)) if item.journal else \
             QueryJournal(begun=evidence.now, deadline_s=settings.query_deadline_s)
@@ -49,7 +50,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if budget is not None:  # short leases: this pass keeps its running queries' slots for another LEASE_S
             budget.renew(journal.running_leases())
         try:
-            batch = pipeline.collect_logs(aws, evidence, item.batch.groups, cached, journal=journal)
+            batch = pipeline.collect_logs(aws, evidence, groups, cached, journal=journal)
         except QueriesPending:
             # A query is still running: hand it to the state machine's Wait instead of holding this Lambda.
             if budget is not None:  # renewed again on the way out: this pass may have taken longer than a Wait

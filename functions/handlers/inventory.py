@@ -41,6 +41,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="LogBatches", unit=MetricUnit.Count, value=len(batches))
     logger.info("inventoried", extra={"cluster": evidence.cluster.name, "nodes": len(evidence.nodes),
                                       "log_groups": len(evidence.log_groups), "gaps": len(evidence.gaps)})
-    return InventoryOutput(evidence=stored, request=request, batches=[LogBatch(index=i, of=len(batches), groups=b)
-                                                                       for i, b in enumerate(batches)]
-                           ).model_dump(mode="json")
+    # The batches by reference (index and count): CollectLogs cuts each one's groups from the evidence.
+    return InventoryOutput(evidence=stored, request=request, batches=[LogBatch(index=i, of=len(batches))
+                                                                       for i in range(len(batches))]
+                           ).model_dump(mode="json", exclude_defaults=False)

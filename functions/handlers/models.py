@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpuaudit.collectors.logs import log_batches
 from gpuaudit.model.evidence import AuditRequest, CallCount, WindowSource
 from handlers.runtime import StepFailure
 
@@ -118,11 +119,24 @@ class Plan(BaseModel):
 
 
 class LogBatch(BaseModel):
+    """One item of the log-batch Map. By reference: Inventory hands out only `index` and `of`, and CollectLogs cuts
+    the batch's groups from the evidence's log groups (pipeline.log_batches, deterministic), so the state never
+    carries the group list (up to 50 × 512 characters a batch). `groups` given inline is still honoured."""
+
     model_config = ConfigDict(extra="forbid")
 
     index: int = Field(ge=0)
     of: int = Field(ge=1)
-    groups: list[str] = Field(min_length=1, max_length=50)
+    groups: list[str] = Field(default_factory=list, max_length=50)
+
+    def groups_of(self, log_groups: list[Any]) -> list[str]:
+        """This batch's group names: inline, else cut from the evidence's log groups."""
+        if self.groups:
+            return self.groups
+        batches = log_batches(log_groups)
+        if self.index >= len(batches):
+            raise ValueError(f"log batch {self.index} of {self.of}: the evidence has {len(batches)} batches")
+        return batches[self.index]
 
 
 class InventoryOutput(BaseModel):
