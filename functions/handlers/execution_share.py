@@ -14,8 +14,9 @@ and Capacity-Block executions overlap them. Two rules keep them apart, both on t
 - **Claim what you audit.** Plan claims each kept target with a conditional write (`in_flight_by` = its execution,
   `in_flight_until` = now + GPUAUDIT_IN_FLIGHT_S, the execution timeout: no execution audits past it); a target
   another execution holds an unexpired claim on is skipped, named. MarkAudited (after Verdict or RecordFailure)
-  removes the claim. A claim of an execution stopped or timed out lapses at its expiry; the first execution after
-  that audits the cluster (it kept its older mark, so it leads). A claim that cannot be written for another reason
+  removes the claim. A claim held by an execution that has ended (stopped, timed out, failed: Plan asks Step
+  Functions, DescribeExecution of the holder) is taken over at once, so the next execution audits a stopped one's
+  clusters; a holder whose status cannot be read is taken as still running, and its claim lapses at its expiry. A claim that cannot be written for another reason
   (throttled, denied) does not block the audit (the plan names it): two audits cost queries, a missed one the answer.
 
 A console request is neither capped nor claimed: an operator asked for that audit, now.
@@ -87,23 +88,49 @@ def fit_period(targets: list[AuditTarget], marks: Marks, shape: ExecutionShape,
     return kept, []
 
 
+class Holders:
+    """Whether the execution holding a claim has ended (DescribeExecution, once per holder per Plan)."""
+
+    ENDED = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+
+    def __init__(self, sfn: Any) -> None:
+        self.sfn, self.known = sfn, dict[str, bool]()
+
+    def ended(self, holder: str) -> bool:
+        if holder not in self.known:
+            try:
+                status = self.sfn.describe_execution(executionArn=holder)["status"]
+            except ClientError as err:  # gone from Step Functions' history: ended; unreadable: taken as running
+                self.known[holder] = err.response["Error"]["Code"] == "ExecutionDoesNotExist"
+            except BotoCoreError:
+                self.known[holder] = False
+            else:
+                self.known[holder] = status in self.ENDED
+        return self.known[holder]
+
+
 def claim(ddb: Any, table: str, targets: list[AuditTarget], execution: str, now: datetime,
-          claim_s: int) -> tuple[list[AuditTarget], list[str], list[str]]:
+          claim_s: int, holders: Holders | None = None) -> tuple[list[AuditTarget], list[str], list[str]]:
     """(targets this execution audits, skipped as another execution's, claims that could not be made)."""
     kept, skipped, failed = [], [], []
     epoch = int(now.timestamp())
     for target in targets:
+        key = audited_key(target.request.cluster, target.request.mode)
+        values = {":me": {"S": execution}, ":until": {"N": str(epoch + claim_s)}}
         try:
             ddb.update_item(
-                TableName=table, Key=audited_key(target.request.cluster, target.request.mode),
-                UpdateExpression="SET in_flight_by = :me, in_flight_until = :until",
+                TableName=table, Key=key, UpdateExpression="SET in_flight_by = :me, in_flight_until = :until",
                 ConditionExpression="attribute_not_exists(in_flight_until) OR in_flight_until <= :now "
                                     "OR in_flight_by = :me",
-                ExpressionAttributeValues={":me": {"S": execution}, ":until": {"N": str(epoch + claim_s)},
-                                           ":now": {"N": str(epoch)}},
+                ExpressionAttributeValues={**values, ":now": {"N": str(epoch)}},
                 ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ClientError as err:
             code = err.response["Error"]["Code"]
+            holder = err.response.get("Item", {}).get("in_flight_by", {}).get("S", "")
+            if code == "ConditionalCheckFailedException" and holder and holders is not None and \
+                    holders.ended(holder) and _take_over(ddb, table, key, values, holder):
+                kept.append(target)  # the holder ended without marking it (stopped, timed out): audited now
+                continue
             if code == "ConditionalCheckFailedException":
                 held = err.response.get("Item", {}).get("in_flight_until", {}).get("N")
                 until = f" (its claim lapses at {iso(datetime.fromtimestamp(int(held), now.tzinfo))})" if held else ""
@@ -115,6 +142,17 @@ def claim(ddb: Any, table: str, targets: list[AuditTarget], execution: str, now:
             failed.append(f"{target.request.cluster}: in-flight claim not made ({type(err).__name__}); audited")
         kept.append(target)
     return kept, skipped, failed
+
+
+def _take_over(ddb: Any, table: str, key: dict[str, Any], values: dict[str, Any], holder: str) -> bool:
+    """The claim of an ended execution, taken if it still holds it (another Plan may have taken it first)."""
+    try:
+        ddb.update_item(TableName=table, Key=key, UpdateExpression="SET in_flight_by = :me, in_flight_until = :until",
+                        ConditionExpression="in_flight_by = :ended",
+                        ExpressionAttributeValues={**values, ":ended": {"S": holder}})
+    except (ClientError, BotoCoreError):
+        return False
+    return True
 
 
 def deferred_note(deferred: list[AuditTarget], shape: ExecutionShape) -> list[str]:

@@ -18,7 +18,7 @@ from gpuaudit.report.redact import redact
 from handlers import runtime
 from handlers.coalesce import coalesce
 from handlers.discovery_cache import keep_discovery, kept_discovery, period_start
-from handlers.execution_share import ExecutionShape, claim, deferred_note, fit_period
+from handlers.execution_share import ExecutionShape, Holders, claim, deferred_note, fit_period
 from handlers.models import EventBridgeTrigger, HyperPodEvent, Plan, Trigger
 from handlers.observability import logger, metrics, step_handler
 from handlers.rotation import ordered_by_marks, read_marks
@@ -119,7 +119,8 @@ def shared_fairly(plan: Plan, session: boto3.Session, execution: str | None) -> 
     targets, deferred = fit_period(targets, marks or {}, shape)
     skipped, gaps = plan.skipped + deferred_note(deferred, shape), plan.gaps + unread
     if execution is not None and shape.claim_s is not None:
-        targets, others, unclaimed = claim(ddb, table, targets, execution, clock(), shape.claim_s)
+        targets, others, unclaimed = claim(ddb, table, targets, execution, clock(), shape.claim_s,
+                                           Holders(session.client("stepfunctions")))
         skipped, gaps = skipped + others, gaps + unclaimed
     metrics.add_metric(name="AuditsDeferred", unit=MetricUnit.Count, value=len(deferred))
     return plan.model_copy(update={"targets": targets, "skipped": skipped, "gaps": gaps})

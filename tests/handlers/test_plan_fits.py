@@ -166,3 +166,20 @@ def test_a_console_window_the_audit_cannot_honour_fails_naming_the_input_field(a
         planned({"cluster": "research-hp-slurm", "mode": "incident", **request_})
     message = str(refused.value)
     assert message.startswith(f"on-demand input field {field} cannot be honoured") and "--" not in message
+
+
+def test_a_stopped_executions_clusters_are_audited_by_the_next_one(account: Account,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is lost: an execution stopped mid-audit never marks its clusters; the next execution finds the claim
+    held, asks Step Functions (DescribeExecution) whether its holder still runs, and takes it over — while a holder
+    still running keeps it."""
+    monkeypatch.setenv("GPUAUDIT_IN_FLIGHT_S", "5400")
+    sfn = account.session.client("stepfunctions")
+    machine = sfn.create_state_machine(name="gpuaudit", roleArn="arn:aws:iam::123456789012:role/sfn", definition=json.dumps(
+        {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}))["stateMachineArn"]
+    running, stopped = (sfn.start_execution(stateMachineArn=machine, name=n)["executionArn"] for n in ("h18", "h19"))
+    assert len(planned(scheduled_event("2026-10-01T18:00:05Z"), running)["targets"]) == 1
+    assert planned(scheduled_event("2026-10-01T19:00:05Z"), stopped)["targets"] == []  # held by a running one
+    sfn.stop_execution(executionArn=running)
+    taken = planned(scheduled_event("2026-10-01T19:00:05Z"), stopped)
+    assert [t["request"]["cluster"] for t in taken["targets"]] == ["research-hp-slurm"] and taken["skipped"] == []
