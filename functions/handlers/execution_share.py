@@ -155,10 +155,12 @@ def _take_over(ddb: Any, table: str, key: dict[str, Any], values: dict[str, Any]
     return True
 
 
-def deferred_note(deferred: list[AuditTarget], shape: ExecutionShape) -> list[str]:
+def deferred_note(deferred: list[AuditTarget], shape: ExecutionShape, recurring: bool = True) -> list[str]:
     if not deferred:
         return []
     names = ", ".join(t.request.cluster for t in deferred[:10]) + (", …" if len(deferred) > 10 else "")
+    if not recurring:  # an event's audits: nothing re-plans them
+        return [f"{len(deferred)} audits not planned: one execution plans at most {MAX_TARGETS} — {names}"]
     budget = f"{shape.budget_s} s on each of {shape.lanes} lanes" if shape.budget_s is not None else "its cap"
     return [f"{len(deferred)} audits deferred to the next period (they lead it): past what one execution finishes "
             f"within {budget} or past {MAX_TARGETS} targets — {names}"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -116,8 +117,12 @@ def shared_fairly(plan: Plan, session: boto3.Session, execution: str | None) -> 
     ddb, table, shape = session.client("dynamodb"), runtime.env("FINDINGS_TABLE"), ExecutionShape.from_os()
     marks, unread = read_marks(ddb, table, plan.targets)
     targets = ordered_by_marks(plan.targets, marks or {})
-    targets, deferred = fit_period(targets, marks or {}, shape)
-    skipped, gaps = plan.skipped + deferred_note(deferred, shape), plan.gaps + unread
+    # Only the schedule's audits recur, so only they are fitted to the period (what is deferred leads the next one);
+    # an event's audits are bounded by the target cap alone.
+    fitted = shape if plan.trigger == "schedule" else replace(shape, budget_s=None)
+    targets, deferred = fit_period(targets, marks or {}, fitted)
+    skipped, gaps = plan.skipped + deferred_note(deferred, fitted, recurring=plan.trigger == "schedule"), \
+        plan.gaps + unread
     if execution is not None and shape.claim_s is not None:
         targets, others, unclaimed = claim(ddb, table, targets, execution, clock(), shape.claim_s,
                                            Holders(session.client("stepfunctions")))

@@ -183,3 +183,16 @@ def test_a_stopped_executions_clusters_are_audited_by_the_next_one(account: Acco
     sfn.stop_execution(executionArn=running)
     taken = planned(scheduled_event("2026-10-01T19:00:05Z"), stopped)
     assert [t["request"]["cluster"] for t in taken["targets"]] == ["research-hp-slurm"] and taken["skipped"] == []
+
+
+def test_only_the_schedules_audits_are_fitted_to_the_period(account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Capacity Block warning's preflights are not re-planned next period: the period's budget does not cut them
+    (only the 200-target cap bounds them)."""
+    clusters = [f"c{i:02d}" for i in range(10)]
+    deploy_configuration(monkeypatch, {"clusters": clusters})
+    monkeypatch.setenv("GPUAUDIT_CLUSTER_LANES", "2")
+    monkeypatch.setenv("GPUAUDIT_EXECUTION_BUDGET_S", "1800")
+    warned = planned(capacity_block_warning("cr-0123456789abcdef0", "2026-10-01T18:20:00Z"))
+    scheduled = planned(scheduled_event("2026-10-01T18:17:04Z"))
+    assert sorted(t["request"]["cluster"] for t in warned["targets"]) == clusters  # every preflight
+    assert len(scheduled["targets"]) == 6  # ten 10-minute estimates on two 30-minute lanes
