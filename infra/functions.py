@@ -48,7 +48,11 @@ class Spec:
 
 
 SPECS = {
-    "Plan": Spec("plan", 256, Duration.minutes(1), "gpuaudit: trigger -> audits to run"),
+    # Plan 1,024 MB: Lambda's CPU grows with memory (1 vCPU at 1,769 MB), and the period's ParallelCluster discovery
+    # parses every live instance of the region: 12.5 s of CPU at 2,000 p5 through wire parsing (issue #47, measured
+    # in-process, the backend's share included), ≈ 86 s at 256 MB, past the 60 s timeout; ≈ 22 s at 1,024 MB
+    # (derived from that scaling, not measured in Lambda). A HyperPod event's Plan scans no instance.
+    "Plan": Spec("plan", 1024, Duration.minutes(1), "gpuaudit: trigger -> audits to run"),
     # Inventory 15 min: its wall at 2,000 p5 nodes through wire parsing passed a third of 5 min (docs/BENCHMARKS.md).
     "Inventory": Spec("inventory", 512, Duration.minutes(15), "gpuaudit step 1: pipeline.start_audit"),
     # One invocation starts and reads what it can and returns (the state machine waits between invocations, up to
