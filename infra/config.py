@@ -7,13 +7,14 @@ by `-c config=path.json`. `python app.py` without the CDK CLI reads cdk.json's c
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuaudit.collectors.query_budget import DEFAULT_BUDGET_SHARE, budget_slots
-from gpuaudit.model.evidence import FileSystemId, InstanceId, LogGroupName
+from gpuaudit.model.evidence import MAX_FILE_SYSTEMS, MAX_INSTANCES, FileSystemId, InstanceId, LogGroupName
 from gpuaudit.settings import MemberRole
 from infra.packaging import ROOT
 
@@ -90,11 +91,15 @@ class DeployConfig(BaseModel):
     query_wait_seconds: int = Field(default=10, ge=1, le=300)
     xid_class_overrides: list[str] = Field(default_factory=list)  # CODE=CLASS, as the CLI's --xid-class
     # Per cluster, log groups to search beside those found by substring (the CLI's --log-group), e.g. a job's stdout.
-    log_groups: dict[str, list[LogGroupName]] = Field(default_factory=dict)
+    # Each list within what one audit takes (AuditRequest): StartQuery names at most 50 log groups; DescribeInstances
+    # and DescribeFileSystems are read with the IDs of one audit (MAX_INSTANCES, MAX_FILE_SYSTEMS). Past that the
+    # synth stops naming the field, instead of every hourly Plan failing on it.
+    log_groups: dict[str, Annotated[list[LogGroupName], Field(max_length=50)]] = Field(default_factory=dict)
     # Per configured name, the scope the CLI takes as --instances and --filesystem: a self-managed fleet's instance
     # IDs (the name is then its label), and FSx for Lustre file systems audited with it.
-    instances: dict[str, list[InstanceId]] = Field(default_factory=dict)
-    file_systems: dict[str, list[FileSystemId]] = Field(default_factory=dict)
+    instances: dict[str, Annotated[list[InstanceId], Field(max_length=MAX_INSTANCES)]] = Field(default_factory=dict)
+    file_systems: dict[str, Annotated[list[FileSystemId], Field(max_length=MAX_FILE_SYSTEMS)]] = \
+        Field(default_factory=dict)
     # EKS clusters (HyperPod EKS orchestrators, in this account) whose Kubernetes API the collectors read: the stack
     # gives each collecting role an access entry in Kubernetes group gpuaudit-readers, which the shipped RBAC
     # manifest (deploy/kubernetes/gpuaudit-reader.yaml, applied with kubectl) binds to read nodes and events.
@@ -153,6 +158,14 @@ class DeployConfig(BaseModel):
         """The cluster Map's output (an audit summary per cluster, ~1 KB) nears Step Functions' 256 KB limit near
         200 clusters: from RESULT_WRITER_CLUSTERS configured clusters, or with discovery (no bound), it goes to S3."""
         return self.discover or len(self.clusters) >= RESULT_WRITER_CLUSTERS
+
+    @property
+    def schedule_period_s(self) -> int:
+        """Seconds between scheduled executions: a `rate(…)` expression's; a `cron(…)` one is taken as hourly."""
+        match = re.fullmatch(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)", self.schedule.strip())
+        if match is None:
+            return 3600
+        return int(match.group(1)) * {"minute": 60, "hour": 3600, "day": 86400}[match.group(2).rstrip("s")]
 
     @property
     def query_slots(self) -> int:

@@ -48,7 +48,11 @@ class Spec:
 
 
 SPECS = {
-    "Plan": Spec("plan", 256, Duration.minutes(1), "gpuaudit: trigger -> audits to run"),
+    # Plan 1,024 MB: Lambda's CPU grows with memory (1 vCPU at 1,769 MB), and the period's ParallelCluster discovery
+    # parses every live instance of the region: 12.5 s of CPU at 2,000 p5 through wire parsing (issue #47, measured
+    # in-process, the backend's share included), ≈ 86 s at 256 MB, past the 60 s timeout; ≈ 22 s at 1,024 MB
+    # (derived from that scaling, not measured in Lambda). A HyperPod event's Plan scans no instance.
+    "Plan": Spec("plan", 1024, Duration.minutes(1), "gpuaudit: trigger -> audits to run"),
     # Inventory 15 min: its wall at 2,000 p5 nodes through wire parsing passed a third of 5 min (docs/BENCHMARKS.md).
     "Inventory": Spec("inventory", 512, Duration.minutes(15), "gpuaudit step 1: pipeline.start_audit"),
     # One invocation starts and reads what it can and returns (the state machine waits between invocations, up to
@@ -94,6 +98,16 @@ def event_bus_arn(stack: Stack, bus: str) -> str:
                                                                 resource_name=bus)
 
 
+def execution_shape(config: DeployConfig) -> dict[str, str]:
+    """What Plan needs to keep executions within their period and apart (handlers/execution_share.py)."""
+    from infra.workflow import execution_budget, execution_timeout  # the workflow imports SPECS from here
+
+    return {"GPUAUDIT_CLUSTER_LANES": str(config.cluster_concurrency),
+            "GPUAUDIT_EXECUTION_BUDGET_S": str(int(execution_budget(config).to_seconds())),
+            "GPUAUDIT_IN_FLIGHT_S": str(int(execution_timeout(config).to_seconds())),
+            "GPUAUDIT_SCHEDULE_PERIOD_S": str(config.schedule_period_s)}
+
+
 def powertools_version() -> str:
     return pinned_version("aws-lambda-powertools", runtime_requirements())
 
@@ -122,7 +136,7 @@ class AuditFunctions(Construct):
         # JSON file (a new configuration is a new layer version), not in the 4 KB environment (issue #33).
         deployment = {DEPLOYMENT_ENV: DEPLOYMENT_PATH}
         specific = {
-            "Plan": {"FINDINGS_TABLE": store.table.table_name, **deployment},
+            "Plan": {"FINDINGS_TABLE": store.table.table_name, **deployment, **execution_shape(config)},
             "Inventory": dict(deployment), "Finish": dict(deployment),
             "CollectLogs": {**deployment, "FINDINGS_TABLE": store.table.table_name,
                             "GPUAUDIT_QUERY_DEADLINE_S": str(config.logs_insights_deadline_minutes * 60),
@@ -141,6 +155,11 @@ class AuditFunctions(Construct):
             # Bursts: one conditional claim per cluster, mode and quarter hour (handlers/coalesce.py); the audit
             # order: when each cluster's last audit ended (handlers/rotation.py)
             "Plan": [iam.PolicyStatement(sid="BurstClaims", actions=["dynamodb:PutItem"],
+                                         resources=[store.table.table_arn]),
+                     # In-flight claims (handlers/execution_share.py) and the period's kept discovery
+                     # (handlers/discovery_cache.py): items of the stack's own table
+                     iam.PolicyStatement(sid="InFlightAndDiscovery", actions=["dynamodb:GetItem",
+                                                                              "dynamodb:UpdateItem"],
                                          resources=[store.table.table_arn]),
                      iam.PolicyStatement(sid="AuditOrder", actions=["dynamodb:Query"],
                                          resources=[store.table.table_arn])],

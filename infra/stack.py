@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Fn, Stack
+from aws_cdk import CfnOutput, CfnResource, Fn, Stack
 from constructs import Construct
 
-from infra.config import DeployConfig
+from infra.config import BadConfig, DeployConfig
 from infra.dashboard import AuditDashboard
 from infra.findings import FindingsStore
 from infra.functions import AuditFunctions
@@ -15,6 +15,10 @@ from infra.mcp_endpoint import McpEndpoint
 from infra.operations import AuditorAlarms
 from infra.triggers import AuditTriggers
 from infra.workflow import AuditWorkflow
+
+# "Resources per stack: 500" (CloudFormation quotas). Configured clusters (an audit-age alarm each) and EKS access
+# entries (three each) are what grows with the configuration.
+MAX_STACK_RESOURCES = 500
 
 
 class GpuAuditStack(Stack):
@@ -51,3 +55,16 @@ class GpuAuditStack(Stack):
                       description="The role the configured agent principal assumes to call the MCP endpoint")
         CfnOutput(self, "DashboardName", value=self.dashboard.dashboard.dashboard_name,
                   description="CloudWatch dashboard: nodes by xid_status, verdicts, duration, gaps, errors, alerts")
+        self._within_resource_quota(config)
+
+    def _within_resource_quota(self, config: DeployConfig) -> None:
+        """Past CloudFormation's resources per stack the deploy would fail late: a synth error instead, naming the
+        limit, what grows with the configuration and what to do."""
+        resources = sum(1 for c in self.node.find_all() if CfnResource.is_cfn_resource(c))
+        if resources > MAX_STACK_RESOURCES:
+            raise BadConfig(
+                f"`clusters`: this configuration needs {resources} CloudFormation resources, past the "
+                f"{MAX_STACK_RESOURCES} one stack may hold ({len(config.clusters)} configured clusters add an "
+                f"audit-age alarm each, {len(config.eks_access_entries)} EKS access entries three each): audit "
+                "the fleet with `discover: true` (optionally with `discovery_tag`), whose alarms are fleet-wide "
+                "and do not grow with it, or split `clusters` across two deployments (two stack names)")

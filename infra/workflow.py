@@ -27,7 +27,7 @@ timeout is that plus Plan's and a margin: a cluster started in the execution's f
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -68,6 +68,15 @@ def execution_timeout(config: DeployConfig) -> Duration:
                             + EXECUTION_MARGIN.to_seconds())
 
 
+def execution_budget(config: DeployConfig) -> Duration:
+    """The audit time per Map lane Plan may plan into one execution (handlers/execution_share.py): the schedule
+    period less Plan's timeout and the margin, so a healthy fleet's execution ends before the next one starts and
+    far before its timeout (the timeout alarm then means something went wrong). At least one minute: Plan always
+    keeps the first target."""
+    left = config.schedule_period_s - SPECS["Plan"].timeout.to_seconds() - EXECUTION_MARGIN.to_seconds()
+    return Duration.seconds(max(60, left))
+
+
 at = sfn.JsonPath.string_at
 obj = sfn.JsonPath.object_at
 
@@ -91,13 +100,17 @@ class AuditWorkflow(Construct):
         def failure(step: str) -> dict[str, object]:
             return {"step": step, "error": at("$.error.Error"), "cause": at("$.error.Cause")}
 
-        plan = invoke("Plan", retry_timeout=False, output_path="$.Payload")
+        # Plan gets the execution's ID beside its input: it claims the clusters it plans under that name.
+        plan = invoke("Plan", retry_timeout=False, output_path="$.Payload", payload=sfn.TaskInput.from_object(
+            {"trigger": obj("$"), "execution": at("$$.Execution.Id")}))
         # A cluster whose audit did not finish (Inventory or Verdict failed after its retries) is recorded and
         # counted (handlers/record_failure.py): the AuditsFailed alarm sees it, discovered clusters included.
         record_failure = invoke("RecordFailure", output_path="$.Payload")
 
         inventory = invoke("Inventory", result_selector={"evidence": obj("$.Payload.evidence"),
-                                                         "batches": obj("$.Payload.batches")},
+                                                         "batches": obj("$.Payload.batches"),
+                                                         # the request with its configured scope added back
+                                                         "request": obj("$.Payload.request")},
                            result_path="$.inventory")
         inventory.add_catch(sfn.Pass(self, "InventoryNotChecked", parameters={
             "cluster": at("$.request.cluster"), "mode": at("$.request.mode"), "audited": False,
@@ -105,9 +118,13 @@ class AuditWorkflow(Construct):
 
         collect = invoke("CollectLogs", output_path="$.Payload")
         collect.add_catch(sfn.Pass(self, "BatchNotChecked", parameters={
-            "failed": {**failure("CollectLogs"), "groups": obj("$.batch.groups")}}), errors=ALL, result_path="$.error")
+            # the batch by reference: Finish names its groups from the evidence
+            "failed": {**failure("CollectLogs"), "batch": sfn.JsonPath.number_at("$.batch.index")}}),
+            errors=ALL, result_path="$.error")
         batches = sfn.Map(self, "CollectLogBatches", items_path="$.inventory.batches",
-                          item_selector={"evidence": obj("$.inventory.evidence"), "batch": obj("$$.Map.Item.Value")},
+                          item_selector={"evidence": obj("$.inventory.evidence"), "batch": obj("$$.Map.Item.Value"),
+                                         # names the batch's query leases across CollectLogs' attempts
+                                         "execution": at("$$.Execution.Id")},
                           max_concurrency=config.batch_concurrency, result_path="$.batches")
         # A Logs Insights query still running ends the CollectLogs invocation (pending: true, its journal of
         # started queries kept in the payload); the state machine waits, not a Lambda, then invokes it again.
@@ -118,36 +135,42 @@ class AuditWorkflow(Construct):
         batches.item_processor(collect.next(running))
 
         finish = invoke("Finish", payload=sfn.TaskInput.from_object({
-            "request": obj("$.request"), "evidence": obj("$.inventory.evidence"), "batches": obj("$.batches")}),
+            "request": obj("$.inventory.request"), "evidence": obj("$.inventory.evidence"),
+            "batches": obj("$.batches")}),
             output_path="$.Payload")
         verdict = invoke("Verdict", output_path="$.Payload")
         verdict.add_catch(sfn.Pass(self, "VerdictFailed", parameters={
             "cluster": at("$.request.cluster"), "mode": at("$.request.mode"), "failure": failure("Verdict")})
             .next(record_failure), errors=ALL, result_path="$.error")
         finish.add_catch(sfn.Pass(self, "FinishNotChecked", parameters={
-            "request": obj("$.request"), "evidence": obj("$.inventory.evidence"), "failure": failure("Finish")})
+            "request": obj("$.inventory.request"), "evidence": obj("$.inventory.evidence"), "failure": failure("Finish")})
             .next(verdict), errors=ALL, result_path="$.error")
 
         # When this cluster's audit ended (audited or recorded as failed): Plan puts the least recently audited first
         # (handlers/rotation.py), so an execution cut off by its timeout leaves a different tail each time. A mark
         # not written changes only the order: the audit itself stands.
-        def mark_audited(name: str) -> tasks.DynamoUpdateItem:
+        def mark_audited(name: str, measured: bool) -> tasks.DynamoUpdateItem:
+            values = {":at": tasks.DynamoAttributeValue.from_string(at("$$.State.EnteredTime"))}
+            if measured:  # the Verdict's line says how long the audit took; a failed audit keeps the last measure
+                values[":took"] = tasks.DynamoAttributeValue.number_from_string(at("$.audit_s"))
             mark = tasks.DynamoUpdateItem(
                 self, name, table=table, key={
                     "pk": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.format(f"{AUDITED_PREFIX}{{}}",
                                                                                      at("$.mode"))),
                     "sk": tasks.DynamoAttributeValue.from_string(at("$.cluster"))},
-                update_expression="SET audited_at = :at",
-                expression_attribute_values={":at": tasks.DynamoAttributeValue.from_string(
-                    at("$$.State.EnteredTime"))},
+                # audit_s: how long this audit took (Plan fits the next executions to the period with it); the
+                # REMOVE ends this execution's in-flight claim (handlers/execution_share.py)
+                update_expression=("SET audited_at = :at, audit_s = :took" if measured else "SET audited_at = :at")
+                + " REMOVE in_flight_by, in_flight_until",
+                expression_attribute_values=values,
                 result_path=sfn.JsonPath.DISCARD)
             mark.add_retry(errors=ALL, interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,
                            jitter_strategy=sfn.JitterType.FULL)
             mark.add_catch(sfn.Pass(self, f"{name}NotRecorded"), errors=ALL, result_path=sfn.JsonPath.DISCARD)
             return mark
 
-        verdict.next(mark_audited("MarkAudited"))
-        record_failure.next(mark_audited("MarkFailedAudit"))
+        verdict.next(mark_audited("MarkAudited", measured=True))
+        record_failure.next(mark_audited("MarkFailedAudit", measured=False))
 
         clusters = sfn.DistributedMap(self, "AuditClusters", items_path="$.targets", result_path="$.audits",
                                       max_concurrency=config.cluster_concurrency, label=CLUSTER_MAP_LABEL,
@@ -174,6 +197,16 @@ class AuditWorkflow(Construct):
                        "(<function ARN>:*), generated by CDK's LambdaInvoke.",
             "MapResults": "The Distributed Map's ResultWriter (many clusters): its own bucket, holding nothing but "
                           "the Map's results, expired after days; CDK grants its object actions on bucket/*.",
+        })
+        # Plan asks whether the execution holding an in-flight claim still runs (handlers/execution_share.py): a policy
+        # of its own, since the Plan function cannot depend on the state machine that invokes it.
+        holders = iam.Policy(self, "PlanReadsClaimHolders", roles=[functions.roles["Plan"]], statements=[
+            iam.PolicyStatement(sid="ClaimHolders", actions=["states:DescribeExecution"], resources=[
+                Stack.of(self).format_arn(service="states", resource="execution", arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                                          resource_name=f"{self.state_machine.state_machine_name}:*")])])
+        acknowledge_wildcards(holders, {
+            ":execution:": "DescribeExecution of this state machine's own executions (execution:<this state "
+                           "machine>:*): Plan reads whether the holder of an in-flight claim still runs.",
         })
         map_policy = self.state_machine.node.try_find_child("DistributedMapPolicy")
         if isinstance(map_policy, iam.Policy):

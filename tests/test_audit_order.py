@@ -59,11 +59,12 @@ class Marks:
             "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": "MarkAudited",
                               "States": {"MarkAudited": state}}}}}
         self.arn = self.client.create_state_machine(
-            name="marks", definition=json.dumps(definition),
+            name=f"marks-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition),  # one per state tried
             roleArn="arn:aws:iam::123456789012:role/gpuaudit-state-machine")["stateMachineArn"]
 
     def run(self, finished: list[str]) -> None:
-        lines = [{"cluster": c, "mode": "coverage", "audited": True} for c in finished]  # Verdict's summary lines
+        lines = [{"cluster": c, "mode": "coverage", "audited": True, "audit_s": "60"}  # Verdict's summary lines
+                 for c in finished]
         execution = self.client.start_execution(stateMachineArn=self.arn, name=uuid.uuid4().hex,
                                                 input=json.dumps({"finished": lines}))["executionArn"]
         deadline = time.monotonic() + 120
@@ -114,3 +115,30 @@ def test_an_unreadable_order_keeps_the_configured_one_and_says_so(monkeypatch: p
     assert [t["request"]["cluster"] for t in planned["targets"]] == CLUSTERS[:3]
     (gap,) = planned["gaps"]
     assert gap.startswith("audit order not read (ResourceNotFoundException)")
+
+
+def test_marking_an_audit_ends_its_executions_claim_and_records_how_long_it_took(
+        synth: Synthesized, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No overlapping work (handlers/execution_share.py): while the first execution audits both clusters, a second
+    plans neither; MarkAudited (after the Verdict) and MarkFailedAudit (after RecordFailure), as synthesized, end the
+    claim, so the next execution takes each cluster as soon as its audit ended, not when the claim would lapse."""
+    monkeypatch.setenv("GPUAUDIT_IN_FLIGHT_S", "5400")
+    with world_account(monkeypatch, mock_config=SFN_CONFIG) as account:
+        deploy_configuration(monkeypatch, {"clusters": CLUSTERS[:2]})
+        trigger = scheduled_event("2026-10-01T18:17:04Z")
+
+        def targets(execution: str) -> list[str]:
+            out = plan.handler({"trigger": trigger, "execution": execution}, LambdaContext())
+            return [t["request"]["cluster"] for t in out["targets"]]
+
+        assert targets("first") == CLUSTERS[:2]
+        assert targets("second") == []
+        Marks(account.session, mark_state(synth, "MarkAudited")).run([CLUSTERS[0]])
+        assert targets("second") == [CLUSTERS[0]]
+        Marks(account.session, mark_state(synth, "MarkFailedAudit")).run([CLUSTERS[1]])
+        assert targets("third") == [CLUSTERS[1]]  # the first was claimed again by "second" above
+        ddb = account.session.client("dynamodb")
+        audited, failed = (ddb.get_item(TableName="gpuaudit-findings-test", Key={
+            "pk": {"S": "AUDITED#coverage"}, "sk": {"S": c}})["Item"] for c in CLUSTERS[:2])
+    assert audited["audit_s"] == {"N": "60"}  # the Verdict's measure, which Plan fits the next period with
+    assert failed["in_flight_by"]["S"] == "third" and "audit_s" not in failed  # a failed audit is not a measure

@@ -4,6 +4,7 @@ the audit's start) and the account-wide query budget (GPUAUDIT_QUERY_SLOTS lease
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from datetime import datetime
@@ -36,24 +37,31 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
         aws = runtime.audit_port(session, clock, context, evidence.cluster.name)
-        bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), item.batch.groups)
+        groups = item.batch.groups_of(evidence.log_groups)
+        bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), groups)
         cached = bins.load(evidence.cluster.name, evidence.cluster.region)
         journal = QueryJournal.model_validate(payload.load(item.journal, s3)) if item.journal else \
             QueryJournal(begun=evidence.now, deadline_s=settings.query_deadline_s)
+        if not item.journal and item.execution:  # every attempt of this batch names its leases alike
+            journal.holder = holder_of(item.execution, evidence.cluster.name, item.batch.index)
         budget = TableBudget(session.client("dynamodb"), settings.required("FINDINGS_TABLE"), settings.query_slots) \
             if settings.query_slots else None
         journal.use_budget(budget)
+        if budget is not None:  # short leases: this pass keeps its running queries' slots for another LEASE_S
+            budget.renew(journal.running_leases())
         try:
-            batch = pipeline.collect_logs(aws, evidence, item.batch.groups, cached, journal=journal)
+            batch = pipeline.collect_logs(aws, evidence, groups, cached, journal=journal)
         except QueriesPending:
             # A query is still running: hand it to the state machine's Wait instead of holding this Lambda.
+            if budget is not None:  # renewed again on the way out: this pass may have taken longer than a Wait
+                budget.renew(journal.running_leases())
             journal.calls = _tally(journal.calls, aws.call_counts())
             stored_journal = payload.store(journal.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"),
                                            "journal", limit=payload.BATCHES_SHARE // item.batch.of)
             metrics.add_metric(name="QueriesPending", unit=MetricUnit.Count, value=1)
             _budget_metrics(budget)
-            return CollectLogsInput(evidence=item.evidence, batch=item.batch, pending=True,
-                                    journal=stored_journal).model_dump(mode="json")
+            return CollectLogsInput(evidence=item.evidence, batch=item.batch, pending=True, journal=stored_journal,
+                                    execution=item.execution).model_dump(mode="json", exclude_none=True)
         bins.save(cached)
         stored = payload.store(batch.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "batch",
                                limit=payload.BATCHES_SHARE // item.batch.of)
@@ -68,6 +76,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return CollectedBatch(batch=stored, calls=[CallCount(service=k.split(":", 1)[0], operation=k.split(":", 1)[1],
                                                          count=n) for k, n in sorted(calls.items())]
                           ).model_dump(mode="json")
+
+
+def holder_of(execution: str, cluster: str, batch: int) -> str:
+    """The name of one batch's leases: one per (execution, cluster, log batch), the same for every attempt of its
+    CollectLogs, so a retry after a kill is granted the leases its first attempt took instead of a second set."""
+    return hashlib.sha256(f"{execution}\n{cluster}\n{batch}".encode()).hexdigest()[:32]
 
 
 def _budget_metrics(budget: TableBudget | None) -> None:

@@ -12,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit import pipeline
-from gpuaudit.collectors.logs import BatchEvidence
+from gpuaudit.collectors.logs import BatchEvidence, log_batches
 from gpuaudit.model.evidence import CallCount, Evidence
 from handlers import payload, runtime, trail_share
 from handlers.models import FailedBatch, FinishInput, VerdictInput
@@ -34,7 +34,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         tallies: list[list[CallCount]] = [evidence.calls]
         for item in joined.batches:
             if isinstance(item, FailedBatch):
-                evidence.gaps.append(item.failed.gap())
+                failed_batch = item.failed
+                if not failed_batch.groups and failed_batch.batch is not None:  # by reference: name its groups
+                    cut = log_batches(evidence.log_groups)
+                    if failed_batch.batch < len(cut):
+                        failed_batch = failed_batch.model_copy(update={"groups": cut[failed_batch.batch]})
+                evidence.gaps.append(failed_batch.gap())
                 continue
             batches.append(BatchEvidence.model_validate(payload.load(item.batch, s3)))
             tallies.append(item.calls)

@@ -3,6 +3,7 @@ log batches the next Map fans out over."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from gpuaudit import pipeline
 from handlers import payload, runtime
 from handlers.models import AuditTarget, InventoryOutput, LogBatch
 from handlers.observability import logger, metrics, step_handler
+from handlers.targets import PlanSettings
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
@@ -25,8 +27,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     target: AuditTarget = runtime.parse_event(event, AuditTarget, "Inventory expects an audit target")
     session = session_factory()
     with runtime.reported_failures():
-        aws = runtime.audit_port(session, clock, context, target.request.cluster)
-        evidence = pipeline.start_audit(aws, target.request)
+        request = PlanSettings.from_env(dict(os.environ)).scoped(target.request) if target.scope == "deployment" \
+            else target.request
+        aws = runtime.audit_port(session, clock, context, request.cluster)
+        evidence = pipeline.start_audit(aws, request)
         batches = pipeline.log_batches(evidence.log_groups)
         if target.window_source:  # the trigger decided the window: say so in the result (RULES §1)
             evidence.window = evidence.window.model_copy(update={"source": target.window_source})
@@ -37,5 +41,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="LogBatches", unit=MetricUnit.Count, value=len(batches))
     logger.info("inventoried", extra={"cluster": evidence.cluster.name, "nodes": len(evidence.nodes),
                                       "log_groups": len(evidence.log_groups), "gaps": len(evidence.gaps)})
-    return InventoryOutput(evidence=stored, batches=[LogBatch(index=i, of=len(batches), groups=b)
-                                                     for i, b in enumerate(batches)]).model_dump(mode="json")
+    # The batches by reference (index and count): CollectLogs cuts each one's groups from the evidence.
+    return InventoryOutput(evidence=stored, request=request, batches=[LogBatch(index=i, of=len(batches))
+                                                                       for i in range(len(batches))]
+                           ).model_dump(mode="json", exclude_defaults=False)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpuaudit.collectors.logs import log_batches
 from gpuaudit.model.evidence import AuditRequest, CallCount, WindowSource
 from handlers.runtime import StepFailure
 
@@ -105,6 +106,9 @@ class AuditTarget(BaseModel):
     request: AuditRequest
     trigger: TriggerKind
     window_source: WindowSource | None = None  # stamped on the evidence window (schedule / event)
+    # "deployment": the request's configured scope (log groups, instance IDs, file systems of the deployment document)
+    # is left out of Plan's output and added back by Inventory, so Plan's output stays small at any fleet size.
+    scope: Literal["request", "deployment"] = "request"
 
 
 class Plan(BaseModel):
@@ -115,16 +119,30 @@ class Plan(BaseModel):
 
 
 class LogBatch(BaseModel):
+    """One item of the log-batch Map. By reference: Inventory hands out only `index` and `of`, and CollectLogs cuts
+    the batch's groups from the evidence's log groups (pipeline.log_batches, deterministic), so the state never
+    carries the group list (up to 50 × 512 characters a batch). `groups` given inline is still honoured."""
+
     model_config = ConfigDict(extra="forbid")
 
     index: int = Field(ge=0)
     of: int = Field(ge=1)
-    groups: list[str] = Field(min_length=1, max_length=50)
+    groups: list[str] = Field(default_factory=list, max_length=50)
+
+    def groups_of(self, log_groups: list[Any]) -> list[str]:
+        """This batch's group names: inline, else cut from the evidence's log groups."""
+        if self.groups:
+            return self.groups
+        batches = log_batches(log_groups)
+        if self.index >= len(batches):
+            raise ValueError(f"log batch {self.index} of {self.of}: the evidence has {len(batches)} batches")
+        return batches[self.index]
 
 
 class InventoryOutput(BaseModel):
     evidence: dict[str, Any]
     batches: list[LogBatch]
+    request: AuditRequest  # the audit as run, with its configured scope: what Finish and Verdict are handed
 
 
 class CollectLogsInput(BaseModel):
@@ -136,6 +154,9 @@ class CollectLogsInput(BaseModel):
     batch: LogBatch
     pending: bool = False  # set by CollectLogs itself when it asks to be invoked again after a Wait
     journal: dict[str, Any] | None = None  # QueryJournal, inline or by reference: the queries already started
+    # The (child) execution's ID, from the state machine's context object: names the batch's query leases, so every
+    # attempt of this CollectLogs holds the same ones (handlers/collect_logs.holder_of).
+    execution: str | None = Field(default=None, min_length=1, max_length=2048)
 
 
 class CollectedBatch(BaseModel):

@@ -7,9 +7,16 @@ Every CollectLogs invocation of every execution asks this one item before a Star
 
 A lease is granted by a conditional write on the version read (optimistic: two invocations that read the same
 version cannot both write), and only while fewer than `slots` leases are unexpired; expired leases are removed in
-the same write. A lease expires MAX_QUERY_S after it was granted: a query nobody stops ends by then at AWS, so a
-crashed or aborted execution holds no slot past the time its query could still be running. Released when the
-query's final status is read or it was stopped (a conditional remove, so releasing twice is harmless).
+the same write. A lease is short: it expires LEASE_S (5 minutes) after its grant or its last renewal, and every
+CollectLogs pass (one Wait apart) renews the leases of its queries still running. So an execution stopped, a
+CollectLogs killed or caught, holds no slot more than 5 minutes after its last pass — never past the collection's
+deadline plus 5 minutes, since no pass renews after the deadline (it stops what still runs). Its query may still run
+at AWS (up to 60 minutes) after the lease lapses: the account's quota then refuses what exceeds it, which the
+collectors wait on like a full budget. Released when the query's final status is read or it was stopped (a
+conditional remove, so releasing twice is harmless).
+
+Lease names are `<holder>:<query>`, the holder one per (execution, cluster, log batch) (collect_logs.holder_of):
+a CollectLogs retried after a kill asks for the same names and is granted them without a second slot.
 
 A budget that cannot be read or written (throttled, denied) does not hold the audit back: the query is started
 and the account's own quota still refuses what exceeds it (the caller then waits in the state machine).
@@ -25,7 +32,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpuaudit.collectors.query_budget import MAX_QUERY_S
+from gpuaudit.collectors.query_budget import LEASE_S
 
 logger = Logger(child=True)
 
@@ -37,7 +44,7 @@ class TableBudget:
     """`slots` leases of the account's concurrent queries, shared through the findings table."""
 
     def __init__(self, ddb: Any, table: str, slots: int, now: Callable[[], float] = time.time,
-                 lease_s: int = MAX_QUERY_S) -> None:
+                 lease_s: int = LEASE_S) -> None:
         if slots < 1:
             raise ValueError(f"a query budget needs at least one slot, got {slots}")
         self.ddb, self.table, self.slots, self.now, self.lease_s = ddb, table, slots, now, lease_s
@@ -83,6 +90,27 @@ class TableBudget:
             update += " REMOVE " + ", ".join(f"leases.#x{i}" for i in range(len(expired)))
         self.ddb.update_item(TableName=self.table, Key=KEY, UpdateExpression=update, ConditionExpression=condition,
                              ExpressionAttributeValues=values, **({"ExpressionAttributeNames": names} if names else {}))
+
+    def renew(self, leases: list[str]) -> None:
+        """Each lease runs another `lease_s` from now (a conditional write per lease). One reclaimed after it lapsed
+        (a pass later than LEASE_S) is asked for again like a new one; with every slot taken, the query runs on
+        unleased and the account's quota is the bound. The version moves, so a grant computed from an earlier read,
+        which may have counted the lease as expired, is refused and reads again."""
+        expires = {"N": str(int(self.now()) + self.lease_s)}
+        for lease in leases:
+            try:
+                self.ddb.update_item(TableName=self.table, Key=KEY, UpdateExpression="SET leases.#l = :expires "
+                                     "ADD version :one", ConditionExpression="attribute_exists(leases.#l)",
+                                     ExpressionAttributeNames={"#l": lease},
+                                     ExpressionAttributeValues={":expires": expires, ":one": {"N": "1"}})
+            except ClientError as err:
+                if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    self._without_budget(err)
+                    return
+                self.acquire(lease)
+            except BotoCoreError as err:
+                self._without_budget(err)
+                return
 
     def release(self, lease: str) -> None:
         try:

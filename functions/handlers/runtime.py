@@ -48,6 +48,7 @@ class StepFailure(BaseModel):
     error: str
     cause: str | None = None
     groups: list[str] = []
+    batch: int | None = None  # the failed log batch's index (batches travel by reference: Finish names its groups)
 
     def gap(self) -> Gap:
         what = f" for log groups {', '.join(self.groups)}" if self.groups else ""

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuaudit.collectors.aws import Aws, CallFailed
-from gpuaudit.collectors.discovery import discovered_clusters
+from gpuaudit.collectors.discovery import DiscoveredKind, discovered_clusters
 from gpuaudit.collectors.inventory import PCLUSTER_TAG, instance_pages
 from gpuaudit.domain.window import scheduled_window
 from gpuaudit.model.evidence import (
@@ -76,20 +76,41 @@ class PlanSettings(BaseModel):
                             file_system_ids=self.file_systems.get(cluster, []))
 
 
+    def scoped(self, request: AuditRequest) -> AuditRequest:
+        """A slim request (handlers/models.AuditTarget scope "deployment") with its configured scope added back."""
+        name = request.cluster
+        return request.model_copy(update={"log_groups": self.log_groups.get(name, []),
+                                          "instance_ids": self.instances.get(name, []),
+                                          "file_system_ids": self.file_systems.get(name, [])})
+
+
+def slim(target: AuditTarget) -> AuditTarget:
+    """Only what the cluster's child execution needs from Plan: the configured scope stays in the deployment
+    document (Inventory adds it back), so a target is a few hundred bytes whatever the fleet's size."""
+    if target.trigger == "console":
+        return target
+    return target.model_copy(update={"scope": "deployment", "request": target.request.model_copy(
+        update={"log_groups": [], "instance_ids": [], "file_system_ids": []})})
+
+
 def to_minute(value: datetime) -> datetime:
     return value.replace(second=0, microsecond=0)
 
 
-def audited_clusters(aws: Aws, settings: PlanSettings, gaps: list[str]) -> list[str]:
-    """The configured names, plus every discovered HyperPod cluster and ParallelCluster when enabled."""
+def audited_clusters(aws: Aws, settings: PlanSettings, gaps: list[str], discovered: list[str] | None = None,
+                     kinds: tuple[DiscoveredKind, ...] = ("hyperpod", "parallelcluster")) -> list[str]:
+    """The configured names, plus every discovered HyperPod cluster and ParallelCluster when enabled (`discovered`:
+    a discovery already made this period, handlers/discovery_cache.py)."""
     names = dict.fromkeys(settings.clusters)
     if settings.discover:
-        names.update(dict.fromkeys(discover_clusters(aws, settings.discovery_tag, gaps)))
+        found = discovered if discovered is not None else discover_clusters(aws, settings.discovery_tag, gaps, kinds)
+        names.update(dict.fromkeys(found))
     return list(names)
 
 
-def discover_clusters(aws: Aws, tag: DiscoveryTag | None, gaps: list[str]) -> list[str]:
-    return sorted({name for name, _kind in discovered_clusters(aws, tag, gaps)})
+def discover_clusters(aws: Aws, tag: DiscoveryTag | None, gaps: list[str],
+                      kinds: tuple[DiscoveredKind, ...] = ("hyperpod", "parallelcluster")) -> list[str]:
+    return sorted({name for name, _kind in discovered_clusters(aws, tag, gaps, kinds)})
 
 
 def clusters_on_reservation(aws: Aws, reservation_id: str, gaps: list[str]) -> list[str]:
@@ -106,11 +127,15 @@ def clusters_on_reservation(aws: Aws, reservation_id: str, gaps: list[str]) -> l
     return sorted(found)
 
 
-def plan_for(trigger: Trigger, settings: PlanSettings, aws: Aws) -> Plan:
+def plan_for(trigger: Trigger, settings: PlanSettings, aws: Aws, discovered: list[str] | None = None) -> Plan:
+    """The audits a trigger asks for. `discovered`: this period's discovery, when one was kept; a HyperPod event
+    without one discovers only HyperPod clusters (ListClusters), never the ParallelCluster instance scan."""
     gaps: list[str] = []
     if isinstance(trigger, AuditRequest):
         return Plan(trigger="console", targets=[AuditTarget(request=trigger, trigger="console")])
-    audited = audited_clusters(aws, settings, gaps)
+    kinds: tuple[DiscoveredKind, ...] = ("hyperpod",) if isinstance(trigger, HyperPodEvent) else \
+        ("hyperpod", "parallelcluster")
+    audited = audited_clusters(aws, settings, gaps, discovered, kinds)
     if isinstance(trigger, ScheduledEvent):
         window = scheduled_window(trigger.time)
         targets = [AuditTarget(request=settings.request(c, "coverage", window.start, window.end),

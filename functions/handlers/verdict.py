@@ -90,7 +90,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                                  "headline": redact(result.headline), "duplicate": outcome.duplicate,
                                  "published": outcome.published, "items_written": outcome.items_written,
                                  **events_sent})
-    return {**summary(result, evidence, outcome, bucket, key), "events": events_sent}
+    # How long this audit took, from Inventory's start to now (one clock): Plan fits the next executions to their
+    # period with it (handlers/execution_share.py); MarkAudited stores it (a string: its DynamoDB N value).
+    took = str(max(0, int((clock() - evidence.now).total_seconds())))
+    return {**summary(result, evidence, outcome, bucket, key), "events": events_sent, "audit_s": took}
 
 
 def report_link(bucket: str, key: str, region: str) -> str:

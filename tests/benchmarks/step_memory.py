@@ -152,9 +152,9 @@ def run(nodes: int, days: float, kind: str, wire: bool = True) -> dict[str, Any]
                                                                   LambdaContext()), rows)
                        for b in found["batches"]]
             joined = _measured("Finish", lambda: finish.handler(
-                {"request": target["request"], "evidence": found["evidence"], "batches": batches}, LambdaContext()),
+                {"request": found["request"], "evidence": found["evidence"], "batches": batches}, LambdaContext()),
                 rows)
-            _measured("Verdict", lambda: verdict.handler({"request": target["request"], "evidence": joined["evidence"]},
+            _measured("Verdict", lambda: verdict.handler({"request": found["request"], "evidence": joined["evidence"]},
                                                          LambdaContext()), rows)
             tracemalloc.stop()
             stored = _stored_mb(account)

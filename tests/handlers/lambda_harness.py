@@ -192,7 +192,8 @@ def through_steps(target: dict[str, Any]) -> dict[str, Any]:
     found = inventory.handler(target, LambdaContext())
     batches = [collect_logs.handler({"evidence": found["evidence"], "batch": batch}, LambdaContext())
                for batch in found["batches"]]
-    return finish.handler({"request": target["request"], "evidence": found["evidence"], "batches": batches},  # type: ignore[no-any-return]
+    # the Inventory's request (its configured scope added back), as the state machine hands Finish
+    return finish.handler({"request": found["request"], "evidence": found["evidence"], "batches": batches},  # type: ignore[no-any-return]
                           LambdaContext())
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from handlers import collect_logs, coverage_cache, finish, inventory, payload, plan
+from handlers.models import LogBatch
 from handlers.runtime import InvalidEvent, ThrottlingException
 from lambda_harness import (
     PCLUSTER_WORLD,
@@ -48,7 +49,9 @@ def test_inventory_stamps_the_window_source_and_plans_batches_of_at_most_50_grou
     evidence = evidence_of(account, found["evidence"])
     assert evidence.window.source == "schedule" and evidence.cluster.name == "research-hp-slurm"
     assert [b["index"] for b in found["batches"]] == list(range(len(found["batches"])))
-    assert sum(len(b["groups"]) for b in found["batches"]) == len(evidence.log_groups)
+    # by reference: each batch's groups are cut from the evidence, every group in exactly one batch of at most 50
+    cut = [LogBatch.model_validate(b).groups_of(evidence.log_groups) for b in found["batches"]]
+    assert sum(len(groups) for groups in cut) == len(evidence.log_groups) and all(len(g) <= 50 for g in cut)
     assert {(c.service, c.operation) for c in evidence.calls} >= {("sagemaker", "DescribeCluster"),
                                                                   ("logs", "DescribeLogGroups")}
 
@@ -73,8 +76,10 @@ def test_large_evidence_travels_through_the_bucket_by_reference(account: Account
 def test_a_failed_batch_becomes_a_not_checked_gap(account: Account) -> None:
     target = scheduled_target()
     found = inventory.handler(target, LambdaContext())
-    groups = found["batches"][0]["groups"]
-    failure = {"step": "CollectLogs", "groups": groups, "error": "RuntimeError",
+    assert found["batches"][0]["groups"] == []  # the batch list by reference: index and count, no group names
+    groups = [g.name for g in evidence_of(account, found["evidence"]).log_groups][:50]
+    # what the BatchNotChecked Catch hands Finish: the failed batch's index; Finish names its groups
+    failure = {"step": "CollectLogs", "batch": found["batches"][0]["index"], "error": "RuntimeError",
                "cause": '{"errorMessage": "Logs Insights unreachable", "errorType": "RuntimeError"}'}
     joined = finish.handler({"request": target["request"], "evidence": found["evidence"],
                              "batches": [{"failed": failure}]}, LambdaContext())

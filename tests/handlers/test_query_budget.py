@@ -25,7 +25,7 @@ from lambda_harness import (
     world_account,
 )
 
-from gpuaudit.collectors.query_budget import MAX_QUERY_S, budget_slots
+from gpuaudit.collectors.query_budget import LEASE_S, budget_slots
 from gpuaudit.embedded import backend as embedded
 
 SLOW_QUERIES = [{"service": "logs", "operation": "GetQueryResults", "status": "Running", "times": 2}]
@@ -111,12 +111,12 @@ class Clock:
 
 
 def test_an_expired_lease_is_reclaimed(account: Account) -> None:
-    """A crashed execution's leases free their slots once a query could no longer be running (AWS stops a query
-    at 60 minutes), not before."""
+    """A crashed execution's leases free their slots once its last pass's lease ran out (LEASE_S, 5 minutes: no
+    pass renews them any more), not before — and not an hour later."""
     ddb, clock = account.session.client("dynamodb"), Clock()
     crashed, fresh = TableBudget(ddb, TABLE, 2, now=clock), TableBudget(ddb, TABLE, 2, now=clock)
     assert crashed.acquire("crashed:a") and crashed.acquire("crashed:b")  # then its execution dies, never releasing
-    clock.now += MAX_QUERY_S - 60
+    clock.now += LEASE_S - 60
     assert not fresh.acquire("fresh:a")  # its queries may still run at AWS: the slots stay held
     clock.now += 61
     assert fresh.acquire("fresh:a") and fresh.acquire("fresh:b")
@@ -189,3 +189,41 @@ def test_the_collection_waits_as_long_as_the_configured_deadline_then_stops(monk
     stopped = [g for g in batch["gaps"] if g["kind"] == "timed-out"]
     assert stopped and all("deadline of 1800 s" in g["unseen"] for g in stopped)
     assert {q["status"] for q in batch["queries"]} == {"Running (abandoned)"}
+
+
+def test_a_renewed_lease_outlives_its_first_term_and_an_abandoned_one_does_not(account: Account) -> None:
+    """Short leases renewed while the query runs: the running query's pass renews it and keeps its slot past
+    LEASE_S; the abandoned one (its execution stopped) frees its slot LEASE_S after its last renewal."""
+    ddb, clock = account.session.client("dynamodb"), Clock()
+    running, stopped = TableBudget(ddb, TABLE, 2, now=clock), TableBudget(ddb, TABLE, 2, now=clock)
+    assert running.acquire("running:a") and stopped.acquire("stopped:a")
+    for _ in range(3):  # three passes, one every four minutes: 12 minutes, well past one lease's term
+        clock.now += 240
+        running.renew(["running:a"])
+    leases = ddb.get_item(TableName=TABLE, Key=KEY, ConsistentRead=True)["Item"]["leases"]["M"]
+    assert int(leases["running:a"]["N"]) == int(clock.now) + LEASE_S
+    other = TableBudget(ddb, TABLE, 2, now=clock)
+    assert other.acquire("other:a")  # the stopped execution's slot came free
+    assert not other.acquire("other:b")  # the renewed one did not
+
+
+def collect_pass(item: dict[str, Any]) -> dict[str, Any]:
+    return collect_logs.handler(item, LambdaContext())  # type: ignore[no-any-return]
+
+
+def test_a_collect_logs_retried_after_a_kill_keeps_its_first_attempts_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One holder per (execution, cluster, batch): a CollectLogs killed after its StartQuery calls (its output never
+    returned) is retried with the same input, and the retry is granted the leases its first attempt took rather
+    than a second set that would sit out their term."""
+    with world_account(monkeypatch, faults=SLOW_QUERIES) as acct:
+        monkeypatch.setenv("GPUAUDIT_QUERY_SLOTS", "20")
+        item = {**first_batch(scheduled_event("2026-10-01T18:17:04Z"), acct),
+                "execution": "arn:aws:states:us-east-1:111122223333:execution:sm/AuditClusters:child-1"}
+        killed = collect_pass(item)  # the first attempt: its queries started and leased, its output lost
+        retried = collect_pass(item)
+        assert killed["pending"] and retried["pending"]
+        leases = acct.session.client("dynamodb").get_item(TableName=TABLE, Key=KEY,
+                                                          ConsistentRead=True)["Item"]["leases"]["M"]
+        journal = payload.load(retried["journal"], acct.session.client("s3"))
+    assert len(leases) == len(journal["entries"]) and leases  # one lease per started query, not two
+    assert retried["execution"] == item["execution"]  # carried through the Wait loop to the next pass

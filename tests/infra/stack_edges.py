@@ -40,7 +40,9 @@ from policy_eval import (
 # What each handler does with the resources its environment names (verified against real calls in
 # tests/test_deployed_iam.py). (action, env variable, object key or None, extra condition context)
 OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
-    "plan": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {})],
+    "plan": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {}),
+             # in-flight claims and the period's kept discovery (handlers/execution_share.py, discovery_cache.py)
+             ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}), ("dynamodb:UpdateItem", "FINDINGS_TABLE", None, {})],
     "record_failure": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
                        ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
                        ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {})],

@@ -100,6 +100,11 @@ def _synth_exit(config: dict[str, Any], tmp_path: Path) -> subprocess.CompletedP
     ({"member_roles": {"gpu-a": {"role_arn": "arn:aws:iam::444455556666:role/gpuaudit-read-only",
                                  "external_id": "plaintext-secret-1"}}}, "member_roles.gpu-a.external_id"),
     ({"schedulee": "rate(1 hour)"}, "`schedulee`: Extra inputs are not permitted"),
+    # past an API's per-call limit (one audit reads at most 1,000 instance IDs): refused at synth, not every hour
+    ({"instances": {"gpu-a": [f"i-{n:017x}" for n in range(1001)]}}, "`instances.gpu-a`: List should have at most "
+                                                                      "1000 items"),
+    # past CloudFormation's 500 resources per stack (an audit-age alarm per configured cluster)
+    ({"clusters": [f"gpu-{n}" for n in range(480)]}, "past the 500 one stack may hold"),
 ])
 def test_a_malformed_configuration_is_a_synth_error_naming_the_field(
         bad: dict[str, Any], named: str, tmp_path: Path) -> None:

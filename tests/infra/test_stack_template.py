@@ -340,3 +340,17 @@ def test_the_timeouts_follow_the_logs_insights_deadline(synth: Synthesized, defi
     for bad in ({"logs_insights_deadline_minutes": 60}, {"logs_insights_budget_share": 0}):
         with pytest.raises(ValueError):
             DeployConfig.model_validate({**TEST_CONFIG, **bad})
+
+
+def test_plan_fits_each_execution_to_the_schedule_and_claims_for_its_timeout(synth: Synthesized) -> None:
+    """The schedule and the execution timeout agree (issue #47 item 4): Plan plans at most the schedule period less
+    its own timeout and the margin on each of the Map's lanes, and its in-flight claims last as long as the state
+    machine lets an execution run."""
+    (plan_env,) = [f["Properties"]["Environment"]["Variables"] for f in synth.resources("AWS::Lambda::Function")
+                   .values() if f["Properties"]["Handler"] == "handlers.plan.handler"]
+    definition = state_machine_definition(synth)
+    lanes = definition["States"]["AuditClusters"]["MaxConcurrency"]
+    assert plan_env["GPUAUDIT_CLUSTER_LANES"] == str(lanes)
+    assert plan_env["GPUAUDIT_SCHEDULE_PERIOD_S"] == "3600"  # rate(1 hour)
+    assert plan_env["GPUAUDIT_EXECUTION_BUDGET_S"] == str(3600 - 60 - 240)  # less Plan's 1 min and 4 min of margin
+    assert int(plan_env["GPUAUDIT_IN_FLIGHT_S"]) == definition["TimeoutSeconds"]

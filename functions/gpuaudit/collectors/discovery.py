@@ -24,17 +24,17 @@ class TagFilter(Protocol):
     def value(self) -> str: ...
 
 
-def discovered_clusters(aws: Aws, tag: TagFilter | None, gaps: list[str]) -> list[tuple[str, DiscoveredKind]]:
+def discovered_clusters(aws: Aws, tag: TagFilter | None, gaps: list[str],
+                        kinds: tuple[DiscoveredKind, ...] = ("hyperpod", "parallelcluster")
+                        ) -> list[tuple[str, DiscoveredKind]]:
     """Every HyperPod cluster (ListClusters, every page) and every ParallelCluster with a live instance (its
     `parallelcluster:cluster-name` tag) of the region, optionally only those carrying `tag`; a source that cannot
-    be listed is a gap (said), never an empty answer."""
+    be listed is a gap (said), never an empty answer. `kinds` leaves a source out: a HyperPod event's plan needs
+    only the HyperPod clusters, never the instance scan ParallelCluster discovery costs."""
     found: list[tuple[str, DiscoveredKind]] = []
-    try:
-        for summary in aws.paginate("sagemaker", "ListClusters", "ClusterSummaries"):
-            if tag is None or _hyperpod_tagged(aws, summary["ClusterArn"], tag, gaps):
-                found.append((summary["ClusterName"], "hyperpod"))
-    except CallFailed as failed:
-        gaps.append(failed.gap_for("HyperPod clusters not discovered").prose())
+    if "parallelcluster" not in kinds:
+        return sorted(set(_hyperpod_clusters(aws, tag, gaps)))
+    found.extend(_hyperpod_clusters(aws, tag, gaps) if "hyperpod" in kinds else [])
     filters = [{"Name": "tag-key", "Values": [PCLUSTER_TAG]},
                {"Name": "instance-state-name", "Values": LIVE_STATES}]
     if tag is not None:
@@ -45,6 +45,17 @@ def discovered_clusters(aws: Aws, tag: TagFilter | None, gaps: list[str]) -> lis
     except CallFailed as failed:
         gaps.append(failed.gap_for("ParallelCluster clusters not discovered").prose())
     return sorted(set(found))
+
+
+def _hyperpod_clusters(aws: Aws, tag: TagFilter | None, gaps: list[str]) -> list[tuple[str, DiscoveredKind]]:
+    found: list[tuple[str, DiscoveredKind]] = []
+    try:
+        for summary in aws.paginate("sagemaker", "ListClusters", "ClusterSummaries"):
+            if tag is None or _hyperpod_tagged(aws, summary["ClusterArn"], tag, gaps):
+                found.append((summary["ClusterName"], "hyperpod"))
+    except CallFailed as failed:
+        gaps.append(failed.gap_for("HyperPod clusters not discovered").prose())
+    return found
 
 
 def _hyperpod_tagged(aws: Aws, arn: str, tag: TagFilter, gaps: list[str]) -> bool:

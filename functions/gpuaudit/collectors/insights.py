@@ -104,6 +104,11 @@ class QueryJournal(BaseModel):
     def lease(self, key: str) -> str:
         return f"{self.holder}:{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
+    def running_leases(self) -> list[str]:
+        """The leases of the queries this batch started whose final status is not read yet: renewed every pass."""
+        return [self.lease(key) for key, entry in self.entries.items()
+                if entry.query_id is not None and entry.status is None and entry.failure is None]
+
     def past_deadline(self, started: datetime, now: datetime) -> bool:
         return (now - (self.begun or started)).total_seconds() >= self.deadline_s
 

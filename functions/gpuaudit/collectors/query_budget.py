@@ -29,6 +29,10 @@ DEFAULT_BUDGET_SHARE = 0.7  # of the quota, for the deployed audits together; th
 # "The maximum time a query can run is 60 minutes" (CloudWatch Logs quotas): a query no one stops ends by then, so a
 # lease held this long can no longer stand for a running query.
 MAX_QUERY_S = 3_600
+# A lease of the account-wide budget lasts this long from its grant or its last renewal: every CollectLogs pass renews
+# the leases of its queries still running (passes are one Wait apart), so a lease abandoned by an execution stopped,
+# killed or caught frees its slot within this time, never later than the collection's deadline plus this.
+LEASE_S = 300
 QUERIES_PER_BATCH = 3  # a log batch starts three queries at once (kernel streams, stream summary, GPU lines)
 
 _T = TypeVar("_T")
@@ -46,12 +50,15 @@ def budget_slots(concurrent_queries: int = DEFAULT_CONCURRENT_QUERIES, share: fl
 
 class AccountBudget(Protocol):
     """The account-wide query budget shared by overlapping executions. `acquire` before StartQuery (False: every
-    slot is leased, wait and ask again); `release` once the query's final status is read or it was stopped. A lease
-    is named by the caller, so asking again for a lease already held is granted without a second slot."""
+    slot is leased, wait and ask again); `release` once the query's final status is read or it was stopped; `renew` the
+    leases of queries still running, on every pass. A lease is named by the caller, so asking again for a lease already
+    held is granted without a second slot."""
 
     def acquire(self, lease: str) -> bool: ...
 
     def release(self, lease: str) -> None: ...
+
+    def renew(self, leases: list[str]) -> None: ...
 
 
 def pack(items: Iterable[_T], size: Callable[[_T], int], budget: int, max_items: int,

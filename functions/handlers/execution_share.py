@@ -1,0 +1,166 @@
+"""No overlapping work: each execution takes what fits its period, and never a cluster another one is auditing.
+
+Hourly executions may overlap (the execution timeout, `cluster_audit_bound` plus Plan, exceeds the hour), and event
+and Capacity-Block executions overlap them. Two rules keep them apart, both on the cluster's `AUDITED#<mode>` item
+(handlers/rotation.py):
+
+- **Fit the period.** Plan keeps, in rotation order (least recently audited first), only the targets the cluster
+  Map can finish within the execution budget (GPUAUDIT_EXECUTION_BUDGET_S: the schedule period less Plan's timeout
+  and a margin). It lays them on the Map's lanes (GPUAUDIT_CLUSTER_LANES, its MaxConcurrency) the way the Map starts
+  them, each taking as long as that cluster's last audit took (`audit_s`, the Verdict's measure), or NEW_CLUSTER_ESTIMATE_S
+  when it has none; the first target that would end past the budget and every one after it are deferred (named in
+  `skipped`). Deferred clusters keep their older mark, so they lead the next period. A healthy fleet's execution so
+  ends within its period, well before its timeout: the timeout alarm means something is wrong.
+- **Claim what you audit.** Plan claims each kept target with a conditional write (`in_flight_by` = its execution,
+  `in_flight_until` = now + GPUAUDIT_IN_FLIGHT_S, the execution timeout: no execution audits past it); a target
+  another execution holds an unexpired claim on is skipped, named. MarkAudited (after Verdict or RecordFailure)
+  removes the claim. A claim held by an execution that has ended (stopped, timed out, failed: Plan asks Step
+  Functions, DescribeExecution of the holder) is taken over at once, so the next execution audits a stopped one's
+  clusters; a holder whose status cannot be read is taken as still running, and its claim lapses at its expiry. A claim that cannot be written for another reason
+  (throttled, denied) does not block the audit (the plan names it): two audits cost queries, a missed one the answer.
+
+A console request is neither capped nor claimed: an operator asked for that audit, now.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpuaudit.model.timeutil import iso
+from handlers.models import AuditTarget
+from handlers.rotation import AuditMark, Marks, audited_key
+
+# How long a cluster's audit is assumed to take before it has one measured: a small cluster's audit takes 1-3
+# minutes (docs/BENCHMARKS.md); a new large one is measured by its first audit and laid out by that afterwards.
+NEW_CLUSTER_ESTIMATE_S = 600
+# Plan's output stays under Step Functions' 256 KB whatever the fleet: a slim target is at most ~600 bytes (a
+# 256-character name, two timestamps, its trigger), so 200 of them stay under 128 KB.
+MAX_TARGETS = 200
+
+
+@dataclass(frozen=True)
+class ExecutionShape:
+    """What the stack tells Plan about the execution it plans (infra/functions.py sets the variables)."""
+
+    lanes: int = 5  # the cluster Map's MaxConcurrency
+    budget_s: int | None = None  # audit time per lane one execution may plan; None: no period to fit
+    claim_s: int | None = None  # how long a claim holds (the execution timeout); None: no claims
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ExecutionShape:
+        def number(name: str) -> int | None:
+            value = environ.get(name, "").strip()
+            return int(value) if value else None
+
+        return cls(lanes=max(1, number("GPUAUDIT_CLUSTER_LANES") or 5), budget_s=number("GPUAUDIT_EXECUTION_BUDGET_S"),
+                   claim_s=number("GPUAUDIT_IN_FLIGHT_S"))
+
+    @classmethod
+    def from_os(cls) -> ExecutionShape:
+        return cls.from_env(os.environ)
+
+
+def audit_seconds(mark: AuditMark | None) -> float:
+    """How long the cluster's last audit took, or the estimate for one never measured."""
+    return float(mark.audit_s) if mark is not None and mark.audit_s > 0 else float(NEW_CLUSTER_ESTIMATE_S)
+
+
+def fit_period(targets: list[AuditTarget], marks: Marks, shape: ExecutionShape,
+               max_targets: int = MAX_TARGETS) -> tuple[list[AuditTarget], list[AuditTarget]]:
+    """(kept, deferred): the targets, in order, the Map finishes within the budget on its lanes (list scheduling,
+    as the Map starts an item whenever a lane frees up), at most `max_targets`; the first always runs."""
+    lanes = [0.0] * shape.lanes
+    kept: list[AuditTarget] = []
+    for i, target in enumerate(targets):
+        start = heapq.heappop(lanes)
+        end = start + audit_seconds(marks.get((target.request.cluster, target.request.mode)))
+        if kept and (len(kept) >= max_targets or (shape.budget_s is not None and end > shape.budget_s)):
+            return kept, targets[i:]
+        kept.append(target)
+        heapq.heappush(lanes, end)
+    return kept, []
+
+
+class Holders:
+    """Whether the execution holding a claim has ended (DescribeExecution, once per holder per Plan)."""
+
+    ENDED = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+
+    def __init__(self, sfn: Any) -> None:
+        self.sfn, self.known = sfn, dict[str, bool]()
+
+    def ended(self, holder: str) -> bool:
+        if holder not in self.known:
+            try:
+                status = self.sfn.describe_execution(executionArn=holder)["status"]
+            except ClientError as err:  # gone from Step Functions' history: ended; unreadable: taken as running
+                self.known[holder] = err.response["Error"]["Code"] == "ExecutionDoesNotExist"
+            except BotoCoreError:
+                self.known[holder] = False
+            else:
+                self.known[holder] = status in self.ENDED
+        return self.known[holder]
+
+
+def claim(ddb: Any, table: str, targets: list[AuditTarget], execution: str, now: datetime,
+          claim_s: int, holders: Holders | None = None) -> tuple[list[AuditTarget], list[str], list[str]]:
+    """(targets this execution audits, skipped as another execution's, claims that could not be made)."""
+    kept, skipped, failed = [], [], []
+    epoch = int(now.timestamp())
+    for target in targets:
+        key = audited_key(target.request.cluster, target.request.mode)
+        values = {":me": {"S": execution}, ":until": {"N": str(epoch + claim_s)}}
+        try:
+            ddb.update_item(
+                TableName=table, Key=key, UpdateExpression="SET in_flight_by = :me, in_flight_until = :until",
+                ConditionExpression="attribute_not_exists(in_flight_until) OR in_flight_until <= :now "
+                                    "OR in_flight_by = :me",
+                ExpressionAttributeValues={**values, ":now": {"N": str(epoch)}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ClientError as err:
+            code = err.response["Error"]["Code"]
+            holder = err.response.get("Item", {}).get("in_flight_by", {}).get("S", "")
+            if code == "ConditionalCheckFailedException" and holder and holders is not None and \
+                    holders.ended(holder) and _take_over(ddb, table, key, values, holder):
+                kept.append(target)  # the holder ended without marking it (stopped, timed out): audited now
+                continue
+            if code == "ConditionalCheckFailedException":
+                held = err.response.get("Item", {}).get("in_flight_until", {}).get("N")
+                until = f" (its claim lapses at {iso(datetime.fromtimestamp(int(held), now.tzinfo))})" if held else ""
+                skipped.append(f"{target.request.cluster}: a {target.request.mode} audit of it is running in another "
+                               f"execution{until}; not audited twice")
+                continue
+            failed.append(f"{target.request.cluster}: in-flight claim not made ({code}); audited")
+        except BotoCoreError as err:
+            failed.append(f"{target.request.cluster}: in-flight claim not made ({type(err).__name__}); audited")
+        kept.append(target)
+    return kept, skipped, failed
+
+
+def _take_over(ddb: Any, table: str, key: dict[str, Any], values: dict[str, Any], holder: str) -> bool:
+    """The claim of an ended execution, taken if it still holds it (another Plan may have taken it first)."""
+    try:
+        ddb.update_item(TableName=table, Key=key, UpdateExpression="SET in_flight_by = :me, in_flight_until = :until",
+                        ConditionExpression="in_flight_by = :ended",
+                        ExpressionAttributeValues={**values, ":ended": {"S": holder}})
+    except (ClientError, BotoCoreError):
+        return False
+    return True
+
+
+def deferred_note(deferred: list[AuditTarget], shape: ExecutionShape, recurring: bool = True) -> list[str]:
+    if not deferred:
+        return []
+    names = ", ".join(t.request.cluster for t in deferred[:10]) + (", …" if len(deferred) > 10 else "")
+    if not recurring:  # an event's audits: nothing re-plans them
+        return [f"{len(deferred)} audits not planned: one execution plans at most {MAX_TARGETS} — {names}"]
+    budget = f"{shape.budget_s} s on each of {shape.lanes} lanes" if shape.budget_s is not None else "its cap"
+    return [f"{len(deferred)} audits deferred to the next period (they lead it): past what one execution finishes "
+            f"within {budget} or past {MAX_TARGETS} targets — {names}"]
