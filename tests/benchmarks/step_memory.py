@@ -98,23 +98,36 @@ def _measured(name: str, step: Callable[[], Any], rows: list[dict[str, Any]]) ->
 
 
 def _memoise_insights(mp: pytest.MonkeyPatch) -> None:
-    """The embedded backend's query answers kept by (query, groups, time range): a second StartQuery of the same
-    query allocates nothing in the evaluator, as a Lambda allocates nothing for the work Logs Insights does."""
+    """The embedded backend's query answers kept by the StartQuery request (query, groups, time range, limit): a
+    second StartQuery of the same request allocates nothing in the evaluator, as a Lambda allocates nothing for the
+    work Logs Insights does. Keyed on the request as sent, not on how the responder builds the evaluator's input
+    (which changed once and broke this memo): the responder's records are a lazy iterable, never read on a hit."""
+    from gpuaudit.embedded.insights import execution
     from gpuaudit.embedded.responders import logs
+    from gpuaudit.embedded.responders.registry import RESPONDERS
 
-    real_input, real_run = logs.query_input, logs.insights.run_query
-    answers: dict[tuple[Any, ...], Any] = {}
+    real_start, real_run = RESPONDERS[("logs", "StartQuery")], logs.insights.run_query
+    answers: dict[tuple[Any, ...], execution.QueryOutcome] = {}
+    asked: list[tuple[Any, ...]] = []
 
-    def deferred_input(world: Any, names: list[str], low: int, high: int) -> tuple[Any, ...]:
-        return (world, tuple(names), low, high)
+    def start_query(backend: Any, params: dict[str, Any]) -> dict[str, Any]:
+        names = params.get("logGroupNames") or params.get("logGroupIdentifiers") or [params.get("logGroupName")]
+        asked[:] = [(params["queryString"], tuple(names), params["startTime"], params["endTime"],
+                     params.get("limit"))]
+        try:
+            return real_start(backend, params)
+        finally:
+            asked.clear()
 
-    def answer(query: str, given: tuple[Any, ...], *args: Any, **kwargs: Any) -> Any:
-        key = (query, *given[1:])
+    def answer(query: str, records: Any, *args: Any, **kwargs: Any) -> execution.QueryOutcome:
+        if not asked:  # a query not started by StartQuery: not memoised
+            return real_run(query, records, *args, **kwargs)
+        key = asked[0]
         if key not in answers:
-            answers[key] = real_run(query, real_input(given[0], list(given[1]), given[2], given[3]), *args, **kwargs)
+            answers[key] = real_run(query, records, *args, **kwargs)
         return answers[key]
 
-    mp.setattr(logs, "query_input", deferred_input)
+    mp.setitem(RESPONDERS, ("logs", "StartQuery"), start_query)
     mp.setattr(logs.insights, "run_query", answer)
 
 
