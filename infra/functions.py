@@ -321,8 +321,11 @@ class AuditFunctions(Construct):
             statements = [
                 iam.PolicyStatement(sid="VpcAttachment", actions=["ec2:CreateNetworkInterface"],
                                     resources=[interfaces, *subnets, *groups]),
+                # Only the interfaces in the configured subnets (ec2:Subnet, the interface's subnet ARN): Lambda's
+                # own, never another network interface of the region (the only write on an audited service).
                 iam.PolicyStatement(sid="VpcAttachmentLifecycle", resources=[interfaces], actions=[
-                    "ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses"]),
+                    "ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses"],
+                    conditions={"ArnEquals": {"ec2:Subnet": subnets}}),
                 # AWSLambdaVPCAccessExecutionRole's read actions: Lambda looks the subnets up when it attaches.
                 iam.PolicyStatement(sid="VpcAttachmentLookup",
                                     actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],
