@@ -18,7 +18,8 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 # Each script and the test that runs it here (env_size.py's is in tests/infra, with the synthesis process it needs)
 RUN_BY = {"cloudtrail_calls": "test_cloudtrail_calls", "env_size": "infra/test_bench_env_size.py",
-          "hourly_scan": "test_hourly_scan", "open_actions": "test_open_actions", "report_size": "test_report_size",
+          "hourly_scan": "test_hourly_scan", "open_actions": "test_open_actions", "record_failure": "test_record_failure",
+          "report_size": "test_report_size",
           "step_memory": "test_step_memory", "verdict_dynamodb": "test_verdict_dynamodb"}
 
 
@@ -69,6 +70,18 @@ def test_verdict_dynamodb(monkeypatch: pytest.MonkeyPatch) -> None:
         assert run["dynamodb_calls"] == sum(run["by_operation"].values()) > 0
     # the next hour changed nothing: fewer items written than the first audit of the empty table
     assert next_hour["items_written"] < first["items_written"] <= figures["table_items_after"]
+
+
+def test_record_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import record_failure
+
+    figures = _figures_written_by(record_failure, ["--nodes", "30"], monkeypatch)
+    assert {"nodes", "history_closed", "recorded", "process_cpu_s", "moto_s", "client_cpu_s", "wall_s",
+            "peak_heap_mb", "dynamodb_calls", "memory_mb", "timeout_s", "cpu_share", "cpu_s_at_memory"} <= set(figures)
+    # every node's standing span closed, in batches of at most 25 items (BatchWriteItem's limit)
+    assert figures["history_closed"] == 30 and figures["recorded"] is True
+    assert figures["dynamodb_calls"]["BatchWriteItem"] >= 2 and figures["dynamodb_calls"]["PutItem"] >= 1
+    assert 0 < figures["cpu_share"] <= 1
 
 
 def test_hourly_scan(capsys: pytest.CaptureFixture[str]) -> None:
