@@ -32,7 +32,7 @@ from gpuaudit.settings import Settings
 from gpuaudit.sinks import dynamodb_client
 from handlers import runtime
 from handlers.models import FailedAudit
-from handlers.observability import NAMESPACE, logger, metrics, step_handler
+from handlers.observability import NAMESPACE, logger, step_handler
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
