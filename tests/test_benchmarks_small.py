@@ -75,13 +75,14 @@ def test_verdict_dynamodb(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_record_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import record_failure
 
-    figures = _figures_written_by(record_failure, ["--nodes", "30"], monkeypatch)
+    figures = _figures_written_by(record_failure, ["--nodes", "30", "--memory-mb", "1024", "--timeout-s", "120"],
+                                  monkeypatch)
     assert {"nodes", "history_closed", "recorded", "process_cpu_s", "moto_s", "client_cpu_s", "wall_s",
             "peak_heap_mb", "dynamodb_calls", "memory_mb", "timeout_s", "cpu_share", "cpu_s_at_memory"} <= set(figures)
     # every node's standing span closed, in batches of at most 25 items (BatchWriteItem's limit)
     assert figures["history_closed"] == 30 and figures["recorded"] is True
     assert figures["dynamodb_calls"]["BatchWriteItem"] >= 2 and figures["dynamodb_calls"]["PutItem"] >= 1
-    assert 0 < figures["cpu_share"] <= 1
+    assert (figures["memory_mb"], figures["timeout_s"], figures["cpu_share"]) == (1024, 120, round(1024 / 1769, 3))
 
 
 def test_hourly_scan(capsys: pytest.CaptureFixture[str]) -> None:

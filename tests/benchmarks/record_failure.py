@@ -2,16 +2,16 @@
 
     .venv/bin/python tests/benchmarks/record_failure.py --nodes 10000
 
-The findings table (moto, held to DynamoDB's limits as the handler tests hold it) is given one history span per node
-of a cluster audited an hour before (a LEAVE ALONE node, Measured, as the hourly audit writes it), then the
-RecordFailure handler runs on Inventory's `UnknownCluster` (the cluster deleted): it writes the failure item and closes
-every node's span (pipeline.close_gone_cluster). It prints, as JSON: `nodes`, `history_closed` (the handler's own
-count), the handler's `process_cpu_s`, of it `moto_s` (DynamoDB's side of the calls, here in process) and
-`client_cpu_s` (the rest: the Lambda's own), `wall_s`, `peak_heap_mb` (tracemalloc, on a second run with a fresh
-table: the items allocated before are not counted), the `dynamodb_calls` by operation, and `memory_mb` / `timeout_s` of
-the deployed function (infra/functions.py SPECS) with `cpu_share` (Lambda's vCPU at that memory: 1 at 1,769 MB, in
-proportion below) and `cpu_s_at_memory` (the client CPU over that share: about the seconds the Lambda would need),
-which a third of the timeout bounds.
+The findings table (moto, through tests/handlers/lambda_harness.py) is given one history span per node of a cluster
+audited an hour before (a LEAVE ALONE node, Measured, as the hourly audit writes it), then the RecordFailure handler
+runs on Inventory's `UnknownCluster` (the cluster deleted): it writes the failure item and closes every node's span
+(pipeline.close_gone_cluster). It prints, as JSON: `nodes`, `history_closed` (the handler's own count), the handler's
+`process_cpu_s`, of it `moto_s` (DynamoDB's side of the calls, here in process) and `client_cpu_s` (the rest: the
+Lambda's own), `wall_s`, `peak_heap_mb` (tracemalloc, on a second run with a fresh table: the items allocated before
+are not counted), the `dynamodb_calls` by operation, and `memory_mb` / `timeout_s` of the deployed function
+(infra/functions.py SPECS, unless `--memory-mb` and `--timeout-s` are given) with `cpu_share` (Lambda's vCPU at that
+memory: 1 at 1,769 MB, in proportion below) and `cpu_s_at_memory` (the client CPU over that share: about the seconds
+the Lambda would need), which a third of the timeout bounds.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 from gpuaudit.collectors.inventory import UnknownCluster  # noqa: E402
 from gpuaudit.history import DynamoHistory  # noqa: E402
 from gpuaudit.model.history import HistorySpan  # noqa: E402
-from infra.functions import SPECS  # noqa: E402
 
 CLUSTER = "research-hp-slurm"  # the harness world's cluster
 ONE_VCPU_MB = 1769  # Lambda: "at 1,769 MB, a function has the equivalent of one vCPU"
@@ -94,28 +93,39 @@ def _once(nodes: int, traced: bool) -> dict[str, Any]:
     return {"out": out, "calls": calls, "cpu": cpu, "moto": moto_s[0], "wall": wall, "peak": peak}
 
 
-def run(nodes: int) -> dict[str, Any]:
+def deployed_size() -> tuple[int, int]:
+    """RecordFailure's memory (MB) and timeout (s) as the stack deploys it. Imported here only: infra/functions.py
+    loads the CDK (a Node.js runtime), which the small run in the suite passes its own figures to avoid."""
+    from infra.functions import SPECS
+
+    spec = SPECS["RecordFailure"]
+    return spec.memory_mb, int(spec.timeout.to_seconds())
+
+
+def run(nodes: int, memory_mb: int, timeout_s: int) -> dict[str, Any]:
     timed, traced = _once(nodes, traced=False), _once(nodes, traced=True)
     out, client_cpu = timed["out"], max(0.0, timed["cpu"] - timed["moto"])
-    spec = SPECS["RecordFailure"]
-    share = min(1.0, spec.memory_mb / ONE_VCPU_MB)
+    share = min(1.0, memory_mb / ONE_VCPU_MB)
     return {"nodes": nodes, "history_closed": out.get("history_closed"), "recorded": out["recorded"],
             "process_cpu_s": round(timed["cpu"], 2), "moto_s": round(timed["moto"], 2),
             "client_cpu_s": round(client_cpu, 2), "wall_s": round(timed["wall"], 2),
             "peak_heap_mb": round(traced["peak"] / 2**20, 1),
             "dynamodb_calls": {k.removeprefix("dynamodb:"): v for k, v in sorted(timed["calls"].items())
                                if k.startswith("dynamodb:")},
-            "memory_mb": spec.memory_mb, "timeout_s": spec.timeout.to_seconds(), "cpu_share": round(share, 3),
+            "memory_mb": memory_mb, "timeout_s": timeout_s, "cpu_share": round(share, 3),
             "cpu_s_at_memory": round(client_cpu / share, 1)}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=10000)
+    parser.add_argument("--memory-mb", type=int, help="the function's memory (default: the stack's)")
+    parser.add_argument("--timeout-s", type=int, help="the function's timeout (default: the stack's)")
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 20000:
         parser.error(f"--nodes must be 1..20000; got {args.nodes}")
-    FIGURES.write(json.dumps(run(args.nodes), indent=2) + "\n")
+    memory_mb, timeout_s = (args.memory_mb, args.timeout_s) if args.memory_mb and args.timeout_s else deployed_size()
+    FIGURES.write(json.dumps(run(args.nodes, memory_mb, timeout_s), indent=2) + "\n")
 
 
 if __name__ == "__main__":
