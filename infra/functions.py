@@ -64,8 +64,11 @@ SPECS = {
     # Verdict 15 min: its wall at 10,000 p5 nodes through wire parsing (216 s traced) passed a third of 5 min
     # (docs/BENCHMARKS.md, the deployed steps through wire parsing).
     "Verdict": Spec("verdict", 1024, Duration.minutes(15), "gpuaudit step 4: judge + finalize + sinks"),
-    # The Verdict's and Inventory's Catch: one item and one metric per cluster whose audit did not finish.
-    "RecordFailure": Spec("record_failure", 256, Duration.seconds(30), "gpuaudit: a cluster's failed audit, recorded"),
+    # The Verdict's and Inventory's Catch: one item and one metric per cluster whose audit did not finish. For a
+    # deleted cluster it also closes a span per node: at 10,000 nodes 1.9 s of the client's CPU (12.9 s at 256 MB's
+    # vCPU share, past a third of 30 s), 402 BatchWriteItem calls and a 76 MB heap over the interpreter's ~53 MB
+    # (tests/benchmarks/record_failure.py; docs/BENCHMARKS.md): 1,024 MB (0.58 vCPU) and 2 minutes.
+    "RecordFailure": Spec("record_failure", 1024, Duration.minutes(2), "gpuaudit: a cluster's failed audit, recorded"),
 }
 
 
@@ -340,8 +343,11 @@ class AuditFunctions(Construct):
             statements = [
                 iam.PolicyStatement(sid="VpcAttachment", actions=["ec2:CreateNetworkInterface"],
                                     resources=[interfaces, *subnets, *groups]),
+                # Only the interfaces in the configured subnets (ec2:Subnet, the interface's subnet ARN): Lambda's
+                # own, never another network interface of the region (the only write on an audited service).
                 iam.PolicyStatement(sid="VpcAttachmentLifecycle", resources=[interfaces], actions=[
-                    "ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses"]),
+                    "ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses"],
+                    conditions={"ArnEquals": {"ec2:Subnet": subnets}}),
                 # AWSLambdaVPCAccessExecutionRole's read actions: Lambda looks the subnets up when it attaches.
                 iam.PolicyStatement(sid="VpcAttachmentLookup",
                                     actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],

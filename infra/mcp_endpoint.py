@@ -39,7 +39,8 @@ class McpEndpoint(Construct):
                                 resources=[store.bucket.arn_for_objects(f"{RESULTS_PREFIX}*")]),
             iam.PolicyStatement(sid="ResultsMisses", actions=["s3:ListBucket"], resources=[store.bucket.bucket_arn],
                                 conditions={"StringLike": {"s3:prefix": [f"{RESULTS_PREFIX}*"]}}),
-            iam.PolicyStatement(sid="OnDemandAudits", actions=["states:StartExecution"],
+            # ListExecutions: the on-demand audits already started this hour (one per request, a quota an hour)
+            iam.PolicyStatement(sid="OnDemandAudits", actions=["states:StartExecution", "states:ListExecutions"],
                                 resources=[state_machine.state_machine_arn]),
         ]
         self.function = functions.add_function(NAME, SPEC, statements,

@@ -170,7 +170,14 @@ class AuditWorkflow(Construct):
             return mark
 
         verdict.next(mark_audited("MarkAudited", measured=True))
-        record_failure.next(mark_audited("MarkFailedAudit", measured=False))
+        marked_failed = mark_audited("MarkFailedAudit", measured=False)
+        record_failure.next(marked_failed)
+        # RecordFailure itself failing (after its retries; e.g. killed while closing a deleted cluster's history):
+        # the failure item and AuditsFailed are written before that part (handlers/record_failure.py), the
+        # function's Errors alarm sees the rest; the cluster still takes its turn in the rotation.
+        record_failure.add_catch(sfn.Pass(self, "FailureNotRecorded", parameters={
+            "cluster": at("$.cluster"), "mode": at("$.mode"), "audited": False, "recorded": False,
+            "failure": failure("RecordFailure")}).next(marked_failed), errors=ALL, result_path="$.error")
 
         clusters = sfn.DistributedMap(self, "AuditClusters", items_path="$.targets", result_path="$.audits",
                                       max_concurrency=config.cluster_concurrency, label=CLUSTER_MAP_LABEL,

@@ -155,6 +155,17 @@ def test_the_subject_is_printable_ascii_within_the_sns_limit_whatever_the_cluste
     assert text.startswith("?n?code-?[31m-xxx")
 
 
+def test_the_subject_is_under_100_characters_at_every_cluster_name_length() -> None:
+    """SNS Publish: "Subjects must be ... less than 100 characters long" (issue #47 item 6): 100 is refused."""
+    result = demo_result("pcluster-silent-node.world.json")
+    for changed in (1, 3, len(alert.KIND_ORDER)):
+        changes = [alert.Change(1, kind, f"change {i}", node=f"i-{i:017x}")
+                   for i, kind in enumerate(alert.KIND_ORDER[:changed])]
+        for length in range(1, 121):
+            named = result.model_copy(update={"cluster": result.cluster.model_copy(update={"name": "c" * length})})
+            assert len(alert.subject(named, changes)) < 100, (changed, length)
+
+
 def test_the_dedup_key_is_stable_for_the_same_change_and_new_for_another(topic: Topic) -> None:
     result = demo_result("pcluster-silent-node.world.json")
     first = topic.write(result)

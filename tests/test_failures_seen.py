@@ -25,7 +25,7 @@ import pytest
 sys.path[:0] = [str(Path(__file__).parent / "handlers"), str(Path(__file__).parent / "infra")]
 
 from cdk_synth import Synthesized, state_machine_definition, synthesize  # noqa: E402
-from handlers import verdict  # noqa: E402
+from handlers import record_failure, verdict  # noqa: E402
 from moto.events.models import EventPattern  # noqa: E402
 from policy_eval import Names  # noqa: E402
 from test_state_machine import SCHEDULED, audits, deployed  # noqa: E402
@@ -120,6 +120,33 @@ def test_a_verdict_stopped_at_its_timeout_is_retried_once_then_recorded(
     stdout = capsys.readouterr().out
     assert not emitted(stdout, "StepErrors"), "a killed function reports no StepErrors: only the Catch sees it"
     assert_alarm_reads(synth, stdout, "AuditsFailed")
+
+
+def test_a_record_failure_killed_while_closing_a_deleted_clusters_history_is_still_counted_and_caught(
+        synth: Synthesized, monkeypatch: pytest.MonkeyPatch, capsys: Any, stack_env: None) -> None:
+    """Issue #47 item 6: RecordFailure for a deleted cluster closes a span per node, its long part. Killed there
+    (retried once, killed again), the failure item and AuditsFailed were already written and flushed, and its Catch
+    ends the cluster's audit as not recorded, marked in the rotation, instead of failing it."""
+    timed_out = type("Sandbox.Timedout", (Exception,), {})
+    killed: list[str] = []
+
+    def killed_at_timeout(_store: Any, cluster: str, *_args: Any) -> int:
+        killed.append(cluster)
+        raise timed_out("RequestId: 0b Error: Task timed out after 30.00 seconds")
+
+    with deployed(synth, monkeypatch) as machine:
+        world = machine.account.world
+        world.data["sagemaker"]["clusters"] = []  # the configured cluster deleted: Inventory's UnknownCluster
+        monkeypatch.setattr(record_failure, "close_gone_cluster", killed_at_timeout)
+        (audit,) = audits(machine.run(SCHEDULED))
+        findings = machine.account.findings()
+    assert killed == ["research-hp-slurm"] * 2, "Sandbox.Timedout is retried exactly once"
+    assert audit["audited"] is False and audit["recorded"] is False and audit["cluster"] == "research-hp-slurm"
+    assert (audit["failure"]["step"], audit["failure"]["error"]) == ("RecordFailure", "Sandbox.Timedout")
+    items = [i for i in findings if i["pk"] == "FAILED#research-hp-slurm"]
+    assert items and all(i["step"] == "Inventory" and i["error"] == "UnknownCluster" for i in items)
+    assert [i["sk"] for i in findings if i["pk"] == "AUDITED#coverage"] == ["research-hp-slurm"]
+    assert_alarm_reads(synth, capsys.readouterr().out, "AuditsFailed")
 
 
 def status_event(described: dict[str, Any], machine_arn: str, status: str | None = None) -> dict[str, Any]:

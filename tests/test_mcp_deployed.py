@@ -130,7 +130,8 @@ def test_every_tool_over_the_function_url_and_each_call_is_allowed_by_the_synthe
         policies = StackPolicies(template, physical=physical, region=rec.region, account=account)
         return denied_calls(mine, policies, {"McpEndpoint": policies.names.resolve(function["Properties"]["Role"])})
 
-    assert {c.action for c in mine} == {"dynamodb:GetItem", "dynamodb:Query", "s3:GetObject", "states:StartExecution"}
+    assert {c.action for c in mine} == {"dynamodb:GetItem", "dynamodb:Query", "s3:GetObject", "states:StartExecution",
+                                        "states:ListExecutions"}
     assert check(mcp_synth.template) == []
     # the check can fail: without the grant that scopes StartExecution to the state machine, that call is denied
     assert any("states:StartExecution" in p for p in check(without_statements(mcp_synth.template, {"OnDemandAudits"})))

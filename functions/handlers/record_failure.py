@@ -32,7 +32,7 @@ from gpuaudit.settings import Settings
 from gpuaudit.sinks import dynamodb_client
 from handlers import runtime
 from handlers.models import FailedAudit
-from handlers.observability import NAMESPACE, logger, metrics, step_handler
+from handlers.observability import NAMESPACE, logger, step_handler
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
@@ -63,15 +63,19 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         ddb = dynamodb_client(session_factory())
         table = settings.required("FINDINGS_TABLE")
         ddb.put_item(TableName=table, Item=failure_item(failed, now, settings.finding_retention_days))
-        if cluster_gone(failed):
-            closed = close_gone_cluster(DynamoHistory(ddb, table), failed.cluster, now,
-                                        settings.history_lookback_days, settings.finding_retention_days)
+    # Counted before the history is closed, and flushed at once: the closing is the long part (a span per node of
+    # the cluster), and a Lambda killed at its timeout flushes no EMF; the failure is then counted all the same.
     # Per cluster (which cluster) and fleet-wide (the alarm's metric: one series, whatever clusters exist).
     with single_metric(name="AuditsFailed", unit=MetricUnit.Count, value=1, namespace=NAMESPACE) as metric:
         metric.add_dimension(name="cluster", value=failed.cluster)
-    metrics.add_metric(name="AuditsFailed", unit=MetricUnit.Count, value=1)
+    with single_metric(name="AuditsFailed", unit=MetricUnit.Count, value=1, namespace=NAMESPACE):
+        pass
     logger.warning("audit failed", extra={"cluster": failed.cluster, "mode": failed.mode, "step": failed.failure.step,
                                           "error": redact(failed.failure.error)})
+    if cluster_gone(failed):
+        with runtime.reported_failures():
+            closed = close_gone_cluster(DynamoHistory(ddb, table), failed.cluster, now,
+                                        settings.history_lookback_days, settings.finding_retention_days)
     if closed:
         logger.warning("cluster gone: standing verdicts closed", extra={"cluster": failed.cluster, "nodes": closed})
     return {"cluster": failed.cluster, "mode": failed.mode, "audited": False, "recorded": True,

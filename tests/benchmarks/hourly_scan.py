@@ -45,12 +45,12 @@ def records_of(world: World, groups: list[str], start: datetime, end: datetime) 
     return total
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--days", type=float, default=1.0)
     parser.add_argument("--kind", default="parallelcluster")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     spec = worldgen.WorldSpec(kind=args.kind, nodes=args.nodes, days=args.days, seed=0,
                               silent_fraction=DEFAULT_SILENT_FRACTION, xid_rate=DEFAULT_XID_RATE)
     world = parse_world(worldgen.generate(spec))

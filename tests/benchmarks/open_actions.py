@@ -39,10 +39,10 @@ from gpuaudit.rules.judge import JudgeConfig, judge, with_actions_asked  # noqa:
 from gpuaudit.sinks import compare  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=2000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     world = PClusterWorld(n_compute=args.nodes)
     for i, node in enumerate(world.compute):
         stream = world.healthy(node, at(-2), at(40))

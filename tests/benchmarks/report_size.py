@@ -15,18 +15,23 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from gpuaudit.devtools.worldgen import WorldSpec, generate, write
-from gpuaudit.embedded.world import load_world
-from gpuaudit.model.evidence import AuditRequest
-from gpuaudit.model.result import Result
-from gpuaudit.pipeline import run_audit
-from gpuaudit.report.html import render_html
-from tests.helpers.worlds import aws_for
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "tests")]  # as a script or a module, from any folder
+
+from helpers.worlds import aws_for  # noqa: E402
+
+from gpuaudit.devtools.worldgen import WorldSpec, generate, write  # noqa: E402
+from gpuaudit.embedded.world import load_world  # noqa: E402
+from gpuaudit.model.evidence import AuditRequest  # noqa: E402
+from gpuaudit.model.result import Result  # noqa: E402
+from gpuaudit.pipeline import run_audit  # noqa: E402
+from gpuaudit.report.html import render_html  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 MEASURE = ("<script>document.title = 'height=' + document.documentElement.scrollHeight</script>")
@@ -59,13 +64,13 @@ def audited(nodes: int, days: float, mode: str, folder: Path) -> Result:
                                                   since=since, until=world.now))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--mode", default="coverage", choices=("coverage", "incident"))
     parser.add_argument("--result", type=Path, help="a saved result (JSON) to render instead of auditing")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         started = time.perf_counter()

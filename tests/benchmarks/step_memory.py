@@ -14,7 +14,9 @@ seconds, the Python heap the step allocated at its peak (tracemalloc, reset per 
 Lambda does not hold, were allocated before and are not counted; the AWS calls it made, by operation; CollectLogs is measured on its second run, with
 the embedded Logs Insights answers memoised, so the evaluator's work, done by AWS for a Lambda, is not counted), and the sizes of the documents the step read
 and wrote through the bucket. A Lambda needs about its runtime's baseline (a fresh interpreter with the handler
-imported, printed first) plus the step's peak.
+imported, printed first) plus the step's peak. `insights_memo` says whether the memo held: the answers evaluated to
+fill it, those it served while CollectLogs was measured, and those evaluated while measured (0 when it held; any
+other count means CollectLogs' figures include the evaluator's work).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # ROOT first: infra/ (the deployment document) before tests/infra, a namespace package of the same name
 sys.path[:0] = [str(ROOT), str(ROOT / "functions"), str(ROOT / "tests" / "handlers"), str(ROOT / "tests")]
 FIGURES = sys.stdout
-sys.stdout = sys.stderr  # the steps' log lines and metrics (bound at import) go to stderr; the figures to stdout
+if __name__ == "__main__":  # imported by a test, the process's streams are left alone
+    sys.stdout = sys.stderr  # the steps' log lines and metrics (bound at import) go to stderr; the figures to stdout
 
 import pytest  # noqa: E402
 from botocore.client import BaseClient  # noqa: E402
@@ -97,25 +100,43 @@ def _measured(name: str, step: Callable[[], Any], rows: list[dict[str, Any]]) ->
     return out
 
 
-def _memoise_insights(mp: pytest.MonkeyPatch) -> None:
-    """The embedded backend's query answers kept by (query, groups, time range): a second StartQuery of the same
-    query allocates nothing in the evaluator, as a Lambda allocates nothing for the work Logs Insights does."""
+def _memoise_insights(mp: pytest.MonkeyPatch) -> dict[str, int]:
+    """The embedded backend's query answers kept by the StartQuery request (query, groups, time range, limit): a
+    second StartQuery of the same request allocates nothing in the evaluator, as a Lambda allocates nothing for the
+    work Logs Insights does. Keyed on the request as sent, not on how the responder builds the evaluator's input
+    (which changed once and broke this memo): the responder's records are a lazy iterable, never read on a hit."""
+    from gpuaudit.embedded.insights import execution
     from gpuaudit.embedded.responders import logs
+    from gpuaudit.embedded.responders.registry import RESPONDERS
 
-    real_input, real_run = logs.query_input, logs.insights.run_query
-    answers: dict[tuple[Any, ...], Any] = {}
+    real_start, real_run = RESPONDERS[("logs", "StartQuery")], logs.insights.run_query
+    answers: dict[tuple[Any, ...], execution.QueryOutcome] = {}
+    asked: list[tuple[Any, ...]] = []
+    counts = {"filled": 0, "served": 0}  # evaluated and kept / answered from the memo
 
-    def deferred_input(world: Any, names: list[str], low: int, high: int) -> tuple[Any, ...]:
-        return (world, tuple(names), low, high)
+    def start_query(backend: Any, params: dict[str, Any]) -> dict[str, Any]:
+        names = params.get("logGroupNames") or params.get("logGroupIdentifiers") or [params.get("logGroupName")]
+        asked[:] = [(params["queryString"], tuple(names), params["startTime"], params["endTime"],
+                     params.get("limit"))]
+        try:
+            return real_start(backend, params)
+        finally:
+            asked.clear()
 
-    def answer(query: str, given: tuple[Any, ...], *args: Any, **kwargs: Any) -> Any:
-        key = (query, *given[1:])
-        if key not in answers:
-            answers[key] = real_run(query, real_input(given[0], list(given[1]), given[2], given[3]), *args, **kwargs)
+    def answer(query: str, records: Any, *args: Any, **kwargs: Any) -> execution.QueryOutcome:
+        if not asked:  # a query not started by StartQuery: not memoised
+            return real_run(query, records, *args, **kwargs)
+        key = asked[0]
+        if key in answers:
+            counts["served"] += 1
+        else:
+            answers[key] = real_run(query, records, *args, **kwargs)
+            counts["filled"] += 1
         return answers[key]
 
-    mp.setattr(logs, "query_input", deferred_input)
+    mp.setitem(RESPONDERS, ("logs", "StartQuery"), start_query)
     mp.setattr(logs.insights, "run_query", answer)
+    return counts
 
 
 def _drop_coverage_cache(account: Any) -> None:
@@ -137,39 +158,48 @@ def run(nodes: int, days: float, kind: str, wire: bool = True) -> dict[str, Any]
             mp.setattr(BaseClient, "_make_api_call", _counting(BaseClient._make_api_call))
             reservations = account.world.section("ec2", "capacity_reservations")
             tracemalloc.start()
-            if reservations:
-                warning = capacity_block_warning(reservations[0]["CapacityReservationId"], iso(account.world.now))
-                _measured("Plan (Capacity Block warning)", lambda: plan.handler(warning, LambdaContext()), rows)
-            found = _measured("Inventory", lambda: inventory.handler(target, LambdaContext()), rows)
-            # Logs Insights runs in AWS, not in the Lambda: each batch is collected once to fill a memo of the
-            # embedded evaluator's answers, its coverage cache dropped, then collected again and measured.
-            _memoise_insights(mp)
-            for b in found["batches"]:
-                collect_logs.handler({"evidence": found["evidence"], "batch": b}, LambdaContext())
-            _drop_coverage_cache(account)
-            batches = [_measured(f"CollectLogs batch {b['index']}",
-                                 lambda b=b: collect_logs.handler({"evidence": found["evidence"], "batch": b},
-                                                                  LambdaContext()), rows)
-                       for b in found["batches"]]
-            joined = _measured("Finish", lambda: finish.handler(
-                {"request": found["request"], "evidence": found["evidence"], "batches": batches}, LambdaContext()),
-                rows)
-            _measured("Verdict", lambda: verdict.handler({"request": found["request"], "evidence": joined["evidence"]},
-                                                         LambdaContext()), rows)
-            tracemalloc.stop()
+            try:
+                if reservations:
+                    warning = capacity_block_warning(reservations[0]["CapacityReservationId"],
+                                                     iso(account.world.now))
+                    _measured("Plan (Capacity Block warning)", lambda: plan.handler(warning, LambdaContext()), rows)
+                found = _measured("Inventory", lambda: inventory.handler(target, LambdaContext()), rows)
+                # Logs Insights runs in AWS, not in the Lambda: each batch is collected once to fill a memo of the
+                # embedded evaluator's answers, its coverage cache dropped, then collected again and measured.
+                memo = _memoise_insights(mp)
+                for b in found["batches"]:
+                    collect_logs.handler({"evidence": found["evidence"], "batch": b}, LambdaContext())
+                _drop_coverage_cache(account)
+                filled, served = memo["filled"], memo["served"]
+                batches = [_measured(f"CollectLogs batch {b['index']}",
+                                     lambda b=b: collect_logs.handler({"evidence": found["evidence"], "batch": b},
+                                                                      LambdaContext()), rows)
+                           for b in found["batches"]]
+                # every query of the measured runs answered from the memo: the evaluator's work is not in their
+                # figures (`evaluated_while_measured` 0)
+                insights_memo = {"filled": filled, "served_while_measured": memo["served"] - served,
+                                 "evaluated_while_measured": memo["filled"] - filled}
+                joined = _measured("Finish", lambda: finish.handler(
+                    {"request": found["request"], "evidence": found["evidence"], "batches": batches},
+                    LambdaContext()), rows)
+                _measured("Verdict", lambda: verdict.handler(
+                    {"request": found["request"], "evidence": joined["evidence"]}, LambdaContext()), rows)
+            finally:  # a step that raised leaves no tracing behind (tests run this inside the suite's process)
+                tracemalloc.stop()
+                BACKEND.clear()
             stored = _stored_mb(account)
     return {"nodes": nodes, "days": days, "kind": kind, "wire": wire, "baseline_mb": _baseline_mb(), "steps": rows,
-            "bucket_mb": stored}
+            "bucket_mb": stored, "insights_memo": insights_memo}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--days", type=float, default=7.0, help="days of logs in the world (the audit reads 7 d)")
     parser.add_argument("--kind", default="parallelcluster", choices=["parallelcluster", "hyperpod"])
     parser.add_argument("--before-call", action="store_true",
                         help="answer at before-call with parsed dicts (no wire parsing), as before issue #34")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 20000:
         parser.error(f"--nodes must be 1..20000; got {args.nodes}")
     figures = run(args.nodes, args.days, args.kind, wire=not args.before_call)

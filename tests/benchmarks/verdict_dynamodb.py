@@ -28,7 +28,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "tests" / "handlers"), str(ROOT / "tests"), str(ROOT)]
 FIGURES = sys.stdout
-sys.stdout = sys.stderr  # the step's log lines and metrics go to stderr; the figures to stdout
+if __name__ == "__main__":  # imported by a test, the process's streams are left alone
+    sys.stdout = sys.stderr  # the step's log lines and metrics go to stderr; the figures to stdout
 
 import pytest  # noqa: E402
 from botocore.client import BaseClient  # noqa: E402
@@ -148,12 +149,12 @@ def run(nodes: int, days: float, kind: str) -> dict[str, Any]:
             "table_items_after": items, "table_bytes_after": stored}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--days", type=float, default=1.0, help="days of logs in the world and the audit window")
     parser.add_argument("--kind", default="parallelcluster", choices=["parallelcluster", "hyperpod"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 20000:
         parser.error(f"--nodes must be 1..20000; got {args.nodes}")
     FIGURES.write(json.dumps(run(args.nodes, args.days, args.kind), indent=2) + "\n")

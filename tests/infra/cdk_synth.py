@@ -227,3 +227,19 @@ def scale_config(clusters: int = 200, member_roles: int = 50, instances: int = 5
             # distinct synthetic member accounts: the documented example account's first eight digits, then i
             "member_roles": {name: {"role_arn": f"arn:aws:iam::44445555{i:04d}:role/gpuaudit-read-only"}
                              for i, name in enumerate(names[-member_roles:])}}
+
+
+PRIVATE_EKS = "train-private-eks"
+PRIVATE_EKS_WHERE = {"subnet_ids": ["subnet-0a1b2c3d4e5f60718", "subnet-0a1b2c3d4e5f60719"],
+                     "security_group_ids": ["sg-0123456789abcdef0"]}
+MCP_AGENT = "arn:aws:iam::111122223333:role/devops-agent"
+
+
+def production_config() -> dict[str, Any]:
+    """The shape a real fleet deploys (issue #47 item 2): discovery on, 200 clusters (so the Distributed Map writes
+    its results to S3), 50 of them in member accounts, ten self-managed fleets, EKS access entries including one
+    private endpoint (its KubeRead reader), the MCP endpoint, e-mail and Slack (TEST_CONFIG's)."""
+    return {**scale_config(clusters=200, member_roles=50, instances=500), "discover": True,
+            "eks_access_entries": [PRIVATE_EKS, "train-public-eks"],
+            "eks_private_endpoints": {PRIVATE_EKS: PRIVATE_EKS_WHERE},
+            "mcp_endpoint": {"agent_principal": MCP_AGENT}}

@@ -248,7 +248,9 @@ def _state_machine_edges(p: StackPolicies, logical_id: str, props: dict[str, Any
                 (Request(who, "states:StartExecution", machine, _context()), "resource"),), role_arn))
             writer = state.get("ResultWriter")
             if writer:
-                bucket, prefix = writer["Arguments"]["Bucket"], writer["Arguments"].get("Prefix", "")
+                # JSONPath states name the writer's target in Parameters, JSONata states in Arguments
+                target = writer.get("Arguments") or writer["Parameters"]
+                bucket, prefix = target["Bucket"], target.get("Prefix", "")
                 found.append(Edge(f"Distributed Map {name} → ResultWriter bucket", ((Request(
                     who, "s3:PutObject", f"arn:aws:s3:::{bucket}/{prefix}0a1b/SUCCEEDED_0.json", _context()),
                     "resource"),), role_arn))

@@ -63,7 +63,7 @@ def test_the_functions_role_reads_and_starts_only_the_stacks_state_machine(mcp: 
     actions = {a for st in statements.values() for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
     assert actions == {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments",
                        "xray:PutTelemetryRecords", "dynamodb:GetItem", "dynamodb:Query", "s3:GetObject", "s3:ListBucket",
-                       "states:StartExecution"}
+                       "states:StartExecution", "states:ListExecutions"}  # ListExecutions: this hour's on-demand audits
     (machine_id,) = mcp.resources("AWS::StepFunctions::StateMachine")
     assert statements["OnDemandAudits"]["Resource"] == {"Ref": machine_id}
     assert statements["ResultsMisses"]["Condition"] == {"StringLike": {"s3:prefix": ["results/*"]}}

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from cdk_synth import TEST_CONFIG, Synthesized, synthesize
+from policy_eval import ACCOUNT, REGION, Request, role
+from stack_edges import StackPolicies
 from test_stack_iam import ALLOWLIST, READS, actions_of, identity_statements, step_roles
 
 from gpuaudit.domain.kube_access import READER_GROUP
@@ -115,3 +117,23 @@ def test_no_reader_without_a_private_endpoint(synth: Synthesized) -> None:
 def test_a_bad_private_endpoint_configuration_is_refused_naming_it(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         DeployConfig.model_validate({"clusters": ["a"], **config})
+
+
+def test_the_reader_may_change_only_network_interfaces_in_its_configured_subnets(private: Synthesized) -> None:
+    """Issue #47 item 6: DeleteNetworkInterface (and the IP assignments) on any interface of the region was the only
+    write on an audited service; scoped by ec2:Subnet (the interface's subnet ARN, which EC2 puts in the request
+    context), Lambda may still manage the function's own interfaces and no other."""
+    _reader_id, reader = _reader(private)
+    policies = StackPolicies(private.template)
+    role_arn = policies.names.resolve(reader["Properties"]["Role"])
+    interface = f"arn:aws:ec2:{REGION}:{ACCOUNT}:network-interface/eni-0123456789abcdef0"
+    configured = f"arn:aws:ec2:{REGION}:{ACCOUNT}:subnet/{WHERE['subnet_ids'][1]}"
+    elsewhere = f"arn:aws:ec2:{REGION}:{ACCOUNT}:subnet/subnet-0fedcba9876543210"
+    for action in ("ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"):
+        def asked(subnet: str | None, action: str = action) -> bool:
+            context = {"aws:SecureTransport": True, **({"ec2:Subnet": subnet} if subnet else {})}
+            return bool(policies.decide(Request(role(role_arn), action, interface, context), "resource"))
+
+        assert asked(configured), action
+        assert not asked(elsewhere), action
+        assert not asked(None), action  # a request without the key is not allowed either

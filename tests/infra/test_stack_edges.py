@@ -29,7 +29,16 @@ def kind(name: str) -> str:
     return "lambda" if first.startswith("Functions") else first.lower()
 
 
-def test_every_edge_the_stack_wires_is_allowed(synth: Synthesized, capsys: Any) -> None:
+@pytest.fixture(params=["synth", "production_synth"])
+def either(request: pytest.FixtureRequest) -> Synthesized:
+    """The default synthesis and the production-shaped one (issue #47 item 2: discovery, 200 clusters, member
+    roles, a private EKS endpoint, the MCP endpoint), whose Distributed Map writes its results to S3."""
+    found: Synthesized = request.getfixturevalue(request.param)
+    return found
+
+
+def test_every_edge_the_stack_wires_is_allowed(either: Synthesized, capsys: Any) -> None:
+    synth = either
     _, wired = edges(synth.template)
     requests = sum(len(e.requests) for e in wired)
     with capsys.disabled():
@@ -90,6 +99,23 @@ def test_an_alarm_named_outside_the_stacks_prefix_would_be_denied(synth: Synthes
     alarm["Properties"]["AlarmName"] = "renamed-alarm"
     denied = denied_edges(mutated)
     assert denied and {d.split(":", 1)[0] for d in denied} == {f"alarm {alarm_id} → topic"}
+
+
+def test_the_production_shapes_map_result_writer_is_evaluated_and_needs_its_grant(
+        production_synth: Synthesized) -> None:
+    """The edge the evaluator crashed on (a ResultWriter in JSONPath's Parameters): read, allowed, and denied without
+    the state machine's grant on the results bucket."""
+    _, wired = edges(production_synth.template)
+    (writer,) = [e for e in wired if e.name.endswith("→ ResultWriter bucket")]
+    ((request, _what),) = writer.requests
+    assert request.action == "s3:PutObject" and "/map-results/" in request.resource
+    mutated = copy.deepcopy(production_synth.template)
+    for r in mutated["Resources"].values():
+        document = r.get("Properties", {}).get("PolicyDocument") if r["Type"] == "AWS::IAM::Policy" else None
+        if document:
+            document["Statement"] = [s for s in document["Statement"]
+                                     if "MapResults" not in json.dumps(s.get("Resource"))]
+    assert [d for d in denied_edges(mutated) if "ResultWriter" in d], "the writer's edge cannot fail"
 
 
 @pytest.mark.parametrize(("mutation", "denied_edge"), [

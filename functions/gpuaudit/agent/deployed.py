@@ -9,8 +9,9 @@ steps within the account's query quota, and an in-process audit would need every
 
 from __future__ import annotations
 
+import hashlib
 import json
-import uuid
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 
 from gpuaudit.agent.schema import (
     AuditStarted,
+    BadToolInput,
     ClusterList,
     ClusterRow,
     LatestFindings,
@@ -34,13 +36,20 @@ from gpuaudit.agent.schema import (
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.discovery import discovered_clusters
 from gpuaudit.collectors.session import next_step
+from gpuaudit.domain.window import BadWindow, resolve_window
 from gpuaudit.history import DynamoHistory, HistoryUnreadable
 from gpuaudit.model.evidence import AuditRequest, Mode
 from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import floor_hour
 from gpuaudit.settings import DeploymentDocument
 from gpuaudit.sinks import latest_state
 
 RESULTS_PREFIX = "results"  # handlers/verdict.py writes results/<cluster>/<audit_id>.json, .md, .html
+# On-demand audits (issue #47 item 6): one execution per distinct request per hour (the schedule's period; the
+# execution's name is the hour and the request's digest, so the same request again finds it), and at most this many
+# distinct ones an hour: each can read up to the CLI's 90-day window of a whole cluster.
+MCP_PREFIX = "mcp-"
+MCP_STARTS_PER_PERIOD = 10
 
 
 @dataclass(frozen=True)
@@ -132,18 +141,60 @@ class DeployedBackend:
         if not self.deployment.discover and request.cluster not in self.deployment.clusters and not request.fleet:
             raise ToolProblem(f"cluster {request.cluster!r} is not audited by this deployment (configured: "
                               f"{', '.join(self.deployment.clusters) or 'none'}); add it to `clusters` in cdk.json")
+        now = self.clock()
+        try:  # the window the CLI accepts (at most MAX_WINDOW, not in the future, an onset inside it)
+            resolve_window(request.mode, now, request.since, request.until, request.last, request.onset)
+        except BadWindow as exc:
+            raise BadToolInput(tool_wording(str(exc))) from None
         # the console input the state machine's Plan takes (an AuditRequest), without empty fields
         document = {k: v for k, v in request.model_dump(mode="json", exclude_none=True).items() if v != []}
-        name = f"mcp-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        text = json.dumps(document, sort_keys=True)
+        prefix = f"{MCP_PREFIX}{floor_hour(now):%Y%m%dT%H}-"
+        name = prefix + hashlib.sha256(text.encode()).hexdigest()[:24]
+        this_period = self._started(prefix)
+        if name in this_period:
+            return self._already(this_period[name], document)
+        if len(this_period) >= MCP_STARTS_PER_PERIOD:
+            raise ToolProblem(f"{len(this_period)} on-demand audits were started this hour, the most this endpoint "
+                              f"starts in one (MCP_STARTS_PER_PERIOD {MCP_STARTS_PER_PERIOD}); the hourly audit "
+                              "runs meanwhile: read latest_findings, or start this one next hour")
         try:
-            started = self.sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name,
-                                               input=json.dumps(document))
+            started = self.sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name, input=text)
         except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":  # started meanwhile
+                again = self._started(prefix)
+                if name in again:
+                    return self._already(again[name], document)
             raise ToolProblem(f"the audit could not be started: {exc.response.get('Error', {}).get('Code', '')}: "
                               f"{exc.response.get('Error', {}).get('Message', '')}") from None
         return AuditStarted(execution_arn=started["executionArn"], started_at=started["startDate"], request=document,
                             note="The state machine audits it (minutes for a large cluster); then latest_findings "
-                                 f"(mode {request.mode}) and audit_summary read what it wrote.")
+                                 f"(mode {request.mode}) and audit_summary read what it wrote. The same request "
+                                 "again this hour returns this execution.")
+
+    def _started(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """The on-demand executions started this period (their names carry it), by name: one page of the newest
+        executions holds them all (at most MCP_STARTS_PER_PERIOD, beside one scheduled execution an hour)."""
+        try:
+            page = self.sfn.list_executions(stateMachineArn=self.state_machine_arn, maxResults=1000)
+        except ClientError as exc:
+            raise ToolProblem(f"the on-demand audits of this hour could not be listed: "
+                              f"{exc.response.get('Error', {}).get('Code', '')}: "
+                              f"{exc.response.get('Error', {}).get('Message', '')}") from None
+        return {e["name"]: e for e in page.get("executions", []) if e["name"].startswith(prefix)}
+
+    @staticmethod
+    def _already(execution: dict[str, Any], document: dict[str, Any]) -> AuditStarted:
+        return AuditStarted(execution_arn=execution["executionArn"], started_at=execution["startDate"],
+                            request=document, note=f"The same audit was already started this hour (execution "
+                            f"{execution['status']}); no new one was started. Its findings appear in latest_findings "
+                            "and audit_summary when it ends.")
+
+
+def tool_wording(message: str) -> str:
+    """A window message in the tool's field names: the CLI's flags (`--since/--until`, `--last`, `--onset`) are
+    start_audit's fields of the same names."""
+    return re.sub(r"--(since|until|last|onset)\b", r"\1", message)
 
 
 def _verdict(word: str | None) -> str | None:

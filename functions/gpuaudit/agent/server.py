@@ -150,6 +150,9 @@ def build_server(backend: Backend) -> MCPServer:
             "cluster. Returns the headline, verdict counts, the worst nodes (page on with audit_nodes), branches or "
             "checks, visibility gaps, next steps and where the full result is. Read-only; reports progress."))
     else:
+        from gpuaudit.agent.deployed import MCP_STARTS_PER_PERIOD
+        from gpuaudit.domain.window import MAX_WINDOW
+
         starter: Starter = backend  # type: ignore[assignment]
 
         async def start_audit(ctx: Context, **fields: Any) -> AuditStarted:
@@ -160,7 +163,9 @@ def build_server(backend: Backend) -> MCPServer:
             read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True), description=(
             "Start an on-demand audit on the deployed state machine (its only non-read action; the audit itself is "
             "read-only). Returns the execution ARN; its findings appear in latest_findings and audit_summary when "
-            "it ends (minutes)."))
+            "it ends (minutes). The same request again within the hour returns the same execution; at most "
+            f"{MCP_STARTS_PER_PERIOD} distinct audits an hour; the window at most {MAX_WINDOW.days} days, as the "
+            "CLI's."))
 
     @server.tool(annotations=READ_ONLY)
     async def audit_summary(cluster: ClusterName, audit_id: AuditId,

@@ -28,7 +28,7 @@ from gpuaudit.report.escape import visible
 from gpuaudit.report.order import xid_codes
 from gpuaudit.report.redact import redact
 
-SUBJECT_MAX = 100  # SNS: at most 100 printable ASCII characters, no line break
+SUBJECT_MAX = 99  # SNS Publish: a subject "less than 100 characters long", printable ASCII, no line break
 ALERT_MAX_CHARS = 3500  # one message on a phone, well under Chatbot's and SNS's limits at any fleet size
 ALERT_HEADLINE_CHARS = 400
 ALERT_LINE_CHARS = 240
