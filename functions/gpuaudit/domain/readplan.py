@@ -29,7 +29,8 @@ from gpuaudit.model.timeutil import floor_hour
 CLOUDTRAIL_EVENTS: dict[str, tuple[str, ...]] = {
     "sagemaker.amazonaws.com": ("UpdateCluster", "UpdateClusterSoftware", "BatchReplaceClusterNodes",
                                 "BatchRebootClusterNodes", "BatchDeleteClusterNodes", "StartClusterHealthCheck"),
-    "ec2.amazonaws.com": ("TerminateInstances", "RunInstances"),
+    # CreateFleet: ParallelCluster launches compute nodes with it too; its capacity errors are branch B's (RULES §8 B).
+    "ec2.amazonaws.com": ("TerminateInstances", "RunInstances", "CreateFleet"),
     "fsx.amazonaws.com": ("UpdateFileSystem",),
 }
 EVENT_SOURCE = {name: source for source, names in CLOUDTRAIL_EVENTS.items() for name in names}
