@@ -18,6 +18,7 @@ ReadSource = Literal[
     "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes", "kubernetes-events",
     "gpu-peers",
     "gpu-count",
+    "efa-counters",
 ]
 
 
@@ -330,6 +331,18 @@ class GpuActivity(Frozen):
     gpu_ids: list[str] = Field(default_factory=list)
     # UTC hour starts neither idle nor busy: no datapoint, or a GPU silent with none of the others busy (§8)
     missing_hours: list[UtcDatetime] = Field(default_factory=list)
+
+
+class EfaCounterSeries(Frozen):
+    """One CloudWatch agent EFA counter (namespace `CWAgent`, RULES §8 D layer 3) of one EFA device port of one node:
+    the sum per period (the agent reports deltas), oldest first, over the read's span."""
+
+    instance_id: str
+    metric: str  # e.g. efa_retrans_pkts
+    device: str  # the `device` and `port` dimensions, e.g. "rdmap16s27/1"
+    period_s: int
+    times: list[UtcDatetime] = Field(default_factory=list)  # period starts with a datapoint
+    values: list[float] = Field(default_factory=list)  # the period's Sum, as reported
 
 
 class GpuPeerSeries(Frozen):
