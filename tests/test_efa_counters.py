@@ -132,6 +132,8 @@ def test_efa_nodes_without_any_series_are_not_observable_and_a_gap() -> None:
     assert node.signals.efa_counters == "Not observable" and "efa" in (node.signals.efa_counters_detail or "")
     assert any("EFA counters" in g and w.compute[0].instance_id in g for g in result.visibility_gaps)
     assert "layer 3, EFA counters — Not observable" in _d(result).evidence
+    # a type without EFA (the c5 head node) has no EFA counter to miss
+    assert node_of(result, w.head.instance_id).signals.efa_counters == "Not applicable"
 
 
 def test_counters_not_read_are_a_gap_never_a_clean_layer() -> None:

@@ -100,17 +100,17 @@ def _efa_type(ev: Evidence, instance_type: str | None) -> bool | None:
     return None if profile is None else profile.efa_supported
 
 
-def node_signal(ev: Evidence, node: NodeResult, counters: dict[str, NodeEfa]) -> tuple[Signal, str]:
-    """RULES §4 other signals: the node's EFA counters Observable, Not observable or Not applicable, and what they
-    said (a rise and when, none, or why they were not read)."""
+def node_signal(ev: Evidence, node: NodeResult, counters: dict[str, NodeEfa]) -> tuple[Signal, str | None]:
+    """RULES §4 other signals: the node's EFA counters Observable, Not observable or Not applicable, and, in an
+    incident (the mode that reads them), what they said: a rise and when, none, or why they were not read."""
     if _efa_type(ev, node.instance_type) is False:
-        return "Not applicable", f"{node.instance_type} has no EFA (DescribeInstanceTypes EfaSupported false)"
+        return "Not applicable", None
+    if ev.mode != "incident":
+        return "Not observable", None  # not read outside an incident: nothing to say per node at fleet size
     if ev.cluster.kind.startswith("hyperpod"):
         return "Not observable", HYPERPOD_ADDON
     if ev.efa_counters is None:
-        planned = _span(ev) is not None
-        return "Not observable", ("CWAgent `efa_*` counters could not be read (see visibility gaps)" if planned else
-                                  "CWAgent `efa_*` counters are read by an incident audit only")
+        return "Not observable", "CWAgent `efa_*` counters could not be read (see visibility gaps)"
     got = counters.get(node.instance_id)
     if got is None:
         return "Not observable", f"no CWAgent `efa_*` series for this node: {COLLECT}"
