@@ -64,7 +64,12 @@ ONE_ITEM = {"errorCode": "InsufficientInstanceCapacity", "errorMessage": ICE, "l
                                       {"errors": [{"ErrorCode": "InsufficientInstanceCapacity", "ErrorMessage": ICE}]}],
                          ids=["xml-one-item", "xml-list", "sdk-errors"])
 def test_a_createfleet_that_succeeded_with_launch_errors_keeps_b_open_and_names_them(response: dict[str, Any]) -> None:
-    b = _b(_world(_fleet("fleet-pc", at(9, 10), response=response)))
+    w = _world(_fleet("fleet-pc", at(9, 10), response=response))
+    result = w.audit(w.cluster, mode="incident", since=SINCE, until=UNTIL)
+    b = next(x for x in result.branches if x.branch == "B")
+    # the cluster's own launch call is on the timeline with the launches it could not make
+    assert any(t.source == "CloudTrail" and "CreateFleet" in t.event and "InsufficientInstanceCapacity" in t.event
+               for t in result.timeline)
     assert b.status != "Ruled out"
     assert "capacity errors — Cleared" not in b.evidence
     assert "CreateFleet" in b.evidence and "InsufficientInstanceCapacity" in b.evidence and at(9, 10) in b.evidence
