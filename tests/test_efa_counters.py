@@ -19,7 +19,10 @@ from collections.abc import Callable
 
 import pytest
 
+from gpuaudit import pipeline
+from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Branch, Result
+from gpuaudit.model.timeutil import parse_time
 from tests.helpers.worlds import HyperPodWorld, Node, PClusterWorld, at, node_of
 
 SINCE, UNTIL, HANG = at(6), at(10), at(8)
@@ -156,3 +159,22 @@ def test_hyperpod_efa_counters_are_not_observable_naming_the_observability_add_o
     assert "observability add-on" in (gpu.signals.efa_counters_detail or "")
     assert any("node_amazonefa_" in g and "observability add-on" in g for g in result.visibility_gaps)
     assert "observability add-on" in _d(result).evidence
+
+
+def test_one_series_per_node_and_counter_summed_over_devices_with_a_rollup_never_counted_twice() -> None:
+    # the agent also publishes a rolled-up series per host (aggregation_dimensions) beside the per-device ones
+    w = PClusterWorld(n_compute=2)
+    w = _world(TIMEOUTS, _on_first(w, 7 * 60 + 30, 40.0))
+    node = w.compute[0]
+    w.section("cloudwatch", "metrics").append({
+        "Namespace": "CWAgent", "MetricName": TIMEOUTS, "Dimensions": [{"Name": "host", "Value": node.hostname}],
+        "Datapoints": [[at(m // 60, m % 60), 40.0 if m >= 7 * 60 + 30 else 0.0] for m in range(0, 10 * 60 + 30, 5)]})
+    ev = pipeline.collect(w.aws(), AuditRequest(cluster=w.cluster, mode="incident", since=parse_time(SINCE),
+                                                until=parse_time(UNTIL), onset=parse_time(HANG)))
+    mine = [s for s in ev.efa_counters or [] if s.instance_id == node.instance_id]
+    assert len(mine) == 1 and mine[0].devices == 2
+    # only the non-zero periods are kept; the zero ones are counted as reported
+    assert mine[0].values and set(mine[0].values) == {40.0} and mine[0].times[0] == parse_time(at(7, 30))
+    assert mine[0].periods_before_window >= 6 * 12
+    d = _d(_run(w))
+    assert "40 in the 5 min" in d.evidence and "80 in the 5 min" not in d.evidence

@@ -4,7 +4,9 @@
 
 The agent reports them as deltas, so the read asks for the Sum of each 5-minute period (`EFA_PERIOD_S`), from a
 baseline before the window (`EFA_BASELINE`) to its end plus margin: the rules judge a rise against the counter's own
-rate before the window, and place it before or after the hang. One listing per counter for the whole account
+rate before the window, and place it before or after the hang. What is kept is one series per node and counter,
+summed over its devices and ports, listing only non-zero periods (a p5 node has 32 EFA devices: per-device points
+of a fleet would not fit the evidence). One listing per counter for the whole account
 (ListMetrics, paginated), then 500 series per GetMetricData (paginated). The agent names a node by an appended
 `InstanceId`, else by `host` (the node's private DNS name, or its first label). A failed call is a gap for every
 counter (fail closed: a partial read would make a quiet node look clean)."""
@@ -22,6 +24,23 @@ from gpuaudit.model.planned_reads import EfaCounterSeries, PlannedRead
 from gpuaudit.model.timeutil import parse_time
 
 QUERIES_PER_CALL = 500  # GetMetricData: at most 500 MetricDataQuery structures per request
+ROLLUP = "(all devices)"  # a series without a `device` or `eniId` dimension: the agent's aggregation_dimensions
+
+
+def _one_per_device(series: list[tuple[str, str, str, list[dict[str, str]]]]
+                    ) -> list[tuple[str, str, str, list[dict[str, str]]]]:
+    """One series per node, counter and device/port, so nothing is counted twice: the per-device series when the
+    node has them, else its rolled-up series (the agent's `aggregation_dimensions` add one beside them)."""
+    detailed = {(node, metric) for node, metric, device, _ in series if not device.startswith(ROLLUP)}
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for node, metric, device, dims in series:
+        key = (node, metric, device)
+        if key in seen or (device.startswith(ROLLUP) and (node, metric) in detailed):
+            continue
+        seen.add(key)
+        out.append((node, metric, device, dims))
+    return out
 
 
 def efa_nodes(evidence: Evidence) -> list[NodeInfo]:
@@ -56,20 +75,37 @@ def read_efa_counters(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                 node = dims["InstanceId"] if dims.get("InstanceId") in ids else \
                     by_host.get(dims.get("host", "")) or by_host.get(dims.get("host", "").split(".", 1)[0])
                 if node is not None:
-                    device = "/".join(v for v in (dims.get("device") or dims.get("eniId") or "?", dims.get("port"))
+                    device = "/".join(v for v in (dims.get("device") or dims.get("eniId") or ROLLUP, dims.get("port"))
                                       if v)
                     series.append((node, metric, device, m["Dimensions"]))
+        series = _one_per_device(series)
         points = _sums(aws, series, start, end)
     except CallFailed as failed:
         evidence.gaps.append(failed.gap_for("CWAgent EFA counters not read; EFA counters (RULES §8 D layer 3) are "
                                             "not assessed"))
         return
-    out = []
+    evidence.efa_counters = _per_node(series, points, evidence.window.start)
+
+
+def _per_node(series: list[tuple[str, str, str, list[dict[str, str]]]], points: dict[int, dict[datetime, float]],
+              window_start: datetime) -> list[EfaCounterSeries]:
+    """Each node's counter summed over its device/port series per period; only non-zero periods listed."""
+    summed: dict[tuple[str, str], dict[datetime, float]] = defaultdict(lambda: defaultdict(float))
+    devices: dict[tuple[str, str], set[str]] = defaultdict(set)
     for i, (node, metric, device, _) in enumerate(series):
-        times = sorted(points.get(i, {}))
-        out.append(EfaCounterSeries(instance_id=node, metric=metric, device=device, period_s=EFA_PERIOD_S,
-                                    times=times, values=[points[i][t] for t in times]))
-    evidence.efa_counters = out
+        devices[(node, metric)].add(device)
+        table = summed[(node, metric)]
+        for t, v in points.get(i, {}).items():
+            table[t] += v
+    out = []
+    for (node, metric), table in sorted(summed.items()):
+        busy = sorted(t for t, v in table.items() if v)
+        out.append(EfaCounterSeries(
+            instance_id=node, metric=metric, devices=len(devices[(node, metric)]), period_s=EFA_PERIOD_S,
+            periods_before_window=sum(t < window_start for t in table), periods_in_window=sum(t >= window_start
+                                                                                            for t in table),
+            times=busy, values=[table[t] for t in busy]))
+    return out
 
 
 def _sums(aws: Aws, series: list[tuple[str, str, str, list[dict[str, str]]]], start: datetime,

@@ -334,15 +334,19 @@ class GpuActivity(Frozen):
 
 
 class EfaCounterSeries(Frozen):
-    """One CloudWatch agent EFA counter (namespace `CWAgent`, RULES §8 D layer 3) of one EFA device port of one node:
-    the sum per period (the agent reports deltas), oldest first, over the read's span."""
+    """One CloudWatch agent EFA counter (namespace `CWAgent`, RULES §8 D layer 3) of one node, summed over its EFA
+    devices and ports per period (the agent reports deltas). Kept small at fleet size: only the periods whose sum is
+    not zero are listed (error counters are zero in health), with how many periods reported at all before the window
+    and from its start on — a zero period is a reported period that is not listed."""
 
     instance_id: str
     metric: str  # e.g. efa_retrans_pkts
-    device: str  # the `device` and `port` dimensions, e.g. "rdmap16s27/1"
+    devices: int  # device/port series summed
     period_s: int
-    times: list[UtcDatetime] = Field(default_factory=list)  # period starts with a datapoint
-    values: list[float] = Field(default_factory=list)  # the period's Sum, as reported
+    periods_before_window: int = 0  # periods with a datapoint before the window's start (the baseline)
+    periods_in_window: int = 0  # periods with a datapoint from the window's start on
+    times: list[UtcDatetime] = Field(default_factory=list)  # period starts whose sum is not zero
+    values: list[float] = Field(default_factory=list)  # those sums, as reported
 
 
 class GpuPeerSeries(Frozen):

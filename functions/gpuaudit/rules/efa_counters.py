@@ -20,7 +20,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from statistics import mean
 
 from gpuaudit.domain.readplan import EFA_COUNTERS
 from gpuaudit.model.evidence import Evidence
@@ -60,37 +59,24 @@ class NodeEfa:
     no_baseline: tuple[str, ...]  # counters read without enough data before the window to judge a rise
 
 
-def _span(ev: Evidence) -> tuple[datetime, datetime] | None:
-    """(baseline start, read end) of the incident's EFA read; None when it was not planned."""
-    read = next((r for r in ev.read_plan if r.source == "efa-counters"), None)
-    return None if read is None or read.start is None else (read.start, read.end or ev.now)
-
-
 def node_counters(ev: Evidence) -> dict[str, NodeEfa]:
-    """Per node with any CWAgent EFA series read: what was read, what rose, what could not be judged."""
-    if not ev.efa_counters:
-        return {}
-    span = _span(ev)
-    base_start = span[0] if span else ev.window.start
-    per: dict[tuple[str, str], dict[datetime, float]] = defaultdict(lambda: defaultdict(float))
-    for s in ev.efa_counters:
-        table = per[(s.instance_id, s.metric)]
-        for t, v in zip(s.times, s.values, strict=False):
-            table[t] += v
+    """Per node with any CWAgent EFA series read: what was read, what rose, what could not be judged. A reported
+    period not listed in a series counted zero (model/planned_reads.py::EfaCounterSeries)."""
     read: dict[str, set[str]] = defaultdict(set)
     rises: dict[str, list[Rise]] = defaultdict(list)
     unjudged: dict[str, list[str]] = defaultdict(list)
-    for (node, metric), table in sorted(per.items()):
-        read[node].add(metric)
-        before = [v for t, v in table.items() if base_start <= t < ev.window.start]
-        if len(before) < MIN_BASELINE_PERIODS:
-            unjudged[node].append(metric)
+    for s in sorted(ev.efa_counters or [], key=lambda x: (x.instance_id, x.metric)):
+        read[s.instance_id].add(s.metric)
+        if s.periods_before_window < MIN_BASELINE_PERIODS:
+            unjudged[s.instance_id].append(s.metric)
             continue
-        base = mean(before)
-        bar = max(RISE_FACTOR * base, max(before))
-        first = next(((t, v) for t, v in sorted(table.items()) if t >= ev.window.start and v > bar), None)
+        counted = list(zip(s.times, s.values, strict=False))
+        before = [v for t, v in counted if t < ev.window.start]
+        base = sum(before) / s.periods_before_window
+        bar = max(RISE_FACTOR * base, max(before, default=0.0))
+        first = next(((t, v) for t, v in sorted(counted) if t >= ev.window.start and v > bar), None)
         if first is not None:
-            rises[node].append(Rise(node, metric, first[0], first[1], base, bar))
+            rises[s.instance_id].append(Rise(s.instance_id, s.metric, first[0], first[1], base, bar))
     return {node: NodeEfa(node, tuple(sorted(metrics)), tuple(sorted(rises[node], key=lambda r: (r.at, r.metric))),
                           tuple(unjudged[node])) for node, metrics in read.items()}
 
