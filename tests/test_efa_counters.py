@@ -23,6 +23,7 @@ from gpuaudit import pipeline
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Branch, Result
 from gpuaudit.model.timeutil import parse_time
+from gpuaudit.report.html import render_html
 from tests.helpers.worlds import HyperPodWorld, Node, PClusterWorld, at, node_of
 
 SINCE, UNTIL, HANG = at(6), at(10), at(8)
@@ -178,3 +179,11 @@ def test_one_series_per_node_and_counter_summed_over_devices_with_a_rollup_never
     assert mine[0].periods_before_window >= 6 * 12
     d = _d(_run(w))
     assert "40 in the 5 min" in d.evidence and "80 in the 5 min" not in d.evidence
+
+
+def test_the_html_report_shows_what_the_counters_said_per_node() -> None:
+    w = PClusterWorld(n_compute=2)
+    w = _world(TIMEOUTS, _on_first(w, 7 * 60 + 30, 40.0))
+    page = render_html(_run(w))
+    # the node's own cell (branch D words it "rose at or before the hang")
+    assert f"Observable<br>rose: {w.compute[0].instance_id}: `{TIMEOUTS}`" in page
