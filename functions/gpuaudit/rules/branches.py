@@ -390,11 +390,11 @@ def branch_d(j: Judged) -> Branch:
     other = [(n, t) for n, t in bad if t.transport != "Socket"]
     unsure = [(n, t) for n in nodes for t in n.nccl_transports if t.assessment == "unverified"]
     hang = _hang(j)
-    if socket:
-        return _socket_fallback(j, socket, other, nvlink, hang)
-    if fm := _fabric_manager_faults(j, nodes):
-        return _fabric_manager_branch(fm, nvlink, hang)
     efa = layer3(j.evidence, nodes, hang[0] if hang is not None else None)
+    if socket:
+        return _with_layer3(_socket_fallback(j, socket, other, nvlink, hang), efa)
+    if fm := _fabric_manager_faults(j, nodes):
+        return _with_layer3(_fabric_manager_branch(fm, nvlink, hang), efa)
     if efa.before:
         return _efa_rise_branch(j, efa, nvlink, other, hang)
     if nvlink or other:
@@ -431,6 +431,11 @@ def branch_d(j: Judged) -> Branch:
                        + (f"; {used}" if used else "") + f"; {layer4}")
     return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback, SHM on NVSwitch or IB"
                    + (f" ({used})" if used else "") + f"; no NVLink Xid; {efa.text}; {layer4}")
+
+
+def _with_layer3(branch: Branch, efa: Layer3) -> Branch:
+    """A branch decided on layers 1–2 still says what layer 3 read, when it was read (RULES §0.4)."""
+    return branch if not efa.observable else branch.model_copy(update={"evidence": f"{branch.evidence}; {efa.text}"})
 
 
 def _efa_rise_branch(j: Judged, efa: Layer3, nvlink: Sequence[tuple[str, int | None]],
