@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpuaudit.domain import readplan
+from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.model.evidence import AuditRequest, Evidence
 from gpuaudit.model.planned_reads import PlannedRead, QuotaAsk
 from gpuaudit.pipeline import collect
@@ -38,11 +39,12 @@ def test_each_mode_reads_what_its_rules_need_in_one_order() -> None:
     assert sequence(pc.model_copy(update={"mode": "coverage"})) == ["gpu-count"]
     # incident: the timeline sources (RULES §5) and the branches' evidence (RULES §8 B, C, E)
     # and the incident questions beside them (#21): a replacement's capacity and IPs, the EFA security group of
-    # a hang, idle reserved GPUs, a straggler GPU's CWAgent series — the training plan read on HyperPod, the
-    # EC2-only sources not
+    # a hang, idle reserved GPUs, a straggler GPU's CWAgent series, the EFA counters of branch D layer 3 — the
+    # training plan read on HyperPod, the EC2-only sources not
     assert sequence(pc.model_copy(update={"mode": "incident"})) == [
         "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
-        "instance-network", "training-plans", "security-groups", "subnets", "gpu-activity", "gpu-peers", "gpu-count"]
+        "instance-network", "training-plans", "security-groups", "subnets", "gpu-activity", "gpu-peers",
+        "efa-counters", "gpu-count"]
     assert sequence(hp.model_copy(update={"mode": "incident"})) == [
         "cluster-events", "capacity-reservations", "cloudtrail", "health", "instance-status", "fsx",
         "training-plans", "security-groups", "subnets"]
@@ -136,3 +138,16 @@ def test_p2_judges_what_was_asked(asked: list[str] | None) -> None:
     assert c.result == "Not checked"
     said = "did not ask for extension offerings of" in c.evidence
     assert said is (asked is not None)
+
+
+def test_efa_counters_are_read_from_a_baseline_before_the_window_to_past_its_end() -> None:
+    # RULES §8 D layer 3: a rise is judged against the counter's own rate before the window, and a rise after the
+    # hang is still read (it is said as an effect)
+    ev = pcluster().model_copy(update={"mode": "incident"})
+    read = readplan.plan("efa-counters", ev, AuditRequest(cluster="c", mode="incident"))
+    assert read.start is not None and read.end is not None
+    assert read.start <= ev.window.start - readplan.EFA_BASELINE
+    assert read.end == min(ev.window.end + TIMELINE_MARGIN, ev.now)
+    assert set(read.names) == {"efa_retrans_pkts", "efa_retrans_timeout_events", "efa_impaired_remote_conn_events",
+                               "efa_unresponsive_remote_events", "efa_rx_dropped", "efa_rdma_read_wr_err",
+                               "efa_rdma_write_wr_err"}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpuaudit.collectors import kubernetes
 from gpuaudit.collectors import preflight as preflight_collectors
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.efa_counters import read_efa_counters
 from gpuaudit.collectors.gpu_count import read_gpu_counts
 from gpuaudit.collectors.gpu_peers import read_gpu_peers
 from gpuaudit.collectors.preflight import file_system, named_lustre, saturation_peaks, scoped_file_systems
@@ -182,6 +183,7 @@ READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
     "cluster-events": _cluster_events, "capacity-reservations": _capacity_reservations, "cloudtrail": _cloudtrail,
     "health": _health, "instance-status": _instance_status, "fsx": _fsx, "kubernetes-nodes": kubernetes.read_nodes,
     "kubernetes-events": kubernetes.read_events, "gpu-peers": read_gpu_peers, "gpu-count": read_gpu_counts,
+    "efa-counters": read_efa_counters,
     **preflight_collectors.READERS,
 }
 

@@ -9,7 +9,7 @@ may depend on earlier ones: the quotas and offerings a pre-flight asks for follo
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuaudit.domain.capability import is_accelerated
 from gpuaudit.domain.capacity import (
@@ -29,7 +29,8 @@ from gpuaudit.model.timeutil import floor_hour
 CLOUDTRAIL_EVENTS: dict[str, tuple[str, ...]] = {
     "sagemaker.amazonaws.com": ("UpdateCluster", "UpdateClusterSoftware", "BatchReplaceClusterNodes",
                                 "BatchRebootClusterNodes", "BatchDeleteClusterNodes", "StartClusterHealthCheck"),
-    "ec2.amazonaws.com": ("TerminateInstances", "RunInstances"),
+    # CreateFleet: ParallelCluster launches compute nodes with it too; its capacity errors are branch B's (RULES §8 B).
+    "ec2.amazonaws.com": ("TerminateInstances", "RunInstances", "CreateFleet"),
     "fsx.amazonaws.com": ("UpdateFileSystem",),
 }
 EVENT_SOURCE = {name: source for source, names in CLOUDTRAIL_EVENTS.items() for name in names}
@@ -58,11 +59,21 @@ PREFLIGHT_SOURCES: tuple[ReadSource, ...] = (
 # Incident questions beside the branches: what a replacement needs (a plan's spare, free IPs), the EFA security
 # group of a hang, and idle reserved GPUs in the window (RULES §8 A, B, D, idle reserved GPUs).
 INCIDENT_SOURCES: tuple[ReadSource, ...] = ("instance-network", "training-plans", "security-groups", "subnets",
-                                            "gpu-activity", "gpu-peers")
+                                            "gpu-activity", "gpu-peers", "efa-counters")
 # HyperPod nodes are not EC2 instances of the account: their interfaces, route tables and EC2 metrics are not read.
 EC2_ONLY: frozenset[ReadSource] = frozenset({"instance-network", "route-tables", "gpu-activity", "gpu-peers",
-                                             "gpu-count"})
+                                             "gpu-count", "efa-counters"})
 CWAGENT_GPU = "nvidia_smi_utilization_gpu"
+# RULES §8 D layer 3: the CloudWatch agent's EFA error counters (namespace `CWAgent`, per `device`/`port`/`eniId`, and
+# `host` or an appended `InstanceId`; reported as deltas), what each counts. HyperPod's `node_amazonefa_*` are the
+# observability add-on's Prometheus series, not CloudWatch's: not read here (rules/efa_counters.py says so).
+EFA_COUNTERS: dict[str, str] = {
+    "efa_retrans_pkts": "packets retransmitted", "efa_retrans_timeout_events": "retransmission timeouts",
+    "efa_impaired_remote_conn_events": "impaired remote connections",
+    "efa_unresponsive_remote_events": "unresponsive remote peers", "efa_rx_dropped": "received packets dropped",
+    "efa_rdma_read_wr_err": "RDMA read work-request errors", "efa_rdma_write_wr_err": "RDMA write work-request errors"}
+EFA_PERIOD_S = 300  # 5-minute sums: fine enough to tell a rise before a hang from one after it
+EFA_BASELINE = timedelta(hours=6)  # each counter's own rate before the window, which a rise is measured against
 
 
 def sources_for(evidence: Evidence) -> list[ReadSource]:
@@ -127,6 +138,12 @@ def plan(source: ReadSource, ev: Evidence, request: AuditRequest) -> PlannedRead
             return PlannedRead(source=source, reason="a straggler GPU below its peers (RULES §8)",
                                start=floor_hour(ev.window.start - TIMELINE_MARGIN),
                                end=min(ev.window.end + TIMELINE_MARGIN, ev.now), names=list(STRAGGLER_METRICS))
+        case "efa-counters":
+            # From EFA_BASELINE before the window (each counter's own rate), to TIMELINE_MARGIN after it (a rise after
+            # the hang is its effect, and is said as one).
+            return PlannedRead(source=source, reason="EFA error counters before and in the window (RULES §8 D layer 3)",
+                               start=floor_hour(ev.window.start - EFA_BASELINE),
+                               end=min(ev.window.end + TIMELINE_MARGIN, ev.now), names=list(EFA_COUNTERS))
         case "gpu-count":
             return PlannedRead(source=source, reason="GPUs each node reports against its type's count (RULES §6, §7)",
                                start=floor_hour(ev.window.start), end=min(ev.window.end, ev.now),

@@ -18,6 +18,7 @@ from gpuaudit.model.planned_reads import (
     CapacityReservation,
     CloudTrailEvent,
     ClusterEvent,
+    EfaCounterSeries,
     EventRuleInfo,
     ExtensionOfferings,
     FileSystemInfo,
@@ -385,6 +386,8 @@ class Evidence(BaseModel):
     gpu_activity: list[GpuActivity] | None = None
     # CWAgent per-GPU series of the GPU nodes in the window (RULES §8 straggler GPU); None: not read, []: none published
     gpu_peers: list[GpuPeerSeries] | None = None
+    # CWAgent EFA error counters of the EFA nodes from a baseline before the window (RULES §8 D layer 3); None: not read
+    efa_counters: list[EfaCounterSeries] | None = None
     # The GPUs each accelerated EC2 node reports in CloudWatch; None: not read (HyperPod: no system metrics there).
     gpu_counts: list[GpuCount] | None = None
     # EKS-orchestrated clusters: the Kubernetes nodes (labels, taints, conditions); None: not read (a gap says why).

@@ -18,6 +18,7 @@ ReadSource = Literal[
     "alarms", "event-rules", "quotas", "file-systems", "gpu-activity", "kubernetes-nodes", "kubernetes-events",
     "gpu-peers",
     "gpu-count",
+    "efa-counters",
 ]
 
 
@@ -330,6 +331,22 @@ class GpuActivity(Frozen):
     gpu_ids: list[str] = Field(default_factory=list)
     # UTC hour starts neither idle nor busy: no datapoint, or a GPU silent with none of the others busy (§8)
     missing_hours: list[UtcDatetime] = Field(default_factory=list)
+
+
+class EfaCounterSeries(Frozen):
+    """One CloudWatch agent EFA counter (namespace `CWAgent`, RULES §8 D layer 3) of one node, summed over its EFA
+    devices and ports per period (the agent reports deltas). Kept small at fleet size: only the periods whose sum is
+    not zero are listed (error counters are zero in health), with how many periods reported at all before the window
+    and from its start on — a zero period is a reported period that is not listed."""
+
+    instance_id: str
+    metric: str  # e.g. efa_retrans_pkts
+    devices: int  # device/port series summed
+    period_s: int
+    periods_before_window: int = 0  # periods with a datapoint before the window's start (the baseline)
+    periods_in_window: int = 0  # periods with a datapoint from the window's start on
+    times: list[UtcDatetime] = Field(default_factory=list)  # period starts whose sum is not zero
+    values: list[float] = Field(default_factory=list)  # those sums, as reported
 
 
 class GpuPeerSeries(Frozen):

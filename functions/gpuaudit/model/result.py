@@ -117,6 +117,8 @@ class NodeSignals(Out):
     nccl: Signal = "Not observable"
     fabric_manager: Signal = "Not applicable"
     efa_counters: Signal = "Not observable"
+    # What the EFA counters said (RULES §8 D layer 3): a rise and when, none, or why they were not read.
+    efa_counters_detail: str | None = None
     gpu_activity: Signal = "Not observable"
 
 

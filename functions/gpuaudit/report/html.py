@@ -231,7 +231,8 @@ def _capability(r: Result) -> str:
     rows: list[tuple[str, ...]] = [(f"<code>{_e(n.instance_id)}</code>", _or_dash(n.instance_type or "unknown"),
                                     _or_dash(n.gpu_count),
              _or_dash(n.efa), _or_dash(n.nvswitch), _e(n.signals.fabric_manager), _nccl_cell(n),
-             _e(n.signals.efa_counters), _e(n.signals.gpu_activity)) for n in listed]
+             _e(n.signals.efa_counters) + (f"<br>{_e(n.signals.efa_counters_detail)}" if n.signals.efa_counters_detail
+                                           else ""), _e(n.signals.gpu_activity)) for n in listed]
     return "<h2>Node capability and fabric</h2>" + _table(
         (*headers, "EFA counters", "GPU activity"), rows, scroll=len(rows) > 40) + _healthy_note(healthy)
 

@@ -40,6 +40,7 @@ from gpuaudit.rules.capacity import (
 )
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
+from gpuaudit.rules.efa_counters import Layer3, layer3
 from gpuaudit.rules.fabric import NCCL_COMMAND, placement_step, sg_step
 from gpuaudit.rules.fabric_manager import FabricManagerReading, fabric_manager_of
 from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
@@ -378,9 +379,10 @@ def _rows(decisions: Sequence[FileSystemDecision]) -> str:
 
 
 def branch_d(j: Judged) -> Branch:
-    """RULES §8 D: layer 1 (NCCL transport per node), layer 2 (NVLink Xids), layer 4 (EFA preconditions) read;
-    layer 3 (EFA counters) is not. A socket fallback on an EFA-capable type is checked against its preconditions:
-    EFA interfaces attached vs the type's maximum, and the security group's self-referencing all-traffic rules."""
+    """RULES §8 D: layer 1 (NCCL transport per node), layer 2 (NVLink Xids, Fabric Manager), layer 3 (EFA counters
+    against their own baseline, placed before or after the hang: rules/efa_counters.py), layer 4 (EFA preconditions).
+    A socket fallback on an EFA-capable type is checked against its preconditions: EFA interfaces attached vs the
+    type's maximum, and the security group's self-referencing all-traffic rules."""
     nodes = _accelerated(j)
     nvlink = [(n.instance_id, e.code) for n in nodes for e in n.gpu_errors if e.code in NVLINK_CODES]
     bad = [(n, t) for n in nodes for t in n.nccl_transports if t.assessment == "bad"]
@@ -388,12 +390,16 @@ def branch_d(j: Judged) -> Branch:
     other = [(n, t) for n, t in bad if t.transport != "Socket"]
     unsure = [(n, t) for n in nodes for t in n.nccl_transports if t.assessment == "unverified"]
     hang = _hang(j)
+    efa = layer3(j.evidence, nodes, hang[0] if hang is not None else None)
     if socket:
-        return _socket_fallback(j, socket, other, nvlink, hang)
+        return _with_layer3(_socket_fallback(j, socket, other, nvlink, hang), efa)
     if fm := _fabric_manager_faults(j, nodes):
-        return _fabric_manager_branch(fm, nvlink, hang)
+        return _with_layer3(_fabric_manager_branch(fm, nvlink, hang), efa)
+    if efa.before:
+        return _efa_rise_branch(j, efa, nvlink, other, hang)
     if nvlink or other:
-        text = "; ".join([f"{i}: Xid {c}" for i, c in nvlink] + [_bad_line(n, t) for n, t in other])
+        text = "; ".join([f"{i}: Xid {c}" for i, c in nvlink] + [_bad_line(n, t) for n, t in other]
+                         + ([efa.text] if efa.observable else []))
         return _branch("D", "Contributing", text, "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) on the nodes with `{NCCL_DEBUG}`, and EFA counters "
                        "(`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
@@ -410,12 +416,12 @@ def branch_d(j: Judged) -> Branch:
                        f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`")
     if not any(n.signals.nccl == "Observable" for n in nodes):
         if place.status == "Blocked":  # RULES §8 D: a layer-4 defect read with layers 1–3 Not observable
-            return _branch("D", "UNVERIFIED", f"EFA precondition defect read: {place.evidence}. Layers 1–3 Not "
-                           "observable: no NCCL INFO/WARN lines in any source, no NVLink Xid read, EFA counters not "
-                           f"read; {layer4}", "Hypothesis (to validate)",
+            return _branch("D", "UNVERIFIED", f"EFA precondition defect read: {place.evidence}. Layers 1–2 Not "
+                           f"observable: no NCCL INFO/WARN lines in any source, no NVLink Xid read; {efa.text}; "
+                           f"{layer4}", "Hypothesis (to validate)",
                            f"NCCL's transport on the job's nodes, collected with `{NCCL_DEBUG}`")
         return _branch("D", "Not assessed", "no NCCL INFO/WARN lines in any source (layer 1 Not observable); no NVLink "
-                       f"Xid read; EFA counters not read; {layer4}. Collect with `{NCCL_DEBUG}`")
+                       f"Xid read; {efa.text}; {layer4}. Collect with `{NCCL_DEBUG}`")
     used = "; ".join(f"{n.instance_id}: " + ", ".join(sorted({f"{t.transport} ({t.assessment})"
                                                                for t in n.nccl_transports}))
                      for n in nodes if n.nccl_transports)
@@ -424,7 +430,32 @@ def branch_d(j: Judged) -> Branch:
                        + "; ".join(f"{n.instance_id}: {t.transport} — {t.why}" for n, t in unsure)
                        + (f"; {used}" if used else "") + f"; {layer4}")
     return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback, SHM on NVSwitch or IB"
-                   + (f" ({used})" if used else "") + f"; no NVLink Xid; EFA counters not read; {layer4}")
+                   + (f" ({used})" if used else "") + f"; no NVLink Xid; {efa.text}; {layer4}")
+
+
+def _with_layer3(branch: Branch, efa: Layer3) -> Branch:
+    """A branch decided on layers 1–2 still says what layer 3 read, when it was read (RULES §0.4)."""
+    return branch if not efa.observable else branch.model_copy(update={"evidence": f"{branch.evidence}; {efa.text}"})
+
+
+def _efa_rise_branch(j: Judged, efa: Layer3, nvlink: Sequence[tuple[str, int | None]],
+                     other: Sequence[tuple[NodeResult, NcclTransport]], hang: tuple[datetime, str] | None) -> Branch:
+    """RULES §8 D layer 3: EFA counters rising at or before the hang support D. Proven only when the rise is read on
+    the nodes before the hang with nothing competing: no node of the rise with a hardware verdict of its own
+    (REPLACE, REBOOT: branch A's signal could be what broke its links); else, or with no hang read, Hypothesis."""
+    risen = {r.instance_id for r in efa.before}
+    competing = [f"{n.instance_id}: {n.verdict}" + (f" ({_cut(n.verdict_evidence, 160)})" if n.verdict_evidence else "")
+                 for n in j.nodes if n.instance_id in risen and n.verdict in ("REPLACE", "REBOOT")]
+    text = efa.text + "".join(f"; {i}: Xid {c}" for i, c in nvlink) + "".join(f"; {_bad_line(n, t)}" for n, t in other)
+    confirm = (f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`, watching the CWAgent `efa_*` "
+               "counters of each node while it runs")
+    if hang is not None and not competing:
+        return _branch("D", "Root cause", f"EFA error counters (layer 3) rose on the nodes before the hang at "
+                       f"{iso(hang[0])} ({hang[1]}): {text}", "Proven")
+    why = (f"a hardware verdict on the same node competes: {'; '.join(competing)}" if competing else
+           "no NCCL hang or failure onset was read, so the rise is not placed before the failure")
+    return _branch("D", "Contributing", f"EFA error counters (layer 3) rose: {text}; {why}", "Hypothesis (to validate)",
+                   confirm)
 
 
 def _fabric_manager_faults(j: Judged, nodes: Sequence[NodeResult]) -> list[tuple[NodeResult, FabricManagerReading]]:

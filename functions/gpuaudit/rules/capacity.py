@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import cluster_reservations, holding_reservation
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
-from gpuaudit.model.planned_reads import CapacityReservation
+from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import FindingStep, FindingStepStatus
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.context import Context, GpuGroup, Holding, id_list
@@ -207,15 +207,38 @@ def capacity_errors(j: Judged) -> list[CapacityError]:
             out.append(CapacityError(None, f"status of `{n.instance_id}`, DescribeClusterNode", quote(n.status_message),
                                      tuple(RESERVATION_ID.findall(n.status_message)), False))
     for t in ev.cloudtrail or []:
-        said = f"{t.error_code or ''} {t.error_message or ''}".strip()
-        if not t.error_code or not start <= t.time <= end:
+        if not start <= t.time <= end:
             continue
-        named = tuple(RESERVATION_ID.findall(said))
-        if CAPACITY_ERROR.search(said) or (t.event_name in LAUNCH_CALLS and inactive & set(named)):
-            out.append(CapacityError(t.time, "CloudTrail", f"{t.event_name} at {iso(t.time)} failed: "
-                                     f"{t.error_code}: {quote(t.error_message or '')}", named,
-                                     t.event_name in LAUNCH_CALLS))
+        for how, code, message in call_errors(t):
+            said = f"{code} {message}".strip()
+            named = tuple(RESERVATION_ID.findall(said))
+            if CAPACITY_ERROR.search(said) or (t.event_name in LAUNCH_CALLS and inactive & set(named)):
+                out.append(CapacityError(t.time, "CloudTrail", f"{t.event_name} at {iso(t.time)} {how}: "
+                                         f"{code}: {quote(message)}", named, t.event_name in LAUNCH_CALLS))
     return sorted(out, key=lambda e: (e.time is None, e.time or ev.window.start))
+
+
+def call_errors(t: CloudTrailEvent) -> list[tuple[str, str, str]]:
+    """(how it is said, errorCode, errorMessage) of every error a CloudTrail call records: the call's own, and for a
+    CreateFleet that succeeded, each launch it could not make — the API's `Errors` (CloudTrail keeps EC2 responses in
+    their XML form: `CreateFleetResponse.errorSet.item`, one item or a list), each with its own code and message."""
+    out = [("failed", t.error_code, t.error_message or "")] if t.error_code else []
+    if t.event_name == "CreateFleet" and t.response_elements:
+        out += [("could not launch an instance", code, message) for code, message in _fleet_errors(t.response_elements)]
+    return out
+
+
+def _fleet_errors(node: object) -> list[tuple[str, str]]:
+    """Every object holding an errorCode below `node`, whatever the nesting (`errors`, `errorSet.item(s)`)."""
+    if isinstance(node, list):
+        return [e for x in node for e in _fleet_errors(x)]
+    if not isinstance(node, dict):
+        return []
+    code = node.get("errorCode", node.get("ErrorCode"))
+    if isinstance(code, str) and code:
+        message = node.get("errorMessage", node.get("ErrorMessage"))
+        return [(code, message if isinstance(message, str) else "")]
+    return [e for x in node.values() for e in _fleet_errors(x)]
 
 
 def inactive_reservations(j: Judged, errors: Sequence[CapacityError]) -> list[CapacityReservation]:

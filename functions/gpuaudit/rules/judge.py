@@ -39,6 +39,7 @@ from gpuaudit.rules.consistency import check_consistency
 from gpuaudit.rules.context import JudgeConfig, Judged
 from gpuaudit.rules.control_plane import control_gaps, control_logs
 from gpuaudit.rules.coverage import StreamIndex, hma_group_live, node_coverage
+from gpuaudit.rules.efa_counters import efa_gaps, node_counters, with_efa_counters
 from gpuaudit.rules.fabric_manager import fabric_manager_of, with_fabric_manager
 from gpuaudit.rules.gpu_count import gpu_count_gaps, with_gpu_count
 from gpuaudit.rules.history import Memory, actions_after, audit_id
@@ -134,6 +135,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     routings: dict[str, NodeRouting] = {}
     this_audit = audit_id(evidence)
     agents = AgentStreams.of(evidence)
+    efa = node_counters(evidence)  # RULES §8 D layer 3, per node (rules/efa_counters.py)
     for node in evidence.nodes:
         coverage = node_coverage(node, evidence, index, pad, life, hma_live)
         lines = lines_by_node.get(node.instance_id, [])
@@ -142,6 +144,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                                       Memory.of(evidence, node.instance_id, this_audit), agents)
         result = result.model_copy(update={"service_action": service_action(node, evidence, lines),
                                            "signals": boot_signals(result, boot_by_node.get(node.instance_id, []))})
+        result = with_efa_counters(result, evidence, efa)
         result, routing = with_fabric_manager(result, routing, fabric_manager_of(
             [p.line for p in lines], boot_by_node.get(node.instance_id, []), fm_expected(evidence, node),
             evidence.window.start - TIMELINE_MARGIN, min(evidence.window.end, evidence.now), result.coverage))
@@ -160,7 +163,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
 
     node_gaps, gap_nodes = coverage_gaps(judged)
     gaps = [g.prose() for g in evidence.gaps] + control_gaps(control, pad) + node_gaps \
-        + finding_rules.observability_gaps(judged, gap_nodes) + gpu_count_gaps(evidence, nodes)
+        + finding_rules.observability_gaps(judged, gap_nodes) + gpu_count_gaps(evidence, nodes) \
+        + efa_gaps(evidence, nodes)
     groups = action_rules.grouped(evidence, [
         action_rules.NodeAction(n.verdict, n.instance_id, text.replace(n.instance_id, action_rules.NODE),
                                 _detail(judged.routings.get(n.instance_id)))

@@ -15,6 +15,7 @@ from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import NodeResult, TimelineEntry
+from gpuaudit.rules.capacity import call_errors
 from gpuaudit.rules.host_events import health_kind, host_events, on_cluster, timeline_text, timeline_time
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def relevant_trail(evidence: Evidence) -> list[CloudTrailEvent]:
         params = e.request_parameters or {}
         text = str(params) + " " + " ".join(e.resources)
         if params.get("clusterName") in (name, evidence.cluster.arn) or (e.username in ids) or \
-                any(i in text for i in ids) or f"'launchTemplateName': '{name}-" in text:
+                any(i in text for i in ids) or f"'launchTemplateName': '{name}-" in text \
+                or f"'LaunchTemplateName': '{name}-" in text:  # CreateFleet's request names it so
             out.append(e)
     return out
 
@@ -129,7 +131,8 @@ def timeline(j: Judged) -> list[TimelineEntry]:
     trail_start = ev.window.start - CLOUDTRAIL_LOOKBACK
     for e in relevant_trail(ev):
         if trail_start <= e.time <= end:
-            result = f" → {e.error_code}: {e.error_message}" if e.error_code else ""
+            # the call's own error, and a CreateFleet's launches that failed (rules/capacity.py::call_errors)
+            result = "".join(f" → {code}: {message}" for _, code, message in call_errors(e)[:3])
             out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or
                                      (e.username or ""), event=f"{e.event_name} by {e.username}{result}"))
     for ce in ev.cluster_events or []:
