@@ -138,3 +138,17 @@ def test_a_failure_before_the_hang_proves_branch_d() -> None:
     _, branches = audit(w, iid)
     d = branches["D"]
     assert (d.status, d.label) == ("Root cause", "Proven")
+
+
+def test_one_start_shipped_to_two_log_groups_is_one_start_not_a_restart() -> None:
+    # Given the node's journal shipped both to the cluster's syslog stream and to a customer kernel group: the boot's
+    # banner and its one Fabric Manager start appear in each
+    w, iid = p5_node([*boot(at(9, 30)), (at(9, 31), STARTED)])
+    gpu = w.compute[0]
+    other = w.stream("/aws/training-logs/train/journal", f"{gpu.hostname}-{iid}",
+                     events=[(t, f"{gpu.hostname} {m}") for t, m in [*boot(at(9, 30)), (at(9, 31), STARTED)]])
+    assert other
+    node, _ = audit(w, iid)
+    # Then Fabric Manager started once in that boot: no restart, no verdict from it
+    assert "restarting" not in (node.verdict_evidence or "")
+    assert node.verdict != "REBOOT"

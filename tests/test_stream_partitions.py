@@ -574,3 +574,21 @@ def test_gpu_lines_past_the_cap_still_seed_the_cache_so_the_next_hourly_audit_re
                                                 ev)).items() if k not in ("visibility_gaps", "gap_nodes")}
               for ev in (hourly, reference)]
     assert judged[0] == judged[1]
+
+
+def test_boot_lines_past_their_row_limit_are_read_again_for_each_half_of_the_nodes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the shipped world whose nodes' Fabric Manager start lines lie before the window (read since launch by the
+    # boot-lines query), audited as read and with the row cap below what that query returns
+    spec = next(a for a in json.loads((SHIPPED / "demo.json").read_text())["audits"] if "silent-node" in a["world"])
+    world = load_world(SHIPPED / spec["world"])
+    request = demo_request({**spec, "mode": "incident"})
+    as_read = run_audit(aws_for(world), request)
+    _lower_the_cap(monkeypatch, 6)
+    capped = collect(aws_for(world), request)
+    # Then the capped boot-lines read was read again in halves, and the answer is the uncapped one, Fabric Manager
+    # found on every node it was found on before
+    boot_reads = [q for q in capped.queries if q.purpose == "boot-lines"]
+    assert len(boot_reads) > 1 and all(q.reread for q in boot_reads if q.truncated)
+    assert _strip(run_audit(aws_for(world), request)) == _strip(as_read)
+    assert [n.signals.fabric_manager for n in as_read.nodes].count("Observable") >= 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from gpuaudit.collectors import insights
 from gpuaudit.collectors.insights import InsightsRunner, _group_name, _time
 from gpuaudit.collectors.log_queries import KERNEL_QUERY
 from gpuaudit.domain.capability import accelerated_by_family, nvswitch_class
@@ -103,12 +104,26 @@ def read_boot_lines(runner: InsightsRunner, batch: list[str], index: NodeIndex, 
     lacking = lacking_boot_lines(nodes, lines, index)
     found: list[GpuLine] = []
     for i in range(0, len(lacking), DEEP_IDS_PER_QUERY):
-        query = boot_lines_query(lacking[i:i + DEEP_IDS_PER_QUERY], BOOT_ROWS)
-        for r in runner.results(runner.start("boot-lines", batch, start, end, query)) or []:
+        for r in _boot_rows(runner, batch, lacking[i:i + DEEP_IDS_PER_QUERY], start, end):
             found.append(GpuLine(time=_time(r.get("@timestamp")) or start,
                                  log_group=_group_name(r.get("@log", "")), log_stream=r.get("@logStream", ""),
                                  message=r.get("@message", "")))
     return found
+
+
+def _boot_rows(runner: InsightsRunner, batch: list[str], ids: list[str], start: datetime,
+               end: datetime) -> list[dict[str, str]]:
+    """The boot-time lines of `ids`' streams; a read that fills its row limit is read again for each half of the
+    nodes, so no node's boot is cut off by another's (one node alone keeps its newest lines: its latest boots)."""
+    limit = min(BOOT_ROWS, insights.MAX_ROWS)
+    pending = runner.start("boot-lines", batch, start, end, boot_lines_query(ids, limit))
+    rows = runner.results(pending) or []
+    if len(rows) < limit or len(ids) == 1:
+        return rows
+    half = len(ids) // 2
+    rows = [*_boot_rows(runner, batch, ids[:half], start, end), *_boot_rows(runner, batch, ids[half:], start, end)]
+    runner.mark_reread(pending)  # the capped read's nodes were all read again, in halves
+    return rows
 
 
 DEEP_IDS_PER_QUERY = 200  # instance IDs named in one deep kernel query's stream filter

@@ -163,8 +163,14 @@ def _boot(banner: GpuLine | None, body: list[GpuLine], ends: datetime,
     if failed:  # quote systemd's own verdict on the unit where it was shipped, else the first failure line
         return Boot(banner, "failed", next((x for x in failed if "Failed to start" in x.message), failed[0]))
     unit_starts = [x for x in starts if STARTED_UNIT.search(x.message)]
-    if restarts or (banner is not None and len(unit_starts) > 1):
-        return Boot(banner, "restarting", (restarts or unit_starts[1:])[0])
+    # Repeated starts are counted in one stream: a node shipping its journal to two log groups shows each start
+    # twice, and that is one start (docs/decisions.md).
+    per_stream: dict[tuple[str, str], list[GpuLine]] = {}
+    for x in unit_starts:
+        per_stream.setdefault((x.log_group, x.log_stream), []).append(x)
+    again = next((lines[1] for lines in per_stream.values() if len(lines) > 1), None)
+    if restarts or (banner is not None and again is not None):
+        return Boot(banner, "restarting", restarts[0] if restarts else again)
     if starts:
         return Boot(banner, "started", starts[0])
     if banner is None:
