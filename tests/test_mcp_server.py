@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import httpx2
 import jsonschema
 import pytest
 import uvicorn
+from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -32,6 +34,8 @@ from gpuaudit.agent.http import PATH, http_app
 from gpuaudit.agent.local_backend import LocalBackend
 from gpuaudit.agent.schema import AuditInput, ToolProblem
 from gpuaudit.agent.server import build_server
+from gpuaudit.model.text import CONTROL_CLASS
+from tests.helpers.worlds import PClusterWorld, at
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = ROOT / "functions" / "gpuaudit" / "worlds" / "pcluster-silent-node.world.json"
@@ -286,3 +290,106 @@ def test_account_access_problems_are_the_clis_messages(tmp_path: Path, monkeypat
     with pytest.raises(ToolProblem) as raised:
         backend.clusters()
     assert " ".join(done.stderr.split()).removeprefix("gpuaudit: ") == " ".join(str(raised.value).split())
+
+
+# -- hostile input on the agent surface (issue #48 items 1, 7, 9) ---------------------------------------------------
+HOSTILE_TEXT = "\x1b]0;pwned\x07\x9b31m\u200b\ufeff\U000e0041\u2028 arn:aws:sts::444455556666:assumed-role/a/b"
+RAW = re.compile(f"[\\n\\t{CONTROL_CLASS}]")
+
+
+def hostile_world_file(tmp: Path, *, denied: bool = False) -> Path:
+    """A ParallelCluster whose queue name and kernel line carry escapes, invisible characters and an account ID;
+    `denied`: DescribeInstances refused with a message carrying the caller's ARN and terminal escapes."""
+    w = PClusterWorld("evil", n_compute=1)
+    w.add_instance(queue=HOSTILE_TEXT)
+    node = w.compute[0]
+    w.stream(w.group, w.healthy(node, at(-2), at(13)), events=[
+        (at(9), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, {HOSTILE_TEXT}")])
+    if denied:
+        w.fault("ec2", "DescribeInstances", "UnauthorizedOperation",
+                message="User: arn:aws:sts::444455556666:assumed-role/audit/s is not authorized \x1b[2J\x07\x9b")
+    path = tmp / "evil.world.json"
+    path.write_text(json.dumps(w.raw), encoding="utf-8")
+    return path
+
+
+def strings_of(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_of(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings_of(item)
+
+
+def leaks(value: Any) -> list[str]:
+    """Every string of an answer that carries a raw control/invisible character or an account ID."""
+    return [s for s in strings_of(value) if RAW.search(s) or "444455556666" in s]
+
+
+def text_leaks(result: Any) -> list[str]:
+    """The same of the answer's text content (its JSON, indented: the layout's new lines are not the account's)."""
+    return [c.text for c in result.content if RAW.search(c.text.replace("\n", "")) or "444455556666" in c.text]
+
+
+def call(backend: LocalBackend, tool: str, arguments: dict[str, Any]) -> Any:
+    async def main() -> Any:
+        async with Client(build_server(backend)) as client:
+            return await client.call_tool(tool, arguments)
+
+    return anyio.run(main)
+
+
+def test_answers_carry_no_raw_character_and_no_account_id(tmp_path: Path) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=hostile_world_file(tmp_path))
+    window = {"cluster": "evil", "mode": "incident", "since": at(8), "until": at(11)}
+    summary = call(backend, "run_audit", window)
+    assert not summary.is_error, summary.content
+    # the hostile queue name is in the answer, escaped; nothing raw and no account ID anywhere
+    assert any("\\x9b31m" in s for s in strings_of(summary.structured_content))
+    assert leaks(summary.structured_content) == [] and text_leaks(summary) == []
+    page = call(backend, "audit_nodes", {"cluster": "evil", "audit_id": summary.structured_content["audit_id"]})
+    assert not page.is_error and page.structured_content["nodes"]
+    assert leaks(page.structured_content) == [] and text_leaks(page) == []
+
+
+def test_a_tool_error_from_aws_is_redacted_and_escaped(tmp_path: Path) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=hostile_world_file(tmp_path, denied=True))
+    answer = call(backend, "run_audit", {"cluster": "evil", "last": "2h"})
+    text = error_text(answer)
+    assert "UnauthorizedOperation" in text and "arn:aws:sts::<account>:assumed-role" in text
+    assert leaks(text) == [] and "\\x1b[2J" in text
+
+
+@pytest.mark.parametrize(("arguments", "said"), [
+    ({"cluster": CLUSTER, "world": "/etc/passwd"}, "unknown argument(s) 'world'"),
+    ({"cluster": CLUSTER, "last": "2h", "profile": "prod", "run_hour": 3}, "unknown argument(s) 'profile', 'run_hour'"),
+])
+def test_an_argument_a_tool_does_not_take_is_refused_by_name(tmp_path: Path, arguments: dict[str, Any],
+                                                             said: str) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    text = error_text(call(backend, "run_audit", arguments))
+    assert said in text and "cluster" in text  # what it does take
+    assert not (tmp_path / "results").exists()  # refused before anything ran
+    assert said.split("(s) ")[1].split(",")[0] in error_text(call(backend, "audit_summary", {
+        "cluster": CLUSTER, "audit_id": "0" * 24, **{k: v for k, v in arguments.items() if k != "cluster"}}))
+
+
+@pytest.mark.parametrize("field", ["cluster", "eks_cluster", "since", "until", "onset", "run_start", "last"])
+def test_every_string_input_has_the_clis_length_limit_and_is_not_echoed_whole(tmp_path: Path, field: str) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    huge = "a" * 1_000_000
+    text = error_text(call(backend, "run_audit", {"cluster": CLUSTER, field: huge}))
+    assert field in text and len(text) < 2_000, len(text)
+
+
+@pytest.mark.parametrize("label", ["lab\nrm -rf", "lab\x1b[2J", "lab\x00", "lab\u202egnp.exe", "lab\u200b"])
+def test_a_fleet_label_with_control_or_invisible_characters_is_refused_before_any_folder(tmp_path: Path,
+                                                                                         label: str) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    text = error_text(call(backend, "run_audit", {"cluster": label, "instance_ids": [SILENT_NODE], "last": "2h"}))
+    assert "cluster" in text and "control or invisible character" in text and leaks(text) == []
+    assert not (tmp_path / "results").exists()

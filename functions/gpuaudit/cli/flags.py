@@ -14,6 +14,8 @@ from pydantic import ValidationError
 from gpuaudit.access import UserError
 from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
 from gpuaudit.history import SQLITE_FILE
+from gpuaudit.model.evidence import TIME_TEXT_MAX
+from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.report.order import VERDICT_SEVERITY
 
@@ -31,6 +33,8 @@ DATE_PREFIX = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 def _time_arg(value: str | None, flag: str) -> datetime | None:
     if value is None:
         return None
+    if len(value) > TIME_TEXT_MAX:
+        raise UserError(f"{flag}: not an ISO-8601 time: {echoed(value)} is {len(value):,} characters long")
     calendar = DATE_PREFIX.match(value.strip())
     if calendar is not None:
         try:
@@ -42,7 +46,7 @@ def _time_arg(value: str | None, flag: str) -> datetime | None:
     except (ValueError, OverflowError):
         lengths = " or a length" if flag == "--since" else ""
         example = ", or 2h for two hours ago" if lengths else ""
-        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {value!r} (e.g. 2026-09-27T10:00:00Z{example})") from None
+        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {echoed(value)} (e.g. 2026-09-27T10:00:00Z{example})") from None
     if not 1970 <= parsed.year <= 2100:
         raise UserError(f"{flag}: {value!r} is outside the years 1970-2100")
     return parsed
@@ -140,4 +144,5 @@ def _validation_message(exc: ValidationError) -> str:
         head = FLAGS.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-")) if loc else "--?"
         return head + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
 
-    return "bad input: " + "; ".join(f"{flag(e['loc'])}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors())
+    return "bad input: " + "; ".join(f"{flag(e['loc'])}: {e['msg']} (got {echoed(e.get('input'))})"
+                                     for e in exc.errors())
