@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from helpers.worlds import PClusterWorld, at
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from gpuaudit.cli import app
@@ -68,3 +70,48 @@ def test_bad_xid_override_and_bad_last_are_bad_input(tmp_path: Path) -> None:
     assert invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--xid-class", "31=oops").exit_code == 2
     out = invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--last", "30 days")
     assert out.exit_code == 2 and "--last" in out.output
+
+
+HYPERPOD_WORLD = str(Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json")
+
+
+@pytest.mark.parametrize(("field", "value"), [("run_hours", "inf"), ("run_hours", "nan"), ("run_hours", "1e308"),
+                                              ("run_hours", "-1"), ("checkpoint_minutes", "inf"),
+                                              ("checkpoint_minutes", "1e308")])
+def test_one_validator_refuses_a_run_length_at_every_entry_point(field: str, value: str) -> None:
+    """The CLI, the MCP tool's input and the Step Functions on-demand input refuse the same planned run (issue #48
+    item 7): not finite, not above zero, or beyond any date a time input may name; none of them judges it."""
+    from handlers.plan import parse_trigger
+    from handlers.runtime import InvalidEvent
+
+    from gpuaudit.agent.schema import AuditInput
+
+    flag = "--" + field.replace("_", "-")
+    out = invoke("audit", "--world", HYPERPOD_WORLD, "--cluster", "research-hp-slurm", "--mode", "preflight",
+                 flag, value)
+    assert out.exit_code == 2 and flag in out.output, out.output
+    with pytest.raises(ValidationError) as tool:
+        AuditInput.model_validate({"cluster": "research-hp-slurm", "mode": "preflight", field: float(value)})
+    assert field in str(tool.value)
+    with pytest.raises(InvalidEvent) as console:
+        parse_trigger({"cluster": "research-hp-slurm", "mode": "preflight", field: value})
+    assert field in str(console.value)
+
+
+@pytest.mark.parametrize("label", ["lab\nx", "lab\x1b[2J", "lab\u200bx", "lab\u2028x"])
+def test_a_cluster_name_with_control_or_invisible_characters_is_refused_by_the_cli_and_step_functions(
+        label: str) -> None:
+    from handlers.plan import parse_trigger
+    from handlers.runtime import InvalidEvent
+
+    out = invoke("audit", "--world", HYPERPOD_WORLD, "--cluster", label, "--instances", "i-0123456789abcdef0")
+    assert out.exit_code == 2 and "--cluster" in out.output and "control or invisible character" in out.output
+    assert "\x1b" not in out.output and "\u200b" not in out.output and "\u2028" not in out.output
+    with pytest.raises(InvalidEvent, match="control or invisible character"):
+        parse_trigger({"cluster": label, "instance_ids": ["i-0123456789abcdef0"]})
+
+
+@pytest.mark.parametrize("flag", ["--since", "--until", "--onset", "--run-start", "--cluster"])
+def test_a_huge_cli_value_is_refused_without_being_echoed_whole(flag: str) -> None:
+    out = invoke("audit", "--world", HYPERPOD_WORLD, "--cluster", "research-hp-slurm", flag, "9" * 200_000)
+    assert out.exit_code == 2 and flag in out.output and len(out.output) < 2_000, len(out.output)
