@@ -393,3 +393,56 @@ def test_a_fleet_label_with_control_or_invisible_characters_is_refused_before_an
     text = error_text(call(backend, "run_audit", {"cluster": label, "instance_ids": [SILENT_NODE], "last": "2h"}))
     assert "cluster" in text and "control or invisible character" in text and leaks(text) == []
     assert not (tmp_path / "results").exists()
+
+
+def test_sigint_stops_the_server_while_a_tool_call_is_running(tmp_path: Path) -> None:
+    """Ctrl-C while an audit runs in a worker thread (here one that would take ten minutes): the server says
+    `interrupted` and exits 130, not when the audit ends."""
+    import signal
+
+    started = tmp_path / "started"
+    code = ("import sys, time, pathlib\n"
+            "from gpuaudit.agent import local_backend\n"
+            "def slow(self, request, progress):\n"
+            f"    pathlib.Path({str(started)!r}).touch()\n"
+            "    time.sleep(600)\n"
+            "local_backend.LocalBackend.run_audit = slow\n"
+            "from gpuaudit.cli import app\n"
+            f"sys.argv = ['gpuaudit', 'mcp', '--world', {str(WORLD)!r}, '--results-dir', {str(tmp_path / 'r')!r}]\n"
+            "app()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdin is not None
+        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                 "params": {"name": "run_audit", "arguments": {"cluster": CLUSTER, "last": "2h"}}}):
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+        waited = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < waited and proc.poll() is None, "the tool call never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130  # the client's pipe still open, the audit still running
+        assert proc.stderr is not None and "interrupted" in proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_line_that_is_not_json_rpc_gets_the_protocols_error_and_the_server_goes_on(tmp_path: Path) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    lines = [json.dumps(initialize), "{not json \x1b[2J", '{"jsonrpc":"2.0","id":2,"method":"tools/list"', "[1,2]",
+             json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"})]
+    done = subprocess.run([sys.executable, "-m", "gpuaudit", "mcp", "--world", str(WORLD), "--results-dir",
+                           str(tmp_path / "r")], env=env(), input="\n".join(lines) + "\n", capture_output=True,
+                          text=True, timeout=120)
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, None, None, None, 3], answers
+    assert [a["error"]["code"] for a in answers[1:4]] == [-32700, -32700, -32600]
+    assert "\x1b" not in done.stdout and "Traceback" not in done.stderr

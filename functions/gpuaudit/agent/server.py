@@ -27,7 +27,17 @@ import anyio.to_thread
 from anyio import from_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp.types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    InputRequiredResult,
+    JSONRPCError,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, Field, ValidationError
 
 from gpuaudit import __version__
@@ -135,7 +145,8 @@ def _outward(answer: Answer) -> Answer:
 async def _off_loop(work: Callable[[], Answer]) -> Answer:
     """Blocking work (boto3, SQLite, the pipeline) in a worker thread; ToolProblem becomes the tool's error."""
     try:
-        return _outward(await anyio.to_thread.run_sync(work))
+        # abandoned on cancel: Ctrl-C (or a client gone) stops the server without waiting for an audit in flight
+        return _outward(await anyio.to_thread.run_sync(work, abandon_on_cancel=True))
     except ToolProblem as problem:
         raise ToolError(str(problem)) from None
 
@@ -164,10 +175,68 @@ class AuditorServer(MCPServer):
         self.accepted: dict[str, frozenset[str]] = {}  # tool -> its argument names (before the SDK adds any tool)
         super().__init__(*args, **kwargs)
 
+    async def run_stdio_async(self) -> None:
+        """As the SDK serves stdio, and a line that is not JSON-RPC is answered with the protocol's error (the SDK
+        drops it without a word, and the client waits for an answer that never comes)."""
+        async with stdio_server() as (read_stream, write_stream):
+            await self._lowlevel_server.run(AnsweringBadLines(read_stream, write_stream), write_stream,
+                                            self._lowlevel_server.create_initialization_options())
+
     def add_tool(self, fn: Callable[..., Any], name: str | None = None, *args: Any, **kwargs: Any) -> None:
         super().add_tool(fn, name, *args, **kwargs)
         self.accepted[name or fn.__name__] = frozenset(
             p for p, param in inspect.signature(fn).parameters.items() if param.annotation not in (Context, "Context"))
+
+
+def protocol_error(problem: Exception) -> JSONRPCError:
+    """JSON-RPC 2.0's answer to a line it cannot take: -32700 Parse error (not JSON), -32600 Invalid Request (JSON,
+    not a JSON-RPC message); id null, as the id could not be read. The line itself is not echoed."""
+    errors = problem.errors() if isinstance(problem, ValidationError) else []
+    parse = any(e["type"] == "json_invalid" for e in errors)
+    detail = outward(one_line(errors[0]["msg"] if errors else type(problem).__name__))[:200]
+    return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+        code=PARSE_ERROR if parse else INVALID_REQUEST,
+        message=f"{'Parse error' if parse else 'Invalid Request'}: {detail}"))
+
+
+class AnsweringBadLines:
+    """The stdio transport's read stream, where a line the transport could not parse (an Exception in the stream)
+    is answered at once with the protocol's error instead of reaching the server, which would drop it."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self.inner, self.write = inner, write
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self.inner, "last_context", None)
+
+    async def _answered(self, item: Any) -> bool:
+        if isinstance(item, Exception):
+            await self.write.send(SessionMessage(protocol_error(item)))
+            return True
+        return False
+
+    async def receive(self) -> Any:
+        while await self._answered(item := await self.inner.receive()):
+            pass
+        return item
+
+    def __aiter__(self) -> AnsweringBadLines:
+        return self
+
+    async def __anext__(self) -> Any:
+        while await self._answered(item := await self.inner.__anext__()):
+            pass
+        return item
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> AnsweringBadLines:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def build_server(backend: Backend) -> AuditorServer:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -192,7 +194,9 @@ def mcp(
 
         backend = LocalBackend(results_dir=directory, world=world, profile=profile, region=region, role_arn=role_arn,
                                external_id=external_id, history_dir=history, cache=_cache_path(cache))
-        build_server(backend).run("stdio")
+        server = build_server(backend)
+        signal.signal(signal.SIGINT, _stop_on_interrupt)
+        server.run("stdio")
     except UserError as exc:
         _fail(str(exc), exc.code)
     except WorldError as exc:
@@ -201,3 +205,15 @@ def mcp(
         _fail(f"--results-dir {results_dir}: {exc}", EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+
+
+def _stop_on_interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C stops `gpuaudit mcp` at once. Left to asyncio, SIGINT cancels the server's tasks, which then wait for
+    what runs in worker threads: the stdin line the client has not sent, an audit blocked in an AWS call; the
+    server would stay up until those end. Nothing is lost that a rerun does not redo: audits only read, the
+    history is written in transactions."""
+    try:
+        _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+    except typer.Exit:
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
