@@ -446,3 +446,24 @@ def test_a_line_that_is_not_json_rpc_gets_the_protocols_error_and_the_server_goe
     assert [a["id"] for a in answers] == [1, None, None, None, 3], answers
     assert [a["error"]["code"] for a in answers[1:4]] == [-32700, -32700, -32600]
     assert "\x1b" not in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ({"mode": "preflight", "run_hours": 24}, {"mode": "preflight", "run_hours": 48}),
+    ({}, {"log_groups": ["/aws/training-logs/bench-pcluster/kernel"]}),
+    ({"mode": "incident"}, {"mode": "incident", "onset": "2026-10-01T12:00:00Z"}),
+])
+def test_two_audits_of_one_window_with_different_inputs_keep_both_results(tmp_path: Path, first: dict[str, Any],
+                                                                          second: dict[str, Any]) -> None:
+    """Issue #48 item 9: the audit ID keys on the inputs that change the judgement, so the second audit of a window
+    never overwrites the first's result; the same inputs again give the same ID (idempotent sinks)."""
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    window = {"cluster": CLUSTER, "since": "2026-10-01T06:00:00Z", "until": "2026-10-01T18:00:00Z"}
+    answers = [call(backend, "run_audit", {**window, **inputs}) for inputs in (first, second, first)]
+    assert not any(a.is_error for a in answers), [a.content for a in answers]
+    ids = [a.structured_content["audit_id"] for a in answers]
+    assert ids[0] != ids[1] and ids[0] == ids[2]
+    for answer in answers[:2]:
+        kept = call(backend, "audit_summary", {"cluster": CLUSTER, "audit_id": answer.structured_content["audit_id"]})
+        assert kept.structured_content["headline"] == answer.structured_content["headline"]
+        assert kept.structured_content["checks"] == answer.structured_content["checks"]

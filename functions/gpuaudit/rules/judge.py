@@ -128,7 +128,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
             boot_by_node[iid].append(line)
     nodes: list[NodeResult] = []
     routings: dict[str, NodeRouting] = {}
-    this_audit = audit_id(evidence)
+    this_audit = audit_id(evidence, config.asked())
     agents = AgentStreams.of(evidence)
     for node in evidence.nodes:
         coverage = node_coverage(node, evidence, index, pad, life, hma_live)
