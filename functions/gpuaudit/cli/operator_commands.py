@@ -138,11 +138,22 @@ def history_command(
             raise UserError(f"--history {history}: holds no gpuaudit history ({SQLITE_FILE} not found)")
         out = _out_path(out)
         store = SqliteHistory(directory)
+        first, last = parse_time("1970-01-01T00:00:00Z"), parse_time("2100-01-01T00:00:00Z")
         try:
-            everything = store.read(cluster, [node] if node else None, parse_time("1970-01-01T00:00:00Z"),
-                                    parse_time("2100-01-01T00:00:00Z"))
+            # every recorded date is read, so a span outside the years any time input may name is said, not hidden
+            read = store.read(cluster, [node] if node else None, parse_time("1100-01-01T00:00:00Z"),
+                              parse_time("9999-12-31T23:59:59Z"))
         except HistoryUnreadable as exc:
             raise UserError(f"--history {history}: {exc}", EXIT_UNREACHABLE) from None
+        outside = [s for s in read.spans if not first <= s.audit_time <= last or not first <= s.through <= last]
+        everything = read.model_copy(update={"since": first, "until": last,
+                                             "spans": [s for s in read.spans if s not in outside]})
+        if outside:
+            dates = sorted({s.audit_time.isoformat() for s in outside})
+            err.print(escape_markup(visible(
+                f"gpuaudit: {len(outside)} recorded span(s) dated outside 1970-2100 are not shown (a wrong clock or an "
+                f"edited history): {', '.join(dates[:3])}{' …' if len(dates) > 3 else ''}")), highlight=False,
+                soft_wrap=True)
         if not everything.spans:
             flag = f"--node {node}" if node else f"--cluster {cluster}"
             raise UserError(f"{flag}: no audit of it is recorded in --history {history}")
