@@ -115,3 +115,25 @@ def test_a_cluster_name_with_control_or_invisible_characters_is_refused_by_the_c
 def test_a_huge_cli_value_is_refused_without_being_echoed_whole(flag: str) -> None:
     out = invoke("audit", "--world", HYPERPOD_WORLD, "--cluster", "research-hp-slurm", flag, "9" * 200_000)
     assert out.exit_code == 2 and flag in out.output and len(out.output) < 2_000, len(out.output)
+
+
+@pytest.mark.parametrize("command", ["audit", "history", "report"])
+def test_out_to_a_named_pipe_nothing_reads_is_refused_not_a_hang(tmp_path: Path, command: str) -> None:
+    """Issue #48 item 9: opening a FIFO with no reader blocks for ever; it is refused, naming the pipe."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "out.md"
+    os.mkfifo(fifo)
+    if command == "history":  # a history to read first
+        assert invoke("audit", "--world", HYPERPOD_WORLD, "--cluster", "research-hp-slurm", "--quiet", "--format",
+                      "json", "--history", str(tmp_path / "h")).exit_code == 0
+    args = {"audit": ["--world", HYPERPOD_WORLD, "--cluster", "research-hp-slurm", "--quiet"],
+            "history": ["--cluster", "research-hp-slurm", "--history", str(tmp_path / "h")],
+            "report": [str(tmp_path / "result.json"), "--format", "md"]}[command]
+    done = subprocess.run([sys.executable, "-m", "gpuaudit", command, *args, "--out", str(fifo)],
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "functions")},
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert "named pipe that nothing reads" in done.stderr and "Traceback" not in done.stderr

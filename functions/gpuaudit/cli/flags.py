@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -99,7 +100,21 @@ def _out_path(path: Path | None, flag: str = "--out") -> Path | None:
     if path is not None and (path.is_dir() or not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
         raise UserError(f"{flag} {path}: cannot write there (directory, or a folder that does not exist or is not "
                         "writable)")
+    if path is not None and path.is_fifo():
+        _reader_waiting(path, flag)
     return path
+
+
+def _reader_waiting(fifo: Path, flag: str) -> None:
+    """A named pipe is written only when something reads it: opening one with no reader blocks for ever, so it is
+    tried without blocking first (a pipe from `>(…)` has its reader and passes)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UserError(f"{flag} {fifo}: a named pipe that nothing reads; start its reader first, or write to a "
+                            "file") from None
+        raise UserError(f"{flag} {fifo}: cannot write there: {exc.strerror}") from None
 
 
 def _out_dir(path: Path | None) -> Path | None:

@@ -57,6 +57,7 @@ def report(
     try:
         if fmt not in REPORT_FORMATS:
             raise UserError(f"--format must be one of {', '.join(REPORT_FORMATS)}; got {fmt!r}")
+        out = _out_path(out)
         try:
             text = result_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
