@@ -35,6 +35,7 @@ from gpuaudit.agent.local_backend import LocalBackend
 from gpuaudit.agent.schema import AuditInput, ToolProblem
 from gpuaudit.agent.server import build_server
 from gpuaudit.model.text import CONTROL_CLASS
+from gpuaudit.model.timeutil import parse_time
 from tests.helpers.worlds import PClusterWorld, at
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -467,3 +468,35 @@ def test_two_audits_of_one_window_with_different_inputs_keep_both_results(tmp_pa
         kept = call(backend, "audit_summary", {"cluster": CLUSTER, "audit_id": answer.structured_content["audit_id"]})
         assert kept.structured_content["headline"] == answer.structured_content["headline"]
         assert kept.structured_content["checks"] == answer.structured_content["checks"]
+
+
+def test_the_deployed_backends_aws_errors_leave_redacted_and_escaped(tmp_path: Path) -> None:
+    """The deployed endpoint's tools read S3 and DynamoDB with the function's role: AWS's error text (the caller's
+    ARN, whatever the message carries) reaches the agent as every other message does."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from gpuaudit.agent.deployed import DeployedBackend
+    from gpuaudit.settings import DeploymentDocument
+
+    session = boto3.Session(region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y")
+    backend = DeployedBackend(session=session, region="us-west-2", table="t", bucket="b",
+                              state_machine_arn="arn:aws:states:us-west-2:444455556666:stateMachine:g",
+                              deployment=DeploymentDocument(), clock=lambda: parse_time("2026-10-01T00:00:00Z"))
+    denied = "User: arn:aws:sts::444455556666:assumed-role/mcp/fn is not authorized \x1b]0;x\x07\x9b31m\u2028"
+    with Stubber(backend.s3) as s3, Stubber(backend.ddb) as ddb:
+        s3.add_client_error("get_object", service_error_code="AccessDenied", service_message=denied,
+                            http_status_code=403)
+        ddb.add_client_error("query", service_error_code="AccessDeniedException", service_message=denied,
+                             http_status_code=400)
+
+        async def main() -> list[Any]:
+            async with Client(build_server(backend)) as client:
+                return [await client.call_tool("audit_summary", {"cluster": "c", "audit_id": "0" * 24}),
+                        await client.call_tool("latest_findings", {"cluster": "c"})]
+
+        answers = anyio.run(main)
+    for answer in answers:
+        text = error_text(answer)
+        assert "AccessDenied" in text and "arn:aws:sts::<account>:assumed-role/mcp/fn" in text, text
+        assert leaks(text) == [] and "\\x1b]0;x\\x07\\x9b31m\\u2028" in text
