@@ -137,3 +137,64 @@ def test_out_to_a_named_pipe_nothing_reads_is_refused_not_a_hang(tmp_path: Path,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr
     assert "named pipe that nothing reads" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args", [["--until", "1970-01-01T00:00:00Z"], ["--until", "1970-01-01T05:00:00Z",
+                                                                        "--mode", "incident"]])
+def test_a_window_reaching_outside_the_time_bounds_is_refused_before_any_read(args: list[str]) -> None:
+    """Issue #48 item 5: `--until 1970-01-01` alone took the default length back into 1969, a window outside the
+    bounds every time input keeps; it is refused, as a time outside them is."""
+    out = invoke("audit", "--world", HYPERPOD_WORLD, "--cluster", "research-hp-slurm", *args)
+    assert out.exit_code == 2 and "outside the years 1970-2100" in out.output, out.output
+
+
+def test_each_call_waits_no_longer_than_the_deadline_leaves() -> None:
+    """Issue #48 item 5: a call in flight is bounded by the audit's deadline too: each botocore attempt's read and
+    connect timeouts are cut to a third of what remains (three attempts per call); none given: 30 s."""
+    import time
+
+    import boto3
+
+    from gpuaudit.collectors.aws import BOTOCORE_ATTEMPTS, Aws
+
+    aws = Aws(session=boto3.Session(region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"),
+              region="us-west-2")
+    assert aws.client("ec2").meta.config.read_timeout == 30
+    for remaining in (600.0, 40.0, 10.0, 3.0, 0.5):
+        aws.deadline = time.monotonic() + remaining
+        config = aws.client("ec2").meta.config
+        attempts = config.retries["max_attempts"] + 1 if "max_attempts" in config.retries else \
+            config.retries["total_max_attempts"]
+        assert attempts == BOTOCORE_ATTEMPTS
+        bound = max(remaining / BOTOCORE_ATTEMPTS, 1.0)
+        assert config.read_timeout <= bound and config.connect_timeout <= bound, (remaining, config.read_timeout)
+
+
+def test_an_audit_without_a_deadline_gets_the_default_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import time
+
+    from gpuaudit.collectors.aws import DEFAULT_DEADLINE_S
+
+    cli_audit = importlib.import_module("gpuaudit.cli.audit")  # the module (the package exports the command)
+
+    seen: list[float | None] = []
+    real = cli_audit.run_audit
+
+    def watching(aws, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(aws.deadline)
+        return real(aws, *args, **kwargs)
+
+    monkeypatch.setattr(cli_audit, "run_audit", watching)
+    assert invoke("audit", "--world", HYPERPOD_WORLD, "--cluster", "research-hp-slurm", "--quiet", "--format",
+                  "json").exit_code == 0
+    assert seen and seen[0] is not None and 0 < seen[0] - time.monotonic() <= DEFAULT_DEADLINE_S
+
+
+@pytest.mark.parametrize("field", ["since", "until", "onset", "run_start"])
+def test_the_step_functions_input_keeps_the_same_date_bounds_as_the_cli(field: str) -> None:
+    from handlers.plan import parse_trigger
+    from handlers.runtime import InvalidEvent
+
+    with pytest.raises(InvalidEvent, match="outside the years 1970-2100"):
+        parse_trigger({"cluster": "research-hp-slurm", "mode": "incident", field: "0001-01-01T00:00:00Z"})

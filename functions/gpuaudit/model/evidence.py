@@ -60,6 +60,17 @@ ClusterText = Annotated[str, StringConstraints(min_length=1, max_length=256), Af
 # checkpoint beyond that lies outside the dates any time input may name; 1e308 hours is not a plan).
 MAX_RUN_HOURS = 87_600.0
 EksClusterName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$")]
+# The years every time input may name, at every entry point (a window reaching past them: domain/window.py)
+FIRST_YEAR, LAST_YEAR = 1970, 2100
+
+
+def _in_years(value: datetime) -> datetime:
+    if not FIRST_YEAR <= value.year <= LAST_YEAR:
+        raise ValueError(f"{value.isoformat()} is outside the years {FIRST_YEAR}-{LAST_YEAR}")
+    return value
+
+
+RequestTime = Annotated[datetime, AfterValidator(_in_years)]
 # The longest time or length any time input takes (an ISO-8601 time with fractions and an offset is ~35)
 TIME_TEXT_MAX = 64
 RunHours = Annotated[float, Field(gt=0, le=MAX_RUN_HOURS, allow_inf_nan=False)]
@@ -79,8 +90,8 @@ class AuditRequest(Frozen):
 
     cluster: ClusterText  # a fleet label when only instance IDs are given
     mode: Mode = "coverage"
-    since: datetime | None = None
-    until: datetime | None = None
+    since: RequestTime | None = None
+    until: RequestTime | None = None
     last: str | None = Field(default=None, pattern=r"^[1-9][0-9]{0,5}[mhd]$")  # 30m, 2h, 2d (domain/window.py)
     instance_ids: list[InstanceId] = Field(default_factory=list, max_length=MAX_INSTANCES)
     # FSx for Lustre file systems the operator names (`--filesystem`), audited with or without a cluster.
@@ -91,10 +102,10 @@ class AuditRequest(Frozen):
     # Self-managed EKS: the EKS cluster whose Kubernetes nodes (providerID) are the nodes to audit.
     eks_cluster: EksClusterName | None = None
     run_hours: RunHours | None = None
-    run_start: datetime | None = None
+    run_start: RequestTime | None = None
     checkpoint_minutes: CheckpointMinutes | None = None
     # Incident: when the failure began, as the operator states it (`--onset`); inside the impact window (RULES §0.5).
-    onset: datetime | None = None
+    onset: RequestTime | None = None
 
     @model_validator(mode="before")
     @classmethod
