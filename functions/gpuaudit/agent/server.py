@@ -155,13 +155,19 @@ class AuditorServer(MCPServer):
     """MCPServer whose tool calls refuse arguments the tool does not take (the SDK drops them silently) and whose
     tool errors leave as every other message does: redacted and escaped (outward)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.accepted: dict[str, frozenset[str]] = {}  # tool -> its argument names (before the SDK adds any tool)
+        super().__init__(*args, **kwargs)
+
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> CallToolResult | InputRequiredResult:
         accepted = self.accepted.get(name)
         unknown = sorted(set(arguments) - accepted) if accepted is not None else []
         if unknown:
-            raise ToolError(outward(one_line(f"{name}: unknown argument(s) {', '.join(repr(u)[:80] for u in unknown[:10])}; "
-                                    f"it takes {', '.join(sorted(accepted or ())) or 'none'}")))
+            named = ", ".join(repr(u)[:80] for u in unknown[:10]) + (f" and {len(unknown) - 10} more"
+                                                                      if len(unknown) > 10 else "")
+            raise ToolError(outward(one_line(f"{name}: unknown argument(s) {named}; it takes "
+                                             f"{', '.join(sorted(accepted or ())) or 'none'}")))
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError:
@@ -170,10 +176,6 @@ class AuditorServer(MCPServer):
             cause = exc.__cause__
             said = f"{name}: {validation_message(cause)}" if isinstance(cause, ValidationError) else str(exc)
             raise ToolError(outward(one_line(said))) from cause
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.accepted: dict[str, frozenset[str]] = {}  # tool -> its argument names (before the SDK adds any tool)
-        super().__init__(*args, **kwargs)
 
     async def run_stdio_async(self) -> None:
         """As the SDK serves stdio, and a line that is not JSON-RPC is answered with the protocol's error (the SDK
