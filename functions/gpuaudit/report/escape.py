@@ -17,6 +17,7 @@ Quoted log lines are cut at QUOTE_LIMIT characters, and the cut is said.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -63,10 +64,25 @@ def _json_escape(match: re.Match[str]) -> str:
     return f"\\u{0xd800 + high:04x}\\u{0xdc00 + low:04x}"
 
 
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    return value
+
+
 def outward_json(serialised: str) -> str:
-    """`outward` for a JSON document already serialised (a log line): account IDs redacted, and every control or
-    invisible character left raw by the serialiser written as a JSON escape, so the line stays valid JSON."""
-    return CONTROL.sub(_json_escape, redact(serialised))
+    """`outward` for a JSON document already serialised (a log line): account IDs redacted in each string as it
+    reads (not in its escaped form, where `\u0000` before an ID makes one long hex run), and every control or
+    invisible character written as a JSON escape, so the line stays one valid JSON document."""
+    try:
+        document = json.loads(serialised)
+    except ValueError:  # not JSON after all: redacted and escaped as text
+        return CONTROL.sub(_json_escape, redact(serialised))
+    return CONTROL.sub(_json_escape, json.dumps(_redacted(document), ensure_ascii=False))
 
 
 def one_line(text: str) -> str:
