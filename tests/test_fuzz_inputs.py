@@ -90,3 +90,26 @@ def test_odd_cli_arguments_get_a_result_or_a_named_mistake(since: str, until: st
     code, stdout = run(w.raw, tmp_path, *args)
     if code == 0:
         check_outputs({"json": stdout})
+
+
+# an account ID right after a control character: in JSON's escaped form (\u0000444455556666) one long hex run
+INVISIBLE_PIECES = ["\x00444455556666", "\x9b444455556666", "\u200b", "\u200d", "\u2060", "\ufeff", "\u00ad",
+                    "\U000e0041", "\u2028", "\u2029", "\x9b"]
+any_text = st.lists(st.one_of(st.sampled_from(PIECES + INVISIBLE_PIECES), st.text(max_size=8)), min_size=1,
+                    max_size=8).map(" ".join)
+
+
+@given(text=any_text)
+@SETTINGS
+def test_outward_leaves_no_raw_character_and_no_account_id_and_its_json_form_stays_json(text: str) -> None:
+    """The one function every surface uses (issue #48 item 1): on any text, no raw control or invisible character
+    and no account ID; its JSON form (a Lambda log line) is still one valid JSON document."""
+    from gpuaudit.model.redaction import redact
+    from gpuaudit.model.text import CONTROL
+    from gpuaudit.report.escape import outward, outward_json
+
+    said = outward(text)
+    assert not CONTROL.search(said) and ACCOUNT not in said and "1111-2222-3333" not in said
+    line = outward_json(json.dumps({"message": text}, ensure_ascii=False))
+    assert not CONTROL.search(line) and ACCOUNT not in line
+    assert "\n" not in line and json.loads(line)["message"] == redact(text)  # the value itself, redacted

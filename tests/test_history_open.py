@@ -282,3 +282,15 @@ def test_the_history_page_in_a_browser_shows_the_open_reboot_above_the_fold_at_t
     assert reboot_amber > 2000, f"{reboot_amber} REBOOT pixels above the fold: the open action's strip is not shown"
     height_px = page_height(page)
     assert height_px is not None and height_px < 1500, f"{height_px} px for 2,000 steady nodes and one open"
+
+
+def test_a_span_dated_outside_the_readable_years_is_said_not_hidden(tmp_path: Path) -> None:
+    """Issue #48 item 9: a span dated 9999 (a wrong clock, an edited history) is outside what `history` shows; it
+    says so, with the date, instead of leaving the node out without a word."""
+    far = parse_time("9999-01-01T00:00:00Z")
+    future = span("i-2", 1, "REPLACE").model_copy(update={"audit_time": far, "through": far, "audit_id": "z999"})
+    SqliteHistory(tmp_path).write([span("i-1", 1, "LEAVE ALONE"), future], 90, T0 + timedelta(hours=2))
+    code, md = cli("--cluster", "c", "--history", str(tmp_path), "--all")
+    assert code == 0, md
+    assert "1 recorded span(s) dated outside 1970-2100 are not shown" in md and "9999-01-01" in md
+    assert "i-1" in md

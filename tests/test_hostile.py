@@ -3,6 +3,8 @@ node names) reaches no terminal, table, page or alert raw, and no account ID sur
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import random
 import re
@@ -14,6 +16,7 @@ from typer.testing import CliRunner
 from gpuaudit.cli import app
 from gpuaudit.model.redaction import redact
 from gpuaudit.report.alert import chatbot_payload
+from gpuaudit.report.alert import subject as alert_subject
 from gpuaudit.report.escape import QUOTE_LIMIT, md_code, md_inline, visible
 from gpuaudit.sinks import Change, alert_message
 from tests.helpers.worlds import PClusterWorld, at
@@ -160,3 +163,68 @@ def test_redaction_keeps_exactly_the_protected_spans_at_any_size() -> None:
     for _ in range(500):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
         assert redact(text) == reference(text), text
+
+
+# -- every character (issue #48 item 8) ------------------------------------------------------------------------------
+INVISIBLE = "\u200b\u200d\u2060\ufeff\u00ad\U000e0041\U000e0042\u2028\u2029"
+RAW_ANY = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u2028\u2029\u2060-\u2064\ufeff"
+                     "\U000e0000-\U000e007f]")
+
+
+@pytest.fixture(scope="module")
+def invisible_world(tmp_path_factory: pytest.TempPathFactory) -> tuple[PClusterWorld, Path]:
+    w = PClusterWorld("quiet", n_compute=1)
+    node = w.compute[0]
+    w.add_instance(queue=f"q{INVISIBLE}")
+    w.stream(w.group, w.healthy(node, at(-2), at(13)), events=[
+        (at(9), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, hidden{INVISIBLE}text\x1b[31m")])
+    path = tmp_path_factory.mktemp("w") / "quiet.world.json"
+    path.write_text(json.dumps(w.raw))
+    return w, path
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "csv", "table"])
+def test_zero_width_bom_tag_and_line_separators_are_never_raw(invisible_world: tuple[PClusterWorld, Path],
+                                                               fmt: str) -> None:
+    _, path = invisible_world
+    out = CliRunner().invoke(app, ["audit", "--world", str(path), "--cluster", "quiet", "--mode", "incident",
+                                   "--since", at(8), "--until", at(11), "--format", fmt])
+    assert out.exit_code == 0, out.output
+    assert "\\u200b" in out.stdout or "\\\\u200b" in out.stdout  # said, as an escape
+    assert not RAW_ANY.search(out.stdout.replace("\r\n", "").replace("\n", "").replace("\t", ""))
+
+
+def test_report_csv_escapes_a_tampered_result_and_neutralises_every_list_item(
+        invisible_world: tuple[PClusterWorld, Path], tmp_path: Path) -> None:
+    """`report` reads a result file anyone may have edited: it is as untrusted as the account."""
+    w, _ = invisible_world
+    result = w.audit("quiet", mode="incident", since=at(8), until=at(11))
+    node = result.nodes[0]
+    tampered = result.model_copy(update={
+        "actions": [f"{node.instance_id} \x1b]0;pwned\x07 first", f"=HYPERLINK(\"http://x\") {node.instance_id}"],
+        "nodes": [node.model_copy(update={"verdict_evidence": "evil\x1b[2J\u2028line"}), *result.nodes[1:]]})
+    path = tmp_path / "result.json"
+    path.write_text(tampered.to_json(), encoding="utf-8")
+    out = CliRunner().invoke(app, ["report", str(path), "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    assert not RAW_ANY.search(out.stdout.replace("\r\n", ""))
+    row = next(r for r in csv.DictReader(io.StringIO(out.stdout)) if r["id"] == node.instance_id)
+    items = row["actions"].split(";")
+    assert len(items) >= 2 and not any(i.startswith(("=", "+", "-", "@")) for i in items), items
+    assert "\\x1b[2J\\u2028line" in row["reason"]
+
+
+HTML_NAME = "<img src=x onerror=alert(1)>*bold*[x](javascript:alert(2))`code`@channel"
+
+
+def test_alert_subject_body_and_chatbot_title_carry_no_markup_from_a_cluster_name(
+        outputs: dict[str, str]) -> None:
+    result = hostile_world().audit("evil", mode="incident", since=at(8), until=at(11))
+    named = result.model_copy(update={"cluster": result.cluster.model_copy(update={"name": HTML_NAME})})
+    said = [Change(1, "REBOOT", "new verdict", node=result.nodes[0].instance_id)]
+    subject = alert_subject(named, said)
+    body = alert_message(named, said)
+    chat = json.loads(chatbot_payload(named, said, body))
+    for text in (subject, body.splitlines()[1], chat["content"]["title"], chat["metadata"]["threadId"]):
+        assert not re.search(r"[<>\[\]`*@]", text.replace("<account>", "")), text
+    assert "img src=x onerror=alert?1?" in subject  # the name stays readable

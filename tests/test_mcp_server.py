@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import httpx2
 import jsonschema
 import pytest
 import uvicorn
+from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -32,6 +34,9 @@ from gpuaudit.agent.http import PATH, http_app
 from gpuaudit.agent.local_backend import LocalBackend
 from gpuaudit.agent.schema import AuditInput, ToolProblem
 from gpuaudit.agent.server import build_server
+from gpuaudit.model.text import CONTROL_CLASS
+from gpuaudit.model.timeutil import parse_time
+from tests.helpers.worlds import PClusterWorld, at
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = ROOT / "functions" / "gpuaudit" / "worlds" / "pcluster-silent-node.world.json"
@@ -286,3 +291,212 @@ def test_account_access_problems_are_the_clis_messages(tmp_path: Path, monkeypat
     with pytest.raises(ToolProblem) as raised:
         backend.clusters()
     assert " ".join(done.stderr.split()).removeprefix("gpuaudit: ") == " ".join(str(raised.value).split())
+
+
+# -- hostile input on the agent surface (issue #48 items 1, 7, 9) ---------------------------------------------------
+HOSTILE_TEXT = "\x1b]0;pwned\x07\x9b31m\u200b\ufeff\U000e0041\u2028 arn:aws:sts::444455556666:assumed-role/a/b"
+RAW = re.compile(f"[\\n\\t{CONTROL_CLASS}]")
+
+
+def hostile_world_file(tmp: Path, *, denied: bool = False) -> Path:
+    """A ParallelCluster whose queue name and kernel line carry escapes, invisible characters and an account ID;
+    `denied`: DescribeInstances refused with a message carrying the caller's ARN and terminal escapes."""
+    w = PClusterWorld("evil", n_compute=1)
+    w.add_instance(queue=HOSTILE_TEXT)
+    node = w.compute[0]
+    w.stream(w.group, w.healthy(node, at(-2), at(13)), events=[
+        (at(9), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, {HOSTILE_TEXT}")])
+    if denied:
+        w.fault("ec2", "DescribeInstances", "UnauthorizedOperation",
+                message="User: arn:aws:sts::444455556666:assumed-role/audit/s is not authorized \x1b[2J\x07\x9b")
+    path = tmp / "evil.world.json"
+    path.write_text(json.dumps(w.raw), encoding="utf-8")
+    return path
+
+
+def strings_of(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_of(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings_of(item)
+
+
+def leaks(value: Any) -> list[str]:
+    """Every string of an answer that carries a raw control/invisible character or an account ID."""
+    return [s for s in strings_of(value) if RAW.search(s) or "444455556666" in s]
+
+
+def text_leaks(result: Any) -> list[str]:
+    """The same of the answer's text content (its JSON, indented: the layout's new lines are not the account's)."""
+    return [c.text for c in result.content if RAW.search(c.text.replace("\n", "")) or "444455556666" in c.text]
+
+
+def call(backend: LocalBackend, tool: str, arguments: dict[str, Any]) -> Any:
+    async def main() -> Any:
+        async with Client(build_server(backend)) as client:
+            return await client.call_tool(tool, arguments)
+
+    return anyio.run(main)
+
+
+def test_answers_carry_no_raw_character_and_no_account_id(tmp_path: Path) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=hostile_world_file(tmp_path))
+    window = {"cluster": "evil", "mode": "incident", "since": at(8), "until": at(11)}
+    summary = call(backend, "run_audit", window)
+    assert not summary.is_error, summary.content
+    # the hostile queue name is in the answer, escaped; nothing raw and no account ID anywhere
+    assert any("\\x9b31m" in s for s in strings_of(summary.structured_content))
+    assert leaks(summary.structured_content) == [] and text_leaks(summary) == []
+    page = call(backend, "audit_nodes", {"cluster": "evil", "audit_id": summary.structured_content["audit_id"]})
+    assert not page.is_error and page.structured_content["nodes"]
+    assert leaks(page.structured_content) == [] and text_leaks(page) == []
+
+
+def test_a_tool_error_from_aws_is_redacted_and_escaped(tmp_path: Path) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=hostile_world_file(tmp_path, denied=True))
+    answer = call(backend, "run_audit", {"cluster": "evil", "last": "2h"})
+    text = error_text(answer)
+    assert "UnauthorizedOperation" in text and "arn:aws:sts::<account>:assumed-role" in text
+    assert leaks(text) == [] and "\\x1b[2J" in text
+
+
+@pytest.mark.parametrize(("arguments", "said"), [
+    ({"cluster": CLUSTER, "world": "/etc/passwd"}, "unknown argument(s) 'world'"),
+    ({"cluster": CLUSTER, "last": "2h", "profile": "prod", "run_hour": 3}, "unknown argument(s) 'profile', 'run_hour'"),
+])
+def test_an_argument_a_tool_does_not_take_is_refused_by_name(tmp_path: Path, arguments: dict[str, Any],
+                                                             said: str) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    text = error_text(call(backend, "run_audit", arguments))
+    assert said in text and "cluster" in text  # what it does take
+    assert not (tmp_path / "results").exists()  # refused before anything ran
+    assert said.split("(s) ")[1].split(",")[0] in error_text(call(backend, "audit_summary", {
+        "cluster": CLUSTER, "audit_id": "0" * 24, **{k: v for k, v in arguments.items() if k != "cluster"}}))
+
+
+@pytest.mark.parametrize("field", ["cluster", "eks_cluster", "since", "until", "onset", "run_start", "last"])
+def test_every_string_input_has_the_clis_length_limit_and_is_not_echoed_whole(tmp_path: Path, field: str) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    huge = "a" * 1_000_000
+    text = error_text(call(backend, "run_audit", {"cluster": CLUSTER, field: huge}))
+    assert field in text and len(text) < 2_000, len(text)
+
+
+@pytest.mark.parametrize("label", ["lab\nrm -rf", "lab\x1b[2J", "lab\x00", "lab\u202egnp.exe", "lab\u200b"])
+def test_a_fleet_label_with_control_or_invisible_characters_is_refused_before_any_folder(tmp_path: Path,
+                                                                                         label: str) -> None:
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    text = error_text(call(backend, "run_audit", {"cluster": label, "instance_ids": [SILENT_NODE], "last": "2h"}))
+    assert "cluster" in text and "control or invisible character" in text and leaks(text) == []
+    assert not (tmp_path / "results").exists()
+
+
+def test_sigint_stops_the_server_while_a_tool_call_is_running(tmp_path: Path) -> None:
+    """Ctrl-C while an audit runs in a worker thread (here one that would take ten minutes): the server says
+    `interrupted` and exits 130, not when the audit ends."""
+    import signal
+
+    started = tmp_path / "started"
+    code = ("import sys, time, pathlib\n"
+            "from gpuaudit.agent import local_backend\n"
+            "def slow(self, request, progress):\n"
+            f"    pathlib.Path({str(started)!r}).touch()\n"
+            "    time.sleep(600)\n"
+            "local_backend.LocalBackend.run_audit = slow\n"
+            "from gpuaudit.cli import app\n"
+            f"sys.argv = ['gpuaudit', 'mcp', '--world', {str(WORLD)!r}, '--results-dir', {str(tmp_path / 'r')!r}]\n"
+            "app()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdin is not None
+        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                 "params": {"name": "run_audit", "arguments": {"cluster": CLUSTER, "last": "2h"}}}):
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+        waited = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < waited and proc.poll() is None, "the tool call never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130  # the client's pipe still open, the audit still running
+        assert proc.stderr is not None and "interrupted" in proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_line_that_is_not_json_rpc_gets_the_protocols_error_and_the_server_goes_on(tmp_path: Path) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    lines = [json.dumps(initialize), "{not json \x1b[2J", '{"jsonrpc":"2.0","id":2,"method":"tools/list"', "[1,2]",
+             json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"})]
+    done = subprocess.run([sys.executable, "-m", "gpuaudit", "mcp", "--world", str(WORLD), "--results-dir",
+                           str(tmp_path / "r")], env=env(), input="\n".join(lines) + "\n", capture_output=True,
+                          text=True, timeout=120)
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, None, None, None, 3], answers
+    assert [a["error"]["code"] for a in answers[1:4]] == [-32700, -32700, -32600]
+    assert "\x1b" not in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ({"mode": "preflight", "run_hours": 24}, {"mode": "preflight", "run_hours": 48}),
+    ({}, {"log_groups": ["/aws/training-logs/bench-pcluster/kernel"]}),
+    ({"mode": "incident"}, {"mode": "incident", "onset": "2026-10-01T12:00:00Z"}),
+])
+def test_two_audits_of_one_window_with_different_inputs_keep_both_results(tmp_path: Path, first: dict[str, Any],
+                                                                          second: dict[str, Any]) -> None:
+    """Issue #48 item 9: the audit ID keys on the inputs that change the judgement, so the second audit of a window
+    never overwrites the first's result; the same inputs again give the same ID (idempotent sinks)."""
+    backend = LocalBackend(results_dir=tmp_path / "results", world=WORLD)
+    window = {"cluster": CLUSTER, "since": "2026-10-01T06:00:00Z", "until": "2026-10-01T18:00:00Z"}
+    answers = [call(backend, "run_audit", {**window, **inputs}) for inputs in (first, second, first)]
+    assert not any(a.is_error for a in answers), [a.content for a in answers]
+    ids = [a.structured_content["audit_id"] for a in answers]
+    assert ids[0] != ids[1] and ids[0] == ids[2]
+    for answer in answers[:2]:
+        kept = call(backend, "audit_summary", {"cluster": CLUSTER, "audit_id": answer.structured_content["audit_id"]})
+        assert kept.structured_content["headline"] == answer.structured_content["headline"]
+        assert kept.structured_content["checks"] == answer.structured_content["checks"]
+
+
+def test_the_deployed_backends_aws_errors_leave_redacted_and_escaped(tmp_path: Path) -> None:
+    """The deployed endpoint's tools read S3 and DynamoDB with the function's role: AWS's error text (the caller's
+    ARN, whatever the message carries) reaches the agent as every other message does."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from gpuaudit.agent.deployed import DeployedBackend
+    from gpuaudit.settings import DeploymentDocument
+
+    session = boto3.Session(region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y")
+    backend = DeployedBackend(session=session, region="us-west-2", table="t", bucket="b",
+                              state_machine_arn="arn:aws:states:us-west-2:444455556666:stateMachine:g",
+                              deployment=DeploymentDocument(), clock=lambda: parse_time("2026-10-01T00:00:00Z"))
+    denied = "User: arn:aws:sts::444455556666:assumed-role/mcp/fn is not authorized \x1b]0;x\x07\x9b31m\u2028"
+    with Stubber(backend.s3) as s3, Stubber(backend.ddb) as ddb:
+        s3.add_client_error("get_object", service_error_code="AccessDenied", service_message=denied,
+                            http_status_code=403)
+        ddb.add_client_error("query", service_error_code="AccessDeniedException", service_message=denied,
+                             http_status_code=400)
+
+        async def main() -> list[Any]:
+            async with Client(build_server(backend)) as client:
+                return [await client.call_tool("audit_summary", {"cluster": "c", "audit_id": "0" * 24}),
+                        await client.call_tool("latest_findings", {"cluster": "c"})]
+
+        answers = anyio.run(main)
+    for answer in answers:
+        text = error_text(answer)
+        assert "AccessDenied" in text and "arn:aws:sts::<account>:assumed-role/mcp/fn" in text, text
+        assert leaks(text) == [] and "\\x1b]0;x\\x07\\x9b31m\\u2028" in text

@@ -16,17 +16,21 @@ from functools import cache
 from typing import Any
 
 import boto3
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from mcp.server.mcpserver import MCPServer
 
 from gpuaudit.agent.deployed import DeployedBackend
 from gpuaudit.agent.http import http_app, refuses_malformed_events, serve_function_url
 from gpuaudit.agent.server import build_server
-from gpuaudit.report.redact import redact
+from gpuaudit.report.escape import outward
 from gpuaudit.settings import DeploymentDocument, deployment
 from handlers import runtime
 from handlers.observability import logger
 
+# The SDK's own log lines (a refused argument, a tool that crashed, with its traceback) go through the same
+# redacting, escaping formatter as ours: no account ID or raw character reaches the function's log group.
+copy_config_to_registered_loggers(source_logger=logger, include={"mcp"})
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
 
@@ -44,7 +48,7 @@ def server() -> MCPServer:
 @refuses_malformed_events
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     host = (event.get("headers") or {}).get("host") or event.get("requestContext", {}).get("domainName", "")
-    caller = redact(event.get("requestContext", {}).get("authorizer", {}).get("iam", {}).get("userArn") or "")
+    caller = outward(event.get("requestContext", {}).get("authorizer", {}).get("iam", {}).get("userArn") or "")
     logger.info("mcp request", extra={"method": event.get("requestContext", {}).get("http", {}).get("method"),
                                       "caller": caller})
     return asyncio.run(serve_function_url(http_app(server(), [host]), event))

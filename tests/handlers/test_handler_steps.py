@@ -3,10 +3,12 @@ evidence by S3 reference, a failed batch as a `Not checked` gap, throttling surf
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
-from handlers import collect_logs, coverage_cache, finish, inventory, payload, plan
+from handlers import collect_logs, coverage_cache, finish, inventory, payload, plan, runtime
 from handlers.models import LogBatch
 from handlers.runtime import InvalidEvent, ThrottlingException
 from lambda_harness import (
@@ -200,3 +202,42 @@ def test_collect_logs_hands_running_queries_to_the_state_machine(monkeypatch: py
         assert not fast["pending"]
         reference = payload.load(fast["batch"], acct.session.client("s3"))
     assert {k: v for k, v in batch.items() if k != "queries"} == {k: v for k, v in reference.items() if k != "queries"}
+
+
+HOSTILE_MESSAGE = "User: arn:aws:sts::111122223333:assumed-role/a/b denied \x1b]0;x\x07 \x9b31m \u2028 \u200b end"
+RAW_IN_LOGS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200b]")
+
+
+def test_a_log_line_is_valid_json_with_no_account_id_and_no_raw_character() -> None:
+    """Every Lambda log line (ours and the MCP SDK's) redacted and escaped as every other output (issue #48)."""
+    import logging
+
+    from handlers import mcp_endpoint  # noqa: F401 - its import hands our formatter to the SDK's loggers
+    from handlers.observability import RedactingFormatter, logger
+
+    sdk = logging.getLogger("mcp")  # every SDK module's logger propagates to it
+    formatters = [logger.registered_formatter, *(h.formatter for h in sdk.handlers)]
+    assert any(isinstance(f, RedactingFormatter) for f in formatters[1:]), sdk.handlers  # the SDK's lines too
+    record = logging.LogRecord("mcp.server.mcpserver.server", logging.WARNING, __file__, 1, HOSTILE_MESSAGE, None,
+                               None)
+    for formatter in formatters:
+        if isinstance(formatter, RedactingFormatter):
+            line = formatter.format(record)
+            assert json.loads(line)["message"].endswith(" end")  # still one JSON document
+            assert "111122223333" not in line and not RAW_IN_LOGS.search(line), line
+
+
+def test_a_step_error_leaves_redacted_and_escaped_with_its_type() -> None:
+    """The message of a raised error is the Step Functions Cause: redacted and escaped; its type, which Retry and
+    Catch match, unchanged."""
+    from handlers.observability import step_handler
+
+    @step_handler
+    def failing(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        raise runtime.CallFailed("ec2", "DescribeInstances", "UnauthorizedOperation", HOSTILE_MESSAGE)
+
+    with pytest.raises(runtime.CallFailed) as raised:
+        failing({}, LambdaContext())
+    said = str(raised.value)
+    assert "arn:aws:sts::<account>:assumed-role/a/b" in said and "\\x1b]0;x\\x07" in said
+    assert not RAW_IN_LOGS.search(said) and raised.value.code == "UnauthorizedOperation"

@@ -8,6 +8,7 @@ a tool error says exactly what `gpuaudit audit` would print (exit 2 bad input, e
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from gpuaudit.agent.schema import (
     latest_from_history,
     validation_message,
 )
-from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.aws import DEFAULT_DEADLINE_S, Aws, CallFailed
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.discovery import discovered_clusters
 from gpuaudit.collectors.inventory import UnknownCluster
@@ -85,6 +86,7 @@ class LocalBackend:
         with self._messages():
             settings = Settings.from_env(os.environ)
             aws = self._aws()
+            aws.deadline = time.monotonic() + DEFAULT_DEADLINE_S  # as the CLI's audit without --deadline-seconds
             aws.watcher = progress
             try:
                 result = run_audit(aws, request, JudgeConfig.from_request(request, settings.xid_overrides),

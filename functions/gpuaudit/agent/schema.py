@@ -16,9 +16,21 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.domain.window import is_duration
-from gpuaudit.model.evidence import AuditRequest, FileSystemId, InstanceId, LogGroupName, Mode
+from gpuaudit.model.evidence import (
+    TIME_TEXT_MAX,
+    AuditRequest,
+    CheckpointMinutes,
+    ClusterText,
+    EksClusterName,
+    FileSystemId,
+    InstanceId,
+    LogGroupName,
+    Mode,
+    RunHours,
+)
 from gpuaudit.model.history import HistoryRead, latest_spans
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, Verdict
+from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report.escape import one_line
 from gpuaudit.report.order import verdict_counts, verdict_rank, worst_first, xid_codes
@@ -29,8 +41,10 @@ NODE_PAGE_DEFAULT, NODE_PAGE_MAX = 20, 200
 LIST_MAX = 20  # gaps, next steps, branches or checks in one summary (the rest: counted, in the full result)
 TEXT_MAX = 400
 AuditId = Annotated[str, Field(pattern=r"^[0-9a-f]{24}$", description="The audit's ID, as run_audit returned it")]
-ClusterName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^/\\\x00-\x1f]+$",
-                                   description="The cluster name (or fleet label) the audit used")]
+# what AuditRequest accepts as a cluster, and no slash: it names the folder (or key prefix) results are kept under
+ClusterName = Annotated[ClusterText, Field(pattern=r"^[^/\\]+$",
+                                           description="The cluster name (or fleet label) the audit used")]
+TimeText = Annotated[str, Field(min_length=1, max_length=TIME_TEXT_MAX)]
 Offset = Annotated[int, Field(ge=0, le=1_000_000, description="Index of the first item to return")]
 Limit = Annotated[int, Field(ge=1, le=NODE_PAGE_MAX, description=f"Items per page (at most {NODE_PAGE_MAX})")]
 
@@ -39,27 +53,30 @@ class ToolInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Every field takes what AuditRequest takes (the CLI's and the Step Functions input's validator): the same types,
+# lengths and bounds, so no entry point accepts what another refuses.
+
 class AuditInput(ToolInput):
     """What to audit: the CLI's scope, mode, window and preflight flags."""
 
-    cluster: str | None = Field(default=None, description="HyperPod or ParallelCluster name; optional with "
+    cluster: ClusterText | None = Field(default=None, description="HyperPod or ParallelCluster name; optional with "
                                 "instance_ids, file_system_ids or eks_cluster (the result is then a labelled fleet)")
     mode: Mode = Field(default="coverage", description="coverage | incident | preflight")
     instance_ids: list[InstanceId] = Field(default_factory=list, max_length=500,
                                            description="Self-managed EC2/EKS nodes, i-…")
-    eks_cluster: str | None = Field(default=None, description="Self-managed EKS: audit this EKS cluster's nodes")
+    eks_cluster: EksClusterName | None = Field(default=None, description="Self-managed EKS: audit this EKS cluster's nodes")
     file_system_ids: list[FileSystemId] = Field(default_factory=list, max_length=50,
                                                 description="FSx for Lustre file systems, fs-…")
     log_groups: list[LogGroupName] = Field(default_factory=list, max_length=50,
                                            description="Extra CloudWatch Logs groups to search (exact names)")
-    since: str | None = Field(default=None, description="Window start, ISO-8601 UTC, or a length back from now "
+    since: TimeText | None = Field(default=None, description="Window start, ISO-8601 UTC, or a length back from now "
                                                         "(30m, 2h, 2d)")
-    until: str | None = Field(default=None, description="Window end, ISO-8601 UTC")
-    last: str | None = Field(default=None, description="A length ending now: 30m, 2h, 24h, 7d")
-    onset: str | None = Field(default=None, description="Incident: when the failure began, ISO-8601 UTC")
-    run_hours: float | None = Field(default=None, gt=0, description="Preflight: planned run length in hours")
-    run_start: str | None = Field(default=None, description="Preflight: planned start, ISO-8601 UTC")
-    checkpoint_minutes: float | None = Field(default=None, gt=0, description="Preflight: checkpoint interval")
+    until: TimeText | None = Field(default=None, description="Window end, ISO-8601 UTC")
+    last: TimeText | None = Field(default=None, description="A length ending now: 30m, 2h, 24h, 7d")
+    onset: TimeText | None = Field(default=None, description="Incident: when the failure began, ISO-8601 UTC")
+    run_hours: RunHours | None = Field(default=None, description="Preflight: planned run length in hours")
+    run_start: TimeText | None = Field(default=None, description="Preflight: planned start, ISO-8601 UTC")
+    checkpoint_minutes: CheckpointMinutes | None = Field(default=None, description="Preflight: checkpoint interval")
 
     def request(self) -> AuditRequest:
         """The AuditRequest, or BadToolInput with the CLI's wording (the tool's field names for its flags)."""
@@ -96,10 +113,12 @@ class BadToolInput(ToolProblem, ValueError):
 def _time(value: str | None, field: str) -> datetime | None:
     if value is None:
         return None
+    if len(value) > TIME_TEXT_MAX:
+        raise BadToolInput(f"{field}: not an ISO-8601 time: {echoed(value)} is {len(value):,} characters long")
     try:
         parsed = parse_time(value)
     except (ValueError, OverflowError):
-        raise BadToolInput(f"{field}: not an ISO-8601 time: {value!r} (e.g. 2026-09-27T10:00:00Z)") from None
+        raise BadToolInput(f"{field}: not an ISO-8601 time: {echoed(value)} (e.g. 2026-09-27T10:00:00Z)") from None
     if not 1970 <= parsed.year <= 2100:
         raise BadToolInput(f"{field}: {value!r} is outside the years 1970-2100")
     return parsed
@@ -107,7 +126,8 @@ def _time(value: str | None, field: str) -> datetime | None:
 
 def validation_message(exc: ValidationError) -> str:
     return "bad input: " + "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors())
+        f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']} (got {echoed(e.get('input'))})"
+        for e in exc.errors())
 
 
 class VerdictCount(BaseModel):

@@ -8,6 +8,10 @@ the findings table, the results bucket, on-demand executions of the state machin
 Errors a user can act on (bad input, an unknown cluster, expired credentials: the CLI's exit-2/exit-3 messages)
 are tool errors (`isError`) carrying that message; anything else is the SDK's opaque "Error executing tool …",
 its traceback only in the server's log. Long audits report each phase as a progress notification.
+
+Nothing leaves unescaped: every answer and every tool error goes through report/escape.outward (account IDs
+redacted, control and invisible characters shown as escapes), as the CLI's messages do; an argument a tool does
+not take is refused by name, never dropped.
 """
 
 from __future__ import annotations
@@ -16,15 +20,25 @@ import contextlib
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 from anyio import from_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp.types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    InputRequiredResult,
+    JSONRPCError,
+    ToolAnnotations,
+)
+from pydantic import BaseModel, Field, ValidationError
 
 from gpuaudit import __version__
 from gpuaudit.agent import glossary
@@ -48,10 +62,12 @@ from gpuaudit.agent.schema import (
     VerdictFilter,
     node_page,
     summarise,
+    validation_message,
 )
 from gpuaudit.model.evidence import AuditRequest, InstanceId, Mode
 from gpuaudit.model.result import Result
 from gpuaudit.progress import PHASES
+from gpuaudit.report.escape import one_line, outward, outward_tree
 
 SERVER_NAME = "gpuaudit"
 INSTRUCTIONS = (
@@ -61,6 +77,9 @@ INSTRUCTIONS = (
     "Hypothesis. Run or read an audit, then page through its nodes; `explain` defines every word of a verdict.")
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
 CALLS_PER_STEP = 50  # progress inside a phase: value phase + calls/(calls + CALLS_PER_STEP), below the next phase
+# Answer fields that keep their account ID (escaped all the same): a handle the caller uses as it is
+HANDLES = frozenset({"execution_arn"})
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 class Backend(Protocol):
@@ -117,16 +136,113 @@ def _flat(model: type[AuditInput], body: Callable[..., Any]) -> Callable[..., An
     return body
 
 
-async def _off_loop(work: Callable[[], Any]) -> Any:
+def _outward(answer: Answer) -> Answer:
+    """The answer as it may leave: every string redacted and escaped (report/escape.outward), whatever field it is
+    in (a node's group or type, a cluster name, a gap), so no field can be forgotten."""
+    return type(answer).model_validate(outward_tree(answer.model_dump(), HANDLES))
+
+
+async def _off_loop(work: Callable[[], Answer]) -> Answer:
     """Blocking work (boto3, SQLite, the pipeline) in a worker thread; ToolProblem becomes the tool's error."""
     try:
-        return await anyio.to_thread.run_sync(work)
+        # abandoned on cancel: Ctrl-C (or a client gone) stops the server without waiting for an audit in flight
+        return _outward(await anyio.to_thread.run_sync(work, abandon_on_cancel=True))
     except ToolProblem as problem:
         raise ToolError(str(problem)) from None
 
 
-def build_server(backend: Backend) -> MCPServer:
-    server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+class AuditorServer(MCPServer):
+    """MCPServer whose tool calls refuse arguments the tool does not take (the SDK drops them silently) and whose
+    tool errors leave as every other message does: redacted and escaped (outward)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.accepted: dict[str, frozenset[str]] = {}  # tool -> its argument names (before the SDK adds any tool)
+        super().__init__(*args, **kwargs)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None) -> CallToolResult | InputRequiredResult:
+        accepted = self.accepted.get(name)
+        unknown = sorted(set(arguments) - accepted) if accepted is not None else []
+        if unknown:
+            named = ", ".join(repr(u)[:80] for u in unknown[:10]) + (f" and {len(unknown) - 10} more"
+                                                                      if len(unknown) > 10 else "")
+            raise ToolError(outward(one_line(f"{name}: unknown argument(s) {named}; it takes "
+                                             f"{', '.join(sorted(accepted or ())) or 'none'}")))
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:  # its cause kept: the SDK logs a refused argument by field name only
+            cause = exc.__cause__
+            said = f"{name}: {validation_message(cause)}" if isinstance(cause, ValidationError) else str(exc)
+            raise ToolError(outward(one_line(said))) from cause
+
+    async def run_stdio_async(self) -> None:
+        """As the SDK serves stdio, and a line that is not JSON-RPC is answered with the protocol's error (the SDK
+        drops it without a word, and the client waits for an answer that never comes)."""
+        async with stdio_server() as (read_stream, write_stream):
+            await self._lowlevel_server.run(AnsweringBadLines(read_stream, write_stream), write_stream,
+                                            self._lowlevel_server.create_initialization_options())
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, *args: Any, **kwargs: Any) -> None:
+        super().add_tool(fn, name, *args, **kwargs)
+        self.accepted[name or fn.__name__] = frozenset(
+            p for p, param in inspect.signature(fn).parameters.items() if param.annotation not in (Context, "Context"))
+
+
+def protocol_error(problem: Exception) -> JSONRPCError:
+    """JSON-RPC 2.0's answer to a line it cannot take: -32700 Parse error (not JSON), -32600 Invalid Request (JSON,
+    not a JSON-RPC message); id null, as the id could not be read. The line itself is not echoed."""
+    errors = problem.errors() if isinstance(problem, ValidationError) else []
+    parse = any(e["type"] == "json_invalid" for e in errors)
+    detail = outward(one_line(errors[0]["msg"] if errors else type(problem).__name__))[:200]
+    return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+        code=PARSE_ERROR if parse else INVALID_REQUEST,
+        message=f"{'Parse error' if parse else 'Invalid Request'}: {detail}"))
+
+
+class AnsweringBadLines:
+    """The stdio transport's read stream, where a line the transport could not parse (an Exception in the stream)
+    is answered at once with the protocol's error instead of reaching the server, which would drop it."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self.inner, self.write = inner, write
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self.inner, "last_context", None)
+
+    async def _answered(self, item: Any) -> bool:
+        if isinstance(item, Exception):
+            await self.write.send(SessionMessage(protocol_error(item)))
+            return True
+        return False
+
+    async def receive(self) -> Any:
+        while await self._answered(item := await self.inner.receive()):
+            pass
+        return item
+
+    def __aiter__(self) -> AnsweringBadLines:
+        return self
+
+    async def __anext__(self) -> Any:
+        while await self._answered(item := await self.inner.__anext__()):
+            pass
+        return item
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> AnsweringBadLines:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def build_server(backend: Backend) -> AuditorServer:
+    server = AuditorServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
 
     if hasattr(backend, "run_audit"):
         auditor: Auditor = backend  # type: ignore[assignment]
@@ -143,7 +259,7 @@ def build_server(backend: Backend) -> MCPServer:
                 result, location, report = auditor.run_audit(request, ProgressBridge(send))
                 return summarise(result, location, report)
 
-            return await _off_loop(audit)  # type: ignore[no-any-return]
+            return await _off_loop(audit)
 
         server.add_tool(_flat(AuditInput, run_audit), name="run_audit", annotations=READ_ONLY, description=(
             "Run one audit (coverage, incident or preflight) of a cluster, instances, file systems or an EKS "
@@ -157,7 +273,7 @@ def build_server(backend: Backend) -> MCPServer:
 
         async def start_audit(ctx: Context, **fields: Any) -> AuditStarted:
             request = _request(fields)
-            return await _off_loop(lambda: starter.start_audit(request))  # type: ignore[no-any-return]
+            return await _off_loop(lambda: starter.start_audit(request))
 
         server.add_tool(_flat(AuditInput, start_audit), name="start_audit", annotations=ToolAnnotations(
             read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True), description=(
@@ -176,7 +292,7 @@ def build_server(backend: Backend) -> MCPServer:
             result, location, report = backend.result(cluster, audit_id)
             return summarise(result, location, report, limit)
 
-        return await _off_loop(read)  # type: ignore[no-any-return]
+        return await _off_loop(read)
 
     @server.tool(annotations=READ_ONLY)
     async def audit_nodes(cluster: ClusterName, audit_id: AuditId, offset: Offset = 0,
@@ -189,26 +305,26 @@ def build_server(backend: Backend) -> MCPServer:
         def read() -> NodePage:
             return node_page(backend.result(cluster, audit_id)[0], offset, limit, verdicts or ())
 
-        return await _off_loop(read)  # type: ignore[no-any-return]
+        return await _off_loop(read)
 
     @server.tool(annotations=READ_ONLY)
     async def list_clusters() -> ClusterList:
         """The clusters in scope: the region's HyperPod clusters and ParallelClusters (deployed: the audited set)."""
-        return await _off_loop(backend.clusters)  # type: ignore[no-any-return]
+        return await _off_loop(backend.clusters)
 
     @server.tool(annotations=READ_ONLY)
     async def latest_findings(cluster: ClusterName, mode: Mode = "coverage", offset: Offset = 0,
                               limit: Limit = NODE_PAGE_DEFAULT) -> LatestFindings:
         """Each node's standing verdict and coverage from the latest audits of a cluster, worst first (local: the
         history directory; deployed: the findings table)."""
-        return await _off_loop(lambda: backend.latest(cluster, mode, offset, limit))  # type: ignore[no-any-return]
+        return await _off_loop(lambda: backend.latest(cluster, mode, offset, limit))
 
     @server.tool(annotations=READ_ONLY)
     async def node_history(cluster: ClusterName, node: InstanceId,
                            days: Annotated[int, Field(ge=1, le=3650, description="Look-back in days")] = 30,
                            offset: Offset = 0, limit: Limit = NODE_PAGE_DEFAULT) -> NodeHistory:
         """One node's timeline across audits: verdicts, hardware-class Xids by PCI bus, reboots, coverage."""
-        return await _off_loop(lambda: backend.history(cluster, node, days, offset, limit))  # type: ignore[no-any-return]
+        return await _off_loop(lambda: backend.history(cluster, node, days, offset, limit))
 
     @server.tool(annotations=READ_ONLY)
     async def explain(term: Annotated[str, Field(min_length=1, max_length=100, description=(
@@ -220,8 +336,8 @@ def build_server(backend: Backend) -> MCPServer:
         if not entries:
             raise ToolError(f"{term!r} is not in the glossary; known terms: {', '.join(glossary.terms())}, a section "
                             "heading, or an Xid code")
-        return Explanation(term=term, source="docs/VERDICTS.md (shipped as gpuaudit/data/VERDICTS.md)",
-                           entries=[GlossaryEntry(term=e.term, section=e.section, meaning=e.meaning) for e in entries])
+        return _outward(Explanation(term=term, source="docs/VERDICTS.md (shipped as gpuaudit/data/VERDICTS.md)",
+                           entries=[GlossaryEntry(term=e.term, section=e.section, meaning=e.meaning) for e in entries]))
 
     return server
 

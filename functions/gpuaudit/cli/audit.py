@@ -42,7 +42,7 @@ from gpuaudit.cli.flags import (
     _verdicts,
 )
 from gpuaudit.cli.stderr import _fail, err
-from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.aws import DEFAULT_DEADLINE_S, Aws, CallFailed
 from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.domain.window import BadWindow, is_duration, parse_duration
@@ -231,7 +231,8 @@ def audit(
                           "this directory, so an Xid recurring after a reboot days later is REPLACE (default: off; "
                           "look-back GPUAUDIT_HISTORY_DAYS, 30)", rich_help_panel=ADVANCED)] = None,
     deadline_seconds: Annotated[float | None, typer.Option(
-        help="Stop calling AWS after this many seconds and report what was read (the rest: Not checked)",
+        help="Stop calling AWS after this many seconds and report what was read (the rest: Not checked); "
+             "default 900",
         rich_help_panel=ADVANCED)] = None,
     xid_class: Annotated[list[str] | None, typer.Option(
         help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
@@ -289,8 +290,7 @@ def audit(
         if role_arn and world is not None:
             raise UserError("--role-arn applies to AWS accounts, not to --world")
         aws = aws_for(world, region, role_arn, external_id, profile)
-        if deadline_seconds is not None:
-            aws.deadline = time.monotonic() + deadline_seconds
+        aws.deadline = time.monotonic() + (deadline_seconds if deadline_seconds is not None else DEFAULT_DEADLINE_S)
         progress = AuditProgress(err, show=err.is_terminal and not quiet, verbose=verbose)
         aws.watcher = progress
         # What the audit reads of the local history is the previous state of `--format events`.

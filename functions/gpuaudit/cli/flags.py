@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -14,6 +15,8 @@ from pydantic import ValidationError
 from gpuaudit.access import UserError
 from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
 from gpuaudit.history import SQLITE_FILE
+from gpuaudit.model.evidence import TIME_TEXT_MAX
+from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.report.order import VERDICT_SEVERITY
 
@@ -31,6 +34,8 @@ DATE_PREFIX = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 def _time_arg(value: str | None, flag: str) -> datetime | None:
     if value is None:
         return None
+    if len(value) > TIME_TEXT_MAX:
+        raise UserError(f"{flag}: not an ISO-8601 time: {echoed(value)} is {len(value):,} characters long")
     calendar = DATE_PREFIX.match(value.strip())
     if calendar is not None:
         try:
@@ -42,7 +47,7 @@ def _time_arg(value: str | None, flag: str) -> datetime | None:
     except (ValueError, OverflowError):
         lengths = " or a length" if flag == "--since" else ""
         example = ", or 2h for two hours ago" if lengths else ""
-        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {value!r} (e.g. 2026-09-27T10:00:00Z{example})") from None
+        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {echoed(value)} (e.g. 2026-09-27T10:00:00Z{example})") from None
     if not 1970 <= parsed.year <= 2100:
         raise UserError(f"{flag}: {value!r} is outside the years 1970-2100")
     return parsed
@@ -95,7 +100,21 @@ def _out_path(path: Path | None, flag: str = "--out") -> Path | None:
     if path is not None and (path.is_dir() or not path.parent.is_dir() or not os.access(path.parent, os.W_OK)):
         raise UserError(f"{flag} {path}: cannot write there (directory, or a folder that does not exist or is not "
                         "writable)")
+    if path is not None and path.is_fifo():
+        _reader_waiting(path, flag)
     return path
+
+
+def _reader_waiting(fifo: Path, flag: str) -> None:
+    """A named pipe is written only when something reads it: opening one with no reader blocks for ever, so it is
+    tried without blocking first (a pipe from `>(…)` has its reader and passes)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UserError(f"{flag} {fifo}: a named pipe that nothing reads; start its reader first, or write to a "
+                            "file") from None
+        raise UserError(f"{flag} {fifo}: cannot write there: {exc.strerror}") from None
 
 
 def _out_dir(path: Path | None) -> Path | None:
@@ -161,4 +180,5 @@ def _validation_message(exc: ValidationError) -> str:
         head = FLAGS.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-")) if loc else "--?"
         return head + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
 
-    return "bad input: " + "; ".join(f"{flag(e['loc'])}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors())
+    return "bad input: " + "; ".join(f"{flag(e['loc'])}: {e['msg']} (got {echoed(e.get('input'))})"
+                                     for e in exc.errors())

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -58,6 +60,7 @@ def report(
             raise UserError(f"--format must be one of {', '.join(REPORT_FORMATS)}; got {fmt!r}")
         if out is not None and same_file(out, result_file):
             raise UserError(f"--out {visible(str(out))}: is the RESULT.json being rendered; refusing to overwrite it")
+        out = _out_path(out)
         try:
             text = result_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -141,11 +144,22 @@ def history_command(
         if out is not None and same_file(out, directory / SQLITE_FILE):
             raise UserError(f"--out {visible(str(out))}: is the --history file being read; refusing to overwrite it")
         store = SqliteHistory(directory)
+        first, last = parse_time("1970-01-01T00:00:00Z"), parse_time("2100-01-01T00:00:00Z")
         try:
-            everything = store.read(cluster, [node] if node else None, parse_time("1970-01-01T00:00:00Z"),
-                                    parse_time("2100-01-01T00:00:00Z"))
+            # every recorded date is read, so a span outside the years any time input may name is said, not hidden
+            read = store.read(cluster, [node] if node else None, parse_time("1100-01-01T00:00:00Z"),
+                              parse_time("9999-12-31T23:59:59Z"))
         except HistoryUnreadable as exc:
             raise UserError(f"--history {history}: {exc}", EXIT_UNREACHABLE) from None
+        outside = [s for s in read.spans if not first <= s.audit_time <= last or not first <= s.through <= last]
+        everything = read.model_copy(update={"since": first, "until": last,
+                                             "spans": [s for s in read.spans if s not in outside]})
+        if outside:
+            dates = sorted({s.audit_time.isoformat() for s in outside})
+            err.print(escape_markup(visible(
+                f"gpuaudit: {len(outside)} recorded span(s) dated outside 1970-2100 are not shown (a wrong clock or an "
+                f"edited history): {', '.join(dates[:3])}{' …' if len(dates) > 3 else ''}")), highlight=False,
+                soft_wrap=True)
         if not everything.spans:
             flag = f"--node {node}" if node else f"--cluster {cluster}"
             raise UserError(f"{flag}: no audit of it is recorded in --history {history}")
@@ -197,7 +211,9 @@ def mcp(
 
         backend = LocalBackend(results_dir=directory, world=world, profile=profile, region=region, role_arn=role_arn,
                                external_id=external_id, history_dir=history, cache=_cache_path(cache))
-        build_server(backend).run("stdio")
+        server = build_server(backend)
+        signal.signal(signal.SIGINT, _stop_on_interrupt)
+        server.run("stdio")
     except UserError as exc:
         _fail(str(exc), exc.code)
     except WorldError as exc:
@@ -206,3 +222,15 @@ def mcp(
         _fail(f"--results-dir {results_dir}: {exc}", EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+
+
+def _stop_on_interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C stops `gpuaudit mcp` at once. Left to asyncio, SIGINT cancels the server's tasks, which then wait for
+    what runs in worker threads: the stdin line the client has not sent, an audit blocked in an AWS call; the
+    server would stay up until those end. Nothing is lost that a rerun does not redo: audits only read, the
+    history is written in transactions."""
+    try:
+        _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+    except typer.Exit:
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)

@@ -83,6 +83,15 @@ class CallFailed(Exception):
                    error_code=self.code, error_message=self.message, unseen=unseen, scope=scope)
 
 
+# A call's wait for AWS: each attempt's read timeout (connect: at most 5 s), botocore's attempts of one call (the first
+# and two retries, which it makes on a timeout or a 5xx), and the steps a near deadline cuts the timeout to.
+CALL_TIMEOUT_S, CONNECT_TIMEOUT_S, BOTOCORE_ATTEMPTS = 30.0, 5.0, 3
+TIMEOUT_STEPS = (30.0, 15.0, 8.0, 4.0, 2.0, 1.0)
+# An audit with no deadline given (CLI, `gpuaudit mcp`) stops calling AWS after this and reports what it read (the
+# rest Not checked): an account that answers slowly or holds far more than expected never leaves it without answer.
+DEFAULT_DEADLINE_S = 900.0
+
+
 @dataclass
 class Aws:
     """Clients for one region, the clock, and the running tally of calls."""
@@ -105,12 +114,25 @@ class Aws:
     trail_share: TrailShare | None = None
 
     def client(self, service: str) -> Any:
-        if service not in self._clients:
+        """The service's client, its timeouts cut to what the deadline leaves: a call in flight ends by then too."""
+        timeout = self.call_timeout()
+        key = service if timeout == CALL_TIMEOUT_S else f"{service}@{timeout:g}s"
+        if key not in self._clients:
             if not self._clients:
                 _fast_timestamps(self.session)
-            config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=30)
-            self._clients[service] = self.session.client(service, region_name=self.region, config=config)
-        return self._clients[service]
+            config = Config(retries={"max_attempts": BOTOCORE_ATTEMPTS - 1, "mode": "standard"},
+                            connect_timeout=min(CONNECT_TIMEOUT_S, timeout), read_timeout=timeout)
+            self._clients[key] = self.session.client(service, region_name=self.region, config=config)
+        return self._clients[key]
+
+    def call_timeout(self) -> float:
+        """Seconds one attempt of the next call may wait for AWS: 30, or less when the audit's deadline is near —
+        the botocore attempts of one call (a read timeout is retried) all end by the deadline, to the nearest step
+        (a handful of clients per service, not one per call)."""
+        if self.deadline is None:
+            return CALL_TIMEOUT_S
+        share = (self.deadline - time.monotonic()) / BOTOCORE_ATTEMPTS
+        return next((step for step in TIMEOUT_STEPS if step <= share), TIMEOUT_STEPS[-1])
 
     def call(self, service: str, operation: str, **params: Any) -> dict[str, Any]:
         """One read call; throttling is retried with backoff, anything else raises CallFailed."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from gpuaudit.model.evidence import Mode, Window
+from gpuaudit.model.evidence import FIRST_YEAR, LAST_YEAR, Mode, Window
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between
 
 DEFAULT_LENGTH = {"coverage": timedelta(hours=24), "incident": timedelta(hours=24), "preflight": timedelta(hours=24)}
@@ -67,6 +67,9 @@ def _window(mode: Mode, now: datetime, since: datetime | None, until: datetime |
     start = since or end - DEFAULT_LENGTH[mode]
     if start >= end:
         raise BadWindow(f"window start {start.isoformat()} is not before its end {end.isoformat()}")
+    if not (start.year >= FIRST_YEAR and end.year <= LAST_YEAR):  # a default length can reach past a given time
+        raise BadWindow(f"window {start.isoformat()} → {end.isoformat()} reaches outside the years "
+                        f"{FIRST_YEAR}-{LAST_YEAR}, the bounds of every time input")
     if start > now:
         raise BadWindow(f"window start {start.isoformat()} is in the future (now {now.isoformat()})")
     if end - start > MAX_WINDOW:

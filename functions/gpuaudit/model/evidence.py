@@ -7,9 +7,10 @@ result can always be traced back to a call made in this run (RULES §0.4, §11).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from gpuaudit.model.frozen import Frozen
 from gpuaudit.model.history import HistoryRead
@@ -40,6 +41,7 @@ from gpuaudit.model.planned_reads import (
     SubnetInfo,
     TrainingPlanInfo,
 )
+from gpuaudit.model.text import printable_name
 from gpuaudit.model.timeutil import UtcDatetime
 
 # HyperPod cluster states worth an incident audit (a state change to any other status starts none).
@@ -55,6 +57,28 @@ InstanceId = Annotated[str, StringConstraints(pattern=r"^i-[0-9a-f]{8,17}$")]
 FileSystemId = Annotated[str, StringConstraints(pattern=r"^fs-[0-9a-f]{8,17}$")]
 MAX_INSTANCES = 1000
 MAX_FILE_SYSTEMS = 50
+# A cluster name (or fleet label, or a configured cluster's ARN) as every entry point accepts it: 1-256 characters,
+# none of them a control or invisible character (it names result folders, alert subjects and history keys).
+ClusterText = Annotated[str, StringConstraints(min_length=1, max_length=256), AfterValidator(printable_name)]
+# Preflight's planned run and checkpoint interval: finite, above zero, and at most ten years (a run end or a last
+# checkpoint beyond that lies outside the dates any time input may name; 1e308 hours is not a plan).
+MAX_RUN_HOURS = 87_600.0
+EksClusterName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$")]
+# The years every time input may name, at every entry point (a window reaching past them: domain/window.py)
+FIRST_YEAR, LAST_YEAR = 1970, 2100
+
+
+def _in_years(value: datetime) -> datetime:
+    if not FIRST_YEAR <= value.year <= LAST_YEAR:
+        raise ValueError(f"{value.isoformat()} is outside the years {FIRST_YEAR}-{LAST_YEAR}")
+    return value
+
+
+RequestTime = Annotated[UtcDatetime, AfterValidator(_in_years)]  # on datetime.UTC (model/timeutil.py), 1970–2100
+# The longest time or length any time input takes (an ISO-8601 time with fractions and an offset is ~35)
+TIME_TEXT_MAX = 64
+RunHours = Annotated[float, Field(gt=0, le=MAX_RUN_HOURS, allow_inf_nan=False)]
+CheckpointMinutes = Annotated[float, Field(gt=0, le=MAX_RUN_HOURS * 60, allow_inf_nan=False)]
 
 
 def fleet_label(instances: int, file_systems: int = 0) -> str:
@@ -68,10 +92,10 @@ NAMED_BY_OPERATOR = "named by the operator"
 class AuditRequest(Frozen):
     """One audit to run: what the CLI parses from flags and the state machine from its input."""
 
-    cluster: str = Field(min_length=1, max_length=256)  # a fleet label when only instance IDs are given
+    cluster: ClusterText  # a fleet label when only instance IDs are given
     mode: Mode = "coverage"
-    since: UtcDatetime | None = None
-    until: UtcDatetime | None = None
+    since: RequestTime | None = None
+    until: RequestTime | None = None
     last: str | None = Field(default=None, pattern=r"^[1-9][0-9]{0,5}[mhd]$")  # 30m, 2h, 2d (domain/window.py)
     instance_ids: list[InstanceId] = Field(default_factory=list, max_length=MAX_INSTANCES)
     # FSx for Lustre file systems the operator names (`--filesystem`), audited with or without a cluster.
@@ -80,12 +104,12 @@ class AuditRequest(Frozen):
     # found by substring; at most 50, each a CloudWatch Logs group name.
     log_groups: list[LogGroupName] = Field(default_factory=list, max_length=50)
     # Self-managed EKS: the EKS cluster whose Kubernetes nodes (providerID) are the nodes to audit.
-    eks_cluster: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
-    run_hours: float | None = Field(default=None, gt=0)
-    run_start: UtcDatetime | None = None
-    checkpoint_minutes: float | None = Field(default=None, gt=0)
+    eks_cluster: EksClusterName | None = None
+    run_hours: RunHours | None = None
+    run_start: RequestTime | None = None
+    checkpoint_minutes: CheckpointMinutes | None = None
     # Incident: when the failure began, as the operator states it (`--onset`); inside the impact window (RULES §0.5).
-    onset: UtcDatetime | None = None
+    onset: RequestTime | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -146,10 +146,21 @@ def ascii_text(text: str) -> str:
     return "".join(ch if " " <= ch <= "~" else "?" for ch in " ".join(text.split()))
 
 
+# What HTML, Markdown (client-markdown, Slack) or a chat mention would read as markup in a name
+MARKUP = re.compile(r"[<>&\[\]()*`|~#!@\\]")
+
+
+def plain_name(text: str, accounts: frozenset[str] = frozenset()) -> str:
+    """A name from the account (the cluster) where alerts lead with it (subject, Chatbot title, the body's second
+    line): printable ASCII, account IDs redacted, markup characters as `?`, so no subscriber renders it as a tag,
+    a link, emphasis or a mention. The body's quoted log lines stay as written (greppable), in a code block."""
+    return redact(MARKUP.sub("?", ascii_text(text)), accounts)  # the mask `<account>` is the auditor's own text
+
+
 def subject(result: Result, changes: Sequence[Change]) -> str:
     """`<cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)`: at most SUBJECT_MAX printable ASCII characters; the
     counts that do not fit are said as `+N more`."""
-    cluster = ascii_text(redact(result.cluster.name, result.account_ids))[:48]
+    cluster = plain_name(result.cluster.name, result.account_ids)[:48]
     parts = _counted(counts(lines_of(result, changes))) or ["no change"]
     tail = f" ({ascii_text(result.mode)})"
     for shown in range(len(parts), 0, -1):
@@ -179,7 +190,8 @@ def message(result: Result, changes: Sequence[Change], report_link: str | None =
     lines = lines_of(result, changes)
     window = f"{iso(result.window.start)} → {iso(result.window.end)}"
     head = [f"Changes: {', '.join(_counted(counts(lines))) or 'none'}",
-            f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region}) · window {window}",
+            f"gpuaudit {result.mode} · {plain_name(result.cluster.name, result.account_ids)} "
+            f"({plain_name(result.cluster.region)}) · window {window}",
             cut(result.headline, ALERT_HEADLINE_CHARS), ""]
     tail = ["", *([f"Report: {report_link}"] if report_link else []), f"Dedup key: {dedup_key(result, changes)}"]
     listed = [f"- {line.text}" for line in lines]
@@ -209,7 +221,7 @@ def chatbot_payload(result: Result, changes: Sequence[Change], alert: str) -> st
         "content": {"textType": "client-markdown", "title": subject(result, changes),
                     "description": _code_block(rest.strip("\n") or first),
                     "keywords": [result.mode, severity(changes), *[kind for kind, _ in counts(lines_of(result, changes))]]},
-        "metadata": {"threadId": redact(f"gpuaudit-{result.cluster.name}-{result.mode}", result.account_ids),
+        "metadata": {"threadId": plain_name(f"gpuaudit-{result.cluster.name}-{result.mode}", result.account_ids),
                      "summary": first, "eventType": f"gpuaudit.{result.mode}",
                      "additionalContext": {"dedup_key": key, "severity": severity(changes)}}})
 

@@ -19,6 +19,7 @@ from typing import Any
 from gpuaudit.model.redaction import redact_tree
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.model.timeutil import iso
+from gpuaudit.report.escape import visible
 from gpuaudit.report.order import verdict_rank, worst_first, xid_codes
 
 FINDINGS_SCHEMA = "gpu-audit-finding/1"
@@ -91,16 +92,23 @@ def to_ndjson(rows: Sequence[dict[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=True, separators=(",", ":")) + "\n" for r in rows)
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    text = ";".join(str(v) for v in value) if isinstance(value, list) else str(value)
-    text = re.sub(r"[\r\n]+", " ", text)
+def _item(value: Any) -> str:
+    """One value of a cell: on one line, control and invisible characters escaped (a result read back by `report`
+    is as untrusted as the account), and never a formula."""
+    text = visible(re.sub(r"[\r\n]+", " ", str(value)))
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    # each item of a list on its own: a spreadsheet that splits the cell on `;` would run `=…` in the second one
+    return ";".join(_item(v) for v in value) if isinstance(value, list) else _item(value)
+
+
 def to_csv(rows: Sequence[dict[str, Any]]) -> str:
-    """RFC 4180 CSV with a header row; lists joined by `;`; formula-starting cells prefixed with `'`."""
+    """RFC 4180 CSV with a header row; lists joined by `;`; formula-starting cells and list items prefixed with `'`;
+    control characters, line separators and invisible characters escaped as in every other output."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(FIELDS)

@@ -47,6 +47,12 @@ class JudgeConfig:
     run_start: datetime | None = None
     checkpoint_minutes: float | None = None
 
+    def asked(self) -> dict[str, object]:
+        """What the operator asked that changes the judgement (rules/history.audit_id keys on it)."""
+        return {"run_hours": self.run_hours, "run_start": self.run_start.isoformat() if self.run_start else None,
+                "checkpoint_minutes": self.checkpoint_minutes,
+                "xid_overrides": {str(code): cls for code, cls in sorted(self.xid_overrides.items())}}
+
     @classmethod
     def from_request(cls, request: AuditRequest, xid_overrides: Mapping[int, str] | None = None) -> JudgeConfig:
         return cls(xid_overrides=dict(xid_overrides or {}), run_hours=request.run_hours,

@@ -21,13 +21,14 @@ With the history unreadable, recurrence is Not checked — a first occurrence is
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
-from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.evidence import NAMED_BY_OPERATOR, Evidence, NodeInfo
 from gpuaudit.model.history import (
     ASKS,
     ESCALATED,
@@ -56,11 +57,22 @@ HISTORY_GROUP = "gpuaudit history"
 STRENGTH = {None: 0, "LEAVE ALONE": 1, "MONITOR": 2, "NOT OBSERVABLE": 2, "REBOOT": 3, "REPLACE": 4}
 
 
-def audit_id(evidence: Evidence) -> str:
-    """Deterministic: the same cluster, region, mode and window give the same id (idempotent sinks)."""
-    key = "|".join([evidence.cluster.name, evidence.cluster.region, evidence.mode, iso(evidence.window.start),
-                    iso(evidence.window.end)])
-    return hashlib.sha256(key.encode()).hexdigest()[:24]
+def audit_id(evidence: Evidence, asked: Mapping[str, object] | None = None) -> str:
+    """Deterministic: the same cluster, region, mode, window and inputs give the same id (idempotent sinks). The
+    inputs that change what is judged (log groups and file systems the operator named, the stated onset, and
+    `asked`: the planned run, Xid class overrides) are part of the key when given, so two audits of one window that
+    differ in them never share an id (the second would overwrite the first's result); an audit given none of them
+    keeps the id it always had."""
+    parts = [evidence.cluster.name, evidence.cluster.region, evidence.mode, iso(evidence.window.start),
+             iso(evidence.window.end)]
+    inputs: dict[str, object] = {
+        "log_groups": sorted(g.name for g in evidence.log_groups if NAMED_BY_OPERATOR in g.matched_patterns),
+        "file_systems": sorted(evidence.named_file_systems),
+        "onset": iso(evidence.window.onset) if evidence.window.onset else None, **(asked or {})}
+    given = {k: v for k, v in sorted(inputs.items()) if v not in (None, [], {}, "")}
+    if given:
+        parts.append(json.dumps(given, sort_keys=True, default=str))
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
 
 def state_of(evidence: Evidence) -> HistoryState:

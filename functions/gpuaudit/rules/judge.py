@@ -133,7 +133,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
             boot_by_node[iid].append(line)
     nodes: list[NodeResult] = []
     routings: dict[str, NodeRouting] = {}
-    this_audit = audit_id(evidence)
+    this_audit = audit_id(evidence, config.asked())
     agents = AgentStreams.of(evidence)
     efa = node_counters(evidence)  # RULES §8 D layer 3, per node (rules/efa_counters.py)
     for node in evidence.nodes:
