@@ -440,13 +440,32 @@ def test_a_line_that_is_not_json_rpc_gets_the_protocols_error_and_the_server_goe
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     lines = [json.dumps(initialize), "{not json \x1b[2J", '{"jsonrpc":"2.0","id":2,"method":"tools/list"', "[1,2]",
              json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"})]
-    done = subprocess.run([sys.executable, "-m", "gpuaudit", "mcp", "--world", str(WORLD), "--results-dir",
-                           str(tmp_path / "r")], env=env(), input="\n".join(lines) + "\n", capture_output=True,
-                          text=True, timeout=120)
-    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    # stdin stays open until the last answer is read: a server whose input ends stops, and may drop what it had
+    # not yet answered (an MCP client keeps the pipe open while it waits)
+    server = subprocess.Popen([sys.executable, "-m", "gpuaudit", "mcp", "--world", str(WORLD), "--results-dir",
+                               str(tmp_path / "r")], env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write("\n".join(lines) + "\n")
+    server.stdin.flush()
+    out: list[str] = []
+    timer = threading.Timer(120, server.kill)
+    timer.start()
+    try:
+        for line in server.stdout:
+            out.append(line)
+            if json.loads(line).get("id") == 3:
+                break
+        server.stdin.close()
+        stdout = server.stdout.read()
+        stderr = server.stderr.read() if server.stderr is not None else ""
+        server.wait(timeout=60)
+    finally:
+        timer.cancel()
+    answers = [json.loads(line) for line in [*out, *stdout.splitlines()] if line.strip()]
     assert [a["id"] for a in answers] == [1, None, None, None, 3], answers
     assert [a["error"]["code"] for a in answers[1:4]] == [-32700, -32700, -32600]
-    assert "\x1b" not in done.stdout and "Traceback" not in done.stderr
+    assert "\x1b" not in "".join(out) + stdout and "Traceback" not in stderr
 
 
 @pytest.mark.parametrize(("first", "second"), [
