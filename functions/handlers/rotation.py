@@ -27,11 +27,6 @@ from handlers.models import AuditTarget
 AUDITED_PREFIX = "AUDITED#"
 
 
-def audited_key(cluster: str, mode: str) -> dict[str, dict[str, str]]:
-    """The item MarkAudited writes (infra/workflow.py builds the same key with States.Format)."""
-    return {"pk": {"S": f"{AUDITED_PREFIX}{mode}"}, "sk": {"S": cluster}}
-
-
 def last_audited(ddb: Any, table: str, mode: str) -> dict[str, str]:
     """Cluster -> ISO time its last audit of `mode` ended."""
     out: dict[str, str] = {}
