@@ -10,7 +10,8 @@ Every collector step has a Catch: its failure becomes a `Not checked` gap that t
 in the result (a failed Inventory leaves the cluster's line in the execution output instead),
 so a failing collector never fails the execution. A failed Inventory or Verdict goes to RecordFailure, which
 records the cluster's failed audit and counts it (AuditsFailed); an Inventory that found no cluster of that name
-(UnknownCluster: deleted between runs) also has the cluster's standing verdicts closed in the history there. A step Lambda stopped at its timeout
+(UnknownCluster: deleted between runs) also has the cluster's standing verdicts closed in the history there. A step
+Lambda stopped at its timeout
 (`Sandbox.Timedout`) is retried once, except Plan.
 
 Concurrency is sized to the account's Logs Insights concurrent-query quota: each log batch

@@ -227,7 +227,8 @@ def test_the_json_keeps_every_node_with_its_open_actions(tmp_path: Path) -> None
     fleet_history(tmp_path)
     code, text = cli("--cluster", "c", "--history", str(tmp_path), "--format", "json")
     doc = json.loads(text)
-    assert len(doc["nodes"]) == 5 and doc["found"] == {"first_audit": at(1), "last_audit": iso(T0 + timedelta(hours=40))}
+    assert len(doc["nodes"]) == 5 and doc["found"] == {"first_audit": at(1),
+                                                       "last_audit": iso(T0 + timedelta(hours=40))}
     b = next(n for n in doc["nodes"] if n["instance_id"] == "i-0000000000000000b")
     assert b["standing"] == "REBOOT" and b["open_actions"][0]["audits_since"] == 38
     assert "latest verdict none" in b["summary"] and "open: REBOOT" in b["summary"]

@@ -273,7 +273,8 @@ class DynamoHistory:
             items, calls = self._query(pk, f"GEN#{generation}#")
             requests += calls
             if len(items) == pieces:
-                data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in sorted(items, key=lambda i: i["sk"]["S"])))
+                data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in sorted(items,
+                                                                                       key=lambda i: i["sk"]["S"])))
                 latest = {s.instance_id: s for s in _SPANS.validate_json(data)}
                 return Snapshot(generation, latest, pieces, items=len(items) + 1, requests=requests)
         raise HistoryUnreadable(history_gap("not-read", "dynamodb", "Query", f"{self.table} {pk['S']}", "Replaced",
@@ -381,10 +382,9 @@ class DynamoHistory:
                 "nodes": {"N": str(len(latest))}, "expires_at": {"N": expires}}
         condition = ("attribute_not_exists(pk)" if snapshot.generation is None else "generation = :seen")
         try:
-            retried(lambda: self.ddb.put_item(
-                TableName=self.table, Item=head, ConditionExpression=condition,
-                **({"ExpressionAttributeValues": {":seen": {"S": snapshot.generation}}} if snapshot.generation else {})),
-                self.backoff)
+            seen = {"ExpressionAttributeValues": {":seen": {"S": snapshot.generation}}} if snapshot.generation else {}
+            retried(lambda: self.ddb.put_item(TableName=self.table, Item=head, ConditionExpression=condition, **seen),
+                    self.backoff)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
@@ -405,7 +405,8 @@ class DynamoHistory:
 
 def history_item(s: HistorySpan, expires: str) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "pk": {"S": history_pk(s.cluster, s.instance_id)}, "sk": {"S": f"{iso(s.audit_time)}#{s.instance_id}#{s.audit_id}"},
+        "pk": {"S": history_pk(s.cluster, s.instance_id)},
+        "sk": {"S": f"{iso(s.audit_time)}#{s.instance_id}#{s.audit_id}"},
         "last_audit_id": {"S": s.last_audit_id}, "through": {"S": iso(s.through)}, "audits": {"N": str(s.audits)},
         "mode": {"S": s.mode}, "xid_status": {"S": s.xid_status}, "gaps": {"N": str(s.gaps)},
         "expires_at": {"N": expires}}

@@ -1,4 +1,5 @@
-"""Verdict: findings to DynamoDB and one alert to SNS (moto), the HTML report next to the result, linked; the same audit again writes and
+"""Verdict: findings to DynamoDB and one alert to SNS (moto), the HTML report next to the result, linked; the same audit
+again writes and
 publishes nothing new; EMF metrics; a failed step is a `Not checked` gap in the result."""
 
 from __future__ import annotations

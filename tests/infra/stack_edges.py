@@ -41,7 +41,8 @@ from policy_eval import (
 # tests/test_deployed_iam.py). (action, env variable, object key or None, extra condition context)
 OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
     "plan": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {})],
-    "record_failure": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
+    "record_failure": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {}),
+                       ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
                        ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
                        ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {})],
     "inventory": [("s3:PutObject", "EVIDENCE_BUCKET", "payloads/0f3a.json", {})],
@@ -55,7 +56,8 @@ OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
     "verdict": [("s3:GetObject", "EVIDENCE_BUCKET", "payloads/3d4e.json", {}),
                 ("s3:PutObject", "EVIDENCE_BUCKET", "results/research-hp-slurm/a1.json", {}),
                 ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}), ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
-                ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {}),
+                ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}),
+                ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {}),
                 ("sns:Publish", "ALERT_TOPIC_ARN", None, {}),
                 ("events:PutEvents", "EVENT_BUS", None, {"events:source": "gpuaudit"})],
 }
@@ -200,7 +202,8 @@ def edges(template: dict[str, Any]) -> tuple[StackPolicies, list[Edge]]:
                     role_arn = n.resolve(target["RoleArn"])
                     assume = (Request(service("events.amazonaws.com"), "sts:AssumeRole", role_arn, _context(rule)),
                               "trust")
-                    calls = [(Request(role(role_arn), action, arn, _context()), "resource")] if action != "sns:Publish" \
+                    calls = [(Request(role(role_arn), action, arn, _context()),
+                              "resource")] if action != "sns:Publish" \
                         else _publish(p, role(role_arn), arn, _context())
                     out.append(Edge(f"rule {logical_id} → {arn.split(':')[2]} target", (assume, *calls), role_arn))
                 else:
@@ -233,7 +236,8 @@ def _state_machine_edges(p: StackPolicies, logical_id: str, props: dict[str, Any
             found.append(Edge(f"state {name} → Lambda {function.rsplit(':', 1)[-1]}", ((Request(
                 who, "lambda:InvokeFunction", function, _context()), "resource"),), role_arn))
         if state["Type"] == "Task" and ":states:::dynamodb:" in state["Resource"]:
-            action = "dynamodb:" + state["Resource"].rsplit(":", 1)[-1][0].upper() + state["Resource"].rsplit(":", 1)[-1][1:]
+            action = "dynamodb:" + state["Resource"].rsplit(":", 1)[-1][0].upper() + state["Resource"].rsplit(":",
+                                                                                                              1)[-1][1:]
             table = f"arn:aws:dynamodb:{n.region}:{n.account}:table/{state['Parameters']['TableName']}"
             found.append(Edge(f"state {name} → DynamoDB {action}", ((Request(who, action, table, _context()),
                                                                      "resource"),), role_arn))

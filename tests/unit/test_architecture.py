@@ -41,8 +41,8 @@ HANDLERS_NEVER = {"cli", "devtools", "embedded"}  # the Lambda asset ships neith
 # concern can be read and changed alone; `judge` alone composes the questions. A new module takes a floor here.
 RULES_FLOORS: dict[str, int] = {
     # 1: readers of one kind of signal
-    "xid_lines": 1, "xid": 1, "xid_routing": 1, "hma": 1, "coverage": 1, "history": 1, "storage": 1, "bootstrap": 1, "control_plane": 1,
-    "nodes": 1, "acted": 1, "actions": 1, "host_events": 1, "straggler": 1,
+    "xid_lines": 1, "xid": 1, "xid_routing": 1, "hma": 1, "coverage": 1, "history": 1, "storage": 1, "bootstrap": 1,
+    "control_plane": 1, "nodes": 1, "acted": 1, "actions": 1, "host_events": 1, "straggler": 1,
     # 2: what every judging rule shares (the judge's configuration, Judged, Context) and how a step is shown
     "context": 2, "steps": 2,
     # 3: readers of a concern the incident questions and the pre-flight checks both ask
@@ -303,7 +303,8 @@ def definitions_of(wanted: set[str], kinds: tuple[type, ...] = (ast.Tuple, ast.L
         tree = parsed(p)
         type_args = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
         found += [f"{p.relative_to(PACKAGE)}:{n.lineno}" for n in ast.walk(tree)
-                  if isinstance(n, kinds) and id(n) not in type_args and _is_order_or_name_table(n) and wanted <= _literal_strings(n)]
+                  if isinstance(n, kinds) and id(n) not in type_args and _is_order_or_name_table(n)
+                  and wanted <= _literal_strings(n)]
     return found
 
 

@@ -73,7 +73,8 @@ AUDIT_EXAMPLES = """Examples:
 
   gpuaudit audit --cluster my-hyperpod --format ndjson | jq -c 'select(.verdict == "REPLACE")'
 
-  gpuaudit audit --world functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json --cluster research-hp-slurm --out report.md
+  gpuaudit audit --world functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json \\
+      --cluster research-hp-slurm --out report.md
 
 Exit codes: 0 audited; 2 bad input; 3 account unreachable or credentials; 4 a --fail-on/--fail-if-not-ready gate;
 130 interrupted."""
@@ -169,7 +170,8 @@ def audit(
         help="Show only nodes with these verdicts, e.g. REPLACE,REBOOT (table and finding records)",
         rich_help_panel=GATES)] = None,
     only_exceptions: Annotated[bool, typer.Option(
-        "--only-exceptions", help="Show only nodes that need something: not LEAVE ALONE", rich_help_panel=GATES)] = False,
+        "--only-exceptions", help="Show only nodes that need something: not LEAVE ALONE",
+        rich_help_panel=GATES)] = False,
     fail_on: Annotated[str | None, typer.Option(
         "--fail-on", help="Exit 4 when any node has one of these verdicts, e.g. REPLACE,NOT_OBSERVABLE",
         rich_help_panel=GATES)] = None,

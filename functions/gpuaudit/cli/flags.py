@@ -42,7 +42,8 @@ def _time_arg(value: str | None, flag: str) -> datetime | None:
     except (ValueError, OverflowError):
         lengths = " or a length" if flag == "--since" else ""
         example = ", or 2h for two hours ago" if lengths else ""
-        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {value!r} (e.g. 2026-09-27T10:00:00Z{example})") from None
+        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {value!r} (e.g. "
+                        f"2026-09-27T10:00:00Z{example})") from None
     if not 1970 <= parsed.year <= 2100:
         raise UserError(f"{flag}: {value!r} is outside the years 1970-2100")
     return parsed
@@ -115,7 +116,8 @@ def _out_dir(path: Path | None) -> Path | None:
 
 
 def _verdicts(value: str | None, flag: str) -> set[str]:
-    """A comma-separated verdict list, as typed: REPLACE,REBOOT; NOT_OBSERVABLE or not-observable for the spaced ones."""
+    """A comma-separated verdict list, as typed: REPLACE,REBOOT; NOT_OBSERVABLE or not-observable for the spaced
+    ones."""
     if value is None:
         return set()
     chosen: set[str] = set()
@@ -132,7 +134,8 @@ def _verdicts(value: str | None, flag: str) -> set[str]:
     return chosen
 
 
-FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances", "file_system_ids": "--filesystem"}  # request fields whose flag is named otherwise
+FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances",
+         "file_system_ids": "--filesystem"}  # request fields whose flag is named otherwise
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -37,7 +37,8 @@ FALLEN_OFF_BUS_MARKER = "fallen off the bus"
 # nvidia-smi / driver memory health lines of RULES §6 (row remapping, SRAM, page retirement).
 MEMORY_MARKERS = ("infoROM is corrupted", "Remapping Failure Occurred", "SRAM Threshold Exceeded",
                   "Unrepairable Memory", "Pending Page Blacklist", "Repair Pending")
-GPU_LINE_MARKERS = (XID_MARKER, HMA_MARKER, NCCL_MARKER, *NCCL_TIMEOUT_MARKERS, *FABRIC_MANAGER_MARKERS, *LIFECYCLE_MARKERS,
+GPU_LINE_MARKERS = (XID_MARKER, HMA_MARKER, NCCL_MARKER, *NCCL_TIMEOUT_MARKERS, *FABRIC_MANAGER_MARKERS,
+                    *LIFECYCLE_MARKERS,
                     *MEMORY_MARKERS, FALLEN_OFF_BUS_MARKER)
 # HyperPod lifecycle-script and deep-health-check streams: their error lines are read whatever they say.
 HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")

@@ -208,7 +208,8 @@ def chatbot_payload(result: Result, changes: Sequence[Change], alert: str) -> st
         "version": "1.0", "source": "custom", "id": key,
         "content": {"textType": "client-markdown", "title": subject(result, changes),
                     "description": _code_block(rest.strip("\n") or first),
-                    "keywords": [result.mode, severity(changes), *[kind for kind, _ in counts(lines_of(result, changes))]]},
+                    "keywords": [result.mode, severity(changes),
+                                 *[kind for kind, _ in counts(lines_of(result, changes))]]},
         "metadata": {"threadId": redact(f"gpuaudit-{result.cluster.name}-{result.mode}", result.account_ids),
                      "summary": first, "eventType": f"gpuaudit.{result.mode}",
                      "additionalContext": {"dedup_key": key, "severity": severity(changes)}}})

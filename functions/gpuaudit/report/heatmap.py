@@ -346,7 +346,8 @@ def _legend() -> str:
                           ("sympathetic", "sympathetic Xid (■)"), ("other", "other GPU event (●)")))
     return ('<div class="legend">' + _swatch(LIVE, "live: ≥1 line that hour / HMA Measured")
             + _swatch(EMPTY, "empty: no line that hour (hatched)") + _swatch(UNOBS, "not observable / not proven")
-            + _swatch(HMA_NONE, "no HMA detections (log group live)") + _swatch(NA, "not applicable (before launch, no GPU)")
+            + _swatch(HMA_NONE, "no HMA detections (log group live)") + _swatch(NA,
+                "not applicable (before launch, no GPU)")
             + marks + "</div>")
 
 

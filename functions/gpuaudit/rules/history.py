@@ -165,7 +165,8 @@ def _escalated(span: HistorySpan, node: NodeInfo, routing: NodeRouting | None) -
     keep_cause = routing is not None and routing.verdict == "REPLACE"
     return NodeRouting(verdict="REPLACE", hardware=True, verdict_evidence=f"{head}{basis}; {now}",
                        cause_code=routing.cause_code if keep_cause and routing else (first.code if first else None),
-                       cause_class="hardware", pci=routing.pci if keep_cause and routing else (first.pci if first else None))
+                       cause_class="hardware",
+                       pci=routing.pci if keep_cause and routing else (first.pci if first else None))
 
 
 def _signals_text(xids: Sequence[HistoryXid]) -> str:
@@ -354,7 +355,8 @@ def actions_after(result: Result, evidence: Evidence,
     spans = distinct([*(s for s in evidence.history.spans if s.audit_id != result.audit_id), *written])
     out: dict[str, list[AskedAction]] = {}
     for iid, actions in actions_by_node(spans).items():
-        out[iid] = [AskedAction(verdict=ASKED_VERDICTS[a.verdict], given_at=a.given.audit_time, given_in=a.given.audit_id,
+        out[iid] = [AskedAction(verdict=ASKED_VERDICTS[a.verdict], given_at=a.given.audit_time,
+                                given_in=a.given.audit_id,
                                 signal=a.signal, status="open" if a.open else a.closed_how or "closed",
                                 done=a.closed_said if not a.open else None)
                     for a in actions if a.open or a.closed_in == result.audit_id]
