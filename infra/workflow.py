@@ -135,8 +135,8 @@ class AuditWorkflow(Construct):
         def mark_audited(name: str) -> tasks.DynamoUpdateItem:
             mark = tasks.DynamoUpdateItem(
                 self, name, table=table, key={
-                    "pk": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.format(f"{AUDITED_PREFIX}{{}}",
-                                                                                     at("$.mode"))),
+                    "pk": tasks.DynamoAttributeValue.from_string(
+                        sfn.JsonPath.format(f"{AUDITED_PREFIX}{{}}", at("$.mode"))),
                     "sk": tasks.DynamoAttributeValue.from_string(at("$.cluster"))},
                 update_expression="SET audited_at = :at",
                 expression_attribute_values={":at": tasks.DynamoAttributeValue.from_string(

@@ -421,9 +421,8 @@ def test_a_node_gone_from_the_cluster_is_said_once_and_never_called_a_recovery(s
     # Then it is said gone (not recovered), once, and its state is kept only until the retention ends
     assert gone.changes == [f"{SECOND}: no longer in the cluster (was REBOOT): replaced or terminated, not a recovery"]
     assert later.changes == []
-    item = next(i for i in sinks.items() if i["pk"]["S"] == sinks_module.latest_pk("llm-pretrain", "coverage",
-                                                                                     f"NODE#{SECOND}")
-                and i["sk"]["S"] == f"NODE#{SECOND}")
+    pk = sinks_module.latest_pk("llm-pretrain", "coverage", f"NODE#{SECOND}")
+    item = next(i for i in sinks.items() if i["pk"]["S"] == pk and i["sk"]["S"] == f"NODE#{SECOND}")
     assert item["gone"]["S"] and int(item["expires_at"]["N"]) > NOW_EPOCH
 
 
@@ -597,8 +596,8 @@ def test_a_flapping_node_says_so_on_its_alert_lines(sinks: Sinks, tmp_path: Path
     # Given an Xid 79 every other audit: REBOOT, recovered, REBOOT, …
     results = remembered(tmp_path, {8: 79, 32: 79, 56: 79}, (10, 22, 34, 46, 58))
     said = [sinks.write(r).changes for r in results]
-    assert FLAPPING in (node_of(results[-1], GPU).history or "") and FLAPPING not in (node_of(results[2],
-                                                                                              GPU).history or "")
+    assert FLAPPING in (node_of(results[-1], GPU).history or "")
+    assert FLAPPING not in (node_of(results[2], GPU).history or "")
 
     # Then the lines of the audits that report the flapping name it, the earlier ones do not
     assert said[1] == []  # the Xid left the window, no reboot seen: the REBOOT is still open, never "recovered"

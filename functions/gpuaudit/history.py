@@ -273,8 +273,8 @@ class DynamoHistory:
             items, calls = self._query(pk, f"GEN#{generation}#")
             requests += calls
             if len(items) == pieces:
-                data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in sorted(items,
-                                                                                       key=lambda i: i["sk"]["S"])))
+                in_order = sorted(items, key=lambda i: i["sk"]["S"])
+                data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in in_order))
                 latest = {s.instance_id: s for s in _SPANS.validate_json(data)}
                 return Snapshot(generation, latest, pieces, items=len(items) + 1, requests=requests)
         raise HistoryUnreadable(history_gap("not-read", "dynamodb", "Query", f"{self.table} {pk['S']}", "Replaced",

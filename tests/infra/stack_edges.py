@@ -236,8 +236,8 @@ def _state_machine_edges(p: StackPolicies, logical_id: str, props: dict[str, Any
             found.append(Edge(f"state {name} → Lambda {function.rsplit(':', 1)[-1]}", ((Request(
                 who, "lambda:InvokeFunction", function, _context()), "resource"),), role_arn))
         if state["Type"] == "Task" and ":states:::dynamodb:" in state["Resource"]:
-            action = "dynamodb:" + state["Resource"].rsplit(":", 1)[-1][0].upper() + state["Resource"].rsplit(":",
-                                                                                                              1)[-1][1:]
+            operation = state["Resource"].rsplit(":", 1)[-1]
+            action = "dynamodb:" + operation[0].upper() + operation[1:]
             table = f"arn:aws:dynamodb:{n.region}:{n.account}:table/{state['Parameters']['TableName']}"
             found.append(Edge(f"state {name} → DynamoDB {action}", ((Request(who, action, table, _context()),
                                                                      "resource"),), role_arn))

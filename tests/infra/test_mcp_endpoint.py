@@ -61,8 +61,8 @@ def test_one_function_behind_an_aws_iam_url_buffered(mcp: Synthesized) -> None:
 def test_the_functions_role_reads_and_starts_only_the_stacks_state_machine(mcp: Synthesized) -> None:
     _, function = _function(mcp)
     statements = _statements(mcp, function["Properties"]["Role"]["Fn::GetAtt"][0])
-    actions = {a for st in statements.values() for a in ([st["Action"]] if isinstance(st["Action"],
-                                                                                      str) else st["Action"])}
+    actions = {a for st in statements.values()
+               for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
     assert actions == {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments",
                        "xray:PutTelemetryRecords", "dynamodb:GetItem", "dynamodb:Query", "s3:GetObject",
                        "s3:ListBucket",

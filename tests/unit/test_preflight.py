@@ -98,9 +98,8 @@ def offering(end: datetime) -> ExtensionOffering:
 def common(**update: Any) -> dict[str, Any]:
     base: dict[str, Any] = dict(
         mode="preflight", window=Window(start=NOW - timedelta(hours=24), end=NOW, source="default-24h"), now=NOW,
-        capacity_reservations=[reservation()], capacity_extensions=[ExtensionOfferings(reservation_id=CR,
-                                                                                       requested_hours=24,
-                                                                                       offerings=[])],
+        capacity_reservations=[reservation()],
+        capacity_extensions=[ExtensionOfferings(reservation_id=CR, requested_hours=24, offerings=[])],
         training_plans=[], security_groups=[sg()],
         subnets=[SubnetInfo(subnet_id=SUBNET, vpc_id=VPC, availability_zone="us-west-2a", available_ips=412)],
         alarms_in_alarm=[], event_rules=[EventRuleInfo(

@@ -100,8 +100,8 @@ def _trail_event(e: dict[str, Any]) -> CloudTrailEvent:
     return CloudTrailEvent(
         time=e["EventTime"], event_name=e.get("EventName", ""), event_source=e.get("EventSource", ""),
         username=e.get("Username"), resources=[r.get("ResourceName", "") for r in e.get("Resources", []) or []],
-        request_parameters=detail.get("requestParameters") if isinstance(detail.get("requestParameters"),
-                                                                         dict) else None,
+        request_parameters=(detail.get("requestParameters") if isinstance(detail.get("requestParameters"), dict)
+                            else None),
         response_elements=detail.get("responseElements") if isinstance(detail.get("responseElements"), dict) else None,
         error_code=detail.get("errorCode"), error_message=detail.get("errorMessage"))
 

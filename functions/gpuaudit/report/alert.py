@@ -124,8 +124,8 @@ def lines_of(result: Result, changes: Sequence[Change]) -> list[AlertLine]:
         whats = "; ".join(dict.fromkeys(c.what for c in ordered))
         details = "; ".join(dict.fromkeys(c.detail for c in ordered if c.detail))
         line = f"{kind} {iid}{_xids(node)}{flapping}: {whats}" + (f" — {details}" if details else "")
-        out.append(((_kind_rank(kind), min(c.rank for c in said), iid), AlertLine(kind, cut(line, ALERT_LINE_CHARS),
-                                                                                 iid)))
+        out.append(((_kind_rank(kind), min(c.rank for c in said), iid),
+                    AlertLine(kind, cut(line, ALERT_LINE_CHARS), iid)))
     return [line for _, line in sorted(out, key=lambda entry: entry[0])]
 
 
@@ -219,8 +219,8 @@ def message_attributes(result: Result, changes: Sequence[Change]) -> dict[str, d
     """SNS message attributes (at most 10): what a subscription filter policy or a pager integration keys on."""
     kinds = [kind for kind, _ in counts(lines_of(result, changes))]
     return {"dedup_key": {"DataType": "String", "StringValue": dedup_key(result, changes)},
-            "cluster": {"DataType": "String", "StringValue": ascii_text(redact(result.cluster.name,
-                                                                                result.account_ids)) or "?"},
+            "cluster": {"DataType": "String",
+                        "StringValue": ascii_text(redact(result.cluster.name, result.account_ids)) or "?"},
             "mode": {"DataType": "String", "StringValue": result.mode},
             "window": {"DataType": "String", "StringValue": f"{iso(result.window.start)}/{iso(result.window.end)}"},
             "severity": {"DataType": "String", "StringValue": severity(changes)},

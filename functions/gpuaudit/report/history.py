@@ -132,8 +132,8 @@ class HistoryView:
 
     def filters(self) -> str:
         said = [f"--verdict {','.join(v for v in VERDICT_SEVERITY if v in self.verdicts)}"] if self.verdicts else []
-        return ", ".join([*said, *(["--open"] if self.open_only else []), *(["--changed"] if self.changed_only
-                                                                              else [])])
+        return ", ".join([*said, *(["--open"] if self.open_only else []),
+                          *(["--changed"] if self.changed_only else [])])
 
 
 def view_of(read: HistoryRead) -> HistoryView:

@@ -367,9 +367,9 @@ def _decided(lead: FileSystemDecision, decisions: Sequence[FileSystemDecision]) 
 
 
 def _rows(decisions: Sequence[FileSystemDecision]) -> str:
-    return ". ".join(f"{d.file_system_id} ({d.scope}): {d.reading.statement} — " + "; ".join(r.text() for r in d.rows)
-                     for d in decisions) + ". Values as reported: " + "; ".join(d.reading.quoted for d in decisions
-                                                                                 if d.reading.quoted)
+    return (". ".join(f"{d.file_system_id} ({d.scope}): {d.reading.statement} — " + "; ".join(r.text() for r in d.rows)
+                      for d in decisions)
+            + ". Values as reported: " + "; ".join(d.reading.quoted for d in decisions if d.reading.quoted))
 
 
 def branch_d(j: Judged) -> Branch:
@@ -582,12 +582,10 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
         if len(app) > NAMED_UP_TO:  # readable at fleet size: the first lines whole, the rest counted per code
             rest = app[NAMED_UP_TO:]
             per_code = Counter(e.code for _, e in rest)
+            commonest = sorted(per_code.items(), key=lambda ck: (-ck[1], ck[0] or 0))
             text += (f"; and {len(rest):,} more application-class Xid line(s) on "
-                     f"{len({n.instance_id for n, _ in rest}):,} node(s) (" + ", ".join(f"Xid {c} ×{k:,}" for c,
-                                                                                        k in sorted(per_code.items(),
-                                                                                                    key=lambda ck:
-                                                                                  (-ck[1], ck[0] or 0)))
-                     + "), each under its node")
+                     f"{len({n.instance_id for n, _ in rest}):,} node(s) ("
+                     + ", ".join(f"Xid {c} ×{k:,}" for c, k in commonest) + "), each under its node")
         if pattern == "F":
             text += "; application-class Xids on several nodes, no hardware class anywhere"
         clean = [b for b in others if b.status == "Ruled out"]

@@ -108,8 +108,8 @@ def one_story(result: Result, evidence: Evidence) -> list[str]:
     hard = [n for n in result.nodes if n.verdict in ("REPLACE", "REBOOT")
             and any(e.class_ == "hardware" for e in n.gpu_errors)]
     by = {b.branch: b for b in result.branches}
-    if "A" in by and by["A"].status == "Root cause" and not any(n.verdict in ("REPLACE",
-                                                                              "REBOOT") for n in result.nodes):
+    if "A" in by and by["A"].status == "Root cause" and not any(n.verdict in ("REPLACE", "REBOOT")
+                                                                  for n in result.nodes):
         broken.append("branch A Root cause with no REPLACE/REBOOT node verdict")
     if "A" in by and hard and by["A"].status in ("Ruled out", "Not assessed"):
         broken.append(f"branch A {by['A'].status} beside REPLACE/REBOOT on " + ", ".join(n.instance_id for n in hard))

@@ -228,8 +228,8 @@ def _note(memory: Memory, accelerated: bool, said: list[str]) -> str | None:
              f"{iso(max(s.through for s in memory.spans))}: "
              + ", ".join(f"{v} ×{n}" for v, n in sorted(verdicts.items()))]
     if xids:
-        parts.append("hardware signals " + _signals_text(xids[-5:]) + (f" (+{len(xids) - 5} earlier)"
-                                                                       if len(xids) > 5 else ""))
+        earlier = f" (+{len(xids) - 5} earlier)" if len(xids) > 5 else ""
+        parts.append("hardware signals " + _signals_text(xids[-5:]) + earlier)
     if reboots:
         parts.append(f"{len(reboots)} reboot(s) seen, last at {iso(reboots[-1])}")
     return "; ".join([*parts, *said])
