@@ -133,7 +133,8 @@ class DeployConfig(BaseModel):
                 raise ValueError(f"`{key}` names clusters that are not configured: {', '.join(unknown)}")
         if self.history_lookback_days > self.finding_retention_days:
             raise ValueError(f"`history_lookback_days` ({self.history_lookback_days}) reaches past "
-                             f"`finding_retention_days` ({self.finding_retention_days}): the table keeps no older audit")
+                             f"`finding_retention_days` "
+                             f"({self.finding_retention_days}): the table keeps no older audit")
         plaintext = sorted(c for c, r in self.member_roles.items() if r.external_id is not None)
         if plaintext:
             raise ValueError(f"`member_roles.{plaintext[0]}.external_id`: the stack deploys no plaintext external ID "

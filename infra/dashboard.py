@@ -27,7 +27,8 @@ PERIOD = Duration.hours(1)  # the schedule's cadence: one coverage audit per clu
 WIDTH, HEIGHT = 12, 6
 
 
-def search(schema: str, metric: str, statistic: str, label: str, cluster: str | None = None) -> cloudwatch.MathExpression:
+def search(schema: str, metric: str, statistic: str, label: str,
+           cluster: str | None = None) -> cloudwatch.MathExpression:
     """SEARCH over the namespace's `schema` dimensions: one line per dimension value found."""
     where = f' cluster="{cluster}"' if cluster else ""
     return cloudwatch.MathExpression(
@@ -52,7 +53,8 @@ class AuditDashboard(Construct):
                                      search("cluster,service,xid_status", "Nodes", "Average", "")))
         self.dashboard.add_widgets(*nodes)
         self.dashboard.add_widgets(
-            self._graph("Verdicts per audit (cluster, service, verdict)", search("cluster,service,verdict", "Verdicts", "Average", "")),
+            self._graph("Verdicts per audit (cluster, service, verdict)",
+                        search("cluster,service,verdict", "Verdicts", "Average", "")),
             cloudwatch.GraphWidget(
                 title="Audit duration (state machine ExecutionTime)", width=WIDTH, height=HEIGHT,
                 left=[state_machine.metric_time(statistic="Average", period=PERIOD, label="average"),

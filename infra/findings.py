@@ -51,7 +51,8 @@ class FindingsStore(Construct):
 
         self.bucket = s3.Bucket(
             self, "Evidence", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL, object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             removal_policy=RemovalPolicy.RETAIN,
             lifecycle_rules=[
                 s3.LifecycleRule(id="payloads", prefix=PAYLOADS_PREFIX,
@@ -77,7 +78,8 @@ class FindingsStore(Construct):
                 block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
                 object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED, removal_policy=RemovalPolicy.DESTROY,
                 auto_delete_objects=False,
-                lifecycle_rules=[s3.LifecycleRule(id="map-results", expiration=Duration.days(config.payload_retention_days),
+                lifecycle_rules=[s3.LifecycleRule(id="map-results",
+                                                  expiration=Duration.days(config.payload_retention_days),
                                                   abort_incomplete_multipart_upload_after=Duration.days(1))])
             Validations.of(self.map_results).acknowledge(Acknowledgment(
                 id="AwsSolutions::AwsSolutions-S1",

@@ -181,7 +181,8 @@ class AuditorAlarms(Construct):
             name = f"AuditAge{''.join(c for c in cluster.title() if c.isalnum())}"
             alarm = cloudwatch.Alarm(
                 self, name, metric=completed, alarm_name=f"{self.alarm_prefix}{name}",
-                threshold=1, evaluation_periods=1, comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+                threshold=1, evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
                 alarm_description=f"gpuaudit: no completed audit of {cluster} in {AUDIT_AGE.to_hours()} h")
             alarm.add_alarm_action(notify)

@@ -10,7 +10,8 @@ Every collector step has a Catch: its failure becomes a `Not checked` gap that t
 in the result (a failed Inventory leaves the cluster's line in the execution output instead),
 so a failing collector never fails the execution. A failed Inventory or Verdict goes to RecordFailure, which
 records the cluster's failed audit and counts it (AuditsFailed); an Inventory that found no cluster of that name
-(UnknownCluster: deleted between runs) also has the cluster's standing verdicts closed in the history there. A step Lambda stopped at its timeout
+(UnknownCluster: deleted between runs) also has the cluster's standing verdicts closed in the history there. A step
+Lambda stopped at its timeout
 (`Sandbox.Timedout`) is retried once, except Plan.
 
 Concurrency is sized to the account's Logs Insights concurrent-query quota: each log batch
@@ -142,9 +143,19 @@ class AuditWorkflow(Construct):
         verdict.add_catch(sfn.Pass(self, "VerdictFailed", parameters={
             "cluster": at("$.request.cluster"), "mode": at("$.request.mode"), "failure": failure("Verdict")})
             .next(record_failure), errors=ALL, result_path="$.error")
-        finish.add_catch(sfn.Pass(self, "FinishNotChecked", parameters={
-            "request": obj("$.inventory.request"), "evidence": obj("$.inventory.evidence"), "failure": failure("Finish")})
-            .next(verdict), errors=ALL, result_path="$.error")
+        finish.add_catch(
+            sfn.Pass(
+                self,
+                "FinishNotChecked",
+                parameters={
+                    "request": obj("$.inventory.request"),
+                    "evidence": obj("$.inventory.evidence"),
+                    "failure": failure("Finish"),
+                },
+            ).next(verdict),
+            errors=ALL,
+            result_path="$.error",
+        )
 
         # When this cluster's audit ended (audited or recorded as failed): Plan puts the least recently audited first
         # (handlers/rotation.py), so an execution cut off by its timeout leaves a different tail each time. A mark
@@ -155,8 +166,8 @@ class AuditWorkflow(Construct):
                 values[":took"] = tasks.DynamoAttributeValue.number_from_string(at("$.audit_s"))
             mark = tasks.DynamoUpdateItem(
                 self, name, table=table, key={
-                    "pk": tasks.DynamoAttributeValue.from_string(sfn.JsonPath.format(f"{AUDITED_PREFIX}{{}}",
-                                                                                     at("$.mode"))),
+                    "pk": tasks.DynamoAttributeValue.from_string(
+                        sfn.JsonPath.format(f"{AUDITED_PREFIX}{{}}", at("$.mode"))),
                     "sk": tasks.DynamoAttributeValue.from_string(at("$.cluster"))},
                 # audit_s: how long this audit took (Plan fits the next executions to the period with it); the
                 # REMOVE ends this execution's in-flight claim (handlers/execution_share.py)
@@ -207,10 +218,25 @@ class AuditWorkflow(Construct):
         })
         # Plan asks whether the execution holding an in-flight claim still runs (handlers/execution_share.py): a policy
         # of its own, since the Plan function cannot depend on the state machine that invokes it.
-        holders = iam.Policy(self, "PlanReadsClaimHolders", roles=[functions.roles["Plan"]], statements=[
-            iam.PolicyStatement(sid="ClaimHolders", actions=["states:DescribeExecution"], resources=[
-                Stack.of(self).format_arn(service="states", resource="execution", arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                                          resource_name=f"{self.state_machine.state_machine_name}:*")])])
+        holders = iam.Policy(
+            self,
+            "PlanReadsClaimHolders",
+            roles=[functions.roles["Plan"]],
+            statements=[
+                iam.PolicyStatement(
+                    sid="ClaimHolders",
+                    actions=["states:DescribeExecution"],
+                    resources=[
+                        Stack.of(self).format_arn(
+                            service="states",
+                            resource="execution",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                            resource_name=f"{self.state_machine.state_machine_name}:*",
+                        )
+                    ],
+                )
+            ],
+        )
         acknowledge_wildcards(holders, {
             ":execution:": "DescribeExecution of this state machine's own executions (execution:<this state "
                            "machine>:*): Plan reads whether the holder of an in-flight claim still runs.",

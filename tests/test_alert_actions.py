@@ -132,8 +132,8 @@ def test_a_reboot_after_the_signal_is_announced_rebooted(deployed: Deployed) -> 
     _, rebooted, after = deployed.said
     (done,) = rebooted.outcome.records
     assert done.kind == alert.DONE and done.node == iid
-    assert done.what == (f"REBOOT done: already rebooted after the signal at {at(8)}: a boot at {at(20)} (kernel banner "
-                         "in the node's log)")
+    assert done.what == (f"REBOOT done: already rebooted after the signal at "
+                         f"{at(8)}: a boot at {at(20)} (kernel banner in the node's log)")
     assert done.detail == f"REBOOT given at {at(10)} on a signal at {at(8)}"
     assert rebooted.outcome.subject == "llm-pretrain: 1 DONE (coverage)"
     assert f"\n- DONE {iid}: REBOOT done: already rebooted after the signal" in deployed.messages()[1]

@@ -87,7 +87,8 @@ def test_a_leading_hypothesis_is_said_when_it_changes(topic: Topic) -> None:
     # When a later audit leads with another branch, and a third keeps it
     moved = result.model_copy(update={"audit_id": "moved", "branches": [
         b.model_copy(update={"status": "UNVERIFIED", "label": "Hypothesis (to validate)"}) if b.branch == "A" else
-        b.model_copy(update={"status": "Ruled out", "label": None}) if b.branch == "F" else b for b in result.branches]})
+        b.model_copy(update={"status": "Ruled out",
+                             "label": None}) if b.branch == "F" else b for b in result.branches]})
     second = topic.write(moved)
     third = topic.write(moved.model_copy(update={"audit_id": "kept"}))
 
@@ -132,7 +133,8 @@ def test_the_coverage_demo_alert_is_one_line_per_node_worst_first_with_verdict_n
     rebooted = [n for n in result.nodes if n.verdict == "REBOOT"]
     for n in rebooted:
         (line,) = [x for x in node_lines if n.instance_id in x]
-        code = re.search(r"Xid (\d+)", n.verdict_evidence or "")[1]  # type: ignore[index]  # the Xid the verdict rests on
+        code = re.search(r"Xid (\d+)",
+                         n.verdict_evidence or "")[1]  # type: ignore[index]  # the Xid the verdict rests on
         assert line.startswith(f"- REBOOT {n.instance_id} Xid {code}")
     counted = ", ".join(f"{n:,} {k}" for k, n in alert.counts(alert.lines_of(result, outcome.records)))
     assert text.split("\n")[0] == f"Changes: {counted}"

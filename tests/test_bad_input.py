@@ -72,7 +72,9 @@ def test_bad_xid_override_and_bad_last_are_bad_input(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "--last" in out.output
 
 
-HYPERPOD_WORLD = str(Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json")
+HYPERPOD_WORLD = str(
+    Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json"
+)
 
 
 @pytest.mark.parametrize(("field", "value"), [("run_hours", "inf"), ("run_hours", "nan"), ("run_hours", "1e308"),

@@ -17,10 +17,16 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 # Each script and the test that runs it here (env_size.py's is in tests/infra, with the synthesis process it needs)
-RUN_BY = {"cloudtrail_calls": "test_cloudtrail_calls", "env_size": "infra/test_bench_env_size.py",
-          "hourly_scan": "test_hourly_scan", "open_actions": "test_open_actions", "record_failure": "test_record_failure",
-          "report_size": "test_report_size",
-          "step_memory": "test_step_memory", "verdict_dynamodb": "test_verdict_dynamodb"}
+RUN_BY = {
+    "cloudtrail_calls": "test_cloudtrail_calls",
+    "env_size": "infra/test_bench_env_size.py",
+    "hourly_scan": "test_hourly_scan",
+    "open_actions": "test_open_actions",
+    "record_failure": "test_record_failure",
+    "report_size": "test_report_size",
+    "step_memory": "test_step_memory",
+    "verdict_dynamodb": "test_verdict_dynamodb",
+}
 
 
 def test_every_benchmark_script_is_run_by_a_test() -> None:

@@ -99,8 +99,8 @@ def test_a_capacity_class_error_in_the_head_nodes_logs_keeps_b_open_and_is_named
     w = PClusterWorld("logs-cb", n_compute=1)
     w.healthy(w.compute[0], at(-48), at(12, 25))
     w.healthy(w.head, at(-48), at(12, 25))
-    w.stream(w.group, w.stream_name(w.head, where), events=[(at(9, 10), f"2026-10-01 09:10:00,000 - [{where}] - ERROR - "
-                                                                          f"{message}")])
+    w.stream(w.group, w.stream_name(w.head, where),
+             events=[(at(9, 10), f"2026-10-01 09:10:00,000 - [{where}] - ERROR - {message}")])
     b = _b(_incident(w))
     assert b.status != "Ruled out" and b.label == "Hypothesis (to validate)"
     assert where in b.evidence and message.split(" when ")[0][-30:] in b.evidence

@@ -80,7 +80,8 @@ def on_terminal(args: Sequence[str], *, env: dict[str, str] | None = None, stder
                 open_fds.discard(fd)
                 continue
             chunks[fd].append(data)
-        if interrupt_when and not interrupted and interrupt_when in b"".join(chunks[err_master]).decode("utf-8", "replace"):
+        if (interrupt_when and not interrupted
+                and interrupt_when in b"".join(chunks[err_master]).decode("utf-8", "replace")):
             if proc.poll() is None:  # still running: a loaded machine may schedule this loop only after it ended
                 proc.send_signal(signal.SIGINT)
                 INTERRUPTS.append(proc.pid)

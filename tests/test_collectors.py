@@ -410,5 +410,6 @@ def test_a_capped_kernel_query_is_read_again_by_instance_id_so_a_node_named_by_i
     assert n.xid_status == "Measured"
     (row,) = n.coverage
     assert row.kernel_lines_ever and row.kernel_lines_ever > 0
-    assert any("kernel-streams" in g and "in parts by the instance ID or host name in the stream name, of which 1 reached the Logs Insights" in g
+    assert any("kernel-streams" in g and "in parts by the instance ID or host name in the stream name, of which 1 "
+               "reached the Logs Insights" in g
                for g in result.visibility_gaps)

@@ -77,7 +77,9 @@ def test_a_createfleet_that_succeeded_with_launch_errors_keeps_b_open_and_names_
 
 def test_a_createfleet_that_failed_on_capacity_keeps_b_open() -> None:
     b = _b(_world(_fleet("fleet-pc", at(9, 40), error=("InsufficientInstanceCapacity", ICE))))
-    assert b.status != "Ruled out" and "CreateFleet" in b.evidence and "failed: InsufficientInstanceCapacity" in b.evidence
+    assert (
+        b.status != "Ruled out" and "CreateFleet" in b.evidence and "failed: InsufficientInstanceCapacity" in b.evidence
+    )
 
 
 def test_a_createfleet_with_no_launch_error_leaves_capacity_errors_cleared() -> None:

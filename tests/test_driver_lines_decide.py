@@ -91,7 +91,8 @@ def test_nvlink5_decode_saying_fatal_hardware_over_a_printed_nonfatal_is_a_hardw
     (row,) = [e for e in n.gpu_errors if e.code == 144]
     assert row.class_ == "hardware"  # the decode's class, not the printed word's
     evidence = n.verdict_evidence or ""
-    assert "Fatal, RESET_GPU, HW" in evidence and "the line prints Nonfatal, the decode says Fatal (RESET_GPU)" in evidence
+    assert "Fatal, RESET_GPU, HW" in evidence
+    assert "the line prints Nonfatal, the decode says Fatal (RESET_GPU)" in evidence
     assert {b.branch: b.status for b in result.branches}["A"] == "Root cause"
 
 

@@ -94,7 +94,8 @@ def test_the_stand_in_refuses_a_batch_past_25_requests_or_16_mb_an_item_past_400
 
 
 def test_batches_keep_every_request_in_order_within_dynamodbs_limits() -> None:
-    requests = put_requests([item(n) for n in range(60)] + [item(3)] + [item(n, size=390 * 1024) for n in range(60, 110)])
+    requests = put_requests([item(n) for n in range(60)] + [item(3)] + [item(n, size=390 * 1024) for n in range(60,
+        110)])
     cut = list(batches(requests))
     assert [r for b in cut for r in b] == requests  # nothing lost, nothing reordered
     for batch in cut:

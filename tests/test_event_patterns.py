@@ -11,7 +11,8 @@ import pytest
 from helpers.event_patterns import PatternError, matches
 
 # The User Guide's sample EC2 state-change event, the one its pattern examples run against.
-EC2 = {"version": "0", "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718", "detail-type": "EC2 Instance State-change Notification",
+EC2 = {"version": "0", "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718",
+       "detail-type": "EC2 Instance State-change Notification",
        "source": "aws.ec2", "account": "111122223333", "time": "2017-12-22T18:43:48Z", "region": "us-west-1",
        "resources": ["arn:aws:ec2:us-west-1:123456789012:instance/i-1234567890abcdef0"],
        "detail": {"instance-id": "i-1234567890abcdef0", "state": "terminated"}}
@@ -39,7 +40,8 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
      False),
     ("suffix ignoring case", {"detail": {"FileName": [{"suffix": {"equals-ignore-case": ".png"}}]}},
      {"detail": {"FileName": "a.PNG"}}, True),
-    ("equals-ignore-case", {"detail": {"name": [{"equals-ignore-case": "alice"}]}}, {"detail": {"name": "ALICE"}}, True),
+    ("equals-ignore-case", {"detail": {"name": [{"equals-ignore-case": "alice"}]}}, {"detail": {"name": "ALICE"}},
+     True),
     ("wildcard", {"detail": {"EventBusArn": [{"wildcard": "arn:aws:events:us-east-1:*:event-bus/*"}]}},
      {"detail": {"EventBusArn": "arn:aws:events:us-east-1:123456789012:event-bus/default"}}, True),
     ("wildcard, other", {"detail": {"EventBusArn": [{"wildcard": "arn:aws:events:us-east-1:*:event-bus/*"}]}},

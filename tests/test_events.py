@@ -112,7 +112,7 @@ def test_a_verdict_change_is_one_event_with_the_previous_verdict_the_xid_and_the
 
     # Then one Node Verdict Changed event says it, typed
     (event,) = bus.delivered()
-    assert delivery.sent == 1 and delivery.failed_count == 0 and delivery.calls == 1
+    assert delivery.sent == 1 and not delivery.failed and delivery.calls == 1
     assert (event["source"], event["detail-type"]) == ("gpuaudit", "GPU Audit Node Verdict Changed")
     detail = event["detail"]
     assert {k: detail[k] for k in ("schema", "change", "cluster", "node", "verdict", "previous_verdict",
@@ -172,7 +172,7 @@ def demo_events() -> dict[str, list[dict[str, Any]]]:
         result = demo_result(entry)
         stand_in = EventBridgeStandIn("123456789012", result.cluster.region)
         delivery = eventbus.put_events(_Client(stand_in), eventbus.local_entries(result, None, REPORT))
-        assert delivery.failed_count == 0
+        assert not delivery.failed, dict(delivery.failed)
         out[entry.get("name", entry["world"])] = stand_in.delivered
     return out
 
@@ -237,7 +237,7 @@ def test_refused_entries_are_retried_with_backoff_and_those_never_accepted_count
     bus.stand_in.refuse_next(3, "ThrottlingException")
     sleeps: list[float] = []
     first = eventbus.put_events(bus.client, entries, sleep=sleeps.append)
-    assert (first.sent, first.retried, first.failed_count, sleeps) == (6, 3, 0, [0.2])
+    assert (first.sent, first.retried, dict(first.failed), sleeps) == (6, 3, {}, [0.2])
     # Refused for good: not retried, counted by its code
     bus.stand_in.refuse_next(2, "AccessDeniedException")
     second = eventbus.put_events(bus.client, entries, sleep=sleeps.append)

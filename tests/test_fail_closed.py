@@ -148,7 +148,8 @@ def _live_nodes() -> PClusterWorld:
     return w
 
 
-def test_a_kernel_streams_read_that_failed_proves_no_node_ships_no_kernel_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kernel_streams_read_that_failed_proves_no_node_ships_no_kernel_lines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # Given live nodes whose kernel-streams query is refused, while the stream summary answers
     w = _live_nodes()
     _refuse_queries(monkeypatch, "kernel_lines")

@@ -332,7 +332,9 @@ def test_an_orphaned_snapshot_head_is_named_by_the_audit_that_meets_it_and_repai
         pk = {"S": "HISTSNAP#llm-pretrain"}
         head = store.ddb.get_item(TableName=TABLE, Key={"pk": pk, "sk": {"S": "HEAD"}})["Item"]
         for n in range(int(head["pieces"]["N"])):
-            store.ddb.delete_item(TableName=TABLE, Key={"pk": pk, "sk": {"S": f"GEN#{head['generation']['S']}#{n:05d}"}})
+            store.ddb.delete_item(
+                TableName=TABLE, Key={"pk": pk, "sk": {"S": f"GEN#{head['generation']['S']}#{n:05d}"}}
+            )
         meets, after = f.audit(32, store), f.audit(56, store)
     # Then the audit that meets it says the nodes' latest spans are lost (recurrence Not checked, never a silent
     # first occurrence) and its write repairs the head: the next audit reads the history without a gap

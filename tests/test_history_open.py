@@ -227,7 +227,8 @@ def test_the_json_keeps_every_node_with_its_open_actions(tmp_path: Path) -> None
     fleet_history(tmp_path)
     code, text = cli("--cluster", "c", "--history", str(tmp_path), "--format", "json")
     doc = json.loads(text)
-    assert len(doc["nodes"]) == 5 and doc["found"] == {"first_audit": at(1), "last_audit": iso(T0 + timedelta(hours=40))}
+    assert len(doc["nodes"]) == 5 and doc["found"] == {"first_audit": at(1),
+                                                       "last_audit": iso(T0 + timedelta(hours=40))}
     b = next(n for n in doc["nodes"] if n["instance_id"] == "i-0000000000000000b")
     assert b["standing"] == "REBOOT" and b["open_actions"][0]["audits_since"] == 38
     assert "latest verdict none" in b["summary"] and "open: REBOOT" in b["summary"]
@@ -241,8 +242,8 @@ def test_the_html_page_leads_with_open_actions_draws_a_date_axis_and_counts_the_
     assert 'aria-label="date axis"' in page and ">09-01<" not in page  # 40 hours: hour ticks, not dates
     assert ">01 03:00<" in page and ">02 15:00<" in page  # every 3 hours on the hour
     assert page.count('class="strip"') == 3  # two open, one changed (in <details>); the steady two are counted
-    assert page.index("<details><summary>Nodes changed, nothing open") > page.index('aria-label="history of '
-                                                                                     'i-0000000000000000b"')
+    assert (page.index("<details><summary>Nodes changed, nothing open")
+            > page.index('aria-label="history of i-0000000000000000b"'))
     assert "Steady nodes, nothing open and no verdict change: 2 (LEAVE ALONE 1, no verdict 1)" in page
     code, everything = cli("--cluster", "c", "--history", str(tmp_path), "--format", "html", "--all")
     assert everything.count('class="strip"') == 5

@@ -83,14 +83,18 @@ def test_a_captive_portal_answering_200_is_a_failed_call_not_a_key_error() -> No
     session.events.register_first("before-send", portal)
     aws = Aws(session=session, region="us-west-2")
     request = AuditRequest(cluster="hp-slurm", since=parse_time(at(6)), until=parse_time(at(10)))
-    with pytest.raises(CallFailed, match="HTTP 200 without an AWS request ID: the endpoint's answer is not the (ec2|sagemaker) API"):
+    with pytest.raises(
+        CallFailed, match="HTTP 200 without an AWS request ID: the endpoint's answer is not the (ec2|sagemaker) API"
+    ):
         run_audit(aws, request)
 
 
 # -- Kubernetes objects of the wrong shape ------------------------------------------------------------------------
-GOOD = {"metadata": {"name": "ip-10-0-0-1", "labels": {"a": "b"}},
-        "spec": {"providerID": "aws:///us-west-2a/i-0123456789abcdef0", "taints": [{"key": "k", "effect": "NoSchedule"}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-09-27T10:00:00Z"}]}}
+GOOD = {
+    "metadata": {"name": "ip-10-0-0-1", "labels": {"a": "b"}},
+    "spec": {"providerID": "aws:///us-west-2a/i-0123456789abcdef0", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+    "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-09-27T10:00:00Z"}]},
+}
 
 
 @pytest.mark.parametrize(("bad", "field"), [

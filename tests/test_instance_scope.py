@@ -28,7 +28,8 @@ def _world() -> WorldBuilder:
     w = WorldBuilder()
     w.section("ec2", "instance_types").append(INSTANCE_TYPES["p5.48xlarge"])
     w.section("ec2", "instances").append({
-        "InstanceId": LIVE, "InstanceType": "p5.48xlarge", "LaunchTime": at(-48), "State": {"Code": 16, "Name": "running"},
+        "InstanceId": LIVE, "InstanceType": "p5.48xlarge", "LaunchTime": at(-48),
+        "State": {"Code": 16, "Name": "running"},
         "PrivateDnsName": "ip-10-1-0-5.us-west-2.compute.internal", "SubnetId": "subnet-0123456789abcdef0"})
     w.kernel_stream(GROUP, f"ip-10-1-0-5-{LIVE}", at(-48), at(12, 25), host="ip-10-1-0-5")
     w.kernel_stream(GROUP, f"ip-10-1-0-6-{GONE}", at(-48), at(8, 10), host="ip-10-1-0-6")  # ended at 08:10
@@ -94,7 +95,8 @@ def test_cli_instances_without_cluster_and_bad_scope_inputs(tmp_path: Path) -> N
     code, out = _cli(tmp_path, "--instances", f"{LIVE},{GONE}", "--since", at(7), "--until", at(10))
     assert code == 0 and json.loads(out)["cluster"]["name"] == "fleet-of-2-instances"
     code, out = _cli(tmp_path, "--since", at(7))
-    assert code == 2 and "--cluster is required unless --instances, --filesystem or --eks-cluster is given" in " ".join(out.split())
+    assert code == 2
+    assert "--cluster is required unless --instances, --filesystem or --eks-cluster is given" in " ".join(out.split())
     code, out = _cli(tmp_path, "--instances", f"{LIVE},i-0abc")
     assert code == 2 and "--instances[1]" in out and "i-0abc" in out
 

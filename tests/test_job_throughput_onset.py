@@ -23,9 +23,10 @@ JOB_STREAM = "megatron-gpt-175b/rank-0"
 
 def megatron(step_ms: float) -> str:
     """Megatron-LM's training-log line, as `training_log` prints it (one per log interval)."""
-    return (f" iteration     1200/  500000 | consumed samples:       614400 | elapsed time per iteration (ms): {step_ms} "
-            "| throughput per GPU (TFLOP/s/GPU): n/a | learning rate: 2.999E-04 | global batch size:   512 | "
-            "lm loss: 2.113E+00 | loss scale: 1.0 | grad norm: 0.412 | number of skipped iterations:   0")
+    return (f" iteration     1200/  500000 | consumed samples:       614400 | "
+            f"elapsed time per iteration (ms): {step_ms} | throughput per GPU (TFLOP/s/GPU): n/a | learning rate: "
+            "2.999E-04 | global batch size:   512 | lm loss: 2.113E+00 | loss scale: 1.0 | grad norm: "
+            "0.412 | number of skipped iterations:   0")
 
 
 def world(*, xid_at: str | None, job_lines: bool = True) -> PClusterWorld:

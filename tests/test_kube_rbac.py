@@ -64,7 +64,8 @@ def server() -> Iterator[KubeServer]:
         yield s
 
 
-def requested_by_the_collectors(monkeypatch: pytest.MonkeyPatch, server: KubeServer) -> list[tuple[str, dict[str, list[str]]]]:
+def requested_by_the_collectors(monkeypatch: pytest.MonkeyPatch,
+                                server: KubeServer) -> list[tuple[str, dict[str, list[str]]]]:
     """Every request the collectors make in every mode (with pages), and KubeRead for each path it accepts."""
     monkeypatch.setattr(kubernetes, "PAGE", 2)
     for mode in ("coverage", "incident", "preflight"):

@@ -152,7 +152,8 @@ async def drive(session: ClientSession, streams_progress: bool = True) -> dict[s
     assert latest["nodes"][0]["instance_id"] == SILENT_NODE and latest["nodes"][0]["verdict"] == "NOT OBSERVABLE"
     recorded = {n["instance_id"] for n in latest["nodes"]}
     assert latest["total"] == len(recorded) and latest["nodes"][0]["audit_id"] == summary["audit_id"]
-    assert {n["instance_id"] for n in stored["nodes"] if n["verdict"]} <= recorded <= {n["instance_id"] for n in stored["nodes"]}
+    with_verdict = {n["instance_id"] for n in stored["nodes"] if n["verdict"]}
+    assert with_verdict <= recorded <= {n["instance_id"] for n in stored["nodes"]}
 
     history = structured(await session.call_tool("node_history", {"cluster": CLUSTER, "node": SILENT_NODE}),
                          tools["node_history"])

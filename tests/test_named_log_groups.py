@@ -41,7 +41,8 @@ def test_a_named_group_is_searched_and_its_lines_reach_the_node() -> None:
     unnamed = audit(w.aws(), w.cluster, since=SINCE, until=UNTIL)
     assert node_of(unnamed, node.instance_id).signals.nccl == "Not observable"  # never found by substring
 
-    request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL, log_groups=[JOB_GROUP])  # type: ignore[arg-type]
+    request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL,
+                           log_groups=[JOB_GROUP])  # type: ignore[arg-type]
     evidence = collect(w.aws(), request)
     named = next(g for g in evidence.log_groups if g.name == JOB_GROUP)
     assert named.matched_patterns == [NAMED_BY_OPERATOR]
@@ -72,7 +73,8 @@ def test_a_bad_group_name_exits_2_naming_the_flag(value: str, tmp_path: Path) ->
 def test_configured_groups_reach_every_planned_audit_of_their_cluster() -> None:
     settings = PlanSettings.from_env({"GPUAUDIT_CLUSTERS": '["a", "b"]',
                                       "GPUAUDIT_LOG_GROUPS": '{"a": ["/aws/batch/job"]}'})
-    event: dict[str, Any] = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events", "time": "2026-10-01T12:00:00Z",
+    event: dict[str, Any] = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events",
+                             "time": "2026-10-01T12:00:00Z",
                              "id": "e1", "account": "111122223333", "region": "us-west-2", "resources": [],
                              "detail": {}}
     plan = plan_for(ScheduledEvent.model_validate(event), settings, aws=None)  # type: ignore[arg-type]

@@ -98,7 +98,11 @@ def test_coverage_filters_the_node_rows_by_status_or_gap() -> None:
         records = [json.loads(line) for line in out.stdout.splitlines()]
         return [r for r in records if r["record"] == "node"]
 
-    everything, gaps, measured = node_records(), node_records("--coverage", "GAP"), node_records("--coverage", "measured")
+    everything, gaps, measured = (
+        node_records(),
+        node_records("--coverage", "GAP"),
+        node_records("--coverage", "measured"),
+    )
     # Then --coverage keeps exactly the rows of that status (GAP: not observable, or any empty hour)
     assert gaps and measured and {r["id"] for r in gaps}.isdisjoint(r["id"] for r in measured)
     assert all(r["coverage_status"] == "Measured" for r in measured)
@@ -127,9 +131,24 @@ def _page_width_at(page: Path, width: int, folder: Path) -> tuple[int, int, list
     frame.write_text(f'<html><body style="margin:0"><iframe src="{page.name}" style="border:0;width:{width}px;'
                      f'height:2000px"></iframe>{probe}</body></html>', encoding="utf-8")
     run = subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--allow-file-access-from-files",
-         f"--user-data-dir={folder / 'profile'}", "--window-size=500,2000", "--virtual-time-budget=3000",
-         "--dump-dom", frame.resolve().as_uri()], capture_output=True, text=True, timeout=180, check=False)
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--allow-file-access-from-files",
+            f"--user-data-dir={folder / 'profile'}",
+            "--window-size=500,2000",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+            frame.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     found = re.search(r'data-probe="([^"]*)"', run.stdout)
     assert found, f"chromium gave no measurement: {run.stderr[-1500:]}"
     import html
@@ -139,7 +158,9 @@ def _page_width_at(page: Path, width: int, folder: Path) -> tuple[int, int, list
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (Debian: apt-get install -y chromium)")
 @pytest.mark.parametrize("kind", ["incident", "preflight", "coverage"])
-def test_at_390_px_the_page_never_scrolls_sideways_and_verdict_actions_and_checks_fit(kind: str, tmp_path: Path) -> None:
+def test_at_390_px_the_page_never_scrolls_sideways_and_verdict_actions_and_checks_fit(
+    kind: str, tmp_path: Path
+) -> None:
     entry = next(e for e in demo_worlds() if demo_request(e).mode == kind)
     page = tmp_path / "report.html"
     page.write_text(render_html(run_audit(aws_for(load_world(entry["path"])), demo_request(entry))), encoding="utf-8")

@@ -166,4 +166,5 @@ def test_timestamps_are_parsed_without_dateutil_into_the_same_node_records_as_bo
     assert [n.model_dump(mode="json") for n in nodes] == by_botocore
     assert all(n.launch_time is not None for n in nodes)
     monkeypatch.undo()
-    assert fast_timestamp("2026-12-06T08:00:00.5Z") == parse_timestamp("2026-12-06T08:00:00.5Z")  # other forms: botocore's
+    # other forms: botocore's
+    assert fast_timestamp("2026-12-06T08:00:00.5Z") == parse_timestamp("2026-12-06T08:00:00.5Z")

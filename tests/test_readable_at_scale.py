@@ -352,8 +352,8 @@ def test_branch_a_on_many_hardware_nodes_names_the_worst_whole_and_counts_the_re
     assert a.status == "Root cause"
     replaced = w.compute[-1].instance_id
     assert a.evidence.index(replaced) < a.evidence.index(": REBOOT")  # worst first, though last by ID
-    assert f"and {len(w.compute) - NAMED_UP_TO} more of {len(w.compute)} nodes (REBOOT {len(w.compute) - NAMED_UP_TO})" \
-        in a.evidence
+    more = len(w.compute) - NAMED_UP_TO
+    assert f"and {more} more of {len(w.compute)} nodes (REBOOT {more})" in a.evidence
     assert sum(n.instance_id in a.evidence for n in w.compute) == NAMED_UP_TO
     assert len(result.headline) < 6_000
     assert {n.instance_id for n in result.nodes if n.verdict} == {n.instance_id for n in w.compute}

@@ -163,7 +163,8 @@ def test_a_node_already_rebooted_after_its_xid_gets_no_reboot_command() -> None:
     w.section("cloudtrail", "events").append({
         "EventId": "e1", "EventName": "BatchRebootClusterNodes", "EventTime": at(7, 20),
         "EventSource": "sagemaker.amazonaws.com", "Username": "ops", "Resources": [],
-        "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": w.cluster, "nodeIds": [sick.instance_id]}})})
+        "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": w.cluster,
+                                                             "nodeIds": [sick.instance_id]}})})
     result = audited(w)
     n = node_of(result, sick.instance_id)
     assert n.verdict == "REBOOT"

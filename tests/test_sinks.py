@@ -243,7 +243,8 @@ def test_a_degraded_early_result_never_hides_a_complete_later_one_of_the_same_wi
     assert not outcome.duplicate and outcome.superseded
     iid = compute_id(complete)
     assert sinks.latest()[f"NODE#{iid}"]["xid_status"] == "Measured"
-    summary = next(i for i in sinks.items() if i["pk"]["S"] == f"AUDIT#{complete.audit_id}" and i["sk"]["S"] == "SUMMARY")
+    summary = next(i for i in sinks.items()
+                   if i["pk"]["S"] == f"AUDIT#{complete.audit_id}" and i["sk"]["S"] == "SUMMARY")
     assert summary["gaps"]["N"] == str(len(complete.visibility_gaps))
     # and the degraded one arriving again after it is a duplicate
     assert sinks.write(degraded).duplicate
@@ -422,9 +423,8 @@ def test_a_node_gone_from_the_cluster_is_said_once_and_never_called_a_recovery(s
     # Then it is said gone (not recovered), once, and its state is kept only until the retention ends
     assert gone.changes == [f"{SECOND}: no longer in the cluster (was REBOOT): replaced or terminated, not a recovery"]
     assert later.changes == []
-    item = next(i for i in sinks.items() if i["pk"]["S"] == sinks_module.latest_pk("llm-pretrain", "coverage",
-                                                                                     f"NODE#{SECOND}")
-                and i["sk"]["S"] == f"NODE#{SECOND}")
+    pk = sinks_module.latest_pk("llm-pretrain", "coverage", f"NODE#{SECOND}")
+    item = next(i for i in sinks.items() if i["pk"]["S"] == pk and i["sk"]["S"] == f"NODE#{SECOND}")
     assert item["gone"]["S"] and int(item["expires_at"]["N"]) > NOW_EPOCH
 
 
@@ -464,9 +464,11 @@ def test_a_preflight_check_newly_fail_then_back_to_pass_is_each_said_once(sinks:
     assert not any(c.startswith("P6 ") for c in sinks.write(audit_to(11, blind=True, mode="preflight")).changes)
     passing = audit_to(12, mode="preflight")
     back = sinks.write(passing)
-    assert [c for c in back.changes if c.startswith("P6 ")] == [f"P6 {check_title(passing, 'P6')}: back to PASS (was FAIL)"]
+    assert [c for c in back.changes if c.startswith("P6 ")] == [f"P6 {check_title(passing, 'P6')}: back to PASS (was "
+                                                                f"FAIL)"]
     # P7 fails in every one of these worlds: said the first time only
-    assert sum(c.startswith("P7 ") for m in sinks.published() for c in json.loads(m["message"])["default"].split("\n- ")) == 1
+    said = [c for m in sinks.published() for c in json.loads(m["message"])["default"].split("\n- ")]
+    assert sum(c.startswith("P7 ") for c in said) == 1
 
 
 def check_title(result: Result, check_id: str) -> str:
@@ -596,7 +598,8 @@ def test_a_flapping_node_says_so_on_its_alert_lines(sinks: Sinks, tmp_path: Path
     # Given an Xid 79 every other audit: REBOOT, recovered, REBOOT, …
     results = remembered(tmp_path, {8: 79, 32: 79, 56: 79}, (10, 22, 34, 46, 58))
     said = [sinks.write(r).changes for r in results]
-    assert FLAPPING in (node_of(results[-1], GPU).history or "") and FLAPPING not in (node_of(results[2], GPU).history or "")
+    assert FLAPPING in (node_of(results[-1], GPU).history or "")
+    assert FLAPPING not in (node_of(results[2], GPU).history or "")
 
     # Then the lines of the audits that report the flapping name it, the earlier ones do not
     assert said[1] == []  # the Xid left the window, no reboot seen: the REBOOT is still open, never "recovered"

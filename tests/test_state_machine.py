@@ -101,7 +101,8 @@ def deployed(synth: Synthesized, monkeypatch: pytest.MonkeyPatch, **world: Any) 
                     monkeypatch.setenv(name, value)
         monkeypatch.setattr(LambdaSimpleBackend, "invoke", route_to_handlers(modules))
         client = account.session.client("stepfunctions")
-        arn = client.create_state_machine(name="gpuaudit", definition=json.dumps(for_moto(state_machine_definition(synth))),
+        arn = client.create_state_machine(name="gpuaudit",
+                                          definition=json.dumps(for_moto(state_machine_definition(synth))),
                                           roleArn="arn:aws:iam::123456789012:role/gpuaudit-state-machine")
         yield Machine(account, client, arn["stateMachineArn"], handler_of)
 
@@ -289,7 +290,8 @@ def test_rerunning_the_same_window_writes_and_alerts_nothing_new(synth: Synthesi
         items, alerts = findings_of_audits(machine), machine.account.published()
         (second,) = audits(machine.run(SCHEDULED))
         assert (findings_of_audits(machine), machine.account.published()) == (items, alerts)
-    assert first["alert_published"] and len(alerts) == 1 and "coverage Not observable" in alerts[0]["message"]["default"]
+    assert first["alert_published"] and len(alerts) == 1
+    assert "coverage Not observable" in alerts[0]["message"]["default"]
     assert second["audit_id"] == first["audit_id"]
     assert second["findings"] == {"written": 0, "duplicate": True} and not second["alert_published"]
 

@@ -124,7 +124,8 @@ def test_a_row_not_read_keeps_storage_from_ruled_out() -> None:
     assert "metadata server — Not checked" in c.evidence
 
 
-# -- throughput saturation ----------------------------------------------------------------------------------------------
+# -- throughput saturation
+# ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("start", "onset", "want"), [
     ((8, 50), at(9), ("Root cause", "Proven")),          # sustained from 08:50, before the stated onset
     ((9, 20), at(9), ("UNVERIFIED", HYPOTHESIS)),         # began after the onset
@@ -140,7 +141,8 @@ def test_throughput_saturation_row(start: tuple[int, int], onset: str | None, wa
     assert FS in result.headline
 
 
-# -- metadata server (CPU, MDT disk IOPS) ------------------------------------------------------------------------------------------------
+# -- metadata server (CPU, MDT disk IOPS)
+# ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("cpu", "want"), [
     (96.0, ("Root cause", "Proven")),
     (60.0, ("Ruled out", None)),
@@ -166,13 +168,15 @@ def test_the_metadata_targets_disk_iops_saturated_is_metadata_bound_not_throughp
 
 def test_metadata_server_cpu_saturated_after_the_onset_is_a_hypothesis() -> None:
     w = _cluster()
-    Storage(w, tagged_for=w.cluster).flag("CPUUtilization", _series((9, 30), 60, 96.0), ("FileServer", "MDS0000")).done()
+    Storage(w, tagged_for=w.cluster).flag("CPUUtilization", _series((9, 30), 60, 96.0),
+                                          ("FileServer", "MDS0000")).done()
     c = _c(_incident(w))
     assert (c.status, c.label) == ("UNVERIFIED", HYPOTHESIS)
     assert "metadata-bound" in c.evidence and f"after the onset {at(9)}" in c.evidence
 
 
-# -- metadata operations: a storm without saturation is metadata-bound, a hypothesis ------------------------------------
+# -- metadata operations: a storm without saturation is metadata-bound, a hypothesis
+# ------------------------------------
 def test_a_metadata_storm_below_saturation_is_called_metadata_bound_and_stays_a_hypothesis() -> None:
     w = _cluster()
     Storage(w, tagged_for=w.cluster).flag("MetadataOperations", _series((9, 0), 120, 30_000.0)) \
@@ -200,7 +204,7 @@ def _io_drop_from(start: tuple[int, int]) -> dict[str, float]:
     return {**_series((8, 0), minutes, 6.0e9), **_series(start, 180 - minutes, 6.0e7)}
 
 
-def test_a_stall_inside_the_maintenance_window_with_client_io_dropping_in_it_is_proven_on_the_file_system_alone() -> None:
+def test_a_stall_inside_the_maintenance_window_with_client_io_dropping_in_it_is_proven_on_the_file_system_alone() -> None:  # noqa: E501
     # No cluster, no stated onset: the file system's own client I/O drop at 09:30 is the stall's onset (RULES §8 C)
     w = WorldBuilder()
     Storage(w, maintenance="4:09:30").flag("DataReadBytes", _io_drop_from((9, 30))) \

@@ -117,9 +117,8 @@ def test_the_parts_cover_every_stream_name(parts: int) -> None:
             assert [i for i, f in enumerate(first) if _holds(f, name)] == [owner], name
     # sequential IDs (the last digit turns fastest) spread over the parts as random ones do
     sequential = [f"group/i-0{n:016x}" for n in range(16)]
-    assert all(sum(_holds(f, name) for name in sequential) == (b - a) // 16 for f, (a, b) in zip(first, ranges,
-                                                                                              strict=True)
-               if (b - a) % 16 == 0 and a % 16 == 0)
+    assert all(sum(_holds(f, name) for name in sequential) == (b - a) // 16
+               for f, (a, b) in zip(first, ranges, strict=True) if (b - a) % 16 == 0 and a % 16 == 0)
     # a host name rides with the first part, then has its own
     assert [_holds(f, "ip-10-0-3-17") for f in first] == [True] + [False] * (len(first) - 1)
     assert [_holds(f, "ip-10-0-3-17") for f in split].count(True) == 1 and _matches(NO_INSTANCE_ID, "ip-10-0-3-17")
@@ -479,7 +478,8 @@ def test_the_count_only_sizes_the_parts_a_wrong_one_still_reads_every_stream(mon
     # the kernel look-back is read by day, does not count them)
     spec = WorldSpec(kind="parallelcluster", nodes=30, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
     raw = generate(spec)
-    world = parse_world(_kernel_lines_as_spaced_json(raw) if estimate == "short" else _streams_of_replaced_nodes(raw, 60))
+    world = parse_world(_kernel_lines_as_spaced_json(raw) if estimate == "short"
+                        else _streams_of_replaced_nodes(raw, 60))
     uncapped = audit(aws_for(world), spec.cluster_name)
     assert sum(c.status == "Measured" for n in uncapped.nodes for c in n.coverage) >= spec.nodes
     plain = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name)).queries
@@ -517,9 +517,11 @@ def test_the_count_query_counts_the_rows_of_both_reads_and_the_names_without_an_
     rows = [{c["field"]: c["value"] for c in row} for row in run_query(STREAM_COUNTS, records, 0, 10, "1").rows]
     # Then it returns one row for the group: 5 streams, 3 with a kernel line, 2 named by ID, 1 of them with a kernel
     # line
-    assert rows == [{"@log": "1:/g", "streams": "5", "kernel_streams": "3", "id_streams": "2", "kernel_id_streams": "1"}]
+    assert rows == [{"@log": "1:/g", "streams": "5", "kernel_streams": "3", "id_streams": "2",
+                     "kernel_id_streams": "1"}]
     assert stream_parts._streams_counted(rows) == {"summary": {"/g": Rows(5, 3)}, "kernel": {"/g": Rows(3, 2)}}
-    assert stream_parts._streams_counted(None) is None and stream_parts._streams_counted([]) == {"summary": {}, "kernel": {}}
+    assert stream_parts._streams_counted(None) is None and stream_parts._streams_counted([]) == {"summary": {},
+                                                                                                 "kernel": {}}
 
 
 def test_parts_name_only_the_groups_they_read() -> None:

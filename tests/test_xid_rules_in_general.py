@@ -44,7 +44,8 @@ def one_gpu_node(*events: tuple[str, str]) -> tuple[PClusterWorld, str, str]:
 
 # -- 3. recurrence across a reboot ----------------------------------------------------------------------------
 # A 48 whose own text names no memory: the 171 beside it says DRAM (RULES §6 rule 48).
-XID48 = "NVRM: Xid (PCI:0000:53:00): 48, pid=1234, name=python, An uncorrectable double bit error (DBE) has been detected"
+XID48 = ("NVRM: Xid (PCI:0000:53:00): 48, pid=1234, name=python, "
+         "An uncorrectable double bit error (DBE) has been detected")
 XID171 = "NVRM: Xid (PCI:0000:53:00): 171, pid=1234, name=python, Uncorrectable DRAM error"
 BANNERS = {"journald": "Linux version 6.8.0-1024-aws (buildd@lcy02-amd64-059) #25-Ubuntu SMP",
            "syslog": "[    0.000000] Linux version 6.8.0-1024-aws (buildd@lcy02-amd64-059) #25-Ubuntu SMP"}
@@ -72,7 +73,8 @@ def test_the_gpu_lines_query_returns_the_boot_banner_in_its_syslog_form() -> Non
     logs = w.aws().client("logs")
     qid = logs.start_query(logGroupNames=[w.group], startTime=ms(at(9)) // 1000, endTime=ms(at(10)) // 1000,
                            queryString=GPU_QUERY)["queryId"]
-    messages = [{c["field"]: c["value"] for c in row}["@message"] for row in logs.get_query_results(queryId=qid)["results"]]
+    rows = logs.get_query_results(queryId=qid)["results"]
+    messages = [{c["field"]: c["value"] for c in row}["@message"] for row in rows]
     # Then the query the collectors run reads it (a reboot the rules never see cannot separate two occurrences)
     assert any("Linux version" in m for m in messages)
 
@@ -124,7 +126,8 @@ FALLEN_FORMS = {
     "device-prefixed": (["NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."], "0000:3b:00"),
     "the-nvidia-gpu": (["NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:2330) installed in this system has fallen "
                         "off the bus and is not responding to commands."], "0000:b3:00"),
-    "the-nvidia-gpu-split": (["NVRM: The NVIDIA GPU 0000:b3:00.0", "NVRM: (PCI ID: 10de:26b5) installed in this system has",
+    "the-nvidia-gpu-split": (["NVRM: The NVIDIA GPU 0000:b3:00.0",
+                              "NVRM: (PCI ID: 10de:26b5) installed in this system has",
                               "NVRM: fallen off the bus and is not responding to commands."], "0000:b3:00"),
     "gpu-at-split": (["NVRM: GPU at 0000:01:00.0 has", "NVRM: fallen off the bus."], "0000:01:00"),
     "no-bus-named": (["NVRM: GPU has fallen off the bus."], None),

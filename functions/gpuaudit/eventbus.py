@@ -39,10 +39,6 @@ class Delivery:
     calls: int = 0
     failed: Counter[str] = field(default_factory=Counter)
 
-    @property
-    def failed_count(self) -> int:
-        return sum(self.failed.values())
-
 
 def put_events(client: Any, entries: Sequence[dict[str, Any]], sleep: Callable[[float], None] = time.sleep,
                max_attempts: int = MAX_ATTEMPTS) -> Delivery:

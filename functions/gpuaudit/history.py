@@ -278,7 +278,8 @@ class DynamoHistory:
             items, calls = self._query(pk, f"GEN#{generation}#")
             requests += calls
             if len(items) == pieces:
-                data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in sorted(items, key=lambda i: i["sk"]["S"])))
+                in_order = sorted(items, key=lambda i: i["sk"]["S"])
+                data = zlib.decompress(b"".join(bytes(i["spans"]["B"]) for i in in_order))
                 latest = {s.instance_id: s for s in _SPANS.validate_json(data)}
                 return Snapshot(generation, latest, pieces, items=len(items) + 1, requests=requests)
             if generation == missing:
@@ -397,10 +398,19 @@ class DynamoHistory:
                 "nodes": {"N": str(len(latest))}, "expires_at": {"N": expires}}
         condition = ("attribute_not_exists(pk)" if snapshot.generation is None else "generation = :seen")
         try:
-            retried(lambda: self.ddb.put_item(
-                TableName=self.table, Item=head, ConditionExpression=condition,
-                **({"ExpressionAttributeValues": {":seen": {"S": snapshot.generation}}} if snapshot.generation else {})),
-                self.backoff)
+            retried(
+                lambda: self.ddb.put_item(
+                    TableName=self.table,
+                    Item=head,
+                    ConditionExpression=condition,
+                    **(
+                        {"ExpressionAttributeValues": {":seen": {"S": snapshot.generation}}}
+                        if snapshot.generation
+                        else {}
+                    ),
+                ),
+                self.backoff,
+            )
         except (ClientError, BotoCoreError) as exc:
             # At least once: a put DynamoDB applied and then answered with a 5xx or a timeout is sent again (by
             # botocore) and meets its own head. Whatever the error, the head read back says whose write stands.
@@ -432,7 +442,8 @@ class DynamoHistory:
 
 def history_item(s: HistorySpan, expires: str) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "pk": {"S": history_pk(s.cluster, s.instance_id)}, "sk": {"S": f"{iso(s.audit_time)}#{s.instance_id}#{s.audit_id}"},
+        "pk": {"S": history_pk(s.cluster, s.instance_id)},
+        "sk": {"S": f"{iso(s.audit_time)}#{s.instance_id}#{s.audit_id}"},
         "last_audit_id": {"S": s.last_audit_id}, "through": {"S": iso(s.through)}, "audits": {"N": str(s.audits)},
         "mode": {"S": s.mode}, "xid_status": {"S": s.xid_status}, "gaps": {"N": str(s.gaps)},
         "expires_at": {"N": expires}}

@@ -137,7 +137,8 @@ def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cach
                 "kernel": {g: Rows(0) for g in batch}}
     # A job group known by NCCL lines in the cached hours only is still a job group (the job figures are
     # read over the whole window: cache.fresh_window keeps their range).
-    jobs = named | {g for g, c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
+    jobs = named | {g for g,
+                    c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
     fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
                           slots=slots, journal=journal, expected_streams=expected, job_groups=jobs, by_hint=True,
                           kernel_by_day=by_day)

@@ -311,7 +311,8 @@ def _answer_changes(result: Result, previous: dict[str, dict[str, str]], state: 
     rows: list[Change] = []
     if result.mode == "incident" and result.branches:
         proven = [b.branch for b in result.branches if b.status == "Root cause" and b.label == "Proven"]
-        leading = [b.branch for b in result.branches if b.status == "UNVERIFIED" and b.label == "Hypothesis (to validate)"]
+        leading = [b.branch for b in result.branches if b.status == "UNVERIFIED" and b.label == "Hypothesis (to "
+                   "validate)"]
         now = {"label": "Proven", "branches": ",".join(proven)} if proven else (
             {"label": "Hypothesis", "branches": ",".join(leading)} if leading else {"label": "none", "branches": ""})
         before = previous.get("CAUSE")
@@ -366,7 +367,8 @@ class _State:
         if was not in SEVERITY or before.get("unchecked"):
             return []
         self.record(f"NODE#{iid}", {**_kept(before), "unchecked": self.result.audit_id}, before, keep_time=True)
-        gap = alert.cut(next(t for t in _unread(self.result) if _gap_key(t) in unread).removeprefix("Not checked: "), 100)
+        gap = alert.cut(next(t for t in _unread(self.result) if _gap_key(t) in unread).removeprefix("Not checked: "),
+                        100)
         return [Change(5, alert.NOT_RECHECKED, f"not re-checked this audit ({gap}); {was} recorded by the audit to "
                                                 f"{before.get('recorded_at', '?')} stands", node=iid,
                        code=events.NOT_RECHECKED, was=was)]
@@ -441,7 +443,8 @@ def _node_changes(node: NodeResult, before: dict[str, str]) -> list[Change]:
     elif (was_v in ALERTING_VERDICTS and now_v not in ALERTING_VERDICTS and not (was_v == "NOT OBSERVABLE" and regained)
           and _done_before(node, was_v)):
         rows.append(Change(6, alert.RECOVERED, f"recovered ({was_v} → "
-                                               f"{now_v if now_v != 'none' else 'no GPU signal in the window'})", node=iid,
+                                               f"{now_v if now_v != 'none' else 'no GPU signal in the window'})",
+                                               node=iid,
                            code=events.VERDICT_RECOVERED, was=was_v))
     return rows
 
@@ -537,7 +540,8 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     # The summary is the commit marker, written last: a crash before it makes a retry redo the writes and
     # the alert (at least once), never skip the alert. Two racing deliveries: the condition lets one win.
     summary = {**audit_key, "cluster": _s(result.cluster.name), "mode": _s(result.mode),
-               "headline": _s(redact(result.headline, result.account_ids)), "window_start": _s(result.window.start.isoformat()),
+               "headline": _s(redact(result.headline, result.account_ids)),
+               "window_start": _s(result.window.start.isoformat()),
                "window_end": _s(result.window.end.isoformat()), "expires_at": {"N": expires["S"]},
                "gaps": {"N": str(gaps)}, "nodes": {"N": str(len(result.nodes))}}
     if report_link:

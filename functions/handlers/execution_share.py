@@ -4,10 +4,10 @@ Hourly executions may overlap (the execution timeout, `cluster_audit_bound` plus
 and Capacity-Block executions overlap them. Two rules keep them apart, both on the cluster's `AUDITED#<mode>` item
 (handlers/rotation.py):
 
-- **Fit the period.** Plan keeps, in rotation order (least recently audited first), only the targets the cluster
-  Map can finish within the execution budget (GPUAUDIT_EXECUTION_BUDGET_S: the schedule period less Plan's timeout
-  and a margin). It lays them on the Map's lanes (GPUAUDIT_CLUSTER_LANES, its MaxConcurrency) the way the Map starts
-  them, each taking as long as that cluster's last audit took (`audit_s`, the Verdict's measure), or NEW_CLUSTER_ESTIMATE_S
+- **Fit the period.** Plan keeps, in rotation order (least recently audited first), only the targets the cluster Map
+  can finish within the execution budget (GPUAUDIT_EXECUTION_BUDGET_S: the schedule period less Plan's timeout and a
+  margin). It lays them on the Map's lanes (GPUAUDIT_CLUSTER_LANES, its MaxConcurrency) the way the Map starts them,
+  each taking as long as that cluster's last audit took (`audit_s`, the Verdict's measure), or NEW_CLUSTER_ESTIMATE_S
   when it has none; the first target that would end past the budget and every one after it are deferred (named in
   `skipped`). Deferred clusters keep their older mark, so they lead the next period. A healthy fleet's execution so
   ends within its period, well before its timeout: the timeout alarm means something is wrong.
@@ -16,8 +16,9 @@ and Capacity-Block executions overlap them. Two rules keep them apart, both on t
   another execution holds an unexpired claim on is skipped, named. MarkAudited (after Verdict or RecordFailure)
   removes the claim. A claim held by an execution that has ended (stopped, timed out, failed: Plan asks Step
   Functions, DescribeExecution of the holder) is taken over at once, so the next execution audits a stopped one's
-  clusters; a holder whose status cannot be read is taken as still running, and its claim lapses at its expiry. A claim that cannot be written for another reason
-  (throttled, denied) does not block the audit (the plan names it): two audits cost queries, a missed one the answer.
+  clusters; a holder whose status cannot be read is taken as still running, and its claim lapses at its expiry. A
+  claim that cannot be written for another reason (throttled, denied) does not block the audit (the plan names it):
+  two audits cost queries, a missed one the answer.
 
 A console request is neither capped nor claimed: an operator asked for that audit, now.
 """

@@ -19,8 +19,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class TracerLike(Protocol):
     def capture_lambda_handler(self, lambda_handler: F) -> F: ...
-    def capture_method(self, method: F) -> F: ...
-    def put_annotation(self, key: str, value: str | int | float | bool) -> None: ...
 
 
 class Untraced:
@@ -31,12 +29,6 @@ class Untraced:
 
     def capture_lambda_handler(self, lambda_handler: F) -> F:
         return lambda_handler
-
-    def capture_method(self, method: F) -> F:
-        return method
-
-    def put_annotation(self, key: str, value: str | int | float | bool) -> None:
-        return None
 
 
 def _tracer() -> TracerLike:

@@ -16,8 +16,9 @@ cannot hold the front of the queue.
 When the marks cannot be read, the order stays as configured and the plan names the gap.
 
 The same item holds what Plan needs to keep executions apart and within their period (handlers/execution_share.py):
-`audit_s` (how long that audit took, from its start in Inventory to its Verdict, on the handlers' clock) and, while an execution is auditing the cluster, `in_flight_by` / `in_flight_until` (its claim, removed by the
-same MarkAudited write).
+`audit_s` (how long that audit took, from its start in Inventory to its Verdict, on the handlers' clock) and, while
+an execution is auditing the cluster, `in_flight_by` / `in_flight_until` (its claim, removed by the same MarkAudited
+write).
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ def audited_key(cluster: str, mode: str) -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True)
 class AuditMark:
-    """One cluster's `AUDITED#<mode>` item: when its last audit ended and started, and who audits it now."""
+    """One cluster's `AUDITED#<mode>` item: when its last audit ended and how long it took (who audits it now is
+    claimed and read by handlers/execution_share.py on the item itself)."""
 
     audited_at: str = ""  # ISO; "" never audited
     audit_s: int = 0  # how long it took; 0 not measured (a failed audit keeps the last measure)
-    in_flight_by: str = ""  # the execution auditing it now, "" none
-    in_flight_until: int = 0  # epoch second that claim expires
 
 
 Marks = dict[tuple[str, str], AuditMark]  # (cluster, mode) -> its mark
@@ -55,22 +55,15 @@ def audit_marks(ddb: Any, table: str, mode: str) -> dict[str, AuditMark]:
     out: dict[str, AuditMark] = {}
     query: dict[str, Any] = {"TableName": table, "KeyConditionExpression": "pk = :pk",
                              "ExpressionAttributeValues": {":pk": {"S": f"{AUDITED_PREFIX}{mode}"}},
-                             "ProjectionExpression": "sk, audited_at, audit_s, in_flight_by, in_flight_until"}
+                             "ProjectionExpression": "sk, audited_at, audit_s"}
     while True:
         page = ddb.query(**query)
         for item in page.get("Items", []):
             out[item["sk"]["S"]] = AuditMark(
-                audited_at=item.get("audited_at", {}).get("S", ""), audit_s=int(item.get("audit_s", {}).get("N", "0")),
-                in_flight_by=item.get("in_flight_by", {}).get("S", ""),
-                in_flight_until=int(item.get("in_flight_until", {}).get("N", "0")))
+                audited_at=item.get("audited_at", {}).get("S", ""), audit_s=int(item.get("audit_s", {}).get("N", "0")))
         if "LastEvaluatedKey" not in page:
             return out
         query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def last_audited(ddb: Any, table: str, mode: str) -> dict[str, str]:
-    """Cluster -> ISO time its last audit of `mode` ended."""
-    return {c: m.audited_at for c, m in audit_marks(ddb, table, mode).items() if m.audited_at}
 
 
 def read_marks(ddb: Any, table: str, targets: list[AuditTarget]) -> tuple[Marks | None, list[str]]:
@@ -90,10 +83,3 @@ def ordered_by_marks(targets: list[AuditTarget], marks: Marks) -> list[AuditTarg
     """Never-audited first, then by when their last audit (of their mode) ended, oldest first; ties keep the
     planned order."""
     return sorted(targets, key=lambda t: marks.get((t.request.cluster, t.request.mode), AuditMark()).audited_at)
-
-
-def least_recently_audited(ddb: Any, table: str, targets: list[AuditTarget]) -> tuple[list[AuditTarget], list[str]]:
-    """`targets` never-audited first, then by when their last audit (of their mode) ended, oldest first; ties keep
-    the planned order. (ordered targets, gaps)."""
-    marks, gaps = read_marks(ddb, table, targets)
-    return (targets, gaps) if marks is None else (ordered_by_marks(targets, marks), [])

@@ -33,7 +33,8 @@ def load(s3: Any, bucket: str, where: str) -> TrailShare:
         body = s3.get_object(Bucket=bucket, Key=where)["Body"].read()
     except ClientError as err:
         if err.response["Error"]["Code"] not in ("NoSuchKey", "404"):
-            logger.warning("CloudTrail share not readable; looking up in full", extra={"error": err.response["Error"]["Code"]})
+            logger.warning("CloudTrail share not readable; looking up in full",
+                           extra={"error": err.response["Error"]["Code"]})
         return TrailShare()
     try:
         return TrailShare.model_validate_json(body)

@@ -58,7 +58,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         ddb = dynamodb_client(session)  # one client, its pool sized for the reads and writes run side by side
         history = DynamoHistory(ddb, table)  # fleet memory: the node's earlier audits
         evidence = pipeline.read_history(history, evidence, settings.history_lookback_days)
-        result = pipeline.judge(evidence, pipeline.JudgeConfig.from_request(given.request, settings.xid_overrides), generated_at=now)
+        result = pipeline.judge(evidence, pipeline.JudgeConfig.from_request(given.request, settings.xid_overrides),
+                                generated_at=now)
         result = pipeline.record_history(history, result, evidence, settings.finding_retention_days)
         result = pipeline.finalize(result, evidence)
         key = f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}"

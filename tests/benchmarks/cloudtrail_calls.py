@@ -54,7 +54,8 @@ def fleet_world(clusters: int, launches: int, other: int) -> tuple[World, list[s
     for i, name in enumerate(names):  # spread over the 47 h before `now` (12:30 on the world's day)
         trail.extend(run_instances(f"{name}-gpu-p548xlarge", f"i-0c{i:03d}{k:012x}",
                                    at(-34 + (47 * k) // max(launches, 1), k % 60)) for k in range(launches))
-    trail.extend(run_instances("ci-runner", f"i-0ff{k:014x}", at(-34 + (47 * k) // max(other, 1))) for k in range(other))
+    trail.extend(run_instances("ci-runner", f"i-0ff{k:014x}",
+                               at(-34 + (47 * k) // max(other, 1))) for k in range(other))
     return w.world(), names
 
 

@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> None:
             kinds[c.kind] = kinds.get(c.kind, 0) + 1
         print(f"{args.nodes:,} nodes, audit to {at(end)}: judge {judge_s:.2f} s, of which open actions "
               f"{actions_s:.2f} s; spans read {len(evidence.history.spans) if evidence.history else 0:,}; "
-              f"actions open {sum(a.status == 'open' for a in asked):,}, done {sum(a.status != 'open' for a in asked):,}; "
-              f"changes {kinds or 'none'}")
+              f"actions open {sum(a.status == 'open' for a in asked):,}, done "
+              f"{sum(a.status != 'open' for a in asked):,}; changes {kinds or 'none'}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ A generated world is served by the embedded backend; the handlers run as the sta
 (Plan → Inventory → CollectLogs per batch → Finish → Verdict) with the environment the stack sets, the evidence
 bucket, findings table and alert topic in moto (tests/handlers/lambda_harness.py). Per step it prints the wall
 seconds, the Python heap the step allocated at its peak (tracemalloc, reset per step: the world and moto, which a
-Lambda does not hold, were allocated before and are not counted; the AWS calls it made, by operation; CollectLogs is measured on its second run, with
-the embedded Logs Insights answers memoised, so the evaluator's work, done by AWS for a Lambda, is not counted), and the sizes of the documents the step read
+Lambda does not hold, were allocated before and are not counted; the AWS calls it made, by operation; CollectLogs is
+measured on its second run, with
+the embedded Logs Insights answers memoised, so the evaluator's work, done by AWS for a Lambda, is not counted), and the
+sizes of the documents the step read
 and wrote through the bucket. A Lambda needs about its runtime's baseline (a fresh interpreter with the handler
 imported, printed first) plus the step's peak. `insights_memo` says whether the memo held: the answers evaluated to
 fill it, those it served while CollectLogs was measured, and those evaluated while measured (0 when it held; any

@@ -7,7 +7,8 @@ Finish stores it, then the Verdict handler runs on it twice against the findings
 limits (gpuaudit/embedded/dynamodb_limits.py): the first audit of the cluster (empty table: every node's history
 and latest state written) and the next hourly audit (the same evidence an hour later: nothing changed). Per run it
 prints the DynamoDB calls by operation, the wall seconds, the process CPU seconds, moto's CPU seconds (DynamoDB's
-side of the calls, here in process) and the client CPU (process CPU less moto's), the on-demand request units the calls are billed (a write unit per started KB of each item written, a read unit per
+side of the calls, here in process) and the client CPU (process CPU less moto's), the on-demand request units the calls
+are billed (a write unit per started KB of each item written, a read unit per
 started 4 KB a read returned, halved when eventually consistent: what docs/DEPLOY.md's DynamoDB row is computed
 from), and the items the table holds after.
 """
@@ -44,7 +45,8 @@ from gpuaudit.dynamo_batch import item_bytes  # noqa: E402
 from gpuaudit.model.evidence import AuditRequest, Evidence  # noqa: E402
 
 CALLS: Counter[str] = Counter()
-UNITS: dict[str, float] = {"write": 0, "read": 0}  # on-demand request units billed: "write" per 1 KB written, "read" per 4 KB read
+UNITS: dict[str, float] = {"write": 0,
+                           "read": 0}  # on-demand request units billed: "write" per 1 KB written, "read" per 4 KB read
 MOTO_S = [0.0]
 
 

@@ -169,7 +169,8 @@ def hyperpod_cluster_event(cluster: str, time: str, level: str = "Error") -> dic
 def hyperpod_node_health_event(cluster: str, time: str) -> dict[str, Any]:
     arn = f"arn:aws:sagemaker:us-west-2:{EVENT_ACCOUNT}:cluster/k3m9x2pq7wla"
     return _event("SageMaker HyperPod Cluster Node Health Event", "aws.sagemaker", time, {
-        "ClusterArn": arn, "ClusterName": cluster, "InstanceGroupName": "gpu-g5-xl", "InstanceId": "i-0cc3fc1626e53a130",
+        "ClusterArn": arn, "ClusterName": cluster, "InstanceGroupName": "gpu-g5-xl",
+        "InstanceId": "i-0cc3fc1626e53a130",
         "HealthSummary": {"HealthStatus": "Unhealthy", "HealthStatusReason": "GPU Xid detected",
                           "RepairAction": "Replace"}}, [arn])
 

@@ -1,4 +1,5 @@
-"""Verdict: findings to DynamoDB and one alert to SNS (moto), the HTML report next to the result, linked; the same audit again writes and
+"""Verdict: findings to DynamoDB and one alert to SNS (moto), the HTML report next to the result, linked; the same audit
+again writes and
 publishes nothing new; EMF metrics; a failed step is a `Not checked` gap in the result."""
 
 from __future__ import annotations
@@ -226,7 +227,9 @@ def test_every_kind_of_write_applied_then_failed_commits_once_and_alerts_once(mo
     assert first["alert_published"] and len(alerts) == 1
     assert again["findings"]["duplicate"] and not again["alert_published"]
     (head,) = [i for i in items if i["pk"] == "HISTSNAP#llm-pretrain-b200" and i["sk"] == "HEAD"]
-    pieces = [i for i in items if i["pk"] == "HISTSNAP#llm-pretrain-b200" and i["sk"].startswith(f"GEN#{head['generation']}#")]
+    pieces = [
+        i for i in items if i["pk"] == "HISTSNAP#llm-pretrain-b200" and i["sk"].startswith(f"GEN#{head['generation']}#")
+    ]
     assert len(pieces) == int(head["pieces"])
     assert {i["sk"] for i in items if i["pk"].startswith("LATEST#llm-pretrain-b200#incident#")} >= {
         f"NODE#{n['instance_id']}" for n in result["nodes"]}

@@ -46,7 +46,8 @@ class InProcessLambda:
             return {"StatusCode": 200, "Payload": io.BytesIO(json.dumps(answer).encode())}
         except Exception as err:  # Lambda reports an uncaught error in the payload, not as an API error
             return {"StatusCode": 200, "FunctionError": "Unhandled",
-                    "Payload": io.BytesIO(json.dumps({"errorMessage": str(err), "errorType": type(err).__name__}).encode())}
+                    "Payload": io.BytesIO(json.dumps({"errorMessage": str(err),
+                                                      "errorType": type(err).__name__}).encode())}
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +80,8 @@ def reading_port(w: HyperPodWorld, transport: InProcessLambda) -> Aws:
     return aws
 
 
-def test_a_private_endpoint_is_read_through_the_in_vpc_reader_and_decides_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_private_endpoint_is_read_through_the_in_vpc_reader_and_decides_verdicts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kubernetes, "PAGE", 2)
     labels = ["UnschedulablePendingReplacement", "Schedulable", "UnschedulablePendingReboot", "Schedulable", None]
     w = eks_world(labels)

@@ -175,8 +175,11 @@ def test_a_stopped_executions_clusters_are_audited_by_the_next_one(account: Acco
     still running keeps it."""
     monkeypatch.setenv("GPUAUDIT_IN_FLIGHT_S", "5400")
     sfn = account.session.client("stepfunctions")
-    machine = sfn.create_state_machine(name="gpuaudit", roleArn="arn:aws:iam::123456789012:role/sfn", definition=json.dumps(
-        {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}))["stateMachineArn"]
+    machine = sfn.create_state_machine(
+        name="gpuaudit",
+        roleArn="arn:aws:iam::123456789012:role/sfn",
+        definition=json.dumps({"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}),
+    )["stateMachineArn"]
     running, stopped = (sfn.start_execution(stateMachineArn=machine, name=n)["executionArn"] for n in ("h18", "h19"))
     assert len(planned(scheduled_event("2026-10-01T18:00:05Z"), running)["targets"]) == 1
     assert planned(scheduled_event("2026-10-01T19:00:05Z"), stopped)["targets"] == []  # held by a running one

@@ -139,7 +139,8 @@ class Rbac:
             if kind == "ClusterRole":
                 rbac.cluster_roles[meta["name"]] = [_rule(r) for r in doc.get("rules") or []]
             elif kind == "Role":
-                rbac.roles[(meta.get("namespace", "default"), meta["name"])] = [_rule(r) for r in doc.get("rules") or []]
+                rbac.roles[(meta.get("namespace", "default"),
+                            meta["name"])] = [_rule(r) for r in doc.get("rules") or []]
             elif kind in ("ClusterRoleBinding", "RoleBinding"):
                 ref = doc["roleRef"]
                 namespace = "" if kind == "ClusterRoleBinding" else meta.get("namespace", "default")

@@ -74,7 +74,8 @@ class KubeServer:
 
 
 @contextmanager
-def kube_server(nodes: list[dict[str, Any]], signed_by: tuple[Any, x509.Certificate] | None = None) -> Iterator[KubeServer]:
+def kube_server(nodes: list[dict[str, Any]],
+                signed_by: tuple[Any, x509.Certificate] | None = None) -> Iterator[KubeServer]:
     """A server whose certificate is signed by `signed_by` (default: its own new CA, the one `ca_data` names)."""
     ca_key, ca_cert = new_ca()
     signer_key, signer_cert = signed_by or (ca_key, ca_cert)

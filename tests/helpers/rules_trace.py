@@ -103,5 +103,6 @@ def trace_rows(text: str) -> list[TraceRow]:
         if not line.startswith("| `` §"):
             continue
         cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
-        rows.append(TraceRow(cells[0].removeprefix("`` ").removesuffix(" ``"), _cell_refs(cells[1]), _cell_refs(cells[2])))
+        rows.append(TraceRow(cells[0].removeprefix("`` ").removesuffix(" ``"), _cell_refs(cells[1]),
+                             _cell_refs(cells[2])))
     return rows

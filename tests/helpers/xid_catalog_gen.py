@@ -20,7 +20,8 @@ from typing import Any
 DATA = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "data" / "xid_catalog.json"
 CHECKED = "2026-12-02"
 
-RESTART = "restart the application; hand the process name and PID to the application owner; leave the node alone unless a hardware-class Xid is on the same node"
+RESTART = ("restart the application; hand the process name and PID to the application owner; leave the node alone "
+           "unless a hardware-class Xid is on the same node")
 HW_REBOOT = "reboot the node; replace it if the same Xid returns on the same PCI bus after the reboot"
 CASE = "open a case with support (NVIDIA: CONTACT_SUPPORT); keep the node under watch"
 

@@ -155,7 +155,8 @@ def resolve_arns(value: Any, region: str = "us-west-2", account: str = "12345678
         return f"arn:aws:lambda:{region}:{account}:function:{value['Fn::GetAtt'][0]}"
     if "Ref" in value:
         # a pseudo parameter, else a resource of the stack: its logical ID stands for its name
-        return {"AWS::Partition": "aws", "AWS::Region": region, "AWS::AccountId": account}.get(value["Ref"], value["Ref"])
+        pseudo = {"AWS::Partition": "aws", "AWS::Region": region, "AWS::AccountId": account}
+        return pseudo.get(value["Ref"], value["Ref"])
     raise ValueError(f"cannot resolve {value!r}")
 
 

@@ -40,26 +40,40 @@ from policy_eval import (
 # What each handler does with the resources its environment names (verified against real calls in
 # tests/test_deployed_iam.py). (action, env variable, object key or None, extra condition context)
 OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
-    "plan": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {}),
-             # in-flight claims and the period's kept discovery (handlers/execution_share.py, discovery_cache.py)
-             ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}), ("dynamodb:UpdateItem", "FINDINGS_TABLE", None, {})],
-    "record_failure": [("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
-                       ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
-                       ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {})],
+    "plan": [
+        ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}),
+        # in-flight claims and the period's kept discovery (handlers/execution_share.py, discovery_cache.py)
+        ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
+        ("dynamodb:UpdateItem", "FINDINGS_TABLE", None, {}),
+    ],
+    "record_failure": [
+        ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}),
+        ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
+        ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
+        ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {}),
+    ],
     "inventory": [("s3:PutObject", "EVIDENCE_BUCKET", "payloads/0f3a.json", {})],
-    "collect_logs": [("s3:GetObject", "EVIDENCE_BUCKET", "payloads/0f3a.json", {}),
-                     ("s3:PutObject", "EVIDENCE_BUCKET", "payloads/1b2c.json", {}),
-                     ("s3:GetObject", "EVIDENCE_BUCKET", "cache/research-hp-slurm/9e8d.json", {}),
-                     ("s3:PutObject", "EVIDENCE_BUCKET", "cache/research-hp-slurm/9e8d.json", {}),
-                     ("s3:ListBucket", "EVIDENCE_BUCKET", None, {"s3:prefix": "cache/research-hp-slurm/9e8d.json"})],
-    "finish": [("s3:GetObject", "EVIDENCE_BUCKET", "payloads/1b2c.json", {}),
-               ("s3:PutObject", "EVIDENCE_BUCKET", "payloads/3d4e.json", {})],
-    "verdict": [("s3:GetObject", "EVIDENCE_BUCKET", "payloads/3d4e.json", {}),
-                ("s3:PutObject", "EVIDENCE_BUCKET", "results/research-hp-slurm/a1.json", {}),
-                ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}), ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
-                ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}), ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {}),
-                ("sns:Publish", "ALERT_TOPIC_ARN", None, {}),
-                ("events:PutEvents", "EVENT_BUS", None, {"events:source": "gpuaudit"})],
+    "collect_logs": [
+        ("s3:GetObject", "EVIDENCE_BUCKET", "payloads/0f3a.json", {}),
+        ("s3:PutObject", "EVIDENCE_BUCKET", "payloads/1b2c.json", {}),
+        ("s3:GetObject", "EVIDENCE_BUCKET", "cache/research-hp-slurm/9e8d.json", {}),
+        ("s3:PutObject", "EVIDENCE_BUCKET", "cache/research-hp-slurm/9e8d.json", {}),
+        ("s3:ListBucket", "EVIDENCE_BUCKET", None, {"s3:prefix": "cache/research-hp-slurm/9e8d.json"}),
+    ],
+    "finish": [
+        ("s3:GetObject", "EVIDENCE_BUCKET", "payloads/1b2c.json", {}),
+        ("s3:PutObject", "EVIDENCE_BUCKET", "payloads/3d4e.json", {}),
+    ],
+    "verdict": [
+        ("s3:GetObject", "EVIDENCE_BUCKET", "payloads/3d4e.json", {}),
+        ("s3:PutObject", "EVIDENCE_BUCKET", "results/research-hp-slurm/a1.json", {}),
+        ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
+        ("dynamodb:Query", "FINDINGS_TABLE", None, {}),
+        ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}),
+        ("dynamodb:BatchWriteItem", "FINDINGS_TABLE", None, {}),
+        ("sns:Publish", "ALERT_TOPIC_ARN", None, {}),
+        ("events:PutEvents", "EVENT_BUS", None, {"events:source": "gpuaudit"}),
+    ],
 }
 # The MCP endpoint (issue #38; its StartExecution is checked call by call in tests/test_mcp_deployed.py).
 OWN_CALLS["mcp_endpoint"] = [
@@ -202,7 +216,8 @@ def edges(template: dict[str, Any]) -> tuple[StackPolicies, list[Edge]]:
                     role_arn = n.resolve(target["RoleArn"])
                     assume = (Request(service("events.amazonaws.com"), "sts:AssumeRole", role_arn, _context(rule)),
                               "trust")
-                    calls = [(Request(role(role_arn), action, arn, _context()), "resource")] if action != "sns:Publish" \
+                    calls = [(Request(role(role_arn), action, arn, _context()),
+                              "resource")] if action != "sns:Publish" \
                         else _publish(p, role(role_arn), arn, _context())
                     out.append(Edge(f"rule {logical_id} → {arn.split(':')[2]} target", (assume, *calls), role_arn))
                 else:
@@ -235,7 +250,8 @@ def _state_machine_edges(p: StackPolicies, logical_id: str, props: dict[str, Any
             found.append(Edge(f"state {name} → Lambda {function.rsplit(':', 1)[-1]}", ((Request(
                 who, "lambda:InvokeFunction", function, _context()), "resource"),), role_arn))
         if state["Type"] == "Task" and ":states:::dynamodb:" in state["Resource"]:
-            action = "dynamodb:" + state["Resource"].rsplit(":", 1)[-1][0].upper() + state["Resource"].rsplit(":", 1)[-1][1:]
+            operation = state["Resource"].rsplit(":", 1)[-1]
+            action = "dynamodb:" + operation[0].upper() + operation[1:]
             table = f"arn:aws:dynamodb:{n.region}:{n.account}:table/{state['Parameters']['TableName']}"
             found.append(Edge(f"state {name} → DynamoDB {action}", ((Request(who, action, table, _context()),
                                                                      "resource"),), role_arn))

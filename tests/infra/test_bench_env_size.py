@@ -15,7 +15,9 @@ def test_env_size_prints_every_function_within_the_limit(capsys: pytest.CaptureF
 
     env_size.main(["3", "1", "10"])
     title, *rows = capsys.readouterr().out.strip().splitlines()
-    assert title == f"3 clusters, 1 member roles, 10 instances: environment bytes per function (limit {LAMBDA_ENV_LIMIT})"
+    assert (
+        title == f"3 clusters, 1 member roles, 10 instances: environment bytes per function (limit {LAMBDA_ENV_LIMIT})"
+    )
     sizes = {handler: int(size) for handler, size in (row.split() for row in rows)}
     assert {"handlers.plan.handler", "handlers.inventory.handler", "handlers.collect_logs.handler",
             "handlers.finish.handler", "handlers.verdict.handler"} <= set(sizes)

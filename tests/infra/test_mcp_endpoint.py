@@ -33,7 +33,8 @@ def _statements(s: Synthesized, role_id: str) -> dict[str, dict[str, Any]]:
     out = {}
     for policy in s.resources("AWS::IAM::Policy").values():
         if {"Ref": role_id} in policy["Properties"]["Roles"]:
-            out.update({st.get("Sid", str(st["Action"])): st for st in policy["Properties"]["PolicyDocument"]["Statement"]})
+            out.update({st.get("Sid",
+                               str(st["Action"])): st for st in policy["Properties"]["PolicyDocument"]["Statement"]})
     return out
 
 
@@ -60,10 +61,20 @@ def test_one_function_behind_an_aws_iam_url_buffered(mcp: Synthesized) -> None:
 def test_the_functions_role_reads_and_starts_only_the_stacks_state_machine(mcp: Synthesized) -> None:
     _, function = _function(mcp)
     statements = _statements(mcp, function["Properties"]["Role"]["Fn::GetAtt"][0])
-    actions = {a for st in statements.values() for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
-    assert actions == {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments",
-                       "xray:PutTelemetryRecords", "dynamodb:GetItem", "dynamodb:Query", "s3:GetObject", "s3:ListBucket",
-                       "states:StartExecution", "states:ListExecutions"}  # ListExecutions: this hour's on-demand audits
+    actions = {a for st in statements.values()
+               for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert actions == {
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "s3:GetObject",
+        "s3:ListBucket",
+        "states:StartExecution",
+        "states:ListExecutions",
+    }  # ListExecutions: this hour's on-demand audits
     (machine_id,) = mcp.resources("AWS::StepFunctions::StateMachine")
     assert statements["OnDemandAudits"]["Resource"] == {"Ref": machine_id}
     assert statements["ResultsMisses"]["Condition"] == {"StringLike": {"s3:prefix": ["results/*"]}}
@@ -79,7 +90,8 @@ def test_the_agent_role_is_assumed_by_the_named_principal_and_may_only_call_the_
     statements = _statements(mcp, role_id)
     target = {"Fn::GetAtt": [logical_id, "Arn"]}
     assert statements == {
-        "InvokeMcpUrl": {"Action": "lambda:InvokeFunctionUrl", "Effect": "Allow", "Resource": target, "Sid": "InvokeMcpUrl",
+        "InvokeMcpUrl": {"Action": "lambda:InvokeFunctionUrl", "Effect": "Allow", "Resource": target,
+                         "Sid": "InvokeMcpUrl",
                          "Condition": {"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}},
         "InvokeMcpThroughUrl": {"Action": "lambda:InvokeFunction", "Effect": "Allow", "Resource": target,
                                 "Sid": "InvokeMcpThroughUrl",
@@ -90,7 +102,8 @@ def test_cdk_nag_is_clean_with_the_endpoint(mcp: Synthesized) -> None:
     (report,) = [r for r in mcp.report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
     assert report["conclusion"] == "success" and report["violations"] == []
     mine = [s for s in report["suppressedViolations"]
-            if any("/Mcp" in c["constructPath"] or "McpEndpoint" in c["constructPath"] for c in s["violatingConstructs"])]
+            if any("/Mcp" in c["constructPath"] or "McpEndpoint" in c["constructPath"]
+                   for c in s["violatingConstructs"])]
     assert mine and all(len(s["reason"]) > 60 for s in mine)
 
 

@@ -83,7 +83,8 @@ def test_a_key_policy_must_enable_iam_before_an_identity_policy_can_use_the_key(
 
 
 def test_a_service_uses_a_key_only_as_its_key_policy_allows_with_the_conditions_the_service_sends() -> None:
-    grant = {**allow(["kms:Decrypt", "kms:GenerateDataKey*"], "*"), "Principal": {"Service": "cloudwatch.amazonaws.com"},
+    grant = {**allow(["kms:Decrypt", "kms:GenerateDataKey*"], "*"),
+             "Principal": {"Service": "cloudwatch.amazonaws.com"},
              "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"},
                            "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:us-west-2:123456789012:alarm:GpuAudit-*"}}}
     context = {**TLS, "aws:SourceAccount": "123456789012", "aws:SourceArn": ALARM}

@@ -18,7 +18,8 @@ def dashboard_body(synth: Synthesized) -> dict[str, Any]:
 
 
 def test_the_dashboard_graphs_the_handlers_metrics(synth: Synthesized) -> None:
-    widgets = {w["properties"]["title"]: json.dumps(w["properties"]["metrics"]) for w in dashboard_body(synth)["widgets"]}
+    widgets = {w["properties"]["title"]: json.dumps(w["properties"]["metrics"])
+               for w in dashboard_body(synth)["widgets"]}
     everything = " ".join(widgets.values())
     for metric in ("Nodes", "Verdicts", "VisibilityGaps", "AlertsPublished", "StepErrors", "ExecutionTime"):
         assert metric in everything, metric

@@ -95,7 +95,8 @@ def _an_alarm_name(synth: Synthesized) -> str:
 
 def test_an_alarm_named_outside_the_stacks_prefix_would_be_denied(synth: Synthesized) -> None:
     mutated = copy.deepcopy(synth.template)
-    alarm_id, alarm = next(iter((k, v) for k, v in mutated["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm"))
+    alarm_id, alarm = next(iter((k, v) for k,
+                                v in mutated["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm"))
     alarm["Properties"]["AlarmName"] = "renamed-alarm"
     denied = denied_edges(mutated)
     assert denied and {d.split(":", 1)[0] for d in denied} == {f"alarm {alarm_id} → topic"}

@@ -29,9 +29,11 @@ READS = {
     "health:DescribeAffectedEntities", "fsx:DescribeFileSystems", "cloudwatch:ListMetrics", "cloudwatch:GetMetricData",
     "cloudwatch:DescribeAlarms", "events:ListRules", "servicequotas:GetServiceQuota", "servicequotas:ListServiceQuotas",
 }
-OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "s3:ListBucket", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query",
+OWN_RESOURCE_ACCESS = {"s3:GetObject", "s3:PutObject", "s3:ListBucket", "dynamodb:GetItem", "dynamodb:PutItem",
+                       "dynamodb:Query",
                        "dynamodb:BatchWriteItem",
-                       "dynamodb:UpdateItem",  # the query budget's leases (CollectLogs), the audit order (state machine)
+                       # the query budget's leases (CollectLogs), the audit order (state machine)
+                       "dynamodb:UpdateItem",
                        "sns:Publish",
                        "kms:GenerateDataKey", "kms:Decrypt",
                        "ssm:GetParameter"}  # exactly the member roles' external-ID SecureStrings
@@ -93,7 +95,8 @@ def test_own_resource_access_is_scoped_to_the_stacks_own_table_topic_key_and_buc
             text = json.dumps(resource)
             assert any(f'"{logical_id}"' in text for logical_id in own), f"{role}: {statement}"
             if "s3:PutObject" in _list(statement["Action"]):
-                assert text.endswith(('/payloads/*"]]}', '/results/*"]]}', '/cache/*"]]}')), f"{role} writes outside its prefixes"
+                assert text.endswith(('/payloads/*"]]}', '/results/*"]]}',
+                                      '/cache/*"]]}')), f"{role} writes outside its prefixes"
             if "s3:ListBucket" in _list(statement["Action"]):  # only to learn that a cache key is missing
                 assert statement.get("Condition") == {"StringLike": {"s3:prefix": ["cache/*"]}}, statement
 
@@ -227,7 +230,8 @@ def test_member_account_clusters_are_read_through_their_role_and_only_by_the_col
 
 @pytest.mark.parametrize(("bus", "arn"), [
     (None, "arn:aws:events:us-west-2:123456789012:event-bus/default"),
-    ("arn:aws:events:us-east-1:111122223333:event-bus/central", "arn:aws:events:us-east-1:111122223333:event-bus/central"),
+    ("arn:aws:events:us-east-1:111122223333:event-bus/central",
+     "arn:aws:events:us-east-1:111122223333:event-bus/central"),
 ])
 def test_findings_are_put_on_the_configured_bus_only(bus: str | None, arn: str) -> None:
     """Only the Verdict role may put events, only events:PutEvents, only on the configured bus (the default bus
@@ -252,7 +256,8 @@ def test_findings_are_put_on_the_configured_bus_only(bus: str | None, arn: str) 
 
 
 def test_the_verdict_role_may_put_events_only_as_gpuaudit_on_its_bus(synth: Synthesized) -> None:
-    """Evaluated as AWS does (tests/infra/policy_eval.py): the source condition holds, another source or bus is denied."""
+    """Evaluated as AWS does (tests/infra/policy_eval.py): the source condition holds, another source or bus is
+    denied."""
     from policy_eval import Request, role
     from stack_edges import StackPolicies
 

@@ -54,6 +54,7 @@ def test_a_wildcard_without_a_reason_fails_the_synth() -> None:
 
 
 def test_finding_ids_are_flattened_like_cdk_nag() -> None:
-    assert flatten({"Fn::Join": ["", [{"Fn::GetAtt": ["Bucket1", "Arn"]}, "/payloads/*"]]}) == "<Bucket1.Arn>/payloads/*"
+    assert flatten({"Fn::Join": ["",
+        [{"Fn::GetAtt": ["Bucket1", "Arn"]}, "/payloads/*"]]}) == "<Bucket1.Arn>/payloads/*"
     assert flatten({"Fn::Join": [":", ["arn", {"Ref": "AWS::Partition"}, {"Fn::Select": [0, ["a"]]}]]}) == \
         'arn:<AWS::Partition>:{"Fn::Select":[0,["a"]]}'

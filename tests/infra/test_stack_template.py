@@ -118,7 +118,8 @@ def test_rules_match_exactly_what_the_plan_handler_parses() -> None:
 
 def test_findings_table_is_on_demand_recoverable_encrypted_with_ttl(synth: Synthesized) -> None:
     table = only(synth.resources("AWS::DynamoDB::Table"))
-    assert table["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+    assert table["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"},
+                                  {"AttributeName": "sk", "KeyType": "RANGE"}]
     assert table["BillingMode"] == "PAY_PER_REQUEST"
     assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert table["SSESpecification"]["SSEEnabled"] is True
@@ -178,7 +179,8 @@ def test_offline_synth_ships_the_source_without_the_embedded_backend(synth: Synt
     assets = [p for p in synth.outdir.iterdir() if p.name.startswith("asset.")]
     (asset,) = [a for a in assets if (a / "handlers").is_dir()]
     shipped = {p.relative_to(asset).as_posix() for p in asset.rglob("*")}
-    assert {"handlers/plan.py", "handlers/verdict.py", "gpuaudit/pipeline.py", "gpuaudit/data/xid_catalog.json"} <= shipped
+    assert {"handlers/plan.py", "handlers/verdict.py", "gpuaudit/pipeline.py",
+            "gpuaudit/data/xid_catalog.json"} <= shipped
     assert not [p for p in shipped if p.startswith(("gpuaudit/embedded", "gpuaudit/worlds", "gpuaudit/cli/"))
                 or "__pycache__" in p]
 
@@ -254,7 +256,8 @@ def test_functions_run_on_arm64_with_the_matching_layer_and_wheels(synth: Synthe
     parameters = synth.template["Parameters"]
     layer_paths = {parameters[layer["Ref"]]["Default"] for f in functions for layer in f["Properties"]["Layers"]
                    if layer["Ref"] in parameters}
-    assert len(layer_paths) == 1 and next(iter(layer_paths)).startswith("/aws/service/powertools/python/arm64/python3.12/")
+    assert len(layer_paths) == 1
+    assert next(iter(layer_paths)).startswith("/aws/service/powertools/python/arm64/python3.12/")
     for layer in synth.resources("AWS::Lambda::LayerVersion").values():  # the deployment document's layer
         assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
 

@@ -41,15 +41,39 @@ HANDLERS_NEVER = {"cli", "devtools", "embedded"}  # the Lambda asset ships neith
 # concern can be read and changed alone; `judge` alone composes the questions. A new module takes a floor here.
 RULES_FLOORS: dict[str, int] = {
     # 1: readers of one kind of signal
-    "xid_lines": 1, "xid": 1, "xid_routing": 1, "hma": 1, "coverage": 1, "history": 1, "storage": 1, "bootstrap": 1, "control_plane": 1,
-    "nodes": 1, "acted": 1, "actions": 1, "host_events": 1, "straggler": 1,
-    "fabric_manager": 1, "node_state": 1, "signal_verdict": 1, "gpu_count": 1, "efa_counters": 1,
+    "xid_lines": 1,
+    "xid": 1,
+    "xid_routing": 1,
+    "hma": 1,
+    "coverage": 1,
+    "history": 1,
+    "storage": 1,
+    "bootstrap": 1,
+    "control_plane": 1,
+    "nodes": 1,
+    "acted": 1,
+    "actions": 1,
+    "host_events": 1,
+    "straggler": 1,
+    "fabric_manager": 1,
+    "node_state": 1,
+    "signal_verdict": 1,
+    "gpu_count": 1,
+    "efa_counters": 1,
     # 2: what every judging rule shares (the judge's configuration, Judged, Context) and how a step is shown
-    "context": 2, "steps": 2,
+    "context": 2,
+    "steps": 2,
     # 3: readers of a concern the incident questions and the pre-flight checks both ask
-    "capacity": 3, "fabric": 3, "onset": 3, "timeline": 3, "storage_decision": 3,
+    "capacity": 3,
+    "fabric": 3,
+    "onset": 3,
+    "timeline": 3,
+    "storage_decision": 3,
     # 4: the questions, side by side: incident branches and findings, pre-flight checks, the self-check
-    "branches": 4, "findings": 4, "preflight": 4, "consistency": 4,
+    "branches": 4,
+    "findings": 4,
+    "preflight": 4,
+    "consistency": 4,
     # 5: the composition
     "judge": 5,
 }
@@ -304,7 +328,8 @@ def definitions_of(wanted: set[str], kinds: tuple[type, ...] = (ast.Tuple, ast.L
         tree = parsed(p)
         type_args = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
         found += [f"{p.relative_to(PACKAGE)}:{n.lineno}" for n in ast.walk(tree)
-                  if isinstance(n, kinds) and id(n) not in type_args and _is_order_or_name_table(n) and wanted <= _literal_strings(n)]
+                  if isinstance(n, kinds) and id(n) not in type_args and _is_order_or_name_table(n)
+                  and wanted <= _literal_strings(n)]
     return found
 
 

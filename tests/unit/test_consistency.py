@@ -109,7 +109,8 @@ def test_the_report_renders_the_judged_result_without_changing_it() -> None:
 
 # -- invariants: each broken on purpose, each named in the result and in the alert -------------------------
 XID79 = GpuError(time=T0, code=79, pci="0000:53:00", class_="hardware", log_group=MEASURED.log_group,
-                 log_stream=MEASURED.log_stream or "", message="NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus")
+                 log_stream=MEASURED.log_stream or "",
+                 message="NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus")
 XID31 = XID79.model_copy(update={"code": 31, "class_": "application", "message": "NVRM: Xid 31"})
 RULED_OUT = {letter: Branch(branch=letter, status="Ruled out", evidence="clean") for letter in "ABF"}
 

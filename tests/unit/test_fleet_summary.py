@@ -65,7 +65,8 @@ def test_a_small_cluster_names_every_node() -> None:
 def test_an_alert_is_one_bounded_message_at_any_fleet_size() -> None:
     nodes = fleet({i: "REBOOT" for i in range(FLEET)})
     res = result(nodes=nodes, headline=headline(nodes))
-    changes = [Change(1, "REBOOT", "new verdict REBOOT", node=n.instance_id, detail="Xid 79 " + "x" * 300) for n in nodes]
+    changes = [Change(1, "REBOOT", "new verdict REBOOT", node=n.instance_id,
+                      detail="Xid 79 " + "x" * 300) for n in nodes]
     text = alert_message(res, changes, report_link="https://example.invalid/report.html")
     assert len(text) <= ALERT_MAX_CHARS
     assert nodes[0].instance_id in text and "more (see the report)" in text

@@ -174,7 +174,8 @@ def test_class_override_is_named_in_result_and_report() -> None:
     w, iid = world_with_xids((at(10, 5), 31, "0000:53:00"))
     request = AuditRequest(cluster="train", mode="incident", since=parse_time(at(9)), until=parse_time(at(11)))
     plain = run_audit(aws_for(w.world()), request)
-    overridden = run_audit(aws_for(w.world()), request, JudgeConfig.from_request(request, parse_overrides(["31=hardware"])))
+    overridden = run_audit(aws_for(w.world()), request,
+                           JudgeConfig.from_request(request, parse_overrides(["31=hardware"])))
     assert node(plain, iid).verdict == "LEAVE ALONE" and plain.config_overrides == []
     assert node(overridden, iid).verdict == "REBOOT"
     assert overridden.config_overrides == ["Xid 31 class overridden to hardware by configuration"]
@@ -232,7 +233,8 @@ def test_a_replaced_hyperpod_node_is_matched_to_its_replacement_and_explains_pen
     w.section("cloudtrail", "events").append({
         "EventId": "r1", "EventName": "BatchReplaceClusterNodes", "EventTime": at(10), "EventSource":
         "sagemaker.amazonaws.com", "Username": "ops", "Resources": [],
-        "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": "hp", "nodeIds": ["i-0old0000000000001"]}})})
+        "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": "hp",
+                                                             "nodeIds": ["i-0old0000000000001"]}})})
     e = branches(w.audit("hp", mode="incident", since=at(9), until=at(11)))["E"]
     assert e.status == "UNVERIFIED"  # the only branch with evidence: the leading hypothesis (RULES §8)
     assert "i-0old0000000000001 replaced by i-0new0000000000001" in e.evidence

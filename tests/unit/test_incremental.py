@@ -161,7 +161,8 @@ def test_an_hourly_audit_reads_gpu_and_kernel_lines_only_from_streams_whose_summ
     assert kernel.records_scanned == 12  # that stream's lines since the last audit only
 
 
-def test_an_hourly_audit_without_a_hint_runs_no_gpu_or_kernel_query_and_says_the_gpu_lines_were_read(tmp_path: Path) -> None:
+def test_an_hourly_audit_without_a_hint_runs_no_gpu_or_kernel_query_and_says_the_gpu_lines_were_read(
+        tmp_path: Path) -> None:
     from gpuaudit.pipeline import collect
 
     cache = FileCache(tmp_path / "cache.json")

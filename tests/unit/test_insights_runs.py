@@ -72,8 +72,10 @@ QUERIES = [
     "fields strcontains(@message, 'kernel:') as k | stats max(k) as m, min(k), count(*) by @logStream, bin(1h)",
     "fields least(strcontains(@message, 'beat'), 1) as b | filter @message like /e/ | stats max(b) by @log",
     # a sum of such a value over a run's bin is the value times the bin's lines
-    "fields strcontains(@message, 'e') as e | stats sum(e) as s, count(*) by @logStream, bin(1h) | stats sum(s) by @logStream",
-    "fields greatest(strcontains(@message, 'Xid'), strcontains(@logStream, 's3')) as x | stats sum(x), min(x) by bin(30m)",
+    "fields strcontains(@message, 'e') as e | stats sum(e) as s, count(*) by "
+    "@logStream, bin(1h) | stats sum(s) by @logStream",
+    "fields greatest(strcontains(@message, 'Xid'), strcontains(@logStream, 's3')) "
+    "as x | stats sum(x), min(x) by bin(30m)",
     hours_query(["s1", "s3"]),
     "stats count(*) by bin(1h)",
     "stats count(*) as n, min(@timestamp), max(@timestamp) by @logStream, bin(30m)",

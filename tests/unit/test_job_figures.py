@@ -31,7 +31,8 @@ FRAMEWORK_LINES = [
      [("samples/s", 12.3)]),
     ("epoch=0/micro_step=100/global_step=100, RunningAvgSamplesPerSec=50.1, CurrSamplesPerSec=49.8",  # DeepSpeed
      [("samples/s", 49.8)]),
-    ("[rank0]: step: 1200  loss:  2.1130  memory: 61.02GiB(77.2%)  tps: 5,123  tflops: 412.35  mfu: 41.7%",  # torchtitan
+    # torchtitan
+    ("[rank0]: step: 1200  loss:  2.1130  memory: 61.02GiB(77.2%)  tps: 5,123  tflops: 412.35  mfu: 41.7%",
      [("TFLOPS", 412.35), ("tokens/s", 5123.0)]),
     ("Throughput: 95.4 samples/sec, 48844.8 tokens/sec", [("samples/s", 95.4), ("tokens/s", 48844.8)]),
 ]

@@ -91,14 +91,15 @@ def reservation(end: datetime = FAR_END, available: int = 1, itype: str = "p5.48
 
 def offering(end: datetime) -> ExtensionOffering:
     return ExtensionOffering(offering_id="cbe-0a1b2c3d4e5f60789", instance_type="p5.48xlarge", instance_count=2,
-                             start_date=NEAR_END, end_date=end, duration_hours=int((end - NEAR_END).total_seconds() // 3600))
+                             start_date=NEAR_END, end_date=end,
+                             duration_hours=int((end - NEAR_END).total_seconds() // 3600))
 
 
 def common(**update: Any) -> dict[str, Any]:
     base: dict[str, Any] = dict(
         mode="preflight", window=Window(start=NOW - timedelta(hours=24), end=NOW, source="default-24h"), now=NOW,
-        capacity_reservations=[reservation()], capacity_extensions=[ExtensionOfferings(reservation_id=CR,
-                                                                                       requested_hours=24, offerings=[])],
+        capacity_reservations=[reservation()],
+        capacity_extensions=[ExtensionOfferings(reservation_id=CR, requested_hours=24, offerings=[])],
         training_plans=[], security_groups=[sg()],
         subnets=[SubnetInfo(subnet_id=SUBNET, vpc_id=VPC, availability_zone="us-west-2a", available_ips=412)],
         alarms_in_alarm=[], event_rules=[EventRuleInfo(
@@ -338,7 +339,8 @@ def test_p2_fail_when_p1_fails_and_no_offering() -> None:
 
 
 def test_p2_with_an_offering_is_not_fail_and_quotes_no_price() -> None:
-    ext = ExtensionOfferings(reservation_id=CR, requested_hours=24, offerings=[offering(NEAR_END + timedelta(hours=24))])
+    ext = ExtensionOfferings(reservation_id=CR, requested_hours=24,
+                             offerings=[offering(NEAR_END + timedelta(hours=24))])
     c = result(hyperpod(capacity_reservations=[reservation(end=NEAR_END)], capacity_extensions=[ext]), "P2")
     assert c.result == "PASS"
     assert "cbe-0a1b2c3d4e5f60789" in c.evidence and "usable until becomes 2026-10-07T11:00:00Z" in c.evidence
@@ -346,7 +348,8 @@ def test_p2_with_an_offering_is_not_fail_and_quotes_no_price() -> None:
 
 
 def test_p2_offering_too_short_is_a_risk() -> None:
-    ext = ExtensionOfferings(reservation_id=CR, requested_hours=24, offerings=[offering(NEAR_END + timedelta(hours=12))])
+    ext = ExtensionOfferings(reservation_id=CR, requested_hours=24,
+                             offerings=[offering(NEAR_END + timedelta(hours=12))])
     c = result(hyperpod(capacity_reservations=[reservation(end=NEAR_END)], capacity_extensions=[ext]), "P2")
     assert c.result == "RISK"
 
@@ -362,7 +365,8 @@ def test_p2_pass_when_not_needed_and_not_checked_when_unread() -> None:
 def test_p2_without_run_length() -> None:
     ev = hyperpod(capacity_reservations=[reservation(end=NEAR_END)])
     assert result(ev, "P2", run_hours=None).result == "Needs input"
-    ext = ExtensionOfferings(reservation_id=CR, requested_hours=48, offerings=[offering(NEAR_END + timedelta(hours=48))])
+    ext = ExtensionOfferings(reservation_id=CR, requested_hours=48,
+                             offerings=[offering(NEAR_END + timedelta(hours=48))])
     assert result(ev.model_copy(update={"capacity_extensions": [ext]}), "P2", run_hours=None).result == "PASS"
 
 
@@ -506,7 +510,8 @@ def test_p12_nccl_transport() -> None:
     c = result(socket, "P12")
     assert c.result == "FAIL" and GPU1 in c.evidence and "NET/Socket" in c.evidence
     fm = pcluster(gpu_lines=[*pcluster().gpu_lines,
-                             gpu_line(GPU2, "systemd[1]: nvidia-fabricmanager.service: Failed with result 'exit-code'.")])
+                             gpu_line(GPU2,
+                                      "systemd[1]: nvidia-fabricmanager.service: Failed with result 'exit-code'.")])
     assert result(fm, "P12").result == "FAIL"
     c = result(hyperpod(), "P12")
     assert c.result == "UNVERIFIED" and "NCCL_DEBUG=INFO" in (c.action or "")
@@ -556,7 +561,8 @@ def test_p16_public_subnet_without_nat_fails_bootstrap_lines_are_a_risk() -> Non
                              routes=[Route(destination="0.0.0.0/0", target="igw-0123456789abcdef0")])]
     c = result(pcluster(route_tables=public), "P16")
     assert c.result == "FAIL" and "igw-0123456789abcdef0" in c.evidence and SUBNET in c.evidence
-    with_public_ip = [n.model_copy(update={"public_ip": True, "interfaces": 1}) for n in pcluster().instance_network or []]
+    with_public_ip = [n.model_copy(update={"public_ip": True,
+                                           "interfaces": 1}) for n in pcluster().instance_network or []]
     assert result(pcluster(route_tables=public, instance_network=with_public_ip), "P16").result == "PASS"
     lines = [*pcluster().gpu_lines, gpu_line(HEAD, "clustermgtd - WARNING - Found the following bootstrap failure "
                                                    "nodes: (x2) ['train-st-p6-1']")]

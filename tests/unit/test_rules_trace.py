@@ -71,7 +71,8 @@ def test_every_function_and_test_the_table_names_exists(rows: list[TraceRow]) ->
     broken = [
         reason
         for row in rows
-        for reason in [*(_missing(ref, FUNCTIONS) for ref in row.applied_by), *(_missing(ref, REPO) for ref in row.shown_by)]
+        for reason in [*(_missing(ref, FUNCTIONS) for ref in row.applied_by),
+                       *(_missing(ref, REPO) for ref in row.shown_by)]
         if reason
     ]
     assert broken == []

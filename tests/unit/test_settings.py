@@ -11,7 +11,8 @@ from gpuaudit.cli import app
 from gpuaudit.rules.context import BadOverride
 from gpuaudit.settings import Settings
 
-WORLD = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "worlds" / "hyperpod-xid31-app-error.world.json"
+WORLDS = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "worlds"
+WORLD = WORLDS / "hyperpod-xid31-app-error.world.json"
 
 
 def test_the_deployed_environment_reads_into_typed_settings() -> None:

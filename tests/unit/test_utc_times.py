@@ -49,7 +49,8 @@ def test_every_time_field_of_every_model_is_utc_datetime() -> None:
 
 def test_times_loaded_from_json_share_datetime_utc_including_keys_and_other_offsets() -> None:
     hour = datetime(2026, 10, 1, 6, tzinfo=UTC)
-    node = NodeInfo(instance_id="i-0123456789abcdef0", status="Running", launch_time=datetime(2026, 10, 1, 8, 30, tzinfo=timezone(timedelta(hours=2))))
+    node = NodeInfo(instance_id="i-0123456789abcdef0", status="Running",
+                    launch_time=datetime(2026, 10, 1, 8, 30, tzinfo=timezone(timedelta(hours=2))))
     activity = StreamActivity(log_group="g", log_stream="s", lines=1, live_hours=1, hour_counts={hour: 1})
     loaded = NodeInfo.model_validate_json(node.model_dump_json())
     assert loaded.launch_time is not None and loaded.launch_time.tzinfo is UTC

@@ -158,7 +158,8 @@ def test_catalog_row_follows_rules_section_6(code: int) -> None:
     assert entry.meaning and entry.action_text
 
 
-@pytest.mark.parametrize("code", sorted(c for c, e in catalog_by_code().items() if e.rule is None and not e.qualifier_of))
+@pytest.mark.parametrize("code",
+                         sorted(c for c, e in catalog_by_code().items() if e.rule is None and not e.qualifier_of))
 def test_classify_returns_the_catalog_row_for_codes_without_a_rule(code: int) -> None:
     result = classify(code, "")
     assert (result.class_, result.verdict, result.verdict_if_recurs) == expected_row(code)
@@ -168,7 +169,8 @@ def test_classify_returns_the_catalog_row_for_codes_without_a_rule(code: int) ->
 def test_actions_rules_does_not_map_are_said_in_the_row() -> None:
     for entry in catalog_by_code().values():
         if entry.nvidia_action in ("CHECK_MECHANICALS", "CHECK_UVM", "UPDATE_SWFW", None) and not entry.rules_override:
-            assert entry.note and ("RULES §6 maps no verdict" in entry.note or "without an immediate action" in entry.note)
+            assert entry.note
+            assert "RULES §6 maps no verdict" in entry.note or "without an immediate action" in entry.note
 
 
 def test_every_class_is_reachable() -> None:
@@ -456,7 +458,8 @@ def test_rule_154_none_says_nothing_about_the_node() -> None:
     routing = route_node([xid(154, text="GPU recovery action changed from 0x2 (Node Reboot Required) to 0x0 (None)")],
                          node_running=True)
     assert routing.verdict is None and routing.cause_code is None and "nothing" in routing.verdict_evidence
-    with_app = route_node([xid(13, text="pid=3, name=x"), xid(154, 1, text="GPU recovery action changed from 0x0 (None) to 0x0 (None)")],
+    with_app = route_node([xid(13, text="pid=3, name=x"),
+                           xid(154, 1, text="GPU recovery action changed from 0x0 (None) to 0x0 (None)")],
                           node_running=True)
     assert with_app.verdict == "LEAVE ALONE"
 
@@ -576,7 +579,9 @@ def test_nvlink5_decode_asking_for_154_follows_the_154() -> None:
     assert classify(145, text).decoded_action == "XID_154_EVAL"
     alone = route_node([xid(145, text=text)], node_running=True)
     assert alone.verdict == "MONITOR" and alone.deciding_check and "154" in alone.deciding_check
-    with_154 = route_node([xid(145, text=text), xid(154, 0.1, text="GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")],
+    with_154 = route_node([xid(145, text=text),
+                           xid(154, 0.1,
+                               text="GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")],
                           node_running=True)
     assert with_154.verdict == "REBOOT" and with_154.cause_code == 154
 

@@ -49,7 +49,8 @@ def _page() -> tuple[tuple[Entry, ...], dict[str, str]]:
             elif set(line.replace("|", "").strip()) <= {"-", " ", ":"}:
                 continue
             else:
-                meaning = "; ".join(f"{name}: {text}" for name, text in zip(header[1:], cells[1:], strict=False) if text)
+                meaning = "; ".join(f"{name}: {text}" for name,
+                                    text in zip(header[1:], cells[1:], strict=False) if text)
                 entries.append(Entry(term=cells[0].strip("`"), section=section, meaning=meaning))
         elif section and line.strip():
             prose[section].append(line.strip())

@@ -64,7 +64,9 @@ class AuditInput(ToolInput):
     mode: Mode = Field(default="coverage", description="coverage | incident | preflight")
     instance_ids: list[InstanceId] = Field(default_factory=list, max_length=500,
                                            description="Self-managed EC2/EKS nodes, i-…")
-    eks_cluster: EksClusterName | None = Field(default=None, description="Self-managed EKS: audit this EKS cluster's nodes")
+    eks_cluster: EksClusterName | None = Field(
+        default=None, description="Self-managed EKS: audit this EKS cluster's nodes"
+    )
     file_system_ids: list[FileSystemId] = Field(default_factory=list, max_length=50,
                                                 description="FSx for Lustre file systems, fs-…")
     log_groups: list[LogGroupName] = Field(default_factory=list, max_length=50,

@@ -75,7 +75,8 @@ AUDIT_EXAMPLES = """Examples:
 
   gpuaudit audit --cluster my-hyperpod --format ndjson | jq -c 'select(.verdict == "REPLACE")'
 
-  gpuaudit audit --world functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json --cluster research-hp-slurm --out report.md
+  gpuaudit audit --world functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json \\
+      --cluster research-hp-slurm --out report.md
 
 Exit codes: 0 audited; 2 bad input; 3 account unreachable or credentials; 4 a --fail-on/--fail-if-not-ready gate;
 130 interrupted."""
@@ -148,95 +149,208 @@ def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: s
 
 
 def audit(
-    cluster: Annotated[str | None, typer.Option(
-        help="Cluster name (HyperPod, ParallelCluster), or a label for --instances (optional with --instances or "
-             "--filesystem: the result's cluster is then a labelled fleet)", rich_help_panel=SCOPE)] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="Cluster name (HyperPod, ParallelCluster), or a label for --instances (optional with --instances or "
+            "--filesystem: the result's cluster is then a labelled fleet)",
+            rich_help_panel=SCOPE,
+        ),
+    ] = None,
     mode: Annotated[str, typer.Option(help="coverage | incident | preflight", rich_help_panel=SCOPE)] = "coverage",
-    instances: Annotated[str | None, typer.Option(
-        help="Self-managed EC2/EKS: comma-separated instance IDs; terminated ones are audited from their log "
-             "streams and CloudTrail", rich_help_panel=SCOPE)] = None,
-    eks_cluster: Annotated[str | None, typer.Option(
-        "--eks-cluster", help="Self-managed EKS: audit the nodes of this EKS cluster (read from its Kubernetes API) "
-                              "and their node-health conditions", rich_help_panel=SCOPE)] = None,
-    filesystem: Annotated[list[str] | None, typer.Option(
-        "--filesystem", help="Also audit this FSx for Lustre file system, fs-… (repeatable, at most 50): details, "
-                             "maintenance window, saturation metrics; with or without --cluster",
-        rich_help_panel=SCOPE)] = None,
-    log_group: Annotated[list[str] | None, typer.Option(
-        "--log-group", help="Also search this CloudWatch Logs group, e.g. a job's stdout where NCCL prints its "
-                            "transport (repeatable, at most 50; exact name)", rich_help_panel=SCOPE)] = None,
-    world: Annotated[Path | None, typer.Option(help="Audit a world file (a frozen account) instead of AWS",
-                                               rich_help_panel=SCOPE)] = None,
-    since: Annotated[str | None, typer.Option(
-        help="Window start: ISO-8601 UTC, or a length back from now (30m, 2h, 2d); alone it runs to now",
-        rich_help_panel=WINDOW)] = None,
+    instances: Annotated[
+        str | None,
+        typer.Option(
+            help="Self-managed EC2/EKS: comma-separated instance IDs; terminated ones are audited from their log "
+            "streams and CloudTrail",
+            rich_help_panel=SCOPE,
+        ),
+    ] = None,
+    eks_cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--eks-cluster",
+            help="Self-managed EKS: audit the nodes of this EKS cluster (read from its Kubernetes API) "
+            "and their node-health conditions",
+            rich_help_panel=SCOPE,
+        ),
+    ] = None,
+    filesystem: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filesystem",
+            help="Also audit this FSx for Lustre file system, fs-… (repeatable, at most 50): details, "
+            "maintenance window, saturation metrics; with or without --cluster",
+            rich_help_panel=SCOPE,
+        ),
+    ] = None,
+    log_group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--log-group",
+            help="Also search this CloudWatch Logs group, e.g. a job's stdout where NCCL prints its "
+            "transport (repeatable, at most 50; exact name)",
+            rich_help_panel=SCOPE,
+        ),
+    ] = None,
+    world: Annotated[
+        Path | None, typer.Option(help="Audit a world file (a frozen account) instead of AWS", rich_help_panel=SCOPE)
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Window start: ISO-8601 UTC, or a length back from now (30m, 2h, 2d); alone it runs to now",
+            rich_help_panel=WINDOW,
+        ),
+    ] = None,
     until: Annotated[str | None, typer.Option(help="Window end, ISO-8601 UTC", rich_help_panel=WINDOW)] = None,
-    last: Annotated[str | None, typer.Option(
-        help="A length ending now: 30m, 2h, 6h, 24h, 2d, 7d … (at most 90d)", rich_help_panel=WINDOW)] = None,
-    onset: Annotated[str | None, typer.Option(
-        help="Incident: when the failure began, ISO-8601 UTC, inside the window (default: the first failure signal "
-             "read); a cause is Proven only before it", rich_help_panel=WINDOW)] = None,
-    fmt: Annotated[str | None, typer.Option(
-        "--format", help="table | md | json | html | ndjson | csv | events (the EventBridge entries the deployed "
-                         "auditor would send, against --history; default: table on a terminal, md otherwise; or "
-                         "--out's extension)", rich_help_panel=OUTPUT)] = None,
-    out: Annotated[str | None, typer.Option(
-        help="Write here (format from the extension: .md .json .html .ndjson .csv .txt .events.ndjson); - is "
-             "stdout",
-        rich_help_panel=OUTPUT)] = None,
-    out_dir: Annotated[Path | None, typer.Option(
-        "--out-dir", help="Write every format in one run: report.md, result.json, report.html, findings.ndjson, "
-                          "findings.csv, findings.events.ndjson", rich_help_panel=OUTPUT)] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no 'wrote' lines on stderr",
-                                        rich_help_panel=OUTPUT)] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Each AWS call and phase on stderr",
-                                          rich_help_panel=OUTPUT)] = False,
-    no_color: Annotated[bool, typer.Option("--no-color", help="No colour (also NO_COLOR=1)",
-                                           rich_help_panel=OUTPUT)] = False,
-    verdict: Annotated[str | None, typer.Option(
-        help="Show only nodes with these verdicts, e.g. REPLACE,REBOOT (table and finding records)",
-        rich_help_panel=GATES)] = None,
-    only_exceptions: Annotated[bool, typer.Option(
-        "--only-exceptions", help="Show only nodes that need something: not LEAVE ALONE", rich_help_panel=GATES)] = False,
-    coverage: Annotated[str | None, typer.Option(
-        help="Show only nodes whose GPU error evidence is MEASURED, NOT_OBSERVABLE, NO_HMA_DETECTIONS, or GAP (any "
-             "empty hour) (table and finding records)", rich_help_panel=GATES)] = None,
-    fail_on: Annotated[str | None, typer.Option(
-        "--fail-on", help="Exit 4 when any node has one of these verdicts, e.g. REPLACE,NOT_OBSERVABLE",
-        rich_help_panel=GATES)] = None,
-    fail_if_not_ready: Annotated[bool, typer.Option(
-        "--fail-if-not-ready", help="Preflight: exit 4 unless ready is Yes or Yes with risks",
-        rich_help_panel=GATES)] = False,
-    profile: Annotated[str | None, typer.Option(
-        help="AWS profile (default: AWS_PROFILE, then the default chain)", rich_help_panel=ACCESS)] = None,
-    region: Annotated[str | None, typer.Option(
-        help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then the profile's; a world's own)",
-        rich_help_panel=ACCESS)] = None,
-    role_arn: Annotated[str | None, typer.Option(
-        help="Audit another account: assume its read-only role (deploy infra/cross_account.py there)",
-        rich_help_panel=ACCESS)] = None,
-    external_id: Annotated[str | None, typer.Option(help="External ID the read-only role requires",
-                                                    rich_help_panel=ACCESS)] = None,
-    run_hours: Annotated[float | None, typer.Option(help="Planned run length in hours",
-                                                    rich_help_panel=PREFLIGHT)] = None,
-    run_start: Annotated[str | None, typer.Option(help="Planned start, ISO-8601 UTC (default now)",
-                                                  rich_help_panel=PREFLIGHT)] = None,
-    checkpoint_minutes: Annotated[float | None, typer.Option(help="Checkpoint interval",
-                                                             rich_help_panel=PREFLIGHT)] = None,
-    cache: Annotated[Path | None, typer.Option(
-        help="Incremental audits: keep proven hourly bins in this file and query only the hours that can still "
-             "change", rich_help_panel=ADVANCED)] = None,
-    history: Annotated[Path | None, typer.Option(
-        "--history", help="Fleet memory: read each node's earlier audits from (and add this one to) a local history in "
-                          "this directory, so an Xid recurring after a reboot days later is REPLACE (default: off; "
-                          "look-back GPUAUDIT_HISTORY_DAYS, 30)", rich_help_panel=ADVANCED)] = None,
-    deadline_seconds: Annotated[float | None, typer.Option(
-        help="Stop calling AWS after this many seconds and report what was read (the rest: Not checked); "
-             "default 900",
-        rich_help_panel=ADVANCED)] = None,
-    xid_class: Annotated[list[str] | None, typer.Option(
-        help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
-             "report", rich_help_panel=ADVANCED)] = None,
+    last: Annotated[
+        str | None,
+        typer.Option(help="A length ending now: 30m, 2h, 6h, 24h, 2d, 7d … (at most 90d)", rich_help_panel=WINDOW),
+    ] = None,
+    onset: Annotated[
+        str | None,
+        typer.Option(
+            help="Incident: when the failure began, ISO-8601 UTC, inside the window (default: the first failure signal "
+            "read); a cause is Proven only before it",
+            rich_help_panel=WINDOW,
+        ),
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="table | md | json | html | ndjson | csv | events (the EventBridge entries the deployed "
+            "auditor would send, against --history; default: table on a terminal, md otherwise; or "
+            "--out's extension)",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = None,
+    out: Annotated[
+        str | None,
+        typer.Option(
+            help="Write here (format from the extension: .md .json .html .ndjson .csv .txt .events.ndjson); - is "
+            "stdout",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out-dir",
+            help="Write every format in one run: report.md, result.json, report.html, findings.ndjson, "
+            "findings.csv, findings.events.ndjson",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress and no 'wrote' lines on stderr", rich_help_panel=OUTPUT)
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Each AWS call and phase on stderr", rich_help_panel=OUTPUT)
+    ] = False,
+    no_color: Annotated[
+        bool, typer.Option("--no-color", help="No colour (also NO_COLOR=1)", rich_help_panel=OUTPUT)
+    ] = False,
+    verdict: Annotated[
+        str | None,
+        typer.Option(
+            help="Show only nodes with these verdicts, e.g. REPLACE,REBOOT (table and finding records)",
+            rich_help_panel=GATES,
+        ),
+    ] = None,
+    only_exceptions: Annotated[
+        bool,
+        typer.Option(
+            "--only-exceptions", help="Show only nodes that need something: not LEAVE ALONE", rich_help_panel=GATES
+        ),
+    ] = False,
+    coverage: Annotated[
+        str | None,
+        typer.Option(
+            help="Show only nodes whose GPU error evidence is MEASURED, NOT_OBSERVABLE, NO_HMA_DETECTIONS, or GAP (any "
+            "empty hour) (table and finding records)",
+            rich_help_panel=GATES,
+        ),
+    ] = None,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 4 when any node has one of these verdicts, e.g. REPLACE,NOT_OBSERVABLE",
+            rich_help_panel=GATES,
+        ),
+    ] = None,
+    fail_if_not_ready: Annotated[
+        bool,
+        typer.Option(
+            "--fail-if-not-ready", help="Preflight: exit 4 unless ready is Yes or Yes with risks", rich_help_panel=GATES
+        ),
+    ] = False,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="AWS profile (default: AWS_PROFILE, then the default chain)", rich_help_panel=ACCESS),
+    ] = None,
+    region: Annotated[
+        str | None,
+        typer.Option(
+            help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then the profile's; a world's own)",
+            rich_help_panel=ACCESS,
+        ),
+    ] = None,
+    role_arn: Annotated[
+        str | None,
+        typer.Option(
+            help="Audit another account: assume its read-only role (deploy infra/cross_account.py there)",
+            rich_help_panel=ACCESS,
+        ),
+    ] = None,
+    external_id: Annotated[
+        str | None, typer.Option(help="External ID the read-only role requires", rich_help_panel=ACCESS)
+    ] = None,
+    run_hours: Annotated[
+        float | None, typer.Option(help="Planned run length in hours", rich_help_panel=PREFLIGHT)
+    ] = None,
+    run_start: Annotated[
+        str | None, typer.Option(help="Planned start, ISO-8601 UTC (default now)", rich_help_panel=PREFLIGHT)
+    ] = None,
+    checkpoint_minutes: Annotated[
+        float | None, typer.Option(help="Checkpoint interval", rich_help_panel=PREFLIGHT)
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Incremental audits: keep proven hourly bins in this file and query only the hours that can still "
+            "change",
+            rich_help_panel=ADVANCED,
+        ),
+    ] = None,
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            "--history",
+            help="Fleet memory: read each node's earlier audits from (and add this one to) a local history in "
+            "this directory, so an Xid recurring after a reboot days later is REPLACE (default: off; "
+            "look-back GPUAUDIT_HISTORY_DAYS, 30)",
+            rich_help_panel=ADVANCED,
+        ),
+    ] = None,
+    deadline_seconds: Annotated[
+        float | None,
+        typer.Option(
+            help="Stop calling AWS after this many seconds and report what was read (the rest: Not checked); "
+            "default 900",
+            rich_help_panel=ADVANCED,
+        ),
+    ] = None,
+    xid_class: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Override an Xid's class, CODE=CLASS (repeatable; also GPUAUDIT_XID_CLASS_OVERRIDES); named in the "
+            "report",
+            rich_help_panel=ADVANCED,
+        ),
+    ] = None,
 ) -> None:
     """Audit one cluster: coverage proof, node verdicts, root cause or readiness."""
     from gpuaudit.collectors.session import next_step

@@ -36,7 +36,8 @@ def world_generate(
     nodes: Annotated[int, typer.Option(help="GPU (compute) nodes; a head node / controller is added")],
     out: Annotated[Path, typer.Option(help="World file to write")],
     days: Annotated[float, typer.Option(help="Days of logs before `now` (the audit window to test)")] = 7.0,
-    silent_fraction: Annotated[float, typer.Option(help="Share of nodes whose kernel stream stops in the window")] = 0.0,
+    silent_fraction: Annotated[float,
+                               typer.Option(help="Share of nodes whose kernel stream stops in the window")] = 0.0,
     xid_rate: Annotated[float, typer.Option(help="Xids per node-day")] = 0.05,
     seed: Annotated[int, typer.Option(help="Same seed, same bytes")] = 0,
     instance_type: Annotated[str, typer.Option(help="p5.48xlarge | p5en.48xlarge | p4d.24xlarge")] = "p5.48xlarge",
@@ -57,7 +58,8 @@ def world_generate(
     shape = worldgen.describe(world)
     err.print(f"wrote {out} ({size / 1e6:.1f} MB): cluster {spec.cluster_name}, {shape['nodes']} nodes, "
               f"{shape['log_groups']} log groups, {shape['streams']} streams, "
-              f"{shape['events'] + shape['periodic_lines']:,} log lines, {shape['xid_lines']} Xid lines", highlight=False)
+              f"{shape['events'] + shape['periodic_lines']:,} log lines, {shape['xid_lines']} Xid lines",
+              highlight=False)
 
 
 def bench(

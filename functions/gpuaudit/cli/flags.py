@@ -47,7 +47,9 @@ def _time_arg(value: str | None, flag: str) -> datetime | None:
     except (ValueError, OverflowError):
         lengths = " or a length" if flag == "--since" else ""
         example = ", or 2h for two hours ago" if lengths else ""
-        raise UserError(f"{flag}: not an ISO-8601 time{lengths}: {echoed(value)} (e.g. 2026-09-27T10:00:00Z{example})") from None
+        raise UserError(
+            f"{flag}: not an ISO-8601 time{lengths}: {echoed(value)} (e.g. 2026-09-27T10:00:00Z{example})"
+        ) from None
     if not 1970 <= parsed.year <= 2100:
         raise UserError(f"{flag}: {value!r} is outside the years 1970-2100")
     return parsed
@@ -134,7 +136,8 @@ def _out_dir(path: Path | None) -> Path | None:
 
 
 def _verdicts(value: str | None, flag: str) -> set[str]:
-    """A comma-separated verdict list, as typed: REPLACE,REBOOT; NOT_OBSERVABLE or not-observable for the spaced ones."""
+    """A comma-separated verdict list, as typed: REPLACE,REBOOT; NOT_OBSERVABLE or not-observable for the spaced
+    ones."""
     if value is None:
         return set()
     chosen: set[str] = set()
@@ -151,8 +154,12 @@ def _verdicts(value: str | None, flag: str) -> set[str]:
     return chosen
 
 
-COVERAGE_STATUSES = {"MEASURED": "Measured", "NOT OBSERVABLE": "Not observable", "NO HMA DETECTIONS": "No HMA detections",
-                     "GAP": "gap"}  # `gap`: any coverage gap (report/order.py coverage_gap), whatever the status
+COVERAGE_STATUSES = {
+    "MEASURED": "Measured",
+    "NOT OBSERVABLE": "Not observable",
+    "NO HMA DETECTIONS": "No HMA detections",
+    "GAP": "gap",
+}  # `gap`: any coverage gap (report/order.py coverage_gap), whatever the status
 
 
 def _coverage_statuses(value: str | None, flag: str) -> set[str]:
@@ -172,7 +179,11 @@ def _coverage_statuses(value: str | None, flag: str) -> set[str]:
     return chosen
 
 
-FLAGS = {"log_groups": "--log-group", "instance_ids": "--instances", "file_system_ids": "--filesystem"}  # request fields whose flag is named otherwise
+FLAGS = {
+    "log_groups": "--log-group",
+    "instance_ids": "--instances",
+    "file_system_ids": "--filesystem",
+}  # request fields whose flag is named otherwise
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -46,7 +46,8 @@ def emit(result: Result, fmt: str, out: Path | None) -> None:
 
 
 def report(
-    result_file: Annotated[Path, typer.Argument(metavar="RESULT.json", help="A result written by `audit --format json`")],
+    result_file: Annotated[Path,
+                           typer.Argument(metavar="RESULT.json", help="A result written by `audit --format json`")],
     fmt: Annotated[str, typer.Option("--format", help="html | md | table | ndjson | csv")] = "html",
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
 ) -> None:
@@ -108,9 +109,11 @@ def history_command(
     fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
     verdict: Annotated[str | None, typer.Option(
-        help="Only nodes that an audit gave one of these verdicts, or with one open, e.g. REBOOT,NOT_OBSERVABLE")] = None,
+        help="Only nodes that an audit gave one of these verdicts, or with one open, e.g. "
+        "REBOOT,NOT_OBSERVABLE")] = None,
     open_only: Annotated[bool, typer.Option(
-        "--open", help="Only nodes with an action still open (REPLACE, REBOOT or NOT OBSERVABLE not shown done)")] = False,
+        "--open",
+        help="Only nodes with an action still open (REPLACE, REBOOT or NOT OBSERVABLE not shown done)")] = False,
     changed: Annotated[bool, typer.Option(
         "--changed", help="Only nodes whose verdict changed in the look-back (or whose action was done)")] = False,
     show_all: Annotated[bool, typer.Option(
@@ -224,7 +227,7 @@ def mcp(
         _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
 
 
-def _stop_on_interrupt(signum: int, frame: object) -> None:
+def _stop_on_interrupt(_signum: int, _frame: object) -> None:
     """Ctrl-C stops `gpuaudit mcp` at once. Left to asyncio, SIGINT cancels the server's tasks, which then wait for
     what runs in worker threads: the stdin line the client has not sent, an audit blocked in an AWS call; the
     server would stay up until those end. Nothing is lost that a rerun does not redo: audits only read, the

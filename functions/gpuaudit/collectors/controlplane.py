@@ -102,7 +102,8 @@ def _trail_event(e: dict[str, Any]) -> CloudTrailEvent:
     return CloudTrailEvent(
         time=e["EventTime"], event_name=e.get("EventName", ""), event_source=e.get("EventSource", ""),
         username=e.get("Username"), resources=[r.get("ResourceName", "") for r in e.get("Resources", []) or []],
-        request_parameters=detail.get("requestParameters") if isinstance(detail.get("requestParameters"), dict) else None,
+        request_parameters=(detail.get("requestParameters") if isinstance(detail.get("requestParameters"), dict)
+                            else None),
         response_elements=detail.get("responseElements") if isinstance(detail.get("responseElements"), dict) else None,
         error_code=detail.get("errorCode"), error_message=detail.get("errorMessage"))
 
@@ -176,7 +177,8 @@ def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     evidence.file_systems = [file_system(f) for f in lustre]
     # Which of them the cluster mounts: storage is Proven only on the mounted file system (RULES §8 C).
     evidence.cluster_file_system_ids = scoped_file_systems(aws, evidence, lustre)
-    evidence.fsx_metrics = saturation_peaks(aws, evidence, read, "FSx saturation metrics not read; branch C not assessed")
+    evidence.fsx_metrics = saturation_peaks(aws, evidence, read,
+                                            "FSx saturation metrics not read; branch C not assessed")
 
 
 READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {

@@ -113,9 +113,17 @@ def _sums(aws: Aws, series: list[tuple[str, str, str, list[dict[str, str]]]], st
     """Per series (by its position): period start → the period's Sum."""
     points: dict[int, dict[datetime, float]] = defaultdict(dict)
     for k in range(0, len(series), QUERIES_PER_CALL):
-        queries: list[dict[str, Any]] = [{"Id": f"s{k + i}", "MetricStat": {
-            "Metric": {"Namespace": CWAGENT_NAMESPACE, "MetricName": metric, "Dimensions": dims},
-            "Period": EFA_PERIOD_S, "Stat": "Sum"}} for i, (_, metric, _, dims) in enumerate(series[k:k + QUERIES_PER_CALL])]
+        queries: list[dict[str, Any]] = [
+            {
+                "Id": f"s{k + i}",
+                "MetricStat": {
+                    "Metric": {"Namespace": CWAGENT_NAMESPACE, "MetricName": metric, "Dimensions": dims},
+                    "Period": EFA_PERIOD_S,
+                    "Stat": "Sum",
+                },
+            }
+            for i, (_, metric, _, dims) in enumerate(series[k : k + QUERIES_PER_CALL])
+        ]
         for r in aws.paginate("cloudwatch", "GetMetricData", "MetricDataResults", StartTime=start, EndTime=end,
                               MetricDataQueries=queries, ScanBy="TimestampAscending"):
             points[int(str(r.get("Id", "s0"))[1:])].update(

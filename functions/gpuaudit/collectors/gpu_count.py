@@ -65,7 +65,9 @@ def read_gpu_counts(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     evidence.gpu_counts = out
 
 
-def _hours_with_data(aws: Aws, series: list[dict[str, Any]], start: datetime, end: datetime) -> dict[int, set[datetime]]:
+def _hours_with_data(
+    aws: Aws, series: list[dict[str, Any]], start: datetime, end: datetime
+) -> dict[int, set[datetime]]:
     """Per series (by its position), the UTC hours holding at least one datapoint."""
     found: dict[int, set[datetime]] = defaultdict(set)
     for first in range(0, len(series), QUERIES_PER_CALL):

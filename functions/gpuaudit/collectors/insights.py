@@ -237,7 +237,8 @@ class InsightsRunner:
                     self.aws.call("logs", "StopQuery", queryId=pending.query_id)
                 self.gaps.append(Gap(kind="timed-out", service="logs", operation="GetQueryResults",
                                      unseen=f"{pending.purpose} query still {status} after "
-                                     f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; stopped"))
+                                     f"{self.deadline_s:.0f} s over {', '.join(pending.groups)}{pending.subject}; "
+                                     f"stopped"))
                 self._record(pending, f"{status} (abandoned)", 0, 0.0, False)
                 return None
             self.aws.sleep(self.poll_seconds)

@@ -141,8 +141,9 @@ def _summaries(aws: Aws, name: str, gaps: list[Gap]) -> list[dict[str, Any]]:
         for summary in aws.paginate("sagemaker", "ListClusterNodes", "ClusterNodeSummaries", ClusterName=name):
             summaries.append(summary)
     except CallFailed as failed:
-        gaps.append(failed.gap_for(f"{NODE_LIST_INCOMPLETE} of {name}: stopped after {len(summaries)} node(s); nodes not "
-                                 "listed are Not checked", scope="node-list"))
+        gaps.append(failed.gap_for(f"{NODE_LIST_INCOMPLETE} of {name}: stopped "
+                                 f"after {len(summaries)} node(s); nodes not listed are Not checked",
+                                 scope="node-list"))
     return summaries
 
 
@@ -163,7 +164,8 @@ def _node_from_instance(instance: dict[str, Any], discovered_by: NodeSource = "a
         capacity_reservation_id=instance.get("CapacityReservationId"), image_id=instance.get("ImageId"))
 
 
-def _parallelcluster(aws: Aws, name: str, nodes: list[NodeInfo], subnets: set[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
+def _parallelcluster(aws: Aws, name: str, nodes: list[NodeInfo],
+                     subnets: set[str]) -> tuple[ClusterInfo, list[NodeInfo]]:
     groups_ = sorted({n.instance_group for n in nodes if n.instance_group})
     cluster = ClusterInfo(name=name, kind="parallelcluster", region=aws.region, subnet_ids=sorted(subnets),
                           instance_groups=[InstanceGroup(name=g, node_role="compute") for g in groups_])

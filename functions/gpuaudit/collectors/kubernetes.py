@@ -168,7 +168,8 @@ class LambdaKubeApi:
                              f"Invoke of {self.function}: {error.get('Message', err)}") from None
         except (BotoCoreError, ValueError) as err:
             raise CallFailed("kubernetes", operation, type(err).__name__, f"Invoke of {self.function}: {err}") from None
-        if out.get("FunctionError") or not isinstance(answer, dict) or "document" not in answer and "error" not in answer:
+        if out.get("FunctionError") or not isinstance(answer,
+                                                      dict) or "document" not in answer and "error" not in answer:
             message = answer.get("errorMessage") if isinstance(answer, dict) else None
             raise CallFailed("kubernetes", operation, "ReaderFailed", f"{self.function}: {message or 'no answer'}")
         if "error" in answer:

@@ -26,7 +26,8 @@ def _quoted_insights(text: str) -> str:
 
 
 KERNEL_FILTER = 'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/'
-KERNEL_QUERY = f"{KERNEL_FILTER} | stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line by @log, @logStream"
+KERNEL_QUERY = (f"{KERNEL_FILTER} | stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line "
+                "by @log, @logStream")
 # The kernel lines themselves, oldest first (a lagging stream's, by name: collectors/lagging.py counts those that
 # arrived after the last audit read the stream).
 KERNEL_LINES_QUERY = f"{KERNEL_FILTER} | fields @timestamp, @log, @logStream | sort @timestamp asc | limit {MAX_ROWS}"

@@ -102,7 +102,8 @@ def list_streams(aws: Aws, groups: list[str], since: datetime, gaps: list[Gap]) 
                                     "them were not listed, so nodes named only there may be missing"))
                     break
                 listed.append(ListedStream(log_group=group, log_stream=s["logStreamName"],
-                                           first_event=_time_ms(s.get("firstEventTimestamp")), last_event=_time_ms(last)))
+                                           first_event=_time_ms(s.get("firstEventTimestamp")),
+                                           last_event=_time_ms(last)))
         except CallFailed as failed:
             gaps.append(failed.gap_for(f"streams of {group} not listed: nodes named only by its streams may be "
                                        "missing", scope="node-list"))

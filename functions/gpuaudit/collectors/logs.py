@@ -325,7 +325,8 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     expected = len(hours_between(win.padded_start, win.padded_end))
     kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     if win.deep_kernel_start is not None and not {"kernel"} & (unanswered | truncated):
-        kernel += read_deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start, win.lifetime_start,
+        kernel += read_deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start,
+                                   win.lifetime_start,
                                    kernel_by_day)
         kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
     need_detail = {key for key in kernel_keys
@@ -356,12 +357,14 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
     boot = read_boot_lines(runner, batch, node_index, nodes, gpu_lines, win.lifetime_start, win.gpu_start) \
         if win.boot_lines and "gpu" not in unanswered else []
-    jobs = sorted({g for g in batch if g in job_groups} | {g.log_group for g in gpu_lines if JOB_LINE.search(g.message)})
+    jobs = sorted({g for g in batch if g in job_groups}
+                  | {g.log_group for g in gpu_lines if JOB_LINE.search(g.message)})
     figures, unread_jobs = _job_figures(runner, jobs, win.job_range, gaps) if win.job_range and jobs else ([], [])
     return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
                          queries=runner.records, gaps=gaps, listed=listed, boot_lines=boot,
                          unread=sorted({"kernel", "summary", "gpu"} & (truncated | unanswered)),
-                         job_figures=figures, job_groups=[g for g in jobs if g not in unread_jobs], job_unread=unread_jobs)
+                         job_figures=figures, job_groups=[g for g in jobs if g not in unread_jobs],
+                         job_unread=unread_jobs)
 
 
 HINTED_QUERIES = 3  # named queries an hourly read may take per kind; past that, one query over the batch

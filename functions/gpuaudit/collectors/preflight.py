@@ -175,7 +175,8 @@ def _route_tables(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     for t in tables:
         routes = []
         for r in t.get("Routes", []) or []:
-            dest = r.get("DestinationCidrBlock") or r.get("DestinationIpv6CidrBlock") or r.get("DestinationPrefixListId")
+            dest = (r.get("DestinationCidrBlock") or r.get("DestinationIpv6CidrBlock")
+                    or r.get("DestinationPrefixListId"))
             target = next((r[k] for k in target_keys if r.get(k)), "unknown")
             if dest:
                 routes.append(Route(destination=dest, target=target, state=r.get("State")))
@@ -211,10 +212,12 @@ def _event_rules(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
 
 def _quota(aws: Aws, ask: QuotaAsk) -> ServiceQuotaInfo:
     try:
-        q = aws.call("service-quotas", "GetServiceQuota", ServiceCode=ask.service_code, QuotaCode=ask.quota_code)["Quota"]
+        q = aws.call("service-quotas", "GetServiceQuota", ServiceCode=ask.service_code,
+                     QuotaCode=ask.quota_code)["Quota"]
     except CallFailed as failed:
         return ServiceQuotaInfo(service_code=ask.service_code, quota_code=ask.quota_code, quota_name=ask.quota_name,
-                                error=f"{failed.code}: {failed.message}", absent=failed.code == "NoSuchResourceException")
+                                error=f"{failed.code}: {failed.message}",
+                                absent=failed.code == "NoSuchResourceException")
     return ServiceQuotaInfo(service_code=ask.service_code, quota_code=ask.quota_code,
                             quota_name=q.get("QuotaName", ask.quota_name), value=q.get("Value"))
 
@@ -271,7 +274,8 @@ def saturation_peaks(aws: Aws, evidence: Evidence, read: PlannedRead, unread: st
                     dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
                     if metric in FSX_SATURATION and FSX_SATURATION[metric] in dims:
                         peaks.append(_peak(aws, fs.file_system_id, metric, dims, read))
-                    elif metric in FSX_READINGS and set(dims) == {"FileSystemId", *filter(None, [FSX_READINGS[metric][0]])}:
+                    elif metric in FSX_READINGS and set(dims) == {"FileSystemId",
+                                                                  *filter(None, [FSX_READINGS[metric][0]])}:
                         readings.append(_reading(aws, fs.file_system_id, metric, dims, read))
     except CallFailed as failed:
         evidence.gaps.append(failed.gap_for(unread))

@@ -26,9 +26,6 @@ MAX_QUERY_CHARS = 10_000
 QUERY_CHAR_BUDGET = MAX_QUERY_CHARS - 1_000
 DEFAULT_CONCURRENT_QUERIES = 30  # the account quota unless raised
 DEFAULT_BUDGET_SHARE = 0.7  # of the quota, for the deployed audits together; the rest is left to people
-# "The maximum time a query can run is 60 minutes" (CloudWatch Logs quotas): a query no one stops ends by then, so a
-# lease held this long can no longer stand for a running query.
-MAX_QUERY_S = 3_600
 # A lease of the account-wide budget lasts this long from its grant or its last renewal: every CollectLogs pass renews
 # the leases of its queries still running (passes are one Wait apart), so a lease abandoned by an execution stopped,
 # killed or caught frees its slot within this time, never later than the collection's deadline plus this.

@@ -165,7 +165,8 @@ def planned_parts(rows: Rows) -> list[Part]:
         return id_parts(ranges)
     if not in_parts(rows.unnamed):
         return [*map(Part, ranges), Part()]
-    return [*map(Part, ranges), *host_parts(min(len(_DIGITS), math.ceil(rows.unnamed * PART_HEADROOM / insights.MAX_ROWS)))]
+    return [*map(Part, ranges),
+            *host_parts(min(len(_DIGITS), math.ceil(rows.unnamed * PART_HEADROOM / insights.MAX_ROWS)))]
 
 
 def holds_instance_id(stream: str) -> bool:

@@ -47,8 +47,9 @@ from gpuaudit.devtools import worldgen
 
 DEFAULT_SILENT_FRACTION = 0.01
 DEFAULT_XID_RATE = 0.05
-NAIVE_SECONDS_NOTE = ("the embedded Logs Insights evaluator walks every stream of a group for each per-stream query and "
-                      "the sample's time is scaled to the fleet, so its seconds measure the stand-in, not AWS")
+NAIVE_SECONDS_NOTE = ("the embedded Logs Insights evaluator walks every stream "
+                      "of a group for each per-stream query and the sample's time is scaled to the fleet, so "
+                      "its seconds measure the stand-in, not AWS")
 NAIVE_KERNEL_QUERY = 'filter @logStream = {stream} and @message like /kernel:/ | stats count(*)'
 NAIVE_HOURS_QUERY = "filter @logStream = {stream} | stats count(*) by bin(1h)"
 _STREAM_FILTER = re.compile(r'^filter @logStream = ("(?:[^"\\]|\\.)*")')
@@ -262,7 +263,8 @@ def step_ours(args: dict[str, Any]) -> dict[str, Any]:
     for n in result.nodes:
         statuses[n.xid_status] = statuses.get(n.xid_status, 0) + 1
     return {
-        "calls": total, "start_query": start_query, "calls_by_operation": by_op, "queries_by_purpose": _by_purpose(evidence.queries),
+        "calls": total, "start_query": start_query, "calls_by_operation": by_op,
+        "queries_by_purpose": _by_purpose(evidence.queries),
         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "collect_s": round(captured["collect_s"], 3),
         "judge_report_s": round(wall - captured["collect_s"], 3), "load_s": round(load_s, 3),
         "peak_rss_mb": peak, "world_rss_mb": world_rss,
@@ -405,7 +407,8 @@ def step_naive(args: dict[str, Any]) -> dict[str, Any]:
         "calls_by_operation": by_op,
         # Its seconds are the stand-in's, not AWS's: the embedded evaluator walks the stream per query and the sample
         # is scaled up, so they are left out of the comparison (issue #50); calls, StartQuery and records are exact.
-        "wall_s": None, "cpu_s": None, "stand_in_wall_s": round(wall * scale, 3), "stand_in_cpu_s": round(cpu * scale, 3),
+        "wall_s": None, "cpu_s": None, "stand_in_wall_s": round(wall * scale, 3),
+        "stand_in_cpu_s": round(cpu * scale, 3),
         "seconds_note": NAIVE_SECONDS_NOTE, "load_s": round(load_s, 3),
         "peak_rss_mb": _peak_rss_mb(), "records_scanned": scanned, "gpu_nodes": len(gpu_nodes), "sources": len(groups),
         "queries_answered": answered, "queries_failed": failed,

@@ -231,8 +231,8 @@ def verify(account: Aws, group: str, start: datetime, end: datetime, max_events:
     def say(text: str) -> None:
         print(redact(text, shown), file=out)
 
-    say(f"verify-insights: {group}, {iso(parse_time(read.start_s * 1000))} .. {iso(parse_time(read.end_s * 1000))} inclusive, "
-        f"{len(read.events)} events read with FilterLogEvents"
+    say(f"verify-insights: {group}, {iso(parse_time(read.start_s * 1000))} .. "
+        f"{iso(parse_time(read.end_s * 1000))} inclusive, {len(read.events)} events read with FilterLogEvents"
         + (f" (stopped at --max-events {max_events}: window shortened to what was read whole)" if read.cut else ""))
     different = 0
     for probe, real_answer, my_answer in zip(plan, real, mine, strict=True):

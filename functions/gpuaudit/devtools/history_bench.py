@@ -309,6 +309,8 @@ def render_history_table(figures: dict[str, Any], console: Any) -> None:
                   f"{dy['item_mb_read']} MB; same spans from both stores: "
                   f"{'not checked (--moto)' if same is None else ('yes' if same else 'NO')}")
     sh = figures["shown"]
-    height = f"{sh['html_height_px']:,} px tall" if sh["html_height_px"] is not None else "height not measured (no Chromium)"
+    height = (f"{sh['html_height_px']:,} px tall" if sh["html_height_px"] is not None
+              else "height not measured (no Chromium)")
     console.print(f"`gpuaudit history --days {c['lookback_days']}`: Markdown {sh['markdown_lines']:,} lines "
-                  f"(--open {sh['markdown_open_lines']:,}); HTML {sh['html_kb']:,} KB, {height} at {PAGE_WIDTH} px wide")
+                  f"(--open {sh['markdown_open_lines']:,}); HTML "
+                  f"{sh['html_kb']:,} KB, {height} at {PAGE_WIDTH} px wide")

@@ -160,8 +160,8 @@ def _xid_text(rng: random.Random, code: int) -> str:
             "(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
         79: f"pid={pid}, name={proc}, GPU has fallen off the bus.",
         94: f"pid={pid}, name={proc}, Contained: SM (0x1). RST: No, D-RST: No",
-        119: f"pid={pid}, name={proc}, Timeout after 6s of waiting for RPC response from GPU{GPU_BUSES.index(bus)} GSP! "
-             "Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4).",
+        119: f"pid={pid}, name={proc}, Timeout after 6s of waiting for RPC "
+             f"response from GPU{GPU_BUSES.index(bus)} GSP! Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4).",
     }[code]
     return head + detail
 
@@ -216,7 +216,8 @@ def _boot_lines(node: Node, gpu: bool) -> list[list[Any]]:
             [t + 41_200, f"{h} kernel: NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64 {DRIVER} Release Build "
                          "(dvs-builder@U22-I3-AE18-23-3) Wed Apr 2 14:48:08 UTC 2025"],
             [t + 58_000, f"{h} systemd[1]: Started nvidia-fabricmanager.service - NVIDIA fabric manager service."],
-            [t + 63_000, f"{h} kernel: efa 0000:{GPU_BUSES[0]}:00.0: Setup irq:0x{64:x} name:efa-mgmnt@pci:0000:53:00.0"],
+            [t + 63_000,
+             f"{h} kernel: efa 0000:{GPU_BUSES[0]}:00.0: Setup irq:0x{64:x} name:efa-mgmnt@pci:0000:53:00.0"],
         ]
     lines.append([t + 90_000, f"{h} systemd[1]: Started amazon-cloudwatch-agent.service - Amazon CloudWatch Agent."])
     return lines
@@ -305,7 +306,8 @@ def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[Node], 
             "ReservationType": "capacity-block",
             "TotalInstanceCount": min(CAPACITY_BLOCK_MAX, len(compute) - k * CAPACITY_BLOCK_MAX),
             "AvailableInstanceCount": 0,
-            "State": "active", "StartDate": iso(created), "EndDate": iso(floor_hour(now) + timedelta(days=5, minutes=30)),
+            "State": "active", "StartDate": iso(created),
+            "EndDate": iso(floor_hour(now) + timedelta(days=5, minutes=30)),
             "CreateDate": iso(created - timedelta(days=1))} for k, reservation in enumerate(blocks)],
     }
     group = f"/aws/parallelcluster/{spec.cluster_name}-{created:%Y%m%d%H%M}"
@@ -321,7 +323,8 @@ def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[Node], 
                                                              f"{spec.cluster_name}"]],
                 start + timedelta(seconds=EVERY_S), now, "slurmctld: debug:  sched: Running job scheduler"))
             streams.append(_simple_stream(
-                f"{base}.clustermgtd", creation, [[_ms(start), "[slurm_plugin.clustermgtd:main] - INFO - ClusterManager "
+                f"{base}.clustermgtd", creation,
+                [[_ms(start), "[slurm_plugin.clustermgtd:main] - INFO - ClusterManager "
                                                                "Startup"]],
                 start + timedelta(seconds=EVERY_S), now,
                 "[slurm_plugin.clustermgtd:manage_cluster] - INFO - Following nodes are currently in replacement: "
@@ -332,7 +335,8 @@ def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[Node], 
             start + timedelta(seconds=EVERY_S), now,
             "slurmd: debug:  _handle_node_reg_resp: slurmctld sent back 0 TRES."))
         streams.append(_simple_stream(
-            f"{base}.computemgtd", creation, [[_ms(start), "[slurm_plugin.computemgtd:main] - INFO - ComputeMgtd Startup"]],
+            f"{base}.computemgtd", creation,
+            [[_ms(start), "[slurm_plugin.computemgtd:main] - INFO - ComputeMgtd Startup"]],
             start + timedelta(seconds=EVERY_S), now,
             "[slurm_plugin.computemgtd:_run_computemgtd] - INFO - Checking for status of the cluster"))
     world["logs"] = {"groups": [
@@ -372,7 +376,8 @@ def _hyperpod(world: dict[str, Any], spec: WorldSpec, nodes: list[Node], ids: Id
             "CurrentCount": len(members), "TargetCount": len(members), "InstanceGroupName": gname,
             "InstanceType": "ml." + members[0].instance_type,
             "LifeCycleConfig": {"SourceS3Uri": f"s3://sagemaker-{name}-lifecycle/scripts/", "OnCreate": "on_create.sh"},
-            "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/sagemaker-{name}-exec", "ThreadsPerCore": 1 if controller else 2,
+            "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/sagemaker-{name}-exec",
+            "ThreadsPerCore": 1 if controller else 2,
             "Status": "InService", "TrainingPlanStatus": "NotApplicable", "ImageVersionStatus": "UpToDate",
             "OnStartDeepHealthChecks": [] if controller else ["InstanceStress", "InstanceConnectivity"],
             "SlurmConfig": {"NodeType": "Controller"} if controller else {"NodeType": "Compute",

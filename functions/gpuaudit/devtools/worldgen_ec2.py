@@ -109,7 +109,8 @@ def _interface(node: Node, card: int, kind: str, eni: str, subnet: str, group: d
         "OwnerId": ACCOUNT, "SourceDestCheck": True, "Status": "in-use", "SubnetId": subnet, "VpcId": VPC,
         "InterfaceType": kind, "Operator": {"Managed": False}}
     if with_address:
-        ip = node.ip if card == 0 else f"10.21.{(node.index * 32 + card) // 250 % 250}.{(node.index * 32 + card) % 250 + 4}"
+        address = node.index * 32 + card
+        ip = node.ip if card == 0 else f"10.21.{address // 250 % 250}.{address % 250 + 4}"
         dns = node.dns if card == 0 else f"ip-{ip.replace('.', '-')}.{REGION}.compute.internal"
         interface.update({"PrivateDnsName": dns, "PrivateIpAddress": ip, "PrivateIpAddresses": [
             {"Primary": True, "PrivateDnsName": dns, "PrivateIpAddress": ip}]})
@@ -170,7 +171,8 @@ def ec2_instance(node: Node, cluster: str, instance_type: str, ids: Ids,
         "CapacityReservationSpecification": {"CapacityReservationPreference": "open"},
         "HibernationOptions": {"Configured": False},
         "MetadataOptions": {"State": "applied", "HttpTokens": "required", "HttpPutResponseHopLimit": 1,
-                            "HttpEndpoint": "enabled", "HttpProtocolIpv6": "disabled", "InstanceMetadataTags": "disabled"},
+                            "HttpEndpoint": "enabled", "HttpProtocolIpv6": "disabled",
+                            "InstanceMetadataTags": "disabled"},
         "EnclaveOptions": {"Enabled": False}, "BootMode": "uefi-preferred", "PlatformDetails": "Linux/UNIX",
         "UsageOperation": "RunInstances", "UsageOperationUpdateTime": iso(node.launch),
         "PrivateDnsNameOptions": {"HostnameType": "ip-name", "EnableResourceNameDnsARecord": False,

@@ -40,8 +40,16 @@ FALLEN_OFF_BUS_MARKER = "fallen off the bus"
 MEMORY_MARKERS = ("infoROM is corrupted", "Remapping Failure Occurred", "SRAM Threshold Exceeded",
                   "Unrepairable Memory", "Pending Page Blacklist", "Repair Pending", "Remapped Rows",
                   "Bank Remap Availability")
-GPU_LINE_MARKERS = (XID_MARKER, HMA_MARKER, NCCL_MARKER, *NCCL_TIMEOUT_MARKERS, *FABRIC_MANAGER_MARKERS, *LIFECYCLE_MARKERS,
-                    *MEMORY_MARKERS, FALLEN_OFF_BUS_MARKER)
+GPU_LINE_MARKERS = (
+    XID_MARKER,
+    HMA_MARKER,
+    NCCL_MARKER,
+    *NCCL_TIMEOUT_MARKERS,
+    *FABRIC_MANAGER_MARKERS,
+    *LIFECYCLE_MARKERS,
+    *MEMORY_MARKERS,
+    FALLEN_OFF_BUS_MARKER,
+)
 # HyperPod lifecycle-script and deep-health-check streams: their error lines are read whatever they say.
 HYPERPOD_STATUS_STREAMS = ("LifecycleConfig/", "DeepHealthCheckResults/")
 STATUS_STREAM_WORDS = ("ERROR", "FAIL", "Xid", "EFA", "NCCL")

@@ -111,10 +111,12 @@ def plan(source: ReadSource, ev: Evidence, request: AuditRequest) -> PlannedRead
     match source:
         case "cluster-events":
             return PlannedRead(source=source, reason="control-plane timeline (RULES §5)",
-                               start=ev.window.start - TIMELINE_MARGIN, end=min(ev.window.end + TIMELINE_MARGIN, ev.now))
+                               start=ev.window.start - TIMELINE_MARGIN,
+                               end=min(ev.window.end + TIMELINE_MARGIN, ev.now))
         case "kubernetes-events":
             return PlannedRead(source=source, reason="node Events of the window on the EKS cluster (RULES §5)",
-                               start=ev.window.start - TIMELINE_MARGIN, end=min(ev.window.end + TIMELINE_MARGIN, ev.now))
+                               start=ev.window.start - TIMELINE_MARGIN,
+                               end=min(ev.window.end + TIMELINE_MARGIN, ev.now))
         case "capacity-reservations":
             return PlannedRead(source=source, reason="what holds the capacity (RULES §8 B, §10 P1–P3)")
         case "cloudtrail":

@@ -35,7 +35,8 @@ FIGURE_FORMS: tuple[FigureForm, ...] = (
     FigureForm("ms per iteration", False, ("elapsed time per iteration",),
                re.compile(rf"elapsed time per iteration \(ms\)\s*:\s*{_NUMBER}")),
     # NeMo (Lightning progress bar): "train_step_timing in s=1.52"
-    FigureForm("s per step", False, ("train_step_timing",), re.compile(rf"train_step_timing(?: in s)?\s*[:=]\s*{_NUMBER}")),
+    FigureForm("s per step", False, ("train_step_timing",),
+               re.compile(rf"train_step_timing(?: in s)?\s*[:=]\s*{_NUMBER}")),
     # tqdm (PyTorch Lightning, HF Trainer progress bars): "3.20it/s", "step 1200 ... 3.2 it/s"; slower than one a
     # second it prints seconds per iteration instead: "1.52s/it"
     FigureForm("it/s", True, ("it/s",), re.compile(rf"{_NUMBER}\s*it/s\b")),

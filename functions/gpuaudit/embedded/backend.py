@@ -72,7 +72,6 @@ class WorldBackend:
     # Wire mode: answer at `before-send` with the HTTP response AWS would send (embedded/wire.py), so botocore
     # parses real XML/JSON/CBOR and retries what it retries; otherwise at `before-call` with parsed dicts.
     wire: bool = False
-    wire_bytes: int = 0  # response bodies served in wire mode
     serve_s: float = 0.0  # seconds spent answering and serializing in wire mode (AWS's side of the call)
     # The account's clock for request rates: the process's monotonic time plus what callers slept through
     # `sleep` (a world audit sleeps without waiting, so its backoff still moves the clock the rate is kept on).
@@ -190,7 +189,6 @@ class WorldBackend:
                                  f"{model.name} does not fit the API's response shape ({type(exc).__name__}: "
                                  f"{exc})") from None
         del body
-        self.wire_bytes += len(answer.body)
         self.serve_s += time.perf_counter() - started
         # Answered here: no other before-send handler (moto's stubber, matching AWS host names) may answer too.
         request.url = "https://embedded.world/"

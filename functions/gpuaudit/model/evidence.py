@@ -84,7 +84,8 @@ CheckpointMinutes = Annotated[float, Field(gt=0, le=MAX_RUN_HOURS * 60, allow_in
 def fleet_label(instances: int, file_systems: int = 0) -> str:
     """The cluster name of an audit scoped by instance IDs and/or file systems alone: a label, never taken for a
     real cluster."""
-    parts = ([f"{instances}-instances"] if instances else []) + ([f"{file_systems}-file-systems"] if file_systems else [])
+    parts = (([f"{instances}-instances"] if instances else [])
+             + ([f"{file_systems}-file-systems"] if file_systems else []))
     return "fleet-of-" + "-and-".join(parts)
 NAMED_BY_OPERATOR = "named by the operator"
 
@@ -120,7 +121,8 @@ class AuditRequest(Frozen):
             return {**data, "cluster": data["eks_cluster"]}
         if isinstance(data, dict) and not data.get("cluster") and (data.get("instance_ids") or
                                                                    data.get("file_system_ids")):
-            return {**data, "cluster": fleet_label(_count(data.get("instance_ids")), _count(data.get("file_system_ids")))}
+            return {**data,
+                    "cluster": fleet_label(_count(data.get("instance_ids")), _count(data.get("file_system_ids")))}
         return data
 
     @model_validator(mode="after")

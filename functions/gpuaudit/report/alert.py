@@ -124,8 +124,8 @@ def lines_of(result: Result, changes: Sequence[Change]) -> list[AlertLine]:
         whats = "; ".join(dict.fromkeys(c.what for c in ordered))
         details = "; ".join(dict.fromkeys(c.detail for c in ordered if c.detail))
         line = f"{kind} {iid}{_xids(node)}{flapping}: {whats}" + (f" — {details}" if details else "")
-        out.append(((_kind_rank(kind), min(c.rank for c in said), iid), AlertLine(kind, cut(line, ALERT_LINE_CHARS),
-                                                                                 iid)))
+        out.append(((_kind_rank(kind), min(c.rank for c in said), iid),
+                    AlertLine(kind, cut(line, ALERT_LINE_CHARS), iid)))
     return [line for _, line in sorted(out, key=lambda entry: entry[0])]
 
 
@@ -216,22 +216,33 @@ def chatbot_payload(result: Result, changes: Sequence[Change], alert: str) -> st
     client-markdown content; the dedup key as the event id and thread, so updates of one change share a thread."""
     key = dedup_key(result, changes)
     first, _, rest = alert.partition("\n")
-    return json.dumps({
-        "version": "1.0", "source": "custom", "id": key,
-        "content": {"textType": "client-markdown", "title": subject(result, changes),
-                    "description": _code_block(rest.strip("\n") or first),
-                    "keywords": [result.mode, severity(changes), *[kind for kind, _ in counts(lines_of(result, changes))]]},
-        "metadata": {"threadId": plain_name(f"gpuaudit-{result.cluster.name}-{result.mode}", result.account_ids),
-                     "summary": first, "eventType": f"gpuaudit.{result.mode}",
-                     "additionalContext": {"dedup_key": key, "severity": severity(changes)}}})
+    return json.dumps(
+        {
+            "version": "1.0",
+            "source": "custom",
+            "id": key,
+            "content": {
+                "textType": "client-markdown",
+                "title": subject(result, changes),
+                "description": _code_block(rest.strip("\n") or first),
+                "keywords": [result.mode, severity(changes), *[kind for kind, _ in counts(lines_of(result, changes))]],
+            },
+            "metadata": {
+                "threadId": plain_name(f"gpuaudit-{result.cluster.name}-{result.mode}", result.account_ids),
+                "summary": first,
+                "eventType": f"gpuaudit.{result.mode}",
+                "additionalContext": {"dedup_key": key, "severity": severity(changes)},
+            },
+        }
+    )
 
 
 def message_attributes(result: Result, changes: Sequence[Change]) -> dict[str, dict[str, Any]]:
     """SNS message attributes (at most 10): what a subscription filter policy or a pager integration keys on."""
     kinds = [kind for kind, _ in counts(lines_of(result, changes))]
     return {"dedup_key": {"DataType": "String", "StringValue": dedup_key(result, changes)},
-            "cluster": {"DataType": "String", "StringValue": ascii_text(redact(result.cluster.name,
-                                                                                result.account_ids)) or "?"},
+            "cluster": {"DataType": "String",
+                        "StringValue": ascii_text(redact(result.cluster.name, result.account_ids)) or "?"},
             "mode": {"DataType": "String", "StringValue": result.mode},
             "window": {"DataType": "String", "StringValue": f"{iso(result.window.start)}/{iso(result.window.end)}"},
             "severity": {"DataType": "String", "StringValue": severity(changes)},

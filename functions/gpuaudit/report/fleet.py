@@ -209,7 +209,6 @@ class ErrorGroup:
     class_: str
     meaning: str | None
     lines: int = 0
-    occurrences: int = 0
     nodes: list[str] = field(default_factory=list)
     first: datetime | None = None
     last: datetime | None = None
@@ -223,7 +222,6 @@ def error_groups(nodes: Iterable[NodeResult]) -> list[ErrorGroup]:
         for e in n.gpu_errors:
             g = groups.setdefault((e.code, e.class_, e.meaning), ErrorGroup(e.code, e.class_, e.meaning))
             g.lines += 1
-            g.occurrences += e.count
             if n.instance_id not in g.nodes:
                 g.nodes.append(n.instance_id)
             last = e.last_time or e.time

@@ -20,8 +20,6 @@ from gpuaudit.report.redact import redact
 # Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
 # hold one state for the whole window carry their state as text, and markers differ by shape.
 LIVE, EMPTY, NA, UNOBS, HMA_NONE = "live", "empty", "na", "unobs", "hma-none"
-STATE_TEXT = {LIVE: "live: kernel stream held a line this hour", EMPTY: "empty: no line this hour",
-              NA: "not applicable", UNOBS: "not observable", HMA_NONE: "no HMA detections"}
 
 LABEL_W, LANE_H, LANE_GAP, AXIS_H = 330, 16, 3, 34
 OPEN_GROUPS_UP_TO = 200  # nodes: above this, groups start collapsed behind their summary strip
@@ -348,7 +346,8 @@ def _legend() -> str:
                           ("sympathetic", "sympathetic Xid (■)"), ("other", "other GPU event (●)")))
     return ('<div class="legend">' + _swatch(LIVE, "live: ≥1 line that hour / HMA Measured")
             + _swatch(EMPTY, "empty: no line that hour (hatched)") + _swatch(UNOBS, "not observable / not proven")
-            + _swatch(HMA_NONE, "no HMA detections (log group live)") + _swatch(NA, "not applicable (before launch, no GPU)")
+            + _swatch(HMA_NONE, "no HMA detections (log group live)") + _swatch(NA,
+                "not applicable (before launch, no GPU)")
             + marks + "</div>")
 
 

@@ -132,8 +132,8 @@ class HistoryView:
 
     def filters(self) -> str:
         said = [f"--verdict {','.join(v for v in VERDICT_SEVERITY if v in self.verdicts)}"] if self.verdicts else []
-        return ", ".join([*said, *(["--open"] if self.open_only else []), *(["--changed"] if self.changed_only
-                                                                              else [])])
+        return ", ".join([*said, *(["--open"] if self.open_only else []),
+                          *(["--changed"] if self.changed_only else [])])
 
 
 def view_of(read: HistoryRead) -> HistoryView:
@@ -270,9 +270,11 @@ def render_markdown(read: HistoryRead, cluster: str, view: HistoryView | None = 
     opened = _open_rows(nodes, until)
     if opened:
         lines += ["", f"## Open actions ({len(opened)})", "",
-                  "| Node | Action | Given | Signal | Open for | Audits since | Latest verdict |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {md_code(n.instance_id)} | {a.verdict} | {iso(a.given.audit_time)} ({md_code(a.given.audit_id)}) | "
-                  f"{iso(a.signal) if a.signal else '—'} | {age} | {a.audits_since} | {md_cell(n.latest or 'none')} |"
+                  "| Node | Action | Given | Signal | Open for | Audits since | Latest verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {md_code(n.instance_id)} | {a.verdict} | "
+                  f"{iso(a.given.audit_time)} ({md_code(a.given.audit_id)}) | {iso(a.signal) if a.signal else '—'} | "
+                  f"{age} | {a.audits_since} | {md_cell(n.latest or 'none')} |"
                   for n, a, age in opened]
     listed = [n for n in nodes if view.show_all or not n.steady]
     if listed:
@@ -281,7 +283,8 @@ def render_markdown(read: HistoryRead, cluster: str, view: HistoryView | None = 
                   "Audits |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {md_code(n.instance_id)} | {n.standing or 'none'} | {md_cell(verdict_text(n.spans[-1]))} | "
                   f"{actions_asked(n) or '—'} | {n.changes} | {n.signals} | "
-                  f"{len({r for s in n.spans for r in s.reboots})} | {sum(s.audits for s in n.spans)} |" for n in listed]
+                  f"{len({r for s in n.spans for r in s.reboots})} | {sum(s.audits for s in n.spans)} |"
+                  for n in listed]
     steady = _steady_counts(nodes)
     if steady and not view.show_all:
         lines += ["", f"Steady (nothing open, no verdict change): {sum(c for _, c in steady)} node(s) — "

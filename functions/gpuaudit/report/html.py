@@ -202,8 +202,13 @@ def _node_verdicts(r: Result) -> str:
     gap_ids = {n.instance_id for n in gaps}
     # A coverage gap on a node that needs nothing else is read before the healthy rows (#49 item 6): its own table
     groups: list[tuple[str | None, str, list[NodeResult]]] = [
-        (verdict, _badge(verdict, VERDICT_BADGE) if verdict else "no verdict (no GPU signal)",
-         [n for n in listed if n.verdict == verdict and n.instance_id not in gap_ids]) for verdict in (*VERDICT_SEVERITY, None)]
+        (
+            verdict,
+            _badge(verdict, VERDICT_BADGE) if verdict else "no verdict (no GPU signal)",
+            [n for n in listed if n.verdict == verdict and n.instance_id not in gap_ids],
+        )
+        for verdict in (*VERDICT_SEVERITY, None)
+    ]
     groups.insert(GAP_RANK, ("coverage gap", '<span class="badge b-grey">? coverage gap</span> (LEAVE ALONE or no '
                              "verdict; what was not seen is in its row)", gaps))
     for verdict, title, nodes in groups:
@@ -363,7 +368,9 @@ def _findings(r: Result) -> str:
 
 def _actions(r: Result) -> str:
     actions = "".join(f"<li>{_prose(a)}</li>" for a in action_lines(r))
-    return "<h2>Recommended operator actions (not executed)</h2>" + (f"<ol>{actions}</ol>" if actions else "<p>none</p>")
+    return "<h2>Recommended operator actions (not executed)</h2>" + (
+        f"<ol>{actions}</ol>" if actions else "<p>none</p>"
+    )
 
 
 def _lists(r: Result) -> str:

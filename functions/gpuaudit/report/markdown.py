@@ -156,8 +156,9 @@ def _errors(r: Result) -> list[str]:
             node, e = g.example if g.example else ("", None)
             example = (f"{md_code(node)}: {md_code(e.log_group)} / {md_code(e.log_stream)}: {_cell(quote(e.message))}"
                        if e else "—")
-            rows.append(f"| {_cell(label)} | {g.class_} | {g.lines:,} | {len(g.nodes):,}: {md_inline(some_ids(g.nodes))}"
-                        f" | {_t(g.first)} | {_t(g.last)} | {example} |")
+            rows.append(f"| {_cell(label)} | {g.class_} | {g.lines:,} | "
+                        f"{len(g.nodes):,}: {md_inline(some_ids(g.nodes))} | "
+                        f"{_t(g.first)} | {_t(g.last)} | {example} |")
         if not rows:
             return []
         return ["## GPU errors", "", f"Past {EVERY_NODE_UP_TO} nodes, lines alike are counted (each node's own under "
@@ -173,11 +174,13 @@ def _errors(r: Result) -> list[str]:
             source = f"{md_code(e.log_group)} / {md_code(e.log_stream)}"
             if e.hma_reason:
                 source += f" (HMA reason {md_inline(e.hma_reason)})"
-            table.append(f"| {md_code(n.instance_id)} | {_t(e.time)} | {_t(e.last_time)} | {e.count} | {_cell(label)} | "
-                         f"{e.class_} | {_cell(e.pci)} | {source} | {_cell(quote(e.message))} |")
+            table.append(f"| {md_code(n.instance_id)} | {_t(e.time)} | "
+                         f"{_t(e.last_time)} | {e.count} | {_cell(label)} | {e.class_} | {_cell(e.pci)} "
+                         f"| {source} | {_cell(quote(e.message))} |")
     if not table:
         return []
-    return ["## GPU errors", "", *_table("| Node | First | Last | Count | Xid | Class | PCI | Source | Line |", table), ""]
+    return ["## GPU errors", "", *_table("| Node | First | Last | Count | Xid | Class | PCI | Source | Line |", table),
+            ""]
 
 
 def render(result: Result) -> str:
@@ -239,7 +242,8 @@ def action_lines(r: Result) -> list[str]:
         if len(g.nodes) > LISTED_IDS:
             where = f"<report>.{g.ids_file} and the JSON result" if g.ids_file else "the JSON result"
             head = g.action[: g.action.rindex(", ".join(g.nodes))]
-            short[g.action] = f"{head}{', '.join(g.nodes[:LISTED_IDS])} … and {len(g.nodes) - LISTED_IDS:,} more (all in {where})"
+            short[g.action] = (f"{head}{', '.join(g.nodes[:LISTED_IDS])} … and {len(g.nodes) - LISTED_IDS:,} more "
+                               f"(all in {where})")
     return [short.get(a, a) for a in r.actions]
 
 

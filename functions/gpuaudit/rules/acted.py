@@ -13,7 +13,8 @@ from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult
 from gpuaudit.model.timeutil import iso
 
-GONE = {"terminated", "shutting-down", "shuttingdown", "notfound", "stopped", "stopping"}  # instance states: no longer there
+GONE = {"terminated", "shutting-down", "shuttingdown", "notfound", "stopped",
+        "stopping"}  # instance states: no longer there
 REPLACEMENT_WITHIN = timedelta(hours=6)  # a replacement launches minutes to hours after the old node stops
 
 

@@ -1,5 +1,6 @@
 """Operator actions for the nodes (RULES §7, §11): text, never calls. Identical actions on many nodes are one
-action with the list of nodes (RULES §11), worst verdict first (the order of report/order.py): at 2,000 nodes, 279 REBOOT
+action with the list of nodes (RULES §11), worst verdict first (the order of report/order.py): at 2,000 nodes, 279
+REBOOT
 nodes are one action, and its command takes every ID from an IDs file written beside the report, chunked as the
 API allows (`xargs -n`)."""
 
@@ -21,7 +22,8 @@ NODE = "{node}"
 DETAIL = "{detail}"
 EACH_DETAIL = " (each node's process and PID: its Xid line, in the GPU errors and the JSON result)"
 # Worst first, the order of report/order.py (rules do not import report/): REPLACE, NOT OBSERVABLE, REBOOT, …
-ACTION_ORDER: tuple[Verdict, ...] = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "MONITOR", "LEAVE ALONE")  # where one node's ID stands in an action's text
+ACTION_ORDER: tuple[Verdict, ...] = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "MONITOR",
+                                     "LEAVE ALONE")  # where one node's ID stands in an action's text
 
 
 # A gap or action names this many node IDs at most; past that it counts them and names the exceptions.

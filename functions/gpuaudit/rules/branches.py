@@ -84,7 +84,8 @@ def unread_fleet(j: Judged) -> str | None:
     judge. `Ruled out` over an empty or partial list would be a claim on evidence that was never read."""
     partial = [g for g in j.evidence.gaps if g.scope == "node-list"]
     if partial:
-        calls = ", ".join(sorted({f"{g.closing_call}" + (f" ({g.error_code})" if g.error_code else "") for g in partial}))
+        calls = ", ".join(sorted({f"{g.closing_call}" + (f" ({g.error_code})" if g.error_code else "")
+                                  for g in partial}))
         return f"the node list is incomplete ({calls}): nodes it did not return cannot be ruled out"
     if not _accelerated(j):
         return "no GPU node was found to assess"
@@ -198,13 +199,14 @@ def branch_b(j: Judged) -> Branch:
     for b in ends:
         r = b.reservation
         parts.append(
-            f"Capacity Block {r.reservation_id} ({r.instance_type}, state {r.state}) EndDate {iso(r.end_date) if r.end_date else '—'}; "
-            f"instances are terminated {int(b.lead.total_seconds() // 60)} min before the end (lead time "
-            f"{int(b.lead.total_seconds() // 60)} min), i.e. at {iso(b.termination)} (Capacity Blocks end at 11:30 UTC, "
-            "termination starts at 11:00 UTC on the last day)")
+            f"Capacity Block {r.reservation_id} ({r.instance_type}, state {r.state}) EndDate "
+            f"{iso(r.end_date) if r.end_date else '—'}; instances are terminated "
+            f"{int(b.lead.total_seconds() // 60)} min before the end (lead time {int(b.lead.total_seconds() // 60)} "
+            f"min), i.e. at {iso(b.termination)} (Capacity Blocks end at 11:30 UTC, "
+            f"termination starts at 11:00 UTC on the last day)")
         if b.nodes:
-            parts.append(f"the log lines of {', '.join(b.nodes)} stop within {int(TERMINATION_MATCH.total_seconds() // 60)} "
-                         f"min of {iso(b.termination)}")
+            parts.append(f"the log lines of {', '.join(b.nodes)} stop within "
+                         f"{int(TERMINATION_MATCH.total_seconds() // 60)} min of {iso(b.termination)}")
         if b.failed_launches:
             first, last = b.failed_launches[0], b.failed_launches[-1]
             parts.append(f"{len(b.failed_launches)} RunInstances call(s) from {iso(first.time)} to {iso(last.time)} "
@@ -249,9 +251,10 @@ def _capacity_signals(j: Judged, errors: Sequence[CapacityError], inactive: Sequ
     why = (f"; not Proven: hardware-class GPU signal on {', '.join(sorted(hardware))} competes" if agree else
            "; not Proven: no launch error read names a reservation whose state is not active")
     return _branch("B", "Contributing", text + why, "Hypothesis (to validate)",
-                   "the failed launch's own error (CloudTrail RunInstances / CreateFleet errorCode and errorMessage, or "
-                   "the clustermgtd / slurm_resume line) naming the reservation, beside "
-                   "`aws ec2 describe-capacity-reservations` State and StartDate of that reservation")
+                   "the failed launch's own error (CloudTrail RunInstances / "
+                   "CreateFleet errorCode and errorMessage, or the clustermgtd / "
+                   "slurm_resume line) naming the reservation, beside `aws ec2 describe-capacity-reservations` "
+                   "State and StartDate of that reservation")
 
 
 def _before_start(error: CapacityError, r: CapacityReservation) -> bool:
@@ -373,9 +376,9 @@ def _decided(lead: FileSystemDecision, decisions: Sequence[FileSystemDecision]) 
 
 
 def _rows(decisions: Sequence[FileSystemDecision]) -> str:
-    return ". ".join(f"{d.file_system_id} ({d.scope}): {d.reading.statement} — " + "; ".join(r.text() for r in d.rows)
-                     for d in decisions) + ". Values as reported: " + "; ".join(d.reading.quoted for d in decisions
-                                                                                 if d.reading.quoted)
+    return (". ".join(f"{d.file_system_id} ({d.scope}): {d.reading.statement} — " + "; ".join(r.text() for r in d.rows)
+                      for d in decisions)
+            + ". Values as reported: " + "; ".join(d.reading.quoted for d in decisions if d.reading.quoted))
 
 
 def branch_d(j: Judged) -> Branch:
@@ -411,8 +414,10 @@ def branch_d(j: Judged) -> Branch:
                        f"group rules fail: {sg.evidence}{_split(place)}. A missing self-referencing rule is a proven "
                        "precondition failure (RULES §8 D layer 4)", "Proven")
     if sg.status == "Blocked":
-        return _branch("D", "Contributing", f"EFA precondition failure (proven): {sg.evidence}{_split(place)}; no NCCL hang or "
-                       "failure onset was read, so it is not shown to have caused this failure", "Hypothesis (to validate)",
+        return _branch("D", "Contributing",
+                       f"EFA precondition failure (proven): {sg.evidence}{_split(place)}; no NCCL hang or "
+                       "failure onset was read, so it is not shown to have caused this failure",
+                       "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`")
     if not any(n.signals.nccl == "Observable" for n in nodes):
         if place.status == "Blocked":  # RULES §8 D: a layer-4 defect read with layers 1–3 Not observable
@@ -459,7 +464,8 @@ def _efa_rise_branch(j: Judged, efa: Layer3, nvlink: Sequence[tuple[str, int | N
 
 
 def _fabric_manager_faults(j: Judged, nodes: Sequence[NodeResult]) -> list[tuple[NodeResult, FabricManagerReading]]:
-    """RULES §8 D layer 2: NVSwitch nodes whose Fabric Manager failed, restarted or is absent (rules/fabric_manager.py)."""
+    """RULES §8 D layer 2: NVSwitch nodes whose Fabric Manager failed, restarted or is absent
+    (rules/fabric_manager.py)."""
     out = []
     end = min(j.evidence.window.end, j.evidence.now)
     for n in nodes:
@@ -605,7 +611,8 @@ def branch_e(j: Judged) -> Branch:
         return _branch("E", "Not assessed", "CloudTrail could not be read for every change event (see visibility "
                        "gaps): a cluster change cannot be ruled out")
     return _branch("E", "Ruled out", "CloudTrail read by event name from 6 h before the window: no UpdateCluster, "
-                   "UpdateClusterSoftware, UpdateFileSystem or Batch*ClusterNodes call for this cluster; images current")
+                   "UpdateClusterSoftware, UpdateFileSystem or "
+                   "Batch*ClusterNodes call for this cluster; images current")
 
 
 def image_drift(ev: Evidence) -> list[str]:
@@ -651,10 +658,10 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
         if len(app) > NAMED_UP_TO:  # readable at fleet size: the first lines whole, the rest counted per code
             rest = app[NAMED_UP_TO:]
             per_code = Counter(e.code for _, e in rest)
-            text += (f"; and {len(rest):,} more application-class Xid line(s) on {len({n.instance_id for n, _ in rest}):,} "
-                     "node(s) (" + ", ".join(f"Xid {c} ×{k:,}" for c, k in sorted(per_code.items(), key=lambda ck:
-                                                                                  (-ck[1], ck[0] or 0)))
-                     + "), each under its node")
+            commonest = sorted(per_code.items(), key=lambda ck: (-ck[1], ck[0] or 0))
+            text += (f"; and {len(rest):,} more application-class Xid line(s) on "
+                     f"{len({n.instance_id for n, _ in rest}):,} node(s) ("
+                     + ", ".join(f"Xid {c} ×{k:,}" for c, k in commonest) + "), each under its node")
         if pattern == "F":
             text += "; application-class Xids on several nodes, no hardware class anywhere"
         clean = [b for b in others if b.status == "Ruled out"]

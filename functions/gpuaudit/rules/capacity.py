@@ -143,7 +143,8 @@ def capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
                     f"`{r.reservation_id}` State expired (EndDate {iso(r.end_date) if r.end_date else '—'})"
                     for r in expired) + " — the reservation the group ran on has ended"))
             elif insufficient or insufficient_events:
-                where = line_at(insufficient[0]) if insufficient else f"cluster event at {iso(insufficient_events[0].time)}"
+                where = (line_at(insufficient[0]) if insufficient
+                         else f"cluster event at {iso(insufficient_events[0].time)}")
                 parts.append(("Blocked", f"{g.label}: capacity-class error in {where}"))
             else:
                 parts.append(("Not checked", f"{g.label}: no Capacity Block, capacity reservation or training plan "
@@ -281,12 +282,12 @@ def capacity_error_step(ctx: Context) -> FindingStep:
         return step(name, "Blocked", f"{len(errors)} capacity-class error(s) read: {shown}{more}")
     if ev.cloudtrail is None or not ev.cloudtrail_complete:
         return step(name, "Not checked", "no InsufficientInstanceCapacity or other capacity-class error (a "
-                     "reservation not active, no free address) in the log lines read, but CloudTrail was not read for every event name "
-                     "(see visibility gaps) — `aws cloudtrail lookup-events --lookup-attributes "
-                     "AttributeKey=EventName,AttributeValue=RunInstances`")
+                     "reservation not active, no free address) in the log lines read, but "
+                     "CloudTrail was not read for every event name (see visibility gaps) — `aws "
+                     "cloudtrail lookup-events --lookup-attributes AttributeKey=EventName,AttributeValue=RunInstances`")
     return step(name, "Cleared", f"no InsufficientInstanceCapacity or other capacity-class error (a reservation not "
-                 f"active, no free address) in CloudTrail ({len(ev.cloudtrail)} event(s) read by event name), the cluster events "
-                 "or the log lines read")
+                 f"active, no free address) in CloudTrail ({len(ev.cloudtrail)} event(s) "
+                 "read by event name), the cluster events or the log lines read")
 
 
 NAMED_ERRORS = 5

@@ -83,7 +83,8 @@ def no_ruled_out_beside_a_signal(result: Result, evidence: Evidence) -> list[str
                                                    evidence.window.end + TIMELINE_MARGIN)
                      if e.resource not in impaired]
         if hardware or failed or impaired:
-            broken.append("branch A Ruled out beside a hardware-class signal on " + ", ".join(hardware + failed + impaired))
+            broken.append("branch A Ruled out beside a hardware-class signal on "
+                          + ", ".join(hardware + failed + impaired))
     if by.get("F") == "Ruled out":
         app = [n.instance_id for n in gpu if any(e.class_ == "application" for e in n.gpu_errors)]
         if app:
@@ -107,7 +108,8 @@ def one_story(result: Result, evidence: Evidence) -> list[str]:
     hard = [n for n in result.nodes if n.verdict in ("REPLACE", "REBOOT")
             and any(e.class_ == "hardware" for e in n.gpu_errors)]
     by = {b.branch: b for b in result.branches}
-    if "A" in by and by["A"].status == "Root cause" and not any(n.verdict in ("REPLACE", "REBOOT") for n in result.nodes):
+    if "A" in by and by["A"].status == "Root cause" and not any(n.verdict in ("REPLACE", "REBOOT")
+                                                                  for n in result.nodes):
         broken.append("branch A Root cause with no REPLACE/REBOOT node verdict")
     if "A" in by and hard and by["A"].status in ("Ruled out", "Not assessed"):
         broken.append(f"branch A {by['A'].status} beside REPLACE/REBOOT on " + ", ".join(n.instance_id for n in hard))

@@ -67,7 +67,8 @@ def control_logs(evidence: Evidence, pad: Padded) -> list[ControlLog]:
                 out.append(_binned(a.log_group, a.log_stream, role, match["iid"] if match else None, [a], pad))
     elif evidence.cluster.kind.startswith("hyperpod") and evidence.hma_log_group:
         group = evidence.hma_log_group
-        others = [a for a in evidence.stream_activity if a.log_group == group and not a.log_stream.startswith(HMA_PREFIX)]
+        others = [a for a in evidence.stream_activity
+                  if a.log_group == group and not a.log_stream.startswith(HMA_PREFIX)]
         if others:
             out.append(_binned(group, None, HYPERPOD_CLUSTER_LOG, None, others, pad))
     for c in evidence.control_streams or []:

@@ -20,7 +20,8 @@ from gpuaudit.model.timeutil import HOUR, floor_hour, iso
 
 KERNEL_HINTS = ("system-messages", "syslog", "messages", "kernel", "dmesg", "journal")
 LATE_DELIVERY = timedelta(hours=2)
-COLLECT_ON_NODE = "check the node directly (`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`) and fix log shipping"
+COLLECT_ON_NODE = ("check the node directly (`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`) "
+                   "and fix log shipping")
 
 
 @dataclass
@@ -134,7 +135,8 @@ def _died(silent: ListedStream, pad: Padded) -> str:
     first = f"first event {iso(silent.first_event) if silent.first_event else 'not listed'}; DescribeLogStreams"
     last = iso(silent.last_event)
     if silent.last_event < pad.start:
-        return f"; its last event was {last}, {_duration(pad.start - silent.last_event)} before the padded window ({first})"
+        return (f"; its last event was {last}, {_duration(pad.start - silent.last_event)} before the padded window "
+                f"({first})")
     if silent.last_event >= pad.end:
         return (f"; its last event was {last}, {_duration(silent.last_event - pad.end)} after the padded window: the "
                 f"stream wrote again after the window, nothing inside it ({first})")
@@ -246,7 +248,8 @@ def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: P
         rows.append(hma_row(node, evidence, hma_live))
     if not rows and not accelerated:
         rows.append(CoverageRow(log_group="(not searched: no GPU)", log_stream=None, status="Not observable",
-                                note=f"{node.instance_type} has no GPU or Trainium device: Xid evidence does not apply"))
+                                note=f"{node.instance_type} has no GPU or Trainium device: Xid evidence does not "
+                                f"apply"))
     elif not rows:
         searched = ", ".join(g.name for g in evidence.log_groups) or "none found"
         unread = sorted({*evidence.kernel_unread_groups, *evidence.summary_unread_groups})

@@ -80,7 +80,10 @@ class FabricManagerReading:
             return "REPLACE", (f"Fabric Manager {said} — it recurs after a reboot → REPLACE (RULES §8 D layer 2: "
                                "REBOOT, REPLACE if it recurs)")
         if current:
-            return "REBOOT", f"Fabric Manager {said} → REBOOT (RULES §8 D layer 2; REPLACE if it recurs after the reboot)"
+            return (
+                "REBOOT",
+                f"Fabric Manager {said} → REBOOT (RULES §8 D layer 2; REPLACE if it recurs after the reboot)",
+            )
         later = self.boots[-1]
         return "MONITOR", (f"Fabric Manager {said}; {_said(later)} — cleared by that reboot: watch the next boots "
                            "(REPLACE if it fails again)")
@@ -139,7 +142,9 @@ def read_fabric_manager(lines: Sequence[GpuLine], read_end: datetime,
             segments[-1][1].append(line)
     # A stream shows it ships Fabric Manager's lines by having carried one (a start at an earlier boot, a failure):
     # only there can a boot without a start line be read as absent.
-    carries = {(x.log_group, x.log_stream) for x in ordered if FM_LINE.search(x.message) and not BENIGN.search(x.message)}
+    carries = {
+        (x.log_group, x.log_stream) for x in ordered if FM_LINE.search(x.message) and not BENIGN.search(x.message)
+    }
 
     def shipped(banner: GpuLine) -> bool:
         return covered(banner) and (banner.log_group, banner.log_stream) in carries

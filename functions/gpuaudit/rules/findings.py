@@ -181,7 +181,8 @@ def idle_reserved_gpus(ctx: Context) -> Finding | None:
                        answer=f"Not observable: HyperPod exports no system metrics to CloudWatch, so GPU activity of "
                               f"{nodes} cannot be read there",
                        steps=[step("GPU activity", "Not observable", f"GPUPowerUtilization is not published for "
-                                                                      f"HyperPod nodes; collect it with {OBSERVABILITY_ADDON}")],
+                                                                      f"HyperPod nodes; collect it with "
+                                                                      f"{OBSERVABILITY_ADDON}")],
                        action=f"Install {OBSERVABILITY_ADDON}")
     if ev.capacity_reservations is None:
         return Finding(id="idle-reserved-gpus", question=question, answer="Not checked: capacity reservations not read",
@@ -230,7 +231,8 @@ def idle_reserved_gpus(ctx: Context) -> Finding | None:
               + (f" — {by_reservation}" if by_reservation else ""))
     blind = [s.name for s in steps if s.status == "Not observable"]
     if blind:  # every node by name in the steps; a long list counted (RULES §11)
-        answer += f"; GPU activity Not observable on {action_rules.nodes_phrase(blind, [s.name for s in steps], 'reserved')}"
+        named = action_rules.nodes_phrase(blind, [s.name for s in steps], "reserved")
+        answer += f"; GPU activity Not observable on {named}"
     return Finding(id="idle-reserved-gpus", question=question, answer=answer, steps=steps,
                    action=("Paid-for capacity sat idle: start the workload, or release the capacity it does not need"
                            if idle else None))
@@ -311,7 +313,8 @@ def hang_with_idle_gpus(ctx: Context, branches: Sequence[Branch]) -> Finding | N
     answer = f"NCCL timeout at {iso(first.line.time)} ({line_at(first)}): {answer}"
     return Finding(id="hang-idle-gpus", question="Jobs hang with NCCL timeouts while the GPUs look idle: why?",
                    answer=answer, label=label, steps=steps,
-                   action=f"Re-run the job with `{NCCL_COMMAND}` and read the per-rank logs before changing the network")
+                   action=f"Re-run the job with `{NCCL_COMMAND}` and read the "
+                   f"per-rank logs before changing the network")
 
 
 def _gpu_activity_step(ctx: Context, first: ParsedLine) -> FindingStep:
@@ -340,14 +343,15 @@ def _deep_health_step(ctx: Context) -> FindingStep:
     if failed:
         connectivity = [p for p in failed if "InstanceConnectivity" in p.line.message] or failed
         return step(name, "Blocked", f"{quote(connectivity[0].line.message)} in {line_at(connectivity[0])}")
-    streams = sorted({a.log_stream for a in ctx.ev.stream_activity if a.log_stream.startswith("DeepHealthCheckResults/")})
+    streams = sorted({a.log_stream for a in ctx.ev.stream_activity
+                      if a.log_stream.startswith("DeepHealthCheckResults/")})
     if streams:
         return step(name, "Cleared", ", ".join(f"`{s}`" for s in streams) + " read: no FAIL or ERROR line")
     checks = "; ".join(f"group `{g.name}` OnStartDeepHealthChecks {g.group.on_start_deep_health_checks or '[] (none)'}"
                        for g in ctx.groups if g.group is not None)
     return step(name, "Not checked", f"no `DeepHealthCheckResults/<instance-id>` stream in the window ({checks}); "
-                                      "InstanceConnectivity runs a multi-node NCCL all_reduce — run a deep health check "
-                                      "on the nodes of the job")
+                                      "InstanceConnectivity runs a multi-node "
+                                      "NCCL all_reduce — run a deep health check on the nodes of the job")
 
 
 def _change_step(branches: Sequence[Branch]) -> FindingStep:

@@ -177,7 +177,8 @@ def _escalated(span: HistorySpan, node: NodeInfo, routing: NodeRouting | None) -
     keep_cause = routing is not None and routing.verdict == "REPLACE"
     return NodeRouting(verdict="REPLACE", hardware=True, verdict_evidence=f"{head}{basis}; {now}",
                        cause_code=routing.cause_code if keep_cause and routing else (first.code if first else None),
-                       cause_class="hardware", pci=routing.pci if keep_cause and routing else (first.pci if first else None))
+                       cause_class="hardware",
+                       pci=routing.pci if keep_cause and routing else (first.pci if first else None))
 
 
 def _signals_text(xids: Sequence[HistoryXid]) -> str:
@@ -239,8 +240,8 @@ def _note(memory: Memory, accelerated: bool, said: list[str]) -> str | None:
              f"{iso(max(s.through for s in memory.spans))}: "
              + ", ".join(f"{v} ×{n}" for v, n in sorted(verdicts.items()))]
     if xids:
-        parts.append("hardware signals " + _signals_text(xids[-5:]) + (f" (+{len(xids) - 5} earlier)"
-                                                                       if len(xids) > 5 else ""))
+        earlier = f" (+{len(xids) - 5} earlier)" if len(xids) > 5 else ""
+        parts.append("hardware signals " + _signals_text(xids[-5:]) + earlier)
     if reboots:
         parts.append(f"{len(reboots)} reboot(s) seen, last at {iso(reboots[-1])}")
     return "; ".join([*parts, *said])
@@ -366,7 +367,8 @@ def actions_after(result: Result, evidence: Evidence,
     spans = distinct([*(s for s in evidence.history.spans if s.audit_id != result.audit_id), *written])
     out: dict[str, list[AskedAction]] = {}
     for iid, actions in actions_by_node(spans).items():
-        out[iid] = [AskedAction(verdict=ASKED_VERDICTS[a.verdict], given_at=a.given.audit_time, given_in=a.given.audit_id,
+        out[iid] = [AskedAction(verdict=ASKED_VERDICTS[a.verdict], given_at=a.given.audit_time,
+                                given_in=a.given.audit_id,
                                 signal=a.signal, status="open" if a.open else a.closed_how or "closed",
                                 done=a.closed_said if not a.open else None)
                     for a in actions if a.open or a.closed_in == result.audit_id]

@@ -75,7 +75,8 @@ def with_replacements(nodes: list[NodeResult], evidence: Evidence) -> list[NodeR
     for old, r in replacements(nodes, evidence).items():
         group = next((n.instance_group for n in nodes if n.instance_id == old), None)
         notes[old] = (f"no longer listed by the cluster; likely replaced by {r.new} (group {group or '—'}, launched "
-                      f"{iso(r.launched)}, {r.minutes_after} min after this node's last line; matched by group and time)")
+                      f"{iso(r.launched)}, {r.minutes_after} min after this "
+                      f"node's last line; matched by group and time)")
         notes[r.new] = f"likely the replacement of {old}, whose detections still count for the window"
     return [n.model_copy(update={"service_action": "; ".join(x for x in (notes[n.instance_id], n.service_action) if x)})
             if n.instance_id in notes else n for n in nodes]
@@ -280,7 +281,8 @@ def coverage_gaps(j: Judged) -> tuple[list[str], list[GapNodes]]:
         if n.xid_status != "Not observable" or n.gpu_count == 0:
             continue
         rows = "; ".join(f"{r.log_group} / {r.log_stream or 'no stream'}"
-                         + (f" ({len(r.empty_hours)} empty hour(s) from {iso(r.empty_hours[0])})" if r.empty_hours else "")
+                         + (f" ({len(r.empty_hours)} empty hour(s) from {iso(r.empty_hours[0])})"
+                            if r.empty_hours else "")
                          for r in n.coverage)
         gaps.append(f"{n.instance_id}: GPU error evidence Not observable — {rows}. Collect on the node: "
                     "`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`; fix kernel log shipping")
@@ -364,14 +366,16 @@ def _detail(routing: NodeRouting | None) -> str:
 def _replace_step(evidence: Evidence, n: NodeResult) -> str:
     if evidence.cluster.kind.startswith("hyperpod"):
         return (f"`aws sagemaker batch-replace-cluster-nodes --cluster-name {evidence.cluster.name} "
-                f"--node-ids {n.instance_id}` (Slurm: `scontrol update node=<node> state=fail reason=\"Action:Replace\"`)")
+                f"--node-ids {n.instance_id}` (Slurm: `scontrol update "
+                f"node=<node> state=fail reason=\"Action:Replace\"`)")
     return f"drain it in Slurm, then stop/start or terminate {n.instance_id} so the scheduler launches a new one"
 
 
 def _reboot_step(evidence: Evidence, n: NodeResult) -> str:
     if evidence.cluster.kind.startswith("hyperpod"):
         return (f"`aws sagemaker batch-reboot-cluster-nodes --cluster-name {evidence.cluster.name} "
-                f"--node-ids {n.instance_id}` (Slurm: `scontrol update node=<node> state=fail reason=\"Action:Reboot\"`)")
+                f"--node-ids {n.instance_id}` (Slurm: `scontrol update "
+                f"node=<node> state=fail reason=\"Action:Reboot\"`)")
     return f"drain it, then `aws ec2 reboot-instances --instance-ids {n.instance_id}`"
 
 
@@ -410,7 +414,8 @@ def file_system_lines(evidence: Evidence) -> list[str]:
         if f.file_system_id not in evidence.named_file_systems:
             continue
         maintenance = maintenance_in_window(f.weekly_maintenance, evidence.window.start, evidence.window.end)
-        kind = f"{f.file_system_type}, {f.deployment_type or 'no deployment type'}, {f.storage_type or 'no storage type'}"
+        kind = (f"{f.file_system_type}, {f.deployment_type or 'no deployment type'}, "
+                f"{f.storage_type or 'no storage type'}")
         lines.append(f"file system {f.file_system_id} ({kind}): weekly maintenance "
                      f"{f.weekly_maintenance or 'not returned'} (UTC, day 1 = Monday)"
                      + (f", starting {iso(maintenance)} within the audit window" if maintenance else "")
@@ -458,8 +463,8 @@ def named(items: list[str], sep: str = ", ") -> str:
     """All of a short list; the first HEADLINE_NODES of a long one and how many more the report holds."""
     if len(items) <= HEADLINE_NODES:
         return sep.join(items)
-    return f"{len(items)} nodes, first {sep.join(items[:HEADLINE_NODES])} (+{len(items) - HEADLINE_NODES} more in the " \
-           "report)"
+    return (f"{len(items)} nodes, first {sep.join(items[:HEADLINE_NODES])} (+{len(items) - HEADLINE_NODES} more in "
+            "the report)")
 
 
 def headline_for(j: Judged, branch_headline: str | None, ready: Readiness | None,

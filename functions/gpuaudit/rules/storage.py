@@ -24,7 +24,6 @@ from gpuaudit.model.timeutil import iso
 
 THROUGHPUT_METRICS = ("NetworkThroughputUtilization", "FileServerDiskThroughputUtilization", "DiskIopsUtilization")
 SUSTAINED_MINUTES = 5
-SATURATED = 90.0
 OST_FULL = 10.0  # percent free on one OST while the others have room (RULES §8 C)
 SHARP_RISE = 3.0  # MetadataOperations at or after the onset at least this many times its rate before it
 GIB = 1024 ** 3

@@ -5,11 +5,15 @@ cluster) before the others of the account.
 
 | Row | Flag (read from AWS/FSx, quoted as reported) | Proven when | Otherwise |
 |-----|------|-------------|-----------|
-| throughput saturation | Network / FileServerDisk throughput, an OST's DiskIops (not Scratch, HDD) ≥ 90 % for 5+ min | the bar below | Hypothesis |
-| metadata server | the MDS `CPUUtilization`, or an MDT's `DiskIopsUtilization`, ≥ 90 % for 5+ min | the bar below | Hypothesis |
-| metadata operations | `MetadataOperations` rising sharply (≥ 3×) with the slowdown | never: no client latency | Hypothesis |
+| throughput saturation | Network / FileServerDisk throughput, an OST's DiskIops (not Scratch, HDD) ≥ 90 % for 5+ min |
+the bar below | Hypothesis |
+| metadata server | the MDS `CPUUtilization`, or an MDT's `DiskIopsUtilization`, ≥ 90 % for 5+ min | the bar below |
+Hypothesis |
+| metadata operations | `MetadataOperations` rising sharply (≥ 3×) with the slowdown | never: no client latency |
+Hypothesis |
 | OST free space | one OST < 10 % free while the others have room | never: no client latency | Hypothesis |
-| maintenance window | the stall starts inside `WeeklyMaintenanceStartTime` (30 min) | client I/O drops in that window | Hypothesis |
+| maintenance window | the stall starts inside `WeeklyMaintenanceStartTime` (30 min) | client I/O drops in that window |
+Hypothesis |
 
 The bar (§0.5): the file system is in scope, a run of 5+ consecutive minutes ≥ 90 % began at or before the onset
 (rules/onset.py), and no other branch holds evidence. A row read and not flagged is `Ruled out`; a row with nothing
@@ -222,7 +226,8 @@ def _maintenance(ev: Evidence, fs_id: str, spec: str | None, bar: _Bar) -> Row:
     starts = maintenance_starts(spec, ev.window.start, ev.window.end)
     if starts is None:
         return Row(name, "Not checked", f"WeeklyMaintenanceStartTime {spec or 'not returned'} (DescribeFileSystems)")
-    said = f"WeeklyMaintenanceStartTime {spec} (UTC, day 1 = Monday, {int(MAINTENANCE_LENGTH.total_seconds() // 60)} min)"
+    said = (f"WeeklyMaintenanceStartTime {spec} (UTC, day 1 = Monday, "
+            f"{int(MAINTENANCE_LENGTH.total_seconds() // 60)} min)")
     if not starts:
         return Row(name, "Ruled out", f"{said}: no maintenance window within the impact window")
     windows = ", ".join(f"{iso(m)}–{iso(m + MAINTENANCE_LENGTH)}" for m in starts)

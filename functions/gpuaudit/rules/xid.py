@@ -206,8 +206,8 @@ class SramThreshold(XidModel):
     where: str  # `<log group> / <log stream>`
 
     def said(self) -> str:
-        return (f"`SRAM Threshold Exceeded: {'Yes' if self.exceeded else 'No'}` read from nvidia-smi at {iso(self.time)} "
-                f"in {self.where}")
+        return (f"`SRAM Threshold Exceeded: {'Yes' if self.exceeded else 'No'}` "
+                f"read from nvidia-smi at {iso(self.time)} in {self.where}")
 
 
 def _override_for(code: int, overrides: Mapping[int, str] | None) -> XidClass | None:
@@ -222,7 +222,8 @@ def _override_for(code: int, overrides: Mapping[int, str] | None) -> XidClass | 
 
 _NVLINK_FATAL_TEXT = re.compile(r"nvlink.{0,40}\bfatal\b|\bfatal\b.{0,40}nvlink", re.IGNORECASE)
 # Xid 63 asking for the reset that activates a remapped row (`… reset gpu to activate`).
-_REMAP_PENDING = re.compile(r"reset (?:the )?gpu to activate|remap(?:ping)? pending|pending (?:row )?remap", re.IGNORECASE)
+_REMAP_PENDING = re.compile(r"reset (?:the )?gpu to activate|remap(?:ping)? pending|pending (?:row )?remap",
+                            re.IGNORECASE)
 
 
 def _unknown(code: int, text: str) -> XidClassification:
@@ -401,7 +402,8 @@ def _decode_nvlink5(base: XidClassification, text: str) -> XidClassification:
             "verdict": "REBOOT",
             "verdict_if_recurs": "REPLACE" if hardware else None,
             "deciding_check": f"nvidia-smi nvlink -s: {where} stays down → REBOOT; returns on the same link after "
-            + ("the reboot → REPLACE" if hardware else "the reboot → a software/firmware fault: escalate, never REPLACE"),
+            + ("the reboot → REPLACE" if hardware else "the reboot → a "
+               "software/firmware fault: escalate, never REPLACE"),
         }
     elif fatal is False:
         update["verdict"] = "MONITOR"

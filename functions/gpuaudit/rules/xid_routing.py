@@ -136,7 +136,8 @@ def _rule_48(xid: _Xid, xids: Sequence[_Xid], sram: SramThreshold | None = None)
     if qualifiers:
         # The driver's own qualifier beats reading the text; the nearest one belongs to this 48.
         nearest = min(qualifiers, key=lambda q: abs((q.time - event.time).total_seconds()))
-        memory, how = ("DRAM" if nearest.code == 171 else "SRAM"), f"Xid {nearest.code} at {iso(nearest.time)} on the node"
+        memory = "DRAM" if nearest.code == 171 else "SRAM"
+        how = f"Xid {nearest.code} at {iso(nearest.time)} on the node"
     if sram is not None and sram.exceeded:
         # The REPLACE bar (RULES §7 "SRAM threshold exceeded"): nvidia-smi's own flag, whichever memory the 48 named.
         named = {"DRAM": f"the 48 itself: DRAM ({how})", "SRAM": f"the 48 itself: SRAM ({how})",
@@ -153,7 +154,8 @@ def _rule_48(xid: _Xid, xids: Sequence[_Xid], sram: SramThreshold | None = None)
         )
     if memory == "SRAM":
         if sram is not None:  # the flag was read: No
-            return _outcome(xid, "REBOOT", f"rule 48: SRAM ({how}){flag}: below the threshold, REBOOT; {REPLACE_BAR_48}",
+            return _outcome(xid, "REBOOT",
+                            f"rule 48: SRAM ({how}){flag}: below the threshold, REBOOT; {REPLACE_BAR_48}",
                             hardware=True)
         return _outcome(
             xid,

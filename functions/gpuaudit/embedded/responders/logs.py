@@ -112,7 +112,8 @@ def _filter_pattern(pattern: str | None) -> Callable[[str], bool]:
     optional = [t[1:].strip('"') for t in terms if t.startswith("?")]
     required = [t.strip('"') for t in terms if not t.startswith("?")]
     if text.startswith("{"):
-        raise ApiError("InvalidParameterException", f"JSON filter patterns are not served by the embedded backend: {text}")
+        raise ApiError("InvalidParameterException",
+                       f"JSON filter patterns are not served by the embedded backend: {text}")
     return lambda m: all(t in m for t in required) and (not optional or any(t in m for t in optional))
 
 

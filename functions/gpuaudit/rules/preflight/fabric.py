@@ -1,4 +1,5 @@
-"""Network and GPU fabric (RULES §10 P7, P12, P14–P16): EFA width, NCCL transport, IP headroom, EFA security group, bootstrap route."""
+"""Network and GPU fabric (RULES §10 P7, P12, P14–P16): EFA width, NCCL transport, IP headroom, EFA security group,
+bootstrap route."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def p7(ctx: Context) -> Check:
                                       f"{sg_names(inbound)}, but no outbound rule reaching the group",
                               f"Add an all-traffic outbound rule to the group itself on {inbound[0].group_id}: "
                               f"`aws ec2 authorize-security-group-egress --group-id {inbound[0].group_id} "
-                              f"--ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={inbound[0].group_id}}}]'`"))
+                              f"--ip-permissions "
+                              f"'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={inbound[0].group_id}}}]'`"))
         elif not outbound:
             note = " (on HyperPod this is a RISK: see P15)" if ctx.hyperpod else ""
             parts.append(Part("PASS", f"{where}: self-referencing all-traffic inbound rule on {sg_names(inbound)}; "
@@ -123,7 +125,8 @@ def p12(ctx: Context) -> Check:
         nccl_seen = nccl_seen or n.signals.nccl == "Observable"
         fm_failed = [p for p in lines if FABRIC_MANAGER_FAILED.search(p.line.message)]
         if fm_failed:
-            parts.append(Part("FAIL", f"`{n.instance_id}`: Fabric Manager failure — \"{fm_failed[0].line.message[:160]}\""
+            parts.append(Part("FAIL",
+                              f"`{n.instance_id}`: Fabric Manager failure — \"{fm_failed[0].line.message[:160]}\""
                                       f" ({_where(fm_failed[0])})",
                               f"Reboot `{n.instance_id}` (REPLACE if Fabric Manager fails again)"))
         for t in n.nccl_transports:
@@ -133,7 +136,8 @@ def p12(ctx: Context) -> Check:
                 parts.append(Part("FAIL", said, "Fix the EFA path (aws-ofi-nccl plugin, `FI_PROVIDER=efa`, security "
                                                 "group self rule) and re-run an all_reduce test"))
             elif t.assessment == "bad":
-                parts.append(Part("RISK", said, "Check NCCL_P2P_DISABLE / container IPC settings" if t.transport == "SHM"
+                parts.append(Part("RISK", said,
+                                  "Check NCCL_P2P_DISABLE / container IPC settings" if t.transport == "SHM"
                                   else "Install and select the aws-ofi-nccl plugin"))
             elif t.assessment == "unverified":
                 parts.append(Part("UNVERIFIED", said, "`aws ec2 describe-instance-types --instance-types "
@@ -145,7 +149,8 @@ def p12(ctx: Context) -> Check:
             parts.append(Part("PASS", f"`{n.instance_id}`: NCCL lines read, no socket fallback ({good}){fm}"))
     if not nccl_seen and not any(p.result == "FAIL" for p in parts):
         ids = id_list(n.instance_id for n in nodes)
-        return make_check("P12", "UNVERIFIED", f"no `NCCL INFO`/`NCCL WARN` lines from {ids} in the window: the transport "
+        return make_check("P12", "UNVERIFIED",
+                          f"no `NCCL INFO`/`NCCL WARN` lines from {ids} in the window: the transport "
                                                "of the last run is Not observable",
                           f"Run the next job (or an all_reduce test) with `{NCCL_COMMAND}`")
     return combine("P12", parts)
@@ -219,10 +224,12 @@ def p15(ctx: Context) -> Check:
     action = (f"Add an all-traffic outbound rule from {target} to itself: `aws ec2 authorize-security-group-egress "
               f"--group-id {target} --ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={target}}}]'`")
     if opened:
-        return make_check("P15", "RISK", f"{where}: {sg_names(opened)} allow(s) outbound all traffic to 0.0.0.0/0 instead "
+        return make_check("P15", "RISK",
+                          f"{where}: {sg_names(opened)} allow(s) outbound all traffic to 0.0.0.0/0 instead "
                                          "of a self-referencing rule — documented to fail HyperPod EFA health checks",
                           action)
-    return make_check("P15", "RISK", f"{where}: no outbound rule reaching the group on {sg_names(sgs)} (see P7)", action)
+    return make_check("P15", "RISK", f"{where}: no outbound rule reaching the group on {sg_names(sgs)} (see P7)",
+                      action)
 
 
 def _route_table(ctx: Context, subnet_id: str, vpc_id: str | None) -> RouteTableInfo | None:
@@ -237,7 +244,8 @@ def p16(ctx: Context) -> Check:
     failures = [p for p in ctx.lines() if BOOTSTRAP_FAILED.search(p.line.message)]
     if failures:
         first, last = failures[0], failures[-1]
-        parts.append(Part("RISK", f"{len(failures)} bootstrap failure / protected-mode line(s) from {iso(first.line.time)}"
+        parts.append(Part("RISK",
+                          f"{len(failures)} bootstrap failure / protected-mode line(s) from {iso(first.line.time)}"
                                   f" to {iso(last.line.time)}, e.g. `{first.line.log_stream}`: "
                                   f"\"{first.line.message[:160]}\"",
                           "Read the head node's `clustermgtd` and `slurm_resume` logs (HyperPod: the "
@@ -279,7 +287,8 @@ def _public_subnet_parts(ctx: Context) -> list[Part]:
         route = f"`{table.route_table_id}` 0.0.0.0/0 → {default.target if default else 'none'}"
         multi = net.interfaces > 1
         if default and default.target.startswith("igw-") and multi and not net.public_ip:
-            parts.append(Part("FAIL", f"`{net.instance_id}` ({grp.instance_type}) in `{net.subnet_id}`: {route}, no NAT; "
+            parts.append(Part("FAIL",
+                              f"`{net.instance_id}` ({grp.instance_type}) in `{net.subnet_id}`: {route}, no NAT; "
                                       f"{net.interfaces} interfaces ({net.efa_interfaces} EFA) and no public IP — it "
                                       "cannot reach the internet to bootstrap",
                               f"Move queue `{grp.name}` to a private subnet whose 0.0.0.0/0 route goes to a NAT "

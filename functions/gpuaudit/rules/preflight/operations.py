@@ -33,7 +33,8 @@ def p10(ctx: Context) -> Check:
                                          ("`aws sagemaker describe-training-plan`", ev.training_plans is None and any(
                                              g.training_plan_arn for g in ev.cluster.instance_groups))) if missing]
     if not ends and unread:
-        return make_check("P10", "Not checked", "whether a Capacity Block or training plan ends is unknown: the capacity "
+        return make_check("P10", "Not checked",
+                          "whether a Capacity Block or training plan ends is unknown: the capacity "
                           "it would show was not read — " + ", ".join(unread),
                           "Re-run with read access: " + ", ".join(unread))
     if not ends:
@@ -42,7 +43,8 @@ def p10(ctx: Context) -> Check:
     held = ", ".join(sorted({h.resource for h in ends}))
     if ev.event_rules is None:
         return make_check("P10", "Not checked", f"capacity {held} ends, but EventBridge rules were not read — "
-                                                "`aws events list-rules`", "Re-run with read access: `aws events list-rules`")
+                                                "`aws events list-rules`",
+                                                "Re-run with read access: `aws events list-rules`")
     matching = [r for r in ev.event_rules if EXPIRATION_WARNING in (r.event_pattern or "")]
     enabled = [r for r in matching if (r.state or "").upper() == "ENABLED"]
     action = (f"Create an EventBridge rule on `{EXPIRATION_WARNING}` with an alert target: `aws events put-rule "
@@ -53,7 +55,8 @@ def p10(ctx: Context) -> Check:
         return make_check("P10", "PASS", f"capacity {held} ends; EventBridge rule(s) on `{EXPIRATION_WARNING}`: "
                           + id_list(r.name for r in enabled))
     if matching:
-        return make_check("P10", "RISK", f"capacity {held} ends; the rule(s) on `{EXPIRATION_WARNING}` are not enabled: "
+        return make_check("P10", "RISK",
+                          f"capacity {held} ends; the rule(s) on `{EXPIRATION_WARNING}` are not enabled: "
                           + id_list(f"{r.name} ({r.state})" for r in matching), f"Enable {matching[0].name}")
     return make_check("P10", "RISK", f"capacity {held} ends, and none of the {len(ev.event_rules)} EventBridge rule(s) "
                                      f"read on the default bus matches `{EXPIRATION_WARNING}` (emitted 40 min before "
@@ -76,7 +79,8 @@ def p11(ctx: Context) -> Check:
     parts = []
     for n in nodes:
         found = [(p.line, m) for p in ctx.lines([n.instance_id]) if (m := DRIVER_LOADED.search(p.line.message))] \
-            or [(g, m) for g in ctx.j.boot_lines_by_node.get(n.instance_id, []) if (m := DRIVER_LOADED.search(g.message))]
+            or [(g, m) for g in ctx.j.boot_lines_by_node.get(n.instance_id,
+                                                             []) if (m := DRIVER_LOADED.search(g.message))]
         key = _minimum_key(n.instance_type)
         if not found:
             parts.append(Part("UNVERIFIED", f"`{n.instance_id}` ({n.instance_type}): driver version unreadable — no "
@@ -125,7 +129,8 @@ def p13(ctx: Context) -> Check:
                if set(a.dimensions.values()) & (ids | {x for x in names if x})
                or any(i in a.name for i in ids) or _names_cluster(a.name, names)]
     if not related:
-        return make_check("P13", "PASS", f"no CloudWatch alarm in ALARM for cluster `{ev.cluster.name}`, its head node or "
+        return make_check("P13", "PASS",
+                          f"no CloudWatch alarm in ALARM for cluster `{ev.cluster.name}`, its head node or "
                                          f"its instances ({len(ev.alarms_in_alarm)} alarm(s) in ALARM in the Region, "
                                          "none about this cluster)")
     items = []

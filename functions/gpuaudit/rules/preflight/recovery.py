@@ -33,7 +33,8 @@ def p4(ctx: Context) -> Check:
                                         "this audit does not read; jobs resume only with checkpoints and `--requeue`",
                           f"Confirm `HealthChecks: Gpu: Enabled: true` in the queues of `{c.name}` "
                           f"(`pcluster describe-cluster --cluster-name {c.name}`) and submit with checkpoints")
-    return make_check("P4", "UNVERIFIED", f"self-managed cluster `{c.name}`: no automatic node recovery setting to read",
+    return make_check("P4", "UNVERIFIED",
+                      f"self-managed cluster `{c.name}`: no automatic node recovery setting to read",
                       "Confirm what replaces a failed node (ASG health checks, EKS node auto-repair) before the run")
 
 
@@ -42,7 +43,8 @@ def p5(ctx: Context) -> Check:
         return make_check("P5", "UNVERIFIED", f"`OnStartDeepHealthChecks` is a HyperPod setting; {ctx.ev.cluster.kind} "
                                               "nodes are tested before work only if a custom boot script runs a DCGM "
                                               "diagnostic, which this audit cannot read",
-                          "Run `dcgmi diag -r 3` from the compute nodes' boot script (ParallelCluster: OnNodeConfigured)")
+                          "Run `dcgmi diag -r 3` from the compute nodes' boot "
+                          "script (ParallelCluster: OnNodeConfigured)")
     parts = []
     for grp in ctx.groups:
         checks = grp.group.on_start_deep_health_checks if grp.group else []
@@ -105,11 +107,13 @@ def p6(ctx: Context) -> Check:
     if blind:
         text = "; ".join(f"`{n.instance_id}` (group {n.instance_group or '—'}): Not observable — "
                          f"{_coverage_text(n)}" for n in blind)
-        return make_check("P6", "FAIL", f"GPU error coverage Not observable on {len(blind)} of {len(nodes)} GPU compute "
+        return make_check("P6", "FAIL",
+                          f"GPU error coverage Not observable on {len(blind)} of {len(nodes)} GPU compute "
                                         f"node(s): {text}",
                           f"Fix GPU error log shipping for {id_list(n.instance_id for n in blind)} (kernel log to "
-                          "CloudWatch; on HyperPod confirm `sagemaker-health-monitoring-agent.service` runs); meanwhile "
-                          "check the node directly: `dmesg -T | grep -i nvrm`")
+                          "CloudWatch; on HyperPod confirm "
+                          "`sagemaker-health-monitoring-agent.service` runs); meanwhile check the "
+                          "node directly: `dmesg -T | grep -i nvrm`")
     text = "; ".join(f"`{n.instance_id}` (group {n.instance_group or '—'}): {n.xid_status} — {_coverage_text(n)}"
                      for n in nodes)
     if ctx.ev.cluster.eks_cluster and ctx.ev.kube_nodes is None:
@@ -117,9 +121,10 @@ def p6(ctx: Context) -> Check:
         return make_check("P6", "RISK", f"coverage proven on all {len(nodes)} GPU compute node(s), but the node-health "
                                         f"labels of EKS cluster `{ctx.ev.cluster.eks_cluster}` could not be read (see "
                                         f"visibility gaps): {text}",
-                          f"Give the auditor's roles read access to the nodes: EKS access entries with Kubernetes group "
-                          f"`{READER_GROUP}` (cdk.json `eks_access_entries`) and the ClusterRole bound to it "
-                          f"(`kubectl apply -f {RBAC_MANIFEST}`); the visibility gap says which is missing")
+                          f"Give the auditor's roles read access to the nodes: "
+                          f"EKS access entries with Kubernetes group `{READER_GROUP}` (cdk.json "
+                          f"`eks_access_entries`) and the ClusterRole bound to it (`kubectl apply -f "
+                          f"{RBAC_MANIFEST}`); the visibility gap says which is missing")
     return make_check("P6", "PASS", f"coverage proven on all {len(nodes)} GPU compute node(s): {text}")
 
 

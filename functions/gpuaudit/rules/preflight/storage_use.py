@@ -63,19 +63,22 @@ def p9(ctx: Context) -> Check:
     ev = ctx.ev
     if ctx.hyperpod:
         ids = id_list(n.instance_id for n in ctx.gpu_nodes())
-        return make_check("P9", "UNVERIFIED", f"HyperPod exports no system metrics to CloudWatch: GPU activity of {ids} "
+        return make_check("P9", "UNVERIFIED",
+                          f"HyperPod exports no system metrics to CloudWatch: GPU activity of {ids} "
                                               "is Not observable there, so idle reserved GPU hours cannot be counted",
                           "Install the HyperPod observability add-on (Amazon Managed Service for Prometheus and "
                           "Grafana, DCGM exporter) to see GPU utilization per node")
     if ev.capacity_reservations is None:
-        return make_check("P9", "Not checked", "capacity reservations not read — `aws ec2 describe-capacity-reservations`",
+        return make_check("P9", "Not checked",
+                          "capacity reservations not read — `aws ec2 describe-capacity-reservations`",
                           "Re-run with read access")
     reserved = [n for g in ctx.groups for n in g.nodes if n.instance_type
                 and cluster_reservations(ev, n.instance_type, [n.instance_id])]
     if not reserved:
         return make_check("P9", "PASS", "not applicable: no GPU compute node runs on reserved capacity")
     if ev.gpu_activity is None:
-        return make_check("P9", "Not checked", "GPU activity not read — `aws cloudwatch list-metrics --namespace AWS/EC2 "
+        return make_check("P9", "Not checked",
+                          "GPU activity not read — `aws cloudwatch list-metrics --namespace AWS/EC2 "
                                                "--metric-name GPUPowerUtilization` and `get-metric-data`",
                           "Re-run with read access to CloudWatch metrics")
     activity = {a.instance_id: a for a in ev.gpu_activity}
@@ -86,7 +89,8 @@ def p9(ctx: Context) -> Check:
     blind_text = (f"; GPU activity Not observable on {id_list(blind)} (no GPUPowerUtilization datapoints)"
                   if blind else "")
     if not seen:
-        return make_check("P9", "UNVERIFIED", f"GPU activity Not observable: no `AWS/EC2` GPUPowerUtilization datapoints "
+        return make_check("P9", "UNVERIFIED",
+                          f"GPU activity Not observable: no `AWS/EC2` GPUPowerUtilization datapoints "
                                               f"for {id_list(blind)}",
                           "Publish GPU metrics (CloudWatch agent `nvidia_gpu` → `nvidia_smi_utilization_gpu`)")
     observed = sum(a.hours_observed for a in seen)
