@@ -158,3 +158,4 @@ _.isatty  # launcher.py ClosedStream: io and click ask a stream whether it is a 
 _.periods_in_window  # model/planned_reads.py EfaCounterSeries: a pydantic field, written to the evidence JSON
 _.already_published  # sinks.py SinkOutcome: the Verdict's summary and tests/test_sinks.py read it
 _.events_already_sent  # sinks.py SinkOutcome: the same for the events
+_.serve_cpu_s  # embedded/backend.py WorldBackend: tests/benchmarks/step_memory.py subtracts the stand-in's answering

@@ -12,9 +12,15 @@ from botocore.utils import parse_timestamp
 from handlers.targets import clusters_on_reservation
 from helpers.worlds import PClusterWorld, at
 
-from gpuaudit.collectors.aws import Aws, fast_timestamp
+from gpuaudit.collectors.aws import Aws, fast_timestamp, interface_types_only
 from gpuaudit.collectors.controlplane import READERS
-from gpuaudit.collectors.inventory import INSTANCE_PAGE, PCLUSTER_TAG, _node_from_instance, collect_inventory
+from gpuaudit.collectors.inventory import (
+    INSTANCE_PAGE,
+    PCLUSTER_TAG,
+    _node_from_instance,
+    collect_inventory,
+    instance_pages,
+)
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import Gap
 
@@ -168,3 +174,66 @@ def test_timestamps_are_parsed_without_dateutil_into_the_same_node_records_as_bo
     monkeypatch.undo()
     # other forms: botocore's
     assert fast_timestamp("2026-12-06T08:00:00.5Z") == parse_timestamp("2026-12-06T08:00:00.5Z")
+
+
+def _interfaces(kinds: list[str | None]) -> list[dict[str, Any]]:
+    """Network interfaces as DescribeInstances returns them, with addresses, groups and an attachment each (the
+    parts a slim read leaves out), of the given types (None: the answer states no type)."""
+    out = []
+    for card, kind in enumerate(kinds):
+        interface: dict[str, Any] = {
+            "Attachment": {"AttachmentId": f"eni-attach-{card:017x}", "DeviceIndex": min(card, 1),
+                           "NetworkCardIndex": card, "Status": "attached", "AttachTime": "2026-09-29T00:00:00Z"},
+            "Groups": [{"GroupId": "sg-0123456789abcdef0", "GroupName": "<networkInterfaceSet>compute</x>"}],
+            "NetworkInterfaceId": f"eni-{card:017x}", "OwnerId": "111122223333", "Status": "in-use",
+            "PrivateIpAddresses": [{"Primary": True, "PrivateIpAddress": f"10.0.1.{card + 4}"}],
+            "Description": "an <interfaceType>efa</interfaceType> in words"}
+        if kind is not None:
+            interface["InterfaceType"] = kind
+        out.append(interface)
+    return out
+
+
+def test_inventory_parses_only_the_interface_types_into_the_same_node_records_as_a_full_parse() -> None:
+    # Given a ParallelCluster whose nodes carry interfaces of every type, one stating none, with text that looks
+    # like the interface markup in a description, a security group's name and a tag value (XML escapes it)
+    w = PClusterWorld(n_compute=3)
+    kinds: list[list[str | None]] = [["efa"] * 4, ["interface", "efa-only", "efa", None], [], ["efa-only", "trunk"]]
+    for instance, its in zip(w.section("ec2", "instances"), kinds, strict=True):
+        instance["NetworkInterfaces"] = _interfaces(its)
+        instance["Tags"].append({"Key": "note", "Value": "</networkInterfaceSet><interfaceType>efa</interfaceType>"})
+    filters = [{"Name": f"tag:{PCLUSTER_TAG}", "Values": ["llm-pretrain"]}]
+    plain = WorldBackend(w.world(), wire=True).session().client("ec2", region_name="us-west-2")
+    full = [i for r in plain.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+    by_botocore = [_node_from_instance(i).model_dump(mode="json") for i in full]
+    assert [n["efa_attached"] for n in by_botocore] == [4, 2, 0, 1]
+
+    # When inventoried through the port (wire parsing), and the same instances asked for with their interfaces
+    aws = wire_aws(w)
+    _, nodes = collect_inventory(aws, "llm-pretrain", None, [])
+    slim = list(instance_pages(aws, interfaces=False, Filters=filters))
+    whole = list(instance_pages(aws, Filters=filters))
+
+    # Then the node records are those of botocore's full parse, EFA counts included
+    assert [n.model_dump(mode="json") for n in nodes] == by_botocore
+    # and the inventory's read kept of each interface only its stated type, everything else of the instance whole
+    assert [i["NetworkInterfaces"] for i in slim] == [[{"InterfaceType": k} for k in its if k] for its in kinds]
+    assert [{k: v for k, v in i.items() if k != "NetworkInterfaces"} for i in slim] == \
+        [{k: v for k, v in i.items() if k != "NetworkInterfaces"} for i in full]
+    # while a reader that needs the interfaces (preflight's groups and addresses) still gets them whole
+    assert whole == full
+
+
+def test_only_an_interface_set_is_cut_and_an_empty_or_absent_one_is_left_as_it_is() -> None:
+    body = (b"<r><item><networkInterfaceSet><item><networkInterfaceId>eni-1</networkInterfaceId>"
+            b"<groupSet><item><groupId>sg-1</groupId></item></groupSet><interfaceType>efa</interfaceType></item>"
+            b"<item><interfaceType>interface</interfaceType><status>in-use</status></item></networkInterfaceSet>"
+            b"<tagSet><item><key>k</key><value>&lt;networkInterfaceSet&gt;</value></item></tagSet></item>"
+            b"<item><networkInterfaceSet></networkInterfaceSet><instanceId>i-2</instanceId></item>"
+            b"<item><instanceId>i-3</instanceId></item></r>")
+    assert interface_types_only(body) == (
+        b"<r><item><networkInterfaceSet><item><interfaceType>efa</interfaceType></item>"
+        b"<item><interfaceType>interface</interfaceType></item></networkInterfaceSet>"
+        b"<tagSet><item><key>k</key><value>&lt;networkInterfaceSet&gt;</value></item></tagSet></item>"
+        b"<item><networkInterfaceSet></networkInterfaceSet><instanceId>i-2</instanceId></item>"
+        b"<item><instanceId>i-3</instanceId></item></r>")

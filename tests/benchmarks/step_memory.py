@@ -10,11 +10,13 @@ answering and serializing (AWS's side of the calls), included in `wall_s`.
 A generated world is served by the embedded backend; the handlers run as the state machine chains them
 (Plan → Inventory → CollectLogs per batch → Finish → Verdict) with the environment the stack sets, the evidence
 bucket, findings table and alert topic in moto (tests/handlers/lambda_harness.py). Per step it prints the wall
-seconds, the Python heap the step allocated at its peak (tracemalloc, reset per step: the world and moto, which a
-Lambda does not hold, were allocated before and are not counted; the AWS calls it made, by operation; CollectLogs is
-measured on its second run, with
-the embedded Logs Insights answers memoised, so the evaluator's work, done by AWS for a Lambda, is not counted), and the
-sizes of the documents the step read
+seconds, the step's own CPU seconds (the process's, less the backend's answering: `own_cpu_s`) and what they come to
+at the Lambda's CPU share (one vCPU at 1,769 MB, proportional below: `lambda_own_s`, against a third of the step's
+timeout, infra/functions.py; `--no-trace` measures the seconds without tracemalloc, which slows allocation 2-4x), the
+Python heap the step allocated at its peak (tracemalloc, reset per step: the world and moto, which a Lambda does not
+hold, were allocated before and are not counted; the AWS calls it made, by operation; CollectLogs is measured on its
+second run, with the embedded Logs Insights answers memoised, so the evaluator's work, done by AWS for a Lambda, is not
+counted), and the sizes of the documents the step read
 and wrote through the bucket. A Lambda needs about its runtime's baseline (a fresh interpreter with the handler
 imported, printed first) plus the step's peak. `insights_memo` says whether the memo held: the answers evaluated to
 fill it, those it served while CollectLogs was measured, and those evaluated while measured (0 when it held; any
@@ -86,17 +88,38 @@ def _counting(real: Callable[..., Any]) -> Callable[..., Any]:
 BACKEND: list[Any] = []  # the world's backend, for its serving seconds
 
 
+ONE_VCPU_MB = 1769  # "At 1,769 MB, a function has the equivalent of one vCPU" (Lambda: memory and computing power)
+
+
+def _lambda_share(name: str, own_cpu_s: float) -> dict[str, Any]:
+    """The step's own CPU seconds at its Lambda's CPU share (proportional to memory below one vCPU: a single-threaded
+    step gains nothing above), against a third of its timeout (the stack's settings, infra/functions.py)."""
+    from infra.functions import SPECS
+    spec = SPECS.get(name.split(" ")[0])
+    if spec is None:
+        return {}
+    share = min(1.0, spec.memory_mb / ONE_VCPU_MB)
+    return {"lambda_mb": spec.memory_mb, "lambda_own_s": round(own_cpu_s / share, 1),
+            "third_of_timeout_s": round(spec.timeout.to_seconds() / 3)}
+
+
 def _measured(name: str, step: Callable[[], Any], rows: list[dict[str, Any]]) -> Any:
     gc.collect()  # garbage of the earlier steps, freed during this one, would hide part of its peak
     CALLS.clear()
     served = BACKEND[0].serve_s if BACKEND else 0.0
-    tracemalloc.reset_peak()
+    served_cpu = BACKEND[0].serve_cpu_s if BACKEND else 0.0
+    tracing = tracemalloc.is_tracing()
+    if tracing:
+        tracemalloc.reset_peak()
     before, _ = tracemalloc.get_traced_memory()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     out = step()
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     _, peak = tracemalloc.get_traced_memory()
-    rows.append({"step": name, "wall_s": round(wall, 1), "peak_heap_mb": round((peak - before) / 2**20, 1),
+    own_cpu = cpu - ((BACKEND[0].serve_cpu_s if BACKEND else 0.0) - served_cpu)
+    rows.append({"step": name, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "own_cpu_s": round(own_cpu, 1),
+                 **_lambda_share(name, own_cpu),
+                 "peak_heap_mb": round((peak - before) / 2**20, 1) if tracing else None,
                  "backend_s": round((BACKEND[0].serve_s if BACKEND else 0.0) - served, 1),
                  "aws_calls": sum(CALLS.values()), "most_called": dict(CALLS.most_common(4))})
     return out
@@ -148,7 +171,7 @@ def _drop_coverage_cache(account: Any) -> None:
             s3.delete_object(Bucket="gpuaudit-evidence-test", Key=item["Key"])
 
 
-def run(nodes: int, days: float, kind: str, wire: bool = True) -> dict[str, Any]:
+def run(nodes: int, days: float, kind: str, wire: bool = True, trace: bool = True) -> dict[str, Any]:
     spec = WorldSpec(kind=kind, nodes=nodes, days=days, silent_fraction=0.01, xid_rate=0.05, seed=0)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
@@ -159,7 +182,8 @@ def run(nodes: int, days: float, kind: str, wire: bool = True) -> dict[str, Any]
             target = console_target({"cluster": spec.cluster_name, "mode": "coverage", "last": "7d"})
             mp.setattr(BaseClient, "_make_api_call", _counting(BaseClient._make_api_call))
             reservations = account.world.section("ec2", "capacity_reservations")
-            tracemalloc.start()
+            if trace:
+                tracemalloc.start()
             try:
                 if reservations:
                     warning = capacity_block_warning(reservations[0]["CapacityReservationId"],
@@ -187,7 +211,8 @@ def run(nodes: int, days: float, kind: str, wire: bool = True) -> dict[str, Any]
                 _measured("Verdict", lambda: verdict.handler(
                     {"request": found["request"], "evidence": joined["evidence"]}, LambdaContext()), rows)
             finally:  # a step that raised leaves no tracing behind (tests run this inside the suite's process)
-                tracemalloc.stop()
+                if trace:
+                    tracemalloc.stop()
                 BACKEND.clear()
             stored = _stored_mb(account)
     return {"nodes": nodes, "days": days, "kind": kind, "wire": wire, "baseline_mb": _baseline_mb(), "steps": rows,
@@ -201,10 +226,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kind", default="parallelcluster", choices=["parallelcluster", "hyperpod"])
     parser.add_argument("--before-call", action="store_true",
                         help="answer at before-call with parsed dicts (no wire parsing), as before issue #34")
+    parser.add_argument("--no-trace", action="store_true",
+                        help="seconds without tracemalloc (it slows allocation 2-4x); no heap figures then")
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 20000:
         parser.error(f"--nodes must be 1..20000; got {args.nodes}")
-    figures = run(args.nodes, args.days, args.kind, wire=not args.before_call)
+    figures = run(args.nodes, args.days, args.kind, wire=not args.before_call, trace=not args.no_trace)
     FIGURES.write(json.dumps(figures, indent=2) + "\n")
 
 

@@ -70,6 +70,34 @@ def _fast_timestamps(session: boto3.Session) -> None:
         botocore_session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=fast_timestamp)
 
 
+# DescribeInstances for a reader that needs of each network interface only its type (the inventory counts EFA
+# interfaces; discovery reads tags): a p5.48xlarge's 32 EFA interfaces are most of its 33 KB of XML, and botocore's
+# parse of them was most of the Inventory step's own time (docs/BENCHMARKS.md, issue #50 item 5). Each interface set
+# is cut, before botocore parses the body, to one item per interface type it holds; everything else is untouched.
+# A reader that needs the interfaces themselves (preflight's security groups and addresses) asks without it.
+_INTERFACE_SET = re.compile(rb"<networkInterfaceSet>(.*?)</networkInterfaceSet>", re.S)
+_INTERFACE_TYPE = re.compile(rb"<interfaceType>([^<]*)</interfaceType>")
+INTERFACE_TYPES = "interface-types"  # the `view` of DescribeInstances that keeps only the interfaces' types
+
+
+def interface_types_only(body: bytes) -> bytes:
+    """A DescribeInstances XML body whose every `networkInterfaceSet` holds only `<item><interfaceType>…` per
+    interface that states a type (markup cannot occur inside an element's text: XML escapes `<` there)."""
+    def types(found: re.Match[bytes]) -> bytes:
+        items = b"".join(b"<item><interfaceType>" + t + b"</interfaceType></item>"
+                         for t in _INTERFACE_TYPE.findall(found.group(1)))
+        return b"<networkInterfaceSet>" + items + b"</networkInterfaceSet>"
+    return _INTERFACE_SET.sub(types, body)
+
+
+def _interface_types(response_dict: dict[str, Any], **_: Any) -> None:
+    """botocore's `before-parse` hook of the INTERFACE_TYPES view: the body it parses is cut as above (an error
+    answer is left whole)."""
+    body = response_dict.get("body")
+    if isinstance(body, bytes) and int(response_dict.get("status_code") or 200) < 300:
+        response_dict["body"] = interface_types_only(body)
+
+
 class CallFailed(Exception):
     """A read call that could not be completed; `gap` says what was not seen and which call settles it."""
 
@@ -113,16 +141,23 @@ class Aws:
     # Account-wide CloudTrail reads kept for the next lookup (collectors/trail.py); None until the first.
     trail_share: TrailShare | None = None
 
-    def client(self, service: str) -> Any:
-        """The service's client, its timeouts cut to what the deadline leaves: a call in flight ends by then too."""
+    def client(self, service: str, view: str | None = None) -> Any:
+        """The service's client, its timeouts cut to what the deadline leaves (a call in flight ends by then too);
+        with `view` INTERFACE_TYPES, an EC2 client of its own whose DescribeInstances answers carry only the network
+        interfaces' types (`interface_types_only`)."""
         timeout = self.call_timeout()
-        key = service if timeout == CALL_TIMEOUT_S else f"{service}@{timeout:g}s"
+        key = (f"{service}/{view}" if view else service) + ("" if timeout == CALL_TIMEOUT_S else f"@{timeout:g}s")
         if key not in self._clients:
             if not self._clients:
                 _fast_timestamps(self.session)
             config = Config(retries={"max_attempts": BOTOCORE_ATTEMPTS - 1, "mode": "standard"},
                             connect_timeout=min(CONNECT_TIMEOUT_S, timeout), read_timeout=timeout)
-            self._clients[key] = self.session.client(service, region_name=self.region, config=config)
+            client = self.session.client(service, region_name=self.region, config=config)
+            if view == INTERFACE_TYPES:
+                client.meta.events.register("before-parse.ec2.DescribeInstances", _interface_types)
+            elif view is not None:
+                raise ValueError(f"unknown client view {view!r}")
+            self._clients[key] = client
         return self._clients[key]
 
     def call_timeout(self) -> float:
@@ -134,14 +169,15 @@ class Aws:
         share = (self.deadline - time.monotonic()) / BOTOCORE_ATTEMPTS
         return next((step for step in TIMEOUT_STEPS if step <= share), TIMEOUT_STEPS[-1])
 
-    def call(self, service: str, operation: str, **params: Any) -> dict[str, Any]:
-        """One read call; throttling is retried with backoff, anything else raises CallFailed."""
+    def call(self, service: str, operation: str, *, view: str | None = None, **params: Any) -> dict[str, Any]:
+        """One read call; throttling is retried with backoff, anything else raises CallFailed. `view`: the client's
+        (`client`), for a reader that needs less of the answer."""
         if not operation.startswith(READ_PREFIXES):
             raise PermissionError(f"{service} {operation} is not a read call; gpuaudit never mutates")
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise CallFailed(service, operation, DEADLINE_EXCEEDED,
                              "the audit deadline passed before this call; the result holds what was read")
-        method = getattr(self.client(service), _snake(operation))
+        method = getattr(self.client(service, view), _snake(operation))
         rate = RATES.get((service, operation))
         delay = 1.0 / rate if rate else BACKOFF_S
         for attempt in range(1, self.max_attempts + 1):
@@ -192,11 +228,11 @@ class Aws:
         return self.deadline is not None and time.monotonic() + wait >= self.deadline
 
     def paginate(self, service: str, operation: str, key: str, *, token: str = "NextToken",
-                 out_token: str | None = None, **params: Any) -> Iterator[Any]:
+                 out_token: str | None = None, view: str | None = None, **params: Any) -> Iterator[Any]:
         """Every item of a listed key across all pages (the collectors' rule: paginate to the end)."""
         out_token = out_token or token
         while True:
-            page = self.call(service, operation, **params)
+            page = self.call(service, operation, view=view, **params)
             yield from page.get(key, [])
             next_token = page.get(out_token)
             if not next_token or next_token == params.get(token):

@@ -40,7 +40,7 @@ def discovered_clusters(aws: Aws, tag: TagFilter | None, gaps: list[str],
     if tag is not None:
         filters.append({"Name": f"tag:{tag.key}", "Values": [tag.value]})
     try:
-        for instance in instance_pages(aws, Filters=filters):
+        for instance in instance_pages(aws, interfaces=False, Filters=filters):
             found.extend((t["Value"], "parallelcluster") for t in instance.get("Tags", [])
                          if t.get("Key") == PCLUSTER_TAG)
     except CallFailed as failed:

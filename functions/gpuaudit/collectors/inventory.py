@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.aws import INTERFACE_TYPES, Aws, CallFailed
 from gpuaudit.collectors.trail import lookup_by_name
 from gpuaudit.domain.capability import family_classification, nvswitch_class
 from gpuaudit.domain.timing import LAUNCH_LOOKBACK, NAMED_LAUNCH_LOOKBACK
@@ -61,8 +61,8 @@ def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
             unreachable = failed
             gaps.append(failed.gap_for("HyperPod inventory not read; trying ParallelCluster tags"))
     subnets: set[str] = set()
-    nodes = [_node_from_instance(i, subnets=subnets)
-             for i in instance_pages(aws, Filters=[{"Name": f"tag:{PCLUSTER_TAG}", "Values": [name]}])]
+    tagged = [{"Name": f"tag:{PCLUSTER_TAG}", "Values": [name]}]
+    nodes = [_node_from_instance(i, subnets=subnets) for i in instance_pages(aws, interfaces=False, Filters=tagged)]
     if nodes:
         return _parallelcluster(aws, name, nodes, subnets)
     if unreachable is not None:
@@ -79,10 +79,13 @@ def collect_inventory(aws: Aws, name: str, instance_ids: list[str] | None,
 INSTANCE_PAGE = 200
 
 
-def instance_pages(aws: Aws, **params: Any) -> Iterator[dict[str, Any]]:
+def instance_pages(aws: Aws, interfaces: bool = True, **params: Any) -> Iterator[dict[str, Any]]:
     """The instances the filters select, page by page: the caller turns each into its own record before the next
-    page is asked for, so at most one page of raw instances is alive (never the fleet's)."""
-    for reservation in aws.paginate("ec2", "DescribeInstances", "Reservations", MaxResults=INSTANCE_PAGE, **params):
+    page is asked for, so at most one page of raw instances is alive (never the fleet's). `interfaces` False: each
+    network interface carries only its `InterfaceType` (aws.INTERFACE_TYPES), for a reader that needs no more."""
+    view = None if interfaces else INTERFACE_TYPES
+    for reservation in aws.paginate("ec2", "DescribeInstances", "Reservations", view=view, MaxResults=INSTANCE_PAGE,
+                                    **params):
         yield from reservation.get("Instances", [])
 
 
@@ -153,7 +156,7 @@ def _node_from_instance(instance: dict[str, Any], discovered_by: NodeSource = "a
     if subnets is not None and instance.get("SubnetId"):
         subnets.add(instance["SubnetId"])
     node_type = tags.get("parallelcluster:node-type")
-    interfaces = instance.get("NetworkInterfaces", [])
+    interfaces = instance.get("NetworkInterfaces", [])  # only their types when read with INTERFACE_TYPES
     return NodeInfo(
         instance_id=instance["InstanceId"], instance_group=tags.get("parallelcluster:queue-name"),
         instance_type=instance.get("InstanceType"), status=(instance.get("State") or {}).get("Name", "unknown"),
@@ -181,7 +184,7 @@ def _self_managed(aws: Aws, name: str, instance_ids: list[str], gaps: list[Gap],
     hour ago) is no error but a node to audit from its log streams and CloudTrail (RULES §2)."""
     try:
         nodes = [_node_from_instance(i, "user") for k in range(0, len(instance_ids), ID_FILTER_VALUES)
-                 for i in instance_pages(aws, Filters=[{"Name": "instance-id",
+                 for i in instance_pages(aws, interfaces=False, Filters=[{"Name": "instance-id",
                                                         "Values": instance_ids[k:k + ID_FILTER_VALUES]}])]
     except CallFailed:
         raise  # the account could not be asked (exit 3), not a bad instance list (exit 2): fail closed, say which

@@ -73,6 +73,7 @@ class WorldBackend:
     # parses real XML/JSON/CBOR and retries what it retries; otherwise at `before-call` with parsed dicts.
     wire: bool = False
     serve_s: float = 0.0  # seconds spent answering and serializing in wire mode (AWS's side of the call)
+    serve_cpu_s: float = 0.0  # the process CPU seconds of the same (a step's own CPU time is the rest)
     # The account's clock for request rates: the process's monotonic time plus what callers slept through
     # `sleep` (a world audit sleeps without waiting, so its backoff still moves the clock the rate is kept on).
     slept_s: float = 0.0
@@ -176,7 +177,7 @@ class WorldBackend:
         model: OperationModel | None = context.get(MODEL_KEY)
         if model is None or model.service_model.service_name in PASS_THROUGH_SERVICES:
             return None
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         body = self._answer(model, context.get(PARAMS_KEY, {}))
         request_id = str(uuid.uuid4())
         if isinstance(body, ApiError):
@@ -190,6 +191,7 @@ class WorldBackend:
                                  f"{exc})") from None
         del body
         self.serve_s += time.perf_counter() - started
+        self.serve_cpu_s += time.process_time() - cpu
         # Answered here: no other before-send handler (moto's stubber, matching AWS host names) may answer too.
         request.url = "https://embedded.world/"
         return AWSResponse(request.url, answer.status, answer.headers, _RawBody(answer.body))
