@@ -11,6 +11,7 @@ entry per line, against the local history (`--history`) as the previous state; i
 from __future__ import annotations
 
 import io
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,38 @@ def report_file(planned: Sequence[Output]) -> Path | None:
             if o.fmt == wanted and o.path is not None:
                 return o.path
     return None
+
+
+def ids_stem(planned: Sequence[Output], audit_id: str) -> Path:
+    """Where a grouped command's IDs files go (`<stem>.reboot-ids.txt`): beside the report this run writes (its name
+    without the format's extension), else beside any file it writes; a run that writes only to stdout puts them in
+    the temporary directory under the audit's ID, so the command it prints still reads a file that exists."""
+    written = report_file(planned) or next((o.path for o in planned if o.path is not None), None)
+    if written is None:
+        return Path(tempfile.gettempdir()).resolve() / "gpuaudit" / audit_id
+    name = written.name
+    for extension in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.lower().endswith(extension) and len(name) > len(extension):
+            name = name[: -len(extension)]
+            break
+    return written.resolve().parent / name
+
+
+def write_ids_files(result: Result, stem: Path) -> tuple[Result, list[tuple[Path, int]]]:
+    """The IDs files of the result's grouped commands written at `stem`, and the result naming them there; each
+    file's path with its count of IDs."""
+    from gpuaudit.report.ids import ids_files, ids_location, placed
+
+    files = ids_files(result)
+    if not files:
+        return result, []
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, ids in files.items():
+        path = Path(ids_location(str(stem), name))
+        path.write_text(ids, encoding="utf-8")
+        written.append((path, ids.count("\n")))
+    return placed(result, str(stem)), written
 
 
 def render(result: Result, fmt: str, *, keep: Keep | None = None, filtered: str | None = None,

@@ -98,6 +98,19 @@ def test_the_result_and_report_land_in_the_evidence_bucket(pcluster: Account) ->
     assert any(b["branch"] == "B" for b in result["branches"])
 
 
+def test_a_grouped_command_s_ids_file_lands_beside_the_report_and_every_output_names_its_uri(
+        pcluster: Account) -> None:
+    # issue #49 item 1: the two blind nodes are one action whose IDs the file beside the report in S3 lists
+    out = verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+    result = pcluster.read_json(out["result"]["json"])
+    (group,) = [g for g in result["action_groups"] if g["ids_file"]]
+    key = out["result"]["json"].removesuffix(".json") + "." + group["ids_file"]
+    assert group["ids_at"] == f"s3://{BUCKET}/{key}" and group["ids_at"] in group["action"]
+    body = pcluster.session.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    assert body.split() == group["nodes"] and len(group["nodes"]) == 2
+    assert "<report>." not in json.dumps(result)
+
+
 def test_emf_metrics_count_nodes_by_xid_status_verdicts_and_gaps(pcluster: Account,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())

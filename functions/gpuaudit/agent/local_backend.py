@@ -37,6 +37,7 @@ from gpuaudit.history import SQLITE_FILE, HistoryUnreadable, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest, Mode
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
+from gpuaudit.outputs import write_ids_files
 from gpuaudit.pipeline import run_audit
 from gpuaudit.progress import ProgressHook
 from gpuaudit.report.html import render_html
@@ -96,6 +97,7 @@ class LocalBackend:
             progress.phase("rendering")
             folder = self._folder(result.cluster.name)
             folder.mkdir(parents=True, exist_ok=True)
+            result, _ = write_ids_files(result, folder / result.audit_id)  # beside the result a command names
             stored = folder / f"{result.audit_id}.json"
             stored.write_text(result.to_json() + "\n", encoding="utf-8")
             report = folder / f"{result.audit_id}.html"

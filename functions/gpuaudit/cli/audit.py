@@ -51,7 +51,17 @@ from gpuaudit.history import SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import HistoryRead
 from gpuaudit.model.result import NodeResult, Result
-from gpuaudit.outputs import BadOutput, Keep, Output, plan, print_table, render, report_file
+from gpuaudit.outputs import (
+    BadOutput,
+    Keep,
+    Output,
+    ids_stem,
+    plan,
+    print_table,
+    render,
+    report_file,
+    write_ids_files,
+)
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.escape import visible
 from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY
@@ -106,6 +116,11 @@ def _gate(result: Result, fail_on: set[str], if_not_ready: bool) -> str | None:
 def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: str | None, stdout: Console,
            quiet: bool, history: HistoryRead | None = None) -> None:
     full = report_file(outputs)
+    result, ids_written = write_ids_files(result, ids_stem(outputs, result.audit_id))
+    for path, count in ids_written:
+        if not quiet:
+            err.print(f"wrote {escape_markup(visible(str(path)))} ({count:,} node IDs a grouped command reads)",
+                      soft_wrap=True, highlight=False)
     for o in outputs:
         if o.path is not None:
             o.path.write_text(render(result, o.fmt, keep=keep, filtered=filtered, full_report=full, history=history),

@@ -23,10 +23,10 @@ from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import load_world
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.timeutil import parse_time
+from gpuaudit.outputs import write_ids_files
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.alert import cut
 from gpuaudit.report.html import render_html
-from gpuaudit.report.markdown import ids_files
 from gpuaudit.sinks import write_and_alert
 
 TABLE = "gpuaudit-findings"
@@ -84,6 +84,8 @@ def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[Dem
             aws = Aws(session=session, region=world.region, clock=_frozen(world.now), sleep=backend.sleep,
                       monotonic=backend.monotonic)
             result = run_audit(aws, demo_request(entry))
+            # the IDs files beside the reports, named where the commands (and the alert) read them
+            result, _ = write_ids_files(result, out_dir / demo_name(entry))
             ddb, sns = session.client("dynamodb"), session.client("sns")
             ensure_findings_table(ddb)
             topic = sns.create_topic(Name=TOPIC)["TopicArn"]
@@ -94,8 +96,6 @@ def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[Dem
             Path(f"{stem}.result.json").write_text(result.to_json() + "\n", encoding="utf-8")
             Path(f"{stem}.report.md").write_text(result.report_markdown + "\n", encoding="utf-8")
             html.write_text(render_html(result) + "\n", encoding="utf-8")
-            for name, ids in ids_files(result).items():
-                Path(f"{stem}.{name}").write_text(ids, encoding="utf-8")
             if sink.alert is not None:
                 Path(f"{stem}.alert.txt").write_text(f"Subject: {sink.subject}\n\n{sink.alert}\n", encoding="utf-8")
             if verbose:

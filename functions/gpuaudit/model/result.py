@@ -207,15 +207,22 @@ class Finding(Out):
     action: str | None = None
 
 
+# Where a grouped command's IDs file stands in its text until the audit's outputs are written: report/ids.py puts
+# the real path (or S3 URI) there, beside the report, when it writes the file.
+IDS_AT = "<report>"
+
+
 class ActionGroup(Out):
     """One operator action for every node it applies to (RULES §11: identical actions on many nodes are one action
     with the list of nodes). `action` names every node (it is also in `actions`); `ids_file`, when a command reads
-    the IDs from a file, is that file's name beside the report (`<report stem>.<ids_file>`)."""
+    the IDs from a file, is that file's name beside the report (`<report stem>.<ids_file>`); `ids_at` is where it
+    was written (a path or an S3 URI), None until an output wrote it."""
 
     verdict: Verdict
     nodes: list[str]
     action: str
     ids_file: str | None = None
+    ids_at: str | None = None
 
 
 class GapNodes(Out):
