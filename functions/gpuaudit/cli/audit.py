@@ -117,8 +117,10 @@ def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: s
            quiet: bool, history: HistoryRead | None = None) -> None:
     full = report_file(outputs)
     result, ids_written = write_ids_files(result, ids_stem(outputs, result.audit_id))
+    beside_a_file = any(o.path is not None for o in outputs)
     for path, count in ids_written:
-        if not quiet:
+        # said as every file written is; beside nothing but stdout (a temporary file), only to a person watching
+        if not quiet and (beside_a_file or err.is_terminal):
             err.print(f"wrote {escape_markup(visible(str(path)))} ({count:,} node IDs a grouped command reads)",
                       soft_wrap=True, highlight=False)
     for o in outputs:

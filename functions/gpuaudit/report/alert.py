@@ -84,7 +84,7 @@ def cut(text: str | None, limit: int) -> str:
     return (head[:space] if space > limit // 2 else head).rstrip(" ,;:—-") + "…"
 
 
-def _kind_rank(kind: str) -> int:
+def kind_rank(kind: str) -> int:
     return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
 
 
@@ -109,22 +109,22 @@ def lines_of(result: Result, changes: Sequence[Change]) -> list[AlertLine]:
     for c in changes:
         if c.node is None:  # a cluster-level answer or a check: its own words lead (ROOT CAUSE …, P6 …: FAIL)
             line = c.what + (f" — {c.detail}" if c.detail else "")
-            out.append(((_kind_rank(c.kind), c.rank, ""), AlertLine(c.kind, cut(line, ALERT_LINE_CHARS), None)))
+            out.append(((kind_rank(c.kind), c.rank, ""), AlertLine(c.kind, cut(line, ALERT_LINE_CHARS), None)))
         else:
             by_node.setdefault(c.node, []).append(c)
     for iid, said in by_node.items():
         node = nodes.get(iid)
         verdict = node.verdict if node is not None else None
-        kinds = sorted({c.kind for c in said}, key=_kind_rank)
+        kinds = sorted({c.kind for c in said}, key=kind_rank)
         # The node's line leads with its verdict when a verdict-kind change is about it (a hardware verdict wins
         # over a coverage gap stated beside it, RULES §7); otherwise with the worst kind of change.
         kind = verdict if verdict in VERDICT_KINDS and any(k in VERDICT_KINDS for k in kinds) else kinds[0]
-        ordered = sorted(said, key=lambda c: (_kind_rank(c.kind), c.rank))
+        ordered = sorted(said, key=lambda c: (kind_rank(c.kind), c.rank))
         flapping = " (flapping across audits)" if any(c.flapping for c in said) else ""
         whats = "; ".join(dict.fromkeys(c.what for c in ordered))
         details = "; ".join(dict.fromkeys(c.detail for c in ordered if c.detail))
         line = f"{kind} {iid}{_xids(node)}{flapping}: {whats}" + (f" — {details}" if details else "")
-        out.append(((_kind_rank(kind), min(c.rank for c in said), iid), AlertLine(kind, cut(line, ALERT_LINE_CHARS),
+        out.append(((kind_rank(kind), min(c.rank for c in said), iid), AlertLine(kind, cut(line, ALERT_LINE_CHARS),
                                                                                  iid)))
     return [line for _, line in sorted(out, key=lambda entry: entry[0])]
 
@@ -134,7 +134,7 @@ def counts(lines: Sequence[AlertLine]) -> list[tuple[str, int]]:
     tally: dict[str, int] = {}
     for line in lines:
         tally[line.kind] = tally.get(line.kind, 0) + 1
-    return sorted(tally.items(), key=lambda kv: _kind_rank(kv[0]))
+    return sorted(tally.items(), key=lambda kv: kind_rank(kv[0]))
 
 
 def _counted(tally: Sequence[tuple[str, int]]) -> list[str]:
