@@ -47,7 +47,7 @@ def test_the_verdict_writes_findings_and_alerts_once_per_audit(pcluster: Account
     assert summary[0]["result_key"] == first["result"]["json"]  # the result JSON holds every node's row
     (alert,) = alerts
     # the subject counts what changed (two blind nodes, the leading hypothesis) and names the mode
-    assert alert["subject"] == "llm-pretrain-b200: 2 NOT OBSERVABLE, 1 NEW HYPOTHESIS (incident)"
+    assert alert["subject"] == "[gpuaudit] llm-pretrain-b200: 2 NOT OBSERVABLE, 1 NEW HYPOTHESIS (incident)"
     assert "i-0e58b081006f7e3df" in alert["message"]["default"]
     assert json.loads(alert["message"]["https"])["content"]["textType"] == "client-markdown"  # AWS Chatbot's shape
     assert {first["result"]["json"], first["result"]["report"], first["result"]["html"]} <= set(objects)

@@ -1,14 +1,17 @@
 """The alert an on-call engineer reads on a phone (SNS email, AWS Chatbot), rendered from the result and the
 changes the sinks found against the cluster's latest state (sinks.compare).
 
-* Subject: `<cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)` — printable ASCII, no new line, at most
+* Subject: `[gpuaudit] <cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)` — printable ASCII, no new line, at most
   SUBJECT_MAX characters (SNS rejects a longer or multi-line subject).
-* Body: the per-kind counts first, then one line per node or cluster-level change, worst first, each leading with
-  what to do (the verdict), the node and its Xids, the prose last and cut at a word; then the report link and the
-  dedup key. Plain text: what the account wrote (log lines, names) is quoted as written, control characters shown
-  as `\\xNN` (report/escape.visible), never Markdown-escaped — grepping the logs for a quoted line finds it.
+* Body: the per-kind counts first, every node counted by verdict, the grouped actions (each command whole, its node
+  count and where its IDs file is), the nodes' IDs by verdict (the first few, then a count), then one line per node
+  or cluster-level change, worst first, each leading with what to do (the verdict), the node and its Xids, the
+  prose last and cut at a word; then the report link and the dedup key. Plain text: what the account wrote (log
+  lines, names) is quoted as written, control characters shown as `\\xNN` (report/escape.visible), never
+  Markdown-escaped — grepping the logs for a quoted line finds it.
 * Chatbot (client-markdown) gets the same text inside a code block, so nothing from the account renders as
-  markup or mentions anyone.
+  markup or mentions anyone; its `nextSteps` are the grouped actions and the report, its `relatedResources` the
+  cluster, the report and the IDs files. Every channel (email, chat, SMS) carries the report link.
 * Message attributes: a stable dedup key (cluster, mode, window, what changed) for a pager's de-duplication, the
   severity and the kinds, for SNS subscription filter policies.
 """
@@ -22,13 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.result import ActionGroup, NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import visible
-from gpuaudit.report.order import xid_codes
+from gpuaudit.report.order import verdict_counts, xid_codes
 from gpuaudit.report.redact import redact
 
 SUBJECT_MAX = 100  # SNS: at most 100 printable ASCII characters, no line break
+SUBJECT_PREFIX = "[gpuaudit] "
+NAMED_IDS = 10  # node IDs the alert names per verdict before counting the rest (fewer when the alert is long)
+ACTION_CHARS = 400  # one grouped action in the alert: its command whole, never the node list
 ALERT_MAX_CHARS = 3500  # one message on a phone, well under Chatbot's and SNS's limits at any fleet size
 ALERT_HEADLINE_CHARS = 400
 ALERT_LINE_CHARS = 240
@@ -147,17 +153,17 @@ def ascii_text(text: str) -> str:
 
 
 def subject(result: Result, changes: Sequence[Change]) -> str:
-    """`<cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)`: at most SUBJECT_MAX printable ASCII characters; the
-    counts that do not fit are said as `+N more`."""
-    cluster = ascii_text(redact(result.cluster.name, result.account_ids))[:48]
+    """`[gpuaudit] <cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)`: the product's name first (a mail filter, a
+    pager rule), at most SUBJECT_MAX printable ASCII characters; the counts that do not fit are said as `+N more`."""
+    cluster = ascii_text(redact(result.cluster.name, result.account_ids))[:40]
     parts = _counted(counts(lines_of(result, changes))) or ["no change"]
     tail = f" ({ascii_text(result.mode)})"
     for shown in range(len(parts), 0, -1):
         more = f", +{len(parts) - shown} more" if shown < len(parts) else ""
-        text = f"{cluster}: {', '.join(parts[:shown])}{more}{tail}"
+        text = f"{SUBJECT_PREFIX}{cluster}: {', '.join(parts[:shown])}{more}{tail}"
         if len(text) <= SUBJECT_MAX:
             return text
-    return f"{cluster}: {len(parts)} kinds of change{tail}"[:SUBJECT_MAX]
+    return f"{SUBJECT_PREFIX}{cluster}: {len(parts)} kinds of change{tail}"[:SUBJECT_MAX]
 
 
 def dedup_key(result: Result, changes: Sequence[Change]) -> str:
@@ -173,25 +179,91 @@ def severity(changes: Sequence[Change]) -> str:
     return "critical" if kinds & CRITICAL else "warning" if kinds & WARNING else "info"
 
 
+def verdict_tally(result: Result) -> str:
+    """Every node of the audit counted by verdict, worst first: `42 REPLACE · 184 REBOOT · 1,735 LEAVE ALONE`."""
+    return " · ".join(f"{n:,} {v}" for v, n in verdict_counts(result.nodes)) or "none (no node with a GPU signal)"
+
+
+def _groups_for(result: Result, lines: Sequence[AlertLine]) -> list[ActionGroup]:
+    """The grouped actions of the verdicts the alert is about (REPLACE, NOT OBSERVABLE, REBOOT) that name a node
+    it lists, worst first (rules/actions.py orders them)."""
+    named = {line.node for line in lines if line.node is not None}
+    return [g for g in result.action_groups if g.verdict in VERDICT_KINDS and named.intersection(g.nodes)]
+
+
+def _ids_where(group: ActionGroup | None) -> str:
+    if group is not None and group.ids_at:
+        return group.ids_at
+    return "the report's JSON result"
+
+
+def action_line(group: ActionGroup) -> str:
+    """A grouped action as the alert says it: the command whole (with where its IDs file is), its node count, never
+    the node list (that is the IDs file's)."""
+    listed = ", ".join(group.nodes)
+    head = group.action[: group.action.rindex(listed)] if len(group.nodes) > 1 and listed in group.action \
+        else group.action
+    head = head.rstrip(" :").removesuffix(" — the IDs file beside the report lists them").rstrip(" :")
+    count = f"{len(group.nodes):,} node{'s' if len(group.nodes) != 1 else ''}"
+    where = f"; IDs: {_ids_where(group)}" if len(group.nodes) > 1 else ""
+    return f"{cut(head, ACTION_CHARS)} [{count}{where}]"
+
+
+def _ids_by_verdict(result: Result, lines: Sequence[AlertLine], named: int) -> list[str]:
+    """The nodes the alert is about, by the verdict (or kind) each line leads with: `REBOOT (184): i-…, i-… +174
+    more (all in <IDs file>)`."""
+    by_kind: dict[str, list[str]] = {}
+    for line in lines:
+        if line.node is not None:
+            by_kind.setdefault(line.kind, []).append(line.node)
+    groups: dict[str, ActionGroup] = {}
+    for g in result.action_groups:  # a verdict's largest group with an IDs file (rules/actions.py: largest first)
+        if g.ids_at:
+            groups.setdefault(g.verdict, g)
+    out = []
+    for kind, nodes in by_kind.items():
+        shown = ", ".join(nodes[:named])
+        rest = len(nodes) - min(len(nodes), named)
+        where = _ids_where(groups.get(kind)) if kind in VERDICT_KINDS else "the report"
+        out.append(f"{kind} ({len(nodes):,}): {shown}" + (f" +{rest:,} more (all in {where})" if rest else ""))
+    return out
+
+
 def message(result: Result, changes: Sequence[Change], report_link: str | None = None) -> str:
-    """The plain-text alert: at most ALERT_MAX_CHARS characters at any fleet size (the headline is cut, the lines
-    are listed worst first while they fit, the rest counted; the report link and the dedup key always stay)."""
+    """The plain-text alert, at most ALERT_MAX_CHARS characters at any fleet size: what changed counted, every node
+    counted by verdict, the headline (cut), the grouped actions with their node counts and where their IDs are, the
+    nodes' IDs by verdict (named while they fit, then counted), then one line per change worst first while they fit;
+    the report link and the dedup key always stay."""
     lines = lines_of(result, changes)
     window = f"{iso(result.window.start)} → {iso(result.window.end)}"
     head = [f"Changes: {', '.join(_counted(counts(lines))) or 'none'}",
+            f"Verdicts: {verdict_tally(result)}",
             f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region}) · window {window}",
             cut(result.headline, ALERT_HEADLINE_CHARS), ""]
+    groups = _groups_for(result, lines)
+    # numbered and unbulleted, so "- " still starts exactly the change lines (what a mail rule or a parser reads)
+    actions = ["Actions (not executed):", *[f"{i}. {action_line(g)}" for i, g in enumerate(groups, 1)], ""] \
+        if groups else []
     tail = ["", *([f"Report: {report_link}"] if report_link else []), f"Dedup key: {dedup_key(result, changes)}"]
     listed = [f"- {line.text}" for line in lines]
 
-    def text(shown: int) -> str:
+    def text(named: int, shown: int) -> str:
+        ids = ["Nodes:", *_ids_by_verdict(result, lines, named), ""] if any(line.node for line in lines) else []
         more = [f"- … and {len(listed) - shown:,} more (see the report)"] if shown < len(listed) else []
-        return redact(visible("\n".join([*head, *listed[:shown], *more, *tail])), result.account_ids)
+        changed = ["What changed:", *listed[:shown], *more] if listed else []
+        return redact(visible("\n".join([*head, *actions, *ids, *changed, *tail])), result.account_ids)
 
-    shown = min(len(listed), ALERT_MAX_LINES)
-    while shown and len(text(shown)) > ALERT_MAX_CHARS:
+    named, shown = NAMED_IDS, min(len(listed), ALERT_MAX_LINES)
+    while shown and len(text(named, shown)) > ALERT_MAX_CHARS:
         shown -= 1
-    return text(shown)[:ALERT_MAX_CHARS]
+    while named > 1 and len(text(named, shown)) > ALERT_MAX_CHARS:
+        named -= 1
+    full = text(named, shown)
+    if len(full) <= ALERT_MAX_CHARS:
+        return full
+    # still too long (many kinds, long commands): keep the tail (the report link, the dedup key) whole
+    end = redact(visible("\n".join(tail)), result.account_ids)
+    return full[: ALERT_MAX_CHARS - len(end) - 2].rstrip() + "\n…" + end
 
 
 def _code_block(text: str) -> str:
@@ -199,19 +271,41 @@ def _code_block(text: str) -> str:
     return "```\n" + text.replace("```", "`\u200b`\u200b`").replace("@", "@\u200b") + "\n```"
 
 
-def chatbot_payload(result: Result, changes: Sequence[Change], alert: str) -> str:
+def _no_mention(text: str) -> str:
+    """Chat text that mentions no one (`@here`, `@channel`, a user) and opens no link markup of its own."""
+    return text.replace("@", "@\u200b").replace("<", "‹").replace(">", "›")
+
+
+def chatbot_payload(result: Result, changes: Sequence[Change], alert: str, report_link: str | None = None) -> str:
     """AWS Chatbot (Amazon Q Developer in chat applications) custom notification: version 1.0, source custom,
-    client-markdown content; the dedup key as the event id and thread, so updates of one change share a thread."""
+    client-markdown content; the dedup key as the event id and thread, so updates of one change share a thread.
+    `nextSteps`: each grouped action (its command in a code span, its node count, where its IDs are), then the
+    report; `relatedResources`: the cluster's ARN, the report, the IDs files — outside the code block, so the
+    report link is one tap away in the channel too."""
     key = dedup_key(result, changes)
     first, _, rest = alert.partition("\n")
+    accounts = result.account_ids
+    steps = [_no_mention(redact(visible(action_line(g)), accounts)) for g in _groups_for(result, lines_of(result, changes))]
+    if report_link:
+        steps.append(f"Open the report: {_no_mention(report_link)}")
+    related = [r for r in (result.cluster.arn, *(report_link or "").split(" · "),
+                           *(g.ids_at for g in result.action_groups if g.ids_at)) if r]
     return json.dumps({
         "version": "1.0", "source": "custom", "id": key,
         "content": {"textType": "client-markdown", "title": subject(result, changes),
                     "description": _code_block(rest.strip("\n") or first),
+                    "nextSteps": steps,
                     "keywords": [result.mode, severity(changes), *[kind for kind, _ in counts(lines_of(result, changes))]]},
-        "metadata": {"threadId": redact(f"gpuaudit-{result.cluster.name}-{result.mode}", result.account_ids),
+        "metadata": {"threadId": redact(f"gpuaudit-{result.cluster.name}-{result.mode}", accounts),
                      "summary": first, "eventType": f"gpuaudit.{result.mode}",
+                     "relatedResources": list(dict.fromkeys(related)),
                      "additionalContext": {"dedup_key": key, "severity": severity(changes)}}})
+
+
+def sms_text(result: Result, changes: Sequence[Change], report_link: str | None = None) -> str:
+    """The SMS channel (SNS `sms`): the subject and where the report is, short enough for a text message."""
+    where = report_link.split(" · ")[-1] if report_link else "no report link"
+    return redact(f"{subject(result, changes)} — {where}", result.account_ids)
 
 
 def message_attributes(result: Result, changes: Sequence[Change]) -> dict[str, dict[str, Any]]:
