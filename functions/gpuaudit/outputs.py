@@ -145,16 +145,18 @@ def render(result: Result, fmt: str, *, keep: Keep | None = None, filtered: str 
         return events_ndjson(local_entries(result, history))
     buffer = io.StringIO()
     print_table(Console(file=buffer, no_color=True, color_system=None, width=width, highlight=False), result,
-                keep=keep, filtered=filtered, full_report=full_report)
+                keep=keep, filtered=filtered, full_report=full_report, terminal=False)
     return buffer.getvalue()
 
 
 def print_table(console: Console, result: Result, *, keep: Keep | None = None,
-                filtered: str | None = None, full_report: Path | None = None) -> None:
+                filtered: str | None = None, full_report: Path | None = None, terminal: bool = True) -> None:
+    """The summary on `console`; `terminal`: it is a screen of `console.width` columns (a narrow one drops the node
+    table's wide columns), else a file or a pipe (every column)."""
     from gpuaudit.report.escape import one_line
     from gpuaudit.report.terminal import shown_nodes, summary
 
     nodes = [n for n in shown_nodes(result) if keep(n)] if keep is not None else None
     named = one_line(str(full_report)) if full_report is not None else None
-    for line in summary(result, nodes, named, filtered):
+    for line in summary(result, nodes, named, filtered, console.width if terminal else None):
         console.print(line, soft_wrap=True, highlight=False)

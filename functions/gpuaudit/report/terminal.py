@@ -37,6 +37,10 @@ READY_STYLE = {"Yes": ("✓", "green"), "Yes with risks": ("!", "yellow"), "No":
 LISTED = 8  # gaps and actions shown before "… N more in the full report"
 CODE_SPAN = re.compile(r"`+([^`]+)`+")
 COLUMNS = ("VERDICT", "NODE", "GROUP", "TYPE", "XID", "LAST SEEN", "COVERAGE")
+# Below this many columns the node table drops what `kubectl get` leaves to `-o wide` (GROUP, TYPE, LAST SEEN): an
+# ID that wraps cannot be copied, so the columns go, never the ID. Files and pipes are always wide.
+WIDE_COLUMNS = 120
+NARROW_DROPS = ("GROUP", "TYPE", "LAST SEEN")
 
 
 class _Clean:
@@ -130,10 +134,20 @@ def _listed(title: str, items: Sequence[str], clean: _Clean, more: str) -> list[
     return lines
 
 
+def _narrowed(header: Sequence[str], rows: Sequence[tuple[Text, ...]], wide: bool) -> tuple[list[str],
+                                                                                            list[tuple[Text, ...]]]:
+    """The node table's columns for the width: all of them when wide, else without NARROW_DROPS."""
+    if wide:
+        return list(header), list(rows)
+    kept = [i for i, h in enumerate(header) if h not in NARROW_DROPS]
+    return [header[i] for i in kept], [tuple(r[i] for i in kept) for r in rows]
+
+
 def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_file: str | None = None,
-            filtered: str | None = None) -> list[Text]:
+            filtered: str | None = None, width: int | None = None) -> list[Text]:
     """The summary as lines. `nodes`: the rows to list (default: shown_nodes); `filtered` names the filter that
-    chose them, so a shortened list never reads as the whole cluster."""
+    chose them, so a shortened list never reads as the whole cluster; `width`: the terminal's columns (None: a file
+    or a pipe), below WIDE_COLUMNS the node table drops NARROW_DROPS."""
     clean = _Clean(result.account_ids)
     listed = shown_nodes(result) if nodes is None else list(nodes)
     elsewhere = f"in the full report: {report_file}" if report_file else "in the full report (--format md)"
@@ -153,7 +167,7 @@ def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_fi
     if listed:
         note = f" — {filtered}: {len(listed)} of {len(shown_nodes(result))}" if filtered else ""
         lines.append(Text(f"nodes ({len(listed)}, worst first{note})", style="bold"))
-        lines += _table(COLUMNS, node_rows(result, listed))
+        lines += _table(*_narrowed(COLUMNS, node_rows(result, listed), width is None or width >= WIDE_COLUMNS))
     elif filtered:
         lines.append(Text(f"nodes: none match {filtered}", style="bold"))
     if result.branches:
