@@ -20,7 +20,6 @@ from gpuaudit.report.order import VERDICT_SEVERITY
 
 MODES = ("coverage", "incident", "preflight")
 FORMATS = ("md", "json", "html")
-REPORT_FORMATS = ("html", "md", "table", "ndjson", "csv")
 SCOPE, WINDOW, OUTPUT, GATES, ACCESS, PREFLIGHT, ADVANCED = (
     "Scope", "Window", "Output", "Filters and CI gates", "AWS access", "Preflight", "Advanced")
 DEVELOPER = "Developer tools"

@@ -143,6 +143,20 @@ def _narrowed(header: Sequence[str], rows: Sequence[tuple[Text, ...]], wide: boo
     return [header[i] for i in kept], [tuple(r[i] for i in kept) for r in rows]
 
 
+def _steps_for(result: Result, nodes: Sequence[NodeResult]) -> list[str]:
+    """The next steps a filtered table shows (`--verdict`, `--only-exceptions`): a node action only when it is about
+    a listed node (a grouped one by its nodes), a cluster-level step (a check's, a branch's) always."""
+    shown = {n.instance_id for n in nodes}
+    grouped = {g.action: set(g.nodes) for g in result.action_groups}
+    every = {n.instance_id for n in result.nodes}
+    out = []
+    for action in result.actions:
+        about = grouped.get(action) or {iid for iid in every if iid in action}
+        if not about or about & shown:
+            out.append(action)
+    return out
+
+
 def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_file: str | None = None,
             filtered: str | None = None, width: int | None = None) -> list[Text]:
     """The summary as lines. `nodes`: the rows to list (default: shown_nodes); `filtered` names the filter that
@@ -194,7 +208,8 @@ def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_fi
             lines.append(line)
             if c.action and c.result != "PASS":
                 lines.append(Text("      → ").append_text(clean.prose(c.action)))
-    for title, items in (("visibility gaps", result.visibility_gaps), ("next steps", result.actions)):
+    steps = _steps_for(result, listed) if filtered else result.actions
+    for title, items in (("visibility gaps", result.visibility_gaps), ("next steps", steps)):
         block = _listed(title, items, clean, elsewhere)
         lines += [Text(""), *block] if block else []
     if result.invariants_broken:
