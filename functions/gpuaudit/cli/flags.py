@@ -19,7 +19,7 @@ from gpuaudit.model.timeutil import parse_time
 from gpuaudit.report.order import VERDICT_SEVERITY
 
 MODES = ("coverage", "incident", "preflight")
-FORMATS = ("md", "json", "html")
+FORMATS = ("md", "json", "html", "table")  # `history --format`
 SCOPE, WINDOW, OUTPUT, GATES, ACCESS, PREFLIGHT, ADVANCED = (
     "Scope", "Window", "Output", "Filters and CI gates", "AWS access", "Preflight", "Advanced")
 DEVELOPER = "Developer tools"

@@ -108,7 +108,7 @@ def history_command(
     history: Annotated[Path | None, typer.Option(
         "--history", help="The directory `gpuaudit audit --history DIR` keeps its history in")] = None,
     days: Annotated[int, typer.Option(help="Look-back in days, ending at the cluster's latest recorded audit")] = 30,
-    fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
+    fmt: Annotated[str, typer.Option("--format", help="md | json | html | table")] = "md",
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
     verdict: Annotated[str | None, typer.Option(
         help="Only nodes that an audit gave one of these verdicts, or with one open, e.g. REBOOT,NOT_OBSERVABLE")] = None,
