@@ -3,10 +3,10 @@ changes the sinks found against the cluster's latest state (sinks.compare).
 
 * Subject: `[gpuaudit] <cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)` — printable ASCII, no new line, at most
   SUBJECT_MAX characters (SNS rejects a longer or multi-line subject).
-* Body: the per-kind counts first, every node counted by verdict, the grouped actions (each command whole, its node
-  count and where its IDs file is), the nodes' IDs by verdict (the first few, then a count), then one line per node
-  or cluster-level change, worst first, each leading with what to do (the verdict), the node and its Xids, the
-  prose last and cut at a word; then the report link and the dedup key. Plain text: what the account wrote (log
+* Body: the per-kind counts first, then one line per node or cluster-level change, worst first, each leading with
+  what to do (the verdict), the node and its Xids, the prose last and cut at a word; then every node counted by
+  verdict, the grouped actions (each command whole, its node count and where its IDs file is), the nodes' IDs by
+  verdict (the first few, then a count); then the report link and the dedup key. Plain text: what the account wrote (log
   lines, names) is quoted as written, control characters shown as `\\xNN` (report/escape.visible), never
   Markdown-escaped — grepping the logs for a quoted line finds it.
 * Chatbot (client-markdown) gets the same text inside a code block, so nothing from the account renders as
@@ -230,14 +230,15 @@ def _ids_by_verdict(result: Result, lines: Sequence[AlertLine], named: int) -> l
 
 
 def message(result: Result, changes: Sequence[Change], report_link: str | None = None) -> str:
-    """The plain-text alert, at most ALERT_MAX_CHARS characters at any fleet size: what changed counted, every node
-    counted by verdict, the headline (cut), the grouped actions with their node counts and where their IDs are, the
-    nodes' IDs by verdict (named while they fit, then counted), then one line per change worst first while they fit;
+    """The plain-text alert, at most ALERT_MAX_CHARS characters at any fleet size: what changed counted, the headline
+    (cut), one line per change worst first while they fit, then every node counted by verdict, the grouped actions
+    with their node counts and where their IDs are, the nodes' IDs by verdict (named while they fit, then counted);
     the report link and the dedup key always stay."""
     lines = lines_of(result, changes)
     window = f"{iso(result.window.start)} → {iso(result.window.end)}"
+    # The first four lines keep their places (what changed, where, the headline, a blank) and the change lines
+    # follow, as a mail rule or a parser reads them; the fleet-scale sections come after them, before the tail.
     head = [f"Changes: {', '.join(_counted(counts(lines))) or 'none'}",
-            f"Verdicts: {verdict_tally(result)}",
             f"gpuaudit {result.mode} · {result.cluster.name} ({result.cluster.region}) · window {window}",
             cut(result.headline, ALERT_HEADLINE_CHARS), ""]
     groups = _groups_for(result, lines)
@@ -250,8 +251,9 @@ def message(result: Result, changes: Sequence[Change], report_link: str | None =
     def text(named: int, shown: int) -> str:
         ids = ["Nodes:", *_ids_by_verdict(result, lines, named), ""] if any(line.node for line in lines) else []
         more = [f"- … and {len(listed) - shown:,} more (see the report)"] if shown < len(listed) else []
-        changed = ["What changed:", *listed[:shown], *more] if listed else []
-        return redact(visible("\n".join([*head, *actions, *ids, *changed, *tail])), result.account_ids)
+        sections = ["", f"Verdicts: {verdict_tally(result)}", "", *actions, *ids]
+        return redact(visible("\n".join([*head, *listed[:shown], *more, *sections]).rstrip("\n") + "\n"
+                              + "\n".join(tail)), result.account_ids)
 
     named, shown = NAMED_IDS, min(len(listed), ALERT_MAX_LINES)
     while shown and len(text(named, shown)) > ALERT_MAX_CHARS:
