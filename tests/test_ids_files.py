@@ -140,3 +140,14 @@ def test_the_mcp_server_writes_the_ids_file_beside_the_result_it_stores(world_fi
     group = next(g for g in result.action_groups if g.verdict == "REBOOT")
     assert group.ids_at == str(ids)
     assert f"{IDS_AT}." not in Path(stored).read_text(encoding="utf-8")
+
+
+def test_the_tables_next_steps_name_the_first_ids_and_the_file_with_them_all(world_file: tuple[Path, list[str]],
+                                                                             tmp_path: Path) -> None:
+    world, nodes = world_file
+    code, _, stderr = audit(world, "--out", str(tmp_path / "night.txt"), "--quiet")
+    assert code == 0, stderr
+    table = (tmp_path / "night.txt").read_text(encoding="utf-8")
+    (step,) = [line for line in table.splitlines() if "reboot-instances" in line]
+    assert step.endswith(f"… and {NODES - 10} more (all in {tmp_path / 'night.reboot-ids.txt'} and the JSON result)")
+    assert sum(iid in step for iid in nodes) == 10

@@ -151,5 +151,7 @@ def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: st
         "not_checked": [redact(g.prose()) for g in evidence.gaps if g.kind == "step-failed"],
         "findings": {"written": outcome.items_written, "duplicate": outcome.duplicate},
         "alert_published": outcome.published,
-        "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md", "html": f"{key}.html"},
+        "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md", "html": f"{key}.html",
+                   # the IDs files the grouped commands read, beside the report (their S3 URIs)
+                   "ids": [g.ids_at for g in result.action_groups if g.ids_at]},
     }

@@ -106,6 +106,7 @@ def test_a_grouped_command_s_ids_file_lands_beside_the_report_and_every_output_n
     (group,) = [g for g in result["action_groups"] if g["ids_file"]]
     key = out["result"]["json"].removesuffix(".json") + "." + group["ids_file"]
     assert group["ids_at"] == f"s3://{BUCKET}/{key}" and group["ids_at"] in group["action"]
+    assert out["result"]["ids"] == [group["ids_at"]]  # the execution's output names it too
     body = pcluster.session.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
     assert body.split() == group["nodes"] and len(group["nodes"]) == 2
     assert "<report>." not in json.dumps(result)

@@ -21,6 +21,7 @@ from rich.text import Text
 from gpuaudit.model.result import BRANCH_NAMES, CheckResult, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import one_line
+from gpuaudit.report.markdown import action_lines
 from gpuaudit.report.order import deciding_first, verdict_counts, worst_first
 from gpuaudit.report.redact import redact
 
@@ -208,7 +209,9 @@ def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_fi
             lines.append(line)
             if c.action and c.result != "PASS":
                 lines.append(Text("      → ").append_text(clean.prose(c.action)))
-    steps = _steps_for(result, listed) if filtered else result.actions
+    # a grouped action names its first few nodes and where all of them are (its IDs file), as the Markdown does
+    kept = set(_steps_for(result, listed) if filtered else result.actions)
+    steps = [short for action, short in zip(result.actions, action_lines(result), strict=True) if action in kept]
     for title, items in (("visibility gaps", result.visibility_gaps), ("next steps", steps)):
         block = _listed(title, items, clean, elsewhere)
         lines += [Text(""), *block] if block else []
