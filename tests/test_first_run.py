@@ -84,3 +84,18 @@ def test_make_demo_installs_the_runtime_and_the_embedded_backend_only() -> None:
     assert re.search(r"^test: \$\(STAMP\)", makefile, re.MULTILINE)  # the suite installs the rest
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "pipx install ." in readme
+
+
+def test_the_demo_without_the_embedded_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    # `pipx install .` installs the runtime only: the demo's missing moto is a message naming the extra, no traceback
+    import sys
+
+    from typer.testing import CliRunner
+
+    from gpuaudit.cli import app
+
+    monkeypatch.setitem(sys.modules, "moto", None)  # import moto raises ImportError, as where it is not installed
+    done = CliRunner().invoke(app, ["demo", "--out-dir", str(tmp_path)])
+    assert done.exit_code == 2 and "Traceback" not in done.output
+    assert "pipx install '.[embedded]'" in " ".join(done.stderr.split())
