@@ -10,13 +10,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
 
+# The venv is made without pip (ensurepip alone takes ~10 s) and the demo's packages installed by the host's pip
+# (`--python`, pip 22.3+); a host without one falls back to the venv's own pip.
+PIP_FLAGS := --quiet --disable-pip-version-check
 $(DEMO_STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -e '.[embedded]'
+	test -x $(BIN)/python || $(PY) -m venv --without-pip $(VENV)
+	$(PY) -m pip --python $(BIN)/python install $(PIP_FLAGS) --no-compile -e '.[embedded]' 2>/dev/null \
+		|| { $(BIN)/python -m pip --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip --default-pip >/dev/null; \
+		     $(BIN)/python -m pip install $(PIP_FLAGS) --no-compile -e '.[embedded]'; }
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml $(DEMO_STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,infra]'
+	$(BIN)/python -m pip --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip --default-pip >/dev/null
+	$(BIN)/python -m pip install $(PIP_FLAGS) -e '.[dev,infra]'
 	touch $(STAMP)
 
 demo: $(DEMO_STAMP)
