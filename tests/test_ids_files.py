@@ -151,3 +151,17 @@ def test_the_tables_next_steps_name_the_first_ids_and_the_file_with_them_all(wor
     (step,) = [line for line in table.splitlines() if "reboot-instances" in line]
     assert step.endswith(f"… and {NODES - 10} more (all in {tmp_path / 'night.reboot-ids.txt'} and the JSON result)")
     assert sum(iid in step for iid in nodes) == 10
+
+
+def test_a_saved_result_keeps_pointing_at_the_ids_file_it_was_written_with(world_file: tuple[Path, list[str]],
+                                                                            tmp_path: Path) -> None:
+    # `report` of a saved result: its commands already name a file that exists; nothing is written again elsewhere
+    world, _ = world_file
+    code, _, stderr = audit(world, "--out", str(tmp_path / "saved.json"), "--quiet")
+    assert code == 0, stderr
+    first = reboot_group(json.loads((tmp_path / "saved.json").read_text(encoding="utf-8")))
+    done = CliRunner().invoke(app, ["report", str(tmp_path / "saved.json"), "--out", str(tmp_path / "again.json")])
+    assert done.exit_code == 0, done.output
+    again = reboot_group(json.loads((tmp_path / "again.json").read_text(encoding="utf-8")))
+    assert again["ids_at"] == first["ids_at"] == str(tmp_path / "saved.reboot-ids.txt")
+    assert again["action"] == first["action"] and not (tmp_path / "again.reboot-ids.txt").exists()

@@ -104,9 +104,9 @@ def ids_stem(planned: Sequence[Output], audit_id: str) -> Path:
 def write_ids_files(result: Result, stem: Path) -> tuple[Result, list[tuple[Path, int]]]:
     """The IDs files of the result's grouped commands written at `stem`, and the result naming them there; each
     file's path with its count of IDs."""
-    from gpuaudit.report.ids import ids_files, ids_location, placed
+    from gpuaudit.report.ids import ids_location, placed, unplaced
 
-    files = ids_files(result)
+    files = unplaced(result)
     if not files:
         return result, []
     stem.parent.mkdir(parents=True, exist_ok=True)

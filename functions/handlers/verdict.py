@@ -29,7 +29,7 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change
 from gpuaudit.report.html import render_html
-from gpuaudit.report.ids import ids_files, ids_location, placed
+from gpuaudit.report.ids import ids_location, placed, unplaced
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
 from gpuaudit.sinks import SinkOutcome, dynamodb_client, recorded_as, write_and_alert
@@ -64,7 +64,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         result = pipeline.finalize(result, evidence)
         key = f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}"
         # A grouped command reads its IDs file beside the report in S3: every output names that URI.
-        files = ids_files(result)
+        files = unplaced(result)
         result = placed(result, f"s3://{bucket}/{key}")
         # The result JSON holds every node's row (the findings table keeps only the summary and the latest state):
         # a rerun the table already holds as complete (a duplicate) must not replace it in S3 either.

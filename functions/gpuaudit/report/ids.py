@@ -16,7 +16,14 @@ from gpuaudit.model.result import IDS_AT, ActionGroup, Result
 from gpuaudit.report.markdown import ids_files, render
 from gpuaudit.report.redact import redact
 
-__all__ = ["ids_files", "ids_location", "placed"]
+__all__ = ["ids_files", "ids_location", "placed", "unplaced"]
+
+
+def unplaced(result: Result) -> dict[str, str]:
+    """The IDs files not written yet (`ids_files` of the groups whose text still reads `<report>.…`): a result
+    read back from its JSON was placed when it was first written, and its commands keep pointing there."""
+    waiting = {g.ids_file for g in result.action_groups if g.ids_file and not g.ids_at}
+    return {name: ids for name, ids in ids_files(result).items() if name in waiting}
 
 
 def ids_location(stem: str, name: str) -> str:
@@ -37,12 +44,12 @@ def _placed_text(text: str, name: str, where: str) -> str:
 def placed(result: Result, stem: str) -> Result:
     """The result with every grouped action's IDs file named where it is written: `stem.<ids_file>`. The Markdown
     report is rendered again from the placed actions (redacted as `finalize` redacted it)."""
-    if not any(g.ids_file for g in result.action_groups):
+    if not unplaced(result):
         return result
     groups: list[ActionGroup] = []
     actions = list(result.actions)
     for g in result.action_groups:
-        if not g.ids_file:
+        if not g.ids_file or g.ids_at:  # no file, or already written where its text says (a saved result)
             groups.append(g)
             continue
         where = ids_location(stem, g.ids_file)
