@@ -51,7 +51,8 @@ class Said:
         return self.outcome.changes
 
     def codes(self) -> list[str]:
-        return [json.loads(e["Detail"])["change"] for e in self.events]
+        """Every change code the events carry (one event per node: its other changes in `changes`)."""
+        return [code for e in self.events for code in json.loads(e["Detail"])["changes"]]
 
 
 @dataclass
@@ -135,7 +136,7 @@ def test_a_reboot_after_the_signal_is_announced_rebooted(deployed: Deployed) -> 
     assert done.what == (f"REBOOT done: already rebooted after the signal at "
                          f"{at(8)}: a boot at {at(20)} (kernel banner in the node's log)")
     assert done.detail == f"REBOOT given at {at(10)} on a signal at {at(8)}"
-    assert rebooted.outcome.subject == "llm-pretrain: 1 DONE (coverage)"
+    assert rebooted.outcome.subject == "[gpuaudit] llm-pretrain: 1 DONE (coverage)"
     assert f"\n- DONE {iid}: REBOOT done: already rebooted after the signal" in deployed.messages()[1]
     assert rebooted.outcome.attributes["severity"]["StringValue"] == "info"
     (event,) = [json.loads(e["Detail"]) for e in rebooted.events]

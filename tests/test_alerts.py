@@ -72,8 +72,12 @@ def test_a_newly_proven_root_cause_pages_and_the_alert_leads_with_it(topic: Topi
     text = sent["message"]["default"]
     lines = text.split("\n")
     assert lines[0].startswith("Changes: 1 ROOT CAUSE")
-    assert lines[4].startswith("- ROOT CAUSE (Proven): branch D (GPU communication) — NCCL fell back to TCP sockets")
-    assert sent["subject"].startswith("llm-pretrain: 1 ROOT CAUSE") and sent["subject"].endswith(" (incident)")
+    assert next(x for x in lines if x.startswith("- ")).startswith(
+        "- ROOT CAUSE (Proven): branch D (GPU communication) — NCCL fell back to TCP sockets"
+    )
+    assert sent["subject"].startswith("[gpuaudit] llm-pretrain: 1 ROOT CAUSE") and sent["subject"].endswith(
+        " (incident)"
+    )
     assert sent["attributes"]["severity"]["Value"] == "critical"
 
 
@@ -110,8 +114,8 @@ def test_preflight_ready_no_pages_naming_the_failed_checks(topic: Topic) -> None
     (sent,) = topic.sent()
     lines = sent["message"]["default"].split("\n")
     assert lines[0].startswith("Changes: 1 NOT READY")
-    assert lines[4] == f"- NOT READY (Ready: No): FAIL {', '.join(failed)}"
-    assert outcome.subject is not None and outcome.subject.startswith("train-hp-p5: 1 NOT READY")
+    assert next(x for x in lines if x.startswith("- ")) == f"- NOT READY (Ready: No): FAIL {', '.join(failed)}"
+    assert outcome.subject is not None and outcome.subject.startswith("[gpuaudit] train-hp-p5: 1 NOT READY")
     # back to ready: a recovery, said once
     ready = result.model_copy(update={"audit_id": "ready", "ready": "Yes with risks"})
     assert [c.what for c in topic.write(ready).records if c.kind == alert.RECOVERED and "Ready" in c.what] == [
@@ -138,7 +142,7 @@ def test_the_coverage_demo_alert_is_one_line_per_node_worst_first_with_verdict_n
         assert line.startswith(f"- REBOOT {n.instance_id} Xid {code}")
     counted = ", ".join(f"{n:,} {k}" for k, n in alert.counts(alert.lines_of(result, outcome.records)))
     assert text.split("\n")[0] == f"Changes: {counted}"
-    assert outcome.subject == f"bench-pcluster: {counted} (coverage)"
+    assert outcome.subject == f"[gpuaudit] bench-pcluster: {counted} (coverage)"
     # plain text: no Markdown escape anywhere (the report's `\_` and `\|` are Markdown, not alert text)
     assert "\\_" not in text and "\\|" not in text and "\\[" not in text
 
@@ -154,7 +158,7 @@ def test_the_subject_is_printable_ascii_within_the_sns_limit_whatever_the_cluste
 
     assert len(text) <= alert.SUBJECT_MAX and all(" " <= ch <= "~" for ch in text)
     assert text.endswith(" more (coverage)") and "+" in text
-    assert text.startswith("?n?code-??31m-xxx")  # `[` is Markdown: `?` too (issue #48 item 8)
+    assert text.startswith("[gpuaudit] ?n?code-??31m-xxx")  # `[` is Markdown: `?` too (issue #48 item 8)
 
 
 def test_the_subject_is_under_100_characters_at_every_cluster_name_length() -> None:

@@ -226,7 +226,8 @@ def test_out_dir_writes_every_format_in_one_run(mixed: Path, tmp_path: Path):
     assert code == 0 and stdout == ""
     files = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "o").iterdir()}
     assert set(files) == {"report.md", "result.json", "report.html", "findings.ndjson", "findings.csv",
-                          "findings.events.ndjson"}
+                          "findings.events.ndjson",
+                          "report.reboot-ids.txt"}  # the IDs file the grouped REBOOT command reads (#49 item 1)
     result = json.loads(files["result.json"])
     assert files["report.md"].rstrip() == result["report_markdown"].rstrip()
     assert len(files["findings.ndjson"].splitlines()) == len(result["nodes"]) + len(result["branches"]) + \

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from helpers.event_patterns import matches
-from helpers.worlds import PClusterWorld, at, aws_for, node_of
+from helpers.worlds import ACCOUNT, REGION, PClusterWorld, at, aws_for, node_of
 from moto import mock_aws
 
 from gpuaudit import eventbus
@@ -38,9 +38,9 @@ NOW_EPOCH = 1_790_000_000
 REPORT = "s3://gpuaudit-evidence/results/llm-pretrain/a.html"
 # The rules of DEPLOY.md: page on REPLACE, a cluster's every change, a ticket on NOT OBSERVABLE.
 PAGE_ON_REPLACE = {"source": ["gpuaudit"], "detail-type": ["GPU Audit Node Verdict Changed"],
-                   "detail": {"verdict": ["REPLACE"], "change": ["new-verdict", "escalated"]}}
+                   "detail": {"verdict_code": ["REPLACE"], "change": ["new-verdict", "escalated"]}}
 TICKET_ON_NOT_OBSERVABLE = {"source": ["gpuaudit"], "detail-type": ["GPU Audit Node Verdict Changed"],
-                            "detail": {"verdict": ["NOT OBSERVABLE"], "change": ["new-verdict"]}}
+                            "detail": {"verdict_code": ["NOT_OBSERVABLE"], "change": ["new-verdict"]}}
 
 
 def cluster_rule(name: str) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def test_a_verdict_change_is_one_event_with_the_previous_verdict_the_xid_and_the
     assert [c.code for c in outcome.records] == [events.NEW_VERDICT]
 
 
-def test_coverage_lost_and_regained_are_coverage_events_and_the_verdict_its_own(bus: Bus) -> None:
+def test_coverage_lost_with_the_verdict_is_one_event_and_regained_a_coverage_event(bus: Bus) -> None:
     # Given a node first seen with no log stream (Not observable, NOT OBSERVABLE), then seen logging again
     blind, healthy = one_node("blind"), one_node("healthy").model_copy(update={"audit_id": "back"})
     iid = compute_id(blind)
@@ -134,12 +134,13 @@ def test_coverage_lost_and_regained_are_coverage_events_and_the_verdict_its_own(
     bus.write(healthy)
     second = bus.delivered()[len(first):]
 
-    # Then the first audit sends a coverage event and a verdict event for the node (one per kind of change)
-    assert sorted((e["detail-type"], e["detail"]["change"]) for e in first) == [
-        ("GPU Audit Coverage Changed", "coverage-lost"), ("GPU Audit Node Verdict Changed", "new-verdict")]
-    assert all(e["detail"]["node"] == iid and e["detail"]["coverage"] == "Not observable" for e in first)
-    assert [e for e in first if matches(TICKET_ON_NOT_OBSERVABLE, e)] == [
-        e for e in first if e["detail-type"] == "GPU Audit Node Verdict Changed"]
+    # Then the first audit sends one event for the node (issue #49 item 9: one per node per audit): the new verdict,
+    # carrying the coverage it lost beside it
+    (only,) = first
+    assert (only["detail-type"], only["detail"]["change"], only["detail"]["changes"]) == (
+        "GPU Audit Node Verdict Changed", "new-verdict", ["new-verdict", "coverage-lost"])
+    assert only["detail"]["node"] == iid and only["detail"]["coverage"] == "Not observable"
+    assert matches(TICKET_ON_NOT_OBSERVABLE, only)
     # the finding records' reason code, the same word in both schemas
     (record,) = [r for r in records(blind) if r["id"] == iid]
     assert next(e for e in first if e["detail-type"] == "GPU Audit Node Verdict Changed")["detail"][
@@ -220,19 +221,19 @@ def test_the_operators_rules_fire_on_exactly_the_events_they_name_in_the_demo_wo
 
 
 def test_many_changes_go_ten_entries_a_call(bus: Bus) -> None:
-    # Given 23 nodes first seen with no log stream: 46 changes (coverage and verdict per node)
-    w = PClusterWorld(n_compute=23)
+    # Given 43 nodes first seen with no log stream: 86 changes (coverage and verdict per node), one event per node
+    w = PClusterWorld(n_compute=43)
     result = w.audit(w.cluster, since=at(6), until=at(10))
     _, (delivery,) = bus.write(result)
-    assert delivery.sent == 46 and bus.stand_in.calls == [10, 10, 10, 10, 6]
-    assert len(bus.delivered()) == 46 and len({e["detail"]["event_key"] for e in bus.delivered()}) == 46
+    assert delivery.sent == 43 and bus.stand_in.calls == [10, 10, 10, 10, 3]
+    assert len(bus.delivered()) == 43 and len({e["detail"]["event_key"] for e in bus.delivered()}) == 43
 
 
 def test_refused_entries_are_retried_with_backoff_and_those_never_accepted_counted(bus: Bus) -> None:
-    result = PClusterWorld(n_compute=3).audit("llm-pretrain", since=at(6), until=at(10))
+    result = PClusterWorld(n_compute=6).audit("llm-pretrain", since=at(6), until=at(10))
     changes = compare(result, {}).records
-    assert len(changes) == 6
     entries = events.entries(result, changes)
+    assert len(entries) == 6  # one per node
     # Throttled three entries, then accepted: all delivered, three re-sent after one backoff
     bus.stand_in.refuse_next(3, "ThrottlingException")
     sleeps: list[float] = []
@@ -247,7 +248,7 @@ def test_refused_entries_are_retried_with_backoff_and_those_never_accepted_count
     third = eventbus.put_events(bus.client, entries[:1], sleep=sleeps.append)
     assert (third.sent, dict(third.failed), sleeps[-3:]) == (0, {"RetriesExhausted": 1}, [0.2, 0.4, 0.8])
     # An unknown bus: refused per entry, counted
-    fourth = eventbus.put_events(bus.client, events.entries(result, changes[:2], bus="no-such-bus"))
+    fourth = eventbus.put_events(bus.client, events.entries(result, changes, bus="no-such-bus")[:2])
     assert dict(fourth.failed) == {"ResourceNotFoundException": 2}
 
 
@@ -371,7 +372,9 @@ def test_the_cli_prints_the_entries_as_ndjson_against_its_local_history(tmp_path
     code, later, _ = run("--since", at(6), "--until", at(10), "--history", str(history), "--format", "events")
     (line,) = later.splitlines()
     entry = json.loads(line)
-    assert set(entry) == {"Time", "Source", "DetailType", "Detail"} and line.isascii()
+    assert set(entry) == {"Time", "Source", "DetailType", "Resources", "Detail"} and line.isascii()
+    # the instance's ARN (a ParallelCluster has no cluster ARN): what a rule or a target acts on
+    assert entry["Resources"] == [f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{node.instance_id}"]
     assert (entry["Source"], entry["DetailType"]) == ("gpuaudit", "GPU Audit Node Verdict Changed")
     detail = json.loads(entry["Detail"])
     assert (detail["verdict"], detail["previous_verdict"], detail["xid_codes"]) == ("REPLACE", "LEAVE ALONE", [64])

@@ -15,8 +15,19 @@ from gpuaudit.report.markdown import GLOSSARY_LINE
 
 
 def explain(term: str) -> tuple[int, str]:
+    """The exit code and the words printed (explain wraps at the terminal's width: compare words, not breaks)."""
     outcome = CliRunner().invoke(app, ["explain", term])
-    return outcome.exit_code, outcome.output
+    return outcome.exit_code, " ".join(outcome.output.split())
+
+
+def test_explain_wraps_at_the_width_and_never_splits_a_word() -> None:
+    # issue #49 item 10: at 60 columns every line fits, and the words are the unwrapped text's, each whole
+    narrow = CliRunner().invoke(app, ["explain", "REBOOT"], env={"COLUMNS": "60"})
+    wide = CliRunner().invoke(app, ["explain", "REBOOT"], env={"COLUMNS": "2000"})
+    assert narrow.exit_code == wide.exit_code == 0
+    lines = narrow.output.splitlines()
+    assert len(lines) > 3 and all(len(line) <= 60 for line in lines)
+    assert narrow.output.split() == wide.output.split() and len(wide.output.splitlines()) < len(lines)
 
 
 def test_each_verdict_and_label_explains_its_bar_and_meaning() -> None:

@@ -6,6 +6,7 @@ escalated, not repeated; a history that cannot be read is a named gap and recurr
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -247,6 +248,12 @@ def test_history_shows_a_nodes_timeline_across_audits_in_every_format(tmp_path: 
     code, page = cli("--cluster", f.w.cluster, "--history", str(tmp_path), "--format", "html")
     assert code == 0 and page.count('class="v-replace" x=') == 2 and page.count("<title>Xid 79 on PCI") == 2
     assert page.count("<title>reboot at") == 1 and f"audit {quiet.audit_id}" in page
+    # issue #49 item 10: the terminal's table, the same timeline in aligned columns
+    code, table = cli("--cluster", f.w.cluster, "--node", node, "--history", str(tmp_path), "--format", "table")
+    assert code == 0 and "|" not in table and "`" not in table
+    rows = [line.split() for line in table.splitlines() if re.match(r"\s+\d{4}-\d\d-\d\dT", line)]
+    assert [r[3] for r in rows] == ["REBOOT", "none", "REPLACE", "REPLACE"]
+    assert any(line.split()[:2] == [node, "REPLACE"] for line in table.splitlines())
 
 
 def test_history_escapes_account_text_and_redacts_account_ids(tmp_path: Path) -> None:
@@ -258,7 +265,7 @@ def test_history_escapes_account_text_and_redacts_account_ids(tmp_path: Path) ->
                        xid_status="Measured", xids=[HistoryXid(code=None, signal="<img src=x onerror=1> 444455556666",
                                                                first=parse_time(at(1)), last=parse_time(at(1)))])
     SqliteHistory(tmp_path).write([span], 90, parse_time(at(3)))
-    for fmt in ("md", "json", "html"):
+    for fmt in ("md", "json", "html", "table"):
         code, text = cli("--cluster", evil, "--history", str(tmp_path), "--format", fmt)
         assert code == 0, text
         assert "111122223333" not in text and "444455556666" not in text, fmt

@@ -115,7 +115,7 @@ def test_first_write_of_a_not_observable_gpu_node_publishes_an_alert(sinks: Sink
     assert [line for line in body["default"].split("\n") if line.startswith("- ") and iid in line] == [
         f"- {lead}" + alert.cut(node_of(result, iid).verdict_evidence, 240 - len(lead))]
     assert body["default"].split("\n")[0] == "Changes: 1 NOT OBSERVABLE"
-    assert sent["subject"] == "llm-pretrain: 1 NOT OBSERVABLE (coverage)"
+    assert sent["subject"] == "[gpuaudit] llm-pretrain: 1 NOT OBSERVABLE (coverage)"
     chatbot = json.loads(body["chatbot"])
     assert chatbot["content"]["description"] == "```\n" + body["default"].split("\n", 1)[1].strip("\n") + "\n```"
     assert chatbot["metadata"]["summary"] == "Changes: 1 NOT OBSERVABLE"
@@ -487,7 +487,7 @@ def test_a_self_contradicting_result_alerts_first_and_does_not_become_the_state_
     # Then the alert leads with the self-check, still lists the change, and the trusted state is kept
     assert outcome.published and outcome.changes[0].startswith("SELF-CHECK FAILED (1 invariant(s) broken")
     assert f"{GPU}: coverage lost (Measured → Not observable)" in outcome.changes
-    assert json.loads(sinks.published()[0]["message"])["default"].split("\n")[4].startswith("- SELF-CHECK FAILED")
+    assert json.loads(sinks.published()[0]["message"])["default"].split("\n- ", 1)[1].startswith("SELF-CHECK FAILED")
     assert sinks.latest()[f"NODE#{GPU}"]["xid_status"] == "Measured"
     # the same contradiction in the next audit is not said again
     again = audit_to(12, blind=True).model_copy(update={"invariants_broken": broken.invariants_broken})
@@ -514,8 +514,10 @@ def test_the_alert_leads_with_the_worst_change_and_stays_bounded_at_ten_thousand
     assert len(changes) == 2 * 10_000  # each node's coverage lost, and its new verdict
     lines = text.split("\n")
     assert lines[0] == "Changes: 1 REPLACE, 9,999 NOT OBSERVABLE"
-    assert lines[4] == (f"- REPLACE {blind[-1].instance_id}: new verdict REPLACE; coverage lost (Measured → Not "
-                        "observable) — Xid 64 on PCI 0000:53:00")
+    assert next(x for x in lines if x.startswith("- ")) == (
+        f"- REPLACE {blind[-1].instance_id}: new verdict REPLACE; coverage lost (Measured → Not "
+        "observable) — Xid 64 on PCI 0000:53:00"
+    )
     assert len(text) <= ALERT_MAX_CHARS and "- … and 9,9" in text and "more (see the report)" in text
     blind_lines = [line.split()[3] for line in lines if line.startswith("- NOT OBSERVABLE i-")]
     assert len(set(blind_lines)) == len(blind_lines) > 10  # no node twice

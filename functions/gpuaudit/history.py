@@ -521,7 +521,7 @@ def record(store: HistoryStore, result: Result, evidence: Evidence, retention_da
 def render_history(everything: HistoryRead, cluster: str, fmt: str, days: int, *,
                    verdicts: frozenset[str] = frozenset(), open_only: bool = False, changed: bool = False,
                    show_all: bool = False) -> str:
-    """What `gpuaudit history` prints (md, json, html) from every span read of a cluster: the look-back is `days`
+    """What `gpuaudit history` prints (md, json, html, table) from every span read of a cluster: the look-back is `days`
     before its latest audit; the actions are judged on every span read (rules.history.actions_by_node), so one given
     before the look-back and never done is still open."""
     from gpuaudit.report import history as report
@@ -530,5 +530,6 @@ def render_history(everything: HistoryRead, cluster: str, fmt: str, days: int, *
     view = report.HistoryView(since=until - timedelta(days=days), until=until, days=days, verdicts=verdicts,
                               open_only=open_only, changed_only=changed, show_all=show_all,
                               actions=actions_by_node(everything.spans))
-    render = {"md": report.render_markdown, "json": report.render_json, "html": report.render_html}[fmt]
+    render = {"md": report.render_markdown, "json": report.render_json, "html": report.render_html,
+              "table": report.render_table}[fmt]
     return render(everything, cluster, view)

@@ -11,6 +11,7 @@ entry per line, against the local history (`--history`) as the previous state; i
 from __future__ import annotations
 
 import io
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,38 @@ def report_file(planned: Sequence[Output]) -> Path | None:
     return None
 
 
+def ids_stem(planned: Sequence[Output], audit_id: str) -> Path:
+    """Where a grouped command's IDs files go (`<stem>.reboot-ids.txt`): beside the report this run writes (its name
+    without the format's extension), else beside any file it writes; a run that writes only to stdout puts them in
+    the temporary directory under the audit's ID, so the command it prints still reads a file that exists."""
+    written = report_file(planned) or next((o.path for o in planned if o.path is not None), None)
+    if written is None:
+        return Path(tempfile.gettempdir()).resolve() / "gpuaudit" / audit_id
+    name = written.name
+    for extension in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.lower().endswith(extension) and len(name) > len(extension):
+            name = name[: -len(extension)]
+            break
+    return written.resolve().parent / name
+
+
+def write_ids_files(result: Result, stem: Path) -> tuple[Result, list[tuple[Path, int]]]:
+    """The IDs files of the result's grouped commands written at `stem`, and the result naming them there; each
+    file's path with its count of IDs."""
+    from gpuaudit.report.ids import ids_location, placed, unplaced
+
+    files = unplaced(result)
+    if not files:
+        return result, []
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, ids in files.items():
+        path = Path(ids_location(str(stem), name))
+        path.write_text(ids, encoding="utf-8")
+        written.append((path, ids.count("\n")))
+    return placed(result, str(stem)), written
+
+
 def render(result: Result, fmt: str, *, keep: Keep | None = None, filtered: str | None = None,
            full_report: Path | None = None, width: int = 10_000, history: HistoryRead | None = None) -> str:
     """One output's text. The table rendered here is plain (a file, a pipe): no colour, no wrapping. `keep`
@@ -112,16 +145,18 @@ def render(result: Result, fmt: str, *, keep: Keep | None = None, filtered: str 
         return events_ndjson(local_entries(result, history))
     buffer = io.StringIO()
     print_table(Console(file=buffer, no_color=True, color_system=None, width=width, highlight=False), result,
-                keep=keep, filtered=filtered, full_report=full_report)
+                keep=keep, filtered=filtered, full_report=full_report, terminal=False)
     return buffer.getvalue()
 
 
 def print_table(console: Console, result: Result, *, keep: Keep | None = None,
-                filtered: str | None = None, full_report: Path | None = None) -> None:
+                filtered: str | None = None, full_report: Path | None = None, terminal: bool = True) -> None:
+    """The summary on `console`; `terminal`: it is a screen of `console.width` columns (a narrow one drops the node
+    table's wide columns), else a file or a pipe (every column)."""
     from gpuaudit.report.escape import one_line
     from gpuaudit.report.terminal import shown_nodes, summary
 
     nodes = [n for n in shown_nodes(result) if keep(n)] if keep is not None else None
     named = one_line(str(full_report)) if full_report is not None else None
-    for line in summary(result, nodes, named, filtered):
+    for line in summary(result, nodes, named, filtered, console.width if terminal else None):
         console.print(line, soft_wrap=True, highlight=False)

@@ -513,10 +513,12 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
         outcome.alert = alert.message(result, records, report_link)
         outcome.subject = alert.subject(result, records)
         outcome.attributes = alert.message_attributes(result, records)
-        chatbot = alert.chatbot_payload(result, records, outcome.alert)
+        chatbot = alert.chatbot_payload(result, records, outcome.alert, report_link)
         sns.publish(TopicArn=topic_arn, Subject=outcome.subject, MessageAttributes=outcome.attributes,
-                    # AWS Chatbot subscribes over HTTPS and renders only the custom-notification shape
-                    Message=json.dumps({"default": outcome.alert, "chatbot": chatbot, "https": chatbot}),
+                    # AWS Chatbot subscribes over HTTPS and renders only the custom-notification shape; every
+                    # channel (email, chat, SMS) carries the report link
+                    Message=json.dumps({"default": outcome.alert, "email": outcome.alert, "chatbot": chatbot,
+                                        "https": chatbot, "sms": alert.sms_text(result, records, report_link)}),
                     MessageStructure="json")
         outcome.published = True
         _mark_delivered(ddb, table, result, ALERT_SENT, expires)

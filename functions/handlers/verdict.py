@@ -29,6 +29,7 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change
 from gpuaudit.report.html import render_html
+from gpuaudit.report.ids import ids_location, placed, unplaced
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
 from gpuaudit.sinks import SinkOutcome, dynamodb_client, recorded_as, write_and_alert
@@ -63,6 +64,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         result = pipeline.record_history(history, result, evidence, settings.finding_retention_days)
         result = pipeline.finalize(result, evidence)
         key = f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}"
+        # A grouped command reads its IDs file beside the report in S3: every output names that URI.
+        files = unplaced(result)
+        result = placed(result, f"s3://{bucket}/{key}")
         # The result JSON holds every node's row (the findings table keeps only the summary and the latest state):
         # a rerun the table already holds as complete (a duplicate) must not replace it in S3 either.
         if recorded_as(ddb, table, result) != "duplicate":
@@ -72,6 +76,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                           ContentType="text/markdown")
             s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
                           ContentType="text/html; charset=utf-8")
+            for name, ids in files.items():
+                s3.put_object(Bucket=bucket, Key=ids_location(key, name), Body=ids.encode(),
+                              ContentType="text/plain; charset=utf-8")
         link = report_link(bucket, f"{key}.html", s3.meta.region_name)
         delivered: list[Delivery] = []
         publish_events = None
@@ -148,5 +155,7 @@ def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: st
         "not_checked": [redact(g.prose()) for g in evidence.gaps if g.kind == "step-failed"],
         "findings": {"written": outcome.items_written, "duplicate": outcome.duplicate},
         "alert_published": outcome.published,
-        "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md", "html": f"{key}.html"},
+        "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md", "html": f"{key}.html",
+                   # the IDs files the grouped commands read, beside the report (their S3 URIs)
+                   "ids": [g.ids_at for g in result.action_groups if g.ids_at]},
     }

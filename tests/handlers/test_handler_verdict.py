@@ -48,7 +48,7 @@ def test_the_verdict_writes_findings_and_alerts_once_per_audit(pcluster: Account
     assert summary[0]["result_key"] == first["result"]["json"]  # the result JSON holds every node's row
     (alert,) = alerts
     # the subject counts what changed (two blind nodes, the leading hypothesis) and names the mode
-    assert alert["subject"] == "llm-pretrain-b200: 2 NOT OBSERVABLE, 1 NEW HYPOTHESIS (incident)"
+    assert alert["subject"] == "[gpuaudit] llm-pretrain-b200: 2 NOT OBSERVABLE, 1 NEW HYPOTHESIS (incident)"
     assert "i-0e58b081006f7e3df" in alert["message"]["default"]
     assert json.loads(alert["message"]["https"])["content"]["textType"] == "client-markdown"  # AWS Chatbot's shape
     assert {first["result"]["json"], first["result"]["report"], first["result"]["html"]} <= set(objects)
@@ -97,6 +97,20 @@ def test_the_result_and_report_land_in_the_evidence_bucket(pcluster: Account) ->
     assert result["audit_id"] == out["audit_id"] and result["schema"] == "gpu-audit-result/1"
     assert result["window"]["start"] == "2026-09-27T10:00:00Z" and result["window"]["source"] == "user"
     assert any(b["branch"] == "B" for b in result["branches"])
+
+
+def test_a_grouped_command_s_ids_file_lands_beside_the_report_and_every_output_names_its_uri(
+        pcluster: Account) -> None:
+    # issue #49 item 1: the two blind nodes are one action whose IDs the file beside the report in S3 lists
+    out = verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+    result = pcluster.read_json(out["result"]["json"])
+    (group,) = [g for g in result["action_groups"] if g["ids_file"]]
+    key = out["result"]["json"].removesuffix(".json") + "." + group["ids_file"]
+    assert group["ids_at"] == f"s3://{BUCKET}/{key}" and group["ids_at"] in group["action"]
+    assert out["result"]["ids"] == [group["ids_at"]]  # the execution's output names it too
+    body = pcluster.session.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    assert body.split() == group["nodes"] and len(group["nodes"]) == 2
+    assert "<report>." not in json.dumps(result)
 
 
 def test_emf_metrics_count_nodes_by_xid_status_verdicts_and_gaps(pcluster: Account,

@@ -39,6 +39,7 @@ from gpuaudit.history import SQLITE_FILE, HistoryUnreadable, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest, Mode
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
+from gpuaudit.outputs import write_ids_files
 from gpuaudit.pipeline import run_audit
 from gpuaudit.progress import ProgressHook
 from gpuaudit.report.html import render_html
@@ -99,6 +100,7 @@ class LocalBackend:
             progress.phase("rendering")
             folder = self._folder(result.cluster.name)
             folder.mkdir(parents=True, exist_ok=True)
+            result, _ = write_ids_files(result, folder / result.audit_id)  # beside the result a command names
             stored = folder / f"{result.audit_id}.json"
             write_atomically(stored, result.to_json() + "\n")  # a failed write leaves the earlier result whole
             report = folder / f"{result.audit_id}.html"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from gpuaudit.domain.window import is_duration
 from gpuaudit.model.evidence import (
@@ -29,7 +29,14 @@ from gpuaudit.model.evidence import (
     RunHours,
 )
 from gpuaudit.model.history import HistoryRead, latest_spans
-from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, Verdict
+from gpuaudit.model.result import (
+    BRANCH_NAMES,
+    VERDICT_SPELLINGS,
+    NodeResult,
+    Result,
+    Verdict,
+    any_verdict_spelling,
+)
 from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report.escape import one_line
@@ -327,7 +334,10 @@ def summarise(result: Result, result_location: str, report_location: str | None,
         result_location=result_location, report_location=report_location)
 
 
-VerdictFilter = Verdict | Literal["none"]
+# A verdict in any spelling (NOT_OBSERVABLE, NOT OBSERVABLE, not_observable: model.result.parse_verdict), or `none`
+VerdictFilter = Annotated[Verdict | Literal["none"], BeforeValidator(any_verdict_spelling), WithJsonSchema(
+    {"type": "string", "enum": [*VERDICT_SPELLINGS, "none"],
+     "description": "A verdict (NOT_OBSERVABLE and NOT OBSERVABLE are the same, any case); `none`: no verdict"})]
 
 
 def node_page(result: Result, offset: int, limit: int, verdicts: Sequence[VerdictFilter] = ()) -> NodePage:

@@ -53,7 +53,17 @@ from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import HistoryRead
 from gpuaudit.model.result import NodeResult, Result
-from gpuaudit.outputs import BadOutput, Keep, Output, plan, print_table, render, report_file
+from gpuaudit.outputs import (
+    BadOutput,
+    Keep,
+    Output,
+    ids_stem,
+    plan,
+    print_table,
+    render,
+    report_file,
+    write_ids_files,
+)
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.escape import visible
 from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY, coverage_gap
@@ -135,6 +145,13 @@ def _not_an_input(outputs: list[Output], out_dir: Path | None, inputs: dict[str,
 def _write(outputs: list[Output], result: Result, keep: Keep | None, filtered: str | None, stdout: Console,
            quiet: bool, history: HistoryRead | None = None) -> None:
     full = report_file(outputs)
+    result, ids_written = write_ids_files(result, ids_stem(outputs, result.audit_id))
+    beside_a_file = any(o.path is not None for o in outputs)
+    for path, count in ids_written:
+        # said as every file written is; beside nothing but stdout (a temporary file), only to a person watching
+        if not quiet and (beside_a_file or err.is_terminal):
+            err.print(f"wrote {escape_markup(visible(str(path)))} ({count:,} node IDs a grouped command reads)",
+                      soft_wrap=True, highlight=False)
     for o in outputs:
         if o.path is not None:
             write_atomically(o.path, render(result, o.fmt, keep=keep, filtered=filtered, full_report=full,

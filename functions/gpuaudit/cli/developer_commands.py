@@ -22,6 +22,11 @@ def demo(
     from gpuaudit.devtools.demo import run_demo
 
     try:
+        import moto  # noqa: F401  (the embedded account's table and topic)
+    except ImportError:
+        _fail("gpuaudit demo needs the embedded account (moto), an extra: `pipx install '.[embedded]'` or "
+              "`pip install '.[embedded]'` from the checkout (`make demo` installs it in .venv)", EXIT_BAD_INPUT)
+    try:
         run_demo(out_dir, Console(), verbose)
     except (WorldError, OSError) as exc:
         _fail(str(exc), EXIT_UNREACHABLE)

@@ -16,13 +16,13 @@ from gpuaudit.access import UserError
 from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
 from gpuaudit.history import SQLITE_FILE
 from gpuaudit.model.evidence import TIME_TEXT_MAX
+from gpuaudit.model.result import parse_verdict
 from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.report.order import VERDICT_SEVERITY
 
 MODES = ("coverage", "incident", "preflight")
-FORMATS = ("md", "json", "html")
-REPORT_FORMATS = ("html", "md", "table", "ndjson", "csv")
+FORMATS = ("md", "json", "html", "table")  # `history --format`
 SCOPE, WINDOW, OUTPUT, GATES, ACCESS, PREFLIGHT, ADVANCED = (
     "Scope", "Window", "Output", "Filters and CI gates", "AWS access", "Preflight", "Advanced")
 DEVELOPER = "Developer tools"
@@ -144,8 +144,8 @@ def _verdicts(value: str | None, flag: str) -> set[str]:
     for word in (w.strip() for w in value.split(",")):
         if not word:
             continue
-        verdict = re.sub(r"[_\-\s]+", " ", word).upper()
-        if verdict not in VERDICT_SEVERITY:
+        verdict = parse_verdict(word)
+        if verdict is None:
             named = ", ".join(v.replace(" ", "_") for v in VERDICT_SEVERITY)
             raise UserError(f"{flag}: {word!r} is not a verdict; use {named}")
         chosen.add(verdict)

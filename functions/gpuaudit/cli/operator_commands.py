@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +20,6 @@ from gpuaudit.access import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE, 
 from gpuaudit.cli.flags import (
     ACCESS,
     FORMATS,
-    REPORT_FORMATS,
     _cache_path,
     _history_dir,
     _out_dir,
@@ -31,37 +32,59 @@ from gpuaudit.files import same_file, write_atomically
 from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
-from gpuaudit.outputs import print_table, render
 from gpuaudit.report.escape import visible
 
 
-def emit(result: Result, fmt: str, out: Path | None) -> None:
-    """One output of `report`: a file (said on stderr) or stdout."""
-    text = render(result, fmt)
-    if out is not None:
-        write_atomically(out, text)
-        err.print(f"wrote {escape_markup(visible(str(out)))}", soft_wrap=True, highlight=False)
-    else:
-        sys.stdout.write(text)
-
-
 def report(
-    result_file: Annotated[Path,
-                           typer.Argument(metavar="RESULT.json", help="A result written by `audit --format json`")],
-    fmt: Annotated[str, typer.Option("--format", help="html | md | table | ndjson | csv")] = "html",
-    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
+    result_file: Annotated[
+        Path, typer.Argument(metavar="RESULT.json", help="A result written by `audit --format json`")
+    ],
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="table | md | json | html | ndjson | csv | events, as `audit` takes them (default: html, or "
+            "--out's extension)",
+        ),
+    ] = None,
+    out: Annotated[
+        str | None, typer.Option(help="Write here (format from the extension, as `audit --out`); - is stdout")
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out-dir", help="Write every format in one run, as `audit --out-dir`")
+    ] = None,
+    verdict: Annotated[
+        str | None,
+        typer.Option(
+            help="Show only nodes with these verdicts, e.g. REPLACE,NOT_OBSERVABLE (table and finding records)"
+        ),
+    ] = None,
+    only_exceptions: Annotated[
+        bool, typer.Option("--only-exceptions", help="Show only nodes that need something: not LEAVE ALONE")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No 'wrote' lines on stderr")] = False,
 ) -> None:
-    """Render a saved result as an HTML or Markdown report, the terminal summary, or finding records."""
+    """Render a saved result in any of `audit`'s formats and filters: HTML or Markdown report, the terminal summary,
+    the JSON, finding records, events."""
     from pydantic import ValidationError
 
+    from gpuaudit.cli.audit import _node_filter, _write
+    from gpuaudit.outputs import BadOutput, Output, plan
     from gpuaudit.report.markdown import render
 
+    stdout = Console(highlight=False, soft_wrap=True)
     try:
-        if fmt not in REPORT_FORMATS:
-            raise UserError(f"--format must be one of {', '.join(REPORT_FORMATS)}; got {fmt!r}")
-        if out is not None and same_file(out, result_file):
-            raise UserError(f"--out {visible(str(out))}: is the RESULT.json being rendered; refusing to overwrite it")
-        out = _out_path(out)
+        outputs = plan(fmt, out, _out_dir(out_dir), stdout.is_terminal)
+        if fmt is None and out is None and out_dir is None:
+            outputs = [Output("html", None)]  # `report RESULT.json` alone: the HTML report, as it always was
+        for o in outputs:
+            _out_path(o.path, "--out-dir" if out_dir is not None and o.path is not None and o.path.parent == out_dir
+                      else "--out")
+        for o in outputs:
+            if o.path is not None and same_file(o.path, result_file):
+                raise UserError(f"--out {visible(str(o.path))}: is the RESULT.json being rendered; refusing to "
+                                "overwrite it")
+        keep, filtered = _node_filter(_verdicts(verdict, "--verdict"), only_exceptions)
         try:
             text = result_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -73,16 +96,14 @@ def report(
             where = ".".join(str(p) for p in first["loc"]) or "document"
             raise UserError(f"{result_file} is not a gpuaudit result JSON ({exc.error_count()} error(s); "
                             f"first at {where}: {first['msg']})") from None
-        if fmt == "md":
-            emit(result.model_copy(update={"report_markdown": render(result)}), "md", out)
-        elif fmt == "table" and out is None and Console().is_terminal:
-            print_table(Console(highlight=False, soft_wrap=True), result)
-        else:
-            emit(result, fmt, out)
+        # the Markdown as this version renders it (a saved result may come from an older one)
+        _write(outputs, result.model_copy(update={"report_markdown": render(result)}), keep, filtered, stdout, quiet)
     except UserError as exc:
         _fail(str(exc), exc.code)
+    except BadOutput as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
     except OSError as exc:
-        _fail(f"cannot write output: {exc}", EXIT_UNREACHABLE)
+        _fail(f"cannot write output: {exc}", EXIT_BAD_INPUT)
 
 
 def explain(
@@ -96,8 +117,12 @@ def explain(
     entries = glossary_explain(term)
     if not entries:
         _fail(f"{term!r} is not in the glossary; terms: {', '.join(terms())}", EXIT_BAD_INPUT)
-    for e in entries:
-        sys.stdout.write(f"{e.term} ({e.section}): {e.meaning}\n")
+    # wrapped at the terminal's width (COLUMNS, else 80 in a pipe), at spaces only: a word, a command or an Xid
+    # code is never split; the entries are separated by a blank line
+    width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)
+    sys.stdout.write("\n\n".join(textwrap.fill(f"{e.term} ({e.section}): {e.meaning}", width=width,
+                                               subsequent_indent="  ", break_long_words=False,
+                                               break_on_hyphens=False) for e in entries) + "\n")
 
 
 def history_command(
@@ -106,7 +131,7 @@ def history_command(
     history: Annotated[Path | None, typer.Option(
         "--history", help="The directory `gpuaudit audit --history DIR` keeps its history in")] = None,
     days: Annotated[int, typer.Option(help="Look-back in days, ending at the cluster's latest recorded audit")] = 30,
-    fmt: Annotated[str, typer.Option("--format", help="md | json | html")] = "md",
+    fmt: Annotated[str, typer.Option("--format", help="md | json | html | table")] = "md",
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
     verdict: Annotated[str | None, typer.Option(
         help="Only nodes that an audit gave one of these verdicts, or with one open, e.g. "

@@ -17,7 +17,6 @@ from typing import Any
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from gpuaudit.collectors.aws import Aws
@@ -25,10 +24,11 @@ from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import load_world
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.timeutil import parse_time
+from gpuaudit.outputs import write_ids_files
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.alert import cut
+from gpuaudit.report.escape import one_line
 from gpuaudit.report.html import render_html
-from gpuaudit.report.markdown import ids_files
 from gpuaudit.sinks import write_and_alert
 
 TABLE = "gpuaudit-findings"
@@ -108,6 +108,8 @@ def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[Dem
             aws = Aws(session=session, region=world.region, clock=_frozen(world.now), sleep=backend.sleep,
                       monotonic=backend.monotonic)
             result = run_audit(aws, demo_request(entry))
+            # the IDs files beside the reports, named where the commands (and the alert) read them
+            result, _ = write_ids_files(result, out_dir / demo_name(entry))
             ddb, sns = session.client("dynamodb"), session.client("sns")
             ensure_findings_table(ddb)
             topic = sns.create_topic(Name=TOPIC)["TopicArn"]
@@ -118,8 +120,6 @@ def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[Dem
             Path(f"{stem}.result.json").write_text(result.to_json() + "\n", encoding="utf-8")
             Path(f"{stem}.report.md").write_text(result.report_markdown + "\n", encoding="utf-8")
             html.write_text(render_html(result) + "\n", encoding="utf-8")
-            for name, ids in ids_files(result).items():
-                Path(f"{stem}.{name}").write_text(ids, encoding="utf-8")
             if sink.alert is not None:
                 Path(f"{stem}.alert.txt").write_text(f"Subject: {sink.subject}\n\n{sink.alert}\n", encoding="utf-8")
             if verbose:
@@ -129,22 +129,27 @@ def run_demo(out_dir: Path, console: Console, verbose: bool = False) -> list[Dem
             runs.append(DemoRun(demo_name(entry), entry["title"], result.headline,
                                 sink.subject or "no (nothing changed)" if sink.published else "no (nothing changed)",
                                 html, again.duplicate and not again.published))
-    console.print(recap(runs, out_dir))
+    for line in recap(runs, out_dir):
+        # soft wrap: the terminal wraps a long line where it must, Rich never breaks one inside an ID or a path
+        console.print(line, soft_wrap=True, highlight=False)
     return runs
 
 
-def recap(runs: list[DemoRun], out_dir: Path) -> Table:
-    """The demo's last word: one row per scenario."""
-    table = Table(title=f"gpuaudit demo: {len(runs)} scenarios (findings table {TABLE} and alert topic {TOPIC} in "
-                        f"an embedded account); per scenario {out_dir}/<scenario>.result.json, .report.md, "
-                        ".report.html, .alert.txt", show_lines=True, title_justify="left")
-    for column in ("scenario", "question", "answer", "alert published", "HTML report"):
-        table.add_column(column, overflow="fold")
+def recap(runs: list[DemoRun], out_dir: Path) -> list[Text]:
+    """The demo's last word: a few plain lines per scenario, each value whole on its own labelled line (a table
+    folds IDs and paths mid-token at 80 or 160 columns; these lines read the same on a terminal and in a pipe)."""
+    lines = [Text(f"gpuaudit demo: {len(runs)} scenarios (findings table {TABLE} and alert topic {TOPIC} in an "
+                  f"embedded account); per scenario {out_dir}/<scenario>.result.json, .report.md, .report.html, "
+                  ".alert.txt", style="bold")]
     for run in runs:
         alert = run.alert if run.redelivered_cleanly else f"{run.alert}; SAME AUDIT WROTE AGAIN (bug)"
-        table.add_row(escape(run.scenario), escape(run.question), escape(cut(run.answer, 160)), escape(alert),
-                      escape(str(run.html)))
-    return table
+        # Text, never markup; what a world wrote shown with its control characters made visible
+        lines += [Text(""), Text(one_line(run.scenario), style="bold"),
+                  Text(f"  question: {one_line(run.question)}"),
+                  Text(f"  answer:   {one_line(cut(run.answer, 160))}"),
+                  Text(f"  alert:    {one_line(alert)}"),
+                  Text(f"  report:   {one_line(str(run.html))}")]
+    return lines
 
 
 def _frozen(now: datetime) -> Callable[[], datetime]:

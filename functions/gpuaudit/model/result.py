@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    WithJsonSchema,
+    field_serializer,
+)
 
 from gpuaudit.model.redaction import redact_tree
 from gpuaudit.model.timeutil import UtcDatetime, iso
@@ -15,12 +24,43 @@ SCHEMA = "gpu-audit-result/1"
 
 XidStatus = Literal["Measured", "Not observable", "No HMA detections"]
 Verdict = Literal["REPLACE", "REBOOT", "LEAVE ALONE", "MONITOR", "NOT OBSERVABLE"]
+VERDICTS: tuple[Verdict, ...] = ("REPLACE", "NOT OBSERVABLE", "REBOOT", "MONITOR", "LEAVE ALONE")
 XidClass = Literal["application", "hardware", "sympathetic", "informational", "driver-config", "unverified"]
 BranchLetter = Literal["A", "B", "C", "D", "E", "F"]
 BranchStatus = Literal["Root cause", "Contributing", "Ruled out", "Not assessed", "UNVERIFIED"]
 CauseLabel = Literal["Proven", "Hypothesis (to validate)"]
 Readiness = Literal["Yes", "Yes with risks", "No"]
 CheckResult = Literal["PASS", "RISK", "FAIL", "UNVERIFIED", "Needs input", "Not checked"]
+
+
+# One verdict, two spellings (issue #49 item 4): the display word the reports print (`NOT OBSERVABLE`) and its
+# machine form, an identifier (`NOT_OBSERVABLE`), which records and events carry beside it as `verdict_code` for a
+# rule or a filter to match. Every input takes either, in any case, `-` for `_` too (`parse_verdict`).
+def verdict_code(verdict: str | None) -> str | None:
+    """`NOT OBSERVABLE` → `NOT_OBSERVABLE`; None stays None (no verdict)."""
+    return verdict.replace(" ", "_") if verdict else None
+
+
+def parse_verdict(word: str) -> Verdict | None:
+    """The verdict a word names in any spelling (`not_observable`, `Not-Observable`, `NOT OBSERVABLE`), else None."""
+    spoken = " ".join(re.split(r"[_\-\s]+", word.strip())).upper()
+    return next((v for v in VERDICTS if v == spoken), None)
+
+
+def any_verdict_spelling(value: object) -> object:
+    """A pydantic before-validator: a verdict in any spelling becomes its display word; anything else is left for
+    the field's own type to refuse."""
+    return (parse_verdict(value) or value) if isinstance(value, str) else value
+
+
+# The spellings an input schema lists (display word and code); lower case is taken too.
+VERDICT_SPELLINGS: tuple[str, ...] = tuple(dict.fromkeys(w for v in VERDICTS for w in (v, v.replace(" ", "_"))))
+# A verdict as an input field takes: any spelling, the display word kept.
+VerdictInput = Annotated[Verdict, BeforeValidator(any_verdict_spelling), WithJsonSchema(
+    {"type": "string", "enum": list(VERDICT_SPELLINGS),
+     "description": "A verdict; NOT_OBSERVABLE and NOT OBSERVABLE (LEAVE_ALONE, LEAVE ALONE) are the same, any case"})]
+
+
 # The one order of check results, worst first: how parts combine into one check, and how reports list checks.
 CHECK_SEVERITY: tuple[CheckResult, ...] = ("FAIL", "RISK", "Needs input", "Not checked", "UNVERIFIED", "PASS")
 # The one name of each root-cause branch (RULES §8), for headlines and reports.
@@ -209,15 +249,22 @@ class Finding(Out):
     action: str | None = None
 
 
+# Where a grouped command's IDs file stands in its text until the audit's outputs are written: report/ids.py puts
+# the real path (or S3 URI) there, beside the report, when it writes the file.
+IDS_AT = "<report>"
+
+
 class ActionGroup(Out):
     """One operator action for every node it applies to (RULES §11: identical actions on many nodes are one action
     with the list of nodes). `action` names every node (it is also in `actions`); `ids_file`, when a command reads
-    the IDs from a file, is that file's name beside the report (`<report stem>.<ids_file>`)."""
+    the IDs from a file, is that file's name beside the report (`<report stem>.<ids_file>`); `ids_at` is where it
+    was written (a path or an S3 URI), None until an output wrote it."""
 
     verdict: Verdict
     nodes: list[str]
     action: str
     ids_file: str | None = None
+    ids_at: str | None = None
 
 
 class GapNodes(Out):

@@ -1,14 +1,17 @@
 """The alert an on-call engineer reads on a phone (SNS email, AWS Chatbot), rendered from the result and the
 changes the sinks found against the cluster's latest state (sinks.compare).
 
-* Subject: `<cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)` — printable ASCII, no new line, at most
+* Subject: `[gpuaudit] <cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)` — printable ASCII, no new line, at most
   SUBJECT_MAX characters (SNS rejects a longer or multi-line subject).
 * Body: the per-kind counts first, then one line per node or cluster-level change, worst first, each leading with
-  what to do (the verdict), the node and its Xids, the prose last and cut at a word; then the report link and the
-  dedup key. Plain text: what the account wrote (log lines, names) is quoted as written, control characters shown
-  as `\\xNN` (report/escape.visible), never Markdown-escaped — grepping the logs for a quoted line finds it.
+  what to do (the verdict), the node and its Xids, the prose last and cut at a word; then every node counted by
+  verdict, the grouped actions (each command whole, its node count and where its IDs file is), the nodes' IDs by
+  verdict (the first few, then a count); then the report link and the dedup key. Plain text: what the account wrote (log
+  lines, names) is quoted as written, control characters shown as `\\xNN` (report/escape.visible), never
+  Markdown-escaped — grepping the logs for a quoted line finds it.
 * Chatbot (client-markdown) gets the same text inside a code block, so nothing from the account renders as
-  markup or mentions anyone.
+  markup or mentions anyone; its `nextSteps` are the grouped actions and the report, its `relatedResources` the
+  cluster, the report and the IDs files. Every channel (email, chat, SMS) carries the report link.
 * Message attributes: a stable dedup key (cluster, mode, window, what changed) for a pager's de-duplication, the
   severity and the kinds, for SNS subscription filter policies.
 """
@@ -22,13 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.result import ActionGroup, NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import visible
-from gpuaudit.report.order import xid_codes
+from gpuaudit.report.order import verdict_counts, xid_codes
 from gpuaudit.report.redact import redact
 
 SUBJECT_MAX = 99  # SNS Publish: a subject "less than 100 characters long", printable ASCII, no line break
+SUBJECT_PREFIX = "[gpuaudit] "
+NAMED_IDS = 10  # node IDs the alert names per verdict before counting the rest (fewer when the alert is long)
+ACTION_CHARS = 400  # one grouped action in the alert: its command whole, never the node list
 ALERT_MAX_CHARS = 3500  # one message on a phone, well under Chatbot's and SNS's limits at any fleet size
 ALERT_HEADLINE_CHARS = 400
 ALERT_LINE_CHARS = 240
@@ -84,7 +90,7 @@ def cut(text: str | None, limit: int) -> str:
     return (head[:space] if space > limit // 2 else head).rstrip(" ,;:—-") + "…"
 
 
-def _kind_rank(kind: str) -> int:
+def kind_rank(kind: str) -> int:
     return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
 
 
@@ -109,23 +115,23 @@ def lines_of(result: Result, changes: Sequence[Change]) -> list[AlertLine]:
     for c in changes:
         if c.node is None:  # a cluster-level answer or a check: its own words lead (ROOT CAUSE …, P6 …: FAIL)
             line = c.what + (f" — {c.detail}" if c.detail else "")
-            out.append(((_kind_rank(c.kind), c.rank, ""), AlertLine(c.kind, cut(line, ALERT_LINE_CHARS), None)))
+            out.append(((kind_rank(c.kind), c.rank, ""), AlertLine(c.kind, cut(line, ALERT_LINE_CHARS), None)))
         else:
             by_node.setdefault(c.node, []).append(c)
     for iid, said in by_node.items():
         node = nodes.get(iid)
         verdict = node.verdict if node is not None else None
-        kinds = sorted({c.kind for c in said}, key=_kind_rank)
+        kinds = sorted({c.kind for c in said}, key=kind_rank)
         # The node's line leads with its verdict when a verdict-kind change is about it (a hardware verdict wins
         # over a coverage gap stated beside it, RULES §7); otherwise with the worst kind of change.
         kind = verdict if verdict in VERDICT_KINDS and any(k in VERDICT_KINDS for k in kinds) else kinds[0]
-        ordered = sorted(said, key=lambda c: (_kind_rank(c.kind), c.rank))
+        ordered = sorted(said, key=lambda c: (kind_rank(c.kind), c.rank))
         flapping = " (flapping across audits)" if any(c.flapping for c in said) else ""
         whats = "; ".join(dict.fromkeys(c.what for c in ordered))
         details = "; ".join(dict.fromkeys(c.detail for c in ordered if c.detail))
         line = f"{kind} {iid}{_xids(node)}{flapping}: {whats}" + (f" — {details}" if details else "")
-        out.append(((_kind_rank(kind), min(c.rank for c in said), iid),
-                    AlertLine(kind, cut(line, ALERT_LINE_CHARS), iid)))
+        out.append(((kind_rank(kind), min(c.rank for c in said), iid), AlertLine(kind, cut(line, ALERT_LINE_CHARS),
+                                                                                 iid)))
     return [line for _, line in sorted(out, key=lambda entry: entry[0])]
 
 
@@ -134,7 +140,7 @@ def counts(lines: Sequence[AlertLine]) -> list[tuple[str, int]]:
     tally: dict[str, int] = {}
     for line in lines:
         tally[line.kind] = tally.get(line.kind, 0) + 1
-    return sorted(tally.items(), key=lambda kv: _kind_rank(kv[0]))
+    return sorted(tally.items(), key=lambda kv: kind_rank(kv[0]))
 
 
 def _counted(tally: Sequence[tuple[str, int]]) -> list[str]:
@@ -158,17 +164,17 @@ def plain_name(text: str, accounts: frozenset[str] = frozenset()) -> str:
 
 
 def subject(result: Result, changes: Sequence[Change]) -> str:
-    """`<cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)`: at most SUBJECT_MAX printable ASCII characters; the
-    counts that do not fit are said as `+N more`."""
-    cluster = plain_name(result.cluster.name, result.account_ids)[:48]
+    """`[gpuaudit] <cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)`: the product's name first (a mail filter, a
+    pager rule), at most SUBJECT_MAX printable ASCII characters; the counts that do not fit are said as `+N more`."""
+    cluster = plain_name(result.cluster.name, result.account_ids)[:40]
     parts = _counted(counts(lines_of(result, changes))) or ["no change"]
     tail = f" ({ascii_text(result.mode)})"
     for shown in range(len(parts), 0, -1):
         more = f", +{len(parts) - shown} more" if shown < len(parts) else ""
-        text = f"{cluster}: {', '.join(parts[:shown])}{more}{tail}"
+        text = f"{SUBJECT_PREFIX}{cluster}: {', '.join(parts[:shown])}{more}{tail}"
         if len(text) <= SUBJECT_MAX:
             return text
-    return f"{cluster}: {len(parts)} kinds of change{tail}"[:SUBJECT_MAX]
+    return f"{SUBJECT_PREFIX}{cluster}: {len(parts)} kinds of change{tail}"[:SUBJECT_MAX]
 
 
 def dedup_key(result: Result, changes: Sequence[Change]) -> str:
@@ -184,26 +190,94 @@ def severity(changes: Sequence[Change]) -> str:
     return "critical" if kinds & CRITICAL else "warning" if kinds & WARNING else "info"
 
 
+def verdict_tally(result: Result) -> str:
+    """Every node of the audit counted by verdict, worst first: `42 REPLACE · 184 REBOOT · 1,735 LEAVE ALONE`."""
+    return " · ".join(f"{n:,} {v}" for v, n in verdict_counts(result.nodes)) or "none (no node with a GPU signal)"
+
+
+def _groups_for(result: Result, lines: Sequence[AlertLine]) -> list[ActionGroup]:
+    """The grouped actions of the verdicts the alert is about (REPLACE, NOT OBSERVABLE, REBOOT) that name a node
+    it lists, worst first (rules/actions.py orders them)."""
+    named = {line.node for line in lines if line.node is not None}
+    return [g for g in result.action_groups if g.verdict in VERDICT_KINDS and named.intersection(g.nodes)]
+
+
+def _ids_where(group: ActionGroup | None) -> str:
+    if group is not None and group.ids_at:
+        return group.ids_at
+    return "the report's JSON result"
+
+
+def action_line(group: ActionGroup) -> str:
+    """A grouped action as the alert says it: the command whole (with where its IDs file is), its node count, never
+    the node list (that is the IDs file's)."""
+    listed = ", ".join(group.nodes)
+    head = group.action[: group.action.rindex(listed)] if len(group.nodes) > 1 and listed in group.action \
+        else group.action
+    head = head.rstrip(" :").removesuffix(" — the IDs file beside the report lists them").rstrip(" :")
+    count = f"{len(group.nodes):,} node{'s' if len(group.nodes) != 1 else ''}"
+    where = f"; IDs: {_ids_where(group)}" if len(group.nodes) > 1 else ""
+    return f"{cut(head, ACTION_CHARS)} [{count}{where}]"
+
+
+def _ids_by_verdict(result: Result, lines: Sequence[AlertLine], named: int) -> list[str]:
+    """The nodes the alert is about, by the verdict (or kind) each line leads with: `REBOOT (184): i-…, i-… +174
+    more (all in <IDs file>)`."""
+    by_kind: dict[str, list[str]] = {}
+    for line in lines:
+        if line.node is not None:
+            by_kind.setdefault(line.kind, []).append(line.node)
+    groups: dict[str, ActionGroup] = {}
+    for g in result.action_groups:  # a verdict's largest group with an IDs file (rules/actions.py: largest first)
+        if g.ids_at:
+            groups.setdefault(g.verdict, g)
+    out = []
+    for kind, nodes in by_kind.items():
+        shown = ", ".join(nodes[:named])
+        rest = len(nodes) - min(len(nodes), named)
+        where = _ids_where(groups.get(kind)) if kind in VERDICT_KINDS else "the report"
+        out.append(f"{kind} ({len(nodes):,}): {shown}" + (f" +{rest:,} more (all in {where})" if rest else ""))
+    return out
+
+
 def message(result: Result, changes: Sequence[Change], report_link: str | None = None) -> str:
-    """The plain-text alert: at most ALERT_MAX_CHARS characters at any fleet size (the headline is cut, the lines
-    are listed worst first while they fit, the rest counted; the report link and the dedup key always stay)."""
+    """The plain-text alert, at most ALERT_MAX_CHARS characters at any fleet size: what changed counted, the headline
+    (cut), one line per change worst first while they fit, then every node counted by verdict, the grouped actions
+    with their node counts and where their IDs are, the nodes' IDs by verdict (named while they fit, then counted);
+    the report link and the dedup key always stay."""
     lines = lines_of(result, changes)
     window = f"{iso(result.window.start)} → {iso(result.window.end)}"
+    # The first four lines keep their places (what changed, where, the headline, a blank) and the change lines
+    # follow, as a mail rule or a parser reads them; the fleet-scale sections come after them, before the tail.
     head = [f"Changes: {', '.join(_counted(counts(lines))) or 'none'}",
             f"gpuaudit {result.mode} · {plain_name(result.cluster.name, result.account_ids)} "
             f"({plain_name(result.cluster.region)}) · window {window}",
             cut(result.headline, ALERT_HEADLINE_CHARS), ""]
+    groups = _groups_for(result, lines)
+    # numbered and unbulleted, so "- " still starts exactly the change lines (what a mail rule or a parser reads)
+    actions = ["Actions (not executed):", *[f"{i}. {action_line(g)}" for i, g in enumerate(groups, 1)], ""] \
+        if groups else []
     tail = ["", *([f"Report: {report_link}"] if report_link else []), f"Dedup key: {dedup_key(result, changes)}"]
     listed = [f"- {line.text}" for line in lines]
 
-    def text(shown: int) -> str:
+    def text(named: int, shown: int) -> str:
+        ids = ["Nodes:", *_ids_by_verdict(result, lines, named), ""] if any(line.node for line in lines) else []
         more = [f"- … and {len(listed) - shown:,} more (see the report)"] if shown < len(listed) else []
-        return redact(visible("\n".join([*head, *listed[:shown], *more, *tail])), result.account_ids)
+        sections = ["", f"Verdicts: {verdict_tally(result)}", "", *actions, *ids]
+        return redact(visible("\n".join([*head, *listed[:shown], *more, *sections]).rstrip("\n") + "\n"
+                              + "\n".join(tail)), result.account_ids)
 
-    shown = min(len(listed), ALERT_MAX_LINES)
-    while shown and len(text(shown)) > ALERT_MAX_CHARS:
+    named, shown = NAMED_IDS, min(len(listed), ALERT_MAX_LINES)
+    while shown and len(text(named, shown)) > ALERT_MAX_CHARS:
         shown -= 1
-    return text(shown)[:ALERT_MAX_CHARS]
+    while named > 1 and len(text(named, shown)) > ALERT_MAX_CHARS:
+        named -= 1
+    full = text(named, shown)
+    if len(full) <= ALERT_MAX_CHARS:
+        return full
+    # still too long (many kinds, long commands): keep the tail (the report link, the dedup key) whole
+    end = redact(visible("\n".join(tail)), result.account_ids)
+    return full[: ALERT_MAX_CHARS - len(end) - 2].rstrip() + "\n…" + end
 
 
 def _code_block(text: str) -> str:
@@ -211,11 +285,27 @@ def _code_block(text: str) -> str:
     return "```\n" + text.replace("```", "`\u200b`\u200b`").replace("@", "@\u200b") + "\n```"
 
 
-def chatbot_payload(result: Result, changes: Sequence[Change], alert: str) -> str:
+def _no_mention(text: str) -> str:
+    """Chat text that mentions no one (`@here`, `@channel`, a user) and opens no link markup of its own."""
+    return text.replace("@", "@\u200b").replace("<", "‹").replace(">", "›")
+
+
+def chatbot_payload(result: Result, changes: Sequence[Change], alert: str, report_link: str | None = None) -> str:
     """AWS Chatbot (Amazon Q Developer in chat applications) custom notification: version 1.0, source custom,
-    client-markdown content; the dedup key as the event id and thread, so updates of one change share a thread."""
+    client-markdown content; the dedup key as the event id and thread, so updates of one change share a thread.
+    `nextSteps`: each grouped action (its command in a code span, its node count, where its IDs are), then the
+    report; `relatedResources`: the cluster's ARN, the report, the IDs files — outside the code block, so the
+    report link is one tap away in the channel too."""
     key = dedup_key(result, changes)
     first, _, rest = alert.partition("\n")
+    accounts = result.account_ids
+    steps = [
+        _no_mention(redact(visible(action_line(g)), accounts)) for g in _groups_for(result, lines_of(result, changes))
+    ]
+    if report_link:
+        steps.append(f"Open the report: {_no_mention(report_link)}")
+    related = [r for r in (result.cluster.arn, *(report_link or "").split(" · "),
+                           *(g.ids_at for g in result.action_groups if g.ids_at)) if r]
     return json.dumps(
         {
             "version": "1.0",
@@ -225,16 +315,24 @@ def chatbot_payload(result: Result, changes: Sequence[Change], alert: str) -> st
                 "textType": "client-markdown",
                 "title": subject(result, changes),
                 "description": _code_block(rest.strip("\n") or first),
+                "nextSteps": steps,
                 "keywords": [result.mode, severity(changes), *[kind for kind, _ in counts(lines_of(result, changes))]],
             },
             "metadata": {
-                "threadId": plain_name(f"gpuaudit-{result.cluster.name}-{result.mode}", result.account_ids),
+                "threadId": plain_name(f"gpuaudit-{result.cluster.name}-{result.mode}", accounts),
                 "summary": first,
                 "eventType": f"gpuaudit.{result.mode}",
+                "relatedResources": list(dict.fromkeys(related)),
                 "additionalContext": {"dedup_key": key, "severity": severity(changes)},
             },
         }
     )
+
+
+def sms_text(result: Result, changes: Sequence[Change], report_link: str | None = None) -> str:
+    """The SMS channel (SNS `sms`): the subject and where the report is, short enough for a text message."""
+    where = report_link.split(" · ")[-1] if report_link else "no report link"
+    return redact(f"{subject(result, changes)} — {where}", result.account_ids)
 
 
 def message_attributes(result: Result, changes: Sequence[Change]) -> dict[str, dict[str, Any]]:

@@ -8,8 +8,11 @@ instead of parsing the SNS prose.
   it does not apply), so a rule can test any of them with `exists` and a consumer never meets a missing key.
   Fields may be added at the end; none is renamed or changes meaning without a new version.
 * Account text (names, log lines quoted in a reason) is redacted of account IDs and its control characters are
-  shown as `\\xNN` (report/escape.visible), as in the alert; the JSON is ASCII. No `Resources`: an instance ARN
-  carries the account ID, and EventBridge's own `account` field already names the account to whoever may see it.
+  shown as `\\xNN` (report/escape.visible), as in the alert; the JSON is ASCII. `Resources` carries the node's
+  instance ARN and the cluster's ARN (issue #49 item 9), unredacted like the result's `cluster.arn`: EventBridge's
+  own `account` field already names the account to whoever may see the event.
+* One event per node per audit (`one_per_node`): a node's changes (a new verdict, its coverage lost) are one event
+  led by the most urgent, every code in `changes`.
 * Limits (EventBridge User Guide, "Calculating PutEvents event entry size"; API reference, PutEvents): at most
   MAX_ENTRIES_PER_CALL entries per call, and an entry — Time (14 bytes when given), Source, DetailType, Detail and
   each Resources item in UTF-8 bytes — under MAX_ENTRY_BYTES; AWS also rejects a call whose entries together pass
@@ -23,9 +26,9 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.result import NodeResult, Result, verdict_code
 from gpuaudit.model.timeutil import iso
-from gpuaudit.report.alert import Change, cut, dedup_key, severity
+from gpuaudit.report.alert import Change, cut, dedup_key, kind_rank, severity
 from gpuaudit.report.escape import visible
 from gpuaudit.report.order import verdict_rank, xid_codes
 from gpuaudit.report.records import reason_code
@@ -70,8 +73,12 @@ DETAIL_FIELDS = ("schema", "change", "kind", "severity", "audit_id", "cluster", 
                  "window_end", "node", "instance_group", "instance_type", "node_status", "verdict",
                  "previous_verdict", "verdict_rank", "reason_code", "reason", "xid_codes", "xid_classes", "coverage",
                  "previous_coverage", "root_cause", "branches", "previous_root_cause", "ready", "previous_ready",
-                 "check_id", "check_result", "previous_check_result", "summary", "report", "dedup_key", "event_key")
-LIST_FIELDS = ("xid_codes", "xid_classes", "branches")
+                 "check_id", "check_result", "previous_check_result", "summary", "report", "dedup_key", "event_key",
+                 # the verdicts' machine forms (`NOT_OBSERVABLE` beside `NOT OBSERVABLE`), what a pattern matches
+                 "verdict_code", "previous_verdict_code",
+                 # every change of the node this event carries (one event per node per audit), the leading one first
+                 "changes")
+LIST_FIELDS = ("xid_codes", "xid_classes", "branches", "changes")
 
 
 def detail_type(change: Change) -> str:
@@ -94,10 +101,12 @@ def _node_fields(node: NodeResult | None, change: Change) -> dict[str, Any]:
         fields["previous_coverage"] = change.was
     elif node_change:
         fields["previous_verdict"] = _recorded(change.was)
+        fields["previous_verdict_code"] = verdict_code(_recorded(change.was))
     if node is None:  # gone from the node list: only what was recorded is known
         return fields
     return {**fields, "instance_group": node.instance_group, "instance_type": node.instance_type,
-            "node_status": node.status, "verdict": node.verdict, "verdict_rank": verdict_rank(node.verdict),
+            "node_status": node.status, "verdict": node.verdict, "verdict_code": verdict_code(node.verdict),
+            "verdict_rank": verdict_rank(node.verdict),
             "reason_code": reason_code(node), "reason": node.verdict_evidence,
             # this audit's Xids (an earlier audit's, from fleet memory, are named in the reason)
             "xid_codes": xid_codes(node, history=False),  # the Xid the verdict rests on first
@@ -124,16 +133,41 @@ def _answer_fields(result: Result, change: Change) -> dict[str, Any]:
     return {"reason": change.detail}
 
 
-def detail(result: Result, change: Change, changes: Sequence[Change], report: str | None = None) -> dict[str, Any]:
-    """One change's detail (EVENT_SCHEMA), account IDs redacted and control characters shown."""
+def one_per_node(changes: Sequence[Change]) -> list[list[Change]]:
+    """The changes as events: a node's changes together (a new NOT OBSERVABLE verdict and its coverage lost are one
+    event, not two saying the same verdict), the most urgent leading — the alert's order (kind, then rank), a verdict
+    change before a coverage change of the same urgency; a cluster-level change alone. In the order of `changes`."""
+    grouped: dict[str, list[Change]] = {}
+    out: list[list[Change]] = []
+    for change in changes:
+        if change.node is None:
+            out.append([change])
+        elif change.node in grouped:
+            grouped[change.node].append(change)
+        else:
+            grouped[change.node] = [change]
+            out.append(grouped[change.node])
+    return [sorted(group, key=lambda c: (kind_rank(c.kind), c.rank, DETAIL_TYPES.get(c.code) != NODE_VERDICT_CHANGED))
+            for group in out]
+
+
+def detail(result: Result, change: Change, changes: Sequence[Change], report: str | None = None,
+           also: Sequence[Change] = ()) -> dict[str, Any]:
+    """One event's detail (EVENT_SCHEMA): `change` leads, `also` are the node's other changes this audit (their
+    coverage fields filled, their codes in `changes`); account IDs redacted and control characters shown."""
     nodes = {n.instance_id: n for n in result.nodes}
     kind = detail_type(change)
     about = _node_fields(nodes.get(change.node), change) if change.node is not None else _answer_fields(result, change)
+    for other in also:  # the node's other changes: only ever of the same node (one_per_node)
+        extra = _node_fields(nodes.get(other.node) if other.node is not None else None, other)
+        about.update({k: v for k, v in extra.items() if about.get(k) is None})
     key = [result.audit_id, kind, change.code, change.node or about.get("check_id") or ""]
-    row = {"schema": EVENT_SCHEMA, "change": change.code, "kind": change.kind, "severity": severity([change]),
+    row = {"schema": EVENT_SCHEMA, "change": change.code, "kind": change.kind,
+           "severity": severity([change, *also]),
            "audit_id": result.audit_id, "cluster": result.cluster.name, "region": result.cluster.region,
            "mode": result.mode, "window_start": iso(result.window.start), "window_end": iso(result.window.end),
-           **about, "summary": change.text, "report": report, "dedup_key": dedup_key(result, changes),
+           **about, "summary": "; ".join(dict.fromkeys(c.text for c in (change, *also))), "report": report,
+           "dedup_key": dedup_key(result, changes), "changes": [c.code for c in (change, *also)],
            # the same change of the same audit: the same key (a retried PutEvents, a re-delivered event)
            "event_key": hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]}
     empty: dict[str, Any] = {f: ([] if f in LIST_FIELDS else None) for f in DETAIL_FIELDS}
@@ -155,6 +189,29 @@ def _detail_json(fields: dict[str, Any]) -> str:
     return json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
 
 
+def _partition(region: str) -> str:
+    return "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
+
+
+def resources(result: Result, node: str | None) -> list[str]:
+    """The event's `Resources`: the node's EC2 instance ARN (a node's event) and the cluster's ARN, for a rule to
+    match on or a target to act on. The account in them is the audited one, whose ID EventBridge's own `account`
+    field already carries; like the result's `cluster.arn`, they are not redacted (an ARN with `<account>` names
+    nothing). The instance ARN needs the account: the cluster ARN's, else the one account the audit read."""
+    arn = result.cluster.arn
+    parts = arn.split(":") if arn else []
+    account: str | None
+    if len(parts) > 5 and parts[4].isdigit():
+        partition, account = parts[1], parts[4]
+    else:
+        only = sorted(result.account_ids)
+        partition, account = _partition(result.cluster.region), only[0] if len(only) == 1 else None
+    out = []
+    if node is not None and account is not None and node.startswith("i-"):
+        out.append(f"arn:{partition}:ec2:{result.cluster.region}:{account}:instance/{node}")
+    return out + ([arn] if arn else [])
+
+
 def entry_size(entry: dict[str, Any]) -> int:
     """The size EventBridge counts for one PutEvents entry (User Guide, "Calculating PutEvents event entry size")."""
     size = TIME_BYTES if entry.get("Time") is not None else 0
@@ -168,11 +225,13 @@ def entries(result: Result, changes: Sequence[Change], report: str | None = None
     """The PutEvents entries of one audit's changes, in the alert's order (worst first). `bus`: the event bus's
     name or ARN; None leaves EventBusName out (the account's default bus)."""
     out = []
-    for change in changes:
+    for change, *also in one_per_node(changes):
         kind = detail_type(change)
-        fields = detail(result, change, changes, report)
+        fields = detail(result, change, changes, report, also)
         entry: dict[str, Any] = {"Time": result.generated_at, "Source": SOURCE, "DetailType": kind,
                                  "Detail": _detail_json(fields), **({"EventBusName": bus} if bus else {})}
+        if arns := resources(result, change.node):
+            entry["Resources"] = arns
         if entry_size(entry) >= MAX_ENTRY_BYTES:  # only a hostile name or text: cut every field shorter
             entry["Detail"] = _detail_json(_shown(fields, result.account_ids, SHORT_TEXT_CHARS))
         out.append(entry)

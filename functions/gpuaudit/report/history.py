@@ -298,6 +298,58 @@ def render_markdown(read: HistoryRead, cluster: str, view: HistoryView | None = 
     return redact("\n".join(lines)) + "\n"
 
 
+# --------------------------------------------------------------------------- table (a terminal)
+
+
+def _columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Aligned plain columns, the widest cell setting each width, nothing cut (an ID that is cut cannot be used)."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in [list(header), *rows]]
+
+
+def render_table(read: HistoryRead, cluster: str, view: HistoryView | None = None) -> str:
+    """`history --format table`: what the Markdown says, as a terminal reads it (issue #49 item 10) — the header, the
+    open actions, the nodes worst first, the steady ones counted, a node's timeline for `--node`; account text made
+    visible (control characters as `\\xNN`) and redacted, never markup."""
+    view = view or view_of(read)
+    nodes = nodes_of(read, view)
+    span = found_span(nodes)
+    until = span[1] if span else view.until
+
+    def clean(value: object) -> str:
+        return visible(" ".join(str(value).split()))
+
+    lines = [f"gpuaudit history: {clean(cluster)}", *header(read, nodes, view)]
+    if not nodes:
+        lines.append("no node matches the filters" if view.filters() else "no audit of this cluster in the look-back")
+    opened = _open_rows(nodes, until)
+    if opened:
+        lines += ["", f"open actions ({len(opened)})", *_columns(
+            ("NODE", "ACTION", "GIVEN", "SIGNAL", "OPEN FOR", "AUDITS SINCE", "LATEST"),
+            [(clean(n.instance_id), a.verdict, iso(a.given.audit_time), iso(a.signal) if a.signal else "—", age,
+              str(a.audits_since), clean(n.latest or "none")) for n, a, age in opened])]
+    listed = [n for n in nodes if view.show_all or not n.steady]
+    if listed:
+        lines += ["", "nodes, worst first", *_columns(
+            ("NODE", "STANDING", "LATEST VERDICT", "ACTIONS ASKED", "CHANGES", "SIGNALS", "REBOOTS", "AUDITS"),
+            [(clean(n.instance_id), n.standing or "none", clean(verdict_text(n.spans[-1])),
+              actions_asked(n) or "—", str(n.changes), str(n.signals),
+              str(len({r for s in n.spans for r in s.reboots})), str(sum(s.audits for s in n.spans)))
+             for n in listed])]
+    steady = _steady_counts(nodes)
+    if steady and not view.show_all:
+        lines += ["", f"steady (nothing open, no verdict change): {sum(c for _, c in steady)} node(s) — "
+                  + ", ".join(f"{v} {c}" for v, c in steady) + " (--all lists them)"]
+    for n in nodes if (view.show_all or len(nodes) == 1) else []:
+        lines += ["", clean(n.instance_id), "  " + clean(summary_line(n.spans, n.actions))]
+        lines += [f"  - {clean(action_text(a))}" for a in n.actions]
+        lines += _columns(("FROM", "THROUGH", "AUDITS", "VERDICT", "COVERAGE", "REBOOTS"),
+                          [(iso(x.audit_time), iso(x.through), str(x.audits), clean(verdict_text(x)),
+                            clean(x.xid_status), str(len(x.reboots))) for x in n.rows])
+    return redact("\n".join(lines)) + "\n"
+
+
 # --------------------------------------------------------------------------- JSON
 
 

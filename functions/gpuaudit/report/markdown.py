@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from gpuaudit.model.evidence import Evidence
-from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, check_rank
+from gpuaudit.model.result import BRANCH_NAMES, IDS_AT, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
 from gpuaudit.report.fleet import (
@@ -240,7 +240,7 @@ def action_lines(r: Result) -> list[str]:
     short = {}
     for g in r.action_groups:
         if len(g.nodes) > LISTED_IDS:
-            where = f"<report>.{g.ids_file} and the JSON result" if g.ids_file else "the JSON result"
+            where = f"{g.ids_at or f'{IDS_AT}.{g.ids_file}'} and the JSON result" if g.ids_file else "the JSON result"
             head = g.action[: g.action.rindex(", ".join(g.nodes))]
             short[g.action] = (f"{head}{', '.join(g.nodes[:LISTED_IDS])} … and {len(g.nodes) - LISTED_IDS:,} more "
                                f"(all in {where})")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuaudit.model.redaction import redact_tree
-from gpuaudit.model.result import NodeResult, Result
+from gpuaudit.model.result import NodeResult, Result, verdict_code
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import visible
 from gpuaudit.report.order import verdict_rank, worst_first, xid_codes
@@ -27,7 +27,9 @@ FINDINGS_SCHEMA = "gpu-audit-finding/1"
 FIELDS = ("schema", "audit_id", "cluster", "region", "mode", "window_start", "window_end", "record", "id",
           "verdict", "severity_rank", "reason_code", "reason", "xid_codes", "xid_classes", "pci_bus",
           "coverage_status", "log_group", "log_stream", "instance_group", "instance_type", "status", "role",
-          "result", "label", "title", "actions")
+          "result", "label", "title", "actions",
+          # the verdict's machine form (`NOT_OBSERVABLE` beside `NOT OBSERVABLE`): what a filter or a rule matches
+          "verdict_code")
 LIST_FIELDS = ("xid_codes", "xid_classes", "pci_bus", "log_group", "log_stream", "actions")
 # A spreadsheet runs a cell starting with these as a formula (OWASP CSV injection); tab and CR start one too.
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -46,6 +48,14 @@ def reason_code(node: NodeResult) -> str:
             return "recurring-hardware-signal"
         if "hma" in sources:
             return "hma-detection"
+        # the Xid the verdict rests on, by its class: an informational Xid 63 routed to REBOOT (a row remap pending)
+        # is `informational-xid`, a driver-config Xid 119 `driver-config-xid`, never a bare node status
+        deciding = next((e for e in node.gpu_errors if node.deciding_xid is not None and e.code == node.deciding_xid
+                         and e.source == "kernel"), None)
+        if deciding is not None:
+            return f"{deciding.class_}-xid"
+        if any(e.code is None and e.source == "kernel" for e in node.gpu_errors):
+            return "memory-signal"  # a non-Xid memory line (Remapping Failure Occurred, Pending Page Blacklist, …)
         if "hardware" in classes:
             return "hardware-xid"
         if node.kubernetes:
@@ -58,19 +68,27 @@ def reason_code(node: NodeResult) -> str:
 
 def _node_record(node: NodeResult, actions: Sequence[str]) -> dict[str, Any]:
     streams = [r for r in node.coverage]
-    return {"record": "node", "id": node.instance_id, "verdict": node.verdict,
-            "severity_rank": verdict_rank(node.verdict), "reason_code": reason_code(node),
-            "reason": node.verdict_evidence,
-            "xid_codes": xid_codes(node),  # the Xid the verdict rests on first
-            "xid_classes": sorted({e.class_ for e in node.gpu_errors}),
-            "pci_bus": sorted({e.pci for e in node.gpu_errors if e.pci}),
-            "coverage_status": node.xid_status,
-            "log_group": list(dict.fromkeys(r.log_group for r in streams)),
-            "log_stream": list(dict.fromkeys(r.log_stream for r in streams if r.log_stream)),
-            "instance_group": node.instance_group, "instance_type": node.instance_type, "status": node.status,
-            "role": node.role,
-            "actions": [a for a in actions if node.instance_id in a]
-            + ([node.service_action] if node.service_action else [])}
+    return {
+        "record": "node",
+        "id": node.instance_id,
+        "verdict": node.verdict,
+        "verdict_code": verdict_code(node.verdict),
+        "severity_rank": verdict_rank(node.verdict),
+        "reason_code": reason_code(node),
+        "reason": node.verdict_evidence,
+        "xid_codes": xid_codes(node),  # the Xid the verdict rests on first
+        "xid_classes": sorted({e.class_ for e in node.gpu_errors}),
+        "pci_bus": sorted({e.pci for e in node.gpu_errors if e.pci}),
+        "coverage_status": node.xid_status,
+        "log_group": list(dict.fromkeys(r.log_group for r in streams)),
+        "log_stream": list(dict.fromkeys(r.log_stream for r in streams if r.log_stream)),
+        "instance_group": node.instance_group,
+        "instance_type": node.instance_type,
+        "status": node.status,
+        "role": node.role,
+        "actions": [a for a in actions if node.instance_id in a]
+        + ([node.service_action] if node.service_action else []),
+    }
 
 
 def records(result: Result, nodes: Sequence[NodeResult] | None = None) -> list[dict[str, Any]]:

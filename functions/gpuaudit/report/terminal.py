@@ -21,6 +21,7 @@ from rich.text import Text
 from gpuaudit.model.result import BRANCH_NAMES, CheckResult, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import one_line
+from gpuaudit.report.markdown import action_lines
 from gpuaudit.report.order import deciding_first, verdict_counts, worst_first
 from gpuaudit.report.redact import redact
 
@@ -37,6 +38,10 @@ READY_STYLE = {"Yes": ("✓", "green"), "Yes with risks": ("!", "yellow"), "No":
 LISTED = 8  # gaps and actions shown before "… N more in the full report"
 CODE_SPAN = re.compile(r"`+([^`]+)`+")
 COLUMNS = ("VERDICT", "NODE", "GROUP", "TYPE", "XID", "LAST SEEN", "COVERAGE")
+# Below this many columns the node table drops what `kubectl get` leaves to `-o wide` (GROUP, TYPE, LAST SEEN): an
+# ID that wraps cannot be copied, so the columns go, never the ID. Files and pipes are always wide.
+WIDE_COLUMNS = 120
+NARROW_DROPS = ("GROUP", "TYPE", "LAST SEEN")
 
 
 class _Clean:
@@ -130,10 +135,34 @@ def _listed(title: str, items: Sequence[str], clean: _Clean, more: str) -> list[
     return lines
 
 
+def _narrowed(header: Sequence[str], rows: Sequence[tuple[Text, ...]], wide: bool) -> tuple[list[str],
+                                                                                            list[tuple[Text, ...]]]:
+    """The node table's columns for the width: all of them when wide, else without NARROW_DROPS."""
+    if wide:
+        return list(header), list(rows)
+    kept = [i for i, h in enumerate(header) if h not in NARROW_DROPS]
+    return [header[i] for i in kept], [tuple(r[i] for i in kept) for r in rows]
+
+
+def _steps_for(result: Result, nodes: Sequence[NodeResult]) -> list[str]:
+    """The next steps a filtered table shows (`--verdict`, `--only-exceptions`): a node action only when it is about
+    a listed node (a grouped one by its nodes), a cluster-level step (a check's, a branch's) always."""
+    shown = {n.instance_id for n in nodes}
+    grouped = {g.action: set(g.nodes) for g in result.action_groups}
+    every = {n.instance_id for n in result.nodes}
+    out = []
+    for action in result.actions:
+        about = grouped.get(action) or {iid for iid in every if iid in action}
+        if not about or about & shown:
+            out.append(action)
+    return out
+
+
 def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_file: str | None = None,
-            filtered: str | None = None) -> list[Text]:
+            filtered: str | None = None, width: int | None = None) -> list[Text]:
     """The summary as lines. `nodes`: the rows to list (default: shown_nodes); `filtered` names the filter that
-    chose them, so a shortened list never reads as the whole cluster."""
+    chose them, so a shortened list never reads as the whole cluster; `width`: the terminal's columns (None: a file
+    or a pipe), below WIDE_COLUMNS the node table drops NARROW_DROPS."""
     clean = _Clean(result.account_ids)
     listed = shown_nodes(result) if nodes is None else list(nodes)
     elsewhere = f"in the full report: {report_file}" if report_file else "in the full report (--format md)"
@@ -153,7 +182,7 @@ def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_fi
     if listed:
         note = f" — {filtered}: {len(listed)} of {len(shown_nodes(result))}" if filtered else ""
         lines.append(Text(f"nodes ({len(listed)}, worst first{note})", style="bold"))
-        lines += _table(COLUMNS, node_rows(result, listed))
+        lines += _table(*_narrowed(COLUMNS, node_rows(result, listed), width is None or width >= WIDE_COLUMNS))
     elif filtered:
         lines.append(Text(f"nodes: none match {filtered}", style="bold"))
     if result.branches:
@@ -180,7 +209,10 @@ def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_fi
             lines.append(line)
             if c.action and c.result != "PASS":
                 lines.append(Text("      → ").append_text(clean.prose(c.action)))
-    for title, items in (("visibility gaps", result.visibility_gaps), ("next steps", result.actions)):
+    # a grouped action names its first few nodes and where all of them are (its IDs file), as the Markdown does
+    kept = set(_steps_for(result, listed) if filtered else result.actions)
+    steps = [short for action, short in zip(result.actions, action_lines(result), strict=True) if action in kept]
+    for title, items in (("visibility gaps", result.visibility_gaps), ("next steps", steps)):
         block = _listed(title, items, clean, elsewhere)
         lines += [Text(""), *block] if block else []
     if result.invariants_broken:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuaudit.model.evidence import Evidence
-from gpuaudit.model.result import ActionGroup, Verdict
+from gpuaudit.model.result import IDS_AT, ActionGroup, Verdict
 
 # IDs one call takes: BatchRebootClusterNodes and BatchReplaceClusterNodes accept 1 to 25 node IDs. EC2
 # RebootInstances documents no maximum; 100 keeps each request, and what one failed request leaves undone, small.
@@ -91,13 +91,13 @@ def _group_text(evidence: Evidence, verdict: Verdict, template: str, nodes: list
         if hyperpod:
             api = "batch-replace-cluster-nodes" if verdict == "REPLACE" else "batch-reboot-cluster-nodes"
             command = (f"`xargs -n {HYPERPOD_IDS_PER_CALL} aws sagemaker {api} --cluster-name {evidence.cluster.name} "
-                       f"--node-ids < <report>.{file}` ({HYPERPOD_IDS_PER_CALL} IDs per call, the API's limit; "
+                       f"--node-ids < {IDS_AT}.{file}` ({HYPERPOD_IDS_PER_CALL} IDs per call, the API's limit; "
                        f"Slurm: `scontrol update node=<node> state=fail reason=\"Action:{verb}\"` for each)")
         else:
             command = (f"drain them, then `xargs -n {EC2_IDS_PER_CALL} aws ec2 reboot-instances --instance-ids < "
-                       f"<report>.{file}` ({EC2_IDS_PER_CALL} IDs per call)")
+                       f"{IDS_AT}.{file}` ({EC2_IDS_PER_CALL} IDs per call)")
         return f"{verb} {count} ({verdict}): {command} — the IDs file beside the report lists them: {listed}", file
     if verdict == "NOT OBSERVABLE" and "; meanwhile" not in template:
         return (f"On each of {count} (NOT OBSERVABLE): `dmesg -T | grep -i nvrm` and `journalctl -k | grep -i xid`; "
-                f"then fix kernel log shipping for them (IDs in <report>.{file}): {listed}"), file
+                f"then fix kernel log shipping for them (IDs in {IDS_AT}.{file}): {listed}"), file
     return f"{count} ({verdict}): " + template.replace(NODE, "each node") + f": {listed}", None
