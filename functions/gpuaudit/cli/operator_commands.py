@@ -74,6 +74,8 @@ def report(
 
     stdout = Console(highlight=False, soft_wrap=True)
     try:
+        if out not in (None, "-") and same_file(Path(str(out)), result_file):
+            raise UserError(f"--out {visible(str(out))}: is the RESULT.json being rendered; refusing to overwrite it")
         outputs = plan(fmt, out, _out_dir(out_dir), stdout.is_terminal)
         if fmt is None and out is None and out_dir is None:
             outputs = [Output("html", None)]  # `report RESULT.json` alone: the HTML report, as it always was
