@@ -29,7 +29,8 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report import alert
-from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, read_gaps, write_and_alert
+from gpuaudit.rules.what_changed import compare, read_gaps
+from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000

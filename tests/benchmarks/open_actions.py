@@ -36,7 +36,7 @@ from gpuaudit.model.evidence import AuditRequest  # noqa: E402
 from gpuaudit.model.timeutil import parse_time  # noqa: E402
 from gpuaudit.report.markdown import finalize  # noqa: E402
 from gpuaudit.rules.judge import JudgeConfig, judge, with_actions_asked  # noqa: E402
-from gpuaudit.sinks import compare  # noqa: E402
+from gpuaudit.rules.what_changed import compare  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

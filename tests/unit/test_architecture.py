@@ -44,6 +44,7 @@ RULES_FLOORS: dict[str, int] = {
     "xid_lines": 1, "xid": 1, "xid_routing": 1, "hma": 1, "coverage": 1, "history": 1, "storage": 1, "bootstrap": 1, "control_plane": 1,
     "nodes": 1, "acted": 1, "actions": 1, "host_events": 1, "straggler": 1,
     "fabric_manager": 1, "node_state": 1, "signal_verdict": 1, "gpu_count": 1, "efa_counters": 1,
+    "what_changed": 1,  # what changed since the last audit (a Result against the recorded state), so what alerts
     # 2: what every judging rule shares (the judge's configuration, Judged, Context) and how a step is shown
     "context": 2, "steps": 2,
     # 3: readers of a concern the incident questions and the pre-flight checks both ask
