@@ -207,7 +207,7 @@ def _answer_changes(result: Result, previous: dict[str, dict[str, str]], state: 
             {"label": "Hypothesis", "branches": ",".join(leading)} if leading else {"label": "none", "branches": ""})
         before = previous.get("CAUSE")
         was = _kept(before) if before is not None else {"label": "none", "branches": ""}
-        named = ", ".join(f"branch {b} ({BRANCH_NAMES[b]})" for b in (proven or leading))  # type: ignore[index]
+        named = ", ".join(f"branch {b} ({BRANCH_NAMES[b]})" for b in (proven or leading))
         if now != was and now["label"] == "Proven":
             rows.append(Change(1, ROOT_CAUSE, f"ROOT CAUSE (Proven): {named}",
                                detail=result.headline.split(" — ", 1)[-1], code=ROOT_CAUSE_PROVEN,
