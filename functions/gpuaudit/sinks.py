@@ -1,4 +1,5 @@
-"""Where results go: the findings table (DynamoDB) and the alert topic (SNS).
+"""Where results go: the result and its reports (S3, `write_reports`), the findings table (DynamoDB) and the alert
+topic (SNS).
 
 Writes are idempotent: the audit's summary is put with `attribute_not_exists`, keyed by the
 deterministic audit_id, so re-running the same audit window writes nothing new and
@@ -27,6 +28,7 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report import alert
 from gpuaudit.report.alert import ALERT_MAX_CHARS, Change
+from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
 from gpuaudit.rules.what_changed import StateWrite, compare
 
@@ -192,6 +194,48 @@ def recorded_as(ddb: Any, table: str, result: Result) -> str | None:
     if recorded is None:
         return None
     return "duplicate" if len(result.visibility_gaps) >= int(recorded.get("gaps", {}).get("N", "0")) else "superseded"
+
+
+RESULTS_PREFIX = "results"
+
+
+@dataclass(frozen=True)
+class ReportObjects:
+    """Where one audit's result and reports are in the evidence bucket: `results/<cluster>/<audit id>` and a suffix
+    per format (the audit ID is deterministic: a rerun of the window names the same objects)."""
+
+    base: str
+
+    @classmethod
+    def of(cls, result: Result) -> ReportObjects:
+        return cls(f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}")
+
+    @property
+    def json(self) -> str:
+        return f"{self.base}.json"
+
+    @property
+    def markdown(self) -> str:
+        return f"{self.base}.md"
+
+    @property
+    def html(self) -> str:
+        return f"{self.base}.html"
+
+
+def write_reports(s3: Any, bucket: str, result: Result, ddb: Any, table: str) -> ReportObjects:
+    """The result JSON (every node's row: the findings table keeps only the summary and the latest state), the
+    Markdown and the HTML report, to the evidence bucket. A rerun the findings table already holds as complete (a
+    duplicate, `recorded_as`) writes none: it must not replace the complete result in S3 either."""
+    objects = ReportObjects.of(result)
+    if recorded_as(ddb, table, result) == "duplicate":
+        return objects
+    s3.put_object(Bucket=bucket, Key=objects.json, Body=result.to_json().encode(), ContentType="application/json")
+    s3.put_object(Bucket=bucket, Key=objects.markdown, Body=result.report_markdown.encode(),
+                  ContentType="text/markdown")
+    s3.put_object(Bucket=bucket, Key=objects.html, Body=render_html(result).encode(),
+                  ContentType="text/html; charset=utf-8")
+    return objects
 
 
 def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, result: Result,

@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         result = finalize(pipeline.record_history(store, result, evidence), evidence)
         asked = [a for n in result.nodes for a in n.actions_asked or []]
         comparison = compare(result, previous)
-        previous = {**previous, **{w["sk"]["S"]: {k: v["S"] for k, v in w.items() if "S" in v}
-                                   for w in comparison.writes}}
+        previous = {**previous, **{w.sk: dict(w.attrs) for w in comparison.writes}}
         kinds: dict[str, int] = {}
         for c in comparison.records:
             kinds[c.kind] = kinds.get(c.kind, 0) + 1
