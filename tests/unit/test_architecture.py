@@ -336,7 +336,8 @@ def callee(call: ast.Call) -> str | None:
 
 def called_names(tree: ast.AST) -> list[str]:
     """The name of every function called in `tree`, in source order."""
-    calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda c: (c.lineno, c.col_offset))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    calls.sort(key=lambda c: (c.lineno, c.col_offset))
     return [name for c in calls if (name := callee(c)) is not None]
 
 

@@ -32,8 +32,9 @@ def result(audit_id: str = "a1", **fields: Any) -> Result:
 
 
 def gpu_node(**fields: Any) -> NodeResult:
-    return NodeResult(**({"instance_id": IID, "status": "running", "gpu_count": 8, "xid_status": "Measured",
-                          "coverage": [MEASURED]} | fields))
+    base: dict[str, Any] = {"instance_id": IID, "status": "running", "gpu_count": 8, "xid_status": "Measured",
+                            "coverage": [MEASURED]}
+    return NodeResult(**(base | fields))
 
 
 def recorded(writes: list[StateWrite]) -> dict[str, dict[str, str]]:
