@@ -8,7 +8,7 @@ A fleet world of N GPU nodes, a tenth with an Xid 79 at 09:00 (REBOOT, RULES §7
 is audited to 10:00 and to 22:00 with a SQLite history: the second audit reads the first's spans, the Xids have left
 its window, half the REBOOTs are done (a boot banner after the signal) and half still open. Per audit it prints the
 judge's wall seconds, the part of them the actions take, the spans read, the actions open and done, and the changes
-`sinks.compare` finds against the previous audit's latest state (expected at 22:00: one DONE per rebooted node,
+`what_changed.compare` finds against the previous audit's latest state (expected at 22:00: one DONE per rebooted node,
 nothing for the open ones, no RECOVERED).
 """
 
