@@ -31,7 +31,8 @@ from gpuaudit.pipeline import run_audit
 from gpuaudit.report import events
 from gpuaudit.report.alert import Change
 from gpuaudit.report.records import records
-from gpuaudit.sinks import SinkOutcome, compare, write_and_alert
+from gpuaudit.rules.what_changed import compare
+from gpuaudit.sinks import SinkOutcome, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000
@@ -333,14 +334,14 @@ def test_local_history_is_the_previous_state_of_the_offline_events(tmp_path: Any
 
 
 def test_every_change_the_sinks_find_carries_an_event_code() -> None:
-    """Each Change sinks.compare builds says its code (and so its detail-type): a new kind of change without one
+    """Each Change what_changed.compare builds says its code (and so its detail-type): a new kind of change without one
     would make the Verdict step's events fail, so it is caught here, where the changes are built."""
     import ast
     import inspect
 
-    from gpuaudit import sinks
+    from gpuaudit.rules import what_changed
 
-    tree = ast.parse(inspect.getsource(sinks))
+    tree = ast.parse(inspect.getsource(what_changed))
     built = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Change"]
     assert len(built) >= 14
     assert [n.lineno for n in built if "code" not in {k.arg for k in n.keywords}] == []

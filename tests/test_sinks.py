@@ -29,7 +29,8 @@ from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report import alert
-from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, compare, read_gaps, write_and_alert
+from gpuaudit.rules.what_changed import compare, read_gaps
+from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000
@@ -500,7 +501,7 @@ def test_the_alert_leads_with_the_worst_change_and_stays_bounded_at_ten_thousand
     template = node_of(base, GPU)
     fleet = [template.model_copy(update={"instance_id": f"i-{k:017x}"}) for k in range(10_000)]
     before = compare(base.model_copy(update={"nodes": fleet}), {})
-    previous = {item["sk"]["S"]: {k: v["S"] for k, v in item.items() if "S" in v} for item in before.writes}
+    previous = {write.sk: dict(write.attrs) for write in before.writes}
     blind = [n.model_copy(update={"xid_status": "Not observable", "verdict": "NOT OBSERVABLE"}) for n in fleet]
     blind[-1] = blind[-1].model_copy(update={"verdict": "REPLACE", "verdict_evidence": "Xid 64 on PCI 0000:53:00"})
     later = base.model_copy(update={"nodes": blind, "audit_id": "later"})

@@ -46,8 +46,9 @@ from gpuaudit.sinks import latest_pk  # noqa: E402
 
 MOTO_PIN = "5.2.5"  # the interpreter behaviour these tests were written against (pyproject.toml pins it)
 SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
-DOMAIN_STEPS = ("start_audit", "log_batches", "collect_logs", "finish_collection", "read_history", "judge",
-                "record_history", "finalize")
+DOMAIN_STEPS = ("start_audit", "log_batches", "collect_logs", "finish_collection", "judge_with_history",
+                "read_history", "judge", "record_history", "finalize")
+VERDICT_SEQUENCE = ["read_history", "judge", "record_history", "finalize"]
 SCHEDULED = scheduled_event("2026-10-01T18:17:04Z")
 
 
@@ -223,8 +224,11 @@ def test_each_task_state_calls_the_domain_functions_the_cli_calls_in_the_same_or
     assert [name for name, _ in tasks] == ["Plan", "Inventory", "CollectLogs", "Finish", "Verdict"]
     per_task = [[fn for caller, fn in scheduled_run.deployed_calls if caller == module] for module in modules]
     assert per_task == [[], ["start_audit", "log_batches"], ["collect_logs"], ["finish_collection"],
-                        ["read_history", "judge", "record_history", "finalize"]]
-    assert [fn for fn in sum(per_task, [])] == [fn for _, fn in scheduled_run.deployed_calls]
+                        ["judge_with_history"]]
+    # the verdict sequence is the pipeline's, written once: the Verdict step calls it, never its steps
+    inside = [fn for caller, fn in scheduled_run.deployed_calls if caller == "gpuaudit.pipeline"]
+    assert inside == VERDICT_SEQUENCE
+    assert [fn for _, fn in scheduled_run.deployed_calls] == [*sum(per_task, []), *VERDICT_SEQUENCE]
     assert [fn for _, fn in scheduled_run.cli_calls] == [fn for _, fn in scheduled_run.deployed_calls]
     assert {caller for caller, _ in scheduled_run.cli_calls} == {"gpuaudit.pipeline"}
 

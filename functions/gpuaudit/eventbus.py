@@ -1,8 +1,8 @@
 """Findings to Amazon EventBridge (issue #38): the PutEvents publisher of the deployed Verdict step, and the same
 entries for the CLI (`--format events`) computed against the local history.
 
-The entries are built by report/events.py from the sinks' Change records. A call carries at most ten entries
-under EventBridge's size limit (report/events.batches). An entry the bus refuses with a retryable error code
+The entries are built by report/events.py from the Change records of rules/what_changed.py. A call carries at most
+ten entries under EventBridge's size limit (report/events.batches). An entry the bus refuses with a retryable error code
 (PutEventsResultEntry: InternalFailure, ThrottlingException) is sent again with exponential backoff; one refused
 for good (MalformedDetail, AccessDeniedException, …) or still failing after the last attempt is counted as
 failed, by error code: the Verdict step reports it in the EventsFailed metric (an alarm notifies the topic). An
@@ -19,11 +19,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpuaudit.model.history import HistoryRead, HistoryStore, latest_spans
+from gpuaudit.model.history import HistoryRead, HistoryStore
 from gpuaudit.model.result import Result
 from gpuaudit.report import events
 from gpuaudit.report.alert import Change
-from gpuaudit.sinks import compare
+from gpuaudit.rules.what_changed import compare, previous_state
 
 RETRYABLE = frozenset({"InternalFailure", "ThrottlingException"})
 MAX_ATTEMPTS = 4  # the first send and three retries
@@ -112,22 +112,6 @@ class RememberingHistory:
 
     def write(self, spans: Sequence[Any], retention_days: int, now: Any) -> int:
         return self.store.write(spans, retention_days, now)
-
-
-def previous_state(result: Result, read: HistoryRead | None) -> dict[str, dict[str, str]]:
-    """The latest state `sinks.compare` expects, from the local history read before this audit: each node's latest
-    span in the same mode (not this audit's own). The history keeps node states only: a root cause, readiness and
-    check results compare as if first seen. No history: an empty state, so the first audit's state is the change."""
-    if read is None:
-        return {}
-    same_mode = read.model_copy(update={"spans": [s for s in read.spans if s.mode == result.mode
-                                                  and result.audit_id not in (s.audit_id, s.last_audit_id)]})
-    state: dict[str, dict[str, str]] = {}
-    for iid, span in latest_spans(same_mode).items():
-        item = {"verdict": span.verdict or "none", "xid_status": span.xid_status, "read_gaps": "[]",
-                "audit_id": span.last_audit_id}
-        state[f"NODE#{iid}"] = {**item, "gone": span.last_audit_id} if span.closed else item
-    return state
 
 
 def local_entries(result: Result, read: HistoryRead | None, report: str | None = None) -> list[dict[str, Any]]:

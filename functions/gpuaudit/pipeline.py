@@ -1,12 +1,14 @@
 """The audit in order: collect evidence (AWS calls) → judge (pure rules, the consistency rules last) → render.
 
-The CLI and the deployed state machine call these same functions in this same order.
+The CLI and the deployed state machine call these same functions in this same order; the verdict sequence (history
+read, judge, history recorded, finalize) is one function both call, `judge_with_history`.
 """
 
 from __future__ import annotations
 
 import errno
 from datetime import datetime
+from typing import NamedTuple
 
 from gpuaudit.collectors import cache, controlplane
 from gpuaudit.collectors.aws import Aws
@@ -246,6 +248,27 @@ def _closed_if_gone(unknown: UnknownCluster, history: HistoryStore | None, reque
                           f"closed there ({CLUSTER_GONE})")
 
 
+class JudgedAudit(NamedTuple):
+    """What the verdict sequence gives: the finished result, and the evidence it was judged on (with the history
+    read into it)."""
+
+    result: Result
+    evidence: Evidence
+
+
+def judge_with_history(evidence: Evidence, config: JudgeConfig, history: HistoryStore | None,
+                       generated_at: datetime, lookback_days: int = DEFAULT_LOOKBACK_DAYS,
+                       retention_days: int = RETENTION_DAYS, progress: ProgressHook | None = None) -> JudgedAudit:
+    """The verdict sequence, written once: the nodes' earlier audits read (fleet memory) → judge → this audit
+    added to the history → finalize (the self-check's outcome and the reports rendered). The CLI (`run_audit`) and
+    the deployed Verdict step (handlers/verdict.py) both call it, so a change to the order changes both."""
+    evidence = read_history(history, evidence, lookback_days)
+    (progress or Silent()).phase("judging", nodes=len(evidence.nodes))
+    result = judge(evidence, config, generated_at=generated_at)
+    result = record_history(history, result, evidence, retention_days)
+    return JudgedAudit(finalize(result, evidence), evidence)
+
+
 def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None,
               coverage_cache: CoverageCache | None = None, history: HistoryStore | None = None,
               lookback_days: int = DEFAULT_LOOKBACK_DAYS, progress: ProgressHook | None = None) -> Result:
@@ -253,7 +276,5 @@ def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None
         collected = collect(aws, request, coverage_cache, progress)
     except UnknownCluster as unknown:
         raise _closed_if_gone(unknown, history, request, aws.clock(), lookback_days) from None
-    evidence = read_history(history, collected, lookback_days)
-    (progress or Silent()).phase("judging", nodes=len(evidence.nodes))
-    result = judge(evidence, config or JudgeConfig.from_request(request), generated_at=aws.clock())
-    return finalize(record_history(history, result, evidence), evidence)
+    return judge_with_history(collected, config or JudgeConfig.from_request(request), history, aws.clock(),
+                              lookback_days, progress=progress).result

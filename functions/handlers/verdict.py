@@ -1,8 +1,8 @@
-"""Verdict (step 4): the nodes' earlier audits from the findings table (fleet memory), pipeline.judge, this audit
-added to that history, pipeline.finalize, then the sinks — the result and reports
-(JSON, Markdown, HTML, the JSON holding every node's row) to the evidence bucket, the audit's summary and the
-changed latest state to DynamoDB (batched: no call per node), an alert to SNS and the changes as EventBridge
-events (eventbus.py, when a bus is configured) only when something changed. The alert and the findings summary
+"""Verdict (step 4): the verdict sequence the CLI runs too (pipeline.judge_with_history: the nodes' earlier audits
+from the findings table, judge, this audit added to that history, finalize), then the sinks (sinks.py) — the
+result and reports (JSON, Markdown, HTML, the JSON holding every node's row) to the evidence bucket, the audit's
+summary and the changed latest state to DynamoDB (batched: no call per node), an alert to SNS and the changes as
+EventBridge events (eventbus.py, when a bus is configured) only when something changed. The alert and the findings summary
 link to the HTML report: its S3 URI and its
 S3 console page, never a presigned URL (that would carry credentials and expire).
 
@@ -28,19 +28,16 @@ from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change
-from gpuaudit.report.html import render_html
 from gpuaudit.report.ids import ids_location, placed, unplaced
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
-from gpuaudit.sinks import SinkOutcome, dynamodb_client, recorded_as, write_and_alert
+from gpuaudit.sinks import ReportObjects, SinkOutcome, dynamodb_client, write_and_alert, write_reports
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, step_handler
 
 session_factory: Callable[[], boto3.Session] = runtime.default_session
 clock: Callable[[], datetime] = runtime.utc_now
-
-RESULTS_PREFIX = "results"
 
 
 @step_handler
@@ -57,29 +54,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         now = clock()
         table = settings.required("FINDINGS_TABLE")
         ddb = dynamodb_client(session)  # one client, its pool sized for the reads and writes run side by side
-        history = DynamoHistory(ddb, table)  # fleet memory: the node's earlier audits
-        evidence = pipeline.read_history(history, evidence, settings.history_lookback_days)
-        result = pipeline.judge(evidence, pipeline.JudgeConfig.from_request(given.request, settings.xid_overrides),
-                                generated_at=now)
-        result = pipeline.record_history(history, result, evidence, settings.finding_retention_days)
-        result = pipeline.finalize(result, evidence)
-        key = f"{RESULTS_PREFIX}/{result.cluster.name}/{result.audit_id}"
+        # The verdict sequence the CLI runs too (pipeline.judge_with_history), fleet memory from the findings table
+        config = pipeline.JudgeConfig.from_request(given.request, settings.xid_overrides)
+        result, evidence = pipeline.judge_with_history(evidence, config, DynamoHistory(ddb, table), now,
+                                                       settings.history_lookback_days,
+                                                       settings.finding_retention_days)
         # A grouped command reads its IDs file beside the report in S3: every output names that URI.
+        key = ReportObjects.of(result).base
         files = unplaced(result)
         result = placed(result, f"s3://{bucket}/{key}")
-        # The result JSON holds every node's row (the findings table keeps only the summary and the latest state):
-        # a rerun the table already holds as complete (a duplicate) must not replace it in S3 either.
-        if recorded_as(ddb, table, result) != "duplicate":
-            s3.put_object(Bucket=bucket, Key=f"{key}.json", Body=result.to_json().encode(),
-                          ContentType="application/json")
-            s3.put_object(Bucket=bucket, Key=f"{key}.md", Body=result.report_markdown.encode(),
-                          ContentType="text/markdown")
-            s3.put_object(Bucket=bucket, Key=f"{key}.html", Body=render_html(result).encode(),
-                          ContentType="text/html; charset=utf-8")
-            for name, ids in files.items():
-                s3.put_object(Bucket=bucket, Key=ids_location(key, name), Body=ids.encode(),
-                              ContentType="text/plain; charset=utf-8")
-        link = report_link(bucket, f"{key}.html", s3.meta.region_name)
+        objects = write_reports(s3, bucket, result, ddb, table,
+                                {ids_location(key, name): ids for name, ids in files.items()})
+        link = report_link(bucket, objects.html, s3.meta.region_name)
         delivered: list[Delivery] = []
         publish_events = None
         if settings.event_bus_arn:
@@ -91,7 +77,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         outcome = write_and_alert(ddb, table, session.client("sns"),
                                   settings.alert_topic_arn, result, int(now.timestamp()),
                                   retention_days=settings.finding_retention_days, report_link=link,
-                                  publish_events=publish_events, result_key=f"{key}.json")
+                                  publish_events=publish_events, result_key=objects.json)
     record_metrics(result, outcome)
     events_sent = record_event_metrics(delivered)
     logger.info("judged", extra={"cluster": result.cluster.name, "audit_id": result.audit_id,
@@ -101,7 +87,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # How long this audit took, from Inventory's start to now (one clock): Plan fits the next executions to their
     # period with it (handlers/execution_share.py); MarkAudited stores it (a string: its DynamoDB N value).
     took = str(max(0, int((clock() - evidence.now).total_seconds())))
-    return {**summary(result, evidence, outcome, bucket, key), "events": events_sent, "audit_s": took}
+    return {**summary(result, evidence, outcome, bucket, objects), "events": events_sent, "audit_s": took}
 
 
 def report_link(bucket: str, key: str, region: str) -> str:
@@ -143,7 +129,8 @@ def record_event_metrics(delivered: Sequence[Delivery]) -> dict[str, Any]:
     return {"events_sent": sent, "events_failed": sum(failed.values())}
 
 
-def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: str, key: str) -> dict[str, Any]:
+def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: str,
+            objects: ReportObjects) -> dict[str, Any]:
     """The cluster's line in the execution output: small, no account ID."""
     return {
         "cluster": result.cluster.name, "mode": result.mode, "audited": True, "audit_id": result.audit_id,
@@ -155,7 +142,7 @@ def summary(result: Result, evidence: Evidence, outcome: SinkOutcome, bucket: st
         "not_checked": [redact(g.prose()) for g in evidence.gaps if g.kind == "step-failed"],
         "findings": {"written": outcome.items_written, "duplicate": outcome.duplicate},
         "alert_published": outcome.published,
-        "result": {"bucket": bucket, "json": f"{key}.json", "report": f"{key}.md", "html": f"{key}.html",
+        "result": {"bucket": bucket, "json": objects.json, "report": objects.markdown, "html": objects.html,
                    # the IDs files the grouped commands read, beside the report (their S3 URIs)
                    "ids": [g.ids_at for g in result.action_groups if g.ids_at]},
     }

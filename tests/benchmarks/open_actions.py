@@ -8,7 +8,7 @@ A fleet world of N GPU nodes, a tenth with an Xid 79 at 09:00 (REBOOT, RULES §7
 is audited to 10:00 and to 22:00 with a SQLite history: the second audit reads the first's spans, the Xids have left
 its window, half the REBOOTs are done (a boot banner after the signal) and half still open. Per audit it prints the
 judge's wall seconds, the part of them the actions take, the spans read, the actions open and done, and the changes
-`sinks.compare` finds against the previous audit's latest state (expected at 22:00: one DONE per rebooted node,
+`what_changed.compare` finds against the previous audit's latest state (expected at 22:00: one DONE per rebooted node,
 nothing for the open ones, no RECOVERED).
 """
 
@@ -36,7 +36,7 @@ from gpuaudit.model.evidence import AuditRequest  # noqa: E402
 from gpuaudit.model.timeutil import parse_time  # noqa: E402
 from gpuaudit.report.markdown import finalize  # noqa: E402
 from gpuaudit.rules.judge import JudgeConfig, judge, with_actions_asked  # noqa: E402
-from gpuaudit.sinks import compare  # noqa: E402
+from gpuaudit.rules.what_changed import compare  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         result = finalize(pipeline.record_history(store, result, evidence), evidence)
         asked = [a for n in result.nodes for a in n.actions_asked or []]
         comparison = compare(result, previous)
-        previous = {**previous, **{w["sk"]["S"]: {k: v["S"] for k, v in w.items() if "S" in v}
-                                   for w in comparison.writes}}
+        previous = {**previous, **{w.sk: dict(w.attrs) for w in comparison.writes}}
         kinds: dict[str, int] = {}
         for c in comparison.records:
             kinds[c.kind] = kinds.get(c.kind, 0) + 1

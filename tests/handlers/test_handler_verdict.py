@@ -5,6 +5,7 @@ publishes nothing new; EMF metrics; a failed step is a `Not checked` gap in the 
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +24,10 @@ from lambda_harness import (
 )
 
 from gpuaudit import dynamo_batch
+from gpuaudit.collectors.aws import Aws
+from gpuaudit.history import SqliteHistory
+from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.pipeline import run_audit
 from gpuaudit.sinks import latest_pk
 
 INCIDENT = {"cluster": "llm-pretrain-b200", "mode": "incident", "since": "2026-09-27T10:00:00Z",
@@ -248,3 +253,32 @@ def test_every_kind_of_write_applied_then_failed_commits_once_and_alerts_once(mo
     assert {i["sk"] for i in items if i["pk"].startswith("LATEST#llm-pretrain-b200#incident#")} >= {
         f"NODE#{n['instance_id']}" for n in result["nodes"]}
     assert not [g for g in result["visibility_gaps"] if "history" in g.lower()]
+
+
+def test_the_verdict_step_and_the_cli_give_the_same_result_and_report_for_a_world(pcluster: Account,
+                                                                                    tmp_path: Any) -> None:
+    # Given the same incident audit of one world, deployed (the steps, then Verdict) and from the CLI, each with an
+    # empty history (the findings table's, the CLI's --history DIR)
+    out = verdict.handler(through_steps(console_target(INCIDENT)), LambdaContext())
+    deployed = pcluster.read_json(out["result"]["json"])
+    request = AuditRequest.model_validate(console_target(INCIDENT)["request"])
+    backend = pcluster.backend  # its clock and sleep, as the handlers' (CloudTrail's rate is kept on them)
+    cli = run_audit(Aws(session=backend.session(), region=pcluster.world.region, clock=lambda: pcluster.world.now,
+                        sleep=backend.sleep, monotonic=backend.monotonic), request, history=SqliteHistory(tmp_path))
+    # Then the sequence both ran (pipeline.judge_with_history) gives one answer. How many CloudTrail calls a read
+    # took is not compared: LookupEvents is kept to its rate (2 a second) on a clock that real time moves, so the
+    # retries after a throttle vary from run to run; which calls were made is compared.
+    said = json.loads(cli.to_json())
+    counted = {"calls", "report_markdown"}  # compared below, without the counts
+    assert {k: v for k, v in deployed.items() if k not in counted} == {
+        k: v for k, v in said.items() if k not in counted
+    }
+    assert [(c["service"], c["operation"]) for c in deployed["calls"]] == [(c["service"], c["operation"])
+                                                                            for c in said["calls"]]
+    markdown = pcluster.session.client("s3").get_object(Bucket=BUCKET, Key=out["result"]["report"])["Body"].read()
+    assert uncounted(markdown.decode()) == uncounted(cli.report_markdown)
+
+
+def uncounted(report: str) -> str:
+    """A report with its call counts (`logs StartQuery ×3`) left out."""
+    return re.sub(r" ×\d+", "", report)

@@ -60,6 +60,7 @@ RULES_FLOORS: dict[str, int] = {
     "signal_verdict": 1,
     "gpu_count": 1,
     "efa_counters": 1,
+    "what_changed": 1,  # what changed since the last audit (a Result against the recorded state), so what alerts
     # 2: what every judging rule shares (the judge's configuration, Judged, Context) and how a step is shown
     "context": 2,
     "steps": 2,
@@ -344,3 +345,72 @@ def test_check_order_and_branch_names_are_defined_once() -> None:
 def _line_of(name: str) -> int:
     text = (PACKAGE / "model" / "result.py").read_text(encoding="utf-8").splitlines()
     return next(i for i, line in enumerate(text, 1) if line.startswith(name))
+
+
+# --------------------------------------------------------------------------- one verdict path, one change rule
+
+VERDICT_SEQUENCE = {"read_history", "judge", "record_history", "finalize"}  # pipeline.judge_with_history's steps
+CHANGE_RULE = PACKAGE / "rules" / "what_changed.py"
+
+
+def callee(call: ast.Call) -> str | None:
+    """The name a call calls: `f` of `f(...)` and of `module.f(...)`."""
+    return call.func.id if isinstance(call.func, ast.Name) else call.func.attr if isinstance(call.func, ast.Attribute) \
+        else None
+
+
+def called_names(tree: ast.AST) -> list[str]:
+    """The name of every function called in `tree`, in source order."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    return [name for c in calls if (name := callee(c)) is not None]
+
+
+def function(path: Path, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(parsed(path)) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def sequence_spelled_outside(paths: list[Path]) -> list[str]:
+    """Where a step of the verdict sequence is called other than inside pipeline.judge_with_history."""
+    found = []
+    for path in paths:
+        owner = {id(n) for n in ast.walk(function(path, "judge_with_history"))} if path.name == "pipeline.py" else set()
+        found += [f"{path.name}:{c.lineno} calls {callee(c)}" for c in ast.walk(parsed(path))
+                  if isinstance(c, ast.Call) and id(c) not in owner and callee(c) in VERDICT_SEQUENCE]
+    return found
+
+
+def test_the_verdict_sequence_is_written_once_and_both_paths_call_it() -> None:
+    """Issue #52 item 1: the CLI (pipeline.run_audit) and the deployed Verdict step (handlers/verdict.py) call one
+    sequence; neither spells out its steps, and the handler leaves the S3 report writes to the sinks."""
+    pipeline, handler = PACKAGE / "pipeline.py", HANDLERS / "verdict.py"
+    assert sequence_spelled_outside([pipeline, *sorted(HANDLERS.glob("*.py"))]) == []
+    assert "judge_with_history" in called_names(function(pipeline, "run_audit"))
+    assert "judge_with_history" in called_names(function(handler, "handler"))
+    assert [n for n in called_names(function(pipeline, "judge_with_history")) if n in VERDICT_SEQUENCE] == [
+        "read_history", "judge", "record_history", "finalize"]
+    assert "put_object" not in called_names(parsed(handler))
+
+
+def test_the_sequence_check_sees_a_step_spelled_out_in_a_handler(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from gpuaudit import pipeline\n\ndef handler():\n    return pipeline.judge(1, 2)\n", encoding="utf-8"
+    )
+    assert sequence_spelled_outside([probe]) == ["probe.py:4 calls judge"]
+
+
+def test_what_changed_is_judged_only_in_its_pure_rule() -> None:
+    """Issue #52 item 2: the change list is built in rules/what_changed.py alone (a Change record made anywhere
+    else would be a second change rule); the sinks and the event bus call it."""
+    built = [
+        f"{p.relative_to(PACKAGE.parent)}:{c.lineno}"
+        for p in sorted([*PACKAGE.rglob("*.py"), *HANDLERS.glob("*.py")])
+        if p != CHANGE_RULE
+        for c in ast.walk(parsed(p))
+        if isinstance(c, ast.Call) and callee(c) == "Change"
+    ]
+    assert built == []
+    for path in (PACKAGE / "sinks.py", PACKAGE / "eventbus.py"):
+        assert ("compare" in called_names(parsed(path))
+                and any(m == "gpuaudit.rules.what_changed" for _, m in imports_of(path))), path.name

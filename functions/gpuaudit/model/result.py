@@ -205,7 +205,7 @@ class NodeResult(Out):
     # recurrence, an escalated REPLACE or flapping; "Not checked: …" when the history could not be read.
     history: str | None = None
     # The actions earlier audits or this one asked of the node that are still open, and those this audit showed
-    # done (sinks.compare: an open one is never announced recovered). None: no history read, so not known.
+    # done (what_changed.compare: an open one is never announced recovered). None: no history read, so not known.
     actions_asked: list[AskedAction] | None = None
 
 

@@ -1,5 +1,5 @@
 """The alert an on-call engineer reads on a phone (SNS email, AWS Chatbot), rendered from the result and the
-changes the sinks found against the cluster's latest state (sinks.compare).
+changes found against the cluster's latest state (rules/what_changed.compare).
 
 * Subject: `[gpuaudit] <cluster>: 2 REBOOT, 1 NOT OBSERVABLE (coverage)` — printable ASCII, no new line, at most
   SUBJECT_MAX characters (SNS rejects a longer or multi-line subject).
@@ -25,6 +25,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaudit.model.changes import (
+    DONE,
+    FAIL,
+    HYPOTHESIS,
+    LEFT,
+    NOT_OBSERVABLE,
+    NOT_READY,
+    NOT_RECHECKED,
+    REBOOT,
+    RECOVERED,
+    REPLACE,
+    ROOT_CAUSE,
+    SELF_CHECK,
+    Change,
+    cut,
+)
 from gpuaudit.model.result import ActionGroup, NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import visible
@@ -42,52 +58,13 @@ ALERT_MAX_LINES = 20
 
 # What changed, worst first: the order of the counts and of the lines. Node kinds follow the verdict order of
 # report/order.py (REPLACE, NOT OBSERVABLE, REBOOT); a cluster-level answer (a Proven root cause, Ready: No) leads.
-SELF_CHECK, ROOT_CAUSE, NOT_READY = "SELF-CHECK FAILED", "ROOT CAUSE", "NOT READY"
-REPLACE, NOT_OBSERVABLE, REBOOT = "REPLACE", "NOT OBSERVABLE", "REBOOT"
-FAIL, HYPOTHESIS, LEFT, NOT_RECHECKED, RECOVERED = "FAIL", "NEW HYPOTHESIS", "LEFT", "NOT RE-CHECKED", "RECOVERED"
-# An action a verdict asked for (REPLACE, REBOOT, NOT OBSERVABLE's collection) that this audit showed done: a reboot
-# after the signal, a replacement or relaunch, coverage Measured again (rules/history.py `actions_of`).
-DONE = "DONE"
+# The kinds and the Change record are model/changes.py's (the rule that finds the changes uses them too).
 KIND_ORDER = (SELF_CHECK, ROOT_CAUSE, NOT_READY, REPLACE, NOT_OBSERVABLE, REBOOT, FAIL, HYPOTHESIS, LEFT,
               NOT_RECHECKED, DONE, RECOVERED)
 VERDICT_KINDS = (REPLACE, NOT_OBSERVABLE, REBOOT)
 # The severity a pager routes on: act now, look soon, for the record.
 CRITICAL = frozenset((SELF_CHECK, ROOT_CAUSE, NOT_READY, REPLACE, REBOOT))
 WARNING = frozenset((NOT_OBSERVABLE, FAIL, HYPOTHESIS, LEFT, NOT_RECHECKED))
-
-
-@dataclass(frozen=True)
-class Change:
-    """One thing on-call must hear about. `rank` is the sinks' order of urgency (0 a self-check failure … 6 a
-    recovery); `kind` what the alert counts; `node` the instance it is about (None: the cluster, a check);
-    `what` the change in words, `detail` its evidence (cut first when the line is long)."""
-
-    rank: int
-    kind: str
-    what: str
-    node: str | None = None
-    detail: str = ""
-    flapping: bool = False  # the node's verdict keeps changing across audits (fleet memory)
-    # The change as a stable code and the recorded value it changed from (report/events.py: an event's
-    # detail-type, `change` and `previous_*`); the alert reads neither.
-    code: str = ""
-    was: str | None = None
-
-    @property
-    def text(self) -> str:
-        """The change as one line of prose (SinkOutcome.changes; the alert renders its own lines)."""
-        who = f"{self.node}{' (flapping across audits)' if self.flapping else ''}: " if self.node else ""
-        return who + self.what + (f" — {cut(self.detail, 160)}" if self.detail else "")
-
-
-def cut(text: str | None, limit: int) -> str:
-    """At most `limit` characters, cut at a word (a word longer than the line is cut where it stands)."""
-    text = re.sub(r"\s*[\r\n]+\s*", " ", (text or "").strip())  # one line; spaces inside quoted text kept
-    if len(text) <= limit:
-        return text
-    head = text[: limit - 1]
-    space = head.rfind(" ")
-    return (head[:space] if space > limit // 2 else head).rstrip(" ,;:—-") + "…"
 
 
 def kind_rank(kind: str) -> int:

@@ -1,5 +1,5 @@
 """Findings as Amazon EventBridge events (issue #38): one PutEvents entry per change the alert is about (the
-Change records of sinks.compare), so an operator's rule can open a ticket, page or start a drain on a typed field
+Change records of what_changed.compare), so an operator's rule can open a ticket, page or start a drain on a typed field
 instead of parsing the SNS prose.
 
 * `source` is SOURCE; `detail-type` says what changed (DETAIL_TYPES): a node's verdict, a node's coverage, the
@@ -26,6 +26,23 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from gpuaudit.model.changes import (
+    ACTION_DONE,
+    CHECK_FAILED,
+    CHECK_RECOVERED,
+    COVERAGE_LOST,
+    COVERAGE_REGAINED,
+    ESCALATED,
+    HYPOTHESIS_CHANGED,
+    LEFT_CLUSTER,
+    NEW_VERDICT,
+    READY_AGAIN,
+    ROOT_CAUSE_PROVEN,
+    SELF_CHECK_FAILED,
+    VERDICT_RECOVERED,
+)
+from gpuaudit.model.changes import CODE_NOT_READY as NOT_READY
+from gpuaudit.model.changes import CODE_NOT_RECHECKED as NOT_RECHECKED
 from gpuaudit.model.result import NodeResult, Result, verdict_code
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change, cut, dedup_key, kind_rank, severity
@@ -43,15 +60,7 @@ READINESS_CHANGED = "GPU Audit Readiness Changed"
 CHECK_CHANGED = "GPU Audit Check Changed"
 SELF_CHECK_FAILED_TYPE = "GPU Audit Self-Check Failed"
 
-# Change codes (Change.code, set by sinks.compare; the detail's `change`), by the detail-type they are sent as.
-NEW_VERDICT, ESCALATED, VERDICT_RECOVERED = "new-verdict", "escalated", "recovered"
-ACTION_DONE = "action-done"  # an action a verdict asked for, shown done by this audit (`previous_verdict`: which)
-LEFT_CLUSTER, NOT_RECHECKED = "left-cluster", "not-rechecked"
-COVERAGE_LOST, COVERAGE_REGAINED = "coverage-lost", "coverage-regained"
-ROOT_CAUSE_PROVEN, HYPOTHESIS_CHANGED = "root-cause-proven", "hypothesis-changed"
-NOT_READY, READY_AGAIN = "not-ready", "ready-again"
-CHECK_FAILED, CHECK_RECOVERED = "check-failed", "check-recovered"
-SELF_CHECK_FAILED = "self-check-failed"
+# Change codes (Change.code, set by rules/what_changed.py; the detail's `change`): model/changes.py.
 DETAIL_TYPES = {
     NEW_VERDICT: NODE_VERDICT_CHANGED, ESCALATED: NODE_VERDICT_CHANGED, VERDICT_RECOVERED: NODE_VERDICT_CHANGED,
     LEFT_CLUSTER: NODE_VERDICT_CHANGED, NOT_RECHECKED: NODE_VERDICT_CHANGED, ACTION_DONE: NODE_VERDICT_CHANGED,
@@ -86,7 +95,9 @@ def detail_type(change: Change) -> str:
     try:
         return DETAIL_TYPES[change.code]
     except KeyError:
-        raise ValueError(f"change {change.what!r} carries no event code (sinks.compare sets one per change)") from None
+        raise ValueError(
+            f"change {change.what!r} carries no event code (what_changed.compare sets one per change)"
+        ) from None
 
 
 def _recorded(value: str | None) -> str | None:
