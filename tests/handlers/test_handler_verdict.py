@@ -268,7 +268,12 @@ def test_the_verdict_step_and_the_cli_give_the_same_result_and_report_for_a_worl
     # Then the sequence both ran (pipeline.judge_with_history) gives one answer. How many CloudTrail calls a read
     # took is not compared: LookupEvents is kept to its rate (2 a second) on a clock that real time moves, so the
     # retries after a throttle vary from run to run; which calls were made is compared.
-    said = json.loads(cli.to_json())
+    # The grouped commands' IDs files are named where each path writes them (issue #49 item 1): the CLI's result,
+    # placed where the deployed auditor writes them (beside the report in S3), names the same files
+    from gpuaudit.report.ids import placed
+
+    stem = out["result"]["json"].removesuffix(".json")
+    said = json.loads(placed(cli, f"s3://{BUCKET}/{stem}").to_json())
     counted = {"calls", "report_markdown"}  # compared below, without the counts
     assert {k: v for k, v in deployed.items() if k not in counted} == {
         k: v for k, v in said.items() if k not in counted
@@ -276,7 +281,7 @@ def test_the_verdict_step_and_the_cli_give_the_same_result_and_report_for_a_worl
     assert [(c["service"], c["operation"]) for c in deployed["calls"]] == [(c["service"], c["operation"])
                                                                             for c in said["calls"]]
     markdown = pcluster.session.client("s3").get_object(Bucket=BUCKET, Key=out["result"]["report"])["Body"].read()
-    assert uncounted(markdown.decode()) == uncounted(cli.report_markdown)
+    assert uncounted(markdown.decode()) == uncounted(placed(cli, f"s3://{BUCKET}/{stem}").report_markdown)
 
 
 def uncounted(report: str) -> str:
