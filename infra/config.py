@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuaudit.collectors.query_budget import DEFAULT_BUDGET_SHARE, budget_slots
 from gpuaudit.model.evidence import MAX_FILE_SYSTEMS, MAX_INSTANCES, FileSystemId, InstanceId, LogGroupName
@@ -130,7 +130,13 @@ class DeployConfig(BaseModel):
     mcp_endpoint: McpEndpointConfig | None = None
     # The opt-in Xid watch (issue #51), off by default: `true` for every configured cluster, or
     # {"clusters": {"<cluster>": ["<log group>", ...]}}. A metric filter per named group, an alarm per cluster.
-    xid_watch: bool | XidWatchConfig = False
+    xid_watch: XidWatchConfig | None = None
+
+    @field_validator("xid_watch", mode="before")
+    @classmethod
+    def _watch_switch(cls, value: object) -> object:
+        """`true`: every configured cluster (an empty object); `false`: off. One shape validated, one message."""
+        return {} if value is True else None if value is False else value
 
     @model_validator(mode="after")
     def _something_to_audit(self) -> DeployConfig:
@@ -164,9 +170,9 @@ class DeployConfig(BaseModel):
         """Per watched cluster, the log groups its metric filters go on: those `log_groups` names for it and those
         `xid_watch.clusters` names. A group is never guessed: the groups an audit finds by substring at run time
         are not known at deploy time, and a filter goes on no group the configuration does not name."""
-        if self.xid_watch is False:
+        if self.xid_watch is None:
             return {}
-        named = self.xid_watch.clusters if isinstance(self.xid_watch, XidWatchConfig) else None
+        named = self.xid_watch.clusters
         if named is not None:
             unknown = sorted(set(named) - set(self.clusters))
             if unknown:

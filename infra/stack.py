@@ -33,7 +33,8 @@ class GpuAuditStack(Stack):
                                       self.store.table)
         self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
         # Opt-in (issue #51): nothing of it is synthesized unless `xid_watch` is set.
-        self.xid_watch = XidWatch(self, "XidWatch", config, self.triggers.start) if config.xid_watch else None
+        self.xid_watch = XidWatch(self, "XidWatch", config, self.triggers.start) \
+            if config.xid_watch is not None else None
         self.dashboard = AuditDashboard(self, "Dashboard", config, self.workflow.state_machine)
         timed = self.functions.timed_functions()
         self.mcp: McpEndpoint | None = None
