@@ -13,7 +13,7 @@ from helpers.event_patterns import matches
 from stack_edges import denied_edges, edges
 
 from infra.config import BadConfig, load_config
-from infra.xid_watch import filter_pattern
+from infra.xid_watch_pattern import filter_pattern
 
 HP, PC = "research-hp-slurm", "train-pc"
 HP_GROUP, PC_GROUP = f"/aws/sagemaker/Clusters/{HP}/k3m9x2pq7wla", "/aws/parallelcluster/train-pc-202610011200"

@@ -13,8 +13,8 @@ from helpers.filter_pattern import MAX_PATTERN_CHARS, BadPattern, matches, parse
 
 from gpuaudit.rules import xid as xid_rules
 from gpuaudit.rules.xid import load_catalog
-from infra import xid_watch
-from infra.xid_watch import WATCHED_CLASSES, filter_pattern, watched_codes
+from infra import xid_watch_pattern as xid_watch
+from infra.xid_watch_pattern import WATCHED_CLASSES, filter_pattern, watched_codes
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "xid_corpus" / "lines.json"
 CLASSES = {entry.code: entry.class_ for entry in load_catalog().codes}
