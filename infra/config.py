@@ -21,6 +21,8 @@ from infra.packaging import ROOT
 RESULT_WRITER_CLUSTERS = 50
 # PutEvents' EventBusName: a bus name, or the ARN of a bus (EventBridge API reference, PutEventsRequestEntry).
 EVENT_BUS_PATTERN = r"^(arn:aws[\w-]*:events:[a-z]{2}(-[a-z]+)+-\d:\d{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,256}$"
+# Where the auditor's own functions and state machine log (a watch there would start an audit from an audit).
+AUDITOR_LOG_PREFIXES = ("/aws/lambda/", "/aws/vendedlogs/states/")
 QUERIES_PER_BATCH = 3  # collect_batch starts three Logs Insights queries at once (kernel, summary, GPU lines)
 
 
@@ -183,6 +185,11 @@ class DeployConfig(BaseModel):
             raise ValueError("`xid_watch` is on but names no configured cluster to watch (discovered clusters are "
                              "not known at deploy time: name them in `clusters`)")
         groups = {c: list(dict.fromkeys([*self.log_groups.get(c, []), *((named or {}).get(c, []))])) for c in watched}
+        own = sorted({g for gs in groups.values() for g in gs if g.startswith(AUDITOR_LOG_PREFIXES)})
+        if own:
+            raise ValueError(f"`xid_watch`: {own[0]} is where Lambda functions or state machines log, not a GPU node's "
+                             "kernel log: the auditor's own logs quote the lines it read, and a watch on them would "
+                             "start an audit from an audit")
         bare = [c for c, g in groups.items() if not g]
         if bare:
             raise ValueError(f"`xid_watch`: no log group to watch for {', '.join(bare)}: name its kernel log groups in "

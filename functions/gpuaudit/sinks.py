@@ -252,7 +252,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
                **({"escalated": "yes"} if ESCALATED in (node.verdict_evidence or "") else {})}
         rows += _done(node)  # read from the history, whichever audit recorded the state compared with
         if before is None:
-            rows += _first_seen(node)
+            rows += _first_seen(node, result.audit_id)
             gone = {"gone": result.audit_id} if sk in left else {}  # first seen leaving: said once, recorded gone
             state.record(sk, {**now, "read_gaps": _gap_text(gaps), **gone}, previous.get(sk),
                          {"expires_at": {"N": str(expires_at)}} if gone else None)
@@ -264,7 +264,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]], expires_at: int
         baseline = _gap_set(before)
         unread = node.xid_status == "Not observable" and node.verdict in (None, "NOT OBSERVABLE")
         if gaps <= baseline or (not unread and _rank(now["verdict"]) >= _rank(before.get("verdict"))):
-            rows += _flapping(node, _node_changes(node, before))
+            rows += _flapping(node, _node_changes(node, before, result.audit_id))
             state.record(sk, {**now, "read_gaps": _gap_text(gaps if gaps <= baseline else baseline)}, before)
         else:
             rows += state.not_rechecked(node.instance_id, before, gaps - baseline)
@@ -404,12 +404,21 @@ def _verdict_change(node: NodeResult, rank: int, was: str = "", previous: str | 
                   detail=node.verdict_evidence or "", code=events.NEW_VERDICT, was=previous)
 
 
-def _first_seen(node: NodeResult) -> list[Change]:
+def _asked_before(node: NodeResult, audit_id: str) -> bool:
+    """The node's verdict is an action an earlier audit of the cluster already asked for and that is still open
+    (fleet memory, whatever that audit's mode): on-call was paged for it then. The latest state is kept per mode, so
+    the hourly coverage audit after an incident audit (a HyperPod event's, the Xid watch's) would otherwise say the
+    same "new verdict" again. No history read (None): not known, said as before."""
+    return any(a.verdict == node.verdict and a.status == "open" and a.given_in != audit_id
+               for a in node.actions_asked or [])
+
+
+def _first_seen(node: NodeResult, audit_id: str = "") -> list[Change]:
     rows = []
     if node.xid_status == "Not observable" and (node.gpu_count or 0) != 0:
         rows.append(Change(2, alert.NOT_OBSERVABLE, "coverage Not observable", node=node.instance_id,
                            code=events.COVERAGE_LOST))
-    if node.verdict in ALERTING_VERDICTS:
+    if node.verdict in ALERTING_VERDICTS and not _asked_before(node, audit_id):
         rows.append(_verdict_change(node, 1 if node.verdict in SEVERITY else 2))
     return rows
 
@@ -422,7 +431,7 @@ def _flapping(node: NodeResult, rows: list[Change]) -> list[Change]:
     return [replace(c, flapping=True) for c in rows]
 
 
-def _node_changes(node: NodeResult, before: dict[str, str]) -> list[Change]:
+def _node_changes(node: NodeResult, before: dict[str, str], audit_id: str = "") -> list[Change]:
     iid, rows = node.instance_id, list[Change]()
     was_x, was_v, now_v = before.get("xid_status"), before.get("verdict", "none"), node.verdict or "none"
     regained = False
@@ -435,7 +444,9 @@ def _node_changes(node: NodeResult, before: dict[str, str]) -> list[Change]:
     if now_v == was_v == "REPLACE" and ESCALATED in (node.verdict_evidence or "") and not before.get("escalated"):
         rows.append(Change(1, alert.REPLACE, "REPLACE escalated (given earlier, not acted on)", node=iid,
                            detail=node.verdict_evidence or "", code=events.ESCALATED, was=was_v))
-    if now_v in ALERTING_VERDICTS and now_v != was_v:
+    if now_v in ALERTING_VERDICTS and now_v != was_v and _asked_before(node, audit_id):
+        pass  # asked by an earlier audit and still open: already paged (the state is recorded all the same)
+    elif now_v in ALERTING_VERDICTS and now_v != was_v:
         was = f" (was {was_v})" if was_v in ALERTING_VERDICTS else ""
         rows.append(_verdict_change(node, 1 if now_v in SEVERITY else 2, was, previous=was_v))
     elif (was_v in ALERTING_VERDICTS and now_v not in ALERTING_VERDICTS and not (was_v == "NOT OBSERVABLE" and regained)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from handlers import plan
+from handlers.runtime import InvalidEvent
 from lambda_harness import EVENT_ACCOUNT, Account, LambdaContext, hyperpod_node_health_event
 
 from gpuaudit.settings import XID_WATCH_ALARM_INFIX
@@ -73,3 +74,19 @@ def test_a_redelivered_alarm_event_plans_nothing_twice(account: Account) -> None
     first = run(alarm_event("research-hp-slurm", "2026-10-01T10:02:41Z"))
     again = run(alarm_event("research-hp-slurm", "2026-10-01T10:02:41Z"))
     assert len(first["targets"]) == 1 and again["targets"] == [] and "coalesced" in again["skipped"][0]
+
+
+def test_a_malformed_alarm_delivery_is_refused_naming_the_field_without_echoing_it_raw(account: Account) -> None:
+    event = alarm_event("research-hp-slurm", "2026-10-01T10:02:41Z")
+    event["detail"]["alarmName"] = "GpuAudit-xid-watch-\x1b[2J\r\nFAKE: all nodes healthy" + "x" * 300
+    del event["detail"]["state"]
+    with pytest.raises(InvalidEvent) as raised:
+        run(event)
+    message = str(raised.value)
+    assert "detail.state" in message and "detail.alarmName" in message
+    assert "\x1b" not in message and "\r\n" not in message  # quoted (repr), cut short, never raw
+
+
+def test_an_alarm_name_with_control_characters_starts_nothing(account: Account) -> None:
+    out = run(alarm_event("research-hp-slurm\r\nx", "2026-10-01T10:02:41Z"))
+    assert out["targets"] == [] and "no audit" in out["skipped"][0]

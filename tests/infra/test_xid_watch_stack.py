@@ -92,7 +92,9 @@ def test_the_audit_path_gets_no_new_permission(synth: Synthesized, watched: Synt
     ({"clusters": [HP], "xid_watch": {"clusters": {"other": ["/x/y"]}}}, "not configured: other"),
     ({"discover": True, "xid_watch": True}, "names no configured cluster"),
     ({"clusters": [HP], "xid_watch": {"clusters": {HP: ["no spaces?allowed:"]}}}, "xid_watch.clusters"),
-], ids=["true-without-groups", "unknown-cluster", "discovery-only", "bad-group-name"])
+    ({"clusters": [HP], "xid_watch": {"clusters": {HP: ["/aws/lambda/GpuAudit-FunctionsVerdict"]}}},
+     "would start an audit from an audit"),
+], ids=["true-without-groups", "unknown-cluster", "discovery-only", "bad-group-name", "the-auditors-own-logs"])
 def test_a_watch_that_cannot_be_built_stops_the_synth_naming_why(config: dict[str, Any], named: str) -> None:
     with pytest.raises(BadConfig) as raised:
         load_config({"gpuaudit": config})
