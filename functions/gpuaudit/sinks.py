@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from gpuaudit.dynamo_batch import batch_write, put_requests, retried, shard_of
 from gpuaudit.model.history import ESCALATED, FLAPPING
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result
-from gpuaudit.model.timeutil import iso
+from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report import alert, events
 from gpuaudit.report.alert import ALERT_MAX_CHARS, Change
 from gpuaudit.report.redact import redact
@@ -404,13 +404,16 @@ def _verdict_change(node: NodeResult, rank: int, was: str = "", previous: str | 
                   detail=node.verdict_evidence or "", code=events.NEW_VERDICT, was=previous)
 
 
-def _asked_before(node: NodeResult, audit_id: str) -> bool:
-    """The node's verdict is an action an earlier audit of the cluster already asked for and that is still open
-    (fleet memory, whatever that audit's mode): on-call was paged for it then. The latest state is kept per mode, so
-    the hourly coverage audit after an incident audit (a HyperPod event's, the Xid watch's) would otherwise say the
-    same "new verdict" again. No history read (None): not known, said as before."""
+def _asked_before(node: NodeResult, audit_id: str, recorded_at: str | None = None) -> bool:
+    """The node's verdict is an action another audit of the cluster asked for after the state compared with was
+    recorded (`recorded_at`; None: no state of this mode yet), still open: on-call was paged for it by that audit.
+    The latest state is kept per mode, so the hourly coverage audit after an incident audit (a HyperPod event's, the
+    Xid watch's) would otherwise say the same "new verdict" again. An action given before that state (the same mode's
+    own earlier REBOOT, gone from the window and back: flapping) is said again as before; no history read (None):
+    not known, said."""
+    since = parse_time(recorded_at) if recorded_at else None
     return any(a.verdict == node.verdict and a.status == "open" and a.given_in != audit_id
-               for a in node.actions_asked or [])
+               and (since is None or a.given_at > since) for a in node.actions_asked or [])
 
 
 def _first_seen(node: NodeResult, audit_id: str = "") -> list[Change]:
@@ -444,7 +447,7 @@ def _node_changes(node: NodeResult, before: dict[str, str], audit_id: str = "") 
     if now_v == was_v == "REPLACE" and ESCALATED in (node.verdict_evidence or "") and not before.get("escalated"):
         rows.append(Change(1, alert.REPLACE, "REPLACE escalated (given earlier, not acted on)", node=iid,
                            detail=node.verdict_evidence or "", code=events.ESCALATED, was=was_v))
-    if now_v in ALERTING_VERDICTS and now_v != was_v and _asked_before(node, audit_id):
+    if now_v in ALERTING_VERDICTS and now_v != was_v and _asked_before(node, audit_id, before.get("recorded_at")):
         pass  # asked by an earlier audit and still open: already paged (the state is recorded all the same)
     elif now_v in ALERTING_VERDICTS and now_v != was_v:
         was = f" (was {was_v})" if was_v in ALERTING_VERDICTS else ""
