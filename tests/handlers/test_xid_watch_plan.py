@@ -3,12 +3,13 @@ per burst whatever mix of watch alarms and HyperPod node events makes it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from handlers import plan
 from handlers.runtime import InvalidEvent
-from lambda_harness import EVENT_ACCOUNT, Account, LambdaContext, hyperpod_node_health_event
+from lambda_harness import EVENT_ACCOUNT, Account, LambdaContext, hyperpod_node_health_event, scheduled_event
 
 from gpuaudit.settings import XID_WATCH_ALARM_INFIX
 
@@ -90,3 +91,21 @@ def test_a_malformed_alarm_delivery_is_refused_naming_the_field_without_echoing_
 def test_an_alarm_name_with_control_characters_starts_nothing(account: Account) -> None:
     out = run(alarm_event("research-hp-slurm\r\nx", "2026-10-01T10:02:41Z"))
     assert out["targets"] == [] and "no audit" in out["skipped"][0]
+
+
+def test_a_watch_alarm_during_a_running_incident_audit_is_folded_into_the_next_audit(
+        account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node event's incident audit runs from 10:00; the watch fires at 10:16 (a new quarter hour) while it runs: the
+    watch's execution skips the cluster, naming the running audit, and the next audit of the cluster — the hourly
+    one at 11:00, its own mode's claim — reads the window holding the line."""
+    monkeypatch.setenv("GPUAUDIT_IN_FLIGHT_S", "5400")
+    now = datetime(2026, 10, 1, 10, 0, 30, tzinfo=UTC)
+    monkeypatch.setattr(plan, "clock", lambda: now)
+    given = {"trigger": hyperpod_node_health_event("research-hp-slurm", "2026-10-01T10:00:10Z"), "execution": "ev-10"}
+    assert len(run(given)["targets"]) == 1
+    now = datetime(2026, 10, 1, 10, 16, 30, tzinfo=UTC)
+    watch = run({"trigger": alarm_event("research-hp-slurm", "2026-10-01T10:16:20Z"), "execution": "watch-1016"})
+    assert watch["targets"] == [] and "running in another execution" in watch["skipped"][0]
+    now = datetime(2026, 10, 1, 11, 0, 30, tzinfo=UTC)
+    (hourly,) = run({"trigger": scheduled_event("2026-10-01T11:00:05Z"), "execution": "h-11"})["targets"]
+    assert hourly["request"]["until"] == "2026-10-01T11:00:00Z" > "2026-10-01T10:16:20Z"

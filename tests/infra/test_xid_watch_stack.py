@@ -106,3 +106,10 @@ def test_true_watches_every_configured_cluster_on_its_log_groups() -> None:
                                        "xid_watch": True}})
     assert config.xid_watch_groups == {HP: [HP_GROUP], PC: [PC_GROUP]}
     assert load_config({"gpuaudit": {"clusters": [HP]}}).xid_watch_groups == {}
+
+
+def test_cfn_lint_finds_no_error_in_the_watched_template(watched: Synthesized) -> None:
+    pytest.importorskip("cfnlint.api", reason="cfn-lint is not installed (pyproject.toml dev extra)")
+    from test_stack_cfn_lint import errors
+
+    assert errors(watched.template) == []
