@@ -8,9 +8,10 @@ from typing import Any
 from aws_cdk import App, Environment, Stack, Validations
 from cdk_nag import AwsSolutionsChecks
 
-from infra.config import bundling_enabled, cdk_json_context, load_config
+from infra.config import BadConfig, DeployConfig, bundling_enabled, cdk_json_context, load_config
 from infra.cross_account import ReadOnlyRoleStack
 from infra.stack import GpuAuditStack
+from infra.xid_watch_slots import groups_without_a_free_slot
 
 STACK_NAME = "GpuAudit"
 READ_ONLY_ROLE_STACK = "GpuAuditReadOnlyRole"
@@ -30,11 +31,24 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     if str(resolved.get("member_account", "false")).lower() == "true":
         stack = ReadOnlyRoleStack(app, READ_ONLY_ROLE_STACK, env=env)
     else:
-        stack = GpuAuditStack(app, STACK_NAME, config=load_config(resolved), bundle=bundling_enabled(resolved), env=env)
+        config = load_config(resolved)
+        if config.xid_watch is not None and str(resolved.get("check_xid_watch", "false")).lower() == "true":
+            _check_watch_slots(config)
+        stack = GpuAuditStack(app, STACK_NAME, config=config, bundle=bundling_enabled(resolved), env=env)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack
 
 
+def _check_watch_slots(config: DeployConfig) -> None:
+    """`-c check_xid_watch=true`: read each watched group and its metric filters in the target account
+    (DescribeLogGroups, DescribeMetricFilters) and stop the synth naming every group the watch cannot take a slot on."""
+    import boto3
+
+    problems = groups_without_a_free_slot(boto3.client("logs"), config.xid_watch_groups, f"{STACK_NAME}-xid-watch-")
+    if problems:
+        raise BadConfig("`xid_watch`: no filter can be added on " + "; ".join(problems))
+
+
 def _app_context(app: App) -> dict[str, Any]:
-    keys = ("gpuaudit", "config", "bundle", "member_account")
+    keys = ("gpuaudit", "config", "bundle", "member_account", "check_xid_watch")
     return {k: v for k in keys if (v := app.node.try_get_context(k)) is not None}

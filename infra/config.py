@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuaudit.collectors.query_budget import DEFAULT_BUDGET_SHARE, budget_slots
 from gpuaudit.model.evidence import MAX_FILE_SYSTEMS, MAX_INSTANCES, FileSystemId, InstanceId, LogGroupName
@@ -21,6 +21,8 @@ from infra.packaging import ROOT
 RESULT_WRITER_CLUSTERS = 50
 # PutEvents' EventBusName: a bus name, or the ARN of a bus (EventBridge API reference, PutEventsRequestEntry).
 EVENT_BUS_PATTERN = r"^(arn:aws[\w-]*:events:[a-z]{2}(-[a-z]+)+-\d:\d{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,256}$"
+# Where the auditor's own functions and state machine log (a watch there would start an audit from an audit).
+AUDITOR_LOG_PREFIXES = ("/aws/lambda/", "/aws/vendedlogs/states/")
 QUERIES_PER_BATCH = 3  # collect_batch starts three Logs Insights queries at once (kernel, summary, GPU lines)
 
 
@@ -63,6 +65,15 @@ class McpEndpointConfig(BaseModel):
     # The IAM role or user (or account root) of the agent that assumes the invoke role, e.g. a DevOps Agent's role.
     agent_principal: str = Field(max_length=2048, pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:(root|(role|user)/"
                                                           r"[A-Za-z0-9_+=,.@/-]{1,512})$")
+
+
+class XidWatchConfig(BaseModel):
+    """The Xid watch (issue #51) as an object: which clusters, and per cluster the kernel-carrying log groups to watch
+    beside those named in `log_groups`. `clusters` left out: every configured cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clusters: dict[str, Annotated[list[LogGroupName], Field(max_length=50)]] | None = None
 
 
 class DeployConfig(BaseModel):
@@ -119,6 +130,15 @@ class DeployConfig(BaseModel):
     external_id_parameter: str | None = Field(default=None, max_length=1011, pattern=r"^/[A-Za-z0-9_.\-/]+$")
     # The MCP endpoint for agents (issue #38), off unless set: {"agent_principal": "arn:aws:iam::…:role/…"}.
     mcp_endpoint: McpEndpointConfig | None = None
+    # The opt-in Xid watch (issue #51), off by default: `true` for every configured cluster, or
+    # {"clusters": {"<cluster>": ["<log group>", ...]}}. A metric filter per named group, an alarm per cluster.
+    xid_watch: XidWatchConfig | None = None
+
+    @field_validator("xid_watch", mode="before")
+    @classmethod
+    def _watch_switch(cls, value: object) -> object:
+        """`true`: every configured cluster (an empty object); `false`: off. One shape validated, one message."""
+        return {} if value is True else None if value is False else value
 
     @model_validator(mode="after")
     def _something_to_audit(self) -> DeployConfig:
@@ -141,11 +161,42 @@ class DeployConfig(BaseModel):
                              "(it would sit in the functions' configuration); store it as an SSM SecureString "
                              "(`aws ssm put-parameter --type SecureString --name /gpuaudit/external-id --value …`) and "
                              "name it in `external_id_parameter`")
+        self.xid_watch_groups  # noqa: B018 -- a watch that cannot be built stops the synth, naming the cluster
         private = sorted(set(self.eks_private_endpoints) - set(self.eks_access_entries))
         if private:
             raise ValueError(f"`eks_private_endpoints` names EKS clusters not in `eks_access_entries`: "
                              f"{', '.join(private)}")
         return self
+
+    @property
+    def xid_watch_groups(self) -> dict[str, list[str]]:
+        """Per watched cluster, the log groups its metric filters go on: those `log_groups` names for it and those
+        `xid_watch.clusters` names. A group is never guessed: the groups an audit finds by substring at run time
+        are not known at deploy time, and a filter goes on no group the configuration does not name."""
+        if self.xid_watch is None:
+            return {}
+        named = self.xid_watch.clusters
+        if named is not None:
+            unknown = sorted(set(named) - set(self.clusters))
+            if unknown:
+                raise ValueError(f"`xid_watch.clusters` names clusters that are not configured: {', '.join(unknown)} "
+                                 "(discovered clusters are not known at deploy time: name them in `clusters`)")
+        watched = list(named) if named is not None else list(self.clusters)
+        if not watched:
+            raise ValueError("`xid_watch` is on but names no configured cluster to watch (discovered clusters are "
+                             "not known at deploy time: name them in `clusters`)")
+        groups = {c: list(dict.fromkeys([*self.log_groups.get(c, []), *((named or {}).get(c, []))])) for c in watched}
+        own = sorted({g for gs in groups.values() for g in gs if g.startswith(AUDITOR_LOG_PREFIXES)})
+        if own:
+            raise ValueError(f"`xid_watch`: {own[0]} is where Lambda functions or state machines log, not a GPU node's "
+                             "kernel log: the auditor's own logs quote the lines it read, and a watch on them would "
+                             "start an audit from an audit")
+        bare = [c for c, g in groups.items() if not g]
+        if bare:
+            raise ValueError(f"`xid_watch`: no log group to watch for {', '.join(bare)}: name its kernel log groups in "
+                             f"`xid_watch.clusters.{bare[0]}` (or `log_groups.{bare[0]}`); the groups an audit finds "
+                             "by substring at run time are not known at deploy time")
+        return groups
 
     @property
     def resolved_member_roles(self) -> dict[str, MemberRole]:

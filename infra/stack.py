@@ -15,6 +15,7 @@ from infra.mcp_endpoint import McpEndpoint
 from infra.operations import AuditorAlarms
 from infra.triggers import AuditTriggers
 from infra.workflow import AuditWorkflow
+from infra.xid_watch import XidWatch
 
 # "Resources per stack: 500" (CloudFormation quotas). Configured clusters (an audit-age alarm each) and EKS access
 # entries (three each) are what grows with the configuration.
@@ -31,6 +32,9 @@ class GpuAuditStack(Stack):
         self.workflow = AuditWorkflow(self, "Workflow", config, self.functions, self.store.map_results,
                                       self.store.table)
         self.triggers = AuditTriggers(self, "Triggers", config, self.workflow.state_machine)
+        # Opt-in (issue #51): nothing of it is synthesized unless `xid_watch` is set.
+        self.xid_watch = XidWatch(self, "XidWatch", config, self.triggers.start) \
+            if config.xid_watch is not None else None
         self.dashboard = AuditDashboard(self, "Dashboard", config, self.workflow.state_machine)
         timed = self.functions.timed_functions()
         self.mcp: McpEndpoint | None = None

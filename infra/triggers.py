@@ -27,7 +27,7 @@ class AuditTriggers(Construct):
         # Events EventBridge could not deliver (throttled StartExecution, a deleted machine) are kept, and alarmed.
         self.dead_letters = sqs.Queue(self, "DeadLetters", retention_period=Duration.days(14), enforce_ssl=True,
                                       encryption=sqs.QueueEncryption.SQS_MANAGED)
-        start = targets.SfnStateMachine(state_machine, retry_attempts=4, max_event_age=Duration.hours(1),
+        self.start = start = targets.SfnStateMachine(state_machine, retry_attempts=4, max_event_age=Duration.hours(1),
                                         dead_letter_queue=self.dead_letters)
         Validations.of(self.dead_letters).acknowledge(Acknowledgment(
             id="AwsSolutions::AwsSolutions-SQS3",

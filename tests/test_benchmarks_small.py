@@ -26,6 +26,7 @@ RUN_BY = {
     "report_size": "test_report_size",
     "step_memory": "test_step_memory",
     "verdict_dynamodb": "test_verdict_dynamodb",
+    "xid_watch_latency": "test_xid_watch_latency",
 }
 
 
@@ -148,3 +149,15 @@ def test_cloudtrail_calls(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert answered(three["alone"]) == 3 * answered(one["alone"]) > 0
     assert answered(three["shared"]) == answered(one["shared"]) > 0
+
+
+def test_xid_watch_latency(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import xid_watch_latency
+
+    figures = _figures_written_by(xid_watch_latency, ["--lines", "50", "--seed", "3"], monkeypatch)
+    alert = figures["time_to_alert_s"]
+    assert alert["lines"] == 50 and 0 < alert["p50"] <= alert["p95"] <= alert["max"]
+    assert set(figures["stages"]) == set(xid_watch_latency.STAGES)
+    assert all(s["source"].startswith(("documented", "assumed", "measured")) for s in figures["stages"].values())
+    assert (figures["burst"]["alarm_events"], figures["burst"]["audits"]) == (1, 1)
+    assert figures["xid13_triggers"] == 0

@@ -19,6 +19,8 @@ from gpuaudit.rules.context import parse_overrides
 from gpuaudit.sinks import RETENTION_DAYS
 
 XID_OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
+# The Xid watch's alarms are named `<stack><infix><cluster>` (infra/xid_watch.py); Plan reads the cluster back.
+XID_WATCH_ALARM_INFIX = "-xid-watch-"
 MEMBER_ROLES_ENV = "GPUAUDIT_MEMBER_ROLES"
 KUBE_READERS_ENV = "GPUAUDIT_KUBE_READERS"
 # The deployment document (issue #33): the audited set and the member roles, too large for Lambda's 4 KB

@@ -91,10 +91,31 @@ class CapacityBlockWarning(EventBridgeModel):
     detail: CapacityBlockDetail
 
 
-EventBridgeTrigger = Annotated[ScheduledEvent | HyperPodEvent | CapacityBlockWarning,
+class AlarmState(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    value: str
+
+
+class AlarmDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    alarmName: str = Field(min_length=1, max_length=255)  # CloudWatch's limit on an alarm name
+    state: AlarmState
+
+
+class XidWatchAlarm(EventBridgeModel):
+    """The Xid watch's alarm changed state (issue #51, infra/xid_watch.py): an incident audit of its cluster."""
+
+    detail_type: Literal["CloudWatch Alarm State Change"] = Field(alias="detail-type")
+    source: Literal["aws.cloudwatch"]
+    detail: AlarmDetail
+
+
+EventBridgeTrigger = Annotated[ScheduledEvent | HyperPodEvent | CapacityBlockWarning | XidWatchAlarm,
                                Field(discriminator="detail_type")]
-Trigger = ScheduledEvent | HyperPodEvent | CapacityBlockWarning | AuditRequest
-TriggerKind = Literal["schedule", "hyperpod-event", "capacity-block-warning", "console"]
+Trigger = ScheduledEvent | HyperPodEvent | CapacityBlockWarning | XidWatchAlarm | AuditRequest
+TriggerKind = Literal["schedule", "hyperpod-event", "capacity-block-warning", "xid-watch", "console"]
 
 
 # -- between steps ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from handlers import runtime
 from handlers.coalesce import coalesce
 from handlers.discovery_cache import keep_discovery, kept_discovery, period_start
 from handlers.execution_share import ExecutionShape, Holders, claim, deferred_note, fit_period
-from handlers.models import EventBridgeTrigger, HyperPodEvent, Plan, Trigger
+from handlers.models import EventBridgeTrigger, HyperPodEvent, Plan, Trigger, XidWatchAlarm
 from handlers.observability import logger, metrics, step_handler
 from handlers.rotation import ordered_by_marks, read_marks
 from handlers.runtime import InvalidEvent
@@ -67,8 +67,9 @@ def refuse_bad_window(request: AuditRequest, now: datetime) -> None:
 def discovered_this_period(trigger: Trigger, settings: PlanSettings, session: boto3.Session,
                            gaps: list[str]) -> list[str] | None:
     """The period's kept discovery, or a fresh one kept for the rest of the period; None: the trigger needs none
-    (discovery off, a console request, or a HyperPod event, which lists only HyperPod clusters)."""
-    if not settings.discover or isinstance(trigger, AuditRequest | HyperPodEvent):
+    (discovery off, a console request, a HyperPod event, which lists only HyperPod clusters, or the Xid watch, which
+    watches configured clusters only)."""
+    if not settings.discover or isinstance(trigger, AuditRequest | HyperPodEvent | XidWatchAlarm):
         return None
     ddb, table = session.client("dynamodb"), runtime.env("FINDINGS_TABLE")
     period = period_start(trigger.time, int(os.environ.get("GPUAUDIT_SCHEDULE_PERIOD_S") or 3600))

@@ -24,8 +24,16 @@ from gpuaudit.model.evidence import (
     LogGroupName,
     Mode,
 )
-from gpuaudit.settings import deployment
-from handlers.models import AuditTarget, CapacityBlockWarning, HyperPodEvent, Plan, ScheduledEvent, Trigger
+from gpuaudit.settings import XID_WATCH_ALARM_INFIX, deployment
+from handlers.models import (
+    AuditTarget,
+    CapacityBlockWarning,
+    HyperPodEvent,
+    Plan,
+    ScheduledEvent,
+    Trigger,
+    XidWatchAlarm,
+)
 
 EVENT_LOOKBACK = timedelta(hours=24)  # an event-triggered audit looks back one day from the event
 
@@ -133,6 +141,8 @@ def plan_for(trigger: Trigger, settings: PlanSettings, aws: Aws, discovered: lis
     gaps: list[str] = []
     if isinstance(trigger, AuditRequest):
         return Plan(trigger="console", targets=[AuditTarget(request=trigger, trigger="console")])
+    if isinstance(trigger, XidWatchAlarm):
+        return _xid_watch_plan(trigger, settings)
     kinds: tuple[DiscoveredKind, ...] = ("hyperpod",) if isinstance(trigger, HyperPodEvent) else \
         ("hyperpod", "parallelcluster")
     audited = audited_clusters(aws, settings, gaps, discovered, kinds)
@@ -164,6 +174,24 @@ def _hyperpod_plan(trigger: HyperPodEvent, audited: list[str], end: datetime, ga
     request = settings.request(cluster, "incident", end - EVENT_LOOKBACK, end)
     return Plan(trigger="hyperpod-event", gaps=gaps,
                 targets=[AuditTarget(request=request, trigger="hyperpod-event", window_source="event")])
+
+
+def _xid_watch_plan(trigger: XidWatchAlarm, settings: PlanSettings) -> Plan:
+    """The Xid watch's alarm entered ALARM: an incident audit of the configured cluster the alarm is named after
+    (`<stack>-xid-watch-<cluster>`, infra/xid_watch.py), 24 h up to the alarm's minute. The alarm carries no node,
+    so the audit is the cluster's. Only configured clusters are watched: the set needs no discovery."""
+    name = trigger.detail.alarmName
+    if trigger.detail.state.value != "ALARM":
+        return Plan(trigger="xid-watch", targets=[],
+                    skipped=[f"{name}: alarm state {trigger.detail.state.value} is not ALARM — no audit"])
+    cluster = next((c for c in settings.clusters if name.endswith(XID_WATCH_ALARM_INFIX + c)), None)
+    if cluster is None:
+        return Plan(trigger="xid-watch", targets=[],
+                    skipped=[f"{name}: not the Xid watch alarm of an audited cluster — no audit"])
+    end = to_minute(trigger.time)
+    request = settings.request(cluster, "incident", end - EVENT_LOOKBACK, end)
+    return Plan(trigger="xid-watch", targets=[AuditTarget(request=request, trigger="xid-watch",
+                                                          window_source="event")])
 
 
 def _names(trigger: HyperPodEvent) -> set[str]:

@@ -46,7 +46,7 @@ from gpuaudit.model.history import ESCALATED as ESCALATED_MARK
 from gpuaudit.model.history import FLAPPING, HistoryRead, latest_spans
 from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result
-from gpuaudit.model.timeutil import iso
+from gpuaudit.model.timeutil import iso, parse_time
 
 ALERTING_VERDICTS = {"REPLACE", "REBOOT", "NOT OBSERVABLE"}
 # Gap.prose of a source the audit could not read: a failed or unread call, a truncated read.
@@ -144,7 +144,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]]) -> Comparison:
                **({"escalated": "yes"} if ESCALATED_MARK in (node.verdict_evidence or "") else {})}
         rows += _done(node)  # read from the history, whichever audit recorded the state compared with
         if before is None:
-            rows += _first_seen(node)
+            rows += _first_seen(node, result.audit_id)
             gone = {"gone": result.audit_id} if sk in left else {}  # first seen leaving: said once, recorded gone
             state.record(sk, {**now, "read_gaps": _gap_text(gaps), **gone}, previous.get(sk),
                          expires=bool(gone))
@@ -156,7 +156,7 @@ def compare(result: Result, previous: dict[str, dict[str, str]]) -> Comparison:
         baseline = _gap_set(before)
         unread = node.xid_status == "Not observable" and node.verdict in (None, "NOT OBSERVABLE")
         if gaps <= baseline or (not unread and _rank(now["verdict"]) >= _rank(before.get("verdict"))):
-            rows += _flapping(node, _node_changes(node, before))
+            rows += _flapping(node, _node_changes(node, before, result.audit_id))
             state.record(sk, {**now, "read_gaps": _gap_text(gaps if gaps <= baseline else baseline)}, before)
         else:
             rows += state.not_rechecked(node.instance_id, before, gaps - baseline)
@@ -296,12 +296,24 @@ def _verdict_change(node: NodeResult, rank: int, was: str = "", previous: str | 
                   detail=node.verdict_evidence or "", code=NEW_VERDICT, was=previous)
 
 
-def _first_seen(node: NodeResult) -> list[Change]:
+def _asked_before(node: NodeResult, audit_id: str, recorded_at: str | None = None) -> bool:
+    """The node's verdict is an action another audit of the cluster asked for after the state compared with was
+    recorded (`recorded_at`; None: no state of this mode yet), still open: on-call was paged for it by that audit.
+    The latest state is kept per mode, so the hourly coverage audit after an incident audit (a HyperPod event's, the
+    Xid watch's) would otherwise say the same "new verdict" again. An action given before that state (the same mode's
+    own earlier REBOOT, gone from the window and back: flapping) is said again as before; no history read (None):
+    not known, said."""
+    since = parse_time(recorded_at) if recorded_at else None
+    return any(a.verdict == node.verdict and a.status == "open" and a.given_in != audit_id
+               and (since is None or a.given_at > since) for a in node.actions_asked or [])
+
+
+def _first_seen(node: NodeResult, audit_id: str = "") -> list[Change]:
     rows = []
     if node.xid_status == "Not observable" and (node.gpu_count or 0) != 0:
         rows.append(Change(2, NOT_OBSERVABLE, "coverage Not observable", node=node.instance_id,
                            code=COVERAGE_LOST))
-    if node.verdict in ALERTING_VERDICTS:
+    if node.verdict in ALERTING_VERDICTS and not _asked_before(node, audit_id):
         rows.append(_verdict_change(node, 1 if node.verdict in SEVERITY else 2))
     return rows
 
@@ -314,7 +326,7 @@ def _flapping(node: NodeResult, rows: list[Change]) -> list[Change]:
     return [replace(c, flapping=True) for c in rows]
 
 
-def _node_changes(node: NodeResult, before: dict[str, str]) -> list[Change]:
+def _node_changes(node: NodeResult, before: dict[str, str], audit_id: str = "") -> list[Change]:
     iid, rows = node.instance_id, list[Change]()
     was_x, was_v, now_v = before.get("xid_status"), before.get("verdict", "none"), node.verdict or "none"
     regained = False
@@ -327,7 +339,9 @@ def _node_changes(node: NodeResult, before: dict[str, str]) -> list[Change]:
     if now_v == was_v == "REPLACE" and ESCALATED_MARK in (node.verdict_evidence or "") and not before.get("escalated"):
         rows.append(Change(1, REPLACE, "REPLACE escalated (given earlier, not acted on)", node=iid,
                            detail=node.verdict_evidence or "", code=ESCALATED, was=was_v))
-    if now_v in ALERTING_VERDICTS and now_v != was_v:
+    if now_v in ALERTING_VERDICTS and now_v != was_v and _asked_before(node, audit_id, before.get("recorded_at")):
+        pass  # asked by an earlier audit and still open: already paged (the state is recorded all the same)
+    elif now_v in ALERTING_VERDICTS and now_v != was_v:
         was = f" (was {was_v})" if was_v in ALERTING_VERDICTS else ""
         rows.append(_verdict_change(node, 1 if now_v in SEVERITY else 2, was, previous=was_v))
     elif (was_v in ALERTING_VERDICTS and now_v not in ALERTING_VERDICTS and not (was_v == "NOT OBSERVABLE" and regained)

@@ -1,0 +1,56 @@
+"""The watch never takes a metric filter slot the customer uses (issue #51 item 1): before the deploy, a watched group
+with all 100 slots taken by other filters, or missing, is named; the watch's own filter (a redeploy) is not counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from infra.xid_watch_slots import groups_without_a_free_slot
+
+OWN = "GpuAudit-xid-watch-"
+
+
+@pytest.fixture
+def logs() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("logs", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+        for group in ("/full", "/ours-among-99", "/roomy"):
+            client.create_log_group(logGroupName=group)
+        for n in range(100):
+            client.put_metric_filter(logGroupName="/full", filterName=f"customer-{n}", filterPattern="ERROR",
+                                     metricTransformations=[{"metricName": f"m{n}", "metricNamespace": "c",
+                                                             "metricValue": "1"}])
+        for n in range(99):
+            client.put_metric_filter(logGroupName="/ours-among-99", filterName=f"customer-{n}", filterPattern="ERROR",
+                                     metricTransformations=[{"metricName": f"m{n}", "metricNamespace": "c",
+                                                             "metricValue": "1"}])
+        client.put_metric_filter(
+            logGroupName="/ours-among-99",
+            filterName=f"{OWN}hp",
+            filterPattern="x",
+            metricTransformations=[{"metricName": "w", "metricNamespace": "g", "metricValue": "1"}],
+        )
+        yield client
+
+
+def test_a_full_or_missing_group_is_named_and_a_group_with_room_or_our_own_filter_is_not(logs: Any) -> None:
+    problems = groups_without_a_free_slot(logs, {"hp": ["/full", "/ours-among-99", "/roomy", "/missing"]}, OWN)
+    assert len(problems) == 2
+    assert problems[0].startswith("/full (hp): all 100 metric filter slots are taken")
+    assert problems[1] == "/missing (hp): no such log group in this account and region"
+
+
+def test_the_deploy_time_check_stops_the_synth_naming_the_group(logs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infra import app
+    from infra.config import BadConfig, load_config
+
+    config = load_config({"gpuaudit": {"clusters": ["hp"], "xid_watch": {"clusters": {"hp": ["/roomy", "/full"]}}}})
+    monkeypatch.setattr(boto3, "client", lambda service, **_: logs)
+    with pytest.raises(BadConfig) as raised:
+        app._check_watch_slots(config)
+    assert "/full (hp)" in str(raised.value) and "/roomy" not in str(raised.value)
