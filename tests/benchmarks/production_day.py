@@ -35,6 +35,7 @@ The JSON is written to FIGURES (stdout); log lines go to stderr.
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import itertools
 import json
@@ -56,10 +57,6 @@ if __name__ == "__main__":
     sys.stdout = sys.stderr
 
 import boto3  # noqa: E402
-from moto import mock_aws  # noqa: E402
-
-from gpuaudit.collectors.query_budget import LEASE_S  # noqa: E402
-from gpuaudit.model.evidence import AuditRequest  # noqa: E402
 from handlers.coalesce import coalesce  # noqa: E402
 from handlers.collect_logs import holder_of  # noqa: E402
 from handlers.execution_share import ExecutionShape, Holders, claim, fit_period  # noqa: E402
@@ -68,6 +65,10 @@ from handlers.query_leases import KEY as LEASES_KEY  # noqa: E402
 from handlers.query_leases import TableBudget  # noqa: E402
 from handlers.rotation import audited_key, ordered_by_marks, read_marks  # noqa: E402
 from handlers.targets import slim  # noqa: E402
+from moto import mock_aws  # noqa: E402
+
+from gpuaudit.collectors.query_budget import LEASE_S  # noqa: E402
+from gpuaudit.model.evidence import AuditRequest  # noqa: E402
 
 TABLE = "gpuaudit-findings-sim"
 REGION = "us-west-2"
@@ -164,7 +165,7 @@ def read_stack(template: dict[str, Any], definition: dict[str, Any]) -> Stack:
         dims = {d["Name"]: _physical(d["Value"]) for d in props.get("Dimensions", [])}
         fn = None
         if props.get("Namespace") == "AWS/Lambda":
-            ref = next((d["Value"] for d in props.get("Dimensions", []) if d["Name"] == "FunctionName"), {})
+            ref: Any = next((d["Value"] for d in props.get("Dimensions", []) if d["Name"] == "FunctionName"), {})
             fn = by_step.get(step_of.get(ref.get("Ref", "") if isinstance(ref, dict) else "", ""), "other")
         alarms.append(Alarm(name=name or _alarm_name(props), metric=props["MetricName"], dimensions=dims,
                             threshold=float(props["Threshold"]), below=props["ComparisonOperator"].startswith("Less"),
@@ -190,7 +191,8 @@ def synthesized(shape: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, A
     """(template, state machine definition, cdk.json configuration) of the `shape` synth."""
     from cdk_synth import TEST_CONFIG, production_config, state_machine_definition, synthesize
 
-    config = production_config() if shape == "production" else {**TEST_CONFIG, "discover": True}
+    # small: the suite's own configuration (its synth is shared with the suite's other tests in one process)
+    config = production_config() if shape == "production" else TEST_CONFIG
     synth = synthesize(config=config)
     return synth.template, state_machine_definition(synth), config
 
@@ -318,8 +320,11 @@ class Day:
     def emit(self, metric: str, value: float = 1.0, **dims: str) -> None:
         self.metrics[math.floor(self.now / 3600)].append((metric, dims, value))
 
-    def invoke(self, step: str, seconds: float) -> None:
-        self.durations[step].append(seconds)
+    def invoke(self, step: str, seconds: float, injected: bool = False) -> None:
+        """One Lambda invocation: its Duration metric, its cost; `injected` (a fault's timeout or kill) is left out
+        of the step's own figures (`steps`), which say what the step takes when nothing is injected."""
+        if not injected:
+            self.durations[step].append(seconds)
         self.emit("Duration", seconds * 1000, function=step)
         self.gb_s += seconds * self.stack.memory_mb[step] / 1024
         self.transitions += 2
@@ -361,7 +366,7 @@ class Day:
             self.audit(execution, target.request.cluster, target.request.mode, next_on_lane)
 
         for free in lanes:
-            self.at(free, lambda f=free: next_on_lane(f))
+            self.at(free, functools.partial(next_on_lane, free))
         self.at(execution.start + self.stack.timeout_s, lambda: self.finish(execution, "TIMED_OUT"))
 
     def model_seconds(self, step: str, nodes: int) -> float:
@@ -407,7 +412,7 @@ class Day:
                 timeout = float(self.stack.function_timeout_s["Verdict"])
                 attempts = 1 + next((n for errors, n in self.stack.retry["Verdict"] if "Sandbox.Timedout" in errors), 0)
                 for _ in range(attempts):
-                    self.invoke("Verdict", timeout)
+                    self.invoke("Verdict", timeout, injected=True)
                     self.emit("Errors", 1.0, function="Verdict")
                 self.invoke("RecordFailure", 2.0)
                 self.emit("AuditsFailed", 1.0)
@@ -450,7 +455,7 @@ class Day:
                 self.emit("ThrottledQueries", float(queries))
                 seconds += 120.0
             if attempt == 0 and self.fault_now("collectlogs_killed", cluster, execution):
-                self.invoke("CollectLogs", seconds / 2)  # killed mid-query: its leases stay, renewed by no one
+                self.invoke("CollectLogs", seconds / 2, injected=True)  # killed mid-query: its leases stay, renewed by no one
                 self.emit("Errors", 1.0, function="CollectLogs")
                 retried = any("Runtime.ExitError" in errors or "States.ALL" in errors
                               for errors, _ in self.stack.retry["CollectLogs"])
@@ -479,7 +484,7 @@ class Day:
 
         queued = list(range(min(batches, self.stack.batch_lanes), batches))
         for index in range(min(batches, self.stack.batch_lanes)):
-            self.at(self.now + inventory_s, lambda i=index: batch(i))
+            self.at(self.now + inventory_s, functools.partial(batch, index))
 
     def lease(self, execution: Execution, name: str) -> bool:
         if not self.budget.acquire(name):
@@ -523,8 +528,10 @@ def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: i
         largest = max(clusters, key=lambda c: c.nodes).name
         hyperpod = next(c.name for c in clusters if c.kind == "hyperpod")
         pcluster = [c.name for c in clusters if c.kind == "parallelcluster"]
-        day.faults = [Fault("collectlogs_killed", 3, largest), Fault("execution_stopped", 7),
-                      Fault("lambda_timeout", 11, largest), Fault("insights_throttling", 15)]
+        at = [periods * k // 24 for k in (3, 7, 11, 15)]  # hours 3, 7, 11, 15 of a 24-period day
+        day.faults = [Fault("collectlogs_killed", at[0], largest), Fault("execution_stopped", at[1]),
+                      Fault("lambda_timeout", at[2], largest), Fault("insights_throttling", at[3])]
+        burst_hour, warnings = periods * 5 // 24, (periods * 9 // 24, periods * 18 // 24)
 
         def schedule(hour: int) -> None:
             targets = [AuditTarget(request=AuditRequest(cluster=c.name, mode="coverage", last="24h"),
@@ -538,11 +545,11 @@ def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: i
             day.plan(trigger, [target], event_time=when)
 
         for hour in range(-warmup, periods):
-            day.at(hour * 3600.0 + 60, lambda h=hour: schedule(h))
+            day.at(hour * 3600.0 + 60, functools.partial(schedule, hour))
         for k in range(50):  # node-health burst: 50 events in 2 minutes, hour 5
-            day.at(5 * 3600.0 + 600 + k * 2.4, lambda: event("hyperpod-event", hyperpod, "incident"))
-        for hour, cluster in ((9, pcluster[-1]), (18, pcluster[-2])):  # two Capacity Block warnings
-            day.at(hour * 3600.0 + 1200, lambda c=cluster: event("capacity-block-warning", c, "preflight"))
+            day.at(burst_hour * 3600.0 + 600 + k * 2.4, lambda: event("hyperpod-event", hyperpod, "incident"))
+        for hour, cluster in zip(warnings, (pcluster[-1], pcluster[-2]), strict=True):  # two Capacity Block warnings
+            day.at(hour * 3600.0 + 1200, functools.partial(event, "capacity-block-warning", cluster, "preflight"))
         stopped = next(f for f in day.faults if f.kind == "execution_stopped")
         day.at(stopped.hour * 3600.0 + 240, lambda: day.stop(stopped))  # the hour's schedule, under way
         day.run_until(periods * 3600.0)
@@ -712,11 +719,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--medium", type=int, default=3, help="clusters of 2,000 nodes")
     parser.add_argument("--measure-nodes", type=int, default=50, help="the real step run the model is checked on")
     parser.add_argument("--shape", choices=["production", "small"], default="production",
-                        help="production: production_config()'s synth; small: the test configuration, discover on")
+                        help="production: production_config()'s synth; small: the suite's test configuration")
     parser.add_argument("--json", action="store_true", help="one JSON object (the default prints it indented)")
     args = parser.parse_args(argv)
-    if args.periods < 20 and args.shape == "production":
-        parser.error("--periods: at least 20 for the production shape (faults are injected up to hour 15 + 2)")
+    if args.periods < 8:
+        parser.error(f"--periods must be at least 8 (faults are injected at 3/24 to 15/24 of the day); got {args.periods}")
     if not 4 <= args.clusters <= 1000 or not 1 <= args.measure_nodes <= 2000:
         parser.error("--clusters must be 4..1000 and --measure-nodes 1..2000")
     started = time.perf_counter()
