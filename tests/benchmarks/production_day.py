@@ -507,8 +507,8 @@ class Day:
         for fault in self.faults:
             if fault.kind == kind and not fault.execution and math.floor(self.now / 3600) == fault.hour and \
                     execution.trigger == "schedule" and (not fault.target or fault.target == cluster):
-                if kind != "insights_throttling":
-                    fault.execution = execution.arn
+                if kind != "insights_throttling":  # once: the first step of its kind that hour, its cluster named
+                    fault.execution, fault.target = execution.arn, cluster
                 return True
         return False
 
@@ -530,12 +530,13 @@ def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: i
                                     {"AttributeName": "sk", "KeyType": "RANGE"}])
         day = Day(stack, model, clusters, periods, warmup, ddb)
         seed_marks(day, clusters)
-        largest = max(clusters, key=lambda c: c.nodes).name
         hyperpod = next(c.name for c in clusters if c.kind == "hyperpod")
         pcluster = [c.name for c in clusters if c.kind == "parallelcluster"]
         at = [periods * k // 24 for k in (3, 7, 11, 15)]  # hours 3, 7, 11, 15 of a 24-period day
-        day.faults = [Fault("collectlogs_killed", at[0], largest), Fault("execution_stopped", at[1]),
-                      Fault("lambda_timeout", at[2], largest), Fault("insights_throttling", at[3])]
+        # the kill and the timeout hit the first CollectLogs / Verdict of a scheduled audit in their hour: with more
+        # targets than one execution plans, a given cluster is not audited every hour
+        day.faults = [Fault("collectlogs_killed", at[0]), Fault("execution_stopped", at[1]),
+                      Fault("lambda_timeout", at[2]), Fault("insights_throttling", at[3])]
         burst_hour, warnings = periods * 5 // 24, (periods * 9 // 24, periods * 18 // 24)
 
         def schedule(hour: int) -> None:
@@ -640,6 +641,13 @@ def explaining(day: Day, alarm: Alarm, hour: int) -> str | None:
     return None
 
 
+def _faults_in_gap(day: Day, cluster: str, age: float) -> list[str]:
+    times = sorted(day.completed[cluster]) + [day.periods * 3600.0]
+    gap = next(((a, b) for a, b in itertools.pairwise(times) if abs((b - a) / 3600 - age) < 1e-6), (0.0, 0.0))
+    return [f"{f.kind} (hour {f.hour})" for f in day.faults if gap[0] <= f.hour * 3600.0 + 3600 and
+            f.hour * 3600.0 <= gap[1]]
+
+
 def _touched(day: Day, fault: Fault) -> set[str]:
     execution = day.executions.get(fault.execution)
     if execution is None:
@@ -698,6 +706,10 @@ def figures(day: Day, stack: Stack, model: StepModel, outstanding: int) -> dict[
         "executions_by_status": dict(status),
         "max_audit_age_periods": round(max(ages.values(), default=0.0), 2),
         "max_audit_age_cluster": max(ages, key=lambda name: ages[name]) if ages else None,
+        # every cluster whose audits were more than 2 periods apart, and the injected faults in that gap
+        "audit_ages_over_2_periods": [{"cluster": name, "periods": round(age, 2),
+                                       "faults_in_gap": _faults_in_gap(day, name, age)}
+                                      for name, age in sorted(ages.items()) if age > 2.0 + 1e-9],
         "clusters_never_audited": len(never),
         "executions_failed": sum(1 for e in in_day if e.status == "FAILED"),
         "executions_timed_out": sum(1 for e in in_day if e.status == "TIMED_OUT"),
