@@ -25,9 +25,10 @@ What is real and what is modelled:
 - **Modelled**: log batches per cluster (one per 2,000 nodes), queries per batch, records scanned per node per
   hourly audit (docs/BENCHMARKS.md's incremental figures), the cost prices (us-east-1 list prices).
 
-Injected faults (each with the alarms it must raise): a CollectLogs killed mid-query, an execution stopped, a
-Lambda timeout (Verdict of the largest cluster, twice: its Retry and then its Catch), Logs Insights throttling for
-an hour. `alarms_fired` names each alarm and the fault that explains it (null: none does).
+Injected faults (each with the alarms it must raise, EXPECTED_ALARMS): a CollectLogs killed mid-query, the hour's
+execution stopped, a Lambda timeout (a Verdict, on its attempt and on the definition's Sandbox.Timedout retry, then
+its Catch), Logs Insights throttling for an hour; the kill and the timeout hit the first such step of a scheduled
+audit in their hour. `alarms_fired` names each alarm and the fault that explains it (null: none does).
 
 The JSON is written to FIGURES (stdout); log lines go to stderr.
 """
