@@ -40,13 +40,15 @@ test: $(STAMP) lint
 # The benchmarks the suite does not run (minutes each; figures printed, kept in docs/BENCHMARKS.md): one coverage
 # audit of 1,000 generated nodes against a manual investigation, then the deployed steps' memory, time and calls
 # at 2,000 nodes through wire parsing, then Verdict's DynamoDB calls and request units at 2,000 nodes, then what one
-# hourly audit of 2,000 nodes scans, query by query, then RecordFailure for a deleted 10,000-node cluster.
+# hourly audit of 2,000 nodes scans, query by query, then RecordFailure for a deleted 10,000-node cluster, then a
+# production day (24 hourly periods, 200 clusters and 10 fleets of 1,000 IDs, faults injected) on the synthesized stack.
 bench: $(STAMP)
 	$(BIN)/gpuaudit bench --nodes 1000
 	$(BIN)/python tests/benchmarks/step_memory.py --nodes 2000
 	$(BIN)/python tests/benchmarks/verdict_dynamodb.py --nodes 2000
 	$(BIN)/python tests/benchmarks/hourly_scan.py --nodes 2000
 	$(BIN)/python tests/benchmarks/record_failure.py --nodes 10000
+	$(BIN)/python tests/benchmarks/production_day.py --json
 
 # vulture: code nothing reads ([tool.vulture] in pyproject.toml says where it looks and what it leaves alone).
 lint: $(STAMP)

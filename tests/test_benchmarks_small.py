@@ -22,6 +22,7 @@ RUN_BY = {
     "env_size": "infra/test_bench_env_size.py",
     "hourly_scan": "test_hourly_scan",
     "open_actions": "test_open_actions",
+    "production_day": "test_production_day",
     "record_failure": "test_record_failure",
     "report_size": "test_report_size",
     "step_memory": "test_step_memory",
@@ -161,3 +162,33 @@ def test_xid_watch_latency(monkeypatch: pytest.MonkeyPatch) -> None:
     assert all(s["source"].startswith(("documented", "assumed", "measured")) for s in figures["stages"].values())
     assert (figures["burst"]["alarm_events"], figures["burst"]["audits"]) == (1, 1)
     assert figures["xid13_triggers"] == 0
+
+
+def test_production_day(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short day on the suite's synthesized stack: 6 clusters (one of 3,000 nodes) and 2 fleets, the four faults
+    injected, the steps measured at 4 nodes. The figures the issue names are printed; the targets that do not
+    depend on seconds (none never audited, no duplicate audit, no lease left, every alarm explained and every
+    fault alarmed, the state bounded) hold here as at the production shape."""
+    from benchmarks import production_day
+
+    figures = _figures_written_by(production_day, [
+        "--shape", "small", "--periods", "12", "--clusters", "6", "--fleets", "2", "--fleet-ids", "40",
+        "--large-nodes", "3000", "--medium", "1", "--measure-nodes", "4", "--json"], monkeypatch)
+    assert {"periods", "clusters", "max_audit_age_periods", "clusters_never_audited", "executions_failed",
+            "executions_timed_out", "injected_faults", "alarms_fired", "faults_without_alarm", "max_state_bytes",
+            "leases_max_age_s", "leases_outstanding_at_end", "duplicate_cluster_audits", "steps",
+            "logs_insights_records", "cost_usd_per_day", "model_check"} <= set(figures)
+    assert (figures["periods"], figures["clusters"]) == (12, 8)
+    assert [f["kind"] for f in figures["injected_faults"]] == ["collectlogs_killed", "execution_stopped",
+                                                               "lambda_timeout", "insights_throttling"]
+    for step in ("Plan", "Inventory", "CollectLogs", "Finish", "Verdict"):
+        assert {"peak_memory_mb", "memory_mb", "max_duration_s", "timeout_s"} <= set(figures["steps"][step]), step
+    # each fault raised the alarms it must, and nothing else fired
+    assert figures["faults_without_alarm"] == [] and figures["alarms_fired"]
+    assert all(set(a) >= {"name", "fault"} and a["fault"] for a in figures["alarms_fired"])
+    assert figures["clusters_never_audited"] == 0 and figures["max_audit_age_periods"] <= 2
+    assert (figures["executions_failed"], figures["executions_timed_out"]) == (0, 0)
+    assert figures["executions_by_status"].get("ABORTED") == 1  # the injected stop, and only it
+    assert figures["duplicate_cluster_audits"] == 0 and figures["leases_outstanding_at_end"] == 0
+    assert 0 < figures["leases_max_age_s"] <= figures["lease_age_limit_s"]
+    assert 0 < figures["max_state_bytes"] <= 131_072 and figures["logs_insights_records"] > 0
