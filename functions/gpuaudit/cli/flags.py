@@ -18,9 +18,8 @@ from gpuaudit.history import SQLITE_FILE
 from gpuaudit.model.evidence import TIME_TEXT_MAX
 from gpuaudit.model.result import parse_verdict
 from gpuaudit.model.text import echoed
-from gpuaudit.report.order import COVERAGE_WORDS, coverage_status
 from gpuaudit.model.timeutil import parse_time
-from gpuaudit.report.order import VERDICT_SEVERITY
+from gpuaudit.report.order import COVERAGE_WORDS, VERDICT_SEVERITY, coverage_status
 
 MODES = ("coverage", "incident", "preflight")
 FORMATS = ("md", "json", "html", "table")  # `history --format`
