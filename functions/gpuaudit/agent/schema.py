@@ -40,14 +40,25 @@ from gpuaudit.model.result import (
 from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report.escape import one_line
-from gpuaudit.report.order import verdict_counts, verdict_rank, worst_first, xid_codes
+from gpuaudit.report.order import (
+    COVERAGE_WORDS,
+    coverage_matches,
+    coverage_status,
+    verdict_counts,
+    verdict_rank,
+    worst_first,
+    xid_codes,
+)
 from gpuaudit.report.records import reason_code
 from gpuaudit.report.redact import redact
 
 NODE_PAGE_DEFAULT, NODE_PAGE_MAX = 20, 200
 LIST_MAX = 20  # gaps, next steps, branches or checks in one summary (the rest: counted, in the full result)
 TEXT_MAX = 400
-AuditId = Annotated[str, Field(pattern=r"^[0-9a-f]{24}$", description="The audit's ID, as run_audit returned it")]
+AUDIT_ID_PATTERN = r"^[0-9a-f]{24}$"
+# audit_id optional (issue #49 item 8): none given, the cluster's latest stored audit (list_audits' first row)
+LatestOrAuditId = Annotated[str | None, Field(pattern=AUDIT_ID_PATTERN, description=(
+    "The audit's ID, as run_audit or list_audits returned it; omitted: the cluster's latest stored audit"))]
 # what AuditRequest accepts as a cluster, and no slash: it names the folder (or key prefix) results are kept under
 ClusterName = Annotated[ClusterText, Field(pattern=r"^[^/\\]+$",
                                            description="The cluster name (or fleet label) the audit used")]
@@ -209,6 +220,21 @@ class NodePage(BaseModel):
     next_offset: int | None
 
 
+class AuditRow(BaseModel):
+    audit_id: str
+    stored_at: datetime = Field(description="When its result was written (the latest first)")
+    result_location: str
+
+
+class AuditList(BaseModel):
+    cluster: str
+    source: str = Field(description="Where results are kept: the results directory or bucket")
+    total: int
+    offset: int
+    audits: list[AuditRow] = Field(description="Stored audits of the cluster, the latest first")
+    next_offset: int | None
+
+
 class ClusterRow(BaseModel):
     name: str
     kind: str = Field(description="hyperpod | parallelcluster | configured")
@@ -340,10 +366,28 @@ VerdictFilter = Annotated[Verdict | Literal["none"], BeforeValidator(any_verdict
      "description": "A verdict (NOT_OBSERVABLE and NOT OBSERVABLE are the same, any case); `none`: no verdict"})]
 
 
-def node_page(result: Result, offset: int, limit: int, verdicts: Sequence[VerdictFilter] = ()) -> NodePage:
-    """Nodes worst first (the reports' order), optionally only these verdicts (`none`: no verdict)."""
-    wanted = set(verdicts)
-    nodes = [n for n in worst_first(result.nodes) if not wanted or (n.verdict or "none") in wanted]
+def _coverage_word(value: Any) -> Any:
+    """A coverage status in any spelling (report/order.py coverage_status, as the CLI's --coverage reads it)."""
+    if not isinstance(value, str):
+        return value
+    status = coverage_status(value)
+    if status is None:
+        raise ValueError(f"{value[:80]!r} is not a coverage status; use {', '.join(COVERAGE_WORDS)}")
+    return status
+
+
+CoverageFilter = Annotated[str, BeforeValidator(_coverage_word), WithJsonSchema(
+    {"type": "string", "description": f"A GPU-evidence status: {', '.join(COVERAGE_WORDS)} (any case, `_`, `-` or a "
+     "space between words); GAP: any coverage gap (an empty hour, or not observable)"})]
+
+
+def node_page(result: Result, offset: int, limit: int, verdicts: Sequence[VerdictFilter] = (),
+              coverage: Sequence[str] = ()) -> NodePage:
+    """Nodes worst first (the reports' order), optionally only these verdicts (`none`: no verdict) and only these
+    coverage statuses (`gap`: any coverage gap): the CLI's --verdict and --coverage."""
+    wanted, statuses = set(verdicts), set(coverage)
+    nodes = [n for n in worst_first(result.nodes)
+             if (not wanted or (n.verdict or "none") in wanted) and coverage_matches(n, statuses)]
     shown = nodes[offset:offset + limit]
     return NodePage(audit_id=result.audit_id, cluster=result.cluster.name, total=len(nodes), offset=offset,
                     nodes=[node_row(n, result.account_ids) for n in shown],
