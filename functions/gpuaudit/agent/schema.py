@@ -145,9 +145,32 @@ def _time(value: str | None, field: str) -> datetime | None:
 
 
 def validation_message(exc: ValidationError) -> str:
-    return "bad input: " + "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']} (got {echoed(e.get('input'))})"
-        for e in exc.errors())
+    """Every refused argument in one sentence an agent can act on: `bad input: limit: ... (got 500); verdicts[0]:
+    one of 'REPLACE', ... or 'none' (got 'nope')`. A union's alternatives (pydantic reports one error per member,
+    located by a tag like `literal['none']`) are one clause listing what each would take."""
+    clauses: dict[str, list[dict[str, Any]]] = {}
+    for error in exc.errors():
+        clauses.setdefault(_argument(error["loc"]), []).append(error)
+    return "bad input: " + "; ".join(f"{where}: {_said(errors)} (got {echoed(errors[0].get('input'))})"
+                                     for where, errors in clauses.items())
+
+
+def _argument(loc: tuple[int | str, ...]) -> str:
+    """`verdicts.0.literal['none']` -> `verdicts[0]`: the argument and item, without pydantic's union-member tags."""
+    where = ""
+    for part in loc:
+        if isinstance(part, int):
+            where += f"[{part}]"
+        elif not where or not any(c in part for c in "[-("):
+            where += f".{part}" if where else part
+    return where or "input"
+
+
+def _said(errors: list[dict[str, Any]]) -> str:
+    literals = [e["ctx"]["expected"] for e in errors if e["type"] == "literal_error" and "expected" in e.get("ctx", {})]
+    if literals and len(literals) == len(errors) and len(errors) > 1:
+        return "Input should be " + " or ".join(literals)
+    return " or ".join(dict.fromkeys(str(e["msg"]).removeprefix("Value error, ") for e in errors))
 
 
 class VerdictCount(BaseModel):
