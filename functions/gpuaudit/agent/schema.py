@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic_core import ErrorDetails
 
 from gpuaudit.domain.window import is_duration
 from gpuaudit.model.evidence import (
@@ -148,7 +149,7 @@ def validation_message(exc: ValidationError) -> str:
     """Every refused argument in one sentence an agent can act on: `bad input: limit: ... (got 500); verdicts[0]:
     one of 'REPLACE', ... or 'none' (got 'nope')`. A union's alternatives (pydantic reports one error per member,
     located by a tag like `literal['none']`) are one clause listing what each would take."""
-    clauses: dict[str, list[dict[str, Any]]] = {}
+    clauses: dict[str, list[ErrorDetails]] = {}
     for error in exc.errors():
         clauses.setdefault(_argument(error["loc"]), []).append(error)
     return "bad input: " + "; ".join(f"{where}: {_said(errors)} (got {echoed(errors[0].get('input'))})"
@@ -166,8 +167,8 @@ def _argument(loc: tuple[int | str, ...]) -> str:
     return where or "input"
 
 
-def _said(errors: list[dict[str, Any]]) -> str:
-    literals = [e["ctx"]["expected"] for e in errors if e["type"] == "literal_error" and "expected" in e.get("ctx", {})]
+def _said(errors: list[ErrorDetails]) -> str:
+    literals = [str(e.get("ctx", {}).get("expected")) for e in errors if e["type"] == "literal_error"]
     if literals and len(literals) == len(errors) and len(errors) > 1:
         return "Input should be " + " or ".join(literals)
     return " or ".join(dict.fromkeys(str(e["msg"]).removeprefix("Value error, ") for e in errors))
