@@ -127,6 +127,8 @@ _.evidence_bucket  # Settings
 _.findings_table  # Settings
 _.aws_region  # Settings
 
+_.stored_at  # AuditRow (agent/schema.py list_audits)
+
 # --- Read by a library, by protocol -----------------------------------------------------------------------------------
 
 _.maxstring  # reprlib.Repr's limits (embedded/world_schema.py _SHOWN)

@@ -38,6 +38,7 @@ from test_state_machine import audits, deployed  # noqa: E402
 
 TLS = {"aws:SecureTransport": True}  # boto3 calls over HTTPS
 IAM_PREFIX = {"monitoring": "cloudwatch", "service-quotas": "servicequotas", "servicequotas": "servicequotas"}
+IAM_ACTION = {"s3:ListObjectsV2": "s3:ListBucket"}  # operations authorized by an action of another name
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,16 @@ class Recorder:
     def on_after_call(self, parsed: dict[str, Any], model: Any, **_: Any) -> None:
         service = model.service_model.signing_name or model.service_model.endpoint_prefix
         action = f"{IAM_PREFIX.get(service, service)}:{model.name}"
+        action = IAM_ACTION.get(action, action)
         missing = (parsed.get("Error") or {}).get("Code") in ("NoSuchKey", "404") and model.name in (
             "GetObject", "HeadObject")
         if action == "events:PutEvents":  # one call per bus and source: PutEvents is authorized per entry
             for resource, source in sorted({(self.bus_arn(e), e["Source"]) for e in self.params["Entries"]}):
                 self.calls.append(Call(self.current, action, resource, context=(("events:source", source),)))
+            return
+        if action == "s3:ListBucket" and "Prefix" in self.params:  # authorized on the prefix listed (s3:prefix)
+            self.calls.append(Call(self.current, action, f"arn:aws:s3:::{self.params['Bucket']}",
+                                   context=(("s3:prefix", self.params["Prefix"]),)))
             return
         for resource in self.resources(service, model.name, self.params):
             self.calls.append(Call(self.current, action, resource, missing))

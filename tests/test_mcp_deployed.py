@@ -89,7 +89,7 @@ def test_every_tool_over_the_function_url_and_each_call_is_allowed_by_the_synthe
         listed = json.loads(mcp_endpoint.handler(url_event({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
                                                  None)["body"])["result"]["tools"]  # type: ignore[arg-type]
         assert {t["name"] for t in listed} == {"start_audit", "audit_summary", "audit_nodes", "list_clusters",
-                                               "latest_findings", "node_history", "explain"}
+                                               "latest_findings", "node_history", "explain", "list_audits"}
         check_tool_listing([Tool.model_validate(t) for t in listed])  # names with a prefix ≤ 64, valid schemas
 
         cluster, audit_id = "research-hp-slurm", audit["audit_id"]
@@ -98,6 +98,10 @@ def test_every_tool_over_the_function_url_and_each_call_is_allowed_by_the_synthe
             f"s3://{BUCKET}/results/{cluster}/{audit_id}.json"
         page = call("audit_nodes", {"cluster": cluster, "audit_id": audit_id, "limit": 1})["structuredContent"]
         assert page["total"] == summary["nodes_total"] and len(page["nodes"]) == 1
+        # issue #49 item 8: the bucket's audits of the cluster, and audit_id omitted reads the latest of them
+        stored = call("list_audits", {"cluster": cluster})["structuredContent"]
+        assert [a["audit_id"] for a in stored["audits"]] == [audit_id]
+        assert call("audit_summary", {"cluster": cluster})["structuredContent"]["audit_id"] == audit_id
         latest = call("latest_findings", {"cluster": cluster, "mode": "incident"})["structuredContent"]
         assert latest["source"] == f"dynamodb {TABLE}" and latest["nodes"][0]["audit_id"] == audit_id
         node = latest["nodes"][0]["instance_id"]
@@ -131,7 +135,7 @@ def test_every_tool_over_the_function_url_and_each_call_is_allowed_by_the_synthe
         return denied_calls(mine, policies, {"McpEndpoint": policies.names.resolve(function["Properties"]["Role"])})
 
     assert {c.action for c in mine} == {"dynamodb:GetItem", "dynamodb:Query", "s3:GetObject", "states:StartExecution",
-                                        "states:ListExecutions"}
+                                        "states:ListExecutions", "s3:ListBucket"}
     assert check(mcp_synth.template) == []
     # the check can fail: without the grant that scopes StartExecution to the state machine, that call is denied
     assert any("states:StartExecution" in p for p in check(without_statements(mcp_synth.template, {"OnDemandAudits"})))

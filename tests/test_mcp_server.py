@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WORLD = ROOT / "functions" / "gpuaudit" / "worlds" / "pcluster-silent-node.world.json"
 CLUSTER = "bench-pcluster"
 SILENT_NODE = "i-0a6a3a4506513270e"
-TOOLS = {"run_audit", "audit_summary", "audit_nodes", "list_clusters", "latest_findings", "node_history", "explain"}
+TOOLS = {"run_audit", "audit_summary", "audit_nodes", "list_clusters", "latest_findings", "node_history", "explain",
+         "list_audits"}
 PREFIX = "gpuaudit_"  # how a client that merges several servers names our tools (64 characters at most, with it)
 
 

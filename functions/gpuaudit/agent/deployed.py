@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from gpuaudit.agent.schema import (
+    AuditRow,
     AuditStarted,
     BadToolInput,
     ClusterList,
@@ -48,6 +49,7 @@ RESULTS_PREFIX = "results"  # handlers/verdict.py writes results/<cluster>/<audi
 # On-demand audits (issue #47 item 6): one execution per distinct request per hour (the schedule's period; the
 # execution's name is the hour and the request's digest, so the same request again finds it), and at most this many
 # distinct ones an hour: each can read up to the CLI's 90-day window of a whole cluster.
+RESULT_KEY = re.compile(r"/([0-9a-f]{24})\.json$")  # results/<cluster>/<audit_id>.json
 MCP_PREFIX = "mcp-"
 MCP_STARTS_PER_PERIOD = 10
 
@@ -113,6 +115,33 @@ class DeployedBackend:
             raise ToolProblem(f"s3://{self.bucket}/{key}.json is not a gpuaudit result ({exc.error_count()} "
                               "error(s))") from None
         return result, f"s3://{self.bucket}/{key}.json", f"s3://{self.bucket}/{key}.html"
+
+    def audits(self, cluster: str) -> tuple[list[AuditRow], str]:
+        """The cluster's results in the bucket, the latest written first, and where they are kept."""
+        prefix = f"{RESULTS_PREFIX}/{cluster}/"
+        found: list[tuple[datetime, str, str]] = []
+        with self._read(f"s3://{self.bucket}/{prefix}"):
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                found += [(o["LastModified"], match.group(1), o["Key"]) for o in page.get("Contents", [])
+                          if (match := RESULT_KEY.search(o["Key"])) and o["Key"].count("/") == prefix.count("/")]
+        if not found:
+            raise ToolProblem(f"no result of an audit of {cluster!r} in the results bucket (results are kept for the "
+                              "findings' retention); start_audit, or wait for the scheduled audit")
+        found.sort(reverse=True)
+        return [AuditRow(audit_id=audit_id, stored_at=when, result_location=f"s3://{self.bucket}/{key}")
+                for when, audit_id, key in found], f"s3://{self.bucket}/{RESULTS_PREFIX}/"
+
+    def report(self, cluster: str, audit_id: str) -> str:
+        """The audit's HTML report, as the verdict step wrote it beside the result."""
+        key = f"{RESULTS_PREFIX}/{cluster}/{audit_id}.html"
+        try:
+            body: bytes = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise ToolProblem(f"no report of audit {audit_id} of {cluster!r} in the results bucket") from None
+            with self._read(f"s3://{self.bucket}/{key}"):
+                raise
+        return body.decode("utf-8", errors="replace")
 
     def latest(self, cluster: str, mode: Mode, offset: int, limit: int) -> LatestFindings:
         with self._read(f"the findings table's latest state of {cluster!r}"):

@@ -8,17 +8,19 @@ a tool error says exactly what `gpuaudit audit` would print (exit 2 bad input, e
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from gpuaudit.access import UserError, aws_for, did_you_mean
 from gpuaudit.agent.schema import (
+    AuditRow,
     ClusterList,
     ClusterRow,
     LatestFindings,
@@ -46,6 +48,8 @@ from gpuaudit.report.html import render_html
 from gpuaudit.rules.context import BadOverride
 from gpuaudit.rules.judge import JudgeConfig
 from gpuaudit.settings import Settings
+
+RESULT_FILE = re.compile(r"^[0-9a-f]{24}\.json$")  # <audit_id>.json; the IDs files beside it are named otherwise
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,32 @@ class LocalBackend:
             raise ToolProblem(f"{stored} is not a gpuaudit result JSON ({exc.error_count()} error(s))") from None
         report = stored.with_suffix(".html")
         return result, str(stored), str(report) if report.is_file() else None
+
+    def audits(self, cluster: str) -> tuple[list[AuditRow], str]:
+        """The cluster's stored results, the latest written first, and where they are kept."""
+        folder = self._folder(cluster)
+        try:
+            found = [(entry.stat().st_mtime, entry) for entry in folder.iterdir() if RESULT_FILE.match(entry.name)]
+        except FileNotFoundError:
+            found = []
+        except OSError as exc:
+            raise ToolProblem(f"cannot list {folder}: {exc.strerror}") from None
+        if not found:
+            raise ToolProblem(f"no result of an audit of {cluster!r} under {self.results_dir} (results of audits this "
+                              "server ran are kept there); run_audit first")
+        found.sort(key=lambda f: (f[0], f[1].name), reverse=True)
+        return [AuditRow(audit_id=entry.stem, stored_at=datetime.fromtimestamp(mtime, UTC), result_location=str(entry))
+                for mtime, entry in found], str(self.results_dir)
+
+    def report(self, cluster: str, audit_id: str) -> str:
+        """The audit's HTML report, as run_audit wrote it beside the result."""
+        stored = self._folder(cluster) / f"{audit_id}.html"
+        try:
+            return stored.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ToolProblem(f"no report of audit {audit_id} of {cluster!r} under {self.results_dir}") from None
+        except OSError as exc:
+            raise ToolProblem(f"cannot read {stored}: {exc.strerror}") from None
 
     def clusters(self) -> ClusterList:
         with self._messages():

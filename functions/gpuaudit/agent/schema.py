@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic_core import ErrorDetails
 
 from gpuaudit.domain.window import is_duration
 from gpuaudit.model.evidence import (
@@ -40,14 +41,25 @@ from gpuaudit.model.result import (
 from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report.escape import one_line
-from gpuaudit.report.order import verdict_counts, verdict_rank, worst_first, xid_codes
+from gpuaudit.report.order import (
+    COVERAGE_WORDS,
+    coverage_matches,
+    coverage_status,
+    verdict_counts,
+    verdict_rank,
+    worst_first,
+    xid_codes,
+)
 from gpuaudit.report.records import reason_code
 from gpuaudit.report.redact import redact
 
 NODE_PAGE_DEFAULT, NODE_PAGE_MAX = 20, 200
 LIST_MAX = 20  # gaps, next steps, branches or checks in one summary (the rest: counted, in the full result)
 TEXT_MAX = 400
-AuditId = Annotated[str, Field(pattern=r"^[0-9a-f]{24}$", description="The audit's ID, as run_audit returned it")]
+AUDIT_ID_PATTERN = r"^[0-9a-f]{24}$"
+# audit_id optional (issue #49 item 8): none given, the cluster's latest stored audit (list_audits' first row)
+LatestOrAuditId = Annotated[str | None, Field(pattern=AUDIT_ID_PATTERN, description=(
+    "The audit's ID, as run_audit or list_audits returned it; omitted: the cluster's latest stored audit"))]
 # what AuditRequest accepts as a cluster, and no slash: it names the folder (or key prefix) results are kept under
 ClusterName = Annotated[ClusterText, Field(pattern=r"^[^/\\]+$",
                                            description="The cluster name (or fleet label) the audit used")]
@@ -134,9 +146,32 @@ def _time(value: str | None, field: str) -> datetime | None:
 
 
 def validation_message(exc: ValidationError) -> str:
-    return "bad input: " + "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']} (got {echoed(e.get('input'))})"
-        for e in exc.errors())
+    """Every refused argument in one sentence an agent can act on: `bad input: limit: ... (got 500); verdicts[0]:
+    one of 'REPLACE', ... or 'none' (got 'nope')`. A union's alternatives (pydantic reports one error per member,
+    located by a tag like `literal['none']`) are one clause listing what each would take."""
+    clauses: dict[str, list[ErrorDetails]] = {}
+    for error in exc.errors():
+        clauses.setdefault(_argument(error["loc"]), []).append(error)
+    return "bad input: " + "; ".join(f"{where}: {_said(errors)} (got {echoed(errors[0].get('input'))})"
+                                     for where, errors in clauses.items())
+
+
+def _argument(loc: tuple[int | str, ...]) -> str:
+    """`verdicts.0.literal['none']` -> `verdicts[0]`: the argument and item, without pydantic's union-member tags."""
+    where = ""
+    for part in loc:
+        if isinstance(part, int):
+            where += f"[{part}]"
+        elif not where or not any(c in part for c in "[-("):
+            where += f".{part}" if where else part
+    return where or "input"
+
+
+def _said(errors: list[ErrorDetails]) -> str:
+    literals = [str(e.get("ctx", {}).get("expected")) for e in errors if e["type"] == "literal_error"]
+    if literals and len(literals) == len(errors) and len(errors) > 1:
+        return "Input should be " + " or ".join(literals)
+    return " or ".join(dict.fromkeys(str(e["msg"]).removeprefix("Value error, ") for e in errors))
 
 
 class VerdictCount(BaseModel):
@@ -206,6 +241,21 @@ class NodePage(BaseModel):
     total: int = Field(description="Nodes matching the filter")
     offset: int
     nodes: list[NodeRow]
+    next_offset: int | None
+
+
+class AuditRow(BaseModel):
+    audit_id: str
+    stored_at: datetime = Field(description="When its result was written (the latest first)")
+    result_location: str
+
+
+class AuditList(BaseModel):
+    cluster: str
+    source: str = Field(description="Where results are kept: the results directory or bucket")
+    total: int
+    offset: int
+    audits: list[AuditRow] = Field(description="Stored audits of the cluster, the latest first")
     next_offset: int | None
 
 
@@ -340,10 +390,28 @@ VerdictFilter = Annotated[Verdict | Literal["none"], BeforeValidator(any_verdict
      "description": "A verdict (NOT_OBSERVABLE and NOT OBSERVABLE are the same, any case); `none`: no verdict"})]
 
 
-def node_page(result: Result, offset: int, limit: int, verdicts: Sequence[VerdictFilter] = ()) -> NodePage:
-    """Nodes worst first (the reports' order), optionally only these verdicts (`none`: no verdict)."""
-    wanted = set(verdicts)
-    nodes = [n for n in worst_first(result.nodes) if not wanted or (n.verdict or "none") in wanted]
+def _coverage_word(value: Any) -> Any:
+    """A coverage status in any spelling (report/order.py coverage_status, as the CLI's --coverage reads it)."""
+    if not isinstance(value, str):
+        return value
+    status = coverage_status(value)
+    if status is None:
+        raise ValueError(f"{value[:80]!r} is not a coverage status; use {', '.join(COVERAGE_WORDS)}")
+    return status
+
+
+CoverageFilter = Annotated[str, BeforeValidator(_coverage_word), WithJsonSchema(
+    {"type": "string", "description": f"A GPU-evidence status: {', '.join(COVERAGE_WORDS)} (any case, `_`, `-` or a "
+     "space between words); GAP: any coverage gap (an empty hour, or not observable)"})]
+
+
+def node_page(result: Result, offset: int, limit: int, verdicts: Sequence[VerdictFilter] = (),
+              coverage: Sequence[str] = ()) -> NodePage:
+    """Nodes worst first (the reports' order), optionally only these verdicts (`none`: no verdict) and only these
+    coverage statuses (`gap`: any coverage gap): the CLI's --verdict and --coverage."""
+    wanted, statuses = set(verdicts), set(coverage)
+    nodes = [n for n in worst_first(result.nodes)
+             if (not wanted or (n.verdict or "none") in wanted) and coverage_matches(n, statuses)]
     shown = nodes[offset:offset + limit]
     return NodePage(audit_id=result.audit_id, cluster=result.cluster.name, total=len(nodes), offset=offset,
                     nodes=[node_row(n, result.account_ids) for n in shown],

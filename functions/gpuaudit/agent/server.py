@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
+import re
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Protocol, TypeVar
@@ -26,7 +28,7 @@ import anyio
 import anyio.to_thread
 from anyio import from_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from mcp.types import (
@@ -43,17 +45,21 @@ from pydantic import BaseModel, Field, ValidationError
 from gpuaudit import __version__
 from gpuaudit.agent import glossary
 from gpuaudit.agent.schema import (
+    AUDIT_ID_PATTERN,
     NODE_PAGE_DEFAULT,
-    AuditId,
     AuditInput,
+    AuditList,
+    AuditRow,
     AuditStarted,
     AuditSummary,
     BadToolInput,
     ClusterList,
     ClusterName,
+    CoverageFilter,
     Explanation,
     GlossaryEntry,
     LatestFindings,
+    LatestOrAuditId,
     Limit,
     NodeHistory,
     NodePage,
@@ -61,6 +67,7 @@ from gpuaudit.agent.schema import (
     ToolProblem,
     VerdictFilter,
     node_page,
+    page_of,
     summarise,
     validation_message,
 )
@@ -76,6 +83,11 @@ INSTRUCTIONS = (
     "arrived, gives one verdict (REPLACE, NOT OBSERVABLE, REBOOT, MONITOR, LEAVE ALONE) and labels causes Proven or "
     "Hypothesis. Run or read an audit, then page through its nodes; `explain` defines every word of a verdict.")
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
+# Tools that read only what gpuaudit itself stored (results, history, findings) or shipped (the glossary), never the
+# audited account: the protocol's closed world (openWorldHint false)
+READS_STORED = READ_ONLY.model_copy(update={"open_world_hint": False})
+RESULT_URI = "gpuaudit://results/{cluster}/{audit_id}"
+REPORT_URI = "gpuaudit://reports/{cluster}/{audit_id}"
 CALLS_PER_STEP = 50  # progress inside a phase: value phase + calls/(calls + CALLS_PER_STEP), below the next phase
 # Answer fields that keep their account ID (escaped all the same): a handle the caller uses as it is
 HANDLES = frozenset({"execution_arn"})
@@ -87,6 +99,12 @@ class Backend(Protocol):
 
     def result(self, cluster: str, audit_id: str) -> tuple[Result, str, str | None]:
         """The stored result, where it is, and where its report is."""
+
+    def audits(self, cluster: str) -> tuple[list[AuditRow], str]:
+        """The cluster's stored audits, the latest first, and where they are kept."""
+
+    def report(self, cluster: str, audit_id: str) -> str:
+        """The audit's HTML report."""
 
     def latest(self, cluster: str, mode: Mode, offset: int, limit: int) -> LatestFindings: ...
 
@@ -140,6 +158,24 @@ def _outward(answer: Answer) -> Answer:
     """The answer as it may leave: every string redacted and escaped (report/escape.outward), whatever field it is
     in (a node's group or type, a cluster name, a gap), so no field can be forgotten."""
     return type(answer).model_validate(outward_tree(answer.model_dump(), HANDLES))
+
+
+async def _off_loop_text(work: Callable[[], str]) -> str:
+    """_off_loop for a resource's text: ToolProblem becomes the resource's error, in the same words."""
+    try:
+        return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+    except ToolProblem as problem:
+        raise ResourceError(outward(one_line(str(problem)))) from None
+
+
+def _resource_id(cluster: str, audit_id: str) -> str:
+    """A resource URI's parts, refused as a tool's arguments would be (an audit ID, a cluster name with no slash)."""
+    if not re.fullmatch(AUDIT_ID_PATTERN.strip("^$"), audit_id):
+        raise ResourceError(f"audit_id {outward(one_line(audit_id[:80]))!r} is not an audit ID (24 hex digits, as "
+                            "list_audits gives)")
+    if not cluster or re.search(r"[/\\]", cluster):
+        raise ResourceError(f"cluster {outward(one_line(cluster[:80]))!r} is not a cluster name")
+    return audit_id
 
 
 async def _off_loop(work: Callable[[], Answer]) -> Answer:
@@ -261,7 +297,8 @@ def build_server(backend: Backend) -> AuditorServer:
 
             return await _off_loop(audit)
 
-        server.add_tool(_flat(AuditInput, run_audit), name="run_audit", annotations=READ_ONLY, description=(
+        server.add_tool(_flat(AuditInput, run_audit), name="run_audit", title="Run an audit", annotations=READ_ONLY,
+                        description=(
             "Run one audit (coverage, incident or preflight) of a cluster, instances, file systems or an EKS "
             "cluster. Returns the headline, verdict counts, the worst nodes (page on with audit_nodes), branches or "
             "checks, visibility gaps, next steps and where the full result is. Read-only; reports progress."))
@@ -275,58 +312,94 @@ def build_server(backend: Backend) -> AuditorServer:
             request = _request(fields)
             return await _off_loop(lambda: starter.start_audit(request))
 
-        server.add_tool(_flat(AuditInput, start_audit), name="start_audit", annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True), description=(
+        server.add_tool(_flat(AuditInput, start_audit), name="start_audit", title="Start an audit",
+                        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                                    idempotent_hint=True, open_world_hint=True), description=(
             "Start an on-demand audit on the deployed state machine (its only non-read action; the audit itself is "
             "read-only). Returns the execution ARN; its findings appear in latest_findings and audit_summary when "
             "it ends (minutes). The same request again within the hour returns the same execution; at most "
             f"{MCP_STARTS_PER_PERIOD} distinct audits an hour; the window at most {MAX_WINDOW.days} days, as the "
             "CLI's."))
 
-    @server.tool(annotations=READ_ONLY)
-    async def audit_summary(cluster: ClusterName, audit_id: AuditId,
+    def stored(cluster: str, audit_id: str | None) -> tuple[Result, str, str | None]:
+        """The named audit's result, or (no ID) the cluster's latest stored one."""
+        return backend.result(cluster, audit_id or backend.audits(cluster)[0][0].audit_id)
+
+    @server.tool(title="Audit summary", annotations=READS_STORED)
+    async def audit_summary(cluster: ClusterName, audit_id: LatestOrAuditId = None,
                             limit: Limit = NODE_PAGE_DEFAULT) -> AuditSummary:
-        """The summary of an audit already run (the same shape run_audit returns), read from where it was stored."""
+        """The summary of an audit already run (the same shape run_audit returns), read from where it was stored;
+        without audit_id, the cluster's latest audit."""
 
         def read() -> AuditSummary:
-            result, location, report = backend.result(cluster, audit_id)
+            result, location, report = stored(cluster, audit_id)
             return summarise(result, location, report, limit)
 
         return await _off_loop(read)
 
-    @server.tool(annotations=READ_ONLY)
-    async def audit_nodes(cluster: ClusterName, audit_id: AuditId, offset: Offset = 0,
+    @server.tool(title="Audit nodes (one page)", annotations=READS_STORED)
+    async def audit_nodes(cluster: ClusterName, audit_id: LatestOrAuditId = None, offset: Offset = 0,
                           limit: Limit = NODE_PAGE_DEFAULT,
                           verdicts: Annotated[list[VerdictFilter] | None, Field(
-                              max_length=6, description="Only these verdicts; `none`: nodes without one")] = None
+                              max_length=6, description="Only these verdicts; `none`: nodes without one")] = None,
+                          coverage: Annotated[list[CoverageFilter] | None, Field(
+                              max_length=4, description="Only these GPU-evidence statuses (MEASURED, NOT_OBSERVABLE, "
+                              "NO_HMA_DETECTIONS) or GAP (any coverage gap), as the CLI's --coverage")] = None
                           ) -> NodePage:
-        """One page of an audit's nodes, worst first (REPLACE, NOT OBSERVABLE, REBOOT, MONITOR, LEAVE ALONE, none)."""
+        """One page of an audit's nodes, worst first (REPLACE, NOT OBSERVABLE, REBOOT, MONITOR, LEAVE ALONE, none);
+        without audit_id, the cluster's latest audit. Filters given together: a node passes each."""
 
         def read() -> NodePage:
-            return node_page(backend.result(cluster, audit_id)[0], offset, limit, verdicts or ())
+            return node_page(stored(cluster, audit_id)[0], offset, limit, verdicts or (), coverage or ())
 
         return await _off_loop(read)
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="List stored audits", annotations=READS_STORED)
+    async def list_audits(cluster: ClusterName, offset: Offset = 0, limit: Limit = NODE_PAGE_DEFAULT) -> AuditList:
+        """The cluster's stored audits, the latest first: each audit_id for audit_summary, audit_nodes and the
+        result and report resources."""
+
+        def read() -> AuditList:
+            rows, source = backend.audits(cluster)
+            window, following = page_of(len(rows), offset, limit)
+            return AuditList(cluster=cluster, source=source, total=len(rows), offset=offset, audits=rows[window],
+                             next_offset=following)
+
+        return await _off_loop(read)
+
+    @server.resource(RESULT_URI, title="Audit result (JSON)", mime_type="application/json", description=(
+        "An audit's whole result document (OUTPUT-CONTRACT), account IDs redacted; the IDs from list_audits"))
+    async def result_document(cluster: str, audit_id: str) -> str:
+        checked_id = _resource_id(cluster, audit_id)
+        result = (await _off_loop_text(lambda: backend.result(cluster, checked_id)[0].to_json()))
+        return json.dumps(outward_tree(json.loads(result)), indent=2, ensure_ascii=True)
+
+    @server.resource(REPORT_URI, title="Audit report (HTML)", mime_type="text/html", description=(
+        "An audit's HTML report, as rendered (escaped, account IDs redacted); the IDs from list_audits"))
+    async def report_document(cluster: str, audit_id: str) -> str:
+        checked_id = _resource_id(cluster, audit_id)
+        return await _off_loop_text(lambda: backend.report(cluster, checked_id))
+
+    @server.tool(title="List clusters", annotations=READ_ONLY)
     async def list_clusters() -> ClusterList:
         """The clusters in scope: the region's HyperPod clusters and ParallelClusters (deployed: the audited set)."""
         return await _off_loop(backend.clusters)
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="Latest findings per node", annotations=READS_STORED)
     async def latest_findings(cluster: ClusterName, mode: Mode = "coverage", offset: Offset = 0,
                               limit: Limit = NODE_PAGE_DEFAULT) -> LatestFindings:
         """Each node's standing verdict and coverage from the latest audits of a cluster, worst first (local: the
         history directory; deployed: the findings table)."""
         return await _off_loop(lambda: backend.latest(cluster, mode, offset, limit))
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="Node history", annotations=READS_STORED)
     async def node_history(cluster: ClusterName, node: InstanceId,
                            days: Annotated[int, Field(ge=1, le=3650, description="Look-back in days")] = 30,
                            offset: Offset = 0, limit: Limit = NODE_PAGE_DEFAULT) -> NodeHistory:
         """One node's timeline across audits: verdicts, hardware-class Xids by PCI bus, reboots, coverage."""
         return await _off_loop(lambda: backend.history(cluster, node, days, offset, limit))
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="Explain a report word", annotations=READS_STORED)
     async def explain(term: Annotated[str, Field(min_length=1, max_length=100, description=(
             "A verdict (REPLACE, NOT_OBSERVABLE…), coverage status (Measured), label (Proven, Hypothesis (to "
             "validate)), confidence (High), branch letter (A-F), `RULES §7`, a section (Pre-flight) or an Xid code "

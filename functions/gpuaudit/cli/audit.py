@@ -66,7 +66,7 @@ from gpuaudit.outputs import (
 )
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.escape import visible
-from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY, coverage_gap
+from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY, coverage_matches
 from gpuaudit.rules.context import BadOverride, parse_overrides
 from gpuaudit.rules.judge import JudgeConfig
 from gpuaudit.settings import Settings
@@ -101,8 +101,8 @@ def _node_filter(verdicts: set[str], only_exceptions: bool,
 
     def keep(node: NodeResult) -> bool:
         exception = node.verdict in EXCEPTIONS or (node.verdict is None and node.xid_status != "Measured")
-        covered = not coverage or node.xid_status in coverage or ("gap" in coverage and coverage_gap(node))
-        return (not verdicts or node.verdict in verdicts) and (not only_exceptions or exception) and covered
+        return (not verdicts or node.verdict in verdicts) and (not only_exceptions or exception) and coverage_matches(
+            node, coverage)
 
     said = [f"--verdict {','.join(v for v in VERDICT_SEVERITY if v in verdicts)}"] if verdicts else []
     said += [f"--coverage {','.join(sorted(coverage))}"] if coverage else []

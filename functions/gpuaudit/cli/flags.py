@@ -19,7 +19,7 @@ from gpuaudit.model.evidence import TIME_TEXT_MAX
 from gpuaudit.model.result import parse_verdict
 from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import parse_time
-from gpuaudit.report.order import VERDICT_SEVERITY
+from gpuaudit.report.order import COVERAGE_WORDS, VERDICT_SEVERITY, coverage_status
 
 MODES = ("coverage", "incident", "preflight")
 FORMATS = ("md", "json", "html", "table")  # `history --format`
@@ -154,25 +154,17 @@ def _verdicts(value: str | None, flag: str) -> set[str]:
     return chosen
 
 
-COVERAGE_STATUSES = {
-    "MEASURED": "Measured",
-    "NOT OBSERVABLE": "Not observable",
-    "NO HMA DETECTIONS": "No HMA detections",
-    "GAP": "gap",
-}  # `gap`: any coverage gap (report/order.py coverage_gap), whatever the status
-
-
 def _coverage_statuses(value: str | None, flag: str) -> set[str]:
     """A comma-separated list of GPU-evidence statuses, as typed: MEASURED, NOT_OBSERVABLE, NO_HMA_DETECTIONS (any case,
-    `_`, `-` or a space between words) or GAP (a node with any empty hour, or not observable)."""
+    `_`, `-` or a space between words) or GAP (a node with any empty hour, or not observable): report/order.py's
+    coverage_status, which MCP audit_nodes reads too."""
     if value is None:
         return set()
     chosen: set[str] = set()
     for word in (w.strip() for w in value.split(",") if w.strip()):
-        status = COVERAGE_STATUSES.get(re.sub(r"[_\-\s]+", " ", word).upper())
+        status = coverage_status(word)
         if status is None:
-            named = ", ".join(k.replace(" ", "_") for k in COVERAGE_STATUSES)
-            raise UserError(f"{flag}: {word!r} is not a coverage status; use {named}")
+            raise UserError(f"{flag}: {word!r} is not a coverage status; use {', '.join(COVERAGE_WORDS)}")
         chosen.add(status)
     if not chosen:
         raise UserError(f"{flag}: name at least one coverage status")

@@ -8,7 +8,8 @@ gap (an empty hour, or not observable) comes right after MONITOR: on-call reads 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Collection, Iterable, Sequence
 from typing import TypeVar
 
 from gpuaudit.model.result import GpuError, NodeResult, Verdict
@@ -30,6 +31,28 @@ def coverage_gap(node: NodeResult) -> bool:
     head node or controller (no GPU) has no GPU evidence to miss: its row keeps its place."""
     return node.role in ("compute", "unknown") and (
         node.xid_status == "Not observable" or any(c.empty_hours for c in node.coverage))
+
+
+# A GPU-evidence status as typed (any case; `_`, `-` or spaces between words) -> the status a node carries; `gap`:
+# any coverage gap (coverage_gap), whatever the status. The CLI's --coverage and MCP audit_nodes' `coverage` read it.
+COVERAGE_STATUSES = {
+    "MEASURED": "Measured",
+    "NOT OBSERVABLE": "Not observable",
+    "NO HMA DETECTIONS": "No HMA detections",
+    "GAP": "gap",
+}
+COVERAGE_WORDS = tuple(k.replace(" ", "_") for k in COVERAGE_STATUSES)  # how a status is spelled in a message
+
+
+def coverage_status(word: str) -> str | None:
+    """The status a typed word names (MEASURED, not_observable, No HMA detections, gap…), or None."""
+    return COVERAGE_STATUSES.get(re.sub(r"[_\-\s]+", " ", word.strip()).upper())
+
+
+def coverage_matches(node: NodeResult, statuses: Collection[str]) -> bool:
+    """Whether a node passes a coverage filter (no filter: every node): its status is named, or `gap` is and it has
+    a coverage gap."""
+    return not statuses or node.xid_status in statuses or ("gap" in statuses and coverage_gap(node))
 
 
 GAP_RANK = VERDICT_SEVERITY.index("LEAVE ALONE")  # gap rows without a worse verdict stand just above LEAVE ALONE
