@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from helpers.worlds import PClusterWorld, at
+from helpers.worlds import at, blind_and_signalled
 from rich.console import Console
 
 from gpuaudit.devtools.demo import DemoRun, recap
@@ -42,23 +42,13 @@ def test_the_recap_never_splits_an_id_or_a_path(width: int) -> None:
     assert "report:" in out and "alert:" in out  # each value on its own labelled line
 
 
-def blind_and_rebooted() -> PClusterWorld:
-    """Two GPU nodes: one with no log stream (NOT OBSERVABLE), one logging Xid 79 on a live stream (REBOOT)."""
-    w = PClusterWorld(n_compute=2)
-    node = w.compute[1]
-    stream = w.healthy(node, at(-2), at(13))
-    w.stream(w.group, stream, events=[(at(9), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, pid=1, "
-                                              "name=python")])
-    return w
-
-
 def node_header(text: str) -> list[str]:
     (header,) = [line for line in text.splitlines() if line.strip().startswith("VERDICT")]
     return re.split(r"\s{2,}", header.strip())
 
 
 def test_a_narrow_terminal_drops_the_wide_columns_never_the_node_id() -> None:
-    w = blind_and_rebooted()
+    w = blind_and_signalled((79,))
     result = w.audit(w.cluster, since=at(6), until=at(10))
     buffer = io.StringIO()
     print_table(Console(file=buffer, width=WIDE_COLUMNS - 1, no_color=True, color_system=None), result)

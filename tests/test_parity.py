@@ -8,26 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.worlds import PClusterWorld, at
+from helpers.worlds import PClusterWorld, at, blind_and_signalled
 from typer.testing import CliRunner
 
 from gpuaudit.cli import app
 
 
-def three_verdicts() -> PClusterWorld:
-    """RULES §7: node 0 has no kernel stream (NOT OBSERVABLE), node 1 logs Xid 79 (REBOOT), node 2 an application
-    Xid 31 (LEAVE ALONE), each on a live stream but node 0's."""
-    w = PClusterWorld(n_compute=3)
-    for node, code in zip(w.compute[1:], (79, 31), strict=True):
-        stream = w.healthy(node, at(-2), at(13))
-        w.stream(w.group, stream, events=[(at(9), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): {code}, "
-                                                  "pid=2211, name=python3")])
-    return w
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, PClusterWorld]:
-    w = three_verdicts()
+    w = blind_and_signalled()
     folder = tmp_path_factory.mktemp("parity")
     world = folder / "w.world.json"
     world.write_text(json.dumps(w.raw), encoding="utf-8")

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 from helpers.event_patterns import matches
-from helpers.worlds import PClusterWorld, at
+from helpers.worlds import PClusterWorld, at, blind_and_signalled
 from mcp import Client
 from typer.testing import CliRunner
 
@@ -22,20 +22,9 @@ from gpuaudit.cli import app
 from gpuaudit.model.result import parse_verdict, verdict_code
 
 
-def blind_and_rebooted() -> PClusterWorld:
-    """RULES §7: node 0 has no kernel stream at all (NOT OBSERVABLE); node 1 logs Xid 79 on a live stream (REBOOT);
-    node 2 logs an application Xid 31 on a live stream (LEAVE ALONE)."""
-    w = PClusterWorld(n_compute=3)
-    for node, code in zip(w.compute[1:], (79, 31), strict=True):
-        stream = w.healthy(node, at(-2), at(13))
-        w.stream(w.group, stream, events=[(at(9), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): {code}, "
-                                                  "pid=2211, name=python3")])
-    return w
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PClusterWorld]:
-    w = blind_and_rebooted()
+    w = blind_and_signalled()
     path = tmp_path_factory.mktemp("world") / "w.world.json"
     path.write_text(json.dumps(w.raw), encoding="utf-8")
     return path, w

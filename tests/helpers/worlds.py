@@ -286,6 +286,17 @@ def one_node_world(xid79_at: str | None = None) -> PClusterWorld:
     return w
 
 
+def blind_and_signalled(codes: tuple[int, ...] = (79, 31)) -> PClusterWorld:
+    """RULES §7, one node per verdict: node 0 has no log stream at all (NOT OBSERVABLE); each next node logs one Xid
+    of `codes` on a live stream (79: REBOOT; 31, an application Xid: LEAVE ALONE)."""
+    w = PClusterWorld(n_compute=1 + len(codes))
+    for node, code in zip(w.compute[1:], codes, strict=True):
+        stream = w.healthy(node, at(-2), at(13))
+        w.stream(w.group, stream, events=[(at(9), f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): {code}, "
+                                                  "pid=2211, name=python3")])
+    return w
+
+
 def cli_audit(raw: dict[str, Any], tmp_path: Path, *args: str) -> tuple[int, str]:
     """`gpuaudit audit --world <raw> --format json ARGS`: the exit code and the output (never a traceback)."""
     from typer.testing import CliRunner

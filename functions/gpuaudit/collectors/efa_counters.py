@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.cwagent import AgentNodes
 from gpuaudit.domain.readplan import CWAGENT_NAMESPACE, EFA_PERIOD_S
 from gpuaudit.model.evidence import Evidence, NodeInfo
 from gpuaudit.model.planned_reads import EfaCounterSeries, PlannedRead
@@ -59,12 +60,7 @@ def read_efa_counters(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     if not nodes:
         evidence.efa_counters = []
         return
-    ids = {n.instance_id for n in nodes}
-    by_host: dict[str, str] = {}
-    for n in nodes:
-        if n.private_dns:
-            by_host[n.private_dns] = n.instance_id
-            by_host[n.private_dns.split(".", 1)[0]] = n.instance_id
+    agent = AgentNodes(nodes)
     start, end = read.start or evidence.window.start, read.end or evidence.now
     series: list[tuple[str, str, str, list[dict[str, str]]]] = []  # (node, metric, device/port, dimensions)
     try:
@@ -72,8 +68,7 @@ def read_efa_counters(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
             for m in aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace=CWAGENT_NAMESPACE,
                                   MetricName=metric):
                 dims = {d.get("Name", ""): d.get("Value", "") for d in m.get("Dimensions", []) or []}
-                node = dims["InstanceId"] if dims.get("InstanceId") in ids else \
-                    by_host.get(dims.get("host", "")) or by_host.get(dims.get("host", "").split(".", 1)[0])
+                node = agent.node_of(dims)
                 if node is not None:
                     device = "/".join(v for v in (dims.get("device") or dims.get("eniId") or ROLLUP, dims.get("port"))
                                       if v)

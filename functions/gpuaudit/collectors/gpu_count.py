@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.cwagent import AgentNodes
 from gpuaudit.domain.capability import is_accelerated
 from gpuaudit.domain.readplan import CWAGENT_GPU, GPU_POWER
 from gpuaudit.model.evidence import Evidence, NodeInfo
@@ -29,21 +30,12 @@ def _nodes(evidence: Evidence) -> list[NodeInfo]:
             and n.status.lower() == "running" and is_accelerated(n, evidence)]
 
 
-def _owner(dims: dict[str, str], by_id: dict[str, str], by_host: dict[str, str]) -> str | None:
-    """The node a series is of: its InstanceId dimension, else the CloudWatch agent's `host` (the node's hostname)."""
-    if dims.get("InstanceId") in by_id:
-        return by_id[dims["InstanceId"]]
-    host = dims.get("host", "")
-    return by_host.get(host) or by_host.get(host.split(".", 1)[0])
-
-
 def read_gpu_counts(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     nodes = _nodes(evidence)
     if not nodes:
         evidence.gpu_counts = []
         return
-    by_id = {n.instance_id: n.instance_id for n in nodes}
-    by_host = {h: n.instance_id for n in nodes if n.private_dns for h in (n.private_dns, n.private_dns.split(".")[0])}
+    agent = AgentNodes(nodes)
     start, end = read.start or evidence.now, read.end or evidence.now
     out: list[GpuCount] = []
     try:
@@ -51,7 +43,7 @@ def read_gpu_counts(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
             flat: list[tuple[str, str, dict[str, Any]]] = []  # (node, GPU, series)
             for m in aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace=namespace, MetricName=metric):
                 dims = {d.get("Name", ""): d.get("Value", "") for d in m.get("Dimensions", [])}
-                owner = _owner(dims, by_id, by_host)
+                owner = agent.node_of(dims)
                 if owner is not None and dimension in dims:
                     flat.append((owner, dims[dimension], m))
             hours = _hours_with_data(aws, [m for _, _, m in flat], start, end)

@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpuaudit.collectors.aws import Aws, CallFailed
+from gpuaudit.collectors.cwagent import AgentNodes
 from gpuaudit.domain.readplan import CWAGENT_NAMESPACE
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import GpuPeerSeries, PlannedRead
@@ -16,22 +17,11 @@ QUERIES_PER_CALL = 500  # GetMetricData: at most 500 MetricDataQuery structures 
 HOUR_S = 3600
 
 
-def _node_of(dims: dict[str, str], by_host: dict[str, str], ids: set[str]) -> str | None:
-    if dims.get("InstanceId") in ids:
-        return dims["InstanceId"]
-    return by_host.get(dims.get("host", ""))
-
-
 def read_gpu_peers(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
     """Every CWAgent series of the GPU compute nodes for the read's metrics, or a gap naming the failed call
     (fail closed: a partial read is no peer comparison)."""
     nodes = [n for n in evidence.nodes if n.role in ("compute", "unknown") and n.discovered_by in ("api", "user")]
-    ids = {n.instance_id for n in nodes}
-    by_host: dict[str, str] = {}
-    for n in nodes:
-        if n.private_dns:
-            by_host[n.private_dns] = n.instance_id
-            by_host[n.private_dns.split(".", 1)[0]] = n.instance_id
+    agent = AgentNodes(nodes)
     start, end = read.start or evidence.window.start, read.end or evidence.now
     try:
         series: list[tuple[str, str, str, list[dict[str, Any]]]] = []
@@ -39,7 +29,7 @@ def read_gpu_peers(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
             for m in aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace=CWAGENT_NAMESPACE,
                                   MetricName=metric):
                 dims = {d.get("Name", ""): d.get("Value", "") for d in m.get("Dimensions", []) or []}
-                node = _node_of(dims, by_host, ids)
+                node = agent.node_of(dims)
                 if node is not None and "index" in dims:
                     series.append((node, dims["index"], metric, m["Dimensions"]))
         points: dict[int, dict[Any, float]] = defaultdict(dict)
