@@ -432,3 +432,35 @@ def test_controller_without_gpu_gets_no_hma_row():
     # Then HMA status is not claimed for the controller
     assert hma_rows(node_of(result, w.controller.instance_id)) == []
     assert hma_rows(node_of(result, w.gpu[0].instance_id)) != []
+
+
+def test_a_current_hour_younger_than_the_grace_without_a_line_is_neither_live_nor_empty():
+    # Given now = 12:05 (an hourly audit a few minutes past the hour) and a stream logging every ten minutes whose
+    # last line is 11:58: nothing yet in the 12:00 hour
+    w = PClusterWorld(n_compute=1, now=at(12, 5))
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(11, 50))
+    w.stream(w.group, stream, events=[(at(11, 58), f"{node.hostname} systemd[1]: tick")])
+
+    # When audited to now
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), node.instance_id))
+
+    # Then five minutes of the hour are too soon to call it empty: not listed, not counted live, the node Measured
+    assert row.empty_hours == []
+    assert row.live_hours == 4  # 08, 09, 10, 11
+    assert row.status == "Measured"
+
+
+def test_a_current_hour_past_the_grace_without_a_line_is_listed_empty():
+    # Given the same stream audited at 12:20: twenty minutes of the hour passed with no line
+    w = PClusterWorld(n_compute=1, now=at(12, 20))
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(11, 50))
+    w.stream(w.group, stream, events=[(at(11, 58), f"{node.hostname} systemd[1]: tick")])
+
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), node.instance_id))
+
+    # Then the hour is listed empty, possibly late (RULES §4: live only if it already holds a line)
+    assert iso_list(row.empty_hours) == hours(12)
+    assert "possibly late" in (row.note or "")
+    assert row.status == "Not observable"

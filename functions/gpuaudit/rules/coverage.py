@@ -20,6 +20,10 @@ from gpuaudit.model.timeutil import HOUR, floor_hour, iso
 
 KERNEL_HINTS = ("system-messages", "syslog", "messages", "kernel", "dmesg", "journal")
 LATE_DELIVERY = timedelta(hours=2)
+# The current hour is judged only once this much of it has passed: an hour a few minutes old holds no line from a
+# stream that logs every ten minutes, and the hourly audit (`rate(1 hour)`, any minute past) would call half a healthy
+# fleet Not observable at every run (docs/decisions.md, "The current partial hour").
+PARTIAL_HOUR_GRACE = timedelta(minutes=15)
 COLLECT_ON_NODE = ("check the node directly (`dmesg -T | grep -i nvrm`, `journalctl -k | grep -i xid`) "
                    "and fix log shipping")
 
@@ -74,7 +78,11 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
     else:
         return None
     # RULES §4: the current, partial hour counts as live only if it already holds a line; without one it is empty
-    # like any other hour, and every empty hour is listed (a gap running to the query time is said possibly late).
+    # like any other hour, and every empty hour is listed (a gap running to the query time is said possibly late) —
+    # once PARTIAL_HOUR_GRACE of it has passed; younger, it is neither live nor empty: too soon to tell.
+    partial = pad.partial_last_hour
+    if partial is not None and partial in empty and pad.now - partial < PARTIAL_HOUR_GRACE:
+        empty = [h for h in empty if h != partial]
     return empty
 
 
