@@ -434,16 +434,21 @@ def test_controller_without_gpu_gets_no_hma_row():
     assert hma_rows(node_of(result, w.gpu[0].instance_id)) != []
 
 
-def test_a_current_hour_younger_than_the_grace_without_a_line_is_neither_live_nor_empty():
-    # Given now = 12:05 (an hourly audit a few minutes past the hour) and a stream logging every ten minutes whose
-    # last line is 11:58: nothing yet in the 12:00 hour
-    w = PClusterWorld(n_compute=1, now=at(12, 5))
+def _stream_last_heard_at_11_58(now: str) -> tuple[PClusterWorld, str]:
+    """A stream logging every ten minutes whose last line is 11:58 (nothing yet in the 12:00 hour), audited at `now`."""
+    w = PClusterWorld(n_compute=1, now=now)
     node = w.compute[0]
     stream = w.healthy(node, at(-10), at(11, 50))
     w.stream(w.group, stream, events=[(at(11, 58), f"{node.hostname} systemd[1]: tick")])
+    return w, node.instance_id
+
+
+def test_a_current_hour_younger_than_the_grace_without_a_line_is_neither_live_nor_empty():
+    # Given an hourly audit five minutes past the hour, of a stream whose last line is 11:58
+    w, iid = _stream_last_heard_at_11_58(at(12, 5))
 
     # When audited to now
-    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), node.instance_id))
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), iid))
 
     # Then five minutes of the hour are too soon to call it empty: not listed, not counted live, the node Measured
     assert row.empty_hours == []
@@ -453,12 +458,9 @@ def test_a_current_hour_younger_than_the_grace_without_a_line_is_neither_live_no
 
 def test_a_current_hour_past_the_grace_without_a_line_is_listed_empty():
     # Given the same stream audited at 12:20: twenty minutes of the hour passed with no line
-    w = PClusterWorld(n_compute=1, now=at(12, 20))
-    node = w.compute[0]
-    stream = w.healthy(node, at(-10), at(11, 50))
-    w.stream(w.group, stream, events=[(at(11, 58), f"{node.hostname} systemd[1]: tick")])
+    w, iid = _stream_last_heard_at_11_58(at(12, 20))
 
-    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), node.instance_id))
+    (row,) = kernel_rows(node_of(w.audit(w.cluster, since=at(9)), iid))
 
     # Then the hour is listed empty, possibly late (RULES §4: live only if it already holds a line)
     assert iso_list(row.empty_hours) == hours(12)
