@@ -25,7 +25,7 @@ CACHE_RETENTION_DAYS = 9  # a little over the bins' own 8-day retention (collect
 class FindingsStore(Construct):
     def __init__(self, scope: Construct, construct_id: str, config: DeployConfig) -> None:
         super().__init__(scope, construct_id)
-        # Keys as gpuaudit/sinks.py writes them: AUDIT#<audit_id> / SUMMARY | NODE#…,
+        # Keys as gpuaudit/writes/sinks.py writes them: AUDIT#<audit_id> / SUMMARY | NODE#…,
         # LATEST#<cluster>#<mode> / NODE#… | CHECK#… | SELFCHECK
         self.table = dynamodb.Table(
             self, "Table", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),

@@ -32,7 +32,7 @@ class McpEndpoint(Construct):
         super().__init__(scope, construct_id)
         assert config.mcp_endpoint is not None
         statements = [
-            # Query: latest state and history spans; GetItem: a cluster's history snapshot head (gpuaudit/history.py)
+            # Query: latest state and history spans; GetItem: a cluster's history snapshot head (writes/history.py)
             iam.PolicyStatement(sid="FindingsRead", actions=["dynamodb:GetItem", "dynamodb:Query"],
                                 resources=[store.table.table_arn]),
             iam.PolicyStatement(sid="ResultsRead", actions=["s3:GetObject"],

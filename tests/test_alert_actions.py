@@ -23,15 +23,15 @@ from test_fleet_memory import Fleet, reboot_line, xid_line
 
 from gpuaudit.devtools.demo import ensure_findings_table
 from gpuaudit.embedded.backend import WorldBackend
-from gpuaudit.eventbus import RememberingHistory, local_entries
-from gpuaudit.history import DynamoHistory, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import HistoryStore
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report import alert, events
-from gpuaudit.sinks import SinkOutcome, write_and_alert
+from gpuaudit.writes.eventbus import RememberingHistory, local_entries
+from gpuaudit.writes.history import DynamoHistory, SqliteHistory
+from gpuaudit.writes.sinks import SinkOutcome, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000

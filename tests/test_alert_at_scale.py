@@ -22,7 +22,7 @@ from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.result import Result
 from gpuaudit.report import alert
 from gpuaudit.report.ids import placed
-from gpuaudit.sinks import write_and_alert
+from gpuaudit.writes.sinks import write_and_alert
 
 REPLACED, REBOOTED = 12, 14  # each past alert.NAMED_IDS: the alert names some and says where the rest are
 BUCKET_KEY = "s3://evidence/results/hp-slurm/a1"

@@ -23,7 +23,7 @@ from gpuaudit.embedded.world import load_world
 from gpuaudit.model.result import Result
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report import alert
-from gpuaudit.sinks import SinkOutcome, write_and_alert
+from gpuaudit.writes.sinks import SinkOutcome, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.collectors.inventory import UnknownCluster
-from gpuaudit.history import SqliteHistory, _span_of_item, history_item
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import CLUSTER_GONE, HistorySpan, latest_spans
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report.history import HistoryView, render_markdown
 from gpuaudit.rules.history import actions_by_node
+from gpuaudit.writes.history import SqliteHistory, _span_of_item, history_item
 from tests.helpers.worlds import HyperPodWorld, at
 from tests.test_eks_node_health import SINCE, UNTIL, eks_world
 

@@ -19,9 +19,9 @@ from lambda_harness import HYPERPOD_WORLD, TABLE, scheduled_event  # noqa: E402
 from test_state_machine import SCHEDULED, audits, deployed  # noqa: E402
 
 from gpuaudit.embedded.world import load_world  # noqa: E402
-from gpuaudit.history import DynamoHistory  # noqa: E402
 from gpuaudit.model.history import CLUSTER_GONE, HistorySpan, latest_spans  # noqa: E402
 from gpuaudit.model.timeutil import iso  # noqa: E402
+from gpuaudit.writes.history import DynamoHistory  # noqa: E402
 
 
 @pytest.fixture(scope="module")

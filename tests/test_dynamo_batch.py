@@ -16,7 +16,11 @@ from helpers.worlds import PClusterWorld, at
 from moto import mock_aws
 
 from gpuaudit.devtools.demo import TABLE, ensure_findings_table
-from gpuaudit.dynamo_batch import (
+from gpuaudit.embedded.backend import WorldBackend
+from gpuaudit.embedded.world import World
+from gpuaudit.model.history import HistorySpan, HistoryXid
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.writes.dynamo_batch import (
     MAX_BATCH_ITEMS,
     Backoff,
     ItemTooLarge,
@@ -26,11 +30,7 @@ from gpuaudit.dynamo_batch import (
     put_requests,
     retried,
 )
-from gpuaudit.embedded.backend import WorldBackend
-from gpuaudit.embedded.world import World
-from gpuaudit.history import HISTORY_SHARDS, DynamoHistory, HistoryUnreadable, snapshot_pk
-from gpuaudit.model.history import HistorySpan, HistoryXid
-from gpuaudit.model.timeutil import parse_time
+from gpuaudit.writes.history import HISTORY_SHARDS, DynamoHistory, HistoryUnreadable, snapshot_pk
 
 NOW = parse_time(at(30))
 
@@ -205,7 +205,7 @@ def test_the_history_of_500_nodes_is_read_and_written_in_a_few_calls_and_only_ch
 
 def test_closed_spans_spread_over_shards_and_a_large_snapshot_over_items_under_400_kb(
         table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuaudit import history
+    from gpuaudit.writes import history
 
     monkeypatch.setattr(history, "SNAPSHOT_PIECE_BYTES", 500)  # as if the fleet were far larger
     store = DynamoHistory(table.ddb, TABLE, backoff=quick())

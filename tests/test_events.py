@@ -18,12 +18,10 @@ from helpers.event_patterns import matches
 from helpers.worlds import ACCOUNT, REGION, PClusterWorld, at, aws_for, node_of
 from moto import mock_aws
 
-from gpuaudit import eventbus
 from gpuaudit.devtools.demo import demo_request, demo_worlds, ensure_findings_table
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.eventbridge import EventBridgeStandIn
 from gpuaudit.embedded.world import load_world
-from gpuaudit.history import SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
@@ -32,7 +30,9 @@ from gpuaudit.report import events
 from gpuaudit.report.alert import Change
 from gpuaudit.report.records import records
 from gpuaudit.rules.what_changed import compare
-from gpuaudit.sinks import SinkOutcome, write_and_alert
+from gpuaudit.writes import eventbus
+from gpuaudit.writes.history import SqliteHistory
+from gpuaudit.writes.sinks import SinkOutcome, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000

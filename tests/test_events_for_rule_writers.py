@@ -14,7 +14,7 @@ from helpers.worlds import ACCOUNT, REGION, HyperPodWorld, PClusterWorld, at
 from gpuaudit.model.result import Result
 from gpuaudit.report import events
 from gpuaudit.report.records import records
-from gpuaudit.sinks import compare
+from gpuaudit.writes.sinks import compare
 
 
 def sent(result: Result) -> list[dict[str, Any]]:

@@ -19,12 +19,12 @@ from moto import mock_aws
 
 from gpuaudit.devtools.demo import ensure_findings_table
 from gpuaudit.embedded.backend import WorldBackend
-from gpuaudit.history import SQLITE_FILE, DynamoHistory, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import HistoryStore
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.pipeline import run_audit
+from gpuaudit.writes.history import SQLITE_FILE, DynamoHistory, SqliteHistory
 
 TABLE = "gpuaudit-findings"
 BUS = "0000:53:00"

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from gpuaudit.cli import app
 from gpuaudit.devtools.history_bench import HistoryBenchConfig, run_history_bench
-from gpuaudit.history import HISTORY_SHARDS
 from gpuaudit.model.history import MAX_SPAN
+from gpuaudit.writes.history import HISTORY_SHARDS
 
 
 def test_a_quiet_fleet_costs_one_span_per_node_per_seven_days() -> None:

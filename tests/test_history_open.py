@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from test_fleet_memory import BUS, Fleet, cli, reboot_line, store_of, xid_line
 
-from gpuaudit.history import SqliteHistory
 from gpuaudit.model.history import HistoryRead, HistorySpan, HistoryStore, HistoryXid
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.report.history import HistoryView, nodes_of, render_html, render_markdown
 from gpuaudit.rules.history import actions_by_node, actions_of, open_actions
+from gpuaudit.writes.history import SqliteHistory
 from tests.helpers.worlds import at, node_of
 
 

@@ -18,7 +18,7 @@ from gpuaudit.model.redaction import redact
 from gpuaudit.report.alert import chatbot_payload
 from gpuaudit.report.alert import subject as alert_subject
 from gpuaudit.report.escape import QUOTE_LIMIT, md_code, md_inline, visible
-from gpuaudit.sinks import Change, alert_message
+from gpuaudit.writes.sinks import Change, alert_message
 from tests.helpers.worlds import PClusterWorld, at
 
 ESC_TITLE = "\x1b]0;pwned\x07"

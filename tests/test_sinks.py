@@ -18,11 +18,8 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sns.models import sns_backends
 
-from gpuaudit import dynamo_batch
-from gpuaudit import sinks as sinks_module
 from gpuaudit.devtools.demo import ensure_findings_table
 from gpuaudit.embedded.backend import WorldBackend
-from gpuaudit.history import SqliteHistory
 from gpuaudit.model.evidence import AuditRequest, Gap
 from gpuaudit.model.history import FLAPPING
 from gpuaudit.model.result import Result
@@ -30,7 +27,10 @@ from gpuaudit.model.timeutil import parse_time
 from gpuaudit.pipeline import run_audit
 from gpuaudit.report import alert
 from gpuaudit.rules.what_changed import compare, read_gaps
-from gpuaudit.sinks import ALERT_MAX_CHARS, alert_message, write_and_alert
+from gpuaudit.writes import dynamo_batch
+from gpuaudit.writes import sinks as sinks_module
+from gpuaudit.writes.history import SqliteHistory
+from gpuaudit.writes.sinks import ALERT_MAX_CHARS, alert_message, write_and_alert
 
 TABLE = "gpuaudit-findings"
 NOW_EPOCH = 1_790_000_000
@@ -614,7 +614,7 @@ def test_the_dynamodb_client_pools_a_connection_per_thread() -> None:
     # botocore pools 10 connections by default; 16 threads on it would drop and reopen connections
     import boto3
 
-    from gpuaudit.sinks import DYNAMODB_THREADS, dynamodb_client
+    from gpuaudit.writes.sinks import DYNAMODB_THREADS, dynamodb_client
 
     client = dynamodb_client(boto3.Session(region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x"))
     assert client.meta.config.max_pool_connections == DYNAMODB_THREADS > 10

@@ -41,8 +41,8 @@ from moto.awslambda_simple.models import LambdaSimpleBackend  # noqa: E402
 
 from gpuaudit import pipeline  # noqa: E402
 from gpuaudit.collectors.aws import Aws  # noqa: E402
-from gpuaudit.history import SqliteHistory  # noqa: E402
-from gpuaudit.sinks import latest_pk  # noqa: E402
+from gpuaudit.writes.history import SqliteHistory  # noqa: E402
+from gpuaudit.writes.sinks import latest_pk  # noqa: E402
 
 MOTO_PIN = "5.2.5"  # the interpreter behaviour these tests were written against (pyproject.toml pins it)
 SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}

@@ -139,8 +139,8 @@ def render(result: Result, fmt: str, *, keep: Keep | None = None, filtered: str 
     if fmt == "csv":
         return to_csv(records(result, nodes))
     if fmt == "events":
-        from gpuaudit.eventbus import local_entries
         from gpuaudit.report.events import to_ndjson as events_ndjson
+        from gpuaudit.writes.eventbus import local_entries
 
         return events_ndjson(local_entries(result, history))
     buffer = io.StringIO()

@@ -7,7 +7,7 @@ read, judge, history recorded, finalize) is one function both call, `judge_with_
 from __future__ import annotations
 
 import errno
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from gpuaudit.collectors import cache, controlplane
@@ -31,15 +31,26 @@ from gpuaudit.collectors.query_budget import QuerySlots
 from gpuaudit.collectors.stream_parts import Rows, holds_instance_id
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
-from gpuaudit.history import HistoryUnreadable, close_gone_cluster, read_into, record
 from gpuaudit.model.evidence import NAMED_BY_OPERATOR, AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
-from gpuaudit.model.history import CLUSTER_GONE, DEFAULT_LOOKBACK_DAYS, HistoryStore
+from gpuaudit.model.history import (
+    CLUSTER_GONE,
+    DEFAULT_LOOKBACK_DAYS,
+    HistoryRead,
+    HistoryStore,
+    closed_out,
+    latest_spans,
+    merged,
+)
 from gpuaudit.model.planned_reads import KubeNode
 from gpuaudit.model.result import Result
+from gpuaudit.model.timeutil import iso
 from gpuaudit.progress import ProgressHook, Silent
 from gpuaudit.report.markdown import finalize
+from gpuaudit.rules.history import actions_by_node, entries_for
 from gpuaudit.rules.judge import JudgeConfig, judge
-from gpuaudit.sinks import RETENTION_DAYS
+from gpuaudit.rules.nodes import reboots_by_node
+from gpuaudit.writes.history import HistoryUnreadable
+from gpuaudit.writes.sinks import RETENTION_DAYS
 
 
 def start_audit(aws: Aws, request: AuditRequest, progress: ProgressHook | None = None) -> Evidence:
@@ -211,23 +222,45 @@ def cache_write_gap(coverage_cache: CoverageCache, exc: OSError) -> Gap:
 
 def read_history(store: HistoryStore | None, evidence: Evidence,
                  lookback_days: int = DEFAULT_LOOKBACK_DAYS) -> Evidence:
-    """Before judging: the earlier audits of this audit's nodes (fleet memory); unreadable is a named gap."""
-    return evidence if store is None else read_into(store, evidence, lookback_days)
+    """Before judging: the earlier audits of this audit's nodes (fleet memory), `lookback_days` back from the audit's
+    own time; a store that cannot be read leaves `history` None and a named gap (recurrence across audits then Not
+    checked)."""
+    if store is None:
+        return evidence
+    since = evidence.now - timedelta(days=lookback_days)
+    try:
+        read = store.read(evidence.cluster.name, [n.instance_id for n in evidence.nodes], since, evidence.now)
+    except HistoryUnreadable as exc:
+        return evidence.model_copy(update={"gaps": [*evidence.gaps, exc.gap], "history": None})
+    return evidence.model_copy(update={"history": read})
 
 
 def record_history(store: HistoryStore | None, result: Result, evidence: Evidence,
                    retention_days: int = RETENTION_DAYS) -> Result:
-    """After judging, before rendering: this audit's entry per node; a failed write is a visibility gap (the next
-    audit will not see this one)."""
+    """After judging, before rendering: this audit's entry per node, folded into each node's latest span when nothing
+    changed; a failed write is a visibility gap (the next audit will not see this one)."""
     if store is None:
         return result
+    entries = entries_for(result, evidence, reboots_by_node(evidence))
     try:
-        record(store, result, evidence, retention_days)
+        store.write(merged(entries, latest_spans(evidence.history)), retention_days, evidence.now)
     except HistoryUnreadable as exc:
         said = exc.gap.model_copy(update={"unseen": "this audit is not in the history: the next audit cannot see "
                                                     "its Xids, reboots or verdicts"}).prose()
         return result.model_copy(update={"visibility_gaps": [*result.visibility_gaps, said]})
     return result
+
+
+def close_gone_cluster(store: HistoryStore, cluster: str, now: datetime, lookback_days: int,
+                       retention_days: int) -> int:
+    """The cluster no longer exists: every node it had in the look-back gets a closing span (CLUSTER_GONE) instead
+    of its last verdict standing frozen. Returns how many nodes were closed; 0 when the history knew the cluster
+    not (a name never audited is only an unknown cluster). The CLI's path and the deployed RecordFailure's."""
+    read = store.read(cluster, None, now - timedelta(days=lookback_days), now)
+    closing = closed_out(read, f"gone-{iso(now)}", now, CLUSTER_GONE)
+    if closing:
+        store.write(closing, retention_days, now)
+    return len(closing)
 
 
 def _closed_if_gone(unknown: UnknownCluster, history: HistoryStore | None, request: AuditRequest, now: datetime,
@@ -278,3 +311,21 @@ def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None
         raise _closed_if_gone(unknown, history, request, aws.clock(), lookback_days) from None
     return judge_with_history(collected, config or JudgeConfig.from_request(request), history, aws.clock(),
                               lookback_days, progress=progress).result
+
+
+def render_history(everything: HistoryRead, cluster: str, fmt: str, days: int, *,
+                   verdicts: frozenset[str] = frozenset(), open_only: bool = False, changed: bool = False,
+                   show_all: bool = False) -> str:
+    """What `gpuaudit history` prints (md, json, html, table) from every span read of a cluster: the look-back is
+    `days` before its latest audit; the actions are judged on every span read (rules.history.actions_by_node), so one
+    given before the look-back and never done is still open. Composed here: the rule (rules/) and the view (report/)
+    meet nowhere below the pipeline."""
+    from gpuaudit.report import history as report
+
+    until = max((s.through for s in everything.spans), default=everything.until)
+    view = report.HistoryView(since=until - timedelta(days=days), until=until, days=days, verdicts=verdicts,
+                              open_only=open_only, changed_only=changed, show_all=show_all,
+                              actions=actions_by_node(everything.spans))
+    render = {"md": report.render_markdown, "json": report.render_json, "html": report.render_html,
+              "table": report.render_table}[fmt]
+    return render(everything, cluster, view)

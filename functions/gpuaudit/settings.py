@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.model.history import DEFAULT_LOOKBACK_DAYS
 from gpuaudit.rules.context import parse_overrides
-from gpuaudit.sinks import RETENTION_DAYS
+from gpuaudit.writes.sinks import RETENTION_DAYS
 
 XID_OVERRIDES_ENV = "GPUAUDIT_XID_CLASS_OVERRIDES"
 # The Xid watch's alarms are named `<stack><infix><cluster>` (infra/xid_watch.py); Plan reads the cluster back.

@@ -25,11 +25,12 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit.collectors.inventory import UnknownCluster
-from gpuaudit.history import DynamoHistory, close_gone_cluster
 from gpuaudit.model.timeutil import iso
+from gpuaudit.pipeline import close_gone_cluster
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
-from gpuaudit.sinks import dynamodb_client
+from gpuaudit.writes.history import DynamoHistory
+from gpuaudit.writes.sinks import dynamodb_client, write_failure
 from handlers import runtime
 from handlers.models import FailedAudit
 from handlers.observability import NAMESPACE, logger, step_handler
@@ -62,7 +63,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     with runtime.reported_failures():
         ddb = dynamodb_client(session_factory())
         table = settings.required("FINDINGS_TABLE")
-        ddb.put_item(TableName=table, Item=failure_item(failed, now, settings.finding_retention_days))
+        write_failure(ddb, table, failure_item(failed, now, settings.finding_retention_days))
     # Counted before the history is closed, and flushed at once: the closing is the long part (a span per node of
     # the cluster), and a Lambda killed at its timeout flushes no EMF; the failure is then counted all the same.
     # Per cluster (which cluster) and fleet-wide (the alarm's metric: one series, whatever clusters exist).

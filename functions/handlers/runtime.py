@@ -25,9 +25,9 @@ from pydantic import BaseModel, ValidationError
 
 from gpuaudit.collectors.aws import THROTTLING, Aws, CallFailed, assumed_session
 from gpuaudit.collectors.kubernetes import reader_connector
-from gpuaudit.dynamo_batch import WritesNotDone
 from gpuaudit.model.evidence import CallCount, Gap
 from gpuaudit.settings import Settings
+from gpuaudit.writes.dynamo_batch import WritesNotDone
 from handlers.observability import metrics
 
 EventModel = TypeVar("EventModel", bound=BaseModel)

@@ -20,9 +20,7 @@ import boto3
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from gpuaudit import eventbus, pipeline
-from gpuaudit.eventbus import Delivery
-from gpuaudit.history import DynamoHistory
+from gpuaudit import pipeline
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
@@ -30,7 +28,10 @@ from gpuaudit.report.alert import Change
 from gpuaudit.report.ids import ids_location, placed, unplaced
 from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
-from gpuaudit.sinks import ReportObjects, SinkOutcome, dynamodb_client, write_and_alert, write_reports
+from gpuaudit.writes import eventbus
+from gpuaudit.writes.eventbus import Delivery
+from gpuaudit.writes.history import DynamoHistory
+from gpuaudit.writes.sinks import ReportObjects, SinkOutcome, dynamodb_client, write_and_alert, write_reports
 from handlers import payload, runtime
 from handlers.models import VerdictInput
 from handlers.observability import NAMESPACE, logger, metrics, step_handler

@@ -31,12 +31,12 @@ from helpers.worlds import (  # noqa: E402
 from test_fleet_memory import reboot_line, xid_line  # noqa: E402
 
 from gpuaudit import pipeline  # noqa: E402
-from gpuaudit.history import SqliteHistory  # noqa: E402
 from gpuaudit.model.evidence import AuditRequest  # noqa: E402
 from gpuaudit.model.timeutil import parse_time  # noqa: E402
 from gpuaudit.report.markdown import finalize  # noqa: E402
 from gpuaudit.rules.judge import JudgeConfig, judge, with_actions_asked  # noqa: E402
 from gpuaudit.rules.what_changed import compare  # noqa: E402
+from gpuaudit.writes.history import SqliteHistory  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

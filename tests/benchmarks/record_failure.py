@@ -41,8 +41,8 @@ from lambda_harness import TABLE, LambdaContext, world_account  # noqa: E402
 from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 
 from gpuaudit.collectors.inventory import UnknownCluster  # noqa: E402
-from gpuaudit.history import DynamoHistory  # noqa: E402
 from gpuaudit.model.history import HistorySpan  # noqa: E402
+from gpuaudit.writes.history import DynamoHistory  # noqa: E402
 
 CLUSTER = "research-hp-slurm"  # the harness world's cluster
 ONE_VCPU_MB = 1769  # Lambda: "at 1,769 MB, a function has the equivalent of one vCPU"

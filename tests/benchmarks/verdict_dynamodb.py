@@ -41,8 +41,8 @@ from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 from gpuaudit import pipeline  # noqa: E402
 from gpuaudit.collectors.aws import Aws  # noqa: E402
 from gpuaudit.devtools.worldgen import WorldSpec, generate, write  # noqa: E402
-from gpuaudit.dynamo_batch import item_bytes  # noqa: E402
 from gpuaudit.model.evidence import AuditRequest, Evidence  # noqa: E402
+from gpuaudit.writes.dynamo_batch import item_bytes  # noqa: E402
 
 CALLS: Counter[str] = Counter()
 UNITS: dict[str, float] = {"write": 0,

@@ -23,12 +23,12 @@ from lambda_harness import (
     world_account,
 )
 
-from gpuaudit import dynamo_batch
 from gpuaudit.collectors.aws import Aws
-from gpuaudit.history import SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.pipeline import run_audit
-from gpuaudit.sinks import latest_pk
+from gpuaudit.writes import dynamo_batch
+from gpuaudit.writes.history import SqliteHistory
+from gpuaudit.writes.sinks import latest_pk
 
 INCIDENT = {"cluster": "llm-pretrain-b200", "mode": "incident", "since": "2026-09-27T10:00:00Z",
             "until": "2026-09-27T12:00:00Z"}

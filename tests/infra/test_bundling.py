@@ -39,7 +39,7 @@ def test_local_bundling_installs_for_lambdas_platform_and_copies_the_packages(tm
         assert pip[pip.index(flag) + 1] == value
     assert "--only-binary=:all:" in pip
     shipped = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
-    assert {"handlers/plan.py", "handlers/payload.py", "gpuaudit/pipeline.py", "gpuaudit/sinks.py",
+    assert {"handlers/plan.py", "handlers/payload.py", "gpuaudit/pipeline.py", "gpuaudit/writes/sinks.py",
             "gpuaudit/agent/server.py", "gpuaudit/agent/glossary.py", "gpuaudit/agent/deployed.py",
             "handlers/mcp_endpoint.py"} <= shipped
     assert not [p for p in shipped if p.startswith(("gpuaudit/embedded/", "gpuaudit/cli/", "gpuaudit/devtools/",

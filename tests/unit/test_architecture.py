@@ -23,13 +23,12 @@ THIRD_PARTY_OF_MODEL = {"pydantic"}
 FORBIDDEN = {
     "model": {"*"},  # the standard library and pydantic only
     "domain": {"*"},  # the model, the standard library
-    "collectors": {"rules", "pipeline", "report", "embedded", "devtools", "cli", "sinks", "agent"},
-    "rules": {"collectors", "pipeline", "report", "embedded", "devtools", "cli", "sinks", "agent"},
-    "report": {"collectors", "rules", "pipeline", "embedded", "devtools", "cli", "sinks", "agent"},
+    "collectors": {"rules", "pipeline", "report", "embedded", "devtools", "cli", "writes", "agent"},
+    "rules": {"collectors", "pipeline", "report", "embedded", "devtools", "cli", "writes", "agent"},
+    "report": {"collectors", "rules", "pipeline", "embedded", "devtools", "cli", "writes", "agent"},
     # the floors above: the pipeline composes, the CLI, handlers and developer tools call it, never the reverse
     "pipeline": {"cli", "devtools", "embedded", "agent"},
-    "sinks": {"cli", "devtools", "embedded", "pipeline"},
-    "history": {"cli", "devtools", "embedded", "pipeline"},
+    "writes": {"cli", "devtools", "embedded", "pipeline", "agent"},  # the product's writes, called from above
     "access": {"cli", "devtools"},
     "devtools": {"cli"},
     "agent": {"cli"},  # the MCP server is called by the CLI (`gpuaudit mcp`), never the reverse
@@ -411,6 +410,84 @@ def test_what_changed_is_judged_only_in_its_pure_rule() -> None:
         if isinstance(c, ast.Call) and callee(c) == "Change"
     ]
     assert built == []
-    for path in (PACKAGE / "sinks.py", PACKAGE / "eventbus.py"):
+    for path in (PACKAGE / "writes" / "sinks.py", PACKAGE / "writes" / "eventbus.py"):
         assert ("compare" in called_names(parsed(path))
                 and any(m == "gpuaudit.rules.what_changed" for _, m in imports_of(path))), path.name
+
+
+# --------------------------------------------------------------------------- the product's writes, one package
+
+WRITES = PACKAGE / "writes"
+# Every AWS call that changes something, by its boto3 method name.
+MUTATING_CALLS = frozenset({
+    "put_item", "batch_write_item", "update_item", "delete_item", "transact_write_items", "batch_execute_statement",
+    "execute_statement", "publish", "publish_batch", "put_events", "put_object", "delete_object", "delete_objects",
+    "copy_object", "upload_file", "upload_fileobj", "create_multipart_upload", "complete_multipart_upload",
+    "put_metric_data", "put_log_events", "send_message", "send_message_batch", "start_execution",
+})
+# Writes that are no finding, report or history: the state machine's working state, each kept by the one handler
+# module that owns it, and the MCP tool that starts an audit (whose writes are then the Verdict step's, in writes/).
+STEP_STATE_WRITERS = {
+    "handlers/payload.py": {"put_object"},  # step payloads passed by reference (Step Functions' 256 KB)
+    "handlers/coverage_cache.py": {"put_object"},  # proven hourly bins per log group
+    "handlers/trail_share.py": {"put_object"},  # one CloudTrail read shared by an account's clusters
+    "handlers/query_leases.py": {"update_item"},  # the account-wide Logs Insights query budget
+    "handlers/execution_share.py": {"update_item"},  # claims: no cluster audited by two executions at once
+    "handlers/coalesce.py": {"put_item"},  # a burst of events audits a cluster once
+    "handlers/discovery_cache.py": {"put_item"},  # discovery at most once per period
+    "gpuaudit/agent/deployed.py": {"start_execution"},  # the start_audit tool
+}
+
+
+def gpuaudit_module_names(tree: ast.AST) -> set[str]:
+    """Names bound to a gpuaudit module in a file (`from gpuaudit.writes import eventbus`): `eventbus.publish(...)`
+    calls the write package, it is not a boto3 call."""
+    return {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+            and (n.module or "").startswith("gpuaudit") for a in n.names}
+
+
+def writes_outside(root: Path, handlers: Path) -> list[str]:
+    """Every mutating AWS call and every sqlite3 import outside the write package, that no step-state entry names."""
+    found = []
+    for path in sorted([*root.rglob("*.py"), *handlers.glob("*.py")]):
+        if path.is_relative_to(root / "writes") or path.is_relative_to(root / "embedded"):
+            continue  # the write package itself; the stand-in AWS that answers these calls for worlds
+        named = f"handlers/{path.name}" if path.parent == handlers else f"gpuaudit/{path.relative_to(root)}"
+        tree = parsed(path)
+        ours, allowed = gpuaudit_module_names(tree), STEP_STATE_WRITERS.get(named, set())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in MUTATING_CALLS - allowed \
+                    and not (isinstance(node.func.value, ast.Name) and node.func.value.id in ours):
+                found.append(f"{named}:{node.lineno} calls {node.func.attr}")
+            elif isinstance(node, ast.Import | ast.ImportFrom) and "sqlite3" in (
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]):
+                found.append(f"{named}:{node.lineno} imports sqlite3")
+    return found
+
+
+def test_the_product_writes_only_through_its_write_package() -> None:
+    """Issue #52 item 3: "where does gpuaudit write?" has one answer, gpuaudit/writes/ (the history stores, the S3
+    reports, the findings table, SNS, EventBridge), beside the step state the handlers keep, each named above."""
+    assert writes_outside(PACKAGE, HANDLERS) == []
+    assert {p.name for p in WRITES.glob("*.py")} >= {"history.py", "sinks.py", "eventbus.py", "dynamo_batch.py"}
+    assert not [name for name in ("history.py", "sinks.py", "eventbus.py", "dynamo_batch.py")
+                if (PACKAGE / name).exists()], "a module left at the top level beside its home in writes/"
+
+
+def test_the_write_check_sees_a_put_outside_the_package_and_sqlite_opened(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = package_copy(tmp_path, monkeypatch)
+    handlers = tmp_path / "handlers"
+    shutil.copytree(HANDLERS, handlers, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "report" / "_write_probe.py").write_text(
+        "import sqlite3\n\ndef save(s3, ddb):\n    s3.put_object(Bucket='b', Key='k', Body=b'')\n"
+        "    ddb.put_item(TableName='t', Item={})\n", encoding="utf-8")
+    (handlers / "_write_probe.py").write_text("def mark(sns):\n    sns.publish(TopicArn='t', Message='m')\n",
+                                              encoding="utf-8")
+    (handlers / "payload.py").write_text("def wipe(ddb):\n    ddb.delete_item(TableName='t', Key={})\n",
+                                         encoding="utf-8")  # a step-state writer making a write it is not named for
+    assert writes_outside(copy, handlers) == [
+        "gpuaudit/report/_write_probe.py:1 imports sqlite3", "gpuaudit/report/_write_probe.py:4 calls put_object",
+        "gpuaudit/report/_write_probe.py:5 calls put_item", "handlers/_write_probe.py:2 calls publish",
+        "handlers/payload.py:2 calls delete_item"]

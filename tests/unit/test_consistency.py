@@ -23,7 +23,7 @@ from gpuaudit.model.result import (
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules import consistency
 from gpuaudit.rules.what_changed import compare
-from gpuaudit.sinks import alert_message
+from gpuaudit.writes.sinks import alert_message
 
 T0 = datetime(2026, 9, 27, 10, tzinfo=UTC)
 CALLS = [Call(service="ec2", operation="DescribeInstances", count=1)]

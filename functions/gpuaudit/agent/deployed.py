@@ -38,12 +38,12 @@ from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.discovery import discovered_clusters
 from gpuaudit.collectors.session import next_step
 from gpuaudit.domain.window import BadWindow, resolve_window
-from gpuaudit.history import DynamoHistory, HistoryUnreadable
 from gpuaudit.model.evidence import AuditRequest, Mode
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import floor_hour
 from gpuaudit.settings import DeploymentDocument
-from gpuaudit.sinks import latest_state
+from gpuaudit.writes.history import DynamoHistory, HistoryUnreadable
+from gpuaudit.writes.sinks import latest_state
 
 RESULTS_PREFIX = "results"  # handlers/verdict.py writes results/<cluster>/<audit_id>.json, .md, .html
 # On-demand audits (issue #47 item 6): one execution per distinct request per hour (the schedule's period; the

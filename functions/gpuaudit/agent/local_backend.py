@@ -37,7 +37,6 @@ from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.collectors.session import next_step
 from gpuaudit.domain.window import BadWindow
 from gpuaudit.files import write_atomically
-from gpuaudit.history import SQLITE_FILE, HistoryUnreadable, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest, Mode
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
@@ -48,6 +47,7 @@ from gpuaudit.report.html import render_html
 from gpuaudit.rules.context import BadOverride
 from gpuaudit.rules.judge import JudgeConfig
 from gpuaudit.settings import Settings
+from gpuaudit.writes.history import SQLITE_FILE, HistoryUnreadable, SqliteHistory
 
 RESULT_FILE = re.compile(r"^[0-9a-f]{24}\.json$")  # <audit_id>.json; the IDs files beside it are named otherwise
 

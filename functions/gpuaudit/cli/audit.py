@@ -47,9 +47,7 @@ from gpuaudit.collectors.cache import FileCache
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.domain.window import BadWindow, is_duration, parse_duration
 from gpuaudit.embedded.world import WorldError
-from gpuaudit.eventbus import RememberingHistory
 from gpuaudit.files import same_file, write_atomically
-from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.evidence import AuditRequest
 from gpuaudit.model.history import HistoryRead
 from gpuaudit.model.result import NodeResult, Result
@@ -70,6 +68,8 @@ from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY, coverage_matches
 from gpuaudit.rules.context import BadOverride, parse_overrides
 from gpuaudit.rules.judge import JudgeConfig
 from gpuaudit.settings import Settings
+from gpuaudit.writes.eventbus import RememberingHistory
+from gpuaudit.writes.history import SQLITE_FILE, SqliteHistory
 
 AUDIT_EXAMPLES = """Examples:
 

@@ -14,12 +14,12 @@ from pydantic import ValidationError
 
 from gpuaudit.access import UserError
 from gpuaudit.collectors.cache import FORMAT as CACHE_FORMAT
-from gpuaudit.history import SQLITE_FILE
 from gpuaudit.model.evidence import TIME_TEXT_MAX
 from gpuaudit.model.result import parse_verdict
 from gpuaudit.model.text import echoed
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.report.order import COVERAGE_WORDS, VERDICT_SEVERITY, coverage_status
+from gpuaudit.writes.history import SQLITE_FILE
 
 MODES = ("coverage", "incident", "preflight")
 FORMATS = ("md", "json", "html", "table")  # `history --format`

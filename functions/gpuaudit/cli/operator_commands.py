@@ -29,10 +29,10 @@ from gpuaudit.cli.flags import (
 from gpuaudit.cli.stderr import _fail, err
 from gpuaudit.embedded.world import WorldError
 from gpuaudit.files import same_file, write_atomically
-from gpuaudit.history import SQLITE_FILE, SqliteHistory
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.report.escape import visible
+from gpuaudit.writes.history import SQLITE_FILE, SqliteHistory
 
 
 def report(
@@ -149,8 +149,9 @@ def history_command(
     """Each node across audits, worst first, leading with the actions still open: verdicts, hardware-class Xids,
     reboots, coverage (fleet memory)."""
 
-    from gpuaudit.history import HistoryUnreadable, render_history
     from gpuaudit.model.evidence import InstanceId
+    from gpuaudit.pipeline import render_history
+    from gpuaudit.writes.history import HistoryUnreadable
 
     try:
         if not cluster or not cluster.strip():

@@ -285,7 +285,7 @@ def _answer_sizes(result: Any) -> dict[str, int]:
     """What a reader and on-call receive, in characters: headline, first alert, reports, JSON result."""
     from gpuaudit.report.html import render_html
     from gpuaudit.rules.what_changed import compare
-    from gpuaudit.sinks import alert_message
+    from gpuaudit.writes.sinks import alert_message
 
     return {"headline_chars": len(result.headline),
             "alert_chars": len(alert_message(result, compare(result, {}).records, "s3://bucket/report.html")),

@@ -29,7 +29,7 @@ from gpuaudit.pipeline import run_audit
 from gpuaudit.report.alert import cut
 from gpuaudit.report.escape import one_line
 from gpuaudit.report.html import render_html
-from gpuaudit.sinks import write_and_alert
+from gpuaudit.writes.sinks import write_and_alert
 
 TABLE = "gpuaudit-findings"
 TOPIC = "gpuaudit-alerts"

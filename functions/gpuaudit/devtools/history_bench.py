@@ -2,7 +2,7 @@
 
 A cluster of N GPU nodes audited hourly for D days: each audit adds one entry per node, folded by
 `model.history.merged` into the node's latest span and written with the store's own `write` — the path
-`history.record` takes after every audit. What an audit's entry holds is drawn from a seeded generator, as
+`pipeline.record_history` takes after every audit. What an audit's entry holds is drawn from a seeded generator, as
 a fleet behaves:
 
 * most nodes are quiet (same verdict, coverage Measured, no Xid, no reboot): their hourly entries extend
@@ -42,16 +42,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.dynamo_batch import shard_of
-from gpuaudit.history import (
-    HISTORY_SHARDS,
-    SQLITE_FILE,
-    DynamoHistory,
-    SqliteHistory,
-    history_item,
-    render_history,
-    snapshot_chunks,
-)
 from gpuaudit.model.history import (
     DEFAULT_LOOKBACK_DAYS,
     MAX_SPAN,
@@ -61,6 +51,16 @@ from gpuaudit.model.history import (
     HistoryXid,
     latest_spans,
     merged,
+)
+from gpuaudit.pipeline import render_history
+from gpuaudit.writes.dynamo_batch import shard_of
+from gpuaudit.writes.history import (
+    HISTORY_SHARDS,
+    SQLITE_FILE,
+    DynamoHistory,
+    SqliteHistory,
+    history_item,
+    snapshot_chunks,
 )
 
 CLUSTER = "bench-history"

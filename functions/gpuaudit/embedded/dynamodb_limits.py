@@ -23,7 +23,7 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
-from gpuaudit.dynamo_batch import MAX_BATCH_BYTES, MAX_BATCH_ITEMS, MAX_ITEM_BYTES, item_bytes
+from gpuaudit.writes.dynamo_batch import MAX_BATCH_BYTES, MAX_BATCH_ITEMS, MAX_ITEM_BYTES, item_bytes
 
 HELD_BACK = "gpuaudit_unprocessed"  # the requests this call leaves unprocessed, kept in the call's context
 

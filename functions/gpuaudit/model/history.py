@@ -6,7 +6,7 @@ signal) with its first and last time, the reboots seen, the verdict given, the c
 (`audits` > 1, `through` the last of them), so thirty days of hourly audits of a quiet node are a handful of
 records, not 720 (a span is cut after `MAX_SPAN`, so a bounded look-back stays one bounded range read).
 
-Two stores implement `HistoryStore` (gpuaudit/history.py): SQLite for the CLI (`--history DIR`) and the findings
+Two stores implement `HistoryStore` (gpuaudit/writes/history.py): SQLite for the CLI (`--history DIR`) and the findings
 table (DynamoDB) for the deployed auditor. The pipeline does not care which.
 """
 
@@ -133,7 +133,7 @@ class HistoryRead(Frozen):
 
 
 class HistoryStore(Protocol):
-    """Where the history lives. `read` raises gpuaudit.history.HistoryUnreadable (a named gap); `write` puts
+    """Where the history lives. `read` raises gpuaudit.writes.history.HistoryUnreadable (a named gap); `write` puts
     spans already merged (see `merged`). `instance_ids` None reads every node of the cluster."""
 
     @property

@@ -1,6 +1,6 @@
 """Fleet memory as evidence (issue #18, RULES §6/§7): what earlier audits saw of a node, judged like any source.
 
-Pure: the spans arrive in `Evidence.history` (read by gpuaudit/history.py), or a gap with scope "history" says
+Pure: the spans arrive in `Evidence.history` (read by gpuaudit/writes/history.py), or a gap with scope "history" says
 they could not be read. Three judgements:
 
 * recurrence across audits — a hardware-class Xid on the same PCI bus (or infoROM corruption) seen by an earlier

@@ -33,7 +33,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import TypeAdapter
 
 from gpuaudit.collectors.aws import GAP_KINDS
-from gpuaudit.dynamo_batch import (
+from gpuaudit.model.evidence import Gap, GapKind
+from gpuaudit.model.history import (
+    MAX_SPAN,
+    HistoryRead,
+    HistorySpan,
+    HistoryXid,
+    distinct,
+    fold_latest,
+)
+from gpuaudit.model.timeutil import iso, parse_time
+from gpuaudit.writes.dynamo_batch import (
     Backoff,
     ItemTooLarge,
     WritesNotDone,
@@ -43,25 +53,7 @@ from gpuaudit.dynamo_batch import (
     retried,
     shard_of,
 )
-from gpuaudit.model.evidence import Evidence, Gap, GapKind
-from gpuaudit.model.history import (
-    CLUSTER_GONE,
-    MAX_SPAN,
-    HistoryRead,
-    HistorySpan,
-    HistoryStore,
-    HistoryXid,
-    closed_out,
-    distinct,
-    fold_latest,
-    latest_spans,
-    merged,
-)
-from gpuaudit.model.result import Result
-from gpuaudit.model.timeutil import iso, parse_time
-from gpuaudit.rules.history import actions_by_node, entries_for
-from gpuaudit.rules.nodes import reboots_by_node
-from gpuaudit.sinks import DYNAMODB_THREADS
+from gpuaudit.writes.sinks import DYNAMODB_THREADS
 
 SQLITE_FILE = "gpuaudit-history.sqlite3"
 
@@ -481,55 +473,3 @@ def _span_of_item(cluster: str, instance_id: str | None, item: dict[str, Any]) -
                        gaps=int(item["gaps"]["N"]), closed=text("closed"),
                        done=text("done"),  # type: ignore[arg-type]  # pydantic checks the word: else ValueError, a gap
                        done_said=text("done_said"))
-
-
-# --------------------------------------------------------------------------- in the pipeline
-
-
-def read_into(store: HistoryStore, evidence: Evidence, lookback_days: int) -> Evidence:
-    """The cluster's history for this audit's nodes, `lookback_days` back from the audit's own time; a store that
-    cannot be read leaves `history` None and a named gap (recurrence across audits then Not checked)."""
-    since = evidence.now - timedelta(days=lookback_days)
-    try:
-        read = store.read(evidence.cluster.name, [n.instance_id for n in evidence.nodes], since, evidence.now)
-    except HistoryUnreadable as exc:
-        return evidence.model_copy(update={"gaps": [*evidence.gaps, exc.gap], "history": None})
-    return evidence.model_copy(update={"history": read})
-
-
-def close_gone_cluster(store: HistoryStore, cluster: str, now: datetime, lookback_days: int,
-                       retention_days: int) -> int:
-    """The cluster no longer exists: every node it had in the look-back gets a closing span (CLUSTER_GONE) instead
-    of its last verdict standing frozen. Returns how many nodes were closed; 0 when the history knew the cluster
-    not (a name never audited is only an unknown cluster)."""
-    read = store.read(cluster, None, now - timedelta(days=lookback_days), now)
-    closing = closed_out(read, f"gone-{iso(now)}", now, CLUSTER_GONE)
-    if closing:
-        store.write(closing, retention_days, now)
-    return len(closing)
-
-
-def record(store: HistoryStore, result: Result, evidence: Evidence, retention_days: int) -> int:
-    """After judging: this audit's entry per node, folded into each node's latest span when nothing changed."""
-    entries = entries_for(result, evidence, reboots_by_node(evidence))
-    return store.write(merged(entries, latest_spans(evidence.history)), retention_days, evidence.now)
-
-
-# --------------------------------------------------------------------------- `gpuaudit history`
-
-
-def render_history(everything: HistoryRead, cluster: str, fmt: str, days: int, *,
-                   verdicts: frozenset[str] = frozenset(), open_only: bool = False, changed: bool = False,
-                   show_all: bool = False) -> str:
-    """What `gpuaudit history` prints (md, json, html, table) from every span read of a cluster: the look-back is `days`
-    before its latest audit; the actions are judged on every span read (rules.history.actions_by_node), so one given
-    before the look-back and never done is still open."""
-    from gpuaudit.report import history as report
-
-    until = max((s.through for s in everything.spans), default=everything.until)
-    view = report.HistoryView(since=until - timedelta(days=days), until=until, days=days, verdicts=verdicts,
-                              open_only=open_only, changed_only=changed, show_all=show_all,
-                              actions=actions_by_node(everything.spans))
-    render = {"md": report.render_markdown, "json": report.render_json, "html": report.render_html,
-              "table": report.render_table}[fmt]
-    return render(everything, cluster, view)

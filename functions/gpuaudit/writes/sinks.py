@@ -8,7 +8,7 @@ latest state kept per cluster and mode (`LATEST#<cluster>#<mode>`, its node item
 `LATEST#<cluster>#<mode>#<shard>`), and an audit that read less than the one that recorded a state never
 overwrites it. What changed, and so what alerts, is decided by rules/what_changed.py (pure); this module reads
 the latest state, delivers and writes. Node rows are not written per node: the result JSON in S3 holds them. Only the
-changed latest-state items are written, in batches (gpuaudit/dynamo_batch.py): a first audit of 10,000 nodes
+changed latest-state items are written, in batches (gpuaudit/writes/dynamo_batch.py): a first audit of 10,000 nodes
 is 400 BatchWriteItem calls, an unchanged one none.
 """
 
@@ -23,7 +23,6 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from gpuaudit.dynamo_batch import batch_write, put_requests, retried, shard_of
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report import alert
@@ -31,6 +30,7 @@ from gpuaudit.report.alert import ALERT_MAX_CHARS, Change
 from gpuaudit.report.html import render_html
 from gpuaudit.report.redact import redact
 from gpuaudit.rules.what_changed import StateWrite, compare
+from gpuaudit.writes.dynamo_batch import batch_write, put_requests, retried, shard_of
 
 __all__ = ["ALERT_MAX_CHARS", "Change", "alert_message", "write_and_alert"]
 RETENTION_DAYS = 90
@@ -316,3 +316,10 @@ def write_and_alert(ddb: Any, table: str, sns: Any, topic_arn: str | None, resul
     if _put_new(ddb, table, summary, gaps if outcome.superseded else None):
         outcome.items_written += 1
     return outcome
+
+
+def write_failure(ddb: Any, table: str, item: dict[str, Any]) -> None:
+    """A cluster's audit that did not finish (the deployed RecordFailure step): its `FAILED#<cluster>` item beside
+    the findings, built by the step (account IDs redacted there). One plain put, as before: throttling past
+    botocore's retries reaches the step, which the state machine retries."""
+    ddb.put_item(TableName=table, Item=item)
