@@ -5,7 +5,6 @@ the audit's start) and the account-wide query budget (GPUAUDIT_QUERY_SLOTS lease
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -17,7 +16,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuaudit import pipeline
 from gpuaudit.collectors.insights import QueriesPending, QueryJournal
 from gpuaudit.model.evidence import CallCount, Evidence
-from gpuaudit.settings import Settings
 from handlers import payload, runtime
 from handlers.coverage_cache import S3GroupCache
 from handlers.models import CollectedBatch, CollectLogsInput
@@ -30,21 +28,19 @@ clock: Callable[[], datetime] = runtime.utc_now
 
 @step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    item: CollectLogsInput = runtime.parse_event(event, CollectLogsInput, "CollectLogs expects evidence and a batch")
-    session = session_factory()
-    s3 = session.client("s3")
-    settings = Settings.from_env(os.environ)
+    step = runtime.begin(event, CollectLogsInput, "CollectLogs expects evidence and a batch", session_factory)
+    item, session, s3, settings = step.event, step.session, step.s3, step.settings
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(item.evidence, s3))
         aws = runtime.audit_port(session, clock, context, evidence.cluster.name)
         groups = item.batch.groups_of(evidence.log_groups)
-        bins = S3GroupCache(s3, runtime.env("EVIDENCE_BUCKET"), groups)
+        bins = S3GroupCache(s3, settings.bucket, groups)
         cached = bins.load(evidence.cluster.name, evidence.cluster.region)
         journal = QueryJournal.model_validate(payload.load(item.journal, s3)) if item.journal else \
             QueryJournal(begun=evidence.now, deadline_s=settings.query_deadline_s)
         if not item.journal and item.execution:  # every attempt of this batch names its leases alike
             journal.holder = holder_of(item.execution, evidence.cluster.name, item.batch.index)
-        budget = TableBudget(session.client("dynamodb"), settings.required("FINDINGS_TABLE"), settings.query_slots) \
+        budget = TableBudget(session.client("dynamodb"), settings.table, settings.query_slots) \
             if settings.query_slots else None
         journal.use_budget(budget)
         if budget is not None:  # short leases: this pass keeps its running queries' slots for another LEASE_S
@@ -56,14 +52,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             if budget is not None:  # renewed again on the way out: this pass may have taken longer than a Wait
                 budget.renew(journal.running_leases())
             journal.calls = _tally(journal.calls, aws.call_counts())
-            stored_journal = payload.store(journal.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"),
+            stored_journal = payload.store(journal.model_dump(mode="json"), s3, settings.bucket,
                                            "journal", limit=payload.BATCHES_SHARE // item.batch.of)
             metrics.add_metric(name="QueriesPending", unit=MetricUnit.Count, value=1)
             _budget_metrics(budget)
             return CollectLogsInput(evidence=item.evidence, batch=item.batch, pending=True, journal=stored_journal,
                                     execution=item.execution).model_dump(mode="json", exclude_none=True)
         bins.save(cached)
-        stored = payload.store(batch.model_dump(mode="json"), s3, runtime.env("EVIDENCE_BUCKET"), "batch",
+        stored = payload.store(batch.model_dump(mode="json"), s3, settings.bucket, "batch",
                                limit=payload.BATCHES_SHARE // item.batch.of)
     calls = _tally(journal.calls, aws.call_counts())
     _budget_metrics(budget)

@@ -26,7 +26,6 @@ A console request is neither capped nor claimed: an operator asked for that audi
 from __future__ import annotations
 
 import heapq
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +34,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuaudit.model.timeutil import iso
+from gpuaudit.settings import Settings
 from handlers.models import AuditTarget
 from handlers.rotation import AuditMark, Marks, audited_key
 
@@ -55,17 +55,12 @@ class ExecutionShape:
     claim_s: int | None = None  # how long a claim holds (the execution timeout); None: no claims
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> ExecutionShape:
-        def number(name: str) -> int | None:
-            value = environ.get(name, "").strip()
-            return int(value) if value else None
-
-        return cls(lanes=max(1, number("GPUAUDIT_CLUSTER_LANES") or 5), budget_s=number("GPUAUDIT_EXECUTION_BUDGET_S"),
-                   claim_s=number("GPUAUDIT_IN_FLIGHT_S"))
+    def of(cls, settings: Settings) -> ExecutionShape:
+        return cls(lanes=settings.cluster_lanes, budget_s=settings.execution_budget_s, claim_s=settings.in_flight_s)
 
     @classmethod
-    def from_os(cls) -> ExecutionShape:
-        return cls.from_env(os.environ)
+    def from_env(cls, environ: Mapping[str, str]) -> ExecutionShape:
+        return cls.of(Settings.from_env(environ))
 
 
 def audit_seconds(mark: AuditMark | None) -> float:

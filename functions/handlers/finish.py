@@ -24,12 +24,11 @@ clock: Callable[[], datetime] = runtime.utc_now
 
 @step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    joined: FinishInput = runtime.parse_event(event, FinishInput, "Finish expects the request, evidence and batches")
-    session = session_factory()
-    s3 = session.client("s3")
+    step = runtime.begin(event, FinishInput, "Finish expects the request, evidence and batches", session_factory)
+    joined, s3, bucket = step.event, step.s3, step.settings.bucket
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(joined.evidence, s3))
-        aws = runtime.audit_port(session, clock, context, evidence.cluster.name)
+        aws = runtime.audit_port(step.session, clock, context, evidence.cluster.name)
         batches: list[BatchEvidence] = []
         tallies: list[list[CallCount]] = [evidence.calls]
         for item in joined.batches:
@@ -44,7 +43,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             batches.append(BatchEvidence.model_validate(payload.load(item.batch, s3)))
             tallies.append(item.calls)
         # The account's CloudTrail reads, shared with its other clusters' Finish steps (handlers/trail_share.py).
-        bucket = runtime.env("EVIDENCE_BUCKET")
         shared_at = trail_share.key(runtime.account_reader(evidence.cluster.name), aws.region)
         aws.trail_share = trail_share.load(s3, bucket, shared_at)
         evidence = pipeline.finish_collection(aws, evidence, batches, joined.request)

@@ -3,7 +3,6 @@ log batches the next Map fans out over."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -24,10 +23,10 @@ clock: Callable[[], datetime] = runtime.utc_now
 
 @step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    target: AuditTarget = runtime.parse_event(event, AuditTarget, "Inventory expects an audit target")
-    session = session_factory()
+    step = runtime.begin(event, AuditTarget, "Inventory expects an audit target", session_factory)
+    target, session = step.event, step.session
     with runtime.reported_failures():
-        request = PlanSettings.from_env(dict(os.environ)).scoped(target.request) if target.scope == "deployment" \
+        request = PlanSettings.of(step.settings).scoped(target.request) if target.scope == "deployment" \
             else target.request
         aws = runtime.audit_port(session, clock, context, request.cluster)
         evidence = pipeline.start_audit(aws, request)
@@ -35,8 +34,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if target.window_source:  # the trigger decided the window: say so in the result (RULES §1)
             evidence.window = evidence.window.model_copy(update={"source": target.window_source})
         evidence.calls = aws.call_counts()
-        stored = payload.store(evidence.model_dump(mode="json"), session.client("s3"),
-                               runtime.env("EVIDENCE_BUCKET"), "inventory", limit=payload.INVENTORY_SHARE)
+        stored = payload.store(evidence.model_dump(mode="json"), step.s3, step.settings.bucket, "inventory",
+                               limit=payload.INVENTORY_SHARE)
     metrics.add_metric(name="NodesInventoried", unit=MetricUnit.Count, value=len(evidence.nodes))
     metrics.add_metric(name="LogBatches", unit=MetricUnit.Count, value=len(batches))
     logger.info("inventoried", extra={"cluster": evidence.cluster.name, "nodes": len(evidence.nodes),

@@ -9,7 +9,6 @@ them into the same named gap as a direct read."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -36,7 +35,7 @@ class KubeReadRequest(BaseModel):
 def connect(request: KubeReadRequest) -> KubeApi:
     """The cluster's endpoint over HTTPS, trusting only the cluster's CA, with a token of this function's role."""
     session = runtime.default_session()
-    region = session.region_name or runtime.env("AWS_REGION")
+    region = session.region_name or runtime.settings().required("AWS_REGION")
     return https_connector(session, region)(request.cluster, request.endpoint, request.ca_data)
 
 
@@ -46,6 +45,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         request = runtime.parse_event(event, KubeReadRequest, "KubeRead expects a node or event list GET")
     except runtime.InvalidEvent as bad:
         return {"error": {"code": "InvalidRequest", "message": str(bad)}}
+    function_name = runtime.settings().function_name or ""  # validated before the cluster is read
     try:
         document = connect(request).get(request.path, {str(k): v for k, v in request.query.items()})
     except CallFailed as failed:
@@ -56,6 +56,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return {"error": {"code": "BadAnswer", "message": str(bad)[:500]}}
     slim = slim_list(request.path, document)
     logger.info("kubernetes read", extra={"cluster": request.cluster, "path": request.path,
-                                          "items": len(slim["items"]), "function": os.environ.get(
-                                              "AWS_LAMBDA_FUNCTION_NAME", "")})
+                                          "items": len(slim["items"]), "function": function_name})
     return {"document": slim}

@@ -9,7 +9,6 @@ runs once (stateless: nothing is kept between requests).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from datetime import datetime
 from functools import cache
@@ -24,7 +23,6 @@ from gpuaudit.agent.deployed import DeployedBackend
 from gpuaudit.agent.http import http_app, refuses_malformed_events, serve_function_url
 from gpuaudit.agent.server import build_server
 from gpuaudit.report.escape import outward
-from gpuaudit.settings import DeploymentDocument, deployment
 from handlers import runtime
 from handlers.observability import logger
 
@@ -37,12 +35,12 @@ clock: Callable[[], datetime] = runtime.utc_now
 
 @cache
 def server() -> MCPServer:
+    settings = runtime.settings("FINDINGS_TABLE", "EVIDENCE_BUCKET", "STATE_MACHINE_ARN")
     session = session_factory()
-    region = os.environ.get("AWS_REGION") or session.region_name or "us-east-1"
+    region = settings.aws_region or session.region_name or "us-east-1"
     return build_server(DeployedBackend(
-        session=session, region=region, table=runtime.env("FINDINGS_TABLE"), bucket=runtime.env("EVIDENCE_BUCKET"),
-        state_machine_arn=os.environ["STATE_MACHINE_ARN"],
-        deployment=deployment(os.environ) or DeploymentDocument(), clock=clock))
+        session=session, region=region, table=settings.table, bucket=settings.bucket,
+        state_machine_arn=settings.required("STATE_MACHINE_ARN"), deployment=settings.audited, clock=clock))
 
 
 @refuses_malformed_events

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -71,8 +70,8 @@ def discovered_this_period(trigger: Trigger, settings: PlanSettings, session: bo
     watches configured clusters only)."""
     if not settings.discover or isinstance(trigger, AuditRequest | HyperPodEvent | XidWatchAlarm):
         return None
-    ddb, table = session.client("dynamodb"), runtime.env("FINDINGS_TABLE")
-    period = period_start(trigger.time, int(os.environ.get("GPUAUDIT_SCHEDULE_PERIOD_S") or 3600))
+    ddb, table = session.client("dynamodb"), runtime.settings().table
+    period = period_start(trigger.time, runtime.settings().schedule_period_s)
     kept = kept_discovery(ddb, table, settings.discovery_tag, period)
     if kept is not None:
         return kept
@@ -90,7 +89,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     trigger = parse_trigger(raw)
     if isinstance(trigger, AuditRequest):
         refuse_bad_window(trigger, clock())
-    settings = PlanSettings.from_env(dict(os.environ))
+    settings = PlanSettings.of(runtime.settings("FINDINGS_TABLE"))
     session = session_factory()
     with runtime.reported_failures():
         discovery_gaps: list[str] = []
@@ -98,7 +97,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         plan = plan_for(trigger, settings, runtime.audit_port(session, clock), discovered)
         plan = plan.model_copy(update={"gaps": discovery_gaps + plan.gaps})
     if not isinstance(trigger, AuditRequest) and plan.trigger != "schedule" and plan.targets:
-        kept, coalesced, failed = coalesce(session.client("dynamodb"), runtime.env("FINDINGS_TABLE"), plan.targets,
+        kept, coalesced, failed = coalesce(session.client("dynamodb"), runtime.settings().table, plan.targets,
                                            trigger.time, int(clock().timestamp()))
         plan = plan.model_copy(update={"targets": kept, "skipped": plan.skipped + coalesced,
                                        "gaps": plan.gaps + failed})
@@ -115,7 +114,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 def shared_fairly(plan: Plan, session: boto3.Session, execution: str | None) -> Plan:
     """Least recently audited first (a timed-out execution cuts a different tail next time), only what fits the
     period, and never a cluster another execution is auditing (handlers/execution_share.py)."""
-    ddb, table, shape = session.client("dynamodb"), runtime.env("FINDINGS_TABLE"), ExecutionShape.from_os()
+    deployed = runtime.settings()
+    ddb, table, shape = session.client("dynamodb"), deployed.table, ExecutionShape.of(deployed)
     marks, unread = read_marks(ddb, table, plan.targets)
     targets = ordered_by_marks(plan.targets, marks or {})
     # Only the schedule's audits recur, so only they are fitted to the period (what is deferred leads the next one);

@@ -15,7 +15,6 @@ node already closed is not closed again, and a cluster created again under the n
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +27,6 @@ from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.model.timeutil import iso
 from gpuaudit.pipeline import close_gone_cluster
 from gpuaudit.report.redact import redact
-from gpuaudit.settings import Settings
 from gpuaudit.writes.history import DynamoHistory
 from gpuaudit.writes.sinks import dynamodb_client, write_failure
 from handlers import runtime
@@ -56,13 +54,13 @@ def failure_item(failed: FailedAudit, now: datetime, retention_days: int) -> dic
 
 @step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    failed: FailedAudit = runtime.parse_event(event, FailedAudit, "RecordFailure expects the cluster, mode and failure")
-    settings = Settings.from_env(os.environ)
+    step = runtime.begin(event, FailedAudit, "RecordFailure expects the cluster, mode and failure", session_factory,
+                         needs=("FINDINGS_TABLE",))
+    failed, settings, table = step.event, step.settings, step.settings.table
     now = clock()
     closed: int | None = None
     with runtime.reported_failures():
-        ddb = dynamodb_client(session_factory())
-        table = settings.required("FINDINGS_TABLE")
+        ddb = dynamodb_client(step.session)
         write_failure(ddb, table, failure_item(failed, now, settings.finding_retention_days))
     # Counted before the history is closed, and flushed at once: the closing is the long part (a span per node of
     # the cluster), and a Lambda killed at its timeout flushes no EMF; the failure is then counted all the same.

@@ -9,13 +9,15 @@ events parsed into models, and the two errors the state machine treats specially
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 import boto3
 from aws_lambda_powertools.metrics import MetricUnit
@@ -79,9 +81,41 @@ def default_session() -> boto3.Session:
     return boto3.Session()
 
 
-def env(name: str) -> str:
-    """A required setting of the deployed functions (gpuaudit/settings.py reads the environment)."""
-    return Settings.from_env(os.environ).required(name)
+@functools.lru_cache(maxsize=4)
+def _settings_of(environ: tuple[tuple[str, str], ...]) -> Settings:
+    return Settings.deployed(dict(environ))
+
+
+def settings(*needs: str) -> Settings:
+    """The function's settings (gpuaudit/settings.py): validated once per container, at the first step's start (the
+    environment of a running Lambda does not change; keyed by it, so a test that changes it gets them anew), then
+    the variables this step `needs` checked present. Missing or malformed: BadSetting naming the variable. The one
+    place a handler reads the environment (tests/unit/test_architecture.py)."""
+    read = _settings_of(tuple(sorted(os.environ.items())))
+    for name in needs:
+        read.required(name)
+    return read
+
+
+@dataclass
+class Step(Generic[EventModel]):
+    """What every step starts from: its event parsed, its settings validated, its session."""
+
+    event: EventModel
+    settings: Settings
+    session: boto3.Session
+
+    @functools.cached_property
+    def s3(self) -> Any:
+        return self.session.client("s3")
+
+
+def begin(event: Any, model: type[EventModel], what: str, session_factory: Callable[[], boto3.Session],
+          needs: Iterable[str] = ("EVIDENCE_BUCKET",)) -> Step[EventModel]:
+    """The step preamble, the same for every step: the event parsed (InvalidEvent naming every bad field), then the
+    settings it `needs` (BadSetting naming the variable), both before any AWS call; then the session."""
+    given = parse_event(event, model, what)
+    return Step(event=given, settings=settings(*needs), session=session_factory())
 
 
 DEADLINE_MARGIN_S = 30.0  # time left to serialise what was read before Lambda stops the invocation
@@ -93,17 +127,17 @@ def audit_port(session: boto3.Session, clock: Any, context: Any = None, cluster:
     member account (cdk.json `member_roles`, in the deployment document) is read through that account's
     read-only role, with the external ID read from its SSM SecureString parameter; the payloads, cache and findings
     stay on the auditor's own session."""
-    region = session.region_name or env("AWS_REGION")
-    settings = Settings.from_env(os.environ)
-    member = settings.member_roles.get(cluster) if cluster else None
+    read = settings()
+    region = session.region_name or read.required("AWS_REGION")
+    member = read.member_roles.get(cluster) if cluster else None
     if member is not None:
         external_id = member.external_id
         if member.external_id_parameter:
             external_id = external_id_from(session, member.external_id_parameter)
         session = assumed_session(session, member.role_arn, external_id, f"gpuaudit-{cluster}"[:64])
     aws = Aws(session=session, region=region, clock=clock)
-    if settings.kube_readers:  # private EKS endpoints are read by the in-VPC KubeRead function
-        aws.kube_connector = reader_connector(aws, settings.kube_readers)
+    if read.kube_readers:  # private EKS endpoints are read by the in-VPC KubeRead function
+        aws.kube_connector = reader_connector(aws, read.kube_readers)
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     if callable(remaining):
         with contextlib.suppress(TypeError, ValueError):
@@ -113,7 +147,7 @@ def audit_port(session: boto3.Session, clock: Any, context: Any = None, cluster:
 
 def account_reader(cluster: str) -> str:
     """Whose account a cluster is read in: its member role (cdk.json `member_roles`), or the auditor's own."""
-    member = Settings.from_env(os.environ).member_roles.get(cluster)
+    member = settings().member_roles.get(cluster)
     return member.role_arn if member is not None else "own"
 
 

@@ -8,6 +8,7 @@ and the sinks write and alert once.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -24,7 +25,7 @@ from gpuaudit.model.evidence import (
     LogGroupName,
     Mode,
 )
-from gpuaudit.settings import XID_WATCH_ALARM_INFIX, deployment
+from gpuaudit.settings import XID_WATCH_ALARM_INFIX, Settings
 from handlers.models import (
     AuditTarget,
     CapacityBlockWarning,
@@ -63,19 +64,14 @@ class PlanSettings(BaseModel):
         return json.loads(value) if isinstance(value, str) else value
 
     @classmethod
-    def from_env(cls, environ: dict[str, str]) -> PlanSettings:
-        """From the deployment document the stack ships (GPUAUDIT_DEPLOYMENT), else the GPUAUDIT_* variables."""
-        document = deployment(environ)
-        if document is not None:
-            return cls.model_validate(document.model_dump(exclude={"member_roles"}))
-        tag = environ.get("GPUAUDIT_DISCOVERY_TAG", "")
-        key, _, value = tag.partition("=")
-        return cls(clusters=environ.get("GPUAUDIT_CLUSTERS", "[]"),  # type: ignore[arg-type]
-                   discover=environ.get("GPUAUDIT_DISCOVER", "false").lower() == "true",
-                   discovery_tag=DiscoveryTag(key=key, value=value) if key else None,
-                   log_groups=environ.get("GPUAUDIT_LOG_GROUPS", "{}"),  # type: ignore[arg-type]
-                   instances=environ.get("GPUAUDIT_INSTANCES", "{}"),  # type: ignore[arg-type]
-                   file_systems=environ.get("GPUAUDIT_FILE_SYSTEMS", "{}"))  # type: ignore[arg-type]
+    def of(cls, settings: Settings) -> PlanSettings:
+        """The audited set of the deployment (settings.Settings.audited: the deployment document the stack ships,
+        GPUAUDIT_DEPLOYMENT, else the GPUAUDIT_* variables)."""
+        return cls.model_validate(settings.audited.model_dump(exclude={"member_roles"}))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> PlanSettings:
+        return cls.of(Settings.from_env(environ))
 
     def request(self, cluster: str, mode: Mode, since: datetime, until: datetime) -> AuditRequest:
         """One audit of a configured cluster, with the log groups, instances and file systems configured for it."""

@@ -9,7 +9,6 @@ Re-running the same audit window writes nothing new and publishes nothing (sinks
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -27,7 +26,6 @@ from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change
 from gpuaudit.report.ids import ids_location, placed, unplaced
 from gpuaudit.report.redact import redact
-from gpuaudit.settings import Settings
 from gpuaudit.writes import eventbus
 from gpuaudit.writes.eventbus import Delivery
 from gpuaudit.writes.history import DynamoHistory
@@ -42,17 +40,15 @@ clock: Callable[[], datetime] = runtime.utc_now
 
 @step_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    given: VerdictInput = runtime.parse_event(event, VerdictInput, "Verdict expects the request and evidence")
-    session = session_factory()
-    s3 = session.client("s3")
-    settings = Settings.from_env(os.environ)
-    bucket = settings.required("EVIDENCE_BUCKET")
+    step = runtime.begin(event, VerdictInput, "Verdict expects the request and evidence", session_factory,
+                         needs=("EVIDENCE_BUCKET", "FINDINGS_TABLE"))
+    given, session, s3, settings = step.event, step.session, step.s3, step.settings
+    bucket, table = settings.bucket, settings.table
     with runtime.reported_failures():
         evidence = Evidence.model_validate(payload.load(given.evidence, s3))
         if given.failure is not None:
             evidence.gaps.append(given.failure.gap())
         now = clock()
-        table = settings.required("FINDINGS_TABLE")
         ddb = dynamodb_client(session)  # one client, its pool sized for the reads and writes run side by side
         # The verdict sequence the CLI runs too (pipeline.judge_with_history), fleet memory from the findings table
         config = pipeline.JudgeConfig.from_request(given.request, settings.xid_overrides)

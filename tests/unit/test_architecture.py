@@ -491,3 +491,38 @@ def test_the_write_check_sees_a_put_outside_the_package_and_sqlite_opened(tmp_pa
         "gpuaudit/report/_write_probe.py:1 imports sqlite3", "gpuaudit/report/_write_probe.py:4 calls put_object",
         "gpuaudit/report/_write_probe.py:5 calls put_item", "handlers/_write_probe.py:2 calls publish",
         "handlers/payload.py:2 calls delete_item"]
+
+
+# --------------------------------------------------------------------------- configuration read one way
+
+ENVIRONMENT_READER = "runtime.py"  # handlers/runtime.settings: the one reader, validated once (issue #52 item 8)
+
+
+def environment_reads(handlers: Path) -> list[str]:
+    """Every direct read of the process environment in a handler module (os.environ, os.getenv, `from os import
+    environ`), the settings reader excepted: a handler reads its configuration from the validated settings."""
+    found = []
+    for path in sorted(handlers.glob("*.py")):
+        if path.name == ENVIRONMENT_READER:
+            continue
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" \
+                    and node.attr in ("environ", "getenv", "environb", "getenvb"):
+                found.append(f"{path.name}:{node.lineno} reads os.{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "os" \
+                    and {a.name for a in node.names} & {"environ", "getenv", "environb", "getenvb"}:
+                found.append(f"{path.name}:{node.lineno} imports the environment from os")
+    return found
+
+
+def test_no_handler_reads_the_environment_but_through_the_settings() -> None:
+    assert environment_reads(HANDLERS) == []
+    assert any(isinstance(n, ast.Attribute) and n.attr == "environ" for n in ast.walk(parsed(HANDLERS /
+                                                                                               ENVIRONMENT_READER)))
+
+
+def test_the_environment_check_sees_a_handler_reading_os_environ(tmp_path: Path) -> None:
+    (tmp_path / "probe.py").write_text("import os\nfrom os import getenv\n\ndef handler():\n"
+                                       "    return os.environ['FINDINGS_TABLE'], os.getenv('X')\n", encoding="utf-8")
+    assert environment_reads(tmp_path) == ["probe.py:2 imports the environment from os",
+                                           "probe.py:5 reads os.environ", "probe.py:5 reads os.getenv"]
