@@ -1,9 +1,9 @@
 """Verdict (step 4): the verdict sequence the CLI runs too (pipeline.judge_with_history: the nodes' earlier audits from
-the findings table, judge, this audit added to that history, finalize), then the sinks (sinks.py) — the result and
-reports (JSON, Markdown, HTML, the JSON holding every node's row) to the evidence bucket, the audit's summary and the
-changed latest state to DynamoDB (batched: no call per node), an alert to SNS and the changes as EventBridge events
-(eventbus.py, when a bus is configured) only when something changed. The alert and the findings summary link to the
-HTML report: its S3 URI and its S3 console page, never a presigned URL (that would carry credentials and expire).
+the findings table, judge, this audit added to that history, finalize), then the sinks (writes/sinks.py) — the result
+and reports (JSON, Markdown, HTML, the JSON holding every node's row) to the evidence bucket, the audit's summary and
+the changed latest state to DynamoDB (batched: no call per node), an alert to SNS and the changes as EventBridge events
+(writes/eventbus.py, when a bus is configured) only when something changed. The alert and the findings summary link to
+the HTML report: its S3 URI and its S3 console page, never a presigned URL (that would carry credentials and expire).
 
 Re-running the same audit window writes nothing new and publishes nothing (sinks key by audit_id)."""
 

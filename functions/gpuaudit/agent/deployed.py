@@ -1,8 +1,9 @@
 """The deployed MCP endpoint's backend: what the stack's audits wrote, and on-demand executions of its state machine.
 
-Reads only: the findings table (`LATEST#<cluster>#<mode>` items, `HIST#` spans: sinks.py, history.py) and the results
-bucket (`results/<cluster>/<audit_id>.json`, handlers/verdict.py). Its one non-read action is StartExecution of the
-stack's own state machine, whose roles run the audit (read-only) and write its findings, as a console start would.
+Reads only: the findings table (`LATEST#<cluster>#<mode>` items, `HIST#` spans: writes/sinks.py,
+writes/history.py) and the results bucket (`results/<cluster>/<audit_id>.json`, handlers/verdict.py). Its one
+non-read action is StartExecution of the stack's own state machine, whose roles run the audit (read-only) and
+write its findings, as a console start would.
 Audits are not run in this Lambda: the state machine spreads a large cluster's Logs Insights queries over its
 steps within the account's query quota, and an in-process audit would need every read of the collectors here too.
 """

@@ -57,7 +57,7 @@ UNREAD_PREFIXES = ("Not checked: ", "Visibility gap: ")
 class StateWrite:
     """One latest-state item to record: its sort key (`NODE#<id>`, `CHECK#<id>`, `CAUSE`, `READY`, `SELFCHECK`), its
     attributes (the audit that recorded it and when included) and whether it expires (a node gone from the
-    cluster). Where and how it is stored is the sink's (sinks.py: the partition, the attribute types)."""
+    cluster). Where and how it is stored is the sink's (writes/sinks.py: the partition, the attribute types)."""
 
     sk: str
     attrs: dict[str, str]
