@@ -118,8 +118,8 @@ def test_the_audit_path_only_reads(synth: Synthesized) -> None:
 
 
 def test_the_verdict_may_make_every_call_the_sinks_make(synth: Synthesized) -> None:
-    """sinks.py's table and topic calls, read from its source, are each granted to the Verdict function."""
-    source = (ROOT / "functions" / "gpuaudit" / "sinks.py").read_text()
+    """writes/sinks.py's table and topic calls, read from its source, are each granted to the Verdict function."""
+    source = (ROOT / "functions" / "gpuaudit" / "writes" / "sinks.py").read_text()
     calls = {(client, method) for client, method in re.findall(r"\b(ddb|sns)\.(\w+)\(", source)}
     needed = {("dynamodb" if c == "ddb" else "sns") + ":" + "".join(p.title() for p in m.split("_")) for c, m in calls}
     granted = actions_of(identity_statements(synth), step_roles(synth)["verdict"])
