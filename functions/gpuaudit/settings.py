@@ -192,6 +192,11 @@ class Settings(BaseModel):
     def env_names(cls) -> list[str]:
         return [f.alias for f in cls.model_fields.values() if f.alias]
 
+    @classmethod
+    def read_names(cls) -> list[str]:
+        """Every variable `from_env` reads: the fields', the deployment document's and the audited set's."""
+        return [*cls.env_names(), DEPLOYMENT_ENV, *AUDITED_SET_ENV]
+
     def required(self, env_name: str) -> str:
         """A value the deployed functions cannot run without, by its environment name."""
         field = next((name for name, f in type(self).model_fields.items() if f.alias == env_name), None)

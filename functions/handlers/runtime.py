@@ -86,12 +86,18 @@ def _settings_of(environ: tuple[tuple[str, str], ...]) -> Settings:
     return Settings.deployed(dict(environ))
 
 
+def _read_variables() -> tuple[tuple[str, str], ...]:
+    """The variables the settings are made of, and only those: Lambda changes others per invocation
+    (`_X_AMZN_TRACE_ID`), which must not make the settings be validated again."""
+    return tuple((name, os.environ[name]) for name in Settings.read_names() if name in os.environ)
+
+
 def settings(*needs: str) -> Settings:
     """The function's settings (gpuaudit/settings.py): validated once per container, at the first step's start (the
     environment of a running Lambda does not change; keyed by it, so a test that changes it gets them anew), then
     the variables this step `needs` checked present. Missing or malformed: BadSetting naming the variable. The one
     place a handler reads the environment (tests/unit/test_architecture.py)."""
-    read = _settings_of(tuple(sorted(os.environ.items())))
+    read = _settings_of(_read_variables())
     for name in needs:
         read.required(name)
     return read

@@ -80,8 +80,12 @@ def test_the_environment_is_validated_once_per_container(account: Account, monke
 
     monkeypatch.setattr(Settings, "deployed", classmethod(counted))
     targets = plan.handler(scheduled_event("2026-10-01T18:17:04Z"), LambdaContext())["targets"]
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=1-6750a1b2-0123456789abcdef01234567")  # Lambda's, per invocation
     plan.handler(scheduled_event("2026-10-01T19:17:04Z"), LambdaContext())
     assert targets and len(validated) == 1
+    monkeypatch.setenv("GPUAUDIT_SCHEDULE_PERIOD_S", "900")  # a variable of the settings: read anew
+    plan.handler(scheduled_event("2026-10-01T20:17:04Z"), LambdaContext())
+    assert len(validated) == 2
     assert runtime.settings() is runtime.settings("FINDINGS_TABLE", "EVIDENCE_BUCKET")
 
 
