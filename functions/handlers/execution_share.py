@@ -60,7 +60,10 @@ class ExecutionShape:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ExecutionShape:
-        return cls.of(Settings.from_env(environ))
+        """From a function's environment as the template sets it (tests/benchmarks): its three variables, typed by
+        Settings; the deployment document it names is not read (it exists only under the deployed function)."""
+        names = ("GPUAUDIT_CLUSTER_LANES", "GPUAUDIT_EXECUTION_BUDGET_S", "GPUAUDIT_IN_FLIGHT_S")
+        return cls.of(Settings.model_validate({n: environ[n] for n in names if environ.get(n)}))
 
 
 def audit_seconds(mark: AuditMark | None) -> float:
