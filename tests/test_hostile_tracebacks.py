@@ -152,6 +152,15 @@ def test_a_huge_history_look_back_is_bad_input_naming_the_variable(tmp_path: Pat
     assert out.exit_code == EXIT_BAD_INPUT and "environment variable GPUAUDIT_HISTORY_DAYS" in out.output, out.output
 
 
+def test_a_variable_that_is_not_json_is_bad_input_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUAUDIT_MEMBER_ROLES", "{not json")
+    _, audit = world_file(tmp_path)
+    out = CliRunner().invoke(app, audit)
+    no_traceback(out)
+    assert out.exit_code == EXIT_BAD_INPUT and "environment variable GPUAUDIT_MEMBER_ROLES: not JSON" in out.output, \
+        out.output
+
+
 # -- the process: stdout closed, Ctrl-C while the libraries load -------------------------------------------------
 def test_a_closed_stdout_is_a_write_error_naming_it(tmp_path: Path) -> None:
     _, audit = world_file(tmp_path)

@@ -67,7 +67,7 @@ from gpuaudit.report.escape import visible
 from gpuaudit.report.order import EXCEPTIONS, VERDICT_SEVERITY, coverage_matches
 from gpuaudit.rules.context import BadOverride, parse_overrides
 from gpuaudit.rules.judge import JudgeConfig
-from gpuaudit.settings import Settings
+from gpuaudit.settings import BadSetting, Settings
 from gpuaudit.writes.eventbus import RememberingHistory
 from gpuaudit.writes.history import SQLITE_FILE, SqliteHistory
 
@@ -129,6 +129,8 @@ def _settings() -> Settings:
         said = "; ".join(f"environment variable {'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got "
                          f"{str(e.get('input'))[:40]!r})" for e in exc.errors())
         raise UserError(f"bad input: {said}") from None
+    except BadSetting as exc:  # a variable that does not parse (JSON, an override): named by its message
+        raise UserError(f"bad input: {exc}") from None
 
 
 def _not_an_input(outputs: list[Output], out_dir: Path | None, inputs: dict[str, Path | None]) -> None:
