@@ -9,8 +9,9 @@ and Capacity-Block executions overlap them. Two rules keep them apart, both on t
   margin). It lays them on the Map's lanes (GPUAUDIT_CLUSTER_LANES, its MaxConcurrency) the way the Map starts them,
   each taking as long as that cluster's last audit took (`audit_s`, the Verdict's measure), or NEW_CLUSTER_ESTIMATE_S
   when it has none; the first target that would end past the budget, or whose slim form would take Plan's output past
-  MAX_TARGET_BYTES, and every one after it are deferred (named in `skipped`). Deferred clusters keep their older mark, so they lead the next period. A healthy fleet's execution so
-  ends within its period, well before its timeout: the timeout alarm means something is wrong.
+  MAX_TARGET_BYTES, and every one after it are deferred (named in `skipped`). Deferred clusters keep their older
+  mark, so they lead the next period. A healthy fleet's execution so ends within its period, well before its
+  timeout: the timeout alarm means something is wrong.
 - **Claim what you audit.** Plan claims each kept target with a conditional write (`in_flight_by` = its execution,
   `in_flight_until` = now + GPUAUDIT_IN_FLIGHT_S, the execution timeout: no execution audits past it); a target
   another execution holds an unexpired claim on is skipped, named. MarkAudited (after Verdict or RecordFailure)
