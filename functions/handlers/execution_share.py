@@ -7,11 +7,11 @@ and Capacity-Block executions overlap them. Two rules keep them apart, both on t
 - **Fit the period.** Plan keeps, in rotation order (least recently audited first), only the targets the cluster Map
   can finish within the execution budget (GPUAUDIT_EXECUTION_BUDGET_S: the schedule period less Plan's timeout and a
   margin). It lays them on the Map's lanes (GPUAUDIT_CLUSTER_LANES, its MaxConcurrency) the way the Map starts them,
-  each taking as long as that cluster's last audit took (`audit_s`, the Verdict's measure), or NEW_CLUSTER_ESTIMATE_S
-  when it has none; the first target that would end past the budget, or whose slim form would take Plan's output past
-  MAX_TARGET_BYTES, and every one after it are deferred (named in `skipped`). Deferred clusters keep their older
-  mark, so they lead the next period. A healthy fleet's execution so ends within its period, well before its
-  timeout: the timeout alarm means something is wrong.
+  each taking as long as that cluster's last audit took (`audit_s`, the Verdict's measure), or, when it has none, the
+  upper quartile of the fleet's measures (NEW_CLUSTER_ESTIMATE_S before any); the first target that would end past the
+  budget, or whose slim form would take Plan's output past MAX_TARGET_BYTES, and every one after it are deferred (named
+  in `skipped`). Deferred clusters keep their older mark, so they lead the next period. A healthy fleet's execution so
+  ends within its period, well before its timeout: the timeout alarm means something is wrong.
 - **Claim what you audit.** Plan claims each kept target with a conditional write (`in_flight_by` = its execution,
   `in_flight_until` = now + GPUAUDIT_IN_FLIGHT_S, the execution timeout: no execution audits past it); a target
   another execution holds an unexpired claim on is skipped, named. MarkAudited (after Verdict or RecordFailure)
@@ -40,8 +40,11 @@ from handlers.models import AuditTarget
 from handlers.rotation import AuditMark, Marks, audited_key
 from handlers.targets import slim
 
-# How long a cluster's audit is assumed to take before it has one measured: a small cluster's audit takes 1-3
-# minutes (docs/BENCHMARKS.md); a new large one is measured by its first audit and laid out by that afterwards.
+# How long a cluster's audit is assumed to take before it has one measured: the upper quartile of the fleet's measured
+# audits (a new cluster is most likely one like the others), or, before any is measured (a fresh deployment), 10
+# minutes (a small cluster's audit takes 1-3: docs/BENCHMARKS.md). A new large one is measured by its first audit and
+# laid out by that afterwards. With 10 minutes for every cluster, a fresh deployment of 210 clusters took 9 periods to
+# audit each once; with the fleet's quartile from the second period on, 2.
 NEW_CLUSTER_ESTIMATE_S = 600
 # Plan's output stays under half of Step Functions' 256 KB whatever the fleet: the targets' slim JSON, measured as they
 # are kept, takes at most 96 KB (a slim target is ~330 bytes with a 30-character name, ~600 with a 256-character one:
@@ -72,9 +75,16 @@ class ExecutionShape:
         return cls.from_env(os.environ)
 
 
-def audit_seconds(mark: AuditMark | None) -> float:
+def new_cluster_estimate(marks: Marks) -> float:
+    """What a never-measured cluster's audit is laid out at: the upper quartile of the measured ones, or
+    NEW_CLUSTER_ESTIMATE_S when none is."""
+    measured = sorted(m.audit_s for m in marks.values() if m.audit_s > 0)
+    return float(measured[(3 * (len(measured) - 1)) // 4]) if measured else float(NEW_CLUSTER_ESTIMATE_S)
+
+
+def audit_seconds(mark: AuditMark | None, estimate: float = NEW_CLUSTER_ESTIMATE_S) -> float:
     """How long the cluster's last audit took, or the estimate for one never measured."""
-    return float(mark.audit_s) if mark is not None and mark.audit_s > 0 else float(NEW_CLUSTER_ESTIMATE_S)
+    return float(mark.audit_s) if mark is not None and mark.audit_s > 0 else estimate
 
 
 def fit_period(targets: list[AuditTarget], marks: Marks, shape: ExecutionShape,
@@ -84,10 +94,10 @@ def fit_period(targets: list[AuditTarget], marks: Marks, shape: ExecutionShape,
     first always runs."""
     lanes = [0.0] * shape.lanes
     kept: list[AuditTarget] = []
-    size = 0
+    size, estimate = 0, new_cluster_estimate(marks)
     for i, target in enumerate(targets):
         start = heapq.heappop(lanes)
-        end = start + audit_seconds(marks.get((target.request.cluster, target.request.mode)))
+        end = start + audit_seconds(marks.get((target.request.cluster, target.request.mode)), estimate)
         size += len(slim(target).model_dump_json()) + 1  # the list's comma
         if kept and (size > max_bytes or (shape.budget_s is not None and end > shape.budget_s)):
             return kept, targets[i:]

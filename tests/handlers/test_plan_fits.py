@@ -178,6 +178,25 @@ def test_an_execution_plans_only_what_fits_its_period_and_the_rest_lead_the_next
     assert later == ["c06", "c07", "c08"]
 
 
+def test_a_never_measured_cluster_is_laid_out_like_the_fleets_measured_ones(
+        account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh deployment's second period: four clusters measured (1, 1, 2 and 3 minutes), six never audited. They are
+    laid out at the measured audits' upper quartile (2 minutes), not 10 minutes each, so all ten fit two 30-minute
+    lanes (at 10 minutes each, the fleet took 9 periods to audit every cluster once at the production shape)."""
+    clusters = [f"c{i:02d}" for i in range(10)]
+    deploy_configuration(monkeypatch, {"clusters": clusters})
+    monkeypatch.setenv("GPUAUDIT_CLUSTER_LANES", "2")
+    monkeypatch.setenv("GPUAUDIT_EXECUTION_BUDGET_S", "1800")
+    ended = datetime(2026, 10, 1, 17, 0, tzinfo=UTC)
+    for cluster, minutes in zip(clusters[6:], (1, 1, 2, 3), strict=True):
+        mark(account, cluster, timedelta(minutes=minutes), ended)
+    out = planned(scheduled_event("2026-10-01T18:17:04Z"))
+    assert [t["request"]["cluster"] for t in out["targets"]] == clusters and out["skipped"] == []
+    monkeypatch.setenv("GPUAUDIT_EXECUTION_BUDGET_S", "300")  # 2 lanes of 5 minutes: 2 + 2 a lane, then measured
+    tight = [t["request"]["cluster"] for t in planned(scheduled_event("2026-10-01T18:17:04Z"))["targets"]]
+    assert tight == clusters[:4]
+
+
 @pytest.mark.parametrize(("request_", "field"), [
     ({"since": "2026-10-01T12:00:00Z", "until": "2026-10-01T10:00:00Z"}, "`since`"),
     ({"last": "91d"}, "`last`"),
