@@ -11,7 +11,7 @@ from cdk_nag import AwsSolutionsChecks
 from infra.config import BadConfig, DeployConfig, bundling_enabled, cdk_json_context, load_config
 from infra.cross_account import ReadOnlyRoleStack
 from infra.stack import GpuAuditStack
-from infra.xid_watch_slots import groups_without_a_free_slot
+from infra.xid_watch_slots import groups_without_a_free_slot, with_found_groups
 
 STACK_NAME = "GpuAudit"
 READ_ONLY_ROLE_STACK = "GpuAuditReadOnlyRole"
@@ -31,12 +31,29 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
     if str(resolved.get("member_account", "false")).lower() == "true":
         stack = ReadOnlyRoleStack(app, READ_ONLY_ROLE_STACK, env=env)
     else:
-        config = load_config(resolved)
-        if config.xid_watch is not None and str(resolved.get("check_xid_watch", "false")).lower() == "true":
+        check_watch = str(resolved.get("check_xid_watch", "false")).lower() == "true"
+        config = load_config(resolved, _found_watch_groups if check_watch else None)
+        if config.xid_watch is not None and check_watch:
             _check_watch_slots(config)
         stack = GpuAuditStack(app, STACK_NAME, config=config, bundle=bundling_enabled(resolved), env=env)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack
+
+
+def _found_watch_groups(raw: dict[str, Any]) -> dict[str, Any]:
+    """`-c check_xid_watch=true`: a watched cluster named without log groups is watched on those whose name holds its
+    own, read from the target account (DescribeLogGroups)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return with_found_groups(raw, boto3.client("logs"))
+    except ClientError as err:
+        raise BadConfig(f"`xid_watch`: the account's log groups could not be listed "
+                        f"({err.response['Error']['Code']}); name each watched cluster's groups instead") from None
+    except BotoCoreError as err:
+        raise BadConfig(f"`xid_watch`: the account's log groups could not be listed ({type(err).__name__}); name "
+                        "each watched cluster's groups instead") from None
 
 
 def _check_watch_slots(config: DeployConfig) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -194,8 +195,9 @@ class DeployConfig(BaseModel):
         bare = [c for c, g in groups.items() if not g]
         if bare:
             raise ValueError(f"`xid_watch`: no log group to watch for {', '.join(bare)}: name its kernel log groups in "
-                             f"`xid_watch.clusters.{bare[0]}` (or `log_groups.{bare[0]}`); the groups an audit finds "
-                             "by substring at run time are not known at deploy time")
+                             f"`xid_watch.clusters.{bare[0]}` (or `log_groups.{bare[0]}`), or deploy with "
+                             "`-c check_xid_watch=true` to watch the groups whose name holds the cluster's (read "
+                             "from the account at synth; none is when this appears with it)")
         return groups
 
     @property
@@ -255,7 +257,10 @@ class BadConfig(ValueError):
     """The deployment configuration is malformed: raised at synth, naming every bad field."""
 
 
-def load_config(context: dict[str, Any]) -> DeployConfig:
+def load_config(context: dict[str, Any],
+                resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> DeployConfig:
+    """The configuration from context, `resolve` (reads of the target account, e.g. the Xid watch's groups) applied
+    to it before it is validated."""
     where = f"-c config={context['config']}" if context.get("config") else "context `gpuaudit`"
     try:
         if context.get("config"):
@@ -266,6 +271,8 @@ def load_config(context: dict[str, Any]) -> DeployConfig:
         raise BadConfig(f"gpuaudit configuration ({where}) not readable as JSON: {err}") from None
     if raw is None:
         raise BadConfig("no gpuaudit configuration: set context `gpuaudit` in cdk.json or pass -c config=FILE")
+    if resolve is not None and isinstance(raw, dict):
+        raw = resolve(raw)
     try:
         return DeployConfig.model_validate(raw)
     except ValidationError as err:

@@ -164,15 +164,21 @@ class AuditWorkflow(Construct):
             values = {":at": tasks.DynamoAttributeValue.from_string(at("$$.State.EnteredTime"))}
             if measured:  # the Verdict's line says how long the audit took; a failed audit keeps the last measure
                 values[":took"] = tasks.DynamoAttributeValue.number_from_string(at("$.audit_s"))
+            else:
+                values[":none"] = tasks.DynamoAttributeValue.from_number(0)
+                values[":one"] = tasks.DynamoAttributeValue.from_number(1)
             mark = tasks.DynamoUpdateItem(
                 self, name, table=table, key={
                     "pk": tasks.DynamoAttributeValue.from_string(
                         sfn.JsonPath.format(f"{AUDITED_PREFIX}{{}}", at("$.mode"))),
                     "sk": tasks.DynamoAttributeValue.from_string(at("$.cluster"))},
-                # audit_s: how long this audit took (Plan fits the next executions to the period with it); the
-                # REMOVE ends this execution's in-flight claim (handlers/execution_share.py)
-                update_expression=("SET audited_at = :at, audit_s = :took" if measured else "SET audited_at = :at")
-                + " REMOVE in_flight_by, in_flight_until",
+                # audit_s: how long this audit took (Plan fits the next executions to the period with it); a failed
+                # audit keeps audited_at and counts itself, so one failure is retried first next period and a cluster
+                # that keeps failing takes its turn (handlers/rotation.py AuditMark.turn); the REMOVE ends this
+                # execution's in-flight claim (handlers/execution_share.py)
+                update_expression=("SET audited_at = :at, audit_s = :took REMOVE failed_at, failures, " if measured
+                                   else "SET failed_at = :at, failures = if_not_exists(failures, :none) + :one REMOVE ")
+                + "in_flight_by, in_flight_until",
                 expression_attribute_values=values,
                 result_path=sfn.JsonPath.DISCARD)
             mark.add_retry(errors=ALL, interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,

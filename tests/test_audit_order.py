@@ -97,14 +97,55 @@ def test_sixty_clusters_are_each_audited_within_two_schedule_periods(synth: Synt
         assert first | second == set(CLUSTERS)  # every cluster within any two consecutive periods
 
 
-def test_a_failed_audit_is_marked_too_so_it_cannot_hold_the_front(synth: Synthesized,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """RecordFailure's line goes through MarkFailedAudit: a cluster whose audit keeps failing takes its turn."""
+def test_one_failed_audit_is_retried_first_and_a_cluster_that_keeps_failing_takes_its_turn(
+        synth: Synthesized, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RecordFailure's line goes through MarkFailedAudit. One failure (a killed or timed-out step) keeps the cluster's
+    place, so the next execution audits it first and it is not two periods late; from the second failure in a row it
+    goes by the failure's time, so a cluster that always fails cannot hold the front; a completed audit resets it."""
+    def order() -> list[str]:
+        planned = plan.handler(scheduled_event("2026-10-01T18:17:04Z"), LambdaContext())
+        return [t["request"]["cluster"] for t in planned["targets"]]
+
     with world_account(monkeypatch, mock_config=SFN_CONFIG) as account:
         deploy_configuration(monkeypatch, {"clusters": CLUSTERS[:3]})
-        Marks(account.session, mark_state(synth, "MarkFailedAudit")).run([CLUSTERS[0]])
-        planned = plan.handler(scheduled_event("2026-10-01T18:17:04Z"), LambdaContext())
-    assert [t["request"]["cluster"] for t in planned["targets"]] == [CLUSTERS[1], CLUSTERS[2], CLUSTERS[0]]
+        audited = Marks(account.session, mark_state(synth, "MarkAudited"))
+        failed = Marks(account.session, mark_state(synth, "MarkFailedAudit"))
+        for cluster in CLUSTERS[:3]:  # every cluster audited once, train-00 first (the oldest)
+            audited.run([cluster])
+            time.sleep(0.01)
+        failed.run([CLUSTERS[0]])
+        once = order()
+        time.sleep(0.01)
+        failed.run([CLUSTERS[0]])
+        twice = order()
+        time.sleep(0.01)
+        for cluster in (CLUSTERS[1], CLUSTERS[2], CLUSTERS[0]):
+            audited.run([cluster])
+            time.sleep(0.01)
+        after_success = order()
+    assert once == CLUSTERS[:3]  # its last audit is still the oldest: retried first
+    assert twice == [CLUSTERS[1], CLUSTERS[2], CLUSTERS[0]]  # failing again: after the others
+    assert after_success == [CLUSTERS[1], CLUSTERS[2], CLUSTERS[0]]  # by its audit time again
+
+
+def test_a_cluster_never_audited_that_fails_twice_stops_leading(synth: Synthesized,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    with world_account(monkeypatch, mock_config=SFN_CONFIG) as account:
+        deploy_configuration(monkeypatch, {"clusters": CLUSTERS[:3]})
+        audited = Marks(account.session, mark_state(synth, "MarkAudited"))
+        for cluster in CLUSTERS[1:3]:
+            audited.run([cluster])
+            time.sleep(0.01)
+        failed = Marks(account.session, mark_state(synth, "MarkFailedAudit"))
+        failed.run([CLUSTERS[0]])
+        first = [t["request"]["cluster"] for t in plan.handler(scheduled_event("2026-10-01T18:17:04Z"),
+                                                               LambdaContext())["targets"]]
+        time.sleep(0.01)
+        failed.run([CLUSTERS[0]])
+        second = [t["request"]["cluster"] for t in plan.handler(scheduled_event("2026-10-01T18:17:04Z"),
+                                                                LambdaContext())["targets"]]
+    assert first[0] == CLUSTERS[0]  # never audited: still first after one failure
+    assert second == [CLUSTERS[1], CLUSTERS[2], CLUSTERS[0]]
 
 
 def test_an_unreadable_order_keeps_the_configured_one_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -177,7 +177,7 @@ def test_production_day(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {"periods", "clusters", "max_audit_age_periods", "clusters_never_audited", "executions_failed",
             "executions_timed_out", "injected_faults", "alarms_fired", "faults_without_alarm", "max_state_bytes",
             "leases_max_age_s", "leases_outstanding_at_end", "duplicate_cluster_audits", "steps",
-            "logs_insights_records", "cost_usd_per_day", "model_check"} <= set(figures)
+            "logs_insights_records", "cost_usd_per_day", "model_check", "time_to_alert_s"} <= set(figures)
     assert (figures["periods"], figures["clusters"]) == (12, 8)
     assert [f["kind"] for f in figures["injected_faults"]] == ["collectlogs_killed", "execution_stopped",
                                                                "lambda_timeout", "insights_throttling"]
@@ -192,3 +192,5 @@ def test_production_day(monkeypatch: pytest.MonkeyPatch) -> None:
     assert figures["duplicate_cluster_audits"] == 0 and figures["leases_outstanding_at_end"] == 0
     assert 0 < figures["leases_max_age_s"] <= figures["lease_age_limit_s"]
     assert 0 < figures["max_state_bytes"] <= 131_072 and figures["logs_insights_records"] > 0
+    alert = figures["time_to_alert_s"]  # one watched Xid 79 line a period, each alerted by an audit of its cluster
+    assert (alert["lines"], alert["not_alerted_by_end"]) == (11, 0) and 0 < alert["p50"] <= alert["p95"] <= alert["max"]

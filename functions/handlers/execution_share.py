@@ -7,9 +7,10 @@ and Capacity-Block executions overlap them. Two rules keep them apart, both on t
 - **Fit the period.** Plan keeps, in rotation order (least recently audited first), only the targets the cluster Map
   can finish within the execution budget (GPUAUDIT_EXECUTION_BUDGET_S: the schedule period less Plan's timeout and a
   margin). It lays them on the Map's lanes (GPUAUDIT_CLUSTER_LANES, its MaxConcurrency) the way the Map starts them,
-  each taking as long as that cluster's last audit took (`audit_s`, the Verdict's measure), or NEW_CLUSTER_ESTIMATE_S
-  when it has none; the first target that would end past the budget and every one after it are deferred (named in
-  `skipped`). Deferred clusters keep their older mark, so they lead the next period. A healthy fleet's execution so
+  each taking as long as that cluster's last audit took (`audit_s`, the Verdict's measure), or, when it has none, the
+  upper quartile of the fleet's measures (NEW_CLUSTER_ESTIMATE_S before any); the first target that would end past the
+  budget, or whose slim form would take Plan's output past MAX_TARGET_BYTES, and every one after it are deferred (named
+  in `skipped`). Deferred clusters keep their older mark, so they lead the next period. A healthy fleet's execution so
   ends within its period, well before its timeout: the timeout alarm means something is wrong.
 - **Claim what you audit.** Plan claims each kept target with a conditional write (`in_flight_by` = its execution,
   `in_flight_until` = now + GPUAUDIT_IN_FLIGHT_S, the execution timeout: no execution audits past it); a target
@@ -37,13 +38,19 @@ from gpuaudit.model.timeutil import iso
 from gpuaudit.settings import Settings
 from handlers.models import AuditTarget
 from handlers.rotation import AuditMark, Marks, audited_key
+from handlers.targets import slim
 
-# How long a cluster's audit is assumed to take before it has one measured: a small cluster's audit takes 1-3
-# minutes (docs/BENCHMARKS.md); a new large one is measured by its first audit and laid out by that afterwards.
+# How long a cluster's audit is assumed to take before it has one measured: the upper quartile of the fleet's measured
+# audits (a new cluster is most likely one like the others), or, before any is measured (a fresh deployment), 10
+# minutes (a small cluster's audit takes 1-3: docs/BENCHMARKS.md). A new large one is measured by its first audit and
+# laid out by that afterwards. With 10 minutes for every cluster, a fresh deployment of 210 clusters took 9 periods to
+# audit each once; with the fleet's quartile from the second period on, 2.
 NEW_CLUSTER_ESTIMATE_S = 600
-# Plan's output stays under Step Functions' 256 KB whatever the fleet: a slim target is at most ~600 bytes (a
-# 256-character name, two timestamps, its trigger), so 200 of them stay under 128 KB.
-MAX_TARGETS = 200
+# Plan's output stays under half of Step Functions' 256 KB whatever the fleet: the targets' slim JSON, measured as they
+# are kept, takes at most 96 KB (a slim target is ~330 bytes with a 30-character name, ~600 with a 256-character one:
+# 160 to 300 targets), and the skipped and gap notes are bounded apart (SKIPPED_NOTES). A byte bound, not a count: a
+# count safe for 256-character names would defer a third of a fleet of ordinary names every period.
+MAX_TARGET_BYTES = 96 * 1024
 
 
 @dataclass(frozen=True)
@@ -66,21 +73,31 @@ class ExecutionShape:
         return cls.of(Settings.model_validate({n: environ[n] for n in names if environ.get(n)}))
 
 
-def audit_seconds(mark: AuditMark | None) -> float:
+def new_cluster_estimate(marks: Marks) -> float:
+    """What a never-measured cluster's audit is laid out at: the upper quartile of the measured ones, or
+    NEW_CLUSTER_ESTIMATE_S when none is."""
+    measured = sorted(m.audit_s for m in marks.values() if m.audit_s > 0)
+    return float(measured[(3 * (len(measured) - 1)) // 4]) if measured else float(NEW_CLUSTER_ESTIMATE_S)
+
+
+def audit_seconds(mark: AuditMark | None, estimate: float = NEW_CLUSTER_ESTIMATE_S) -> float:
     """How long the cluster's last audit took, or the estimate for one never measured."""
-    return float(mark.audit_s) if mark is not None and mark.audit_s > 0 else float(NEW_CLUSTER_ESTIMATE_S)
+    return float(mark.audit_s) if mark is not None and mark.audit_s > 0 else estimate
 
 
 def fit_period(targets: list[AuditTarget], marks: Marks, shape: ExecutionShape,
-               max_targets: int = MAX_TARGETS) -> tuple[list[AuditTarget], list[AuditTarget]]:
+               max_bytes: int = MAX_TARGET_BYTES) -> tuple[list[AuditTarget], list[AuditTarget]]:
     """(kept, deferred): the targets, in order, the Map finishes within the budget on its lanes (list scheduling,
-    as the Map starts an item whenever a lane frees up), at most `max_targets`; the first always runs."""
+    as the Map starts an item whenever a lane frees up), whose slim JSON together takes at most `max_bytes`; the
+    first always runs."""
     lanes = [0.0] * shape.lanes
     kept: list[AuditTarget] = []
+    size, estimate = 0, new_cluster_estimate(marks)
     for i, target in enumerate(targets):
         start = heapq.heappop(lanes)
-        end = start + audit_seconds(marks.get((target.request.cluster, target.request.mode)))
-        if kept and (len(kept) >= max_targets or (shape.budget_s is not None and end > shape.budget_s)):
+        end = start + audit_seconds(marks.get((target.request.cluster, target.request.mode)), estimate)
+        size += len(slim(target).model_dump_json()) + 1  # the list's comma
+        if kept and (size > max_bytes or (shape.budget_s is not None and end > shape.budget_s)):
             return kept, targets[i:]
         kept.append(target)
         heapq.heappush(lanes, end)
@@ -154,12 +171,25 @@ def _take_over(ddb: Any, table: str, key: dict[str, Any], values: dict[str, Any]
     return True
 
 
+# The skipped and gap notes of one plan, at most this many lines each kind (then one line saying how many more): a
+# fleet whose every cluster another execution holds would otherwise write a line per cluster into Plan's output.
+SKIPPED_NOTES = 20
+
+
+def summarised(notes: list[str], kind: str) -> list[str]:
+    """`notes`, at most SKIPPED_NOTES of them and a line counting the rest."""
+    if len(notes) <= SKIPPED_NOTES:
+        return notes
+    return notes[:SKIPPED_NOTES] + [f"… and {len(notes) - SKIPPED_NOTES} more {kind} (the execution's log names them)"]
+
+
 def deferred_note(deferred: list[AuditTarget], shape: ExecutionShape, recurring: bool = True) -> list[str]:
     if not deferred:
         return []
     names = ", ".join(t.request.cluster for t in deferred[:10]) + (", …" if len(deferred) > 10 else "")
+    cap = f"{MAX_TARGET_BYTES // 1024} KB of targets (Step Functions' state size)"
     if not recurring:  # an event's audits: nothing re-plans them
-        return [f"{len(deferred)} audits not planned: one execution plans at most {MAX_TARGETS} — {names}"]
+        return [f"{len(deferred)} audits not planned: one execution plans at most {cap} — {names}"]
     budget = f"{shape.budget_s} s on each of {shape.lanes} lanes" if shape.budget_s is not None else "its cap"
     return [f"{len(deferred)} audits deferred to the next period (they lead it): past what one execution finishes "
-            f"within {budget} or past {MAX_TARGETS} targets — {names}"]
+            f"within {budget} or past {cap} — {names}"]

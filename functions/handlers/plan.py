@@ -18,7 +18,15 @@ from gpuaudit.report.redact import redact
 from handlers import runtime
 from handlers.coalesce import coalesce
 from handlers.discovery_cache import keep_discovery, kept_discovery, period_start
-from handlers.execution_share import ExecutionShape, Holders, claim, deferred_note, fit_period
+from handlers.execution_share import (
+    SKIPPED_NOTES,
+    ExecutionShape,
+    Holders,
+    claim,
+    deferred_note,
+    fit_period,
+    summarised,
+)
 from handlers.models import EventBridgeTrigger, HyperPodEvent, Plan, Trigger, XidWatchAlarm
 from handlers.observability import logger, metrics, step_handler
 from handlers.rotation import ordered_by_marks, read_marks
@@ -127,6 +135,10 @@ def shared_fairly(plan: Plan, session: boto3.Session, execution: str | None) -> 
     if execution is not None and shape.claim_s is not None:
         targets, others, unclaimed = claim(ddb, table, targets, execution, clock(), shape.claim_s,
                                            Holders(session.client("stepfunctions")))
-        skipped, gaps = skipped + others, gaps + unclaimed
+        if len(others) + len(unclaimed) > SKIPPED_NOTES:
+            logger.info("claims", extra={"held_by_others": [redact(o) for o in others],
+                                         "not_claimed": [redact(u) for u in unclaimed]})
+        skipped = skipped + summarised(others, "held by another execution")
+        gaps = gaps + summarised(unclaimed, "claims not made")
     metrics.add_metric(name="AuditsDeferred", unit=MetricUnit.Count, value=len(deferred))
     return plan.model_copy(update={"targets": targets, "skipped": skipped, "gaps": gaps})

@@ -10,8 +10,11 @@ and after RecordFailure, a DynamoDB UpdateItem of the state machine itself, infr
 and Plan reads that partition (one Query, paged) and puts never-audited clusters first, then the oldest. A cluster
 cut off by the timeout keeps its older time and so leads the next execution: with N clusters of which an execution
 finishes at least K, every cluster is audited within ceil(N / K) executions — within two periods while K ≥ N / 2.
-An audit that failed counts as ended (recorded and alarmed by RecordFailure), so a cluster that always fails
-cannot hold the front of the queue.
+A failed audit (recorded and alarmed by RecordFailure; MarkFailedAudit writes `failed_at` and counts `failures`)
+keeps the cluster's last audited time once, so a cluster hit by one transient failure (a killed or timed-out step)
+leads the next execution and is audited within the period after it, not two periods later; from its second failure
+in a row it takes its turn by the failure's time, so a cluster that always fails cannot hold the front of the queue.
+MarkAudited clears both.
 
 When the marks cannot be read, the order stays as configured and the plan names the gap.
 
@@ -45,6 +48,14 @@ class AuditMark:
 
     audited_at: str = ""  # ISO; "" never audited
     audit_s: int = 0  # how long it took; 0 not measured (a failed audit keeps the last measure)
+    failed_at: str = ""  # ISO: when its last audit failed, "" when the last one completed
+    failures: int = 0  # failed audits since the last completed one
+
+    @property
+    def turn(self) -> str:
+        """Where the cluster stands in the rotation: its last audit's time, or, from the second failure in a row,
+        the last failure's (one failure is retried first; a cluster that keeps failing takes its turn)."""
+        return max(self.audited_at, self.failed_at) if self.failures >= 2 else self.audited_at
 
 
 Marks = dict[tuple[str, str], AuditMark]  # (cluster, mode) -> its mark
@@ -55,12 +66,13 @@ def audit_marks(ddb: Any, table: str, mode: str) -> dict[str, AuditMark]:
     out: dict[str, AuditMark] = {}
     query: dict[str, Any] = {"TableName": table, "KeyConditionExpression": "pk = :pk",
                              "ExpressionAttributeValues": {":pk": {"S": f"{AUDITED_PREFIX}{mode}"}},
-                             "ProjectionExpression": "sk, audited_at, audit_s"}
+                             "ProjectionExpression": "sk, audited_at, audit_s, failed_at, failures"}
     while True:
         page = ddb.query(**query)
         for item in page.get("Items", []):
             out[item["sk"]["S"]] = AuditMark(
-                audited_at=item.get("audited_at", {}).get("S", ""), audit_s=int(item.get("audit_s", {}).get("N", "0")))
+                audited_at=item.get("audited_at", {}).get("S", ""), audit_s=int(item.get("audit_s", {}).get("N", "0")),
+                failed_at=item.get("failed_at", {}).get("S", ""), failures=int(item.get("failures", {}).get("N", "0")))
         if "LastEvaluatedKey" not in page:
             return out
         query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -80,6 +92,6 @@ def read_marks(ddb: Any, table: str, targets: list[AuditTarget]) -> tuple[Marks 
 
 
 def ordered_by_marks(targets: list[AuditTarget], marks: Marks) -> list[AuditTarget]:
-    """Never-audited first, then by when their last audit (of their mode) ended, oldest first; ties keep the
-    planned order."""
-    return sorted(targets, key=lambda t: marks.get((t.request.cluster, t.request.mode), AuditMark()).audited_at)
+    """Never-audited first, then by their turn (when their last audit of their mode ended, or failed again: AuditMark
+    .turn), oldest first; ties keep the planned order."""
+    return sorted(targets, key=lambda t: marks.get((t.request.cluster, t.request.mode), AuditMark()).turn)

@@ -16,12 +16,17 @@ What is real and what is modelled:
   holders named by `collect_logs.holder_of`), and Plan's output (`targets.slim`, `models.Plan`), whose size is
   `max_state_bytes`.
 - **Measured, once**: the per-cluster steps (Inventory, CollectLogs per batch, Finish, Verdict) are run for real
-  through `step_memory.py` at a small size (`--measure-nodes`); at 2,000 and 10,000 nodes the figures measured by the
-  same benchmark and kept in docs/BENCHMARKS.md (wire mode, under tracemalloc, so the seconds are upper bounds) are
-  used. A step's duration and heap at any other size are **modelled** by linear interpolation between those
-  points; the CPU part of a duration (wall less the backend's share) is scaled by 1,769 MB / the function's memory
-  (Lambda's CPU share), the AWS part kept. `model_check` compares the model built from the documented points alone
-  with the real run at the small size.
+  through `step_memory.py` at a small size (`--measure-nodes`; the heap traced, the seconds untraced); at 2,000 and
+  10,000 nodes the figures measured by the same benchmark and kept in docs/BENCHMARKS.md are used (DOCUMENTED: wire
+  mode; each step's own CPU and the backend's answering without tracemalloc, the heap with it). A step's duration
+  and heap at any other size are **modelled** by linear interpolation between those points; the step's own CPU is
+  scaled by 1,769 MB / the function's memory (Lambda's CPU share), the AWS part (the backend's wall seconds on a
+  loaded machine, an upper bound) kept. `model_check` compares the model built from the documented points alone with
+  the real run at the small size.
+- **The Xid watch** (issue #51 item 3): one Xid 79 line a period on a ParallelCluster or self-managed node (drawn in
+  proportion to the clusters' nodes), its alarm's execution started when `xid_watch_latency.py`'s documented and
+  assumed hops say, then planned, coalesced and audited here like any event (the whole cluster: the alarm names no
+  node); `time_to_alert_s` runs to the SNS publish of the first completed audit of the cluster started after it.
 - **Modelled**: log batches per cluster (one per 2,000 nodes), queries per batch, records scanned per node per
   hourly audit (docs/BENCHMARKS.md's incremental figures), the cost prices (us-east-1 list prices).
 
@@ -41,6 +46,7 @@ import heapq
 import itertools
 import json
 import math
+import random
 import sys
 import time
 from collections import Counter, defaultdict
@@ -68,6 +74,7 @@ from handlers.rotation import audited_key, ordered_by_marks, read_marks  # noqa:
 from handlers.targets import slim  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
+from benchmarks import xid_watch_latency as watch  # noqa: E402
 from gpuaudit.collectors.query_budget import LEASE_S  # noqa: E402
 from gpuaudit.model.evidence import AuditRequest  # noqa: E402
 
@@ -77,13 +84,17 @@ DAY_START = datetime(2026, 10, 1, tzinfo=UTC)
 LAMBDA_FULL_VCPU_MB = 1769
 INTERPRETER_MB = 53.3  # a fresh interpreter with the handlers imported (docs/BENCHMARKS.md, VmHWM)
 STEPS = ("Inventory", "CollectLogs", "Finish", "Verdict")
-# docs/BENCHMARKS.md, "The deployed steps through wire parsing" (2,000 nodes, main at f3c669b) and "At 10,000 nodes"
-# (2c4d794): per step (peak heap MB, wall s, backend s). CollectLogs is one batch.
+# Per step (peak heap MB, seconds, backend s), "seconds" being the step's own CPU plus the backend's answering (AWS's
+# side of the calls, kept as it is: the backend's wall seconds on a loaded machine, an upper bound of AWS's latency):
+# own CPU and backend from `step_memory.py --no-trace` (10,000 nodes: docs/BENCHMARKS.md "Every deployed step at
+# 10,000 nodes after it", f9e8ec6; 2,000 nodes: 9e75209, "A production day, simulated"), the heap from the traced runs
+# ("The deployed steps through wire parsing", f3c669b, and "At 10,000 nodes", 2c4d794). CollectLogs is one batch.
+# Traced seconds are not used: tracemalloc slows allocation 2-4x.
 DOCUMENTED: dict[int, dict[str, tuple[float, float, float]]] = {
-    2000: {"Inventory": (69.2, 49.8, 18.4), "CollectLogs": (60.4, 8.4, 3.7), "Finish": (53.3, 1.7, 0.0),
-           "Verdict": (77.8, 30.1, 0.1)},
-    10000: {"Inventory": (82.9, 212.7, 83.5), "CollectLogs": (305.3, 32.0, 11.8), "Finish": (242.3, 6.5, 0.0),
-            "Verdict": (312.5, 255.1, 0.2)},
+    2000: {"Inventory": (69.2, 2.9 + 13.6, 13.6), "CollectLogs": (61.3, 0.6 + 1.9, 1.9), "Finish": (53.3, 0.3, 0.0),
+           "Verdict": (77.9, 5.1 + 0.1, 0.1)},
+    10000: {"Inventory": (82.9, 18.0 + 99.1, 99.1), "CollectLogs": (305.3, 4.6 + 17.5, 17.5),
+            "Finish": (242.3, 1.5, 0.0), "Verdict": (312.5, 56.6, 0.0)},
 }
 NODES_PER_BATCH = 2000  # modelled: log batches per cluster
 def queries_per_batch(nodes: int) -> int:
@@ -133,6 +144,7 @@ class Stack:
     query_deadline_s: int
     alarms: list[Alarm]
     distributed: bool
+    marks: dict[str, dict[str, Any]]  # MarkAudited / MarkFailedAudit: the UpdateItem parameters as synthesized
 
 
 def _physical(value: Any) -> str:
@@ -162,6 +174,7 @@ def read_stack(template: dict[str, Any], definition: dict[str, Any]) -> Stack:
     retry = {n: [(set(r["ErrorEquals"]), int(r.get("MaxAttempts", 3))) for r in s.get("Retry", [])]
              for n, s in tasks.items()}
     wait_s = next(int(s["Seconds"]) for s in batch_states.values() if s["Type"] == "Wait")
+    marks = {name: inner[name]["Parameters"] for name in ("MarkAudited", "MarkFailedAudit")}
     alarms = []
     for props in (v["Properties"] for v in resources.values() if v["Type"] == "AWS::CloudWatch::Alarm"):
         name = _physical(props.get("AlarmName", "")).split("-")[-1] if isinstance(props.get("AlarmName"), str) \
@@ -182,7 +195,7 @@ def read_stack(template: dict[str, Any], definition: dict[str, Any]) -> Stack:
                  query_slots=int(collect_env.get("GPUAUDIT_QUERY_SLOTS", "20")),
                  query_deadline_s=int(collect_env.get("GPUAUDIT_QUERY_DEADLINE_S", "1800")), alarms=alarms,
                  distributed=bool(cluster_map.get("ItemReader") or cluster_map.get("ItemProcessor", {}).get(
-                     "ProcessorConfig", {}).get("Mode") == "DISTRIBUTED"))
+                     "ProcessorConfig", {}).get("Mode") == "DISTRIBUTED"), marks=marks)
 
 
 def _alarm_name(props: dict[str, Any]) -> str:
@@ -204,7 +217,7 @@ def synthesized(shape: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, A
 # -- the step model ----------------------------------------------------------------------------------------------
 @dataclass
 class StepModel:
-    points: dict[int, dict[str, tuple[float, float, float]]]  # nodes -> step -> (heap MB, wall s, backend s)
+    points: dict[int, dict[str, tuple[float, float, float]]]  # nodes -> step -> (heap MB, own + backend s, backend s)
 
     def at(self, step: str, nodes: int) -> tuple[float, float, float]:
         sizes = sorted(self.points)
@@ -220,16 +233,21 @@ class StepModel:
 
 
 def measured_small(nodes: int) -> dict[str, tuple[float, float, float]]:
-    """One real run of the steps (step_memory.py) at `nodes`: per step (peak heap MB, wall s, backend s)."""
+    """Real runs of the steps (step_memory.py) at `nodes`: per step (peak heap MB under tracemalloc, own CPU + backend
+    seconds without it, backend s), the same quantities as DOCUMENTED."""
     from benchmarks import step_memory
 
-    figures = step_memory.run(nodes, 1.0, "parallelcluster")
     out: dict[str, list[float]] = {}
-    for row in figures["steps"]:
-        step = row["step"].split(" ")[0]
-        if step in STEPS:
-            old = out.get(step, [0.0, 0.0, 0.0])
-            out[step] = [max(old[0], row["peak_heap_mb"]), max(old[1], row["wall_s"]), max(old[2], row["backend_s"])]
+    for trace in (True, False):
+        for row in step_memory.run(nodes, 1.0, "parallelcluster", trace=trace)["steps"]:
+            step = row["step"].split(" ")[0]
+            if step not in STEPS:
+                continue
+            old = out.setdefault(step, [0.0, 0.0, 0.0])
+            if trace:
+                old[0] = max(old[0], row["peak_heap_mb"])
+            else:
+                old[1], old[2] = max(old[1], row["own_cpu_s"] + row["backend_s"]), max(old[2], row["backend_s"])
     return {s: (v[0], v[1], v[2]) for s, v in out.items()}
 
 
@@ -276,6 +294,18 @@ class Fault:
     execution: str = ""
 
 
+@dataclass
+class WatchLine:
+    """An Xid 79 line written on a node of a watched cluster, and when the watch's alarm starts an execution for it
+    (xid_watch_latency: the agent's flush and the filter's datapoint drawn, the alarm's minute evaluation at its own
+    offset, the alarm-to-execution hop drawn)."""
+
+    cluster: str
+    written: float
+    started: float
+    publish_s: float  # the SNS publish after the Verdict
+
+
 class FakeStepFunctions:
     """What Holders asks: DescribeExecution of this simulation's executions."""
 
@@ -309,6 +339,7 @@ class Day:
         self.transitions = 0
         self.faults: list[Fault] = []
         self.fault_hours: dict[str, int] = {}
+        self.watch_lines: list[WatchLine] = []
 
     # -- the clock and the queue --
     def at(self, when: float, action: Callable[[], None]) -> None:
@@ -394,7 +425,8 @@ class Day:
     # -- one cluster's child: Inventory -> CollectLogs per batch -> Finish -> Verdict -> MarkAudited --
     def audit(self, execution: Execution, cluster: str, mode: str, done: Callable[[float], None]) -> None:
         c = self.clusters[cluster]
-        nodes = c.nodes if mode != "incident" else min(c.nodes, 64)
+        # an event's incident audit reads the nodes the event names; the watch's alarm names none: the whole cluster
+        nodes = c.nodes if mode != "incident" or execution.trigger == "xid-watch" else min(c.nodes, 64)
         started = self.now
         execution.running.add(cluster)
         inventory_s = self.model_seconds("Inventory", nodes)
@@ -428,18 +460,16 @@ class Day:
         def marked(completed: bool) -> None:
             if execution.status != "RUNNING":
                 return
-            # MarkAudited after a Verdict (its audit_s measured), MarkFailedAudit after RecordFailure (the last
-            # measure kept), as infra/workflow.py writes them; both end the claim
-            values = {":at": {"S": (DAY_START + timedelta(seconds=self.now)).isoformat()}}
-            if completed:
-                values[":took"] = {"N": str(max(1, int(self.now - started)))}
-            self.ddb.update_item(
-                TableName=TABLE,
-                Key=audited_key(cluster, mode),
-                UpdateExpression=("SET audited_at = :at, audit_s = :took" if completed else "SET audited_at = :at")
-                + " REMOVE in_flight_by, in_flight_until",
-                ExpressionAttributeValues=values,
-            )
+            # MarkAudited after a Verdict (its audit_s measured), MarkFailedAudit after RecordFailure, their
+            # UpdateItem as synthesized (infra/workflow.py): both end the claim
+            state = self.stack.marks["MarkAudited" if completed else "MarkFailedAudit"]
+            given = {":at": (DAY_START + timedelta(seconds=self.now)).isoformat(),
+                     ":took": str(max(1, int(self.now - started)))}
+            values = {name: {kind.removesuffix(".$"): given[name]} if kind.endswith(".$") else {kind: literal}
+                      for name, value in state["ExpressionAttributeValues"].items()
+                      for kind, literal in value.items()}
+            self.ddb.update_item(TableName=TABLE, Key=audited_key(cluster, mode),
+                                 UpdateExpression=state["UpdateExpression"], ExpressionAttributeValues=values)
             self.audits.append((cluster, mode, execution.arn, started, self.now))
             if completed:
                 self.emit("AuditsCompleted", 1.0, cluster=cluster)
@@ -525,7 +555,7 @@ class Day:
             self.finish(running[-1], "ABORTED")
 
 
-def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: int) -> dict[str, Any]:
+def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: int, seed: int = 7) -> dict[str, Any]:
     warmup = 1  # one period before the measured day, on the marks of a deployment that ran yesterday
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name=REGION)
@@ -562,11 +592,59 @@ def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: i
             day.at(burst_hour * 3600.0 + 600 + k * 2.4, lambda: event("hyperpod-event", hyperpod, "incident"))
         for hour, cluster in zip(warnings, (pcluster[-1], pcluster[-2]), strict=True):  # two Capacity Block warnings
             day.at(hour * 3600.0 + 1200, functools.partial(event, "capacity-block-warning", cluster, "preflight"))
+        for line in watch_lines(clusters, periods, random.Random(seed)):
+            day.watch_lines.append(line)
+            day.at(line.started, functools.partial(event, "xid-watch", line.cluster, "incident"))
         stopped = next(f for f in day.faults if f.kind == "execution_stopped")
         day.at(stopped.hour * 3600.0 + 240, lambda: day.stop(stopped))  # the hour's schedule, under way
         day.run_until(periods * 3600.0)
         outstanding = _outstanding_leases(ddb, DAY_START.timestamp() + day.now)
         return figures(day, stack, model, outstanding)
+
+
+XID_LINES_PER_PERIOD = 1  # fatal Xid lines written a period, each on a node drawn across the fleet
+
+
+def watch_lines(clusters: list[Cluster], periods: int, rng: random.Random) -> list[WatchLine]:
+    """Xid 79 lines at random moments of each period, on ParallelCluster and self-managed nodes (HyperPod's own
+    node-health events already start an audit), a cluster drawn in proportion to its nodes (a GPU fails per GPU)."""
+    watched = [c for c in clusters if c.kind != "hyperpod"]
+    lines = []
+    for hour in range(periods - 1):  # the last period's line could be alerted after the day ends
+        for _ in range(XID_LINES_PER_PERIOD):
+            cluster = rng.choices(watched, weights=[c.nodes for c in watched])[0]
+            written = hour * 3600.0 + rng.uniform(0, 3600)
+            delays = watch.draw(watch.STAGES, rng)
+            fired = watch.alarm_fires_at(written, written + delays["agent_flush"] + delays["filter_to_metric"],
+                                         rng.uniform(0, watch.ALARM_PERIOD_S))
+            lines.append(WatchLine(cluster.name, written, fired + delays["alarm_to_execution"], delays["sns_publish"]))
+    return lines
+
+
+def time_to_alert(day: Day) -> dict[str, Any]:
+    """Per watched line, from its writing to the SNS publish of the first audit of its cluster that started after the
+    alarm's execution did (the watch's own, or the one a coalesced trigger was folded into): p50, p95, max."""
+    seconds: dict[str, list[float]] = defaultdict(list)  # by the size of the line's cluster
+    unalerted = 0
+    for line in day.watch_lines:
+        ends = [end for cluster, _mode, _arn, start, end in day.audits if cluster == line.cluster
+                and start >= line.started and end in day.completed[cluster]]
+        if not ends:
+            unalerted += 1
+            continue
+        size = "up_to_2000_nodes" if day.clusters[line.cluster].nodes <= NODES_PER_BATCH else "over_2000_nodes"
+        seconds[size].append(min(ends) + line.publish_s - line.written)
+
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"p50": round(watch.percentile(values, 0.5), 1), "p95": round(watch.percentile(values, 0.95), 1),
+                "max": round(max(values), 1), "lines": len(values)}
+
+    every = [v for values in seconds.values() for v in values]
+    if not every:
+        return {"lines": len(day.watch_lines), "not_alerted_by_end": unalerted}
+    # the watch's audit reads the whole cluster (its alarm names no node): a large cluster's audit sets its time
+    return {**spread(every), "lines": len(day.watch_lines), "not_alerted_by_end": unalerted,
+            "by_cluster_size": {size: spread(values) for size, values in sorted(seconds.items())}}
 
 
 def seed_marks(day: Day, clusters: list[Cluster]) -> None:
@@ -741,6 +819,8 @@ def figures(day: Day, stack: Stack, model: StepModel, outstanding: int) -> dict[
         "lease_age_limit_s": stack.query_deadline_s + LEASE_S,
         "leases_outstanding_at_end": outstanding,
         "duplicate_cluster_audits": duplicates,
+        # the Xid watch (issue #51 item 3): lines written mid-period to the SNS publish of their audit
+        "time_to_alert_s": time_to_alert(day),
         "steps": steps,
         "logs_insights_records": day.records,
         "cost_usd_per_day": round(cost, 2),
@@ -767,6 +847,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measure-nodes", type=int, default=50, help="the real step run the model is checked on")
     parser.add_argument("--shape", choices=["production", "small"], default="production",
                         help="production: production_config()'s synth; small: the suite's test configuration")
+    parser.add_argument("--seed", type=int, default=7, help="the Xid watch lines' moments, clusters and delays")
     parser.add_argument("--json", action="store_true", help="one JSON object (the default prints it indented)")
     args = parser.parse_args(argv)
     if args.periods < 8:
@@ -793,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     model = StepModel({args.measure_nodes: small, **DOCUMENTED})
     clusters = fleet(config["clusters"], args.clusters, args.fleets, args.fleet_ids, args.large_nodes, args.medium)
-    result = simulate(stack, model, clusters, args.periods)
+    result = simulate(stack, model, clusters, args.periods, args.seed)
     print(f"simulated by {time.perf_counter() - started:.0f} s", file=sys.stderr)
     result["cold_start_periods_to_audit_all"] = cold_start(stack, model, clusters)
     result["model_check"] = {"nodes": args.measure_nodes, "steps": check}

@@ -41,15 +41,43 @@ def fleet_ids(fleet: int) -> list[str]:
 
 def test_plan_output_stays_bounded_at_the_production_shape(account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
     """200 clusters and 10 self-managed fleets of 1,000 IDs each: Plan's output held every ID (287,647 bytes, past
-    Step Functions' 256 KB); its targets now carry only what the child needs, and at most 200 of them."""
+    Step Functions' 256 KB); its targets now carry only what the child needs, and every one of the 210 fits (a cap of
+    200 deferred 10 every period, so a stopped execution left some clusters three periods unaudited)."""
     clusters = [f"training-cluster-{i:03d}-" + "x" * 40 for i in range(200)]
     fleets = {f"fleet-{f}": fleet_ids(f) for f in range(10)}
     deploy_configuration(monkeypatch, {"clusters": clusters + list(fleets), "instances": fleets})
     out = planned(scheduled_event("2026-10-01T18:17:04Z"))
     assert len(json.dumps(out, separators=(",", ":"))) <= STATE_LIMIT
-    assert len(out["targets"]) == 200 and all(t["request"]["instance_ids"] == [] for t in out["targets"])
-    assert all(t["scope"] == "deployment" for t in out["targets"])
-    assert "10 audits deferred to the next period" in out["skipped"][0]  # past the cap: named, and they lead next
+    assert len(out["targets"]) == 210 and all(t["request"]["instance_ids"] == [] for t in out["targets"])
+    assert all(t["scope"] == "deployment" for t in out["targets"]) and out["skipped"] == []
+
+
+def test_plan_output_stays_bounded_with_the_longest_names(account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
+    """400 clusters of 256-character names (HyperPod's and tags' limit): the targets Plan keeps are bounded by their
+    bytes, the rest deferred and named, and the output stays under half of Step Functions' limit."""
+    clusters = [f"c{i:03d}-" + "n" * 251 for i in range(400)]
+    deploy_configuration(monkeypatch, {"clusters": clusters})
+    out = planned(scheduled_event("2026-10-01T18:17:04Z"))
+    kept = len(out["targets"])
+    assert len(json.dumps(out, separators=(",", ":"))) <= STATE_LIMIT
+    assert 100 < kept < 400
+    (note,) = out["skipped"]
+    assert note.startswith(f"{400 - kept} audits deferred to the next period") and "96 KB of targets" in note
+    again = planned(scheduled_event("2026-10-01T18:17:04Z"), "second")  # nothing marked: the same order
+    assert [t["request"]["cluster"] for t in again["targets"]] == clusters[:kept]
+
+
+def test_skipped_notes_are_bounded_when_another_execution_holds_the_fleet(
+        account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line per cluster another execution holds would grow Plan's output with the fleet: at most 20, then a count."""
+    clusters = [f"training-cluster-{i:03d}" for i in range(120)]
+    deploy_configuration(monkeypatch, {"clusters": clusters})
+    monkeypatch.setenv("GPUAUDIT_IN_FLIGHT_S", "5400")
+    first = planned(scheduled_event("2026-10-01T18:17:04Z"), "first")
+    second = planned(scheduled_event("2026-10-01T18:17:04Z"), "second")
+    assert len(first["targets"]) == 120 and second["targets"] == []
+    assert len(second["skipped"]) == 21 and second["skipped"][-1].startswith("… and 100 more held by another")
+    assert all("not audited twice" in line for line in second["skipped"][:20])
 
 
 def test_inventory_adds_the_configured_scope_back(account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,6 +178,25 @@ def test_an_execution_plans_only_what_fits_its_period_and_the_rest_lead_the_next
     assert later == ["c06", "c07", "c08"]
 
 
+def test_a_never_measured_cluster_is_laid_out_like_the_fleets_measured_ones(
+        account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh deployment's second period: four clusters measured (1, 1, 2 and 3 minutes), six never audited. They are
+    laid out at the measured audits' upper quartile (2 minutes), not 10 minutes each, so all ten fit two 30-minute
+    lanes (at 10 minutes each, the fleet took 9 periods to audit every cluster once at the production shape)."""
+    clusters = [f"c{i:02d}" for i in range(10)]
+    deploy_configuration(monkeypatch, {"clusters": clusters})
+    monkeypatch.setenv("GPUAUDIT_CLUSTER_LANES", "2")
+    monkeypatch.setenv("GPUAUDIT_EXECUTION_BUDGET_S", "1800")
+    ended = datetime(2026, 10, 1, 17, 0, tzinfo=UTC)
+    for cluster, minutes in zip(clusters[6:], (1, 1, 2, 3), strict=True):
+        mark(account, cluster, timedelta(minutes=minutes), ended)
+    out = planned(scheduled_event("2026-10-01T18:17:04Z"))
+    assert [t["request"]["cluster"] for t in out["targets"]] == clusters and out["skipped"] == []
+    monkeypatch.setenv("GPUAUDIT_EXECUTION_BUDGET_S", "300")  # 2 lanes of 5 minutes: 2 + 2 a lane, then measured
+    tight = [t["request"]["cluster"] for t in planned(scheduled_event("2026-10-01T18:17:04Z"))["targets"]]
+    assert tight == clusters[:4]
+
+
 @pytest.mark.parametrize(("request_", "field"), [
     ({"since": "2026-10-01T12:00:00Z", "until": "2026-10-01T10:00:00Z"}, "`since`"),
     ({"last": "91d"}, "`last`"),
@@ -190,7 +237,7 @@ def test_a_stopped_executions_clusters_are_audited_by_the_next_one(account: Acco
 
 def test_only_the_schedules_audits_are_fitted_to_the_period(account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Capacity Block warning's preflights are not re-planned next period: the period's budget does not cut them
-    (only the 200-target cap bounds them)."""
+    (only the byte cap on Plan's output bounds them)."""
     clusters = [f"c{i:02d}" for i in range(10)]
     deploy_configuration(monkeypatch, {"clusters": clusters})
     monkeypatch.setenv("GPUAUDIT_CLUSTER_LANES", "2")

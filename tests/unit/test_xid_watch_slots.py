@@ -54,3 +54,40 @@ def test_the_deploy_time_check_stops_the_synth_naming_the_group(logs: Any, monke
     with pytest.raises(BadConfig) as raised:
         app._check_watch_slots(config)
     assert "/full (hp)" in str(raised.value) and "/roomy" not in str(raised.value)
+
+
+def test_a_cluster_watched_without_named_groups_is_watched_on_the_groups_holding_its_name() -> None:
+    """`xid_watch: true` with `-c check_xid_watch=true`: each configured cluster's groups are those whose name holds
+    the cluster's (the audit's own first search, DescribeLogGroups by pattern, through the world backend), never the
+    auditor's own log groups and never a keyword group other clusters share; a cluster with named groups keeps them."""
+    from gpuaudit.embedded.backend import WorldBackend
+    from helpers.worlds import PClusterWorld
+
+    from infra.config import DeployConfig
+    from infra.xid_watch_slots import with_found_groups
+
+    w = PClusterWorld("llm-pretrain", n_compute=1)
+    for group in ("/aws/lambda/llm-pretrain-audit", "/var/log/kernel", "/custom/llm-pretrain/dmesg", "/aws/other"):
+        w.log_group(group)
+    logs = WorldBackend(w.world()).session().client("logs")
+    raw = {"clusters": ["llm-pretrain", "named-one"], "log_groups": {"named-one": ["/given/named-one"]},
+           "xid_watch": True}
+    resolved = with_found_groups(raw, logs)
+    assert resolved["xid_watch"]["clusters"] == {"llm-pretrain": sorted([w.group, "/custom/llm-pretrain/dmesg"]),
+                                                 "named-one": []}
+    config = DeployConfig.model_validate(resolved)
+    assert config.xid_watch_groups == {"llm-pretrain": sorted([w.group, "/custom/llm-pretrain/dmesg"]),
+                                       "named-one": ["/given/named-one"]}
+
+
+def test_a_watched_cluster_with_no_group_found_stops_the_synth_naming_it() -> None:
+    from gpuaudit.embedded.backend import WorldBackend
+    from helpers.worlds import PClusterWorld
+
+    from infra.config import DeployConfig
+    from infra.xid_watch_slots import with_found_groups
+
+    logs = WorldBackend(PClusterWorld("llm-pretrain", n_compute=1).world()).session().client("logs")
+    resolved = with_found_groups({"clusters": ["no-logs-here"], "xid_watch": True}, logs)
+    with pytest.raises(ValueError, match=r"no log group to watch for no-logs-here.*check_xid_watch=true"):
+        DeployConfig.model_validate(resolved)
