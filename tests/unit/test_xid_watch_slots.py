@@ -8,9 +8,12 @@ from typing import Any
 
 import boto3
 import pytest
+from helpers.worlds import PClusterWorld
 from moto import mock_aws
 
-from infra.xid_watch_slots import groups_without_a_free_slot
+from gpuaudit.embedded.backend import WorldBackend
+from infra.config import DeployConfig
+from infra.xid_watch_slots import groups_without_a_free_slot, with_found_groups
 
 OWN = "GpuAudit-xid-watch-"
 
@@ -60,12 +63,6 @@ def test_a_cluster_watched_without_named_groups_is_watched_on_the_groups_holding
     """`xid_watch: true` with `-c check_xid_watch=true`: each configured cluster's groups are those whose name holds
     the cluster's (the audit's own first search, DescribeLogGroups by pattern, through the world backend), never the
     auditor's own log groups and never a keyword group other clusters share; a cluster with named groups keeps them."""
-    from gpuaudit.embedded.backend import WorldBackend
-    from helpers.worlds import PClusterWorld
-
-    from infra.config import DeployConfig
-    from infra.xid_watch_slots import with_found_groups
-
     w = PClusterWorld("llm-pretrain", n_compute=1)
     for group in ("/aws/lambda/llm-pretrain-audit", "/var/log/kernel", "/custom/llm-pretrain/dmesg", "/aws/other"):
         w.log_group(group)
@@ -81,12 +78,6 @@ def test_a_cluster_watched_without_named_groups_is_watched_on_the_groups_holding
 
 
 def test_a_watched_cluster_with_no_group_found_stops_the_synth_naming_it() -> None:
-    from gpuaudit.embedded.backend import WorldBackend
-    from helpers.worlds import PClusterWorld
-
-    from infra.config import DeployConfig
-    from infra.xid_watch_slots import with_found_groups
-
     logs = WorldBackend(PClusterWorld("llm-pretrain", n_compute=1).world()).session().client("logs")
     resolved = with_found_groups({"clusters": ["no-logs-here"], "xid_watch": True}, logs)
     with pytest.raises(ValueError, match=r"no log group to watch for no-logs-here.*check_xid_watch=true"):
