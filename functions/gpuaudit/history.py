@@ -60,7 +60,7 @@ from gpuaudit.model.history import (
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso, parse_time
 from gpuaudit.rules.history import actions_by_node, entries_for
-from gpuaudit.rules.nodes import reboots_by_node
+from gpuaudit.rules.reboots import reboots_by_node
 from gpuaudit.sinks import DYNAMODB_THREADS
 
 SQLITE_FILE = "gpuaudit-history.sqlite3"

@@ -14,7 +14,8 @@ import pytest
 
 from gpuaudit.collectors.log_queries import GPU_QUERY
 from gpuaudit.domain import markers
-from gpuaudit.rules.nodes import MEMORY_SIGNALS, NCCL
+from gpuaudit.rules.memory_signals import MEMORY_SIGNALS
+from gpuaudit.rules.node_signals import NCCL
 from gpuaudit.rules.timeline import LIFECYCLE
 
 PACKAGE = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit"
@@ -42,7 +43,7 @@ HANDLERS_NEVER = {"cli", "devtools", "embedded"}  # the Lambda asset ships neith
 RULES_FLOORS: dict[str, int] = {
     # 1: readers of one kind of signal
     "xid_lines": 1,
-    "xid": 1,
+    "xid_catalog": 1,
     "xid_routing": 1,
     "hma": 1,
     "coverage": 1,
@@ -50,7 +51,14 @@ RULES_FLOORS: dict[str, int] = {
     "storage": 1,
     "bootstrap": 1,
     "control_plane": 1,
-    "nodes": 1,
+    "nodes": 1,  # one node's result, composed from the readers of its signals below
+    "node_lines": 1,
+    "node_signals": 1,
+    "node_verdict": 1,
+    "memory_signals": 1,
+    "service_word": 1,
+    "kube_labels": 1,
+    "reboots": 1,
     "acted": 1,
     "actions": 1,
     "host_events": 1,
@@ -260,10 +268,10 @@ def test_rules_import_only_their_floor_or_below() -> None:
 
 
 def test_the_floor_check_sees_an_import_up_and_a_module_without_a_floor() -> None:
-    graph = {"gpuaudit.rules.xid": {"gpuaudit.rules.judge"}, "gpuaudit.rules.newcomer": set()}
+    graph = {"gpuaudit.rules.xid_catalog": {"gpuaudit.rules.judge"}, "gpuaudit.rules.newcomer": set()}
     assert rules_floor_violations(graph) == [
         "gpuaudit.rules.newcomer has no floor in RULES_FLOORS",
-        "gpuaudit.rules.xid (floor 1) imports gpuaudit.rules.judge (floor 5)"]
+        "gpuaudit.rules.xid_catalog (floor 1) imports gpuaudit.rules.judge (floor 5)"]
 
 
 def test_the_check_sees_a_wrong_way_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,17 +43,12 @@ from gpuaudit.rules.efa_counters import efa_gaps, node_counters, with_efa_counte
 from gpuaudit.rules.fabric_manager import fabric_manager_of, with_fabric_manager
 from gpuaudit.rules.gpu_count import gpu_count_gaps, with_gpu_count
 from gpuaudit.rules.history import Memory, actions_after, audit_id
+from gpuaudit.rules.node_lines import ParsedLine, parse_lines
 from gpuaudit.rules.node_state import deep_health_checks
-from gpuaudit.rules.nodes import (
-    DIRECT_CHECK,
-    AgentStreams,
-    ParsedLine,
-    assess_node,
-    parse_lines,
-    reboot_times,
-    reboots_by_node,
-)
+from gpuaudit.rules.node_verdict import DIRECT_CHECK, AgentStreams
+from gpuaudit.rules.nodes import assess_node
 from gpuaudit.rules.onset import failure_onset, unread_signals
+from gpuaudit.rules.reboots import reboot_times, reboots_by_node
 from gpuaudit.rules.storage_decision import maintenance_in_window
 from gpuaudit.rules.straggler import with_stragglers
 from gpuaudit.rules.xid_routing import NodeRouting
