@@ -83,6 +83,7 @@ RULES_FLOORS: dict[str, int] = {
     "findings": 4,
     "preflight": 4,
     "consistency": 4,
+    "summary": 4,  # the answer's summary prose: the headline and its confidence, the cluster-state lines
     # 5: the composition
     "judge": 5,
 }
