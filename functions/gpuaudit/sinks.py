@@ -24,12 +24,12 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from gpuaudit.dynamo_batch import batch_write, put_requests, retried, shard_of
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report import alert
 from gpuaudit.report.alert import ALERT_MAX_CHARS, Change
 from gpuaudit.report.html import render_html
-from gpuaudit.report.redact import redact
 from gpuaudit.rules.what_changed import StateWrite, compare
 
 __all__ = ["ALERT_MAX_CHARS", "Change", "alert_message", "write_and_alert"]

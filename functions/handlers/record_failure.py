@@ -26,8 +26,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit.collectors.inventory import UnknownCluster
 from gpuaudit.history import DynamoHistory, close_gone_cluster
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.timeutil import iso
-from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
 from gpuaudit.sinks import dynamodb_client
 from handlers import runtime

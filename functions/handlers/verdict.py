@@ -24,11 +24,11 @@ from gpuaudit import eventbus, pipeline
 from gpuaudit.eventbus import Delivery
 from gpuaudit.history import DynamoHistory
 from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change
 from gpuaudit.report.ids import ids_location, placed, unplaced
-from gpuaudit.report.redact import redact
 from gpuaudit.settings import Settings
 from gpuaudit.sinks import ReportObjects, SinkOutcome, dynamodb_client, write_and_alert, write_reports
 from handlers import payload, runtime
