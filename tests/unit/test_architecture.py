@@ -275,6 +275,52 @@ def test_the_floor_check_sees_an_import_up_and_a_module_without_a_floor() -> Non
         "gpuaudit.rules.xid_catalog (floor 1) imports gpuaudit.rules.judge (floor 5)"]
 
 
+# Each question family's entry point (rules/branches.py, findings.py, preflight/), called as `<family>.assess` by judge.
+SHARED_RULES_NAMES = {"assess"}
+
+
+def names_defined_twice_in_rules() -> dict[str, list[str]]:
+    """Public module-level names (functions, classes, constants) of rules/ defined in more than one module."""
+    where: dict[str, list[str]] = {}
+    for path in sorted((PACKAGE / "rules").rglob("*.py")):
+        for node in parsed(path).body:
+            names = ([node.name] if isinstance(node, ast.FunctionDef | ast.ClassDef) else
+                     [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign) else
+                     [node.target.id] if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) else [])
+            for name in names:
+                if not name.startswith("_") and name not in SHARED_RULES_NAMES:
+                    where.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_one_name_means_one_thing_in_rules() -> None:
+    """Issue #52 item 6: a rule's name is defined once (two verdict-strength orders or two `Memory`s drift apart)."""
+    assert names_defined_twice_in_rules() == {}
+
+
+def test_the_name_check_sees_a_name_defined_in_two_rules_modules(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = package_copy(tmp_path, monkeypatch)
+    (copy / "rules" / "_name_probe.py").write_text("def parse_xid(message: str) -> None:\n    return None\n",
+                                                   encoding="utf-8")
+    assert names_defined_twice_in_rules() == {"parse_xid": ["rules/_name_probe.py", "rules/xid_lines.py"]}
+
+
+def test_no_module_only_re_exports_another() -> None:
+    """Issue #52 item 6: callers import a name from its one home; a module of imports alone is a second address (a
+    package's `__init__` presenting its own submodules is its front door, not a second address)."""
+    found = []
+    for path in sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"):
+        body = [n for n in parsed(path).body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        imports = [n for n in body if isinstance(n, ast.Import)
+                   or isinstance(n, ast.ImportFrom) and n.module != "__future__"]
+        rest = [n for n in body if not isinstance(n, ast.Import | ast.ImportFrom)
+                and not (isinstance(n, ast.Assign) and [getattr(t, "id", "") for t in n.targets] == ["__all__"])]
+        if imports and not rest:
+            found.append(str(path.relative_to(PACKAGE)))
+    assert found == []
+
+
 def test_the_check_sees_a_wrong_way_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk above is what decides: a collector importing a rule is found (guards against a vacuous pass)."""
     copy = package_copy(tmp_path, monkeypatch)
