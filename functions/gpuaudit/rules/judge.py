@@ -135,7 +135,6 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         coverage = node_coverage(node, evidence, index, pad, life, hma_live)
         lines = lines_by_node.get(node.instance_id, [])
         result, routing = assess_node(node, evidence, coverage, lines, config.xid_overrides,
-                                      evidence.window.start, evidence.window.end, None,
                                       Memory.of(evidence, node.instance_id, this_audit), agents)
         result = result.model_copy(update={"service_action": service_action(node, evidence, lines),
                                            "signals": boot_signals(result, boot_by_node.get(node.instance_id, []))})

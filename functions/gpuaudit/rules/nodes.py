@@ -28,9 +28,11 @@ def _signal_times(lines: Sequence[ParsedLine], end: datetime) -> dict[str, list[
 
 
 def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, lines: Sequence[ParsedLine],
-                overrides: Mapping[int, str] | None, window_start: datetime, window_end: datetime,
-                service_action: str | None, memory: Memory | None = None,
+                overrides: Mapping[int, str] | None, memory: Memory | None = None,
                 agents: AgentStreams | None = None) -> tuple[NodeResult, NodeRouting | None]:
+    """The node's result over the audit window and the routing its verdict rests on; what the service itself did to
+    the node (`service_action`) is the judge's to add."""
+    window_start, window_end = evidence.window.start, evidence.window.end
     accelerated = is_accelerated(node, evidence)
     profile = evidence.profiles.get(node.instance_type or "")
     kube = kube_node_of(node, evidence)
@@ -70,5 +72,5 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
         signals=signals(lines, profile.fabric_manager_expected if profile else False),
         nccl_transports=nccl_transports(lines, profile),
         efa=efa, nvswitch=profile.nvswitch if profile else "unverified (type unknown)",
-        service_action=service_action, kubernetes=kube_text(kube) if kube else None,
+        kubernetes=kube_text(kube) if kube else None,
         history=remembered.note), routing
