@@ -114,7 +114,7 @@ _.as_of  # LatestRow
 _.execution_arn  # AuditStarted
 _.started_at  # AuditStarted
 
-# The Xid catalog (data/xid_catalog.json, rules/xid.py) and the routing shown per node (rules/xid_routing.py).
+# The Xid catalog (data/xid_catalog.json, rules/xid_catalog.py) and the routing shown per node (rules/xid_routing.py).
 _.rules_override  # CatalogEntry
 _.catalog_version  # XidCatalog
 _.reference_sha256  # XidCatalog

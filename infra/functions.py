@@ -54,7 +54,7 @@ SPECS = {
     # (derived from that scaling, not measured in Lambda). A HyperPod event's Plan scans no instance.
     "Plan": Spec("plan", 1024, Duration.minutes(1), "gpuaudit: trigger -> audits to run"),
     # Inventory 15 min: its wall at 2,000 p5 nodes through wire parsing passed a third of 5 min (docs/BENCHMARKS.md).
-    "Inventory": Spec("inventory", 512, Duration.minutes(15), "gpuaudit step 1: pipeline.start_audit"),
+    "Inventory": Spec("inventory", 512, Duration.minutes(15), "gpuaudit step 1: pipeline.read_inventory"),
     # One invocation starts and reads what it can and returns (the state machine waits between invocations, up to
     # `logs_insights_deadline_minutes` from the audit's start). Memory: at 10,000 nodes the
     # step's heap peaks at 277 MB over a 52 MB interpreter (docs/BENCHMARKS.md, deployed steps): 512 MB left too

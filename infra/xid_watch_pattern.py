@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuaudit.domain.markers import FALLEN_OFF_BUS_MARKER
-from gpuaudit.rules.xid import load_catalog
+from gpuaudit.rules.xid_catalog import load_catalog
 from gpuaudit.settings import XID_WATCH_ALARM_INFIX
 
 # The classes a line of which starts an incident audit: RULES §6's hardware class (a verdict on the node) and

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.model.redaction import MAY_HOLD, redact_every_form, redact_tree
-from gpuaudit.report.redact import MASK, redact
+from gpuaudit.model.redaction import MASK, MAY_HOLD, redact, redact_every_form, redact_tree
 
 ACCOUNT = "111122223333"
 OTHER = "123456789012"

@@ -46,7 +46,7 @@ from gpuaudit.writes.sinks import latest_pk  # noqa: E402
 
 MOTO_PIN = "5.2.5"  # the interpreter behaviour these tests were written against (pyproject.toml pins it)
 SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
-DOMAIN_STEPS = ("start_audit", "log_batches", "collect_logs", "finish_collection", "judge_with_history",
+DOMAIN_STEPS = ("read_inventory", "log_batches", "collect_logs", "finish_collection", "judge_with_history",
                 "read_history", "judge", "record_history", "finalize")
 VERDICT_SEQUENCE = ["read_history", "judge", "record_history", "finalize"]
 SCHEDULED = scheduled_event("2026-10-01T18:17:04Z")
@@ -223,7 +223,7 @@ def test_each_task_state_calls_the_domain_functions_the_cli_calls_in_the_same_or
     modules = [scheduled_run.handler_of[state["Parameters"]["FunctionName"].rsplit(":", 1)[-1]] for _, state in tasks]
     assert [name for name, _ in tasks] == ["Plan", "Inventory", "CollectLogs", "Finish", "Verdict"]
     per_task = [[fn for caller, fn in scheduled_run.deployed_calls if caller == module] for module in modules]
-    assert per_task == [[], ["start_audit", "log_batches"], ["collect_logs"], ["finish_collection"],
+    assert per_task == [[], ["read_inventory", "log_batches"], ["collect_logs"], ["finish_collection"],
                         ["judge_with_history"]]
     # the verdict sequence is the pipeline's, written once: the Verdict step calls it, never its steps
     inside = [fn for caller, fn in scheduled_run.deployed_calls if caller == "gpuaudit.pipeline"]

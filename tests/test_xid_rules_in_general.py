@@ -27,7 +27,7 @@ from gpuaudit.report.alert import Change, lines_of
 from gpuaudit.report.events import NEW_VERDICT, detail
 from gpuaudit.report.records import records
 from gpuaudit.report.terminal import summary
-from gpuaudit.rules.nodes import node_xids, parse_lines
+from gpuaudit.rules.node_lines import node_xids, parse_lines
 from gpuaudit.rules.xid_lines import bus_key
 
 CATALOG = "https://docs.nvidia.com/deploy/xid-errors/"

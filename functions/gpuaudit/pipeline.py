@@ -48,12 +48,12 @@ from gpuaudit.progress import ProgressHook, Silent
 from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.history import actions_by_node, entries_for
 from gpuaudit.rules.judge import JudgeConfig, judge
-from gpuaudit.rules.nodes import reboots_by_node
+from gpuaudit.rules.reboots import reboots_by_node
 from gpuaudit.writes.history import HistoryUnreadable
 from gpuaudit.writes.sinks import RETENTION_DAYS
 
 
-def start_audit(aws: Aws, request: AuditRequest, progress: ProgressHook | None = None) -> Evidence:
+def read_inventory(aws: Aws, request: AuditRequest, progress: ProgressHook | None = None) -> Evidence:
     """Step 1 (Plan/Inventory): window, cluster, nodes and candidate log groups.
 
     Raises UnknownCluster / BadWindow for bad input; every later failure becomes a named gap."""
@@ -194,7 +194,7 @@ def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | Non
             progress: ProgressHook | None = None) -> Evidence:
     """Every AWS read of one audit, in the order the state machine runs them."""
     progress = progress or Silent()
-    evidence = start_audit(aws, request, progress)
+    evidence = read_inventory(aws, request, progress)
     progress.phase("queries", nodes=len(evidence.nodes), log_groups=len(evidence.log_groups))
     cached = coverage_cache.load(evidence.cluster.name, evidence.cluster.region) if coverage_cache else None
     slots = QuerySlots()  # one budget for the whole audit: its batches run in turn and queue behind it

@@ -1,4 +1,4 @@
-"""Inventory (step 1): pipeline.start_audit — window, cluster, nodes, candidate log groups — and the
+"""Inventory (step 1): pipeline.read_inventory — window, cluster, nodes, candidate log groups — and the
 log batches the next Map fans out over."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         request = PlanSettings.of(step.settings).scoped(target.request) if target.scope == "deployment" \
             else target.request
         aws = runtime.audit_port(session, clock, context, request.cluster)
-        evidence = pipeline.start_audit(aws, request)
+        evidence = pipeline.read_inventory(aws, request)
         batches = pipeline.log_batches(evidence.log_groups)
         if target.window_source:  # the trigger decided the window: say so in the result (RULES §1)
             evidence.window = evidence.window.model_copy(update={"source": target.window_source})

@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit.domain.window import BadWindow, resolve_window
 from gpuaudit.model.evidence import AuditRequest
-from gpuaudit.report.redact import redact
+from gpuaudit.model.redaction import redact
 from handlers import runtime
 from handlers.coalesce import coalesce
 from handlers.discovery_cache import keep_discovery, kept_discovery, period_start

@@ -24,9 +24,9 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit.collectors.inventory import UnknownCluster
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.timeutil import iso
 from gpuaudit.pipeline import close_gone_cluster
-from gpuaudit.report.redact import redact
 from gpuaudit.writes.history import DynamoHistory
 from gpuaudit.writes.sinks import dynamodb_client, write_failure
 from handlers import runtime

@@ -21,11 +21,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuaudit import pipeline
 from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change
 from gpuaudit.report.ids import ids_location, placed, unplaced
-from gpuaudit.report.redact import redact
 from gpuaudit.writes import eventbus
 from gpuaudit.writes.eventbus import Delivery
 from gpuaudit.writes.history import DynamoHistory

@@ -14,7 +14,8 @@ import pytest
 
 from gpuaudit.collectors.log_queries import GPU_QUERY
 from gpuaudit.domain import markers
-from gpuaudit.rules.nodes import MEMORY_SIGNALS, NCCL
+from gpuaudit.rules.memory_signals import MEMORY_SIGNALS
+from gpuaudit.rules.node_signals import NCCL
 from gpuaudit.rules.timeline import LIFECYCLE
 
 PACKAGE = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit"
@@ -41,7 +42,7 @@ HANDLERS_NEVER = {"cli", "devtools", "embedded"}  # the Lambda asset ships neith
 RULES_FLOORS: dict[str, int] = {
     # 1: readers of one kind of signal
     "xid_lines": 1,
-    "xid": 1,
+    "xid_catalog": 1,
     "xid_routing": 1,
     "hma": 1,
     "coverage": 1,
@@ -49,7 +50,14 @@ RULES_FLOORS: dict[str, int] = {
     "storage": 1,
     "bootstrap": 1,
     "control_plane": 1,
-    "nodes": 1,
+    "nodes": 1,  # one node's result, composed from the readers of its signals below
+    "node_lines": 1,
+    "node_signals": 1,
+    "node_verdict": 1,
+    "memory_signals": 1,
+    "service_word": 1,
+    "kube_labels": 1,
+    "reboots": 1,
     "acted": 1,
     "actions": 1,
     "host_events": 1,
@@ -74,6 +82,7 @@ RULES_FLOORS: dict[str, int] = {
     "findings": 4,
     "preflight": 4,
     "consistency": 4,
+    "summary": 4,  # the answer's summary prose: the headline and its confidence, the cluster-state lines
     # 5: the composition
     "judge": 5,
 }
@@ -259,10 +268,56 @@ def test_rules_import_only_their_floor_or_below() -> None:
 
 
 def test_the_floor_check_sees_an_import_up_and_a_module_without_a_floor() -> None:
-    graph = {"gpuaudit.rules.xid": {"gpuaudit.rules.judge"}, "gpuaudit.rules.newcomer": set()}
+    graph = {"gpuaudit.rules.xid_catalog": {"gpuaudit.rules.judge"}, "gpuaudit.rules.newcomer": set()}
     assert rules_floor_violations(graph) == [
         "gpuaudit.rules.newcomer has no floor in RULES_FLOORS",
-        "gpuaudit.rules.xid (floor 1) imports gpuaudit.rules.judge (floor 5)"]
+        "gpuaudit.rules.xid_catalog (floor 1) imports gpuaudit.rules.judge (floor 5)"]
+
+
+# Each question family's entry point (rules/branches.py, findings.py, preflight/), called as `<family>.assess` by judge.
+SHARED_RULES_NAMES = {"assess"}
+
+
+def names_defined_twice_in_rules() -> dict[str, list[str]]:
+    """Public module-level names (functions, classes, constants) of rules/ defined in more than one module."""
+    where: dict[str, list[str]] = {}
+    for path in sorted((PACKAGE / "rules").rglob("*.py")):
+        for node in parsed(path).body:
+            names = ([node.name] if isinstance(node, ast.FunctionDef | ast.ClassDef) else
+                     [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign) else
+                     [node.target.id] if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) else [])
+            for name in names:
+                if not name.startswith("_") and name not in SHARED_RULES_NAMES:
+                    where.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_one_name_means_one_thing_in_rules() -> None:
+    """Issue #52 item 6: a rule's name is defined once (two verdict-strength orders or two `Memory`s drift apart)."""
+    assert names_defined_twice_in_rules() == {}
+
+
+def test_the_name_check_sees_a_name_defined_in_two_rules_modules(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = package_copy(tmp_path, monkeypatch)
+    (copy / "rules" / "_name_probe.py").write_text("def parse_xid(message: str) -> None:\n    return None\n",
+                                                   encoding="utf-8")
+    assert names_defined_twice_in_rules() == {"parse_xid": ["rules/_name_probe.py", "rules/xid_lines.py"]}
+
+
+def test_no_module_only_re_exports_another() -> None:
+    """Issue #52 item 6: callers import a name from its one home; a module of imports alone is a second address (a
+    package's `__init__` presenting its own submodules is its front door, not a second address)."""
+    found = []
+    for path in sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"):
+        body = [n for n in parsed(path).body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        imports = [n for n in body if isinstance(n, ast.Import)
+                   or isinstance(n, ast.ImportFrom) and n.module != "__future__"]
+        rest = [n for n in body if not isinstance(n, ast.Import | ast.ImportFrom)
+                and not (isinstance(n, ast.Assign) and [getattr(t, "id", "") for t in n.targets] == ["__all__"])]
+        if imports and not rest:
+            found.append(str(path.relative_to(PACKAGE)))
+    assert found == []
 
 
 def test_the_check_sees_a_wrong_way_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

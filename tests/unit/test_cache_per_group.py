@@ -55,7 +55,7 @@ def hourly(backend: WorldBackend, w: PClusterWorld, hour: int, state: CacheState
     clock = [now]
     aws = Aws(session=backend.session(), region=world_.region, clock=lambda: clock[0],
               sleep=lambda s: pytest.fail(f"slept {s} s"))
-    evidence = pipeline.start_audit(aws, AuditRequest(cluster=w.cluster, mode="coverage",  # type: ignore[arg-type]
+    evidence = pipeline.read_inventory(aws, AuditRequest(cluster=w.cluster, mode="coverage",  # type: ignore[arg-type]
                                                       since=now - timedelta(days=1), until=now))
     (batch,) = pipeline.log_batches(evidence.log_groups)
     assert sorted(batch) == sorted([w.group, BIG])
@@ -136,7 +136,7 @@ def test_read_plan_orders_cached_then_fresh_then_stopped_fewest_first() -> None:
     backend = WorldBackend(w.world())
     hourly(backend, w, 0, state)  # caches both groups of the world's batch
     later = backend.world.now + timedelta(hours=1)
-    win = pipeline.log_window(pipeline.start_audit(
+    win = pipeline.log_window(pipeline.read_inventory(
         Aws(session=backend.session(), region=backend.world.region, clock=lambda: later),
         AuditRequest(cluster=w.cluster, mode="coverage",  # type: ignore[arg-type]
                      since=later - timedelta(days=1), until=later)))

@@ -14,7 +14,7 @@ from gpuaudit.report.fleet import EVERY_NODE_UP_TO
 from gpuaudit.report.html import render_html
 from gpuaudit.report.markdown import render
 from gpuaudit.rules.context import Judged
-from gpuaudit.rules.judge import HEADLINE_NODES, headline_for
+from gpuaudit.rules.summary import HEADLINE_NODES, headline_for
 from gpuaudit.writes.sinks import ALERT_MAX_CHARS, Change, alert_message
 from tests.unit.test_consistency import evidence, gpu_node, result
 

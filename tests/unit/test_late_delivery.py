@@ -180,7 +180,7 @@ def _deployed_read(world: PClusterWorld, state: CacheState) -> BatchEvidence:
     backend = WorldBackend(w)
     aws = Aws(session=backend.session(), region=w.region, clock=lambda: w.now, sleep=backend.sleep,
               monotonic=backend.monotonic)
-    evidence_ = pipeline.start_audit(aws, AuditRequest(cluster="late"))
+    evidence_ = pipeline.read_inventory(aws, AuditRequest(cluster="late"))
     (batch,) = pipeline.log_batches(evidence_.log_groups)
     journal = QueryJournal(begun=evidence_.now, deadline_s=1800)
     for _ in range(20):

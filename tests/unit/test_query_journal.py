@@ -54,7 +54,7 @@ class Account:
 def journaled(w: PClusterWorld, advance: timedelta = timedelta(seconds=10)) -> tuple[BatchEvidence, int, Account]:
     account = Account(w)
     request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
-    evidence = pipeline.start_audit(account.aws(), request)
+    evidence = pipeline.read_inventory(account.aws(), request)
     (groups,) = pipeline.log_batches(evidence.log_groups)
     journal = QueryJournal()
     for invocation in range(1, 50):
@@ -75,7 +75,7 @@ def polled(w: PClusterWorld) -> BatchEvidence:
     account = Account(w)
     aws = account.aws(sleep=lambda _s: None)
     request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
-    evidence = pipeline.start_audit(aws, request)
+    evidence = pipeline.read_inventory(aws, request)
     (groups,) = pipeline.log_batches(evidence.log_groups)
     return pipeline.collect_logs(aws, evidence, groups)
 
@@ -124,7 +124,7 @@ def _quota_full() -> tuple[Account, Evidence, list[str], tuple[Aws, list[str]]]:
     w.raw["logs_concurrent_queries"] = 3
     account = Account(w)
     request = AuditRequest(cluster=w.cluster, since=SINCE, until=UNTIL)  # type: ignore[arg-type]
-    evidence = pipeline.start_audit(account.aws(), request)
+    evidence = pipeline.read_inventory(account.aws(), request)
     (groups,) = pipeline.log_batches(evidence.log_groups)
     return account, evidence, groups, _fill_quota(account, groups[0], 3)
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuaudit.model.timeutil import UTC
-from gpuaudit.rules.xid import (
+from gpuaudit.rules.xid_catalog import (
     CATALOG_URL,
     ECC_CHECK,
     XID_CLASSES,

@@ -17,7 +17,7 @@ import pytest
 
 from gpuaudit.model.evidence import GpuLine
 from gpuaudit.model.timeutil import UTC
-from gpuaudit.rules.nodes import node_xids, parse_lines
+from gpuaudit.rules.node_lines import node_xids, parse_lines
 from gpuaudit.rules.xid_lines import bus_key
 from gpuaudit.rules.xid_routing import route_node
 

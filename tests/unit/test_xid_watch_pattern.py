@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from helpers.filter_pattern import MAX_PATTERN_CHARS, BadPattern, matches, parse
 
-from gpuaudit.rules import xid as xid_rules
-from gpuaudit.rules.xid import load_catalog
+from gpuaudit.rules import xid_catalog as xid_rules
+from gpuaudit.rules.xid_catalog import load_catalog
 from infra import xid_watch_pattern as xid_watch
 from infra.xid_watch_pattern import WATCHED_CLASSES, filter_pattern, watched_codes
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from gpuaudit.rules.xid import catalog_by_code
+from gpuaudit.rules.xid_catalog import catalog_by_code
 
 GLOSSARY_PATH = Path(__file__).resolve().parent.parent / "data" / "VERDICTS.md"
 SECTION_LIMIT = 2_500  # characters of a section's prose returned with an entry (the page is ~9 KB)

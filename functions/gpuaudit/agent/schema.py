@@ -30,6 +30,7 @@ from gpuaudit.model.evidence import (
     RunHours,
 )
 from gpuaudit.model.history import HistoryRead, latest_spans
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import (
     BRANCH_NAMES,
     VERDICT_SPELLINGS,
@@ -51,7 +52,6 @@ from gpuaudit.report.order import (
     xid_codes,
 )
 from gpuaudit.report.records import reason_code
-from gpuaudit.report.redact import redact
 
 NODE_PAGE_DEFAULT, NODE_PAGE_MAX = 20, 200
 LIST_MAX = 20  # gaps, next steps, branches or checks in one summary (the rest: counted, in the full result)

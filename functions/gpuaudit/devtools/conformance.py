@@ -43,8 +43,8 @@ from gpuaudit.domain.markers import boot_lines_query
 from gpuaudit.domain.streams import INSTANCE_ID
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.embedded.world import FORMAT, World, WorldError, parse_world
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.timeutil import iso, parse_time
-from gpuaudit.report.redact import redact
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_MAX_EVENTS = 50_000

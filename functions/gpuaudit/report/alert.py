@@ -41,11 +41,11 @@ from gpuaudit.model.changes import (
     Change,
     cut,
 )
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import ActionGroup, NodeResult, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import visible
 from gpuaudit.report.order import verdict_counts, xid_codes
-from gpuaudit.report.redact import redact
 
 SUBJECT_MAX = 99  # SNS Publish: a subject "less than 100 characters long", printable ASCII, no line break
 SUBJECT_PREFIX = "[gpuaudit] "

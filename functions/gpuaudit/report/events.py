@@ -43,13 +43,13 @@ from gpuaudit.model.changes import (
 )
 from gpuaudit.model.changes import CODE_NOT_READY as NOT_READY
 from gpuaudit.model.changes import CODE_NOT_RECHECKED as NOT_RECHECKED
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import NodeResult, Result, verdict_code
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.alert import Change, cut, dedup_key, kind_rank, severity
 from gpuaudit.report.escape import visible
 from gpuaudit.report.order import verdict_rank, xid_codes
 from gpuaudit.report.records import reason_code
-from gpuaudit.report.redact import redact
 
 SOURCE = "gpuaudit"
 EVENT_SCHEMA = "gpu-audit-event/1"

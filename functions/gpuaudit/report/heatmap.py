@@ -11,11 +11,11 @@ from datetime import datetime
 from html import escape
 from typing import TypeVar
 
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import CoverageRow, GpuError, NodeResult, Result
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between, iso
 from gpuaudit.report.escape import quote, visible
 from gpuaudit.report.fleet import HEALTHY, fleet_size, proven_row, split_healthy
-from gpuaudit.report.redact import redact
 
 # Cell states of the heatmap. Colour is never the only cue: empty hours are hatched, lanes that
 # hold one state for the whole window carry their state as text, and markers differ by shape.

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from html import escape
 
+from gpuaudit.model.redaction import MASK, redact
 from gpuaudit.model.result import BRANCH_NAMES, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import quote
@@ -35,7 +36,6 @@ from gpuaudit.report.heatmap import STATUS_BADGE, heatmap
 from gpuaudit.report.heatmap import html_text as _e
 from gpuaudit.report.markdown import GLOSSARY_LINE, action_lines, ready_line
 from gpuaudit.report.order import GAP_RANK, VERDICT_SEVERITY, coverage_gap, worst_first
-from gpuaudit.report.redact import MASK, redact
 
 # The node tables that start open, at any size: what on-call must act on (a new node, a node nothing proves healthy,
 # a reboot) and the coverage gaps of nodes that need nothing else. The rest start collapsed (#49 item 2).

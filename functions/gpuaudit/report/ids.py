@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 import shlex
 
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import IDS_AT, ActionGroup, Result
 from gpuaudit.report.markdown import ids_files, render
-from gpuaudit.report.redact import redact
 
 __all__ = ["ids_files", "ids_location", "placed", "unplaced"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import BRANCH_NAMES, IDS_AT, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
@@ -24,7 +25,6 @@ from gpuaudit.report.fleet import (
     split_healthy,
 )
 from gpuaudit.report.order import worst_first
-from gpuaudit.report.redact import redact
 
 
 def _t(value: datetime | None) -> str:

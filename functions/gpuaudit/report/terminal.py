@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import BRANCH_NAMES, CheckResult, NodeResult, Result, check_rank
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import one_line
 from gpuaudit.report.markdown import action_lines
 from gpuaudit.report.order import deciding_first, verdict_counts, worst_first
-from gpuaudit.report.redact import redact
 
 VERDICT_STYLE: dict[str, tuple[str, str]] = {  # verdict -> (glyph, Rich style)
     "REPLACE": ("✖", "bold red"), "NOT OBSERVABLE": ("?", "bold magenta"), "REBOOT": ("↻", "yellow"),

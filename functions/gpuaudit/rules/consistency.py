@@ -24,7 +24,7 @@ from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult, Result
 from gpuaudit.rules.host_events import a_signals, host_events
-from gpuaudit.rules.nodes import agent_live
+from gpuaudit.rules.node_verdict import agent_live
 from gpuaudit.rules.straggler import stragglers
 
 HARDWARE_WORDS = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")

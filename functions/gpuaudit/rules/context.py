@@ -14,13 +14,13 @@ from gpuaudit.model.evidence import Evidence, GpuLine, InstanceGroup, NodeInfo
 from gpuaudit.model.planned_reads import CapacityReservation, TrainingPlanInfo
 from gpuaudit.model.result import NodeResult
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.xid import XID_CLASSES
+from gpuaudit.rules.xid_catalog import XID_CLASSES
 
 if TYPE_CHECKING:
     from gpuaudit.model.evidence import AuditRequest
     from gpuaudit.rules.bootstrap import BootstrapFailure
     from gpuaudit.rules.control_plane import ControlLog
-    from gpuaudit.rules.nodes import ParsedLine
+    from gpuaudit.rules.node_lines import ParsedLine
     from gpuaudit.rules.xid_routing import NodeRouting
 
 

@@ -26,7 +26,7 @@ from gpuaudit.rules.steps import all_lines, line_at, merge, quote, step
 
 if TYPE_CHECKING:
     from gpuaudit.rules.context import Judged
-    from gpuaudit.rules.nodes import ParsedLine
+    from gpuaudit.rules.node_lines import ParsedLine
 
 FAILED_LINE = re.compile(r"(?i)error|fail")
 OBSERVABILITY_ADDON = ("the HyperPod observability add-on (Amazon Managed Service for Prometheus and Grafana, "

@@ -44,7 +44,8 @@ from gpuaudit.model.history import (
 from gpuaudit.model.result import ASKED_VERDICTS, AskedAction, GpuError, Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.acted import GONE, already_done, replacements
-from gpuaudit.rules.xid import FIRST_OCCURRENCE, classify
+from gpuaudit.rules.signal_verdict import STRENGTH
+from gpuaudit.rules.xid_catalog import FIRST_OCCURRENCE, classify
 from gpuaudit.rules.xid_lines import bus_key
 from gpuaudit.rules.xid_routing import NodeRouting, NodeXid
 
@@ -54,7 +55,6 @@ FLAP_SHOWN = 6
 # Non-Xid memory signals whose persistence across a reboot is REPLACE (RULES §6/§7: infoROM corruption).
 PERSISTING_SIGNALS = ("infoROM is corrupted",)
 HISTORY_GROUP = "gpuaudit history"
-STRENGTH = {None: 0, "LEAVE ALONE": 1, "MONITOR": 2, "NOT OBSERVABLE": 2, "REBOOT": 3, "REPLACE": 4}
 
 
 def audit_id(evidence: Evidence, asked: Mapping[str, object] | None = None) -> str:

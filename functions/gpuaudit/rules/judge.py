@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections import defaultdict
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
 from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, status_line_node_ids, stream_node_ids
@@ -24,7 +23,6 @@ from gpuaudit.model.result import (
     Readiness,
     Result,
     TimelineEntry,
-    Verdict,
     WindowOut,
 )
 from gpuaudit.model.timeutil import iso
@@ -43,26 +41,22 @@ from gpuaudit.rules.efa_counters import efa_gaps, node_counters, with_efa_counte
 from gpuaudit.rules.fabric_manager import fabric_manager_of, with_fabric_manager
 from gpuaudit.rules.gpu_count import gpu_count_gaps, with_gpu_count
 from gpuaudit.rules.history import Memory, actions_after, audit_id
-from gpuaudit.rules.node_state import deep_health_checks
-from gpuaudit.rules.nodes import (
-    DIRECT_CHECK,
-    AgentStreams,
-    ParsedLine,
-    assess_node,
-    parse_lines,
-    reboot_times,
-    reboots_by_node,
-)
+from gpuaudit.rules.node_lines import ParsedLine, parse_lines
+from gpuaudit.rules.node_verdict import DIRECT_CHECK, AgentStreams
+from gpuaudit.rules.nodes import assess_node
 from gpuaudit.rules.onset import failure_onset, unread_signals
-from gpuaudit.rules.storage_decision import maintenance_in_window
+from gpuaudit.rules.reboots import reboot_times, reboots_by_node
 from gpuaudit.rules.straggler import with_stragglers
+from gpuaudit.rules.summary import cluster_state, headline_for
 from gpuaudit.rules.xid_routing import NodeRouting
 
 if TYPE_CHECKING:
     pass
 
 
-def lifetime_start(evidence: Evidence, fallback: datetime) -> datetime:
+def kernel_streams_read_from(evidence: Evidence, fallback: datetime) -> datetime:
+    """Where the kernel-stream read began (its earliest query), else `fallback`: the span a node's kernel lines were
+    looked for in (the kernel look-back the collectors planned)."""
     starts = [q.start for q in evidence.queries if q.purpose == "kernel-streams"]
     return min(starts) if starts else fallback
 
@@ -127,7 +121,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
             lines_by_node[iid].append(p)
         if not owners:
             unassigned.append(p)
-    life = lifetime_start(evidence, pad.start)
+    life = kernel_streams_read_from(evidence, pad.start)
     boot_by_node: dict[str, list[GpuLine]] = defaultdict(list)
     for line in evidence.boot_lines:
         for iid in stream_node_ids(line.log_stream, node_index):
@@ -141,7 +135,6 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         coverage = node_coverage(node, evidence, index, pad, life, hma_live)
         lines = lines_by_node.get(node.instance_id, [])
         result, routing = assess_node(node, evidence, coverage, lines, config.xid_overrides,
-                                      evidence.window.start, evidence.window.end, None,
                                       Memory.of(evidence, node.instance_id, this_audit), agents)
         result = result.model_copy(update={"service_action": service_action(node, evidence, lines),
                                            "signals": boot_signals(result, boot_by_node.get(node.instance_id, []))})
@@ -391,130 +384,3 @@ def gpu_timeline(j: Judged) -> list[TimelineEntry]:
 
 def build_timeline(j: Judged) -> list[TimelineEntry]:
     return timeline_rules.timeline(j)
-
-
-def storage_summary(evidence: Evidence, fs_id: str) -> str:
-    """One named file system's saturation, quoted as reported (RULES §0.6)."""
-    if evidence.fsx_metrics is None:
-        return "saturation metrics not read (see visibility gaps)"
-    peaks = [m for m in evidence.fsx_metrics if m.file_system_id == fs_id and m.datapoints]
-    if not peaks:
-        return "no AWS/FSx saturation datapoints in the window"
-    saturated = [m for m in peaks if m.minutes_at_or_above_90 >= 5]
-    shown = saturated or [max(peaks, key=lambda m: m.peak or 0.0)]
-    words = "saturated" if saturated else "not saturated, highest"
-    return f"{words}: " + "; ".join(f"{m.metric} {m.dimensions} Maximum {m.peak} % ({m.minutes_at_or_above_90} min "
-                                    "≥ 90 %)" for m in shown)
-
-
-def file_system_lines(evidence: Evidence) -> list[str]:
-    """`--filesystem`: each named FSx for Lustre file system's details, maintenance window and saturation."""
-    lines = []
-    for f in evidence.file_systems or []:
-        if f.file_system_id not in evidence.named_file_systems:
-            continue
-        maintenance = maintenance_in_window(f.weekly_maintenance, evidence.window.start, evidence.window.end)
-        kind = (f"{f.file_system_type}, {f.deployment_type or 'no deployment type'}, "
-                f"{f.storage_type or 'no storage type'}")
-        lines.append(f"file system {f.file_system_id} ({kind}): weekly maintenance "
-                     f"{f.weekly_maintenance or 'not returned'} (UTC, day 1 = Monday)"
-                     + (f", starting {iso(maintenance)} within the audit window" if maintenance else "")
-                     + f"; {storage_summary(evidence, f.file_system_id)}")
-    return lines
-
-
-def cluster_state(evidence: Evidence) -> list[str]:
-    c = evidence.cluster
-    lines = file_system_lines(evidence)
-    for g in c.instance_groups:
-        if g.current_count is None:
-            continue
-        extra = ""
-        if g.on_start_deep_health_checks or c.kind.startswith("hyperpod"):
-            extra = f", OnStartDeepHealthChecks {g.on_start_deep_health_checks or '[] (none)'}"
-        if g.current_image_id and g.desired_image_id and g.current_image_id != g.desired_image_id:
-            extra += f", image update pending ({g.current_image_id} → {g.desired_image_id})"
-        lines.append(f"group `{g.name}` ({g.instance_type}, {g.node_role}): CurrentCount {g.current_count}, "
-                     f"TargetCount {g.target_count}{extra}")
-    not_running = [f"{n.instance_id} ({n.status}{': ' + n.status_message if n.status_message else ''})"
-                   for n in evidence.nodes if n.status not in ("Running", "running")]
-    complete = not any(g.scope == "node-list" for g in evidence.gaps)
-    listed = ", ".join(not_running) if not_running else "none"
-    lines.append(f"nodes not Running: {listed}" + ("" if complete else " among the nodes listed (the node list is "
-                                                                      "incomplete: see visibility gaps)"))
-    lines += [f"deep health check: {run.text()}" for run in deep_health_checks(evidence)]  # RULES §8 A thresholds
-    if c.kind.startswith("hyperpod"):
-        recovery = c.node_recovery or "not returned"
-        meaning = ("HyperPod reboots or replaces a node it finds faulty" if recovery == "Automatic" else
-                   "nothing replaces a faulty node automatically")
-        lines.append(f"NodeRecovery: {recovery} — {meaning}; a job resumes only with checkpoints plus auto-resume "
-                     "(`srun --auto-resume=1` on HyperPod Slurm)")
-        lines.append(f"NodeProvisioningMode: {c.node_provisioning_mode or 'not set (ListClusterEvents unavailable)'}")
-    return lines
-
-
-# The headline feeds alerts and the findings summary: at any fleet size it names the few worst nodes and counts
-# the rest (the report lists every node).
-HEADLINE_NODES = 5
-VERDICT_WEIGHT: dict[Verdict, int] = {"REPLACE": 0, "REBOOT": 1, "MONITOR": 2, "LEAVE ALONE": 3}
-
-
-def named(items: list[str], sep: str = ", ") -> str:
-    """All of a short list; the first HEADLINE_NODES of a long one and how many more the report holds."""
-    if len(items) <= HEADLINE_NODES:
-        return sep.join(items)
-    return (f"{len(items)} nodes, first {sep.join(items[:HEADLINE_NODES])} (+{len(items) - HEADLINE_NODES} more in "
-            "the report)")
-
-
-def headline_for(j: Judged, branch_headline: str | None, ready: Readiness | None,
-                 checks: Sequence[Check] = ()) -> tuple[str, Literal["High", "Medium", "Low"]]:
-    nodes = j.nodes
-    accelerated = [n for n in nodes if n.gpu_count != 0]
-    counts: dict[str, int] = defaultdict(int)
-    for n in accelerated:
-        counts[n.xid_status] += 1
-    coverage = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    signalled = sorted((n for n in nodes if n.verdict and n.verdict != "NOT OBSERVABLE"),
-                       key=lambda n: VERDICT_WEIGHT[n.verdict or "LEAVE ALONE"])
-    verdicts = [f"{n.instance_id} {n.verdict}" for n in signalled]
-    blind = [n.instance_id for n in accelerated if n.xid_status == "Not observable"]
-    partial = any(g.scope == "node-list" for g in j.evidence.gaps)
-    if branch_headline:
-        head = branch_headline if branch_headline.rstrip().endswith((".", "!", "?")) else branch_headline.rstrip() + "."
-    elif ready is not None:
-        # RULES §10: the answer names the checks that make it (`Ready: No — FAIL P1, P6; RISK P3.`)
-        why = "; ".join(f"{kind} {', '.join(c.id for c in checks if c.result == kind)}" for kind in ("FAIL", "RISK")
-                        if any(c.result == kind for c in checks))
-        head = f"Ready: {ready}" + (f" — {why}." if why else ".")
-    elif verdicts:
-        by_verdict = Counter(n.verdict for n in signalled)
-        tally = ", ".join(f"{by_verdict[v]} {v}" for v in VERDICT_WEIGHT if by_verdict[v])
-        head = (f"GPU signals found: {'; '.join(verdicts)}." if len(verdicts) <= HEADLINE_NODES else
-                f"GPU signals found on {len(verdicts)} nodes ({tally}): {named(verdicts, '; ')}.")
-    elif blind:
-        head = f"GPU errors cannot be ruled out: coverage Not observable on {named(blind)}."
-    elif not accelerated:
-        head = "No GPU node was audited (see visibility gaps): no claim about GPU errors is made."
-    elif partial:
-        head = "No GPU errors on the nodes found, but the node list is incomplete: nodes it did not return were not " \
-               "audited."
-    else:
-        head = "No GPU errors in the window, on proven coverage."
-    head += f" Coverage of {len(accelerated)} GPU node(s): {coverage or 'none'}."
-    named_fs = [f.file_system_id for f in j.evidence.file_systems or []
-                if f.file_system_id in j.evidence.named_file_systems]
-    if named_fs:
-        head += " Storage: " + "; ".join(f"{fs} {storage_summary(j.evidence, fs)}" for fs in named_fs) + "."
-    if partial and (branch_headline or ready is not None or verdicts or blind):
-        head += " The node list is incomplete (see visibility gaps)."
-    confidence: Literal["High", "Medium", "Low"]
-    if not accelerated or partial:
-        confidence = "Low"
-    elif not blind and not [g for g in j.evidence.gaps if g.scope != "cache"]:  # a cache not kept left nothing unread
-        confidence = "High"
-    elif len(blind) < len(accelerated):
-        confidence = "Medium"
-    else:
-        confidence = "Low"
-    return head, confidence

@@ -6,8 +6,11 @@ row it rests on)."""
 from __future__ import annotations
 
 from gpuaudit.model.result import GpuError, NodeResult, Verdict
-from gpuaudit.rules.nodes import STRENGTH
 from gpuaudit.rules.xid_routing import NodeRouting
+
+# How much each verdict asks of the operator: a signal replaces the node's verdict only when it asks for more.
+STRENGTH: dict[Verdict | None, int] = {None: 0, "LEAVE ALONE": 1, "MONITOR": 2, "NOT OBSERVABLE": 2, "REBOOT": 3,
+                                      "REPLACE": 4}
 
 
 def with_signal(result: NodeResult, routing: NodeRouting | None, verdict: Verdict, said: str, row: GpuError,

@@ -10,7 +10,7 @@ from gpuaudit.model.timeutil import iso
 
 if TYPE_CHECKING:
     from gpuaudit.rules.context import Judged
-    from gpuaudit.rules.nodes import ParsedLine
+    from gpuaudit.rules.node_lines import ParsedLine
 
 
 def step(name: str, status: FindingStepStatus, evidence: str) -> FindingStep:

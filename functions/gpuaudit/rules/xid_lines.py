@@ -1,7 +1,7 @@
 """Xid line forms (RULES §6): an `NVRM: Xid` message from any source (kernel syslog, journald text, HMA JSON)
 parsed into an `XidLine` (code, PCI bus, MIG GPU instance, process); the driver's "fallen off the bus" lines
 joined into the Xid 79 they are; the benign lines filtered before counting. Parsing only: what a code means is
-`rules/xid.py`, what a node should do is `rules/xid_routing.py`. Pure: no AWS, no clock."""
+`rules/xid_catalog.py`, what a node should do is `rules/xid_routing.py`. Pure: no AWS, no clock."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from gpuaudit.model.result import Verdict, XidClass
 from gpuaudit.model.timeutil import iso
-from gpuaudit.rules.xid import (
+from gpuaudit.rules.xid_catalog import (
     CATALOG_URL,
     ECC_CHECK,
     FIRST_OCCURRENCE,
@@ -462,7 +462,7 @@ def _routing(
         parts.append(f"node {'Running' if node_running else 'not Running'}")
     conclusion = best.verdict or (
         "hypothesis, verdict held until the deciding check" if best.hypothesis
-        # rules/nodes.py verdict_for shows such a node as MONITOR: the text says the verdict the field carries.
+        # rules/node_verdict.py verdict_for shows such a node as MONITOR: the text says the verdict the field carries.
         else "MONITOR (no RULES §7 bar met on what was read)"
     )
     return NodeRouting(

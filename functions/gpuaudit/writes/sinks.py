@@ -23,12 +23,12 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report import alert
 from gpuaudit.report.alert import ALERT_MAX_CHARS, Change
 from gpuaudit.report.html import render_html
-from gpuaudit.report.redact import redact
 from gpuaudit.rules.what_changed import StateWrite, compare
 from gpuaudit.writes.dynamo_batch import batch_write, put_requests, retried, shard_of
 

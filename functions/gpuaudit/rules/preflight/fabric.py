@@ -15,7 +15,7 @@ from gpuaudit.rules.fabric import NCCL_COMMAND, open_egress, self_rule, sg_names
 from gpuaudit.rules.preflight.common import Part, combine, make_check
 
 if TYPE_CHECKING:
-    from gpuaudit.rules.nodes import ParsedLine
+    from gpuaudit.rules.node_lines import ParsedLine
 
 FABRIC_MANAGER_FAILED = re.compile(r"(?i)(fabric ?manager|nvidia-fabricmanager)[^\n]*(fail|error|exited|"
                                    r"core-dump)|Failed to start[^\n]*fabric ?manager")

@@ -6,7 +6,7 @@ from gpuaudit.domain.kube_access import RBAC_MANIFEST, READER_GROUP
 from gpuaudit.model.result import Check, NodeResult
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.context import Context, id_list
-from gpuaudit.rules.nodes import DEEP_HEALTH_LABEL
+from gpuaudit.rules.kube_labels import DEEP_HEALTH_LABEL
 from gpuaudit.rules.preflight.common import Part, combine, make_check
 
 

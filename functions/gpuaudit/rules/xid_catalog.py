@@ -19,7 +19,7 @@ from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.xid_lines import XidModel
 
 Rule = Literal["48", "63", "154", "GSP", "NVLink5"]
-Memory = Literal["DRAM", "SRAM", "UNVERIFIED"]
+FaultedMemory = Literal["DRAM", "SRAM", "UNVERIFIED"]  # which memory an ECC fault names (rule 48)
 RecoveryAction = Literal["None", "GPU Reset Required", "Node Reboot Required", "Drain P2P", "Drain and Reset"]
 DecodeAction = Literal["RESET_GPU", "IGNORE", "XID_154_EVAL"]
 
@@ -137,7 +137,7 @@ class XidClassification(XidModel):
     override: XidClass | None = None  # class set by deployment configuration, always named
     rule: Rule | None = None
     qualifier_of: int | None = None
-    memory: Memory | None = None  # rule 48 (and its qualifiers 171/172)
+    memory: FaultedMemory | None = None  # rule 48 (and its qualifiers 171/172)
     recovery_action: RecoveryAction | None = None  # rule 154
     subcomponent: str | None = None  # rule NVLink5
     fatal: bool | None = None  # rule NVLink5
@@ -184,12 +184,12 @@ _NVLINK5 = re.compile(r"\b(?P<sub>[A-Z][A-Z0-9_]+)\s+(?P<severity>(?i:non[-_ ]?f
 _LINK = re.compile(r"\blink\s+(?P<link>\d+)", re.IGNORECASE)
 
 
-def memory_named(text: str) -> Memory:
+def memory_named(text: str) -> FaultedMemory:
     """RULES §6 rule 48: which memory the 48 message names, else UNVERIFIED."""
     return memory_words(text)[0]
 
 
-def memory_words(text: str) -> tuple[Memory, str | None]:
+def memory_words(text: str) -> tuple[FaultedMemory, str | None]:
     """Which memory the 48 message names, and the word that names it (None when neither or both are named)."""
     dram, sram = _DRAM_WORDS.search(text), _SRAM_WORDS.search(text)
     if (dram is None) != (sram is None):
@@ -242,7 +242,7 @@ def _unknown(code: int, text: str) -> XidClassification:
 
 
 def _decode_48(base: XidClassification, text: str) -> XidClassification:
-    memory: Memory = "DRAM" if base.code == 171 else "SRAM" if base.code == 172 else memory_named(text)
+    memory: FaultedMemory = "DRAM" if base.code == 171 else "SRAM" if base.code == 172 else memory_named(text)
     if base.code != 48:
         return base.model_copy(update={"memory": memory})  # a qualifier: decided at node level
     if memory == "DRAM":

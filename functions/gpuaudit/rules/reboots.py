@@ -1,0 +1,40 @@
+"""When a node rebooted (a kernel banner in its own stream, or a reboot call naming it), and the reboots between
+a collapsed row's first and last occurrence."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+
+from gpuaudit.domain.markers import BOOT_BANNER
+from gpuaudit.domain.streams import NodeIndex, stream_node_ids
+from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.result import GpuError
+from gpuaudit.rules.node_lines import ParsedLine
+
+
+def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]) -> list[datetime]:
+    """When the node booted again: a kernel banner in its own stream, or a reboot call naming it."""
+    times = [p.line.time for p in lines if BOOT_BANNER.search(p.line.message)]
+    times += [e.time for e in evidence.cloudtrail or []
+              if e.event_name == "BatchRebootClusterNodes" and not e.error_code
+              and node.instance_id in str(e.request_parameters or {})]
+    return sorted(times)
+
+
+def with_reboots_between(rows: Sequence[GpuError], reboots: Sequence[datetime]) -> list[GpuError]:
+    """Each row collapsed from several occurrences names the reboots between its first and last one."""
+    return [row.model_copy(update={"reboots_between": between}) if row.last_time is not None and (
+        between := [r for r in reboots if row.time < r < row.last_time]) else row for row in rows]
+
+
+def reboots_by_node(evidence: Evidence) -> dict[str, list[datetime]]:
+    """Every node's reboots as `reboot_times` sees them (the history records them for later audits)."""
+    index = NodeIndex(evidence.nodes)
+    banners: dict[str, list[ParsedLine]] = defaultdict(list)
+    for line in evidence.gpu_lines:
+        if BOOT_BANNER.search(line.message):
+            for iid in stream_node_ids(line.log_stream, index):
+                banners[iid].append(ParsedLine(line, None, None))
+    return {n.instance_id: reboot_times(n, evidence, banners.get(n.instance_id, [])) for n in evidence.nodes}
