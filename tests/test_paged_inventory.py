@@ -13,7 +13,6 @@ from handlers.targets import clusters_on_reservation
 from helpers.worlds import PClusterWorld, at
 
 from gpuaudit.collectors.aws import Aws, fast_timestamp, interface_types_only
-from gpuaudit.collectors.source_reads import READERS
 from gpuaudit.collectors.inventory import (
     INSTANCE_PAGE,
     PCLUSTER_TAG,
@@ -21,6 +20,7 @@ from gpuaudit.collectors.inventory import (
     collect_inventory,
     instance_pages,
 )
+from gpuaudit.collectors.source_reads import READERS
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import Gap
 from gpuaudit.model.evidence_parts import merged

@@ -31,7 +31,7 @@ from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELI
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.history import HistoryUnreadable, close_gone_cluster, read_into, record
 from gpuaudit.model.evidence import NAMED_BY_OPERATOR, AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
-from gpuaudit.model.evidence_parts import ControlStreamsPart, NodesPart, ProfilesPart, merged
+from gpuaudit.model.evidence_parts import merged
 from gpuaudit.model.history import CLUSTER_GONE, DEFAULT_LOOKBACK_DAYS, HistoryStore
 from gpuaudit.model.planned_reads import KubeNode
 from gpuaudit.model.result import Result
@@ -110,48 +110,37 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
     plan = cache.read_plan(cached, batch, win) if cached is not None else [cache.ReadPart(batch, None)]
     # Every part is read before the cache changes: a journaled collection replays them all on each invocation, and
     # the plan must not change under it.
-    reads = [_read_part(aws, evidence, part.groups, part.caches, win, named, slots, journal, part.by_day)
-             for part in plan]
+    reads = [_read_part(aws, BatchRead(evidence.cluster.name, evidence.nodes, part.groups, win, job_groups=named,
+                                       kernel_by_day=part.by_day), part.caches, slots, journal) for part in plan]
     if cached is not None:
-        for merged in reads:
-            cache.update(cached, merged, win, evidence.now)
-            cache.note_stops(cached, merged)
+        for merged_read in reads:
+            cache.update(cached, merged_read, win, evidence.now)
+            cache.note_stops(cached, merged_read)
     return cache.joined(reads)
 
 
-def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cache.GroupCache] | None,
-               win: LogWindow, named: set[str], slots: QuerySlots | None,
-               journal: QueryJournal | None, by_day: bool = False) -> BatchEvidence:
-    """One part of a batch (all of it unless its groups' cache entries differ): read in full, or incrementally
-    (collectors/cache.py states which hours, and what the last read tells this one).
-    `by_day`: the kernel look-back a day at a time (a group stopped at the deadline before)."""
-    whole = BatchRead(evidence.cluster.name, evidence.nodes, batch, win, job_groups=named, kernel_by_day=by_day)
+def _read_part(aws: Aws, whole: BatchRead, usable: list[cache.GroupCache] | None, slots: QuerySlots | None,
+               journal: QueryJournal | None) -> BatchEvidence:
+    """One part of a batch (all of it unless its groups' cache entries differ): read in full (`whole`), or
+    incrementally from its groups' cache entries (collectors/cache.py states which hours, and what the last read
+    tells this one)."""
     if usable is None:
         return collect_batch(aws, whole, slots=slots, journal=journal)
     read = cache.incremental_read(whole, usable)
     fresh = collect_batch(aws, read, slots=slots, journal=journal)
-    opened, seen = cache.lagging_streams(batch, usable)
+    opened, seen = cache.lagging_streams(whole.groups, usable)
     lag = read_lagging(InsightsRunner(aws, [], slots=slots, journal=journal), opened, read.window.padded_start, seen,
                        usable[0].kernel_as_of)
-    return cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, read.window, lag)
+    return cache.merge(fresh, dict(zip(whole.groups, usable, strict=True)), whole.window, read.window, lag)
 
 
 def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence], request: AuditRequest) -> Evidence:
     """Step 3: join the batches, profile the instance types, read the control plane. Each collector returns the
     part it read, merged in order (model/evidence_parts.py::merged), so a later read sees what an earlier found."""
-    gaps: list[Gap] = []
-    launched = launched_by_cluster(aws, evidence.cluster, {n.instance_id for n in evidence.nodes},
-                                   evidence.window.start, evidence.now, gaps) \
-        if evidence.cluster.kind == "parallelcluster" else []
-    evidence = merged(evidence, NodesPart(nodes=[*evidence.nodes, *launched], gaps=gaps))
-    evidence = merged(evidence, merge_batches(aws, evidence.cluster, evidence.nodes, evidence.log_groups, batches))
-    gaps = []
-    profiles = collect_profiles(aws, {n.instance_type for n in evidence.nodes if n.instance_type}, gaps)
-    evidence = merged(evidence, ProfilesPart(profiles=profiles, gaps=gaps))
-    gaps = []
-    control = collect_control_streams(aws, evidence.cluster, evidence.nodes, evidence.log_groups,
-                                      evidence.stream_activity, evidence.hma_log_group, gaps)
-    evidence = merged(evidence, ControlStreamsPart(control_streams=control, gaps=gaps))
+    evidence = merged(evidence, launched_by_cluster(aws, evidence))
+    evidence = merged(evidence, merge_batches(aws, evidence, batches))
+    evidence = merged(evidence, collect_profiles(aws, evidence))
+    evidence = merged(evidence, collect_control_streams(aws, evidence))
     return source_reads.collect(aws, evidence, request)
 
 

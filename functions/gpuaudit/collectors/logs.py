@@ -90,7 +90,7 @@ from gpuaudit.domain.streams import (
 )
 from gpuaudit.domain.throughput import read_figures
 from gpuaudit.model.evidence import (
-    ClusterInfo,
+    Evidence,
     Gap,
     GpuLine,
     JobFigure,
@@ -476,9 +476,9 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
     return activity.model_copy(update=update)
 
 
-def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
-                  batches: list[BatchEvidence]) -> LogsPart:
+def merge_batches(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]) -> LogsPart:
     """Join the batches: find vanished nodes, keep groups that name an audited node, list HMA streams."""
+    cluster, nodes, groups = evidence.cluster, evidence.nodes, evidence.log_groups
     kernel = [k for b in batches for k in b.kernel]
     activity = [a for b in batches for a in b.activity]
     gaps = [g for b in batches for g in b.gaps]
