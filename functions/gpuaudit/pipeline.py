@@ -31,7 +31,7 @@ from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELI
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.history import HistoryUnreadable, close_gone_cluster, read_into, record
 from gpuaudit.model.evidence import NAMED_BY_OPERATOR, AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
-from gpuaudit.model.evidence_parts import merged
+from gpuaudit.model.evidence_parts import Part, merged
 from gpuaudit.model.history import CLUSTER_GONE, DEFAULT_LOOKBACK_DAYS, HistoryStore
 from gpuaudit.model.planned_reads import KubeNode
 from gpuaudit.model.result import Result
@@ -157,7 +157,7 @@ def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | Non
         try:
             coverage_cache.save(cached)
         except OSError as exc:  # this audit's reads stand: only the next one loses the hours it would have reused
-            evidence.gaps.append(cache_write_gap(coverage_cache, exc))
+            evidence = merged(evidence, Part(gaps=[cache_write_gap(coverage_cache, exc)]))
     progress.phase("control plane")
     evidence = finish_collection(aws, evidence, batches, request)
     evidence.calls = aws.call_counts()

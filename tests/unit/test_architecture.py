@@ -467,8 +467,8 @@ def evidence_writes(tree: ast.Module, where: str) -> list[str]:
 
 
 def test_no_collector_writes_into_the_evidence_it_is_given() -> None:
-    offenders = [hit for path in sorted((PACKAGE / "collectors").glob("*.py"))
-                 for hit in evidence_writes(parsed(path), str(path.relative_to(PACKAGE)))]
+    paths = [*sorted((PACKAGE / "collectors").glob("*.py")), PACKAGE / "pipeline.py"]  # pipeline: it merges parts
+    offenders = [hit for path in paths for hit in evidence_writes(parsed(path), str(path.relative_to(PACKAGE)))]
     assert offenders == []
 
 
