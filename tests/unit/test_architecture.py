@@ -419,6 +419,7 @@ def test_what_changed_is_judged_only_in_its_pure_rule() -> None:
 # Collectors of one shape (issue #52 item 4): a collector reads the Evidence it is given and returns the typed part it
 # read (model/evidence_parts.py); `merged` alone turns a part into Evidence.
 MUTATORS = {"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault", "add", "discard", "sort"}
+READ_ONLY_CALLS = {"list", "tuple", "len", "sorted", "set", "any", "all", "iter", "enumerate", "reversed"}  # a copy
 
 
 def _rooted_at(node: ast.AST, names: set[str]) -> bool:
@@ -460,8 +461,9 @@ def evidence_writes(tree: ast.Module, where: str) -> list[str]:
                 func = node.func
                 if isinstance(func, ast.Attribute) and func.attr in MUTATORS and _rooted_at(func.value, names):
                     written.append(func)
-                written += [a for a in [*node.args, *(k.value for k in node.keywords)]
-                            if isinstance(a, ast.Attribute) and a.attr == "gaps" and _rooted_at(a, names)]
+                copies = isinstance(func, ast.Name) and func.id in READ_ONLY_CALLS
+                written += [a for a in [*node.args, *(k.value for k in node.keywords)] if not copies
+                            and isinstance(a, ast.Attribute) and a.attr == "gaps" and _rooted_at(a, names)]
             found += [f"{where}:{getattr(w, 'lineno', node.lineno)} {function.name}" for w in written]
     return found
 
@@ -483,7 +485,7 @@ def test_the_write_check_sees_each_way_of_writing_into_evidence() -> None:
         "def d(aws, evidence: Evidence):\n"
         "    evidence.profiles['p5'] += 1\n"
         "def e(aws, evidence: Evidence):\n"
-        "    return Part(gaps=[*evidence.gaps], nodes=len(evidence.nodes))\n")
+        "    return Part(gaps=[*evidence.gaps, *list(evidence.gaps)], nodes=len(evidence.nodes))\n")
     assert evidence_writes(probe, "probe.py") == ["probe.py:2 a", "probe.py:4 b", "probe.py:6 c", "probe.py:8 d"]
 
 
