@@ -129,6 +129,10 @@ _.aws_region  # Settings
 
 _.stored_at  # AuditRow (agent/schema.py list_audits)
 
+# The evidence JSON (the deployed steps' payloads): a collector's part sets it, merged by name
+# (model/evidence_parts.py::merged); no rule reads it by attribute.
+_.job_figure_groups  # Evidence, LogsPart: the job groups whose figures were read whole
+
 # --- Read by a library, by protocol -----------------------------------------------------------------------------------
 
 _.maxstring  # reprlib.Repr's limits (embedded/world_schema.py _SHOWN)

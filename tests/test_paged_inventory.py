@@ -13,7 +13,6 @@ from handlers.targets import clusters_on_reservation
 from helpers.worlds import PClusterWorld, at
 
 from gpuaudit.collectors.aws import Aws, fast_timestamp, interface_types_only
-from gpuaudit.collectors.controlplane import READERS
 from gpuaudit.collectors.inventory import (
     INSTANCE_PAGE,
     PCLUSTER_TAG,
@@ -21,8 +20,10 @@ from gpuaudit.collectors.inventory import (
     collect_inventory,
     instance_pages,
 )
+from gpuaudit.collectors.source_reads import READERS
 from gpuaudit.embedded.backend import WorldBackend
 from gpuaudit.model.evidence import Gap
+from gpuaudit.model.evidence_parts import merged
 
 
 class Recorded:
@@ -79,7 +80,7 @@ def test_status_checks_of_250_nodes_go_in_chunks_of_at_most_100_ids():
     evidence = Evidence.model_construct(nodes=nodes, cluster=_cluster, gaps=[], instance_status=None)
 
     # When the status checks are read
-    READERS["instance-status"](aws, evidence, None)  # type: ignore[arg-type]
+    evidence = merged(evidence, READERS["instance-status"](aws, evidence, None))  # type: ignore[arg-type]
 
     # Then three calls of <= 100 IDs read all 251 (the head node too), the impaired one among them
     chunks = recorded.of("DescribeInstanceStatus")
@@ -144,7 +145,7 @@ def test_a_failed_status_chunk_leaves_status_checks_unread_not_partial():
     from gpuaudit.model.evidence import Evidence
     evidence = Evidence.model_construct(nodes=nodes, cluster=cluster, gaps=[], instance_status=None)
 
-    READERS["instance-status"](aws, evidence, None)  # type: ignore[arg-type]
+    evidence = merged(evidence, READERS["instance-status"](aws, evidence, None))  # type: ignore[arg-type]
 
     # Then no status list (Not checked downstream) and a gap naming the refused call
     assert evidence.instance_status is None

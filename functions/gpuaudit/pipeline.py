@@ -10,7 +10,7 @@ import errno
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from gpuaudit.collectors import cache, controlplane
+from gpuaudit.collectors import cache, source_reads
 from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.cache import CacheState, CoverageCache
 from gpuaudit.collectors.control_logs import collect_control_streams
@@ -24,14 +24,13 @@ from gpuaudit.collectors.inventory import (
 from gpuaudit.collectors.kernel_lookback import deep_kernel_start, lifetime_start
 from gpuaudit.collectors.kubernetes import list_nodes
 from gpuaudit.collectors.lagging import read_lagging
-from gpuaudit.collectors.log_queries import JOB_LINE
 from gpuaudit.collectors.log_sources import discover_log_groups
-from gpuaudit.collectors.logs import BatchEvidence, LogWindow, collect_batch, log_batches, merge_batches
+from gpuaudit.collectors.logs import BatchEvidence, BatchRead, LogWindow, collect_batch, log_batches, merge_batches
 from gpuaudit.collectors.query_budget import QuerySlots
-from gpuaudit.collectors.stream_parts import Rows, holds_instance_id
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.model.evidence import NAMED_BY_OPERATOR, AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
+from gpuaudit.model.evidence_parts import Part, merged
 from gpuaudit.model.history import (
     CLUSTER_GONE,
     DEFAULT_LOOKBACK_DAYS,
@@ -39,8 +38,8 @@ from gpuaudit.model.history import (
     HistoryStore,
     closed_out,
     latest_spans,
-    merged,
 )
+from gpuaudit.model.history import merged as merged_spans
 from gpuaudit.model.planned_reads import KubeNode
 from gpuaudit.model.result import Result
 from gpuaudit.model.timeutil import iso
@@ -122,72 +121,38 @@ def collect_logs(aws: Aws, evidence: Evidence, batch: list[str], cached: CacheSt
     plan = cache.read_plan(cached, batch, win) if cached is not None else [cache.ReadPart(batch, None)]
     # Every part is read before the cache changes: a journaled collection replays them all on each invocation, and
     # the plan must not change under it.
-    reads = [_read_part(aws, evidence, part.groups, part.caches, win, named, slots, journal, part.by_day)
-             for part in plan]
+    reads = [_read_part(aws, BatchRead(evidence.cluster.name, evidence.nodes, part.groups, win, job_groups=named,
+                                       kernel_by_day=part.by_day), part.caches, slots, journal) for part in plan]
     if cached is not None:
-        for merged in reads:
-            cache.update(cached, merged, win, evidence.now)
-            cache.note_stops(cached, merged)
+        for merged_read in reads:
+            cache.update(cached, merged_read, win, evidence.now)
+            cache.note_stops(cached, merged_read)
     return cache.joined(reads)
 
 
-def _read_part(aws: Aws, evidence: Evidence, batch: list[str], usable: list[cache.GroupCache] | None,
-               win: LogWindow, named: set[str], slots: QuerySlots | None,
-               journal: QueryJournal | None, by_day: bool = False) -> BatchEvidence:
-    """One part of a batch (all of it unless its groups' cache entries differ): read in full, or incrementally.
-    `by_day`: the kernel look-back a day at a time (a group stopped at the deadline before)."""
+def _read_part(aws: Aws, whole: BatchRead, usable: list[cache.GroupCache] | None, slots: QuerySlots | None,
+               journal: QueryJournal | None) -> BatchEvidence:
+    """One part of a batch (all of it unless its groups' cache entries differ): read in full (`whole`), or
+    incrementally from its groups' cache entries (collectors/cache.py states which hours, and what the last read
+    tells this one)."""
     if usable is None:
-        return collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, win, slots=slots, journal=journal,
-                             job_groups=named, kernel_by_day=by_day)
-    part = cache.fresh_window(win, usable)
-    known = {(g, s) for g, c in zip(batch, usable, strict=True) for s in c.kernel}
-    # The last read's streams size this one's summary: expected past the 10,000-row cap, it starts in parts
-    # (those named without an instance ID apart when they would crowd the first part). Kernel streams are not
-    # counted first: this read counts only the kernel lines since the last, usually few (read whole, and again
-    # in parts if it reaches the cap).
-    expected = {"summary": {g: Rows(len(c.hours), sum(not holds_instance_id(name) for name in c.hours))
-                            for g, c in zip(batch, usable, strict=True)},
-                "kernel": {g: Rows(0) for g in batch}}
-    # A job group known by NCCL lines in the cached hours only is still a job group (the job figures are
-    # read over the whole window: cache.fresh_window keeps their range).
-    jobs = named | {g for g,
-                    c in zip(batch, usable, strict=True) if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
-    fresh = collect_batch(aws, evidence.cluster.name, evidence.nodes, batch, part, known_kernel=known,
-                          slots=slots, journal=journal, expected_streams=expected, job_groups=jobs, by_hint=True,
-                          kernel_by_day=by_day)
-    # The streams that had fallen silent shortly before the last read: their silence is read again by name.
-    opened = {(g, s): hour for g, c in zip(batch, usable, strict=True) for s, hour in c.lagging.items()}
-    seen = {(g, s): last for g, c in zip(batch, usable, strict=True) for s in c.lagging
-            if s in c.hours and (last := c.hours[s].last_event) is not None}
-    lag = read_lagging(InsightsRunner(aws, [], slots=slots, journal=journal), opened, part.padded_start, seen,
+        return collect_batch(aws, whole, slots=slots, journal=journal)
+    read = cache.incremental_read(whole, usable)
+    fresh = collect_batch(aws, read, slots=slots, journal=journal)
+    opened, seen = cache.lagging_streams(whole.groups, usable)
+    lag = read_lagging(InsightsRunner(aws, [], slots=slots, journal=journal), opened, read.window.padded_start, seen,
                        usable[0].kernel_as_of)
-    return cache.merge(fresh, dict(zip(batch, usable, strict=True)), win, part, lag)
+    return cache.merge(fresh, dict(zip(whole.groups, usable, strict=True)), whole.window, read.window, lag)
 
 
 def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence], request: AuditRequest) -> Evidence:
-    """Step 3: join the batches, profile the instance types, read the control plane."""
-    gaps = list(evidence.gaps)
-    launched = launched_by_cluster(aws, evidence.cluster, {n.instance_id for n in evidence.nodes},
-                                   evidence.window.start, evidence.now, gaps) \
-        if evidence.cluster.kind == "parallelcluster" else []
-    known = [*evidence.nodes, *launched]
-    logs = merge_batches(aws, evidence.cluster, known, evidence.log_groups, batches, gaps)
-    nodes = [*known, *logs.discovered_nodes]
-    profiles = collect_profiles(aws, {n.instance_type for n in nodes if n.instance_type}, gaps)
-    control = collect_control_streams(aws, evidence.cluster, nodes, evidence.log_groups, logs.stream_activity,
-                                      logs.hma_log_group, gaps)
-    evidence = evidence.model_copy(update={
-        "nodes": nodes, "profiles": profiles, "hma_log_group": logs.hma_log_group, "hma_streams": logs.hma_streams,
-        "kernel_streams": logs.kernel_streams, "stream_activity": logs.stream_activity,
-        "listed_streams": logs.listed_streams, "silent_streams": logs.silent_streams, "gpu_lines": logs.gpu_lines,
-        "control_streams": control,
-        "boot_lines": logs.boot_lines, "kernel_unread_groups": logs.kernel_unread_groups,
-        "summary_unread_groups": logs.summary_unread_groups, "gpu_unread_groups": logs.gpu_unread_groups,
-        "job_figures": logs.job_figures,
-        "job_figure_groups": logs.job_figure_groups, "job_figure_unread_groups": logs.job_figure_unread_groups,
-        "queries": logs.queries, "gaps": gaps})
-    controlplane.collect(aws, evidence, request)
-    return evidence
+    """Step 3: join the batches, profile the instance types, read the control plane. Each collector returns the
+    part it read, merged in order (model/evidence_parts.py::merged), so a later read sees what an earlier found."""
+    evidence = merged(evidence, launched_by_cluster(aws, evidence))
+    evidence = merged(evidence, merge_batches(aws, evidence, batches))
+    evidence = merged(evidence, collect_profiles(aws, evidence))
+    evidence = merged(evidence, collect_control_streams(aws, evidence))
+    return source_reads.collect(aws, evidence, request)
 
 
 def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | None = None,
@@ -203,7 +168,7 @@ def collect(aws: Aws, request: AuditRequest, coverage_cache: CoverageCache | Non
         try:
             coverage_cache.save(cached)
         except OSError as exc:  # this audit's reads stand: only the next one loses the hours it would have reused
-            evidence.gaps.append(cache_write_gap(coverage_cache, exc))
+            evidence = merged(evidence, Part(gaps=[cache_write_gap(coverage_cache, exc)]))
     progress.phase("control plane")
     evidence = finish_collection(aws, evidence, batches, request)
     evidence.calls = aws.call_counts()
@@ -243,7 +208,7 @@ def record_history(store: HistoryStore | None, result: Result, evidence: Evidenc
         return result
     entries = entries_for(result, evidence, reboots_by_node(evidence))
     try:
-        store.write(merged(entries, latest_spans(evidence.history)), retention_days, evidence.now)
+        store.write(merged_spans(entries, latest_spans(evidence.history)), retention_days, evidence.now)
     except HistoryUnreadable as exc:
         said = exc.gap.model_copy(update={"unseen": "this audit is not in the history: the next audit cannot see "
                                                     "its Xids, reboots or verdicts"}).prose()

@@ -581,3 +581,102 @@ def test_the_environment_check_sees_a_handler_reading_os_environ(tmp_path: Path)
                                        "    return os.environ['FINDINGS_TABLE'], os.getenv('X')\n", encoding="utf-8")
     assert environment_reads(tmp_path) == ["probe.py:2 imports the environment from os",
                                            "probe.py:5 reads os.environ", "probe.py:5 reads os.getenv"]
+
+
+# Collectors of one shape (issue #52 item 4): a collector reads the Evidence it is given and returns the typed part it
+# read (model/evidence_parts.py); `merged` alone turns a part into Evidence.
+MUTATORS = {"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault", "add", "discard", "sort"}
+READ_ONLY_CALLS = {"list", "tuple", "len", "sorted", "set", "any", "all", "iter", "enumerate", "reversed"}  # a copy
+
+
+def _rooted_at(node: ast.AST, names: set[str]) -> bool:
+    """`node` is an attribute or item of one of `names` (`evidence.gaps`, `evidence.x[0].y`), not the name alone."""
+    if not isinstance(node, ast.Attribute | ast.Subscript):
+        return False
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in names
+
+
+def _evidence_parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    arguments = [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+    return {a.arg for a in arguments if a.annotation is not None and "Evidence" in {
+        n.id for n in ast.walk(a.annotation) if isinstance(n, ast.Name)} | {
+        n.value for n in ast.walk(a.annotation) if isinstance(n, ast.Constant) and n.value == "Evidence"}}
+
+
+def evidence_writes(tree: ast.Module, where: str) -> list[str]:
+    """Where a function writes into an Evidence it was given: assigns to one of its attributes or items, calls a
+    mutating method of one (`evidence.gaps.append`), or hands its `gaps` list to a callee that appends to it."""
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        names = _evidence_parameters(function)
+        if not names:
+            continue
+        for node in ast.walk(function):
+            targets: list[ast.AST] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            elif isinstance(node, ast.Delete):
+                targets = list(node.targets)
+            written = [t for t in targets if _rooted_at(t, names)]
+            if isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute) and func.attr in MUTATORS and _rooted_at(func.value, names):
+                    written.append(func)
+                copies = isinstance(func, ast.Name) and func.id in READ_ONLY_CALLS
+                written += [a for a in [*node.args, *(k.value for k in node.keywords)] if not copies
+                            and isinstance(a, ast.Attribute) and a.attr == "gaps" and _rooted_at(a, names)]
+            found += [f"{where}:{getattr(w, 'lineno', node.lineno)} {function.name}" for w in written]
+    return found
+
+
+def test_no_collector_writes_into_the_evidence_it_is_given() -> None:
+    paths = [*sorted((PACKAGE / "collectors").glob("*.py")), PACKAGE / "pipeline.py"]  # pipeline: it merges parts
+    offenders = [hit for path in paths for hit in evidence_writes(parsed(path), str(path.relative_to(PACKAGE)))]
+    assert offenders == []
+
+
+def test_the_write_check_sees_each_way_of_writing_into_evidence() -> None:
+    probe = ast.parse(
+        "def a(aws, evidence: Evidence, read):\n"
+        "    evidence.cloudtrail = []\n"
+        "def b(aws, evidence: 'Evidence'):\n"
+        "    evidence.gaps.append(gap)\n"
+        "def c(aws, evidence: Evidence | None):\n"
+        "    aws.read_all(evidence.gaps, 'x')\n"
+        "def d(aws, evidence: Evidence):\n"
+        "    evidence.profiles['p5'] += 1\n"
+        "def e(aws, evidence: Evidence):\n"
+        "    return Part(gaps=[*evidence.gaps, *list(evidence.gaps)], nodes=len(evidence.nodes))\n")
+    assert evidence_writes(probe, "probe.py") == ["probe.py:2 a", "probe.py:4 b", "probe.py:6 c", "probe.py:8 d"]
+
+
+def test_every_part_field_is_an_evidence_field_of_the_same_type() -> None:
+    from gpuaudit.model.evidence import Evidence
+    from gpuaudit.model.evidence_parts import Part
+
+    def subclasses(cls: type[Part]) -> list[type[Part]]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+    parts = subclasses(Part)
+    assert len(parts) > 20  # every part is seen (the read plan's sources alone have 20)
+    mismatched = [f"{part.__name__}.{name}" for part in parts for name, info in part.model_fields.items()
+                  if name not in Evidence.model_fields or info.annotation != Evidence.model_fields[name].annotation]
+    assert mismatched == []
+
+
+def test_every_planned_source_has_a_reader_that_returns_its_part() -> None:
+    import typing
+
+    from gpuaudit.collectors.source_reads import READERS
+    from gpuaudit.model.evidence_parts import Part
+    from gpuaudit.model.planned_reads import ReadSource
+
+    assert set(READERS) == set(typing.get_args(ReadSource))
+    returns = {source: typing.get_type_hints(reader).get("return") for source, reader in READERS.items()}
+    assert [s for s, r in returns.items() if not (isinstance(r, type) and issubclass(r, Part) and r is not Part)] == []

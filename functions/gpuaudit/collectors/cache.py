@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
@@ -34,8 +34,9 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.collectors.lagging import LaggingRead
-from gpuaudit.collectors.log_queries import nameable
-from gpuaudit.collectors.logs import BatchEvidence, LogWindow
+from gpuaudit.collectors.log_queries import JOB_LINE, nameable
+from gpuaudit.collectors.logs import BatchEvidence, BatchRead, LogWindow, StreamKey
+from gpuaudit.collectors.stream_parts import Rows, holds_instance_id
 from gpuaudit.files import write_atomically
 from gpuaudit.model.evidence import Gap, GpuLine, KernelStream, StreamActivity
 from gpuaudit.model.timeutil import floor_hour
@@ -275,6 +276,37 @@ def fresh_window(win: LogWindow, caches: list[GroupCache]) -> LogWindow:
     return LogWindow(padded_start=max(win.padded_start, settled), padded_end=win.padded_end,
                      lifetime_start=caches[0].kernel_as_of, gpu_start=max(win.gpu_start, settled),
                      gpu_end=win.gpu_end, kernel_end=win.kernel_end, job_range=win.job_range)
+
+
+def incremental_read(whole: BatchRead, caches: list[GroupCache]) -> BatchRead:
+    """`whole` (a batch's full read) as the hourly read of its groups cached alike (`caches`, one per group): only the
+    hours that can still change (`fresh_window`), the kernel lines counted since the last read of the streams it
+    knew, each per-stream read sized by the last read's streams, and the GPU and kernel lines read by hint."""
+    by_group = list(zip(whole.groups, caches, strict=True))
+    # The last read's streams size this one's summary: expected past the 10,000-row cap, it starts in parts
+    # (those named without an instance ID apart when they would crowd the first part). Kernel streams are not
+    # counted first: this read counts only the kernel lines since the last, usually few (read whole, and again
+    # in parts if it reaches the cap).
+    expected = {"summary": {g: Rows(len(c.hours), sum(not holds_instance_id(name) for name in c.hours))
+                            for g, c in by_group},
+                "kernel": {g: Rows(0) for g in whole.groups}}
+    # A job group known by NCCL lines in the cached hours only is still a job group (the job figures are
+    # read over the whole window: fresh_window keeps their range).
+    jobs = set(whole.job_groups) | {g for g, c in by_group if any(JOB_LINE.search(x.message) for x in c.gpu_lines)}
+    return replace(whole, window=fresh_window(whole.window, caches),
+                   known_kernel=frozenset((g, s) for g, c in by_group for s in c.kernel),
+                   expected_streams=expected, job_groups=jobs, by_hint=True)
+
+
+def lagging_streams(groups: list[str], caches: list[GroupCache]) -> tuple[dict[StreamKey, datetime],
+                                                                          dict[StreamKey, datetime]]:
+    """The streams that had fallen silent shortly before the last read, whose silence is read again by name: each
+    from its hour (`read_lagging`'s `opened`), and its last line when last read, where known (`seen`)."""
+    by_group = list(zip(groups, caches, strict=True))
+    opened = {(g, s): hour for g, c in by_group for s, hour in c.lagging.items()}
+    seen = {(g, s): last for g, c in by_group for s in c.lagging
+            if s in c.hours and (last := c.hours[s].last_event) is not None}
+    return opened, seen
 
 
 def _live_runs(a: StreamActivity, span: Runs) -> Runs | None:

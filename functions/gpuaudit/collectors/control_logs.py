@@ -18,20 +18,22 @@ from gpuaudit.domain.streams import (
     PCLUSTER_STREAM,
     is_pcluster_group,
 )
-from gpuaudit.model.evidence import ClusterInfo, ControlStream, Gap, LogGroupInfo, NodeInfo, StreamActivity
+from gpuaudit.model.evidence import ClusterInfo, ControlStream, Evidence, Gap, LogGroupInfo, NodeInfo, StreamActivity
+from gpuaudit.model.evidence_parts import ControlStreamsPart
 from gpuaudit.model.timeutil import parse_time
 
 
-def collect_control_streams(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
-                            activity: list[StreamActivity], hma_log_group: str | None,
-                            gaps: list[Gap]) -> list[ControlStream] | None:
+def collect_control_streams(aws: Aws, evidence: Evidence) -> ControlStreamsPart:
     """The control-plane streams silent in the padded window, with their last event; None when the orchestrator
     has no control-plane log source the audit found (or the lookup failed: a gap says so)."""
+    gaps: list[Gap] = []
+    cluster, activity = evidence.cluster, evidence.stream_activity
+    control = None
     if cluster.kind == "parallelcluster":
-        return _pcluster(aws, cluster, nodes, groups, activity, gaps)
-    if cluster.kind.startswith("hyperpod") and hma_log_group is not None:
-        return _hyperpod(aws, hma_log_group, activity, gaps)
-    return None
+        control = _pcluster(aws, cluster, evidence.nodes, evidence.log_groups, activity, gaps)
+    elif cluster.kind.startswith("hyperpod") and evidence.hma_log_group is not None:
+        control = _hyperpod(aws, evidence.hma_log_group, activity, gaps)
+    return ControlStreamsPart(control_streams=control, gaps=gaps)
 
 
 def _pcluster(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],

@@ -21,6 +21,7 @@ from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.cwagent import AgentNodes
 from gpuaudit.domain.readplan import CWAGENT_NAMESPACE, EFA_PERIOD_S
 from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.evidence_parts import EfaCountersPart
 from gpuaudit.model.planned_reads import EfaCounterSeries, PlannedRead
 from gpuaudit.model.timeutil import parse_time
 
@@ -55,11 +56,10 @@ def efa_nodes(evidence: Evidence) -> list[NodeInfo]:
     return out
 
 
-def read_efa_counters(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def read_efa_counters(aws: Aws, evidence: Evidence, read: PlannedRead) -> EfaCountersPart:
     nodes = efa_nodes(evidence)
     if not nodes:
-        evidence.efa_counters = []
-        return
+        return EfaCountersPart(efa_counters=[])
     agent = AgentNodes(nodes)
     start, end = read.start or evidence.window.start, read.end or evidence.now
     series: list[tuple[str, str, str, list[dict[str, str]]]] = []  # (node, metric, device/port, dimensions)
@@ -76,10 +76,9 @@ def read_efa_counters(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
         series = _one_per_device(series)
         points = _sums(aws, series, start, end)
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("CWAgent EFA counters not read; EFA counters (RULES §8 D layer 3) are "
-                                            "not assessed"))
-        return
-    evidence.efa_counters = _per_node(series, points, evidence.window.start)
+        return EfaCountersPart(gaps=[failed.gap_for("CWAgent EFA counters not read; EFA counters (RULES §8 D layer 3) "
+                                                    "are not assessed")])
+    return EfaCountersPart(efa_counters=_per_node(series, points, evidence.window.start))
 
 
 def _per_node(series: list[tuple[str, str, str, list[dict[str, str]]]], points: dict[int, dict[datetime, float]],

@@ -17,6 +17,7 @@ from gpuaudit.collectors.cwagent import AgentNodes
 from gpuaudit.domain.capability import is_accelerated
 from gpuaudit.domain.readplan import CWAGENT_GPU, GPU_POWER
 from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.evidence_parts import GpuCountsPart
 from gpuaudit.model.planned_reads import GpuCount, PlannedRead
 from gpuaudit.model.timeutil import floor_hour
 
@@ -30,11 +31,10 @@ def _nodes(evidence: Evidence) -> list[NodeInfo]:
             and n.status.lower() == "running" and is_accelerated(n, evidence)]
 
 
-def read_gpu_counts(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def read_gpu_counts(aws: Aws, evidence: Evidence, read: PlannedRead) -> GpuCountsPart:
     nodes = _nodes(evidence)
     if not nodes:
-        evidence.gpu_counts = []
-        return
+        return GpuCountsPart(gpu_counts=[])
     agent = AgentNodes(nodes)
     start, end = read.start or evidence.now, read.end or evidence.now
     out: list[GpuCount] = []
@@ -52,9 +52,8 @@ def read_gpu_counts(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                 per_node[owner].append((gpu, hours.get(i, set())))
             out += [_count(iid, label, listed, end) for iid, listed in sorted(per_node.items())]
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("GPUs each node reports (CloudWatch GPU metrics) not read"))
-        return
-    evidence.gpu_counts = out
+        return GpuCountsPart(gaps=[failed.gap_for("GPUs each node reports (CloudWatch GPU metrics) not read")])
+    return GpuCountsPart(gpu_counts=out)
 
 
 def _hours_with_data(

@@ -11,13 +11,14 @@ from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.collectors.cwagent import AgentNodes
 from gpuaudit.domain.readplan import CWAGENT_NAMESPACE
 from gpuaudit.model.evidence import Evidence
+from gpuaudit.model.evidence_parts import GpuPeersPart
 from gpuaudit.model.planned_reads import GpuPeerSeries, PlannedRead
 
 QUERIES_PER_CALL = 500  # GetMetricData: at most 500 MetricDataQuery structures per request
 HOUR_S = 3600
 
 
-def read_gpu_peers(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def read_gpu_peers(aws: Aws, evidence: Evidence, read: PlannedRead) -> GpuPeersPart:
     """Every CWAgent series of the GPU compute nodes for the read's metrics, or a gap naming the failed call
     (fail closed: a partial read is no peer comparison)."""
     nodes = [n for n in evidence.nodes if n.role in ("compute", "unknown") and n.discovered_by in ("api", "user")]
@@ -43,11 +44,11 @@ def read_gpu_peers(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                 points[int(str(r.get("Id", "s0"))[1:])].update(
                     zip(r.get("Timestamps", []), (float(v) for v in r.get("Values", [])), strict=False))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("CWAgent per-GPU metrics not read; a straggler GPU is not assessed"))
-        return
+        return GpuPeersPart(gaps=[failed.gap_for("CWAgent per-GPU metrics not read; a straggler GPU is not "
+                                                 "assessed")])
     out = []
     for i, (node, index, metric, _) in enumerate(series):
         hours = sorted(points.get(i, {}))
         out.append(GpuPeerSeries(instance_id=node, index=index, metric=metric, hours=hours,
                                  values=[points[i][h] for h in hours]))
-    evidence.gpu_peers = out
+    return GpuPeersPart(gpu_peers=out)

@@ -16,12 +16,14 @@ from gpuaudit.model.evidence import (
     CapabilityProfile,
     ClusterInfo,
     ClusterKind,
+    Evidence,
     Gap,
     GroupRole,
     InstanceGroup,
     NodeInfo,
     NodeSource,
 )
+from gpuaudit.model.evidence_parts import NodesPart, ProfilesPart
 from gpuaudit.model.timeutil import iso, parse_time
 
 PCLUSTER_TAG = "parallelcluster:cluster-name"
@@ -250,12 +252,13 @@ def _trail_detail(event: dict[str, Any]) -> dict[str, Any]:
     return detail if isinstance(detail, dict) else {}
 
 
-def collect_profiles(aws: Aws, instance_types: set[str], gaps: list[Gap]) -> dict[str, CapabilityProfile]:
-    """DescribeInstanceTypes for the audited types; a failure leaves the type unverified."""
+def collect_profiles(aws: Aws, evidence: Evidence) -> ProfilesPart:
+    """DescribeInstanceTypes for the audited nodes' types; a failure leaves the type unverified."""
     profiles: dict[str, CapabilityProfile] = {}
-    wanted = sorted(t for t in instance_types if t)
+    gaps: list[Gap] = []
+    wanted = sorted({n.instance_type for n in evidence.nodes if n.instance_type})
     if not wanted:
-        return profiles
+        return ProfilesPart(profiles=profiles)
     try:
         infos = list(aws.paginate("ec2", "DescribeInstanceTypes", "InstanceTypes", InstanceTypes=wanted))
     except CallFailed as failed:
@@ -277,7 +280,7 @@ def collect_profiles(aws: Aws, instance_types: set[str], gaps: list[Gap]) -> dic
             gpu_name=" + ".join(f"{g.get('Manufacturer', '')} {g.get('Name', '')}".strip() for g in gpus) or None,
             efa_supported=network.get("EfaSupported"), max_efa_interfaces=efa.get("MaximumEfaInterfaces"),
             nvswitch=nvswitch, fabric_manager_expected=fabric_manager)
-    return profiles
+    return ProfilesPart(profiles=profiles, gaps=gaps)
 
 
 def node_from_log_stream(instance_id: str, hostname: str | None, group: str | None) -> NodeInfo:
@@ -286,18 +289,20 @@ def node_from_log_stream(instance_id: str, hostname: str | None, group: str | No
                     status="terminated", private_dns=hostname, role="compute", discovered_by="log-streams")
 
 
-def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: datetime, end: datetime,
-                        gaps: list[Gap]) -> list[NodeInfo]:
-    """ParallelCluster compute nodes launched by the cluster (RunInstances with one of its launch templates,
-    `<cluster>-<queue>-<compute resource>`) that DescribeInstances no longer returns."""
-    prefix = f"{cluster.name}-"
+def launched_by_cluster(aws: Aws, evidence: Evidence) -> NodesPart:
+    """The audit's nodes with the ParallelCluster compute nodes launched by the cluster (RunInstances with one of its
+    launch templates, `<cluster>-<queue>-<compute resource>`) that DescribeInstances no longer returns (other
+    orchestrators: nothing read)."""
+    if evidence.cluster.kind != "parallelcluster":
+        return NodesPart(nodes=evidence.nodes)
+    prefix, known = f"{evidence.cluster.name}-", {n.instance_id for n in evidence.nodes}
     found: dict[str, NodeInfo] = {}
     try:
         # Account-wide, so read once for every cluster of the account and kept (collectors/trail.py).
-        events = lookup_by_name(aws, "RunInstances", start - LAUNCH_LOOKBACK, end)
+        events = lookup_by_name(aws, "RunInstances", evidence.window.start - LAUNCH_LOOKBACK, evidence.now)
     except CallFailed as failed:
-        gaps.append(failed.gap_for("compute nodes launched and since terminated are found by log streams only"))
-        return []
+        return NodesPart(nodes=evidence.nodes, gaps=[failed.gap_for("compute nodes launched and since terminated are "
+                                                                     "found by log streams only")])
     for event in events:
         detail = _trail_detail(event)
         template = ((detail.get("requestParameters") or {}).get("launchTemplate") or {}).get("launchTemplateName", "")
@@ -311,4 +316,4 @@ def launched_by_cluster(aws: Aws, cluster: ClusterInfo, known: set[str], start: 
                     instance_id=iid, instance_type=item.get("instanceType"), status="terminated",
                     launch_time=parse_time(launch) if isinstance(launch, (int, float, str)) and launch else None,
                     private_dns=item.get("privateDnsName") or None, role="compute", discovered_by="cloudtrail")
-    return sorted(found.values(), key=lambda n: n.instance_id)
+    return NodesPart(nodes=[*evidence.nodes, *sorted(found.values(), key=lambda n: n.instance_id)])

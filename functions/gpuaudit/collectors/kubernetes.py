@@ -29,6 +29,7 @@ from botocore.signers import RequestSigner
 from gpuaudit.collectors.aws import Aws, CallFailed
 from gpuaudit.domain.kube_access import RBAC_MANIFEST, READER_GROUP, READER_ROLE
 from gpuaudit.model.evidence import Evidence, Gap, GapScope
+from gpuaudit.model.evidence_parts import KubeEventsPart, KubeNodesPart
 from gpuaudit.model.planned_reads import KubeCondition, KubeEvent, KubeNode, PlannedRead
 from gpuaudit.model.timeutil import parse_time
 
@@ -189,24 +190,26 @@ def reader_connector(aws: Aws, readers: dict[str, str]) -> KubeConnector:
     return connect
 
 
-def read_nodes(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def read_nodes(aws: Aws, evidence: Evidence, read: PlannedRead) -> KubeNodesPart:
     """The HyperPod EKS orchestrator's nodes (a read-plan source)."""
-    if evidence.cluster.eks_cluster is not None:
-        evidence.kube_nodes = list_nodes(aws, evidence.cluster.eks_cluster, evidence.gaps)
+    if evidence.cluster.eks_cluster is None:
+        return KubeNodesPart()
+    gaps: list[Gap] = []
+    return KubeNodesPart(kube_nodes=list_nodes(aws, evidence.cluster.eks_cluster, gaps), gaps=gaps)
 
 
-def read_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def read_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> KubeEventsPart:
     """Node Events in the planned span (NodeNotReady, Rebooted, the node problem detector's reports)."""
     name = evidence.cluster.eks_cluster
     if name is None or read.start is None or read.end is None:
-        return
+        return KubeEventsPart()
+    gaps: list[Gap] = []
     try:
         api = _api(aws, name)
-        items = _all(api, EVENTS_PATH, {"fieldSelector": "involvedObject.kind=Node"}, evidence.gaps, name)
+        items = _all(api, EVENTS_PATH, {"fieldSelector": "involvedObject.kind=Node"}, gaps, name)
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for(f"node Events of EKS cluster {name} not read; "
-                                            + access_needed(name, failed)))
-        return
+        return KubeEventsPart(gaps=[*gaps, failed.gap_for(f"node Events of EKS cluster {name} not read; "
+                                                          + access_needed(name, failed))])
     events, malformed = [], []
     for e in items:
         try:
@@ -217,8 +220,8 @@ def read_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
         if event is not None and read.start <= event.time <= read.end:
             events.append(event)
     if malformed:
-        evidence.gaps.append(_malformed_gap(EVENTS_PATH, name, malformed, "Events"))
-    evidence.kube_events = sorted(events, key=lambda e: e.time)
+        gaps.append(_malformed_gap(EVENTS_PATH, name, malformed, "Events"))
+    return KubeEventsPart(kube_events=sorted(events, key=lambda e: e.time), gaps=gaps)
 
 
 class Malformed(ValueError):

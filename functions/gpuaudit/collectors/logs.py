@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -90,7 +90,7 @@ from gpuaudit.domain.streams import (
 )
 from gpuaudit.domain.throughput import read_figures
 from gpuaudit.model.evidence import (
-    ClusterInfo,
+    Evidence,
     Gap,
     GpuLine,
     JobFigure,
@@ -102,30 +102,10 @@ from gpuaudit.model.evidence import (
     QueryRecord,
     StreamActivity,
 )
+from gpuaudit.model.evidence_parts import LogsPart
 from gpuaudit.model.timeutil import HOUR, floor_hour, hours_between
 
 _Slice = tuple[datetime, datetime, _Pending | _Parts, str, list[str]]  # a query's range, the query, its text, groups
-
-
-@dataclass
-class LogEvidence:
-    log_groups: list[LogGroupInfo]
-    hma_log_group: str | None
-    kernel_streams: list[KernelStream]
-    stream_activity: list[StreamActivity]
-    gpu_lines: list[GpuLine]
-    queries: list[QueryRecord]
-    discovered_nodes: list[NodeInfo]
-    hma_streams: list[str] | None
-    listed_streams: list[ListedStream]
-    silent_streams: list[ListedStream]
-    boot_lines: list[GpuLine]
-    kernel_unread_groups: list[str]  # groups whose kernel-streams read did not complete
-    summary_unread_groups: list[str]  # groups whose stream-summary read did not complete
-    gpu_unread_groups: list[str]  # groups whose GPU-lines read did not answer
-    job_figures: list[JobFigure]
-    job_figure_groups: list[str]  # job groups whose figures were read whole
-    job_figure_unread_groups: list[str]  # job groups whose figures read failed or stayed at the row cap
 
 
 class LogWindow(BaseModel):
@@ -188,30 +168,54 @@ def looks_like_node_stream(stream: str, nodes: list[NodeInfo] | NodeIndex) -> bo
     return bool(stream_node_ids(stream, nodes)) or INSTANCE_ID.search(stream) is not None
 
 
-def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: list[str], win: LogWindow,
-                  runner: InsightsRunner | None = None,
-                  known_kernel: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
-                  slots: QuerySlots | None = None, journal: QueryJournal | None = None,
-                  expected_streams: Mapping[str, Mapping[str, Rows]] | None = None,
-                  job_groups: Collection[str] = (), by_hint: bool = False,
-                  kernel_by_day: bool = False) -> BatchEvidence:
-    """The batch's three queries plus per-hour detail for node streams with gaps. `known_kernel`: kernel
-    streams identified by an earlier read (incremental audits count only the new kernel lines). `slots`:
-    the audit's concurrency budget, when batches share one.
+_Reads = dict[str, tuple[QueryPurpose, datetime, datetime, str]]  # per kind: its purpose, range and query text
+
+
+@dataclass(frozen=True)
+class BatchRead:
+    """What one batch's read asks, as its caller decides it: the groups, the nodes, the ranges (`window`), and what an
+    earlier read already knows. `known_kernel`: kernel streams identified by an earlier read (incremental audits
+    count only the new kernel lines). `expected_streams`: each per-stream read's rows per group when known (an hourly
+    read, from the last read's streams). `job_groups`: groups known to hold a job's output (named with --log-group,
+    or NCCL lines in cached hours), read for the job's figures in an incident with the groups whose GPU lines hold
+    NCCL's. `by_hint` (an hourly read): the GPU and kernel lines are read by name from the streams the summary
+    counted a hint of them in (`_by_hint`). `kernel_by_day`: the kernel look-back a day at a time (a group stopped
+    at the deadline before). A full read is `BatchRead(cluster, nodes, groups, window)`; collectors/cache.py's
+    `incremental_read` gives the hourly one."""
+
+    cluster_name: str
+    nodes: list[NodeInfo]
+    groups: list[str]
+    window: LogWindow
+    known_kernel: frozenset[tuple[str, str]] = frozenset()
+    expected_streams: Mapping[str, Mapping[str, Rows]] = field(default_factory=dict)
+    job_groups: Collection[str] = ()
+    by_hint: bool = False
+    kernel_by_day: bool = False
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The per-stream queries of a batch read, decided before any runs (`plan_batch`, pure): each kind's purpose,
+    range and text (`reads`), the ranges it is asked over (`spans`), whether the GPU and kernel lines are then read
+    by hint (`hinted`), the kinds started first (`first`), and those a `stream-count` query sizes first (`counting`)."""
+
+    reads: _Reads
+    spans: dict[str, list[tuple[datetime, datetime]]]
+    hinted: bool
+    first: list[str]
+    counting: list[str]
+
+
+def plan_batch(read: BatchRead) -> BatchPlan:
+    """The batch's queries and their order, from the read alone (no query, no clock).
 
     A per-stream read (kernel streams, stream summary) expected past the 10,000-row cap is read in parts from the
-    start: `expected_streams` gives its rows per group when known (an hourly read, from the last read's streams);
-    when it does not and the fleet alone would pass the cap (a stream or more per node), one `stream-count` query
-    counts the rows of every such read first (one row per group). Each part names only the groups it reads
-    (`group_parts`): Logs Insights bills every record of each group it names, so a part never scans a group whose
-    streams it does not read. Otherwise the whole is read, and read again in parts if it reaches the cap.
-    `job_groups`: groups known to hold a job's output (named with --log-group, or NCCL lines in cached hours), read
-    for the job's figures in an incident with the groups whose GPU lines hold NCCL's. `by_hint` (an hourly read):
-    the GPU and kernel lines are read by name from the streams the summary counted a hint of them in (`_by_hint`)."""
-    gaps: list[Gap] = []
-    runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
-    runner.gaps = gaps
-    reads: dict[str, tuple[QueryPurpose, datetime, datetime, str]] = {
+    start: `expected_streams` gives its rows per group when known; when it does not and the fleet alone would pass
+    the cap (a stream or more per node), one `stream-count` query counts the rows of every such read first (one row
+    per group)."""
+    win = read.window
+    reads: _Reads = {
         "kernel": ("kernel-streams", win.lifetime_start, win.kernel_until, KERNEL_QUERY),
         "summary": ("stream-summary", win.padded_start, win.padded_end, SUMMARY_QUERY),
         "gpu": ("gpu-lines", win.gpu_start, win.gpu_end, GPU_QUERY)}
@@ -219,47 +223,100 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
     # lines (`gpu_hints`, `kernel_hints`), and only the streams with a hint are then asked for those lines, by name
     # (`_by_hint`): the default `@logStream` field index makes such a query scan those streams only. It needs the
     # summary's range to hold the GPU-lines and kernel ranges (an hourly read's do: both start at or after it).
-    hinted = by_hint and win.padded_start <= min(win.gpu_start, win.lifetime_start) \
+    hinted = read.by_hint and win.padded_start <= min(win.gpu_start, win.lifetime_start) \
         and max(win.gpu_end, win.kernel_until) <= win.padded_end
-    expect = dict(expected_streams or {})
     # The kernel look-back (launch to the query time, up to 14 days) is one range, one query (#50 item 1); a day at a
     # time only for a group whose read was stopped at the deadline before (`kernel_by_day`): no query of it then scans
     # more than a day, so none runs long enough to be stopped again (#34 item 4). Each day is read whole, and again
     # in parts if it reaches the cap: a count over the look-back would size every day for its busiest (launch day).
-    spans = {kind: kernel_spans(start, end, kernel_by_day) if kind == "kernel" else [(start, end)]
+    spans = {kind: kernel_spans(start, end, read.kernel_by_day) if kind == "kernel" else [(start, end)]
              for kind, (_, start, end, _) in reads.items()}
+    first = ["summary"] if hinted else list(reads)
+    counting: list[str] = [kind for kind in ("kernel", "summary") if kind in first and kind not in read.expected_streams
+                and in_parts(len(read.nodes)) and len(spans[kind]) == 1]
+    return BatchPlan(reads=reads, spans=spans, hinted=hinted, first=first, counting=counting)
 
-    def read(kind: str, rows: Mapping[str, Rows] | None) -> list[_Slice]:
-        purpose, _, _, query = reads[kind]
+
+def collect_batch(aws: Aws, read: BatchRead, runner: InsightsRunner | None = None, slots: QuerySlots | None = None,
+                  journal: QueryJournal | None = None) -> BatchEvidence:
+    """The batch's read executed (`plan_batch` decides its queries): the three queries plus per-hour detail for node
+    streams with gaps. `slots`: the audit's concurrency budget, when batches share one.
+
+    Each part of a read in parts names only the groups it reads (`group_parts`): Logs Insights bills every record of
+    each group it names, so a part never scans a group whose streams it does not read. Otherwise the whole is read,
+    and read again in parts if it reaches the cap."""
+    gaps: list[Gap] = []
+    runner = runner or InsightsRunner(aws, gaps, slots=slots, journal=journal)
+    runner.gaps = gaps
+    run = _BatchRun(runner, read, plan_batch(read), gaps)
+    run.read_streams()
+    kernel, activity = run.stream_hours()
+    win, batch, unanswered = read.window, read.groups, run.unanswered
+    listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
+    boot = read_boot_lines(runner, batch, run.node_index, read.nodes, run.gpu_lines, win.lifetime_start,
+                           win.gpu_start) if win.boot_lines and "gpu" not in unanswered else []
+    jobs = sorted({g for g in batch if g in read.job_groups}
+                  | {g.log_group for g in run.gpu_lines if JOB_LINE.search(g.message)})
+    figures, unread_jobs = _job_figures(runner, jobs, win.job_range, gaps) if win.job_range and jobs else ([], [])
+    return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=run.gpu_lines,
+                         queries=runner.records, gaps=gaps, listed=listed, boot_lines=boot,
+                         unread=sorted({"kernel", "summary", "gpu"} & (run.truncated | unanswered)),
+                         job_figures=figures, job_groups=[g for g in jobs if g not in unread_jobs],
+                         job_unread=unread_jobs)
+
+
+class _BatchRun:
+    """One batch read being executed: its queries started in the plan's order, and the rows each kind kept; a kind
+    none of whose queries answered is `unanswered`, one left partly unread `truncated`."""
+
+    def __init__(self, runner: InsightsRunner, read: BatchRead, plan: BatchPlan, gaps: list[Gap]) -> None:
+        self.runner, self.read, self.plan, self.gaps = runner, read, plan, gaps
+        self.node_index = NodeIndex(read.nodes)
+        self.kernel: list[KernelStream] = []
+        self.summary: dict[StreamKey, StreamActivity] = {}
+        self.hints: dict[str, dict[StreamKey, int]] = {"gpu": {}, "kernel": {}}  # per stream, the summary's counts
+        self.gpu_lines: list[GpuLine] = []
+        self.truncated: set[str] = set()
+        self.unanswered: set[str] = set()
+
+    def start(self, kind: str, rows: Mapping[str, Rows] | None) -> list[_Slice]:
+        """`kind`'s queries started over the batch: in parts when `rows` says it would pass the cap, else whole."""
+        purpose, _, _, query = self.plan.reads[kind]
+        batch, runner = self.read.groups, self.runner
         if rows is not None and in_parts(sum(r.streams for r in rows.values())):
             return [(start, end, _Parts(runner, purpose, groups, start, end, query, parts), query, batch)
-                    for start, end in spans[kind] for groups, parts in group_parts(batch, rows)]
+                    for start, end in self.plan.spans[kind] for groups, parts in group_parts(batch, rows)]
         return [(start, end, runner.start(purpose, batch, start, end, query), query, batch)
-                for start, end in spans[kind]]
+                for start, end in self.plan.spans[kind]]
 
-    first = ["summary"] if hinted else list(reads)
-    counting = [kind for kind in ("kernel", "summary")
-                if kind in first and kind not in expect and in_parts(len(nodes)) and len(spans[kind]) == 1]
-    count = runner.start("stream-count", batch, min(reads[kind][1] for kind in counting),
-                         max(reads[kind][2] for kind in counting), STREAM_COUNTS,
-                         f" (rows of the {' and '.join(reads[kind][0] for kind in counting)} reads)") \
-        if counting else None
-    pending = {kind: read(kind, expect.get(kind)) for kind in first if kind not in counting}
-    counted = _streams_counted(runner.results(count)) if count else None
-    for kind in counting:  # a count not read leaves the whole to be read (re-read if capped)
-        pending[kind] = read(kind, None if counted is None else counted[kind])
-    kernel: list[KernelStream] = []
-    summary: dict[tuple[str, str], StreamActivity] = {}
-    hints: dict[str, dict[StreamKey, int]] = {"gpu": {}, "kernel": {}}  # per stream, the summary's hint counts
-    gpu_lines: list[GpuLine] = []
-    truncated: set[str] = set()
-    unanswered: set[str] = set()
-    node_index = NodeIndex(nodes)
+    def read_streams(self) -> None:
+        """The per-stream reads: the counted ones sized first, then every kind read; an hourly read's GPU and kernel
+        lines after the summary, by hint."""
+        plan, runner, expect = self.plan, self.runner, self.read.expected_streams
+        reads, counting = plan.reads, plan.counting
+        count = runner.start("stream-count", self.read.groups, min(reads[kind][1] for kind in counting),
+                             max(reads[kind][2] for kind in counting), STREAM_COUNTS,
+                             f" (rows of the {' and '.join(reads[kind][0] for kind in counting)} reads)") \
+            if counting else None
+        pending = {kind: self.start(kind, expect.get(kind)) for kind in plan.first if kind not in counting}
+        counted = _streams_counted(runner.results(count)) if count else None
+        for kind in counting:  # a count not read leaves the whole to be read (re-read if capped)
+            pending[kind] = self.start(kind, None if counted is None else counted[kind])
+        for first_kind in sorted(pending, key=list(reads).index):
+            self.take(first_kind, pending[first_kind])
+        if plan.hinted:  # both kinds' queries started before either is read: they run side by side
+            whole = bool({"summary"} & (self.truncated | self.unanswered))  # the summary may have missed a stream
+            started: dict[str, list[_Slice]] = {}
+            for hint_kind in ("kernel", "gpu"):
+                named = None if whole else _by_hint(runner, hint_kind, reads[hint_kind], self.hints[hint_kind])
+                started[hint_kind] = named if named is not None else self.start(hint_kind, expect.get(hint_kind))
+            for hinted_kind, slices in started.items():
+                self.take(hinted_kind, slices)
 
-    def take(kind: str, slices: list[_Slice]) -> None:
+    def take(self, kind: str, slices: list[_Slice]) -> None:
         """Read `kind`'s queries (a capped one read again in parts, or in halves of its range for GPU lines) and
         keep their rows; a read none of whose queries answered is `unanswered`, one left partly unread `truncated`."""
-        purpose = reads[kind][0]
+        purpose, runner, gaps, batch = self.plan.reads[kind][0], self.runner, self.gaps, self.read.groups
         rows, left, answered = [], 0, 0
         for start, end, p, query, groups in slices:
             if isinstance(p, _Parts):  # expected past the cap: read in parts from the start
@@ -275,96 +332,85 @@ def collect_batch(aws: Aws, cluster_name: str, nodes: list[NodeInfo], batch: lis
                     parts = PartsRead(split, 0 if complete else 1, True)
                 elif whole is not None and len(whole) >= insights.MAX_ROWS:
                     parts = _Parts(runner, purpose, groups, start, end, query,
-                                   id_parts(stream_part_ranges(whole, node_index, len(nodes))), whole, capped=p).read()
+                                   id_parts(stream_part_ranges(whole, self.node_index, len(self.read.nodes))), whole,
+                                   capped=p).read()
             answered += parts.answered
             left += parts.left if parts.answered else 0
             rows += parts.rows
         if not slices:
             return  # asked of no stream (no stream holds a hint): nothing to read
         if not answered:
-            unanswered.add(kind)
+            self.unanswered.add(kind)
             return
         if len(slices) > answered:  # a day of the look-back did not answer: its gap is the failed query's own
-            truncated.add(kind)
+            self.truncated.add(kind)
         if len(slices) > 1 and kind == "kernel":
             rows = summed_days(rows)
         if left and kind != "gpu":
-            truncated.add(kind)
+            self.truncated.add(kind)
             gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults",
                             unseen=f"the {purpose} query over {', '.join(batch)} was read in parts by the instance ID "
                             f"or host name in the stream name, of which {left} reached the Logs Insights maximum of "
                             f"{insights.MAX_ROWS} rows or did not answer; rows beyond them were not read and are not "
                             "treated as empty"))
         elif left:
-            truncated.add(kind)  # _split_by_time named what stayed unread
+            self.truncated.add(kind)  # _split_by_time named what stayed unread
+        self.keep(kind, rows)
+
+    def keep(self, kind: str, rows: list[dict[str, str]]) -> None:
+        """`kind`'s rows as kernel streams, stream activity (and the summary's hints) or GPU lines."""
         for r in rows:
             group, stream = _group_name(r.get("@log", "")), r.get("@logStream", "")
             if kind == "kernel":
-                kernel.append(KernelStream(log_group=group, log_stream=stream, kernel_lines=int(r["kernel_lines"]),
-                                           last_kernel_line=_time(r.get("last_kernel_line"))))
+                self.kernel.append(KernelStream(log_group=group, log_stream=stream,
+                                                kernel_lines=int(r["kernel_lines"]),
+                                                last_kernel_line=_time(r.get("last_kernel_line"))))
             elif kind == "summary":
-                summary[(group, stream)] = StreamActivity(
+                self.summary[(group, stream)] = StreamActivity(
                     log_group=group, log_stream=stream, lines=int(float(r["total_lines"])),
                     live_hours=int(r["live_hours"]), first_event=_time(r.get("first_event")),
                     last_event=_time(r.get("last_event")))
-                for hint in hints:
-                    hints[hint][(group, stream)] = int(float(r.get(f"{hint}_hints") or 0))
+                for hint in self.hints:
+                    self.hints[hint][(group, stream)] = int(float(r.get(f"{hint}_hints") or 0))
             else:
-                gpu_lines.append(_gpu_line(r, win))
+                self.gpu_lines.append(_gpu_line(r, self.read.window))
 
-    for first_kind in sorted(pending, key=list(reads).index):
-        take(first_kind, pending[first_kind])
-    if hinted:  # both kinds' queries started before either is read: they run side by side
-        whole = bool({"summary"} & (truncated | unanswered))  # a stream the summary missed may hold such lines
-        started: dict[str, list[_Slice]] = {}
-        for hint_kind in ("kernel", "gpu"):
-            named = None if whole else _by_hint(runner, hint_kind, reads[hint_kind], hints[hint_kind])  # []: no hint
-            started[hint_kind] = named if named is not None else read(hint_kind, expect.get(hint_kind))
-        for hinted_kind, slices in started.items():
-            take(hinted_kind, slices)
-    expected = len(hours_between(win.padded_start, win.padded_end))
-    kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
-    if win.deep_kernel_start is not None and not {"kernel"} & (unanswered | truncated):
-        kernel += read_deep_kernel(runner, batch, node_index, nodes, kernel_keys, win.deep_kernel_start,
-                                   win.lifetime_start,
-                                   kernel_by_day)
-        kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(known_kernel)
-    need_detail = {key for key in kernel_keys
-                   if looks_like_node_stream(key[1], node_index) and key in summary
-                   and summary[key].live_hours < expected}
-    # Control-plane streams are binned like kernel streams (#15 item 3): every empty hour is listed.
-    need_detail.update(key for key, a in summary.items()
-                       if a.live_hours < expected and pcluster_control_log(key[0], key[1], cluster_name))
-    for group in batch:
-        if is_hma_group(group, cluster_name):
-            other_streams = [key for key in summary if key[0] == group and not key[1].startswith(HMA_PREFIX)]
-            if not any(summary[key].live_hours >= expected for key in other_streams):
-                need_detail.update(other_streams)
-    # Rows past the 10,000-row cap, or of a summary that failed, were never read: a node's kernel stream missing
-    # from the summary is asked for by name (detail query), never taken as empty for the window.
-    unread: set[tuple[str, str]] = set()
-    if "summary" in truncated | unanswered:
-        unread = {key for key in kernel_keys if looks_like_node_stream(key[1], node_index) and key not in summary}
-        summary.update({key: StreamActivity(log_group=key[0], log_stream=key[1], lines=0, live_hours=0)
-                        for key in unread})
-        need_detail |= unread
-    in_one_run = {key: hours for key in need_detail - unread if (hours := one_run(summary[key])) is not None}
-    detail = _hour_detail(runner, need_detail - in_one_run.keys(), expected, win.padded_start, win.padded_end,
-                          {key: a.live_hours for key, a in summary.items() if key not in unread})
-    detail.update(in_one_run)
-    activity = [_with_hours(a, detail.get(key), key in unread) if key in need_detail else a
-                for key, a in sorted(summary.items())]
-    listed = list_streams(aws, batch, win.padded_start, gaps) if unanswered & {"kernel", "summary"} else []
-    boot = read_boot_lines(runner, batch, node_index, nodes, gpu_lines, win.lifetime_start, win.gpu_start) \
-        if win.boot_lines and "gpu" not in unanswered else []
-    jobs = sorted({g for g in batch if g in job_groups}
-                  | {g.log_group for g in gpu_lines if JOB_LINE.search(g.message)})
-    figures, unread_jobs = _job_figures(runner, jobs, win.job_range, gaps) if win.job_range and jobs else ([], [])
-    return BatchEvidence(groups=batch, kernel=kernel, activity=activity, gpu_lines=gpu_lines,
-                         queries=runner.records, gaps=gaps, listed=listed, boot_lines=boot,
-                         unread=sorted({"kernel", "summary", "gpu"} & (truncated | unanswered)),
-                         job_figures=figures, job_groups=[g for g in jobs if g not in unread_jobs],
-                         job_unread=unread_jobs)
+    def stream_hours(self) -> tuple[list[KernelStream], list[StreamActivity]]:
+        """The kernel streams (with the deep look-back's), and each stream's activity with its per-hour counts where
+        its live hours have a hole (the `stream-hours` detail queries)."""
+        read, win, summary, node_index = self.read, self.read.window, self.summary, self.node_index
+        kernel, lost = self.kernel, self.unanswered | self.truncated
+        expected = len(hours_between(win.padded_start, win.padded_end))
+        kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(read.known_kernel)
+        if win.deep_kernel_start is not None and "kernel" not in lost:
+            kernel += read_deep_kernel(self.runner, read.groups, node_index, read.nodes, kernel_keys,
+                                       win.deep_kernel_start, win.lifetime_start, read.kernel_by_day)
+            kernel_keys = {(k.log_group, k.log_stream) for k in kernel} | set(read.known_kernel)
+        need_detail = {key for key in kernel_keys
+                       if looks_like_node_stream(key[1], node_index) and key in summary
+                       and summary[key].live_hours < expected}
+        # Control-plane streams are binned like kernel streams (#15 item 3): every empty hour is listed.
+        need_detail.update(key for key, a in summary.items()
+                           if a.live_hours < expected and pcluster_control_log(key[0], key[1], read.cluster_name))
+        for group in read.groups:
+            if is_hma_group(group, read.cluster_name):
+                other_streams = [key for key in summary if key[0] == group and not key[1].startswith(HMA_PREFIX)]
+                if not any(summary[key].live_hours >= expected for key in other_streams):
+                    need_detail.update(other_streams)
+        # Rows past the 10,000-row cap, or of a summary that failed, were never read: a node's kernel stream missing
+        # from the summary is asked for by name (detail query), never taken as empty for the window.
+        unread: set[tuple[str, str]] = set()
+        if "summary" in lost:
+            unread = {key for key in kernel_keys if looks_like_node_stream(key[1], node_index) and key not in summary}
+            summary.update({key: StreamActivity(log_group=key[0], log_stream=key[1], lines=0, live_hours=0)
+                            for key in unread})
+            need_detail |= unread
+        in_one_run = {key: hours for key in need_detail - unread if (hours := one_run(summary[key])) is not None}
+        detail = _hour_detail(self.runner, need_detail - in_one_run.keys(), expected, win.padded_start,
+                              win.padded_end, {key: a.live_hours for key, a in summary.items() if key not in unread})
+        detail.update(in_one_run)
+        return kernel, [_with_hours(a, detail.get(key), key in unread) if key in need_detail else a
+                        for key, a in sorted(summary.items())]
 
 
 HINTED_QUERIES = 3  # named queries an hourly read may take per kind; past that, one query over the batch
@@ -430,13 +476,12 @@ def _with_hours(activity: StreamActivity, counts: dict[datetime, int] | None, un
     return activity.model_copy(update=update)
 
 
-def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups: list[LogGroupInfo],
-                  batches: list[BatchEvidence], gaps: list[Gap]) -> LogEvidence:
+def merge_batches(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]) -> LogsPart:
     """Join the batches: find vanished nodes, keep groups that name an audited node, list HMA streams."""
+    cluster, nodes, groups = evidence.cluster, evidence.nodes, evidence.log_groups
     kernel = [k for b in batches for k in b.kernel]
     activity = [a for b in batches for a in b.activity]
-    for b in batches:
-        gaps.extend(b.gaps)
+    gaps = [g for b in batches for g in b.gaps]
     listed = [s for b in batches for s in b.listed]
     discovered = discover_vanished_nodes(cluster, nodes, [*((a.log_group, a.log_stream) for a in activity),
                                                           *((s.log_group, s.log_stream) for s in listed)])
@@ -448,21 +493,21 @@ def merge_batches(aws: Aws, cluster: ClusterInfo, nodes: list[NodeInfo], groups:
                            *((k.log_group, k.log_stream) for k in kernel)] if stream_node_ids(s, index)}
     if hma_group:
         kept.add(hma_group)
-    return LogEvidence(
-        log_groups=groups, hma_log_group=hma_group,
+    silent = describe_silent_streams(aws, [k for k in kernel if k.log_group in kept], activity, gaps)
+    return LogsPart(
+        nodes=all_nodes, hma_log_group=hma_group,
         kernel_streams=[k for k in kernel if k.log_group in kept],
         stream_activity=[a for a in activity if a.log_group in kept],
         gpu_lines=sorted((g for b in batches for g in b.gpu_lines), key=lambda g: g.time),
         boot_lines=sorted((g for b in batches for g in b.boot_lines), key=lambda g: g.time),
-        queries=[q for b in batches for q in b.queries], discovered_nodes=discovered, hma_streams=hma_streams,
-        listed_streams=listed, silent_streams=describe_silent_streams(
-            aws, [k for k in kernel if k.log_group in kept], activity, gaps),
+        queries=[q for b in batches for q in b.queries], hma_streams=hma_streams,
+        listed_streams=listed, silent_streams=silent,
         kernel_unread_groups=sorted(g for b in batches for g in b.unread_in("kernel")),
         summary_unread_groups=sorted(g for b in batches for g in b.unread_in("summary")),
         gpu_unread_groups=sorted(g for b in batches for g in b.unread_in("gpu")),
         job_figures=sorted((f for b in batches for f in b.job_figures), key=lambda f: f.time),
         job_figure_groups=sorted(g for b in batches for g in b.job_groups),
-        job_figure_unread_groups=sorted(g for b in batches for g in b.job_unread))
+        job_figure_unread_groups=sorted(g for b in batches for g in b.job_unread), gaps=gaps)
 
 
 def log_batches(groups: list[LogGroupInfo]) -> list[list[str]]:

@@ -1,7 +1,8 @@
 """Pre-flight evidence (RULES §10): what checks P1–P16 need beyond inventory, logs and reservations.
 
 Each source is read on its own: a failed call leaves its Evidence field None (or the one item
-unread) and a gap naming the call, never an exception.
+unread) and a gap naming the call, never an exception. Each reader returns the part it read
+(model/evidence_parts.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,20 @@ from gpuaudit.domain.capacity import (
 from gpuaudit.domain.readplan import FSX_READINGS, FSX_SATURATION, GPU_POWER
 from gpuaudit.domain.timing import FSX_BUCKET
 from gpuaudit.model.evidence import Evidence, Gap
+from gpuaudit.model.evidence_parts import (
+    AlarmsPart,
+    CapacityExtensionsPart,
+    EventRulesPart,
+    FileSystemsPart,
+    GpuActivityPart,
+    InstanceNetworkPart,
+    Part,
+    RouteTablesPart,
+    SecurityGroupsPart,
+    ServiceQuotasPart,
+    SubnetsPart,
+    TrainingPlansPart,
+)
 from gpuaudit.model.planned_reads import (
     AlarmInfo,
     EventRuleInfo,
@@ -46,11 +61,10 @@ from gpuaudit.model.timeutil import floor_hour, hours_between, parse_time
 IDLE_BELOW = 5.0  # percent, as reported (RULES §0.6, §8 idle reserved GPUs)
 
 
-def _instance_network(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _instance_network(aws: Aws, evidence: Evidence, read: PlannedRead) -> InstanceNetworkPart:
     ids = [n.instance_id for n in evidence.nodes if n.discovered_by in ("api", "user")]
     if not ids:
-        evidence.instance_network = []
-        return
+        return InstanceNetworkPart(instance_network=[])
     out = []
     try:
         # By filter, paged (never one response of the fleet's raw instances), each turned into its record at once.
@@ -58,9 +72,9 @@ def _instance_network(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
             for i in instance_pages(aws, Filters=[{"Name": "instance-id", "Values": ids[k:k + ID_FILTER_VALUES]}]):
                 out.append(_network_of(i))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("security groups, subnets and interfaces of the nodes not read"))
-        return
-    evidence.instance_network = out
+        return InstanceNetworkPart(gaps=[failed.gap_for("security groups, subnets and interfaces of the nodes not "
+                                                        "read")])
+    return InstanceNetworkPart(instance_network=out)
 
 
 def _network_of(i: dict[str, Any]) -> InstanceNetwork:
@@ -75,15 +89,16 @@ def _network_of(i: dict[str, Any]) -> InstanceNetwork:
         public_ip=bool(i.get("PublicIpAddress")))
 
 
-def _training_plans(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _training_plans(aws: Aws, evidence: Evidence, read: PlannedRead) -> TrainingPlansPart:
     arns = sorted({g.training_plan_arn for g in evidence.cluster.instance_groups if g.training_plan_arn})
     plans = []
+    gaps: list[Gap] = []
     for arn in arns:
         name = arn.rsplit("/", 1)[-1]
         try:
             p = aws.call("sagemaker", "DescribeTrainingPlan", TrainingPlanName=name)
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap_for(f"training plan {name} not read"))
+            gaps.append(failed.gap_for(f"training plan {name} not read"))
             continue
         plans.append(TrainingPlanInfo(
             arn=p.get("TrainingPlanArn", arn), name=p.get("TrainingPlanName", name), status=p.get("Status"),
@@ -93,21 +108,22 @@ def _training_plans(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
             in_use_instance_count=p.get("InUseInstanceCount"),
             unhealthy_instance_count=p.get("UnhealthyInstanceCount"),
             available_spare_instance_count=p.get("AvailableSpareInstanceCount")))
-    evidence.training_plans = plans
+    return TrainingPlansPart(gaps=gaps, training_plans=plans)
 
 
-def _extension_offerings(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _extension_offerings(aws: Aws, evidence: Evidence, read: PlannedRead) -> CapacityExtensionsPart:
     """Read-only offerings for each Capacity Block the plan names, for the duration it asks."""
     if evidence.capacity_reservations is None:
-        return
+        return CapacityExtensionsPart()
     out = []
+    gaps: list[Gap] = []
     for ask in read.offerings:
         try:
             items = list(aws.paginate("ec2", "DescribeCapacityBlockExtensionOfferings",
                                       "CapacityBlockExtensionOfferings", CapacityReservationId=ask.reservation_id,
                                       CapacityBlockExtensionDurationHours=ask.duration_hours))
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap_for(f"extension offerings of {ask.reservation_id} not read"))
+            gaps.append(failed.gap_for(f"extension offerings of {ask.reservation_id} not read"))
             out.append(ExtensionOfferings(reservation_id=ask.reservation_id, requested_hours=ask.duration_hours))
             continue
         out.append(ExtensionOfferings(reservation_id=ask.reservation_id, requested_hours=ask.duration_hours, offerings=[
@@ -116,7 +132,7 @@ def _extension_offerings(aws: Aws, evidence: Evidence, read: PlannedRead) -> Non
                               start_date=o.get("CapacityBlockExtensionStartDate"),
                               end_date=o.get("CapacityBlockExtensionEndDate"),
                               duration_hours=o.get("CapacityBlockExtensionDurationHours")) for o in items]))
-    evidence.capacity_extensions = out
+    return CapacityExtensionsPart(gaps=gaps, capacity_extensions=out)
 
 
 def _rule(p: dict[str, Any]) -> SgRule:
@@ -128,47 +144,47 @@ def _rule(p: dict[str, Any]) -> SgRule:
                                    if x.get("PrefixListId")])
 
 
-def _security_groups(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _security_groups(aws: Aws, evidence: Evidence, read: PlannedRead) -> SecurityGroupsPart:
     ids = set(evidence.cluster.security_group_ids)
     ids |= {g for n in evidence.instance_network or [] for g in n.security_group_ids}
     if not ids:
-        evidence.security_groups = []
-        return
-    groups = aws.read_all(evidence.gaps, f"security groups {', '.join(sorted(ids))} not read",
+        return SecurityGroupsPart(security_groups=[])
+    gaps: list[Gap] = []
+    groups = aws.read_all(gaps, f"security groups {', '.join(sorted(ids))} not read",
                           "ec2", "DescribeSecurityGroups", "SecurityGroups", GroupIds=sorted(ids))
     if groups is None:
-        return
-    evidence.security_groups = [
+        return SecurityGroupsPart(gaps=gaps)
+    return SecurityGroupsPart(gaps=gaps, security_groups=[
         SecurityGroupInfo(group_id=g["GroupId"], group_name=g.get("GroupName"), vpc_id=g.get("VpcId"),
                           ingress=[_rule(p) for p in g.get("IpPermissions", []) or []],
-                          egress=[_rule(p) for p in g.get("IpPermissionsEgress", []) or []]) for g in groups]
+                          egress=[_rule(p) for p in g.get("IpPermissionsEgress", []) or []]) for g in groups])
 
 
-def _subnets(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _subnets(aws: Aws, evidence: Evidence, read: PlannedRead) -> SubnetsPart:
     ids = set(evidence.cluster.subnet_ids) | {n.subnet_id for n in evidence.instance_network or [] if n.subnet_id}
     if not ids:
-        evidence.subnets = []
-        return
-    subnets = aws.read_all(evidence.gaps, f"free IPs of {', '.join(sorted(ids))} not read",
+        return SubnetsPart(subnets=[])
+    gaps: list[Gap] = []
+    subnets = aws.read_all(gaps, f"free IPs of {', '.join(sorted(ids))} not read",
                            "ec2", "DescribeSubnets", "Subnets", SubnetIds=sorted(ids))
     if subnets is None:
-        return
-    evidence.subnets = [
+        return SubnetsPart(gaps=gaps)
+    return SubnetsPart(gaps=gaps, subnets=[
         SubnetInfo(subnet_id=s["SubnetId"], vpc_id=s.get("VpcId"), availability_zone=s.get("AvailabilityZone"),
                    cidr=s.get("CidrBlock"), available_ips=s.get("AvailableIpAddressCount"),
-                   map_public_ip_on_launch=s.get("MapPublicIpOnLaunch")) for s in subnets]
+                   map_public_ip_on_launch=s.get("MapPublicIpOnLaunch")) for s in subnets])
 
 
-def _route_tables(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _route_tables(aws: Aws, evidence: Evidence, read: PlannedRead) -> RouteTablesPart:
     vpcs = sorted({s.vpc_id for s in evidence.subnets or [] if s.vpc_id}
                   | {n.vpc_id for n in evidence.instance_network or [] if n.vpc_id})
     if not vpcs:
-        evidence.route_tables = []
-        return
-    tables = aws.read_all(evidence.gaps, f"route tables of {', '.join(vpcs)} not read",
+        return RouteTablesPart(route_tables=[])
+    gaps: list[Gap] = []
+    tables = aws.read_all(gaps, f"route tables of {', '.join(vpcs)} not read",
                           "ec2", "DescribeRouteTables", "RouteTables", Filters=[{"Name": "vpc-id", "Values": vpcs}])
     if tables is None:
-        return
+        return RouteTablesPart(gaps=gaps)
     target_keys = ("GatewayId", "NatGatewayId", "TransitGatewayId", "NetworkInterfaceId", "VpcPeeringConnectionId",
                    "InstanceId", "EgressOnlyInternetGatewayId", "LocalGatewayId", "CarrierGatewayId")
     out = []
@@ -184,30 +200,32 @@ def _route_tables(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
         out.append(RouteTableInfo(route_table_id=t["RouteTableId"], vpc_id=t.get("VpcId"),
                                   main=any(a.get("Main") for a in assoc),
                                   subnet_ids=[a["SubnetId"] for a in assoc if a.get("SubnetId")], routes=routes))
-    evidence.route_tables = out
+    return RouteTablesPart(gaps=gaps, route_tables=out)
 
 
-def _alarms(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
-    alarms = aws.read_all(evidence.gaps, "CloudWatch alarms in ALARM not read",
+def _alarms(aws: Aws, evidence: Evidence, read: PlannedRead) -> AlarmsPart:
+    gaps: list[Gap] = []
+    alarms = aws.read_all(gaps, "CloudWatch alarms in ALARM not read",
                           "cloudwatch", "DescribeAlarms", "MetricAlarms", StateValue="ALARM")
     if alarms is None:
-        return
-    evidence.alarms_in_alarm = [
+        return AlarmsPart(gaps=gaps)
+    return AlarmsPart(gaps=gaps, alarms_in_alarm=[
         AlarmInfo(name=a.get("AlarmName", ""), state_since=a.get("StateTransitionedTimestamp")
                   or a.get("StateUpdatedTimestamp"), state_reason=a.get("StateReason"),
                   namespace=a.get("Namespace"), metric=a.get("MetricName"),
                   dimensions={d.get("Name", ""): d.get("Value", "") for d in a.get("Dimensions", []) or []})
-        for a in alarms]
+        for a in alarms])
 
 
-def _event_rules(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
-    rules = aws.read_all(evidence.gaps, "EventBridge rules not read",
+def _event_rules(aws: Aws, evidence: Evidence, read: PlannedRead) -> EventRulesPart:
+    gaps: list[Gap] = []
+    rules = aws.read_all(gaps, "EventBridge rules not read",
                          "events", "ListRules", "Rules")
     if rules is None:
-        return
-    evidence.event_rules = [EventRuleInfo(name=r.get("Name", ""), state=r.get("State"),
-                                          event_pattern=r.get("EventPattern"), event_bus=r.get("EventBusName"))
-                            for r in rules]
+        return EventRulesPart(gaps=gaps)
+    return EventRulesPart(gaps=gaps, event_rules=[
+        EventRuleInfo(name=r.get("Name", ""), state=r.get("State"), event_pattern=r.get("EventPattern"),
+                      event_bus=r.get("EventBusName")) for r in rules])
 
 
 def _quota(aws: Aws, ask: QuotaAsk) -> ServiceQuotaInfo:
@@ -222,18 +240,17 @@ def _quota(aws: Aws, ask: QuotaAsk) -> ServiceQuotaInfo:
                             quota_name=q.get("QuotaName", ask.quota_name), value=q.get("Value"))
 
 
-def _quotas(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _quotas(aws: Aws, evidence: Evidence, read: PlannedRead) -> ServiceQuotasPart:
     """The quotas the plan asks for: by code with GetServiceQuota, by name (no fixed code) from one listing."""
     by_name = [a for a in read.quotas if a.quota_code is None]
     quotas = [_quota(aws, a) for a in read.quotas if a.quota_code is not None]
     if by_name:
         quotas += _quotas_by_name(aws, by_name)
-    for q in quotas:
-        if q.error and not q.absent:  # an absent quota was read: P3 says so, it is no visibility gap
-            evidence.gaps.append(Gap(kind="not-read", service="service-quotas", operation="quota",
-                                     target=f"{q.service_code} {q.quota_code or ''} ({q.quota_name})",
-                                     outcome="not read", error_message=q.error))
-    evidence.service_quotas = quotas
+    # An absent quota was read: P3 says so, it is no visibility gap.
+    return ServiceQuotasPart(service_quotas=quotas, gaps=[
+        Gap(kind="not-read", service="service-quotas", operation="quota",
+            target=f"{q.service_code} {q.quota_code or ''} ({q.quota_name})", outcome="not read", error_message=q.error)
+        for q in quotas if q.error and not q.absent])
 
 
 def _quotas_by_name(aws: Aws, asks: list[QuotaAsk]) -> list[ServiceQuotaInfo]:
@@ -260,14 +277,15 @@ def file_system(f: dict[str, Any]) -> FileSystemInfo:
                           storage_capacity_gib=f.get("StorageCapacity"))
 
 
-def saturation_peaks(aws: Aws, evidence: Evidence, read: PlannedRead, unread: str) -> list[MetricPeak] | None:
-    """Every row of RULES §8 C's table the plan names, per dimension ListMetrics finds for each file system: the
-    per-minute maxima of the saturation percents (returned), and the Sum / Minimum rows (set on
-    `evidence.fsx_readings`). None (and a gap saying `unread`) when a call fails: both stay unread."""
+def saturation_peaks(aws: Aws, systems: list[FileSystemInfo], read: PlannedRead, unread: str,
+                     found: FileSystemsPart) -> FileSystemsPart:
+    """`found` (the file systems read) with every row of RULES §8 C's table the plan names, per dimension ListMetrics
+    finds for each of `systems`: the per-minute maxima of the saturation percents (`fsx_metrics`), and the Sum /
+    Minimum rows (`fsx_readings`). When a call fails, `fsx_metrics` None and a gap saying `unread`: both unread."""
     peaks: list[MetricPeak] = []
     readings: list[FsxReading] = []
     try:
-        for fs in evidence.file_systems or []:
+        for fs in systems:
             for metric in read.names:
                 for m in aws.paginate("cloudwatch", "ListMetrics", "Metrics", Namespace="AWS/FSx", MetricName=metric,
                                       Dimensions=[{"Name": "FileSystemId", "Value": fs.file_system_id}]):
@@ -278,10 +296,8 @@ def saturation_peaks(aws: Aws, evidence: Evidence, read: PlannedRead, unread: st
                                                                   *filter(None, [FSX_READINGS[metric][0]])}:
                         readings.append(_reading(aws, fs.file_system_id, metric, dims, read))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for(unread))
-        return None
-    evidence.fsx_readings = readings
-    return peaks
+        return found.model_copy(update={"fsx_metrics": None, "gaps": [*found.gaps, failed.gap_for(unread)]})
+    return found.model_copy(update={"fsx_metrics": peaks, "fsx_readings": readings})
 
 
 def _series(aws: Aws, metric: str, dims: dict[str, str], read: PlannedRead, stat: str) -> list[tuple[datetime, float]]:
@@ -342,56 +358,57 @@ def saturated_runs(points: list[tuple[datetime, float]]) -> tuple[int, datetime 
     return longest, first
 
 
-def named_lustre(aws: Aws, evidence: Evidence) -> list[dict[str, Any]]:
+def named_lustre(aws: Aws, evidence: Evidence, gaps: list[Gap]) -> list[dict[str, Any]]:
     """The file systems the operator named (`--filesystem`), one DescribeFileSystems each, so one that does not
-    exist (or is not FSx for Lustre) is a named gap and never hides the others."""
+    exist (or is not FSx for Lustre) is a named gap (added to `gaps`) and never hides the others."""
     out = []
     for fs_id in evidence.named_file_systems:
         try:
             found = aws.call("fsx", "DescribeFileSystems", FileSystemIds=[fs_id]).get("FileSystems", [])
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap_for(f"file system {fs_id} (named with --filesystem) not audited"))
+            gaps.append(failed.gap_for(f"file system {fs_id} (named with --filesystem) not audited"))
             continue
         for f in found:
             if f.get("FileSystemType") == "LUSTRE":
                 out.append(f)
             else:
-                evidence.gaps.append(Gap(kind="unsupported", service="fsx", operation="DescribeFileSystems",
-                                         target=fs_id, unseen=f"{fs_id} (named with --filesystem) is "
-                                         f"{f.get('FileSystemType')}, not FSx for Lustre: not audited"))
+                gaps.append(Gap(kind="unsupported", service="fsx", operation="DescribeFileSystems",
+                                target=fs_id, unseen=f"{fs_id} (named with --filesystem) is "
+                                f"{f.get('FileSystemType')}, not FSx for Lustre: not audited"))
     return out
 
 
-def scoped_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, Any]]) -> list[str] | None:
+def scoped_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, Any]],
+                        gaps: list[Gap]) -> list[str] | None:
     """The file systems in scope: those a labelled fleet's operator named, else those the cluster mounts."""
     if evidence.cluster.labelled_fleet and evidence.named_file_systems:
         return sorted(f["FileSystemId"] for f in systems)
-    return attached_file_systems(aws, evidence, systems) if systems else None
+    return attached_file_systems(aws, evidence, systems, gaps) if systems else None
 
 
-def _file_systems(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _file_systems(aws: Aws, evidence: Evidence, read: PlannedRead) -> FileSystemsPart:
     """FSx for Lustre of the cluster and its saturation peaks over the last similar run (RULES §8 C, §10 P8)."""
+    gaps: list[Gap] = []
     try:
-        systems = named_lustre(aws, evidence) if evidence.named_file_systems else [
+        systems = named_lustre(aws, evidence, gaps) if evidence.named_file_systems else [
             f for f in aws.paginate("fsx", "DescribeFileSystems", "FileSystems") if f.get("FileSystemType") == "LUSTRE"]
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("FSx file systems not read; storage headroom not checked"))
-        return
-    attached = scoped_file_systems(aws, evidence, systems)
-    evidence.cluster_file_system_ids = attached
-    evidence.file_systems = [file_system(f) for f in systems if attached is None or f["FileSystemId"] in attached]
-    evidence.fsx_metrics = saturation_peaks(aws, evidence, read,
-                                            "FSx saturation metrics not read; storage headroom not checked")
+        return FileSystemsPart(gaps=[*gaps, failed.gap_for("FSx file systems not read; storage headroom not checked")])
+    attached = scoped_file_systems(aws, evidence, systems, gaps)
+    in_scope = [file_system(f) for f in systems if attached is None or f["FileSystemId"] in attached]
+    return saturation_peaks(aws, in_scope, read, "FSx saturation metrics not read; storage headroom not checked",
+                            FileSystemsPart(gaps=gaps, cluster_file_system_ids=attached, file_systems=in_scope))
 
 
-def attached_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, Any]]) -> list[str] | None:
+def attached_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, Any]],
+                          gaps: list[Gap]) -> list[str] | None:
     """FSx IDs the cluster mounts: HyperPod names them in each group's FsxLustreConfig; ParallelCluster tags
     the file systems it manages; otherwise those in the cluster's VPC. None: not resolved (all are kept)."""
     if evidence.cluster.kind.startswith("hyperpod"):
         try:
             described = aws.call("sagemaker", "DescribeCluster", ClusterName=evidence.cluster.name)
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap_for("FSx mounts of the instance groups not read"))
+            gaps.append(failed.gap_for("FSx mounts of the instance groups not read"))
             return None
         names = {(c.get("FsxLustreConfig") or {}).get("DnsName", "").split(".", 1)[0]
                  for g in described.get("InstanceGroups", []) for c in g.get("InstanceStorageConfigs", []) or []}
@@ -405,7 +422,7 @@ def attached_file_systems(aws: Aws, evidence: Evidence, systems: list[dict[str, 
     return sorted(f["FileSystemId"] for f in systems if f.get("VpcId") in vpcs) if vpcs else None
 
 
-def _gpu_activity(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _gpu_activity(aws: Aws, evidence: Evidence, read: PlannedRead) -> GpuActivityPart:
     """Hourly `GPUPowerUtilization` maxima of EC2 nodes on reserved capacity: an hour is idle when every GPU
     stayed below 5 % (RULES §8 idle reserved GPUs)."""
     start, end = read.start or evidence.now, read.end or evidence.now
@@ -430,9 +447,8 @@ def _gpu_activity(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                                                "Period": 3600, "Stat": "Maximum"}} for i, m in enumerate(series)])
             out.append(_activity(n.instance_id, series, data.get("MetricDataResults", []), start, end))
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("GPU activity of reserved nodes not read"))
-        return
-    evidence.gpu_activity = out
+        return GpuActivityPart(gaps=[failed.gap_for("GPU activity of reserved nodes not read")])
+    return GpuActivityPart(gpu_activity=out)
 
 
 def _activity(instance_id: str, series: list[dict[str, Any]], results: list[dict[str, Any]], start: datetime,
@@ -457,7 +473,7 @@ def _activity(instance_id: str, series: list[dict[str, Any]], results: list[dict
                        hours_in_span=len(span), gpu_ids=gpu_ids, missing_hours=missing)
 
 
-READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
+READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], Part]] = {
     "instance-network": _instance_network, "training-plans": _training_plans,
     "extension-offerings": _extension_offerings, "security-groups": _security_groups, "subnets": _subnets,
     "route-tables": _route_tables, "alarms": _alarms, "event-rules": _event_rules, "quotas": _quotas,

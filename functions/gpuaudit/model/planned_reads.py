@@ -1,5 +1,5 @@
 """The read plan and what its sources return: the control-plane, capacity, network and Kubernetes records
-(domain/readplan.py decides which sources a mode reads, collectors/controlplane.py reads them, the rules judge
+(domain/readplan.py decides which sources a mode reads, collectors/source_reads.py reads them, the rules judge
 against the plan). Evidence (model/evidence.py) holds one field per source; None there means not read."""
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Control-plane evidence (RULES §4 'ask the control plane', §5 timeline sources 4–8, §8 branches).
+"""The read plan executed: each source domain/readplan.py plans (RULES §4 'ask the control plane', §5 timeline
+sources 4–8, §8 branches, §10 pre-flight), read by its reader in `READERS`.
 
-Each source is optional: a failed or unsupported call leaves its field None and a named gap.
+Each source is optional: a failed or unsupported call leaves its field None and a named gap. A reader reads the
+Evidence it is given and returns the part it read (model/evidence_parts.py); `collect` merges each part before the
+next read is planned, so a later read sees what an earlier one found.
 """
 
 from __future__ import annotations
@@ -20,6 +23,17 @@ from gpuaudit.collectors.preflight import file_system, named_lustre, saturation_
 from gpuaudit.collectors.trail import lookup_by_name
 from gpuaudit.domain.readplan import EVENT_SOURCE, next_read
 from gpuaudit.model.evidence import Evidence, Gap
+from gpuaudit.model.evidence_parts import (
+    CapacityReservationsPart,
+    CloudTrailPart,
+    ClusterEventsPart,
+    FileSystemsPart,
+    HealthPart,
+    InstanceStatusPart,
+    Part,
+    ReadPlanPart,
+    merged,
+)
 from gpuaudit.model.planned_reads import (
     CapacityReservation,
     CloudTrailEvent,
@@ -38,47 +52,48 @@ if TYPE_CHECKING:
 CONTINUOUS_ONLY = "ListClusterEvents not supported (NodeProvisioningMode not Continuous)"
 
 
-def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> None:
+def collect(aws: Aws, evidence: Evidence, request: AuditRequest) -> Evidence:
     """Execute the read plan one read at a time, each recorded before it runs: the rules judge what was asked."""
     while (read := next_read(evidence, request)) is not None:
-        evidence.read_plan.append(read)
-        READERS[read.source](aws, evidence, read)
+        evidence = merged(evidence, ReadPlanPart(read_plan=[*evidence.read_plan, read]))
+        evidence = merged(evidence, READERS[read.source](aws, evidence, read))
+    return evidence
 
 
-def _cluster_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _cluster_events(aws: Aws, evidence: Evidence, read: PlannedRead) -> ClusterEventsPart:
     try:
         events = list(aws.paginate("sagemaker", "ListClusterEvents", "Events", ClusterName=evidence.cluster.name,
                                    EventTimeAfter=read.start, EventTimeBefore=read.end))
     except CallFailed as failed:
         if failed.code == "ValidationException" and "Continuous" in failed.message:
-            evidence.gaps.append(Gap(kind="unsupported", service="sagemaker", operation="ListClusterEvents",
-                                     unseen=f"{CONTINUOUS_ONLY}; the control-plane timeline comes from "
-                                     "CloudTrail and node status only"))
-        else:
-            evidence.gaps.append(failed.gap_for("HyperPod cluster events not read"))
-        return
-    evidence.cluster_events = [
+            return ClusterEventsPart(gaps=[Gap(kind="unsupported", service="sagemaker", operation="ListClusterEvents",
+                                               unseen=f"{CONTINUOUS_ONLY}; the control-plane timeline comes from "
+                                               "CloudTrail and node status only")])
+        return ClusterEventsPart(gaps=[failed.gap_for("HyperPod cluster events not read")])
+    return ClusterEventsPart(cluster_events=[
         ClusterEvent(time=e["EventTime"], event_id=e.get("EventId"), resource_type=e.get("ResourceType"),
                      instance_id=e.get("InstanceId"), instance_group=e.get("InstanceGroupName"),
-                     description=e.get("Description", "")) for e in events]
+                     description=e.get("Description", "")) for e in events])
 
 
-def _capacity_reservations(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
-    items = aws.read_all(evidence.gaps, "capacity reservations not read",
+def _capacity_reservations(aws: Aws, evidence: Evidence, read: PlannedRead) -> CapacityReservationsPart:
+    gaps: list[Gap] = []
+    items = aws.read_all(gaps, "capacity reservations not read",
                          "ec2", "DescribeCapacityReservations", "CapacityReservations")
     if items is None:
-        return
-    evidence.capacity_reservations = [
+        return CapacityReservationsPart(gaps=gaps)
+    return CapacityReservationsPart(gaps=gaps, capacity_reservations=[
         CapacityReservation(reservation_id=r["CapacityReservationId"], instance_type=r.get("InstanceType", ""),
                             state=r.get("State", ""), reservation_type=r.get("ReservationType"),
                             start_date=r.get("StartDate"), end_date=r.get("EndDate"),
                             total_instance_count=r.get("TotalInstanceCount"),
-                            available_instance_count=r.get("AvailableInstanceCount")) for r in items]
+                            available_instance_count=r.get("AvailableInstanceCount")) for r in items])
 
 
-def _cloudtrail(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _cloudtrail(aws: Aws, evidence: Evidence, read: PlannedRead) -> CloudTrailPart:
     """By event name, never by instance ID: a HyperPod replace gives the node a new ID (RULES §5.7)."""
     found: list[CloudTrailEvent] = []
+    gaps: list[Gap] = []
     failures = 0
     start, end = read.start or evidence.window.start, read.end or evidence.now  # the plan always sets both
     for name in read.names:
@@ -86,12 +101,12 @@ def _cloudtrail(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
         try:
             events = lookup_by_name(aws, name, start, end)
         except CallFailed as failed:
-            evidence.gaps.append(failed.gap_for(f"CloudTrail {name} events not read"))
+            gaps.append(failed.gap_for(f"CloudTrail {name} events not read"))
             failures += 1
             continue
         found.extend(_trail_event(e) for e in events if e.get("EventSource", source) == source)
-    evidence.cloudtrail = sorted(found, key=lambda e: e.time) if failures < len(read.names) else None
-    evidence.cloudtrail_complete = failures == 0
+    return CloudTrailPart(gaps=gaps, cloudtrail=sorted(found, key=lambda e: e.time) if failures < len(read.names)
+                          else None, cloudtrail_complete=failures == 0)
 
 
 def _trail_event(e: dict[str, Any]) -> CloudTrailEvent:
@@ -108,7 +123,7 @@ def _trail_event(e: dict[str, Any]) -> CloudTrailEvent:
         error_code=detail.get("errorCode"), error_message=detail.get("errorMessage"))
 
 
-def _health(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _health(aws: Aws, evidence: Evidence, read: PlannedRead) -> HealthPart:
     try:
         events = list(aws.paginate("health", "DescribeEvents", "events", token="nextToken",
                                    filter={"services": ["EC2", "SAGEMAKER"]}))
@@ -121,31 +136,32 @@ def _health(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
                                    category=e.get("eventTypeCategory"), status=e.get("statusCode"),
                                    start=e.get("startTime"), end=e.get("endTime"),
                                    last_updated=e.get("lastUpdatedTime"), entities=entities))
-        evidence.health_events = out
     except CallFailed as failed:
-        evidence.gaps.append(failed.gap_for("AWS Health events not read (needs a Business or Enterprise "
-                                          "support plan for the Health API)"))
+        return HealthPart(gaps=[failed.gap_for("AWS Health events not read (needs a Business or Enterprise "
+                                               "support plan for the Health API)")])
+    return HealthPart(health_events=out)
 
 
 STATUS_IDS = 100
 
 
-def _instance_status(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _instance_status(aws: Aws, evidence: Evidence, read: PlannedRead) -> InstanceStatusPart:
     # A terminated instance has no status checks; one EC2 has forgotten would fail the whole call.
     ids = [n.instance_id for n in evidence.nodes if n.discovered_by in ("api", "user") and n.status != "terminated"
            and not evidence.cluster.kind.startswith("hyperpod")]
     if not ids:
-        return
+        return InstanceStatusPart()
+    gaps: list[Gap] = []
     # EC2 takes at most 100 explicit instance IDs per DescribeInstanceStatus (and no MaxResults with them).
     statuses: list[dict[str, Any]] = []
     for k in range(0, len(ids), STATUS_IDS):
-        chunk = aws.read_all(evidence.gaps, "EC2 status checks and scheduled events not read",
+        chunk = aws.read_all(gaps, "EC2 status checks and scheduled events not read",
                              "ec2", "DescribeInstanceStatus", "InstanceStatuses", InstanceIds=ids[k:k + STATUS_IDS],
                              IncludeAllInstances=True)
         if chunk is None:
-            return  # fail closed: status checks of part of the fleet are not the fleet's status checks
+            return InstanceStatusPart(gaps=gaps)  # fail closed: part of the fleet's checks are not the fleet's
         statuses += chunk
-    evidence.instance_status = [
+    return InstanceStatusPart(gaps=gaps, instance_status=[
         InstanceStatusInfo(
             instance_id=s["InstanceId"], system_status=(s.get("SystemStatus") or {}).get("Status"),
             instance_status=(s.get("InstanceStatus") or {}).get("Status"),
@@ -154,7 +170,7 @@ def _instance_status(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
             events=[ScheduledEvent(code=str(e.get("Code", "")), not_before=e.get("NotBefore"),
                                    not_after=e.get("NotAfter"), description=str(e.get("Description", "")))
                     for e in s.get("Events", []) or []],
-            impaired_since=_impaired_since(s)) for s in statuses]
+            impaired_since=_impaired_since(s)) for s in statuses])
 
 
 def _impaired_since(status: dict[str, Any]) -> datetime | None:
@@ -165,23 +181,24 @@ def _impaired_since(status: dict[str, Any]) -> datetime | None:
     return min(since) if since else None
 
 
-def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> None:
+def _fsx(aws: Aws, evidence: Evidence, read: PlannedRead) -> FileSystemsPart:
+    gaps: list[Gap] = []
     if evidence.named_file_systems:
-        lustre = named_lustre(aws, evidence)
+        lustre = named_lustre(aws, evidence, gaps)
     else:
-        systems = aws.read_all(evidence.gaps, "FSx file systems not read; branch C not assessed",
+        systems = aws.read_all(gaps, "FSx file systems not read; branch C not assessed",
                                "fsx", "DescribeFileSystems", "FileSystems")
         if systems is None:
-            return
+            return FileSystemsPart(gaps=gaps)
         lustre = [f for f in systems if f.get("FileSystemType") == "LUSTRE"]
-    evidence.file_systems = [file_system(f) for f in lustre]
+    file_systems = [file_system(f) for f in lustre]
     # Which of them the cluster mounts: storage is Proven only on the mounted file system (RULES §8 C).
-    evidence.cluster_file_system_ids = scoped_file_systems(aws, evidence, lustre)
-    evidence.fsx_metrics = saturation_peaks(aws, evidence, read,
-                                            "FSx saturation metrics not read; branch C not assessed")
+    scoped = scoped_file_systems(aws, evidence, lustre, gaps)
+    return saturation_peaks(aws, file_systems, read, "FSx saturation metrics not read; branch C not assessed",
+                            FileSystemsPart(gaps=gaps, file_systems=file_systems, cluster_file_system_ids=scoped))
 
 
-READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], None]] = {
+READERS: dict[ReadSource, Callable[[Aws, Evidence, PlannedRead], Part]] = {
     "cluster-events": _cluster_events, "capacity-reservations": _capacity_reservations, "cloudtrail": _cloudtrail,
     "health": _health, "instance-status": _instance_status, "fsx": _fsx, "kubernetes-nodes": kubernetes.read_nodes,
     "kubernetes-events": kubernetes.read_events, "gpu-peers": read_gpu_peers, "gpu-count": read_gpu_counts,
