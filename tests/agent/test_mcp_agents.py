@@ -31,7 +31,7 @@ from gpuaudit.agent.server import build_server
 from gpuaudit.model.timeutil import parse_time
 from gpuaudit.settings import DeploymentDocument
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORLD = ROOT / "functions" / "gpuaudit" / "worlds" / "pcluster-silent-node.world.json"
 CLUSTER = "bench-pcluster"
 SILENT_NODE = "i-0a6a3a4506513270e"

@@ -38,7 +38,7 @@ from gpuaudit.model.text import CONTROL_CLASS
 from gpuaudit.model.timeutil import parse_time
 from tests.helpers.worlds import PClusterWorld, at
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORLD = ROOT / "functions" / "gpuaudit" / "worlds" / "pcluster-silent-node.world.json"
 CLUSTER = "bench-pcluster"
 SILENT_NODE = "i-0a6a3a4506513270e"

@@ -66,14 +66,14 @@ def test_truncated_world_file_is_bad_input(tmp_path: Path) -> None:
 
 
 def test_bad_xid_override_and_bad_last_are_bad_input(tmp_path: Path) -> None:
-    world = str(Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json")
+    world = str(Path(__file__).resolve().parents[2] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json")
     assert invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--xid-class", "31=oops").exit_code == 2
     out = invoke("audit", "--world", world, "--cluster", "research-hp-slurm", "--last", "30 days")
     assert out.exit_code == 2 and "--last" in out.output
 
 
 HYPERPOD_WORLD = str(
-    Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json"
+    Path(__file__).resolve().parents[2] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json"
 )
 
 
@@ -135,7 +135,7 @@ def test_out_to_a_named_pipe_nothing_reads_is_refused_not_a_hang(tmp_path: Path,
             "history": ["--cluster", "research-hp-slurm", "--history", str(tmp_path / "h")],
             "report": [str(tmp_path / "result.json"), "--format", "md"]}[command]
     done = subprocess.run([sys.executable, "-m", "gpuaudit", command, *args, "--out", str(fifo)],
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "functions")},
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "functions")},
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr
     assert "named pipe that nothing reads" in done.stderr and "Traceback" not in done.stderr

@@ -28,7 +28,7 @@ from gpuaudit.devtools import worldgen
 from gpuaudit.model.result import SCHEMA
 from gpuaudit.report.records import FIELDS, FINDINGS_SCHEMA
 
-FUNCTIONS = str(Path(__file__).resolve().parents[1] / "functions")
+FUNCTIONS = str(Path(__file__).resolve().parents[2] / "functions")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CLUSTER = "bench-pcluster"
 
@@ -193,7 +193,7 @@ def test_fail_on_exits_4_only_when_a_node_has_that_verdict_and_still_writes_the_
 
 
 def test_fail_if_not_ready_exits_4_on_a_preflight_that_is_not_ready(tmp_path: Path):
-    world = Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-preflight-risks.world.json"
+    world = Path(__file__).resolve().parents[2] / "functions/gpuaudit/worlds/hyperpod-preflight-risks.world.json"
     args = ("audit", "--world", str(world), "--cluster", "train-hp-p5", "--mode", "preflight", "--run-hours", "72")
     code, stdout, _ = invoke(*args, "--format", "json")
     ready = json.loads(stdout)["ready"]
@@ -363,7 +363,7 @@ def test_top_level_help_puts_developer_commands_apart():
 
 
 def test_an_unknown_hyperpod_cluster_lists_the_ones_in_the_region():
-    world = Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json"
+    world = Path(__file__).resolve().parents[2] / "functions/gpuaudit/worlds/hyperpod-xid31-app-error.world.json"
     code, _, stderr = invoke("audit", "--world", str(world), "--cluster", "research-hp-slrum")
     assert code == 2
     assert "did you mean research-hp-slurm?" in stderr and "HyperPod clusters in us-west-2: research-hp-slurm" in stderr

@@ -18,7 +18,7 @@ from gpuaudit.devtools.demo import DemoRun, recap
 from gpuaudit.outputs import print_table, render
 from gpuaudit.report.terminal import NARROW_DROPS, WIDE_COLUMNS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def printed(lines: list, width: int) -> str:

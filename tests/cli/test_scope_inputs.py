@@ -25,7 +25,7 @@ from gpuaudit.embedded.world import load_world
 from infra.config import DeployConfig
 from tests.helpers.worlds import aws_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORLDS = ROOT / "functions" / "gpuaudit" / "worlds"
 WORLD = str(WORLDS / "pcluster-capacity-block-expiry.world.json")
 # demo.json key → the CLI flag it stands for

@@ -24,7 +24,7 @@ from tests.handlers.lambda_harness import LambdaContext
 from tests.helpers.kube_rbac import Identity, Rbac, Rule, forbidden_status, request_info
 from tests.helpers.kube_server import AUDITOR, KubeServer, kube_server
 from tests.helpers.worlds import REGION, HyperPodWorld, at, audit
-from tests.test_eks_node_health import EKS, SINCE, UNTIL, eks_world
+from tests.rules.test_eks_node_health import EKS, SINCE, UNTIL, eks_world
 
 USER = "arn:aws:sts::123456789012:assumed-role/auditor/{{SessionName}}"
 

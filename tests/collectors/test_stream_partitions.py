@@ -416,7 +416,7 @@ def test_one_run_is_proven_only_by_as_many_live_hours_as_hours_spanned() -> None
     assert logs.one_run(StreamActivity(log_group="/g", log_stream="s", lines=0, live_hours=0)) is None
 
 
-SHIPPED = Path(__file__).resolve().parents[1] / "functions" / "gpuaudit" / "worlds"
+SHIPPED = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "worlds"
 
 
 @pytest.mark.parametrize("audit_spec", json.loads((SHIPPED / "demo.json").read_text())["audits"],

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-sys.path[:0] = [str(Path(__file__).parent / "handlers"), str(Path(__file__).parent / "infra")]
+sys.path[:0] = [str(Path(__file__).parents[1] / "handlers"), str(Path(__file__).parents[1] / "infra")]
 
 from cdk_synth import Synthesized, state_machine_definition, synthesize  # noqa: E402
 from handlers import record_failure, verdict  # noqa: E402

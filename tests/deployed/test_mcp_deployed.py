@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 from mcp.types import Tool
 
-sys.path[:0] = [str(Path(__file__).parent / "handlers"), str(Path(__file__).parent / "infra")]
+sys.path[:0] = [str(Path(__file__).parents[1] / "handlers"), str(Path(__file__).parents[1] / "infra")]
 
 from cdk_synth import TEST_CONFIG, Synthesized, synthesize  # noqa: E402
 from handlers import mcp_endpoint  # noqa: E402
 from lambda_harness import BUCKET, TABLE, TOPIC  # noqa: E402
 from stack_edges import StackPolicies, without_statements  # noqa: E402
 from test_deployed_iam import Recorder, denied_calls  # noqa: E402
-from test_mcp_server import check_tool_listing  # noqa: E402
 from test_state_machine import audits, deployed  # noqa: E402
+
+from tests.agent.test_mcp_server import check_tool_listing  # noqa: E402
 
 AGENT = "arn:aws:iam::111122223333:role/devops-agent"
 HOST = "abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-west-2.on.aws"

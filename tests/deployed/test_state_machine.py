@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-sys.path[:0] = [str(Path(__file__).parent / "handlers"), str(Path(__file__).parent / "infra")]
+sys.path[:0] = [str(Path(__file__).parents[1] / "handlers"), str(Path(__file__).parents[1] / "infra")]
 
 import moto  # noqa: E402
 from cdk_synth import Synthesized, state_machine_definition, synthesize, task_states  # noqa: E402
@@ -191,7 +191,7 @@ def scheduled_run(synth: Synthesized, tmp_path_factory: pytest.TempPathFactory) 
 
 def test_moto_is_pinned_to_the_interpreter_these_tests_expect() -> None:
     assert moto.__version__ == MOTO_PIN
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert re.search(rf'"moto\[[^\]]*\]=={re.escape(MOTO_PIN)}"', pyproject)
 
 

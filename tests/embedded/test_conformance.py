@@ -15,7 +15,7 @@ from helpers.worlds import ACCOUNT, PClusterWorld, at, aws_for
 from gpuaudit.devtools.conformance import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_SAME, main, verify
 from gpuaudit.model.timeutil import parse_time
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROBES = ("kernel-streams", "stream-summary", "gpu-lines", "job-figures", "stream-count", "kernel-lines", "stream-part",
           "boot-lines", "stream-hours", "gpu-lines-named", "kernel-named", "lagging-hours", "default-limit",
           "end-inclusive")

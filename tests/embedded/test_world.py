@@ -13,8 +13,8 @@ from helpers.worlds import ACCOUNT, NOW, REGION, ms
 from gpuaudit.embedded.world import FORMAT, WorldError, load_world, parse_world
 from gpuaudit.model.timeutil import parse_time
 
-SHARED_WORLDS = Path(__file__).resolve().parents[2] / "shared" / "worlds"
-PACKAGED_WORLDS = Path(__file__).resolve().parents[1] / "functions" / "gpuaudit" / "worlds"
+SHARED_WORLDS = Path(__file__).resolve().parents[3] / "shared" / "worlds"
+PACKAGED_WORLDS = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "worlds"
 
 
 def base(**extra: Any) -> dict[str, Any]:

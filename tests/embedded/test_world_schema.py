@@ -27,7 +27,7 @@ from gpuaudit.rules import consistency
 from gpuaudit.rules import judge as judge_module
 from tests.helpers.worlds import ACCOUNT, HyperPodWorld, at, ms
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "worlds"
 TRIED = {"shipped": 0, "mutations": 0, "mutated audits": 0, "audited to a result": 0, "self-check failed": 0}
 

@@ -22,7 +22,7 @@ from gpuaudit.report.html import render_html
 from gpuaudit.rules.actions import NAMED_UP_TO
 from tests.helpers.worlds import ACCOUNT, Node, PClusterWorld, at
 
-PREFLIGHT_WORLD = Path(__file__).resolve().parents[1] / "functions/gpuaudit/worlds/hyperpod-preflight-risks.world.json"
+PREFLIGHT_WORLD = Path(__file__).resolve().parents[2] / "functions/gpuaudit/worlds/hyperpod-preflight-risks.world.json"
 
 SINCE, UNTIL = at(6), at(10)
 FM_STARTED = 'systemd[1]: Started "Nvidia Fabric Manager".'

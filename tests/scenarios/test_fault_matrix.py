@@ -37,7 +37,7 @@ from gpuaudit.pipeline import collect, run_audit
 from gpuaudit.rules import consistency
 from gpuaudit.rules import judge as judge_module
 
-WORLDS = Path(__file__).resolve().parents[1] / "functions" / "gpuaudit" / "worlds"
+WORLDS = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "worlds"
 MODES = ("coverage", "incident", "preflight")
 # One error per kind a caller sees: denied, throttled past every retry, unavailable, expired credentials,
 # endpoint unreachable; Logs Insights queries also end Failed or Timeout.

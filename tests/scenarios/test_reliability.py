@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from gpuaudit.cli import app
 from gpuaudit.model.result import Result
 
-WORLDS = Path(__file__).resolve().parents[1] / "functions" / "gpuaudit" / "worlds"
+WORLDS = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "worlds"
 HYPERPOD = ["--cluster", "research-hp-slurm", "--since", "2026-09-25T17:00:00Z"]
 
 

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from gpuaudit.cli import app
 
-SHARED_WORLDS = Path(__file__).resolve().parents[2] / "shared" / "worlds"
+SHARED_WORLDS = Path(__file__).resolve().parents[3] / "shared" / "worlds"
 if not SHARED_WORLDS.exists():  # a checkout without shared/ beside it: the copies kept in the repo
-    SHARED_WORLDS = Path(__file__).resolve().parents[1] / "functions" / "gpuaudit" / "worlds"
+    SHARED_WORLDS = Path(__file__).resolve().parents[2] / "functions" / "gpuaudit" / "worlds"
 SCENARIOS = sorted(p.name.removesuffix(".expect.json") for p in SHARED_WORLDS.glob("*.expect.json"))
 XID_STATUSES = {"Measured", "Not observable", "No HMA detections"}
 ACCOUNT_LIKE = re.compile(r"(?<![\w-])\d{12}(?!\w)")

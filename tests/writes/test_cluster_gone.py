@@ -17,7 +17,7 @@ from gpuaudit.pipeline import run_audit
 from gpuaudit.report.history import HistoryView, render_markdown
 from gpuaudit.rules.history import actions_by_node
 from tests.helpers.worlds import HyperPodWorld, at
-from tests.test_eks_node_health import SINCE, UNTIL, eks_world
+from tests.rules.test_eks_node_health import SINCE, UNTIL, eks_world
 
 LATER = at(34)  # the next day's run
 

@@ -391,7 +391,7 @@ def test_the_cli_prints_the_entries_as_ndjson_against_its_local_history(tmp_path
 def test_the_rules_deploy_md_documents_are_the_ones_tested_here() -> None:
     import re
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
     section = text.split("### Findings as EventBridge events", 1)[1].split("\n### ", 1)[0]
     rules = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL)]
     assert rules == [PAGE_ON_REPLACE, TICKET_ON_NOT_OBSERVABLE]

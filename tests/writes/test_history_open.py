@@ -262,9 +262,8 @@ def test_a_view_of_two_thousand_nodes_draws_only_those_open_or_changed() -> None
 
 def test_the_history_page_in_a_browser_shows_the_open_reboot_above_the_fold_at_two_thousand_nodes(
         tmp_path: Path) -> None:
-    from test_html_browser import CHROMIUM, CONSOLE, HEIGHT, WIDTH, exact_pixels, pixels, screenshot
-
     from gpuaudit.devtools.history_bench import page_height
+    from tests.report.test_html_browser import CHROMIUM, CONSOLE, HEIGHT, WIDTH, exact_pixels, pixels, screenshot
 
     if not CHROMIUM.exists():
         pytest.skip("headless browser check needs /usr/bin/chromium (Debian: apt-get install -y chromium)")
