@@ -1,7 +1,7 @@
 """The deployed MCP endpoint (issue #38) against what the deployed audit wrote: the synthesized state machine runs a
 console audit in moto, then the Lambda handler answers Function URL events (the MCP client's JSON-RPC POSTs) for each
 tool, and every AWS call it makes is evaluated against the synthesized role of the MCP function (as
-tests/test_deployed_iam.py does for the audit's functions). start_audit's execution is run to its end."""
+tests/deployed/test_deployed_iam.py does for the audit's functions). start_audit's execution is run to its end."""
 
 from __future__ import annotations
 

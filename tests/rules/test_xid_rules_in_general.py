@@ -9,7 +9,7 @@
 6. "fallen off the bus" in every driver form is the Xid 79 event, a lone line included;
 7. the signal that decided the verdict leads the terminal XID column, NDJSON/CSV and event `xid_codes`, MCP and
    the alert.
-(8, the current partial hour, is in tests/test_coverage_rules.py beside the other window edges.)
+(8, the current partial hour, is in tests/rules/test_coverage_rules.py beside the other window edges.)
 """
 
 from __future__ import annotations

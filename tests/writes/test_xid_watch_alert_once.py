@@ -4,7 +4,7 @@ RULES §7's verdict asks for an action once; fleet memory keeps it open across a
 audit shows it done. The latest state the alert compares with is kept per mode (a coverage audit and an incident
 audit compare with their own last one), so without reading the open actions the hourly coverage audit after the
 Xid watch's incident audit would say "new verdict REBOOT" a second time for the node on-call was already paged
-for. The deployed sinks run over both history stores (tests/test_alert_actions.py's Deployed)."""
+for. The deployed sinks run over both history stores (tests/writes/test_alert_actions.py's Deployed)."""
 
 from __future__ import annotations
 
