@@ -1,7 +1,9 @@
 """A cluster deleted between runs, in the deployed stack (issue #33, bad input): the local state machine run (moto's
-ASL interpreter running the SYNTHESIZED definition, tests/deployed/test_state_machine.py) routes Inventory's UnknownCluster
+ASL interpreter running the SYNTHESIZED definition, tests/deployed/test_state_machine.py) routes Inventory's
+UnknownCluster
 through its Catch to RecordFailure, which closes the cluster's standing verdicts in the findings table's history
-with the reason, once; a cluster created again under the name starts anew (tests/writes/test_cluster_gone.py: the CLI)."""
+with the reason, once; a cluster created again under the name starts anew (tests/writes/test_cluster_gone.py: the
+CLI)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Every failure is seen (issue #33 item 3): a step killed in the local state machine run (moto's ASL interpreter
-running the SYNTHESIZED definition, tests/deployed/test_state_machine.py) reaches an alarm's metric or the execution-status
-rule, matched against what the template synthesized, not against a copy of it.
+running the SYNTHESIZED definition, tests/deployed/test_state_machine.py) reaches an alarm's metric or the
+execution-status rule, matched against what the template synthesized, not against a copy of it.
 
 - Verdict raises: the child execution still succeeds (its Catch), RecordFailure records the cluster's failed audit
   in the findings table and emits AuditsFailed with exactly the namespace and dimensions the AuditsFailed alarm
