@@ -148,8 +148,8 @@ _.bind  # CDK's IRuleTarget, called by jsii (infra/operations.py NotifyTopic)
 # --- Instruments read by tests and benchmarks only ----------------------------------------------------------------
 
 _.serve_s  # WorldBackend: AWS's side of a wire-mode call (tests/benchmarks/step_memory.py)
-_.unprocessed_returned  # DynamoLimits: items handed back unprocessed (tests/test_dynamo_batch.py)
-_.refuse_next  # EventBridgeStandIn: a refusal injected (tests/test_events.py)
+_.unprocessed_returned  # DynamoLimits: items handed back unprocessed (tests/writes/test_dynamo_batch.py)
+_.refuse_next  # EventBridgeStandIn: a refusal injected (tests/writes/test_events.py)
 _.iam_action  # infra/permissions.py: an operation's IAM action (tests/infra/test_stack_iam.py)
 
 # --- Dead, removal deferred -------------------------------------------------------------------------------------------
@@ -162,6 +162,6 @@ _.latest_kept
 _.run_stdio_async  # agent/server.py AuditorServer: FastMCP.run("stdio") calls it (the override answers bad lines)
 _.isatty  # launcher.py ClosedStream: io and click ask a stream whether it is a terminal
 _.periods_in_window  # model/planned_reads.py EfaCounterSeries: a pydantic field, written to the evidence JSON
-_.already_published  # sinks.py SinkOutcome: the Verdict's summary and tests/test_sinks.py read it
+_.already_published  # sinks.py SinkOutcome: the Verdict's summary and tests/writes/test_sinks.py read it
 _.events_already_sent  # sinks.py SinkOutcome: the same for the events
 _.serve_cpu_s  # embedded/backend.py WorldBackend: tests/benchmarks/step_memory.py subtracts the stand-in's answering

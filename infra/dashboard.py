@@ -9,7 +9,7 @@ Metric dimensions, as the handlers emit them:
 Per-cluster graphs use SEARCH expressions, so every xid_status and verdict appears without being
 listed here, and discovered clusters (`discover: true`) appear without a redeploy. Powertools adds the
 `service` dimension to every metric when POWERTOOLS_SERVICE_NAME is set (the stack sets it), single metrics
-included, so every schema names it (tests/test_deployed_iam.py checks this against what the handlers emit).
+included, so every schema names it (tests/deployed/test_deployed_iam.py checks this against what the handlers emit).
 """
 
 from __future__ import annotations

@@ -210,33 +210,33 @@ def _broken_invariants_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
 # order, so the workers start on them and finish together: `make test` hands out files in collection order
 # (--no-loadscope-reorder; xdist's own order is by number of tests, which put the one-test fault matrix last).
 SLOW_FIRST = (
-    "tests/test_fault_matrix.py",  # every read failing, on every shipped world and mode: ~450 audits, 2 processes
-    "tests/test_html_browser.py",  # a headless Chromium per report (~2.5 s each; skipped where Chromium is absent)
-    "tests/test_stream_partitions.py",
-    "tests/test_collectors.py",
-    "tests/test_cli_operator.py",  # each a `python -m gpuaudit` on a terminal
+    # every read failing, on every shipped world and mode: ~450 audits, 2 processes
+    "tests/scenarios/test_fault_matrix.py",
+    # a headless Chromium per report (~2.5 s each; skipped where Chromium is absent)
+    "tests/report/test_html_browser.py",
+    "tests/collectors/test_stream_partitions.py",
+    "tests/collectors/test_collectors.py",
+    "tests/cli/test_cli_operator.py",  # each a `python -m gpuaudit` on a terminal
     "tests/infra/test_config_scale.py",  # the first CDK synthesis of its worker, and five `python app.py`
-    "tests/test_fuzz_inputs.py",
-    "tests/test_history_bench.py",  # its history page in Chromium too
-    "tests/test_sinks.py",
-    "tests/test_mcp_server.py",
+    "tests/cli/test_fuzz_inputs.py",
+    "tests/benchmarks/test_history_bench.py",  # its history page in Chromium too
+    "tests/writes/test_sinks.py",
+    "tests/agent/test_mcp_server.py",
     "tests/handlers/test_query_budget.py",
-    "tests/test_state_machine.py",
+    "tests/deployed/test_state_machine.py",
     "tests/infra/test_stack_nag.py",  # one `python app.py`, checked against the shared synthesis
-    "tests/test_alert_actions.py",
-    "tests/test_history_open.py",
+    "tests/writes/test_alert_actions.py",
+    "tests/writes/test_history_open.py",
     "tests/infra/test_stack_template.py",
-    "tests/test_world_schema.py",
-    "tests/test_deployed_iam.py",
+    "tests/embedded/test_world_schema.py",
+    "tests/deployed/test_deployed_iam.py",
 )
 
 
 # The files that synthesize the CDK app (tests/infra/cdk_synth.py): one scope for pytest-xdist, so one worker runs them
 # all and the synthesis process starts once (~10 s of CPU for Node.js and cdk-nag) instead of once per worker. A file
 # missing here still works: its worker starts a synthesis process of its own.
-CDK_SYNTH_FILES = ("tests/infra/", "tests/test_state_machine.py", "tests/test_deployed_iam.py",
-                   "tests/test_mcp_deployed.py", "tests/test_audit_order.py", "tests/test_failures_seen.py",
-                   "tests/test_cluster_gone_deployed.py")
+CDK_SYNTH_FILES = ("tests/infra/", "tests/deployed/")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -267,7 +267,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The fuzz suites' figures (how many inputs were tried), printed once at the end of the run."""
-    fuzz = sys.modules.get("tests.test_fuzz_inputs") or sys.modules.get("test_fuzz_inputs")
+    fuzz = sys.modules.get("tests.cli.test_fuzz_inputs") or sys.modules.get("test_fuzz_inputs")
     tried = getattr(fuzz, "TRIED", None)
     if tried and sum(tried.values()):
         terminalreporter.write_line(f"fuzz: {tried['worlds']} hostile worlds (x3 formats), {tried['args']} CLI "

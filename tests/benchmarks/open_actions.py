@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "tests"), str(ROOT / "tests" / "helpers"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "tests"), str(ROOT / "tests" / "helpers"),
+                 str(ROOT / "tests" / "writes"), str(ROOT)]
 
 from helpers.worlds import (  # noqa: E402
     PClusterWorld,  # noqa: E402

@@ -1,4 +1,4 @@
-"""A world-backed account for the Lambda handlers, shared by tests/handlers and tests/test_state_machine.py.
+"""A world-backed account for the Lambda handlers, shared by tests/handlers and tests/deployed/test_state_machine.py.
 
 moto holds the product's own resources (evidence bucket, findings table, alert topic); the embedded
 backend serves every read from a shared world; each handler module's `session_factory` and `clock`

@@ -24,7 +24,7 @@ from gpuaudit.domain.kube_access import RBAC_MANIFEST, READER_GROUP
 from tests.handlers.lambda_harness import LambdaContext
 from tests.helpers.kube_server import kube_server, new_ca
 from tests.helpers.worlds import REGION, HyperPodWorld, audit, node_of
-from tests.test_eks_node_health import EKS, SINCE, UNTIL, eks_world
+from tests.rules.test_eks_node_health import EKS, SINCE, UNTIL, eks_world
 
 READER = "gpuaudit-KubeReadHpEksOrchestrator"
 

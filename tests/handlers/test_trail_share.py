@@ -12,7 +12,7 @@ from handlers import payload, plan, trail_share
 from lambda_harness import LambdaContext, scheduled_event, through_steps, world_account
 
 from gpuaudit.model.evidence import Evidence
-from tests.test_cloudtrail_rate import fleet
+from tests.collectors.test_cloudtrail_rate import fleet
 
 
 def test_the_second_clusters_finish_reads_the_accounts_runinstances_from_the_share(

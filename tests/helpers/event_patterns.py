@@ -3,7 +3,7 @@
 No maintained Python package implements EventBridge's matching (AWS's own is event-ruler, in Java; moto's covers a
 subset), so this follows the EventBridge User Guide ("Amazon EventBridge event patterns", "Content filtering in
 Amazon EventBridge event patterns", "Comparison operators") and is table-tested against its examples
-(tests/test_event_patterns.py):
+(tests/embedded/test_event_patterns.py):
 
 - A pattern is an object; every field it names must match (AND). A nested object matches the event's nested
   object field by field. A field's value is an array of matchers: any one matching suffices (OR).

@@ -13,7 +13,7 @@ file knowing it:
   (Distributed Map), its ResultWriter bucket.
 - every role's trust: the service that runs it may assume it.
 - each Lambda → its own log group, and the table, bucket prefixes and topic its environment names (OWN_CALLS: what
-  the handler does with each; tests/test_deployed_iam.py checks the calls the handlers really make).
+  the handler does with each; tests/deployed/test_deployed_iam.py checks the calls the handlers really make).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from policy_eval import (
 )
 
 # What each handler does with the resources its environment names (verified against real calls in
-# tests/test_deployed_iam.py). (action, env variable, object key or None, extra condition context)
+# tests/deployed/test_deployed_iam.py). (action, env variable, object key or None, extra condition context)
 OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
     "plan": [
         ("dynamodb:PutItem", "FINDINGS_TABLE", None, {}),
@@ -75,7 +75,7 @@ OWN_CALLS: dict[str, list[tuple[str, str, str | None, dict[str, Any]]]] = {
         ("events:PutEvents", "EVENT_BUS", None, {"events:source": "gpuaudit"}),
     ],
 }
-# The MCP endpoint (issue #38; its StartExecution is checked call by call in tests/test_mcp_deployed.py).
+# The MCP endpoint (issue #38; its StartExecution is checked call by call in tests/deployed/test_mcp_deployed.py).
 OWN_CALLS["mcp_endpoint"] = [
     ("dynamodb:Query", "FINDINGS_TABLE", None, {}), ("dynamodb:GetItem", "FINDINGS_TABLE", None, {}),
     ("s3:GetObject", "EVIDENCE_BUCKET", "results/research-hp-slurm/a1.json", {}),
@@ -297,7 +297,7 @@ def _function_edges(p: StackPolicies, logical_id: str, props: dict[str, Any]) ->
     env = n.resolve(props.get("Environment", {}).get("Variables", {}))
     for action, variable, key, extra in OWN_CALLS.get(module, []):
         if variable not in env:
-            continue  # tests/test_deployed_iam.py: a handler needing an unset variable fails there
+            continue  # tests/deployed/test_deployed_iam.py: a handler needing an unset variable fails there
         value = env[variable]
         if variable == "EVIDENCE_BUCKET":
             target = f"arn:aws:s3:::{value}" + (f"/{key}" if key else "")

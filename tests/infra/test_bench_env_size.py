@@ -1,6 +1,6 @@
 """tests/benchmarks/env_size.py at a small fleet's configuration (issue #47 item 7), beside the other syntheses of
 this folder (one synthesis process per worker): it finishes and prints each Lambda's environment bytes against
-Lambda's 4 KB limit. tests/test_benchmarks_small.py runs the other scripts of tests/benchmarks/."""
+Lambda's 4 KB limit. tests/benchmarks/test_benchmarks_small.py runs the other scripts of tests/benchmarks/."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The glossary an agent asks about (the MCP `explain` tool): the words of docs/VERDICTS.md and the Xid catalog.
 
 docs/VERDICTS.md ships inside the package as data/VERDICTS.md (the Lambda package and a wheel have no docs/);
-tests/test_mcp_server.py keeps the two copies identical. Every table row of the page is an entry: its first cell
+tests/agent/test_mcp_server.py keeps the two copies identical. Every table row of the page is an entry: its first cell
 (`REPLACE`, `Measured`, `Proven`, branch `A`, `RULES §7`, …) is the term, the other cells its meaning under their
 column names, and the section it stands in is named. An Xid code is explained from data/xid_catalog.json.
 """

@@ -7,7 +7,7 @@ each difference: rows, hour-bin boundaries, timestamp formats, the `@log` form, 
 limit, the inclusive endTime. Read-only: the calls are FilterLogEvents, StartQuery, GetQueryResults
 and StopQuery (a query that outlives the deadline), through the collectors' read-only port; nothing
 is created in the account. Account IDs are masked in the output. Not run in CI (it needs credentials);
-tests/test_conformance.py runs it against the embedded backend.
+tests/embedded/test_conformance.py runs it against the embedded backend.
 """
 
 from __future__ import annotations

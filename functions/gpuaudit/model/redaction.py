@@ -44,7 +44,7 @@ def redact(text: str, account_ids: set[str] | frozenset[str] = frozenset()) -> s
 
 
 def redact_every_form(text: str, account_ids: set[str] | frozenset[str] = frozenset()) -> str:
-    """`redact` without the MAY_HOLD shortcut (tests/test_redact.py shows the two agree on any text)."""
+    """`redact` without the MAY_HOLD shortcut (tests/report/test_redact.py shows the two agree on any text)."""
     text = DASHED.sub(MASK, text)
     # finditer's spans are ordered and disjoint: only the last one starting at or before a match can hold it
     # (a bisection, not a scan: a 10,000-node report holds tens of thousands of both)
