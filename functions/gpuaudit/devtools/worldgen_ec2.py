@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.devtools.worldgen_fleet import ACCOUNT, REGION, Node
+from gpuaudit.devtools.worldgen_fleet import ACCOUNT, Node
 from gpuaudit.embedded.interface_templates import derived_hex, derived_mac
 from gpuaudit.model.timeutil import iso
 

@@ -57,8 +57,8 @@ def derived_hex(instance_id: str, index: int, path: str) -> str:
 
 def derived_mac(instance_id: str, index: int, path: str) -> str:
     """What `{mac}` stands for: `0a:` then the first five bytes of the same digest, colon-separated."""
-    digest = derived_hex(instance_id, index, path)
-    return "0a:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
+    d = derived_hex(instance_id, index, path)
+    return f"0a:{d[0:2]}:{d[2:4]}:{d[4:6]}:{d[6:8]}:{d[8:10]}"
 
 
 # One filled string: (the instance as written, the interface's position, the string's key path) -> its value.
