@@ -61,25 +61,32 @@ def derived_mac(instance_id: str, index: int, path: str) -> str:
     return f"0a:{d[0:2]}:{d[2:4]}:{d[4:6]}:{d[6:8]}:{d[8:10]}"
 
 
-# One filled string: (the instance as written, the interface's position, the string's key path) -> its value.
-Filler = Callable[[Mapping[str, Any], int, str], Any]
+# One compiled template value: (the instance as written, the interface's position) -> the value served.
+Builder = Callable[[Mapping[str, Any], int], Any]
 
 
-def _filler(text: str) -> Filler | None:
-    """How to fill one template string, or None when it holds no placeholder (served as written)."""
+def _string(text: str, path: str) -> Builder | None:
+    """How to fill one template string at `path`, or None when it holds no placeholder (served as written)."""
     tokens = list(_TOKEN.finditer(text))
     if not tokens:
         return None
-    whole = tokens[0] if len(tokens) == 1 and tokens[0].span() == (0, len(text)) else None
-    if whole is not None and whole.group(1) is not None:
-        name = whole.group(1)
-        return lambda instance, index, path: _value(name, instance, index, path)
+    if len(tokens) == 1 and tokens[0].span() == (0, len(text)) and tokens[0].group(1) is not None:
+        name = tokens[0].group(1)  # the whole string: the value keeps its own type
+        return lambda instance, index: _value(name, instance, index, path)
 
-    def fill(instance: Mapping[str, Any], index: int, path: str) -> str:
-        def one(m: re.Match[str]) -> str:
-            name = m.group(1)
-            return m.group(0)[0] if name is None else str(_value(name, instance, index, path))
-        return _TOKEN.sub(one, text)
+    # The string cut once into literal text and placeholder names: (is a name, text or name), in order
+    parts: list[tuple[bool, str]] = []
+    last = 0
+    for token in tokens:
+        parts.append((False, text[last:token.start()]))
+        name = token.group(1)
+        parts.append((False, token.group(0)[0]) if name is None else (True, name))
+        last = token.end()
+    parts.append((False, text[last:]))
+    parts = [(is_name, part) for is_name, part in parts if is_name or part]
+
+    def fill(instance: Mapping[str, Any], index: int) -> str:
+        return "".join(str(_value(part, instance, index, path)) if is_name else part for is_name, part in parts)
     return fill
 
 
@@ -93,42 +100,37 @@ def _value(name: str, instance: Mapping[str, Any], index: int, path: str) -> Any
     return instance[name]  # the schema checked that the instance has every field its template names
 
 
+def _compile(value: Any, path: str) -> Builder | None:
+    """A builder of copies of `value` with its placeholders filled; None for a value that holds no placeholder, served
+    as written (as an instance's own interfaces are: the backend never changes what it serves). The key paths, which
+    `{hex}` and `{mac}` derive from, are fixed here once rather than per served interface."""
+    if isinstance(value, str):
+        return _string(value, path)
+    if isinstance(value, Mapping):
+        members = [(key, item, _compile(item, f"{path}.{key}" if path else key)) for key, item in value.items()]
+        if all(build is None for _, _, build in members):
+            return None
+        return lambda instance, index: {key: item if build is None else build(instance, index)
+                                        for key, item, build in members}
+    if isinstance(value, list):
+        elements = [(item, _compile(item, f"{path}[{i}]")) for i, item in enumerate(value)]
+        if all(build is None for _, build in elements):
+            return None
+        return lambda instance, index: [item if build is None else build(instance, index) for item, build in elements]
+    return None
+
+
 class InterfaceTemplate:
     """One template, compiled once: each string that holds a placeholder knows how to fill itself."""
 
     def __init__(self, name: str, interfaces: list[dict[str, Any]]) -> None:
         self.name = name
-        self._compiled = [_compile(interface) for interface in interfaces]
+        self._builders = [(interface, _compile(interface, "")) for interface in interfaces]
 
     def expand(self, instance: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The instance's own interfaces: fresh objects, every placeholder filled."""
-        return [_build(plan, instance, index, "") for index, plan in enumerate(self._compiled)]
-
-
-# A compiled JSON value: ("fill", Filler), ("dict", [(key, plan)]), ("list", [plan]) or ("same", value).
-Plan = tuple[str, Any]
-
-
-def _compile(value: Any) -> Plan:
-    if isinstance(value, str):
-        filler = _filler(value)
-        return ("same", value) if filler is None else ("fill", filler)
-    if isinstance(value, Mapping):
-        return ("dict", [(key, _compile(item)) for key, item in value.items()])
-    if isinstance(value, list):
-        return ("list", [_compile(item) for item in value])
-    return ("same", value)
-
-
-def _build(plan: Plan, instance: Mapping[str, Any], index: int, path: str) -> Any:
-    kind, body = plan
-    if kind == "same":
-        return body
-    if kind == "fill":
-        return body(instance, index, path)
-    if kind == "dict":
-        return {key: _build(item, instance, index, f"{path}.{key}" if path else key) for key, item in body}
-    return [_build(item, instance, index, f"{path}[{i}]") for i, item in enumerate(body)]
+        """The instance's own interfaces, every placeholder filled (what holds none is the template's own value)."""
+        return [build(instance, index) if build is not None else interface
+                for index, (interface, build) in enumerate(self._builders)]
 
 
 def served_instance(instance: dict[str, Any], templates: Mapping[str, InterfaceTemplate]) -> dict[str, Any]:
