@@ -179,6 +179,10 @@ CASES: list[tuple[str, Mutation, str]] = [
      "world: faults[0].operation: must be an API operation name such as 'StartQuery', or '*'"),
     ("the same stream twice", lambda r: r["logs"]["groups"][0]["streams"].append(copy.deepcopy(stream0(r))),
      "world: logs.groups[0]: streams[2]: log stream 'ClusterMetrics/slurm' appears twice (first at streams[0])"),
+    ("an instance naming a missing interface template", lambda r: r["ec2"].setdefault("instances", []).append(
+        {"InstanceId": "i-0abc", "network_interfaces_template": "p5.48xlarge"}),
+     "world: ec2.instances[0].network_interfaces_template: no template named 'p5.48xlarge' in "
+     "ec2.network_interface_templates"),
     ("the wrong format", lambda r: r.update(format="gpu-audit-world/2"),
      "world: format: must be 'gpu-audit-world/1', got 'gpu-audit-world/2'"),
 ]

@@ -47,13 +47,17 @@ def world_generate(
     seed: Annotated[int, typer.Option(help="Same seed, same bytes")] = 0,
     instance_type: Annotated[str, typer.Option(help="p5.48xlarge | p5en.48xlarge | p4d.24xlarge")] = "p5.48xlarge",
     host_named: Annotated[bool, typer.Option(help="Name the customer kernel group's streams by host alone")] = False,
+    per_instance_interfaces: Annotated[bool, typer.Option(
+        help="Write each instance's network interfaces out, not one template per instance type "
+             "(docs/WORLD-FORMAT.md)")] = False,
 ) -> None:
     """Generate a large, realistic world: nodes, log groups and streams, silent streams, Xids."""
     from gpuaudit.devtools import worldgen
 
     try:
         spec = worldgen.WorldSpec(kind=kind, nodes=nodes, days=days, silent_fraction=silent_fraction,
-                                  xid_rate=xid_rate, seed=seed, instance_type=instance_type, host_named=host_named)
+                                  xid_rate=xid_rate, seed=seed, instance_type=instance_type, host_named=host_named,
+                                  compact=not per_instance_interfaces)
         world = worldgen.generate(spec)
         size = worldgen.write(world, str(out))
     except ValueError as exc:

@@ -45,6 +45,7 @@ from gpuaudit.devtools.worldgen_ec2 import (
     derived,
     ec2_instance,
     gpu_instance_type,
+    interface_template,
 )
 from gpuaudit.devtools.worldgen_fleet import ACCOUNT, REGION, Ids, Node
 from gpuaudit.model.timeutil import floor_hour, iso, parse_time
@@ -96,6 +97,9 @@ class WorldSpec:
     # The customer kernel group's streams named `{hostname}` (the private DNS name alone) instead of
     # `{hostname}-{instance id}`: an agent configured so, whose streams are found by host name.
     host_named: bool = False
+    # Network interfaces described once per instance type (ec2.network_interface_templates) and named by each
+    # instance, rather than written out per instance: a 10,000-node p5 world is 230 MB smaller (issue #50 item 4).
+    compact: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -297,8 +301,7 @@ def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[Node], 
                         for k in range(1, -(-len(compute) // CAPACITY_BLOCK_MAX))]
     block_of = {n.instance_id: blocks[k // CAPACITY_BLOCK_MAX] for k, n in enumerate(compute)}
     world["ec2"] = {
-        "instances": [ec2_instance(n, spec.cluster_name, spec.instance_type, ids, block_of.get(n.instance_id))
-                      for n in nodes],
+        "instances": [ec2_instance(n, spec.cluster_name, block_of.get(n.instance_id), spec.compact) for n in nodes],
         "capacity_reservations": [{
             "CapacityReservationId": reservation, "OwnerId": ACCOUNT, "InstanceType": spec.instance_type,
             "InstancePlatform": "Linux/UNIX", "AvailabilityZone": "us-west-2b", "AvailabilityZoneId": "usw2-az2",
@@ -310,6 +313,9 @@ def _parallelcluster(world: dict[str, Any], spec: WorldSpec, nodes: list[Node], 
             "EndDate": iso(floor_hour(now) + timedelta(days=5, minutes=30)),
             "CreateDate": iso(created - timedelta(days=1))} for k, reservation in enumerate(blocks)],
     }
+    if spec.compact:
+        world["ec2"]["network_interface_templates"] = [interface_template(t, spec.cluster_name)
+                                                       for t in sorted({n.instance_type for n in nodes})]
     group = f"/aws/parallelcluster/{spec.cluster_name}-{created:%Y%m%d%H%M}"
     streams = []
     for n in nodes:

@@ -4,10 +4,12 @@ network, and each node as DescribeInstances returns it (tags, network interfaces
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.devtools.worldgen_fleet import ACCOUNT, REGION, Ids, Node
+from gpuaudit.devtools.worldgen_fleet import ACCOUNT, Node
+from gpuaudit.embedded.interface_templates import derived_hex, derived_mac
 from gpuaudit.model.timeutil import iso
 
 
@@ -90,31 +92,65 @@ def derived(kind: str, seed: str, digits: int = 17) -> str:
     return hashlib.blake2b(f"{kind}/{seed}".encode(), digest_size=16).hexdigest()[:digits]
 
 
-def _mac(seed: str) -> str:
-    raw = derived("mac", seed, 10)
-    return "0a:" + ":".join(raw[i:i + 2] for i in range(0, 10, 2))
+@dataclass(frozen=True)
+class InterfaceValues:
+    """What varies from one instance's interfaces to another's: the values themselves (the per-instance form), or
+    the placeholders a template fills with them when served (the compact form, embedded/interface_templates.py)."""
+
+    instance_id: str
+    launch: str
+    subnet: str
+    ip: str
+    dns: str
+    attachment_id: Callable[[int], str]
+    mac: Callable[[int], str]
+    eni: Callable[[int], str]
 
 
-def _interface(node: Node, card: int, kind: str, eni: str, subnet: str, group: dict[str, str],
-               with_address: bool) -> dict[str, Any]:
-    """One network interface as DescribeInstances returns it (a p5.48xlarge carries 32, one per network card)."""
-    seed = f"{node.instance_id}/{card}"
-    attach = iso(node.launch)
+PLACEHOLDER_VALUES = InterfaceValues(
+    "{InstanceId}", "{LaunchTime}", "{SubnetId}", "{PrivateIpAddress}", "{PrivateDnsName}",
+    lambda _card: "eni-attach-{hex}", lambda _card: "{mac}", lambda _card: "eni-{hex}")
+
+
+def instance_values(node: Node, subnet: str) -> InterfaceValues:
+    """The values a template's placeholders stand for on this node, derived as the backend derives them."""
+    iid = node.instance_id
+    return InterfaceValues(
+        iid, iso(node.launch), subnet, node.ip, node.dns,
+        lambda card: f"eni-attach-{derived_hex(iid, card, 'Attachment.AttachmentId')}",
+        lambda card: derived_mac(iid, card, "MacAddress"),
+        lambda card: f"eni-{derived_hex(iid, card, 'NetworkInterfaceId')}")
+
+
+def _interface(v: InterfaceValues, card: int, kind: str, group: dict[str, str]) -> dict[str, Any]:
+    """One network interface as DescribeInstances returns it (a p5.48xlarge carries 32, one per network card):
+    card 0 carries the node's address; the other cards' EFA-only interfaces carry RDMA traffic alone."""
     interface: dict[str, Any] = {
-        "Attachment": {"AttachTime": attach, "AttachmentId": f"eni-attach-0{derived('attach', seed, 16)}",
+        "Attachment": {"AttachTime": v.launch, "AttachmentId": v.attachment_id(card),
                        "DeleteOnTermination": True, "DeviceIndex": 0 if card == 0 else 1, "Status": "attached",
                        "NetworkCardIndex": card, "EnaQueueCount": 32 if card == 0 else 8},
-        "Description": "" if card == 0 else f"EFA interface {card} of {node.instance_id}",
-        "Groups": [group], "Ipv6Addresses": [], "MacAddress": _mac(seed), "NetworkInterfaceId": eni,
-        "OwnerId": ACCOUNT, "SourceDestCheck": True, "Status": "in-use", "SubnetId": subnet, "VpcId": VPC,
+        "Description": "" if card == 0 else f"EFA interface {card} of {v.instance_id}",
+        "Groups": [group], "Ipv6Addresses": [], "MacAddress": v.mac(card), "NetworkInterfaceId": v.eni(card),
+        "OwnerId": ACCOUNT, "SourceDestCheck": True, "Status": "in-use", "SubnetId": v.subnet, "VpcId": VPC,
         "InterfaceType": kind, "Operator": {"Managed": False}}
-    if with_address:
-        address = node.index * 32 + card
-        ip = node.ip if card == 0 else f"10.21.{address // 250 % 250}.{address % 250 + 4}"
-        dns = node.dns if card == 0 else f"ip-{ip.replace('.', '-')}.{REGION}.compute.internal"
-        interface.update({"PrivateDnsName": dns, "PrivateIpAddress": ip, "PrivateIpAddresses": [
-            {"Primary": True, "PrivateDnsName": dns, "PrivateIpAddress": ip}]})
+    if card == 0:
+        interface.update({"PrivateDnsName": v.dns, "PrivateIpAddress": v.ip, "PrivateIpAddresses": [
+            {"Primary": True, "PrivateDnsName": v.dns, "PrivateIpAddress": v.ip}]})
     return interface
+
+
+def interfaces(v: InterfaceValues, instance_type: str, cluster: str) -> list[dict[str, Any]]:
+    """A node's interfaces: one EFA interface per network card of a GPU node, one plain interface otherwise."""
+    group = {"GroupId": SG, "GroupName": f"{cluster}-sg"}
+    gpu = GPU_TYPES.get(instance_type)
+    if gpu is None:
+        return [_interface(v, 0, "interface", group)]
+    return [_interface(v, card, "efa" if card == 0 else "efa-only", group) for card in range(gpu.efa_max)]
+
+
+def interface_template(instance_type: str, cluster: str) -> dict[str, Any]:
+    """The compact form's ec2.network_interface_templates entry for one instance type of this cluster."""
+    return {"name": instance_type, "interfaces": interfaces(PLACEHOLDER_VALUES, instance_type, cluster)}
 
 
 def _block_devices(node: Node, head: bool) -> list[dict[str, Any]]:
@@ -126,8 +162,8 @@ def _block_devices(node: Node, head: bool) -> list[dict[str, Any]]:
             for name in names]
 
 
-def ec2_instance(node: Node, cluster: str, instance_type: str, ids: Ids,
-                 reservation: str | None) -> dict[str, Any]:
+def ec2_instance(node: Node, cluster: str, reservation: str | None, compact: bool = True) -> dict[str, Any]:
+    """The node as DescribeInstances returns it; `compact`: its interfaces named by template, not written out."""
     head = node.role == "head"
     subnet = SUBNET_HEAD if head else SUBNET_COMPUTE
     tags = [{"Key": "parallelcluster:cluster-name", "Value": cluster},
@@ -146,11 +182,9 @@ def ec2_instance(node: Node, cluster: str, instance_type: str, ids: Ids,
                                                        f"{derived('fleet', cluster + '/1', 4)}-"
                                                        f"{derived('fleet', cluster + '/2', 12)}"}]
     group = {"GroupId": SG, "GroupName": f"{cluster}-sg"}
-    interfaces = [_interface(node, 0, "interface" if head else "efa", ids.hex("eni-0", 16), subnet, group, True)]
-    if not head:
-        # Card 0 carries the node's address; the other cards' EFA-only interfaces carry RDMA traffic alone.
-        interfaces += [_interface(node, card, "efa-only", ids.hex("eni-0", 16), subnet, group, False)
-                       for card in range(1, GPU_TYPES[instance_type].efa_max)]
+    nics: dict[str, Any] = (
+        {"network_interfaces_template": node.instance_type} if compact
+        else {"NetworkInterfaces": interfaces(instance_values(node, subnet), node.instance_type, cluster)})
     instance: dict[str, Any] = {
         "AmiLaunchIndex": 0, "ImageId": "ami-0732881584d8c4fa2", "InstanceId": node.instance_id,
         "InstanceType": node.instance_type, "LaunchTime": iso(node.launch),
@@ -165,7 +199,7 @@ def ec2_instance(node: Node, cluster: str, instance_type: str, ids: Ids,
         "IamInstanceProfile": {"Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/parallelcluster/{cluster}/"
                                       f"{cluster}-{'HeadNode' if head else 'ComputeNode'}",
                                "Id": "AIPA" + derived("profile", cluster + str(head), 17).upper()},
-        "NetworkInterfaces": interfaces, "RootDeviceName": "/dev/xvda", "RootDeviceType": "ebs",
+        **nics, "RootDeviceName": "/dev/xvda", "RootDeviceType": "ebs",
         "SecurityGroups": [group], "SourceDestCheck": True, "Tags": tags, "VirtualizationType": "hvm",
         "CpuOptions": {"CoreCount": 48 if not head else 4, "ThreadsPerCore": 2},
         "CapacityReservationSpecification": {"CapacityReservationPreference": "open"},

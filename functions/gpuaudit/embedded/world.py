@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.embedded import world_schema as schema
+from gpuaudit.embedded.interface_templates import InterfaceTemplate
 from gpuaudit.model.timeutil import parse_time
 
 # The schema (types, required keys, ranges) lives in world_schema; these names stay importable from here.
@@ -115,6 +116,8 @@ class World:
     faults: list[dict[str, Any]]
     source: str = "<memory>"
     logs_concurrent_queries: int = DEFAULT_LOGS_CONCURRENT_QUERIES
+    # ec2.network_interface_templates by name, compiled once; DescribeInstances expands them per served instance
+    interface_templates: dict[str, InterfaceTemplate] = field(default_factory=dict)
 
     def section(self, service: str, key: str) -> list[Any]:
         return self.data.get(service, {}).get(key, [])
@@ -176,9 +179,10 @@ def parse_world(raw: Any) -> World:
         raw_groups = data["logs"].get("groups", [])
         groups = {g.logGroupName: _log_group(g, raw_g)
                   for g, raw_g in zip(checked.logs.groups, raw_groups, strict=True)}
+    templates = {t.name: InterfaceTemplate(t.name, t.interfaces) for t in checked.ec2.network_interface_templates}
     return World(now=parse_time(checked.now), account_id=checked.account_id, region=checked.region, data=data,
                  log_groups=groups, faults=[dict(f) for f in raw.get("faults", [])],
-                 logs_concurrent_queries=checked.logs_concurrent_queries)
+                 logs_concurrent_queries=checked.logs_concurrent_queries, interface_templates=templates)
 
 
 def _log_group(group: schema.LogGroup, raw_group: dict[str, Any]) -> LogGroup:

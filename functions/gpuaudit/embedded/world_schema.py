@@ -8,7 +8,7 @@ Two kinds of model:
   backend itself reads are typed (an identifier, a timestamp it parses, a list it iterates).
 
 Every violation becomes one line `world: <key path>: <what is wrong>`, all of them in one WorldError (the CLI
-exits 2 with it). Imports: stdlib, pydantic and the model's time helpers only.
+exits 2 with it). Imports: stdlib, pydantic, the model's time helpers and interface_templates' placeholder names.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from gpuaudit.embedded.interface_templates import INSTANCE_FIELDS, PLACEHOLDERS, TEMPLATE_KEY, placeholders_in
 from gpuaudit.model.timeutil import parse_time, to_epoch_ms
 
 FORMAT = "gpu-audit-world/1"
@@ -193,10 +194,38 @@ class Instance(Served):
     InstanceType: Text = ""
     State: InstanceState = InstanceState()
     PrivateDnsName: Text = ""
+    PrivateIpAddress: Text = ""
     VpcId: Text = ""
     SubnetId: Text = ""
     LaunchTime: EpochMs = 0
     Tags: list[Tag] = []
+    # The compact form: the name of an ec2.network_interface_templates entry, expanded when served
+    network_interfaces_template: Name | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _interfaces_once(cls, data: Any) -> Any:
+        if isinstance(data, dict) and TEMPLATE_KEY in data and "NetworkInterfaces" in data:
+            raise PydanticCustomError("template_both", "an instance has either 'NetworkInterfaces' or "
+                                      "'network_interfaces_template', not both")
+        return data
+
+
+def _placeholders_known(interfaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    unknown = sorted(placeholders_in(interfaces) - set(PLACEHOLDERS))
+    if unknown:
+        raise PydanticCustomError("template_placeholder", "unknown placeholder(s) {names}; known: {known} "
+                                  "(write {{ and }} for a literal brace)",
+                                  {"names": ", ".join("{" + u + "}" for u in unknown),
+                                   "known": ", ".join("{" + k + "}" for k in PLACEHOLDERS)})
+    return interfaces
+
+
+class NetworkInterfaceTemplate(Closed):
+    """The network interfaces of one kind of instance, described once (interface_templates.py)."""
+
+    name: Name
+    interfaces: Annotated[list[dict[str, Any]], AfterValidator(_placeholders_known)]
 
 
 class InstanceTypeInfo(Served):
@@ -255,6 +284,26 @@ class Ec2(Closed):
     security_groups: list[SecurityGroup] = []
     subnets: list[Subnet] = []
     route_tables: list[RouteTable] = []
+    network_interface_templates: list[NetworkInterfaceTemplate] = []
+
+    @model_validator(mode="after")
+    def _templates_resolve(self) -> Ec2:
+        _no_repeats([t.name for t in self.network_interface_templates], "network_interface_templates", "template")
+        needs = {t.name: placeholders_in(t.interfaces) & set(INSTANCE_FIELDS) for t in self.network_interface_templates}
+        for i, instance in enumerate(self.instances):
+            name = instance.network_interfaces_template
+            if name is None:
+                continue
+            at = f"instances[{i}].network_interfaces_template"
+            if name not in needs:
+                raise PydanticCustomError("template_ref", "no template named {name} in "
+                                          "ec2.network_interface_templates", {"at": at, "name": _shown(name)})
+            missing = sorted(needs[name] - instance.model_fields_set)
+            if missing:
+                raise PydanticCustomError("template_ref", "template {name} fills {fields} from the instance, "
+                                          "which has no such key", {"at": at, "name": _shown(name),
+                                                                    "fields": ", ".join(missing)})
+        return self
 
 
 # -- CloudTrail, CloudWatch, FSx, EventBridge, Health, Service Quotas -------------------------------------
@@ -552,12 +601,14 @@ def _explain(error: Any) -> str:
     elif kind in ("string_too_short", "string_too_long"):
         what = f"must have {ctx.get('min_length', 1)} to {ctx.get('max_length', MAX_NAME_CHARS):,} characters"
         got = f", got {len(error['input']):,}" if isinstance(error.get("input"), str) else got
-    elif kind.startswith(("timestamp", "json_text", "periodic", "fault_kind", "duplicate")):
+    elif kind.startswith(("timestamp", "json_text", "periodic", "fault_kind", "duplicate", "template")):
         what = error["msg"]
         got = got if kind in ("timestamp_type", "timestamp_range", "json_text") else ""
     else:
         what = str(error["msg"])
     where = key_path(loc)
+    if kind == "template_ref":  # raised by the section, about one of its instances: named down to that key
+        where = f"{where}.{ctx['at']}"
     return f"world: {where}: {what}{got}" if where else f"world: {what}{got}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gpuaudit.embedded.interface_templates import served_instance
 from gpuaudit.embedded.responders.registry import ApiError, Backend, by_id, page, responds
 
 
@@ -70,6 +71,12 @@ def _describe_instances(b: Backend, p: dict[str, Any]) -> dict[str, Any]:
                    "InvalidInstanceID.NotFound", "instance")
     items = _ec2_filter(items, p.get("Filters", []), INSTANCE_FIELDS)
     body = page([{"Instances": [i]} for i in items], p, "Reservations", default=1000)
+    # Compact worlds describe interfaces once per template: each instance of this page gets its own (only the
+    # page's, so a 10,000-node world never holds every instance's interfaces at once).
+    templates = b.world.interface_templates
+    if templates:
+        body["Reservations"] = [{"Instances": [served_instance(i, templates) for i in r["Instances"]]}
+                                for r in body["Reservations"]]
     return body
 
 
