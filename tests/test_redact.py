@@ -3,11 +3,13 @@ prefix and bare 12-digit IDs are masked; ParallelCluster log-group timestamps ar
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.model.redaction import MAY_HOLD, redact_every_form, redact_tree
+from gpuaudit.model.redaction import MAY_HOLD, redact_every_form, redact_tree, redact_trees
 from gpuaudit.report.redact import MASK, redact
 
 ACCOUNT = "111122223333"
@@ -159,3 +161,13 @@ def test_line_by_line_redaction_agrees_with_one_pass_over_the_whole_text(text: s
 @given(st.text(alphabet=_ACCOUNT_ALPHABET + "\nx", max_size=80))
 def test_line_by_line_redaction_agrees_on_any_text(text: str) -> None:
     assert redact(text) == _reference_redaction(text, frozenset())
+
+
+def test_redact_trees_redacts_each_document_as_redact_tree_does() -> None:
+    arn = f"arn:aws:sagemaker:us-west-2:{ACCOUNT}:cluster/abc"
+    shared = f"reboot i-0123456789012abcd, c-{ACCOUNT}"  # one string on several documents, redacted once
+    docs = [{"cluster": {"arn": arn}, "actions": [shared]}, {"cluster": f"c-{ACCOUNT}", "actions": [shared, arn]},
+            {"record": "check", "reason": "1111-2222-3333", "group": "/aws/parallelcluster/x-202608261551"}]
+    assert redact_trees(docs) == [redact_tree(d) for d in docs]
+    assert redact_trees(docs, keep=frozenset()) == [redact_tree(d, keep=frozenset()) for d in docs]
+    assert redact_trees(docs)[0]["cluster"]["arn"] == arn and ACCOUNT not in json.dumps(redact_trees(docs)[1:])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from bisect import bisect_right
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -90,8 +91,15 @@ def _quoted_timestamp(text: str, match: re.Match[str], account_ids: set[str] | f
 def redact_tree(value: Any, keep: frozenset[str] = frozenset({"cluster.arn"})) -> Any:
     """Every string of a JSON document redacted, except the dotted paths in `keep` (OUTPUT-CONTRACT: only
     `cluster.arn` may keep the account ID)."""
+    return redact_trees([value], keep)[0]
+
+
+def redact_trees(values: Iterable[Any], keep: frozenset[str] = frozenset({"cluster.arn"})) -> list[Any]:
+    """`redact_tree` of each value, a string met in several redacted once for all (a grouped action naming every node
+    is on each node's record: 10,000 records redacted it 10,000 times)."""
     prefixes = frozenset(".".join(p.split(".")[:depth]) for p in keep for depth in range(1, p.count(".") + 2))
-    return _Redactor(keep, prefixes).tree(value, "")
+    redactor = _Redactor(keep, prefixes)
+    return [redactor.tree(value, "") for value in values]
 
 
 class _Redactor:
