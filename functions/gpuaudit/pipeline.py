@@ -31,6 +31,7 @@ from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELI
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.model.evidence import NAMED_BY_OPERATOR, AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
 from gpuaudit.model.evidence_parts import Part, merged
+from gpuaudit.model.gcpause import collection_paused
 from gpuaudit.model.history import (
     CLUSTER_GONE,
     DEFAULT_LOOKBACK_DAYS,
@@ -262,9 +263,11 @@ def judge_with_history(evidence: Evidence, config: JudgeConfig, history: History
     the deployed Verdict step (handlers/verdict.py) both call it, so a change to the order changes both."""
     evidence = read_history(history, evidence, lookback_days)
     (progress or Silent()).phase("judging", nodes=len(evidence.nodes))
-    result = judge(evidence, config, generated_at=generated_at)
+    with collection_paused():  # the result's objects all live until the end: a full collection frees nothing
+        result = judge(evidence, config, generated_at=generated_at)
     result = record_history(history, result, evidence, retention_days)
-    return JudgedAudit(finalize(result, evidence), evidence)
+    with collection_paused():
+        return JudgedAudit(finalize(result, evidence), evidence)
 
 
 def run_audit(aws: Aws, request: AuditRequest, config: JudgeConfig | None = None,

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import pytest
 from helpers.worlds import PClusterWorld, at
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuaudit.rules.memory_signals import MEMORY_SIGNALS, may_hold_memory_signal
 
 
 def audited(text: str):
@@ -64,3 +68,20 @@ def test_a_clean_reading_is_no_signal(text: str) -> None:
     assert node.verdict is None
     assert node.xid_status == "Measured"
     assert branches["A"].status == "Ruled out"
+
+
+# The one test that lets a line through to the nine signal patterns (memory_signals.py may_hold_memory_signal) must pass
+# every line any of them matches, whatever its case: Unicode letters the regex engine folds to ASCII ones (ſ, K, İ) too.
+_FOLDED = {"s": "ſ", "k": "K", "i": "İı"}
+_MARKER_VARIANTS = st.sampled_from([s.marker for s in MEMORY_SIGNALS]).flatmap(
+    lambda marker: st.tuples(*[st.sampled_from(sorted({ch, ch.upper(), ch.lower(), *_FOLDED.get(ch.lower(), "")}))
+                               for ch in marker]).map("".join))
+_SIGNAL_TAILS = st.sampled_from(["", " : Yes", ": yes", " Pending : Yes", " … Pending: Yes", " Partial : 2", ": No"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=8), _MARKER_VARIANTS, _SIGNAL_TAILS, st.text(max_size=8))
+def test_no_line_a_memory_signal_matches_is_kept_from_it(before: str, marker: str, tail: str, after: str) -> None:
+    message = before + marker + tail + after
+    if any(signal.seen_in(message) for signal in MEMORY_SIGNALS):
+        assert may_hold_memory_signal(message)

@@ -9,8 +9,9 @@ One generated world (gpuaudit.devtools.worldgen), three fresh processes, so each
   for every GPU node and every log source, two Logs Insights queries on that node's stream,
   `filter @logStream = "<s>" and @message like /kernel:/ | stats count(*)` and
   `filter @logStream = "<s>" | stats count(*) by bin(1h)`, each polled to completion.
-* **judge**: rules + report alone (`rules.judge.judge` then `report.markdown.finalize`) on the
-  Evidence that `collect()` returned in the ours step, reloaded from its JSON.
+* **judge**: rules + report alone (`rules.judge.judge` then `report.markdown.finalize`, as
+  `pipeline.judge_with_history` runs them without a history) on the Evidence that `collect()` returned in the ours
+  step, reloaded from its JSON.
 
 Two honest simplifications, both in the naive strategy's favour:
 
@@ -419,15 +420,15 @@ def step_naive(args: dict[str, Any]) -> dict[str, Any]:
 
 def step_judge(args: dict[str, Any]) -> dict[str, Any]:
     from gpuaudit.model.evidence import Evidence
-    from gpuaudit.report.markdown import finalize
-    from gpuaudit.rules.judge import JudgeConfig, judge
+    from gpuaudit.pipeline import judge_with_history
+    from gpuaudit.rules.judge import JudgeConfig
 
     text = Path(args["evidence"]).read_text(encoding="utf-8")
     evidence = Evidence.model_validate_json(text)
     del text
     before = _peak_rss_mb()
     started, cpu = time.perf_counter(), time.process_time()
-    result = finalize(judge(evidence, JudgeConfig(), generated_at=evidence.now), evidence)
+    result = judge_with_history(evidence, JudgeConfig(), None, evidence.now).result  # as the CLI and Verdict run it
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_rss_mb": _peak_rss_mb(), "rss_before_mb": before,
             "evidence_mb": round(Path(args["evidence"]).stat().st_size / 1e6, 2),

@@ -17,6 +17,7 @@ from pydantic import (
     field_serializer,
 )
 
+from gpuaudit.model.gcpause import collection_paused
 from gpuaudit.model.redaction import redact_tree
 from gpuaudit.model.timeutil import UtcDatetime, iso
 
@@ -335,4 +336,5 @@ class Result(Out):
         """The result document as every consumer reads it: account IDs redacted in every field but
         `cluster.arn` (OUTPUT-CONTRACT privacy)."""
         # ensure_ascii: DEL and C1 controls (e.g. U+009B, a terminal's CSI) are \u-escaped like the C0 ones
-        return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True)), indent=2, ensure_ascii=True)
+        with collection_paused():  # the document's objects all live until it is written (model/gcpause.py)
+            return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True)), indent=2, ensure_ascii=True)
