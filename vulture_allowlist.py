@@ -18,6 +18,7 @@ _: Any = None
 _.InstanceGroupName  # ClusterNode, ClusterEvent, InstanceGroup
 _.InstanceType  # ClusterNode, InstanceGroup, Instance, InstanceTypeInfo, CapacityReservation
 _.LaunchTime  # ClusterNode, Instance
+_.PrivateIpAddress  # Instance (the compact form's templates read it from the dumped instance, not by attribute)
 _.EventTime  # ClusterEvent, TrailEvent
 _.EventId  # ClusterEvent, TrailEvent
 _.ResourceType  # ClusterEvent, TrailResource
