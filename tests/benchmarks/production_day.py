@@ -31,9 +31,10 @@ What is real and what is modelled:
   hourly audit (docs/BENCHMARKS.md's incremental figures), the cost prices (us-east-1 list prices).
 
 Injected faults (each with the alarms it must raise, EXPECTED_ALARMS): a CollectLogs killed mid-query, the hour's
-execution stopped, a Lambda timeout (a Verdict, on its attempt and on the definition's Sandbox.Timedout retry, then
-its Catch), Logs Insights throttling for an hour; the kill and the timeout hit the first such step of a scheduled
-audit in their hour. `alarms_fired` names each alarm and the fault that explains it (null: none does).
+execution stopped mid-query, a Lambda timeout (a Verdict, on its attempt and on the definition's Sandbox.Timedout retry,
+then its Catch), Logs Insights throttling for an hour; the kill, the stop and the timeout hit the first such step of
+a scheduled audit in their hour (the stop halfway through its first CollectLogs, its leases held). `alarms_fired`
+names each alarm and the fault that explains it (null: none does).
 
 The JSON is written to FIGURES (stdout); log lines go to stderr.
 """
@@ -506,6 +507,8 @@ class Day:
                     self.emit("StepErrors", 1.0)
                     self.at(self.now + seconds / 2, lambda: batch_done(leases, release=False))
                 return
+            if attempt == 0 and self.fault_now("execution_stopped", "", execution):  # stopped mid-query, leases held
+                self.at(self.now + seconds / 2, functools.partial(self.finish, execution, "ABORTED"))
             self.invoke("CollectLogs", seconds)
             self.at(self.now + seconds, lambda: batch_done(leases, release=True))
 
@@ -548,13 +551,6 @@ class Day:
                 return True
         return False
 
-    def stop(self, fault: Fault) -> None:
-        running = [e for e in self.executions.values() if e.status == "RUNNING" and e.trigger == "schedule"]
-        if running:
-            fault.execution = running[-1].arn
-            self.finish(running[-1], "ABORTED")
-
-
 def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: int, seed: int = 7) -> dict[str, Any]:
     warmup = 1  # one period before the measured day, on the marks of a deployment that ran yesterday
     with mock_aws():
@@ -569,8 +565,8 @@ def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: i
         hyperpod = next(c.name for c in clusters if c.kind == "hyperpod")
         pcluster = [c.name for c in clusters if c.kind == "parallelcluster"]
         at = [periods * k // 24 for k in (3, 7, 11, 15)]  # hours 3, 7, 11, 15 of a 24-period day
-        # the kill and the timeout hit the first CollectLogs / Verdict of a scheduled audit in their hour: with more
-        # targets than one execution plans, a given cluster is not audited every hour
+        # the kill, the stop and the timeout hit the first CollectLogs / Verdict of a scheduled audit in their hour:
+        # with more targets than one execution plans, a given cluster is not audited every hour
         day.faults = [Fault("collectlogs_killed", at[0]), Fault("execution_stopped", at[1]),
                       Fault("lambda_timeout", at[2]), Fault("insights_throttling", at[3])]
         burst_hour, warnings = periods * 5 // 24, (periods * 9 // 24, periods * 18 // 24)
@@ -595,8 +591,6 @@ def simulate(stack: Stack, model: StepModel, clusters: list[Cluster], periods: i
         for line in watch_lines(clusters, periods, random.Random(seed)):
             day.watch_lines.append(line)
             day.at(line.started, functools.partial(event, "xid-watch", line.cluster, "incident"))
-        stopped = next(f for f in day.faults if f.kind == "execution_stopped")
-        day.at(stopped.hour * 3600.0 + 240, lambda: day.stop(stopped))  # the hour's schedule, under way
         day.run_until(periods * 3600.0)
         outstanding = _outstanding_leases(ddb, DAY_START.timestamp() + day.now)
         return figures(day, stack, model, outstanding)
