@@ -507,7 +507,7 @@ class Day:
                     self.emit("StepErrors", 1.0)
                     self.at(self.now + seconds / 2, lambda: batch_done(leases, release=False))
                 return
-            if attempt == 0 and self.fault_now("execution_stopped", "", execution):  # stopped mid-query, leases held
+            if attempt == 0 and self.fault_now("execution_stopped", cluster, execution):  # mid-query, leases held
                 self.at(self.now + seconds / 2, functools.partial(self.finish, execution, "ABORTED"))
             self.invoke("CollectLogs", seconds)
             self.at(self.now + seconds, lambda: batch_done(leases, release=True))
