@@ -7,12 +7,10 @@ used. Every error names the key path, so the CLI can say exactly what is wrong (
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import chain, repeat
@@ -22,6 +20,7 @@ from typing import Any
 
 from gpuaudit.embedded import world_schema as schema
 from gpuaudit.embedded.interface_templates import InterfaceTemplate
+from gpuaudit.model.gcpause import collection_paused
 from gpuaudit.model.timeutil import parse_time
 
 # The schema (types, required keys, ranges) lives in world_schema; these names stay importable from here.
@@ -140,7 +139,9 @@ def load_world(path: str | Path) -> World:
         raise WorldError(f"cannot read world file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise WorldError(f"world file {path} is not UTF-8: {exc}") from None
-    with _without_cyclic_gc():
+    # JSON values hold no reference cycles: the collector's passes over a big world's millions of fresh objects
+    # find nothing and cost most of the load time (a 10,000-node world: 2.6 s -> 0.7 s to validate and build)
+    with collection_paused():
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -156,24 +157,11 @@ def load_world(path: str | Path) -> World:
     return world
 
 
-@contextmanager
-def _without_cyclic_gc() -> Iterator[None]:
-    """JSON values hold no reference cycles: the collector's passes over a big world's millions of fresh objects
-    find nothing and cost most of the load time (a 10,000-node world: 2.6 s -> 0.7 s to validate and build)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def parse_world(raw: Any) -> World:
     """A world from its JSON value: validated against the schema first (WorldError naming every bad key path),
     then built. The served sections stay as written (the backend shapes them per call); log lines are read
     from the validated model, their timestamps already in epoch milliseconds."""
-    with _without_cyclic_gc():
+    with collection_paused():  # as above: no cycles to find
         checked = schema.validate_world(raw)
         data: dict[str, dict[str, list[Any]]] = {section: raw.get(section, {}) for section in schema.SECTIONS}
         raw_groups = data["logs"].get("groups", [])
