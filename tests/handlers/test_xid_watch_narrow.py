@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handlers import plan, verdict
+from handlers import inventory, plan, verdict
+from handlers.payload import load
 from helpers.worlds import PClusterWorld, at
 from lambda_harness import Account, LambdaContext, through_steps, world_account
 from test_xid_watch_plan import alarm_event
@@ -105,9 +106,6 @@ def test_a_locate_past_the_row_cap_narrows_nothing(world_file: Path, monkeypatch
     monkeypatch.setattr(insights, "MAX_ROWS", 2)  # the two streams fill the cap: a third could be past it
     with account_for(w, world_file, monkeypatch) as account:
         (target,) = plan.handler(alarm_event(CLUSTER, ALARM), LambdaContext())["targets"]
-        from handlers import inventory
-        from handlers.payload import load
-
         found = inventory.handler(target, LambdaContext())
         evidence = load(found["evidence"], account.session.client("s3"))
     assert {n["instance_id"] for n in evidence["nodes"]} == {w.head.instance_id, *(n.instance_id for n in w.compute)}

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors import insights  # insights.MAX_ROWS: one cap, patched in one place
+from gpuaudit.collectors.aws import Aws
 from gpuaudit.collectors.insights import MAX_GROUPS_PER_QUERY, InsightsRunner, _batches, _group_name
 from gpuaudit.collectors.log_queries import xid_locate_query
 from gpuaudit.collectors.query_budget import QuerySlots
@@ -47,8 +47,8 @@ def locate_streams(aws: Aws, groups: Sequence[str], terms: Sequence[str], start:
         if len(rows) >= insights.MAX_ROWS:
             gaps.append(Gap(kind="truncated", service="logs", operation="GetQueryResults", target=", ".join(batch),
                             outcome="reached the row cap",
-                            unseen=f"xid-locate query returned {len(rows)} streams, the {insights.MAX_ROWS}-row cap: streams "
-                                   "past it were not returned"))
+                            unseen=f"xid-locate query returned {len(rows)} streams, the {insights.MAX_ROWS}-row "
+                                   "cap: streams past it were not returned"))
             whole = False
             continue
         found.update(dict.fromkeys((_group_name(r.get("@log", "")), r.get("@logStream", "")) for r in rows))

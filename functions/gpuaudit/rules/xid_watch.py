@@ -12,6 +12,7 @@ from datetime import timedelta
 from gpuaudit.domain.markers import FALLEN_OFF_BUS_MARKER
 from gpuaudit.domain.streams import NodeIndex, stream_node_ids
 from gpuaudit.model.evidence import NodeInfo, NodeScope
+from gpuaudit.rules.actions import NAMED_UP_TO  # the nodes a line names; the result's `narrowed_to` holds every one
 from gpuaudit.rules.xid_catalog import load_catalog
 
 # The classes a line of which starts an incident audit: RULES §6's hardware class (a verdict on the node) and
@@ -43,11 +44,11 @@ LOCATE_AHEAD = timedelta(seconds=ALARM_PERIOD_S)
 def watched_codes(overrides: Iterable[str] = ()) -> list[int]:
     """The catalog's hardware-class and unverified codes, with the deployment's `xid_class_overrides` (CODE=CLASS)
     applied: an override to hardware adds a code, an override away from it removes one."""
-    classes = {entry.code: entry.class_ for entry in load_catalog().codes}
+    classes: dict[int, str] = {entry.code: entry.class_ for entry in load_catalog().codes}
     for item in overrides:
         code, _, klass = item.partition("=")
         if code.strip().isdigit():
-            classes[int(code)] = klass.strip()  # type: ignore[assignment]
+            classes[int(code)] = klass.strip()
     return sorted(code for code, klass in classes.items() if klass in WATCHED_CLASSES)
 
 
@@ -74,7 +75,6 @@ def filter_pattern(overrides: Iterable[str] = ()) -> str:
     return pattern
 
 
-NAMED_UP_TO = 10  # nodes the scope line names; the result's `narrowed_to` holds every one
 WHOLE_CLUSTER = "audit of the whole cluster"
 
 
@@ -89,8 +89,8 @@ def node_scope(streams: Sequence[tuple[str, str]] | None, unread: str, nodes: Se
     index = NodeIndex(nodes)
     named = sorted({iid for _group, stream in streams for iid in stream_node_ids(stream, index)})
     if not named:
-        found = f"the {len(streams)} streams holding such a line name" if streams else "no stream holds such a line, " \
-            "so they name"
+        found = (f"the {len(streams)} stream(s) holding such a line name" if streams
+                 else "no stream holds such a line, so they name")
         return NodeScope(said=f"{WHOLE_CLUSTER}: the lines that tripped the Xid watch were searched for in the "
                               f"minutes around the alarm, and {found} no node of the cluster")
     shown = ", ".join(named[:NAMED_UP_TO]) + (f" (+{len(named) - NAMED_UP_TO} more in the result's narrowed_to)"
