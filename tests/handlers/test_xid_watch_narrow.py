@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from handlers import inventory, plan, verdict
 from handlers.payload import load
-from helpers.worlds import PClusterWorld, at
+from helpers.worlds import HyperPodWorld, PClusterWorld, WorldBuilder, at
 from lambda_harness import Account, LambdaContext, through_steps, world_account
 from test_xid_watch_plan import alarm_event
 
@@ -49,14 +49,14 @@ def world_file(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "watch.world.json"
 
 
-def account_for(w: PClusterWorld, path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def account_for(w: WorldBuilder, path: Path, monkeypatch: pytest.MonkeyPatch, cluster: str = CLUSTER) -> Any:
     path.write_text(json.dumps(w.raw), encoding="utf-8")
-    return world_account(monkeypatch, path, clusters=(CLUSTER,))
+    return world_account(monkeypatch, path, clusters=(cluster,))
 
 
-def watch_audit(account: Account) -> dict[str, Any]:
+def watch_audit(account: Account, cluster: str = CLUSTER) -> dict[str, Any]:
     """The alarm's event through Plan and every step of the cluster's audit: the result JSON the Verdict wrote."""
-    (target,) = plan.handler(alarm_event(CLUSTER, ALARM), LambdaContext())["targets"]
+    (target,) = plan.handler(alarm_event(cluster, ALARM), LambdaContext())["targets"]
     out = verdict.handler(through_steps(target), LambdaContext())
     return account.read_json(out["result"]["json"])
 
@@ -124,3 +124,18 @@ def test_an_application_xid_13_alone_narrows_to_no_node_and_the_audit_is_the_who
     assert result["cluster_state"][0] == ("audit of the whole cluster: the lines that tripped the Xid watch were "
                                           "searched for in the minutes around the alarm, and no stream holds such a "
                                           "line, so they name no node of the cluster")
+
+
+def test_on_hyperpod_the_node_streams_of_the_cluster_log_group_name_the_node(
+        world_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HyperPod writes each node's lines to `<instance group>/<instance-id>` in the cluster's log group."""
+    w = HyperPodWorld("hp-train", gpu_nodes=3, gpu_type="ml.p5.48xlarge")
+    for node in w.gpu:
+        w.kernel_stream(w.group, f"{node.group}/{node.instance_id}", at(-48), at(12, 25), host=node.hostname)
+    tripped = w.gpu[2]
+    w.stream(w.group, f"{tripped.group}/{tripped.instance_id}", events=[(TRIPPED, xid_line(tripped.hostname, 79))])
+    with account_for(w, world_file, monkeypatch, "hp-train") as account:
+        result = watch_audit(account, "hp-train")
+    assert verdicts(result) == {tripped.instance_id: "REBOOT"} and result["cluster"]["kind"] == "hyperpod-slurm"
+    assert result["narrowed_to"] == [tripped.instance_id]
+    assert "the rest of the cluster (3 node(s)) is audited hourly" in result["cluster_state"][0]  # controller + 2
