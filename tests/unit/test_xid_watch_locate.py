@@ -14,7 +14,7 @@ from gpuaudit import pipeline
 from gpuaudit.collectors.log_queries import xid_locate_query
 from gpuaudit.model.evidence import AuditRequest, NodeInfo
 from gpuaudit.model.timeutil import parse_time
-from gpuaudit.rules.xid_watch import LOCATE_AHEAD, LOCATE_LOOKBACK, filter_pattern, node_scope, watch_terms
+from gpuaudit.rules.xid_watch import filter_pattern, node_scope, watch_terms
 
 ALARM_MINUTE = parse_time("2026-10-01T12:10:00Z")
 OVERRIDES = ["13=hardware", "48=application"]
@@ -30,12 +30,6 @@ def test_the_locate_query_looks_for_exactly_the_metric_filters_terms() -> None:
         assert locate_terms(xid_locate_query(watch_terms(overrides))) == [t.text for t in parse(
             filter_pattern(overrides))]
     assert "): 13," in watch_terms(OVERRIDES) and "): 13," not in watch_terms()  # the deployment's overrides count
-
-
-def test_the_locate_window_holds_a_line_from_the_alarms_own_minute_to_its_evaluation() -> None:
-    # the alarm evaluates a minute once it has ended, its datapoint up to 35 s late, at its own tick (≤ 60 s more):
-    # a line written 2 min 35 s before the alarm's minute can still be the one that tripped it
-    assert LOCATE_LOOKBACK.total_seconds() == 60 + 5 + 30 + 60 and LOCATE_AHEAD.total_seconds() == 60
 
 
 def fleet(dns_streams: bool = False) -> PClusterWorld:
@@ -102,3 +96,18 @@ def test_an_application_xid_13_line_is_not_the_watchs() -> None:
     line = "ip-10-0-0-2 kernel: NVRM: Xid (PCI:0000:53:00): 13, pid=2211, name=python3, Graphics SM Warp Exception"
     assert not matches(filter_pattern(), line)
     assert not any(term in line for term in watch_terms())  # the locate query's `like` tests: substrings
+
+
+def test_the_locate_window_holds_the_lines_that_could_have_tripped_the_alarm_and_no_earlier_one() -> None:
+    """The alarm (period 60 s) sees a line's minute once it has ended, its datapoint up to 35 s late (agent flush 5 s,
+    filter to metric 30 s assumed), at its once-a-minute evaluation: a line 2 min 30 s before the alarm's minute can
+    be the one that tripped it, and so can one in that minute after its start; one 4 minutes before cannot (it tripped
+    an earlier evaluation)."""
+    w = PClusterWorld("gpu-fleet", n_compute=3)
+    for node, written in zip(w.compute, (at(12, 7, 30), at(12, 10, 40), at(12, 6)), strict=True):
+        stream = w.stream_name(node)
+        w.kernel_stream(w.group, stream, at(-48), at(12, 25), host=node.hostname)
+        w.stream(w.group, stream, events=[(written, f"{node.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, pid=0")])
+    evidence = narrowed(w, incident("gpu-fleet"))
+    assert evidence.node_scope is not None
+    assert evidence.node_scope.narrowed_to == sorted(n.instance_id for n in w.compute[:2])
