@@ -140,7 +140,9 @@ class AuditFunctions(Construct):
         deployment = {DEPLOYMENT_ENV: DEPLOYMENT_PATH}
         specific = {
             "Plan": {"FINDINGS_TABLE": store.table.table_name, **deployment, **execution_shape(config)},
-            "Inventory": dict(deployment), "Finish": dict(deployment),
+            # Inventory: an Xid watch audit locates its lines with the watch's terms, the overrides applied (issue #51)
+            "Inventory": {**deployment, "GPUAUDIT_XID_CLASS_OVERRIDES": ",".join(config.xid_class_overrides)},
+            "Finish": dict(deployment),
             "CollectLogs": {**deployment, "FINDINGS_TABLE": store.table.table_name,
                             "GPUAUDIT_QUERY_DEADLINE_S": str(config.logs_insights_deadline_minutes * 60),
                             "GPUAUDIT_QUERY_SLOTS": str(config.query_slots)},

@@ -7,6 +7,7 @@ read, judge, history recorded, finalize) is one function both call, `judge_with_
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -27,6 +28,7 @@ from gpuaudit.collectors.lagging import read_lagging
 from gpuaudit.collectors.log_sources import discover_log_groups
 from gpuaudit.collectors.logs import BatchEvidence, BatchRead, LogWindow, collect_batch, log_batches, merge_batches
 from gpuaudit.collectors.query_budget import QuerySlots
+from gpuaudit.collectors.xid_locate import locate_streams
 from gpuaudit.domain.timing import KERNEL_DEEP_LOOKBACK, KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded, resolve_window
 from gpuaudit.model.evidence import NAMED_BY_OPERATOR, AuditRequest, ClusterInfo, Evidence, Gap, NodeInfo
@@ -49,6 +51,7 @@ from gpuaudit.report.markdown import finalize
 from gpuaudit.rules.history import actions_by_node, entries_for
 from gpuaudit.rules.judge import JudgeConfig, judge
 from gpuaudit.rules.reboots import reboots_by_node
+from gpuaudit.rules.xid_watch import LOCATE_AHEAD, LOCATE_LOOKBACK, node_scope, watch_terms
 from gpuaudit.writes.history import HistoryUnreadable
 from gpuaudit.writes.sinks import RETENTION_DAYS
 
@@ -78,6 +81,28 @@ def read_inventory(aws: Aws, request: AuditRequest, progress: ProgressHook | Non
     cluster = cluster.model_copy(update={"labelled_fleet": request.fleet})
     return Evidence(mode=request.mode, cluster=cluster, window=window, now=now, nodes=nodes, log_groups=groups,
                     gaps=gaps, named_file_systems=list(dict.fromkeys(request.file_system_ids)), kube_nodes=kube)
+
+
+def narrow_to_watch(aws: Aws, evidence: Evidence, alarm_at: datetime, overrides: Iterable[str] = ()) -> Evidence:
+    """An Xid watch audit (issue #51 item 1), after the inventory: locate the nodes whose lines tripped the watch
+    (one Logs Insights query over the audit's log groups, `LOCATE_LOOKBACK` before the alarm's minute to
+    `LOCATE_AHEAD` after it, with the watch's own terms and the deployment's class overrides) and judge only those;
+    when they cannot be located, every node, and the result says why (rules/xid_watch.py::node_scope)."""
+    located = locate_streams(aws, [g.name for g in evidence.log_groups], watch_terms(overrides),
+                             alarm_at - LOCATE_LOOKBACK, alarm_at + LOCATE_AHEAD)
+    unread = "; ".join(g.prose() for g in located.gaps) or "the query did not answer"
+    scope = node_scope(located.streams, unread, evidence.nodes)
+    return in_scope(evidence.model_copy(update={"node_scope": scope}))
+
+
+def in_scope(evidence: Evidence) -> Evidence:
+    """The evidence's nodes within its scope: an audit narrowed to some nodes keeps only those, also when a later
+    read (streams of vanished nodes, launches in CloudTrail) finds more of the cluster's."""
+    narrowed = evidence.node_scope.narrowed_to if evidence.node_scope else None
+    if narrowed is None:
+        return evidence
+    keep = set(narrowed)
+    return evidence.model_copy(update={"nodes": [n for n in evidence.nodes if n.instance_id in keep]})
 
 
 def eks_inventory(aws: Aws, request: AuditRequest, gaps: list[Gap],
@@ -150,7 +175,7 @@ def finish_collection(aws: Aws, evidence: Evidence, batches: list[BatchEvidence]
     """Step 3: join the batches, profile the instance types, read the control plane. Each collector returns the
     part it read, merged in order (model/evidence_parts.py::merged), so a later read sees what an earlier found."""
     evidence = merged(evidence, launched_by_cluster(aws, evidence))
-    evidence = merged(evidence, merge_batches(aws, evidence, batches))
+    evidence = in_scope(merged(evidence, merge_batches(aws, evidence, batches)))
     evidence = merged(evidence, collect_profiles(aws, evidence))
     evidence = merged(evidence, collect_control_streams(aws, evidence))
     return source_reads.collect(aws, evidence, request)

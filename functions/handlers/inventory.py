@@ -30,6 +30,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             else target.request
         aws = runtime.audit_port(session, clock, context, request.cluster)
         evidence = pipeline.read_inventory(aws, request)
+        if target.trigger == "xid-watch" and request.until is not None:  # only the nodes whose lines tripped it
+            overrides = [f"{code}={klass}" for code, klass in step.settings.xid_overrides.items()]
+            evidence = pipeline.narrow_to_watch(aws, evidence, request.until, overrides)
         batches = pipeline.log_batches(evidence.log_groups)
         if target.window_source:  # the trigger decided the window: say so in the result (RULES §1)
             evidence.window = evidence.window.model_copy(update={"source": target.window_source})

@@ -25,8 +25,11 @@ What is real and what is modelled:
   the real run at the small size.
 - **The Xid watch** (issue #51 item 3): one Xid 79 line a period on a ParallelCluster or self-managed node (drawn in
   proportion to the clusters' nodes), its alarm's execution started when `xid_watch_latency.py`'s documented and
-  assumed hops say, then planned, coalesced and audited here like any event (the whole cluster: the alarm names no
-  node); `time_to_alert_s` runs to the SNS publish of the first completed audit of the cluster started after it.
+  assumed hops say, then planned, coalesced and audited here like any event; `time_to_alert_s` runs to the SNS
+  publish of the first completed audit of the cluster started after it. The watch's audit lists the cluster and
+  reads its log groups (Inventory and CollectLogs at the cluster's size), its locate query (measured per node of the
+  cluster at the small size, `measured_watch`) inside Inventory, then reads and judges the located node (Finish and
+  Verdict at WATCH_NODES); `model_check.watch` compares that model with the real narrowed run at the small size.
 - **Modelled**: log batches per cluster (one per 2,000 nodes), queries per batch, records scanned per node per
   hourly audit (docs/BENCHMARKS.md's incremental figures), the cost prices (us-east-1 list prices).
 
@@ -219,6 +222,9 @@ def synthesized(shape: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, A
 @dataclass
 class StepModel:
     points: dict[int, dict[str, tuple[float, float, float]]]  # nodes -> step -> (heap MB, own + backend s, backend s)
+    # An Xid watch audit's locate query (issue #51), per node of the cluster it searches: (own CPU s, backend s),
+    # measured at the small size (`measured_watch`); it scans the cluster's lines of a few minutes.
+    locate_per_node: tuple[float, float] = (0.0, 0.0)
 
     def at(self, step: str, nodes: int) -> tuple[float, float, float]:
         sizes = sorted(self.points)
@@ -250,6 +256,29 @@ def measured_small(nodes: int) -> dict[str, tuple[float, float, float]]:
             else:
                 old[1], old[2] = max(old[1], row["own_cpu_s"] + row["backend_s"]), max(old[2], row["backend_s"])
     return {s: (v[0], v[1], v[2]) for s, v in out.items()}
+
+
+WATCH_NODES = 1  # nodes an Xid watch audit is narrowed to: the one node whose line tripped the alarm (WatchLine)
+# The steps of an Xid watch audit measured at the cluster's size: Inventory lists the cluster (its streams map to nodes
+# through it) and CollectLogs reads the cluster's log groups; Finish and Verdict read and judge the located nodes.
+WATCH_CLUSTER_SIZED = ("Inventory", "CollectLogs")
+
+
+def measured_watch(nodes: int) -> tuple[dict[str, tuple[float, float, float]], tuple[float, float]]:
+    """A real Xid watch audit (step_memory.py `watch`) of a cluster of `nodes`, narrowed to WATCH_NODES: per step (0,
+    own CPU + backend seconds, backend s), no heap; and its locate query's (own CPU s, backend s) per cluster node."""
+    from benchmarks import step_memory
+
+    located = min(WATCH_NODES, nodes)
+    rows = step_memory.run(nodes, 1.0, "parallelcluster", trace=False, watch=located)["steps"]
+    steps: dict[str, tuple[float, float, float]] = {}
+    for row in rows:
+        step = row["step"].split(" ")[0]
+        if step in STEPS:
+            old = steps.get(step, (0.0, 0.0, 0.0))
+            steps[step] = (0.0, max(old[1], row["own_cpu_s"] + row["backend_s"]), max(old[2], row["backend_s"]))
+    locate = next(r for r in rows if r["step"].startswith("Locate"))
+    return steps, (locate["own_cpu_s"] / nodes, locate["backend_s"] / nodes)
 
 
 # -- the fleet ---------------------------------------------------------------------------------------------------
@@ -412,6 +441,12 @@ class Day:
         share = max(1.0, LAMBDA_FULL_VCPU_MB / self.stack.memory_mb[step])
         return backend + (wall - backend) * share
 
+    def locate_seconds(self, nodes: int) -> float:
+        """An Xid watch audit's locate query over a cluster of `nodes`, inside Inventory (its own CPU at Inventory's
+        share, the backend's answering kept, as `model_seconds` does)."""
+        own, backend = self.model.locate_per_node
+        return nodes * (backend + own * max(1.0, LAMBDA_FULL_VCPU_MB / self.stack.memory_mb["Inventory"]))
+
     def finish(self, execution: Execution, status: str) -> None:
         if execution.status != "RUNNING":
             return
@@ -426,11 +461,14 @@ class Day:
     # -- one cluster's child: Inventory -> CollectLogs per batch -> Finish -> Verdict -> MarkAudited --
     def audit(self, execution: Execution, cluster: str, mode: str, done: Callable[[float], None]) -> None:
         c = self.clusters[cluster]
-        # an event's incident audit reads the nodes the event names; the watch's alarm names none: the whole cluster
-        nodes = c.nodes if mode != "incident" or execution.trigger == "xid-watch" else min(c.nodes, 64)
+        # an event's incident audit reads the nodes the event names; the Xid watch's lists the cluster and reads its
+        # groups (`nodes`), then judges the nodes its locate query finds (`judged`, issue #51)
+        watch = execution.trigger == "xid-watch"
+        nodes = c.nodes if mode != "incident" or watch else min(c.nodes, 64)
+        judged = min(nodes, WATCH_NODES) if watch else nodes
         started = self.now
         execution.running.add(cluster)
-        inventory_s = self.model_seconds("Inventory", nodes)
+        inventory_s = self.model_seconds("Inventory", nodes) + (self.locate_seconds(nodes) if watch else 0.0)
         self.invoke("Inventory", inventory_s)
         self.peaks["Inventory"] = max(self.peaks["Inventory"], self.model.at("Inventory", nodes)[0])
         batches = max(1, math.ceil(nodes / NODES_PER_BATCH))
@@ -439,11 +477,11 @@ class Day:
         def after_batches() -> None:
             if execution.status != "RUNNING":
                 return
-            finish_s = self.model_seconds("Finish", nodes)
+            finish_s = self.model_seconds("Finish", judged)
             self.invoke("Finish", finish_s)
-            verdict_s = self.model_seconds("Verdict", nodes)
-            self.peaks["Finish"] = max(self.peaks["Finish"], self.model.at("Finish", nodes)[0])
-            self.peaks["Verdict"] = max(self.peaks["Verdict"], self.model.at("Verdict", nodes)[0])
+            verdict_s = self.model_seconds("Verdict", judged)
+            self.peaks["Finish"] = max(self.peaks["Finish"], self.model.at("Finish", judged)[0])
+            self.peaks["Verdict"] = max(self.peaks["Verdict"], self.model.at("Verdict", judged)[0])
             failed = self.fault_now("lambda_timeout", cluster, execution)
             if failed:  # Sandbox.Timedout: the definition's Retry, then its Catch -> RecordFailure
                 timeout = float(self.stack.function_timeout_s["Verdict"])
@@ -636,7 +674,8 @@ def time_to_alert(day: Day) -> dict[str, Any]:
     every = [v for values in seconds.values() for v in values]
     if not every:
         return {"lines": len(day.watch_lines), "not_alerted_by_end": unalerted}
-    # the watch's audit reads the whole cluster (its alarm names no node): a large cluster's audit sets its time
+    # the watch's audit lists the cluster and reads its groups before judging the located node: a large cluster's
+    # Inventory sets its time
     return {**spread(every), "lines": len(day.watch_lines), "not_alerted_by_end": unalerted,
             "by_cluster_size": {size: spread(values) for size, values in sorted(seconds.items())}}
 
@@ -866,12 +905,24 @@ def main(argv: list[str] | None = None) -> int:
         }
         for step in STEPS
     }
-    model = StepModel({args.measure_nodes: small, **DOCUMENTED})
+    watch_steps, locate = measured_watch(args.measure_nodes)
+    print(f"an Xid watch audit measured at {args.measure_nodes} nodes by {time.perf_counter() - started:.0f} s",
+          file=sys.stderr)
+    model = StepModel({args.measure_nodes: small, **DOCUMENTED}, locate_per_node=locate)
+    located = min(WATCH_NODES, args.measure_nodes)
+    check_watch = {
+        step: {"measured_s": round(watch_steps[step][1], 3),
+               "modelled_s": round(model.at(step, args.measure_nodes if step in WATCH_CLUSTER_SIZED else located)[1]
+                                   + (sum(locate) * args.measure_nodes if step == "Inventory" else 0.0), 3)}
+        for step in STEPS
+    }
     clusters = fleet(config["clusters"], args.clusters, args.fleets, args.fleet_ids, args.large_nodes, args.medium)
     result = simulate(stack, model, clusters, args.periods, args.seed)
     print(f"simulated by {time.perf_counter() - started:.0f} s", file=sys.stderr)
     result["cold_start_periods_to_audit_all"] = cold_start(stack, model, clusters)
-    result["model_check"] = {"nodes": args.measure_nodes, "steps": check}
+    result["model_check"] = {"nodes": args.measure_nodes, "steps": check,
+                             "watch": {"located_nodes": located, "steps": check_watch,
+                                       "locate_s_per_node": {"own_cpu": locate[0], "backend": locate[1]}}}
     result["shape"] = args.shape
     FIGURES.write((json.dumps(result) if args.json else json.dumps(result, indent=2)) + "\n")
     return 0

@@ -35,6 +35,7 @@ import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,11 @@ import pytest  # noqa: E402
 from botocore.client import BaseClient  # noqa: E402
 from handlers import collect_logs, finish, inventory, plan, verdict  # noqa: E402
 from lambda_harness import LambdaContext, capacity_block_warning, console_target, world_account  # noqa: E402
+from test_xid_watch_plan import alarm_event  # noqa: E402
 
+from gpuaudit import pipeline  # noqa: E402
 from gpuaudit.devtools.worldgen import WorldSpec, generate, write  # noqa: E402
-from gpuaudit.model.timeutil import iso  # noqa: E402
+from gpuaudit.model.timeutil import iso, parse_time  # noqa: E402
 
 
 def _baseline_mb() -> float:
@@ -171,15 +174,67 @@ def _drop_coverage_cache(account: Any) -> None:
             s3.delete_object(Bucket="gpuaudit-evidence-test", Key=item["Key"])
 
 
-def run(nodes: int, days: float, kind: str, wire: bool = True, trace: bool = True) -> dict[str, Any]:
+# An Xid watch audit (`watch`): the Xid 79 lines are written this long before the world's now, the alarm's state change
+# this long after them (in the minute after theirs: rules/xid_watch.py's window holds them).
+WATCH_LINE_BEFORE_NOW_S = 240
+WATCH_ALARM_AFTER_LINE_S = 110
+
+
+def _watched(world: dict[str, Any], nodes: int) -> str:
+    """An Xid 79 line on the kernel stream of each of the first `nodes` GPU nodes (a stream named by its instance ID;
+    not the head node or controller), WATCH_LINE_BEFORE_NOW_S before the world's now; the time of the alarm they
+    trip."""
+    written = parse_time(world["now"]).timestamp() - WATCH_LINE_BEFORE_NOW_S
+    heads = {i["InstanceId"] for i in world.get("ec2", {}).get("instances", [])
+             if {"Key": "parallelcluster:node-type", "Value": "HeadNode"} in i.get("Tags", [])}
+    heads |= {n["InstanceId"] for c in world.get("sagemaker", {}).get("clusters", []) for n in c.get("Nodes", [])
+              if n.get("InstanceGroupName") == "controller"}
+    kernel = [s for g in world["logs"]["groups"] for s in g["streams"]
+              if any("kernel:" in e[1] for e in s.get("events", [])[:5]) and "i-" in s["logStreamName"]
+              and not any(h in s["logStreamName"] for h in heads)]
+    for stream in kernel[:nodes]:
+        stream.setdefault("events", []).append([int(written * 1000), "gpu kernel: NVRM: Xid (PCI:0000:53:00): 79, "
+                                                                     "pid=0, GPU has fallen off the bus."])
+    return iso(datetime.fromtimestamp(written + WATCH_ALARM_AFTER_LINE_S, UTC))
+
+
+def _timed_locate(mp: pytest.MonkeyPatch, rows: list[dict[str, Any]]) -> None:
+    """Inventory's locate of an Xid watch audit timed on its own: a row of its own (no heap), inside Inventory's,
+    whose figures it leaves whole."""
+    real = pipeline.narrow_to_watch
+
+    def narrow(*args: Any, **kwargs: Any) -> Any:
+        calls, served = sum(CALLS.values()), BACKEND[0].serve_s if BACKEND else 0.0
+        served_cpu = BACKEND[0].serve_cpu_s if BACKEND else 0.0
+        started, cpu = time.perf_counter(), time.process_time()
+        out = real(*args, **kwargs)
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        backend_cpu = (BACKEND[0].serve_cpu_s if BACKEND else 0.0) - served_cpu
+        backend_s = (BACKEND[0].serve_s if BACKEND else 0.0) - served
+        rows.append({"step": "Locate (in Inventory)", "wall_s": round(wall, 3),
+                     "own_cpu_s": round(cpu - backend_cpu, 3), "peak_heap_mb": None, "backend_s": round(backend_s, 3),
+                     "aws_calls": sum(CALLS.values()) - calls, "most_called": {}})
+        return out
+
+    mp.setattr(pipeline, "narrow_to_watch", narrow)
+
+
+def run(nodes: int, days: float, kind: str, wire: bool = True, trace: bool = True, watch: int = 0) -> dict[str, Any]:
+    """`watch` > 0: the audit is the Xid watch's (issue #51), its alarm tripped by an Xid 79 on `watch` nodes, so it
+    judges those nodes only; else the hourly coverage audit of every node."""
     spec = WorldSpec(kind=kind, nodes=nodes, days=days, silent_fraction=0.01, xid_rate=0.05, seed=0)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
         path = Path(folder) / "world.json"
-        write(generate(spec), str(path))
+        world = generate(spec)
+        alarm = _watched(world, watch) if watch else None
+        write(world, str(path))
         with world_account(mp, path, clusters=(spec.cluster_name,), wire=wire) as account:
             BACKEND[:] = [account.backend]
             target = console_target({"cluster": spec.cluster_name, "mode": "coverage", "last": "7d"})
+            if alarm is not None:
+                (target,) = plan.handler(alarm_event(spec.cluster_name, alarm), LambdaContext())["targets"]
+                _timed_locate(mp, rows)
             mp.setattr(BaseClient, "_make_api_call", _counting(BaseClient._make_api_call))
             reservations = account.world.section("ec2", "capacity_reservations")
             if trace:
@@ -216,7 +271,7 @@ def run(nodes: int, days: float, kind: str, wire: bool = True, trace: bool = Tru
                 BACKEND.clear()
             stored = _stored_mb(account)
     return {"nodes": nodes, "days": days, "kind": kind, "wire": wire, "baseline_mb": _baseline_mb(), "steps": rows,
-            "bucket_mb": stored, "insights_memo": insights_memo}
+            "bucket_mb": stored, "insights_memo": insights_memo, "watch": watch}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -228,10 +283,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="answer at before-call with parsed dicts (no wire parsing), as before issue #34")
     parser.add_argument("--no-trace", action="store_true",
                         help="seconds without tracemalloc (it slows allocation 2-4x); no heap figures then")
+    parser.add_argument("--watch", type=int, default=0,
+                        help="an Xid watch audit narrowed to this many nodes (their Xid 79 tripped it); 0: hourly")
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 20000:
         parser.error(f"--nodes must be 1..20000; got {args.nodes}")
-    figures = run(args.nodes, args.days, args.kind, wire=not args.before_call, trace=not args.no_trace)
+    if not 0 <= args.watch <= args.nodes:
+        parser.error(f"--watch must be 0..--nodes; got {args.watch}")
+    figures = run(args.nodes, args.days, args.kind, wire=not args.before_call, trace=not args.no_trace,
+                  watch=args.watch)
     FIGURES.write(json.dumps(figures, indent=2) + "\n")
 
 

@@ -194,3 +194,7 @@ def test_production_day(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 0 < figures["max_state_bytes"] <= 131_072 and figures["logs_insights_records"] > 0
     alert = figures["time_to_alert_s"]  # one watched Xid 79 line a period, each alerted by an audit of its cluster
     assert (alert["lines"], alert["not_alerted_by_end"]) == (11, 0) and 0 < alert["p50"] <= alert["p95"] <= alert["max"]
+    # the watch's audit (issue #51): a real narrowed run at the small size, each step against the model
+    watch = figures["model_check"]["watch"]
+    assert watch["located_nodes"] == 1 and set(watch["steps"]) == {"Inventory", "CollectLogs", "Finish", "Verdict"}
+    assert watch["locate_s_per_node"]["own_cpu"] >= 0 and watch["locate_s_per_node"]["backend"] >= 0

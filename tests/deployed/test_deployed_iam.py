@@ -35,6 +35,7 @@ from moto.awslambda_simple.models import LambdaSimpleBackend  # noqa: E402
 from policy_eval import Request, role  # noqa: E402
 from stack_edges import StackPolicies  # noqa: E402
 from test_state_machine import audits, deployed  # noqa: E402
+from test_xid_watch_plan import alarm_event  # noqa: E402
 
 TLS = {"aws:SecureTransport": True}  # boto3 calls over HTTPS
 IAM_PREFIX = {"monitoring": "cloudwatch", "service-quotas": "servicequotas", "servicequotas": "servicequotas"}
@@ -147,6 +148,9 @@ TRIGGERS = {
     "capacity block warning": (capacity_block_warning("cr-0107f80e222f82876", "2026-10-01T17:50:12Z"),
                                {"world_path": PCLUSTER_WORLD, "clusters": ("llm-pretrain-b200",)}),
     "console": ({"cluster": "research-hp-slurm", "mode": "incident", "since": "2026-10-01T16:00:00Z"}, {}),
+    # the Xid watch's alarm: Inventory's locate query (issue #51) is one of the calls checked
+    "xid watch": (alarm_event("llm-pretrain-b200", "2026-09-27T11:45:20Z"),
+                  {"world_path": PCLUSTER_WORLD, "clusters": ("llm-pretrain-b200",)}),
     # an audit that changes something (two nodes NOT OBSERVABLE, a hypothesis): the alert and the events go out
     "console, changes": ({"cluster": "llm-pretrain-b200", "mode": "incident", "since": "2026-09-27T10:00:00Z",
                           "until": "2026-09-27T12:00:00Z"},
@@ -196,6 +200,9 @@ def test_every_call_each_lambda_makes_is_allowed_by_its_synthesized_policy(
     put = {c.resource for c in rec.calls if c.action == "events:PutEvents"}
     assert put == ({f"arn:aws:events:{rec.region}:{account}:event-bus/default"} if trigger == "console, changes"
                    else put) and len(put) <= 1
+    if trigger == "xid watch":  # the locate query is Inventory's own call, checked against Inventory's role
+        assert any(machine.handler_of[c.function] == "handlers.inventory" and c.action == "logs:StartQuery"
+                   for c in rec.calls)
     problems = denied_calls(rec.calls, policies, role_of(synth, policies))
     assert not problems, "\n".join(problems)
 

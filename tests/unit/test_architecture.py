@@ -44,6 +44,7 @@ RULES_FLOORS: dict[str, int] = {
     "xid_lines": 1,
     "xid_catalog": 1,
     "xid_routing": 1,
+    "xid_watch": 1,  # what the Xid watch matches: its filter pattern and the audit's locate query (issue #51)
     "hma": 1,
     "coverage": 1,
     "history": 1,

@@ -105,6 +105,21 @@ def test_a_node_gone_from_the_cluster_is_recorded_gone_and_expires() -> None:
     assert write.attrs["gone"] == "a2" and write.expires
 
 
+def test_an_audit_narrowed_to_other_nodes_says_nothing_of_the_nodes_it_did_not_judge() -> None:
+    """An Xid watch audit judges the nodes its lines name (issue #51): a REPLACE recorded on another node is neither
+    gone from the cluster nor cleared, and stays recorded; a node it did judge is compared as ever."""
+    other = "i-0fedcba9876543210"
+    before = recorded(compare(result(nodes=[gpu_node(verdict="REPLACE", verdict_evidence="Xid 79")]), {}).writes)
+    narrowed = compare(result("a2", nodes=[gpu_node(instance_id=other, verdict="REBOOT", verdict_evidence="Xid 79")],
+                              narrowed_to=[other]), before)
+    assert [(c.node, c.code) for c in narrowed.records] == [(other, NEW_VERDICT)]
+    assert [w.sk for w in narrowed.writes] == [f"NODE#{other}"]
+    # the same result as a whole-cluster audit: the REPLACE node is gone (the rule the narrowing holds back)
+    whole = compare(result("a2", nodes=[gpu_node(instance_id=other, verdict="REBOOT", verdict_evidence="Xid 79")]),
+                    before)
+    assert {c.node for c in whole.records} == {other, IID}
+
+
 def test_the_local_history_is_the_previous_state_of_the_same_mode_only() -> None:
     def span(audit_id: str, mode: str, verdict: str) -> HistorySpan:
         return HistorySpan(cluster="c1", instance_id=IID, mode=mode, audit_id=audit_id, last_audit_id=audit_id,

@@ -12,8 +12,8 @@ import pytest
 from helpers.filter_pattern import MAX_PATTERN_CHARS, BadPattern, matches, parse
 
 from gpuaudit.rules import xid_catalog as xid_rules
+from gpuaudit.rules import xid_watch  # where the pattern is built (infra.xid_watch_pattern re-exports it)
 from gpuaudit.rules.xid_catalog import load_catalog
-from infra import xid_watch_pattern as xid_watch
 from infra.xid_watch_pattern import WATCHED_CLASSES, filter_pattern, watched_codes
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "xid_corpus" / "lines.json"

@@ -113,3 +113,11 @@ def nameable(stream: str) -> bool:
 def hours_query_cost(stream: str) -> int:
     """Characters a stream adds to `hours_query`: its quoted name and the ", " before it."""
     return len(_quoted(stream)) + 2
+
+
+def xid_locate_query(terms: Iterable[str]) -> str:
+    """The streams that wrote a line the Xid watch matches (collectors/xid_locate.py): `terms` are the watch's own
+    (rules/xid_watch.py::watch_terms, the metric filter's quoted phrases), each a case-sensitive substring
+    (`like "…"`, as a quoted filter term matches anywhere in the event); one row per stream."""
+    tests = " or ".join(f"@message like {_quoted_insights(t)}" for t in terms)
+    return f"filter {tests} | stats count(*) as lines, min(@timestamp) as first_line by @log, @logStream"

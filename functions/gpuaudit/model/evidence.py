@@ -329,7 +329,7 @@ class JobFigure(Frozen):
 # stream-count: how many rows the kernel-streams and stream-summary reads will return, asked first at fleet scale
 # job-figures: a training job's throughput and step-time lines (incident mode; the failure's onset, RULES §0.5)
 QueryPurpose = Literal["kernel-streams", "stream-summary", "stream-count", "stream-hours", "gpu-lines", "boot-lines",
-                       "job-figures"]
+                       "job-figures", "xid-locate"]
 
 
 class QueryRecord(Frozen):
@@ -350,6 +350,15 @@ class CallCount(Frozen):
     service: str
     operation: str
     count: int
+
+
+class NodeScope(Frozen):
+    """Which of the cluster's nodes an Xid watch audit judges (issue #51): the nodes the lines that tripped the watch
+    name, or, when they could not be located, every node. `said`: the one line the result gives, naming the nodes
+    and why, or why the audit is of the whole cluster."""
+
+    narrowed_to: list[str] | None = None  # instance IDs; None: every node of the cluster
+    said: str
 
 
 class Evidence(BaseModel):
@@ -424,6 +433,8 @@ class Evidence(BaseModel):
     history: HistoryRead | None = None
     # What the read plan asked for, in order (domain/readplan.py); a source absent here was never asked for.
     read_plan: list[PlannedRead] = Field(default_factory=list)
+    # An Xid watch audit: the nodes it was narrowed to, or why it was not (None: no narrowing was asked).
+    node_scope: NodeScope | None = None
 
     def planned(self, source: ReadSource) -> PlannedRead | None:
         return next((r for r in self.read_plan if r.source == source), None)

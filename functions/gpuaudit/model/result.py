@@ -310,6 +310,9 @@ class Result(Out):
     timeline: list[TimelineEntry] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)
     cluster_state: list[str] = Field(default_factory=list)
+    # The nodes this audit alone judged, of a cluster with more (an Xid watch audit narrowed to the nodes its lines
+    # name, issue #51); None: every node of the cluster. The nodes not judged are neither gone nor recovered.
+    narrowed_to: list[str] | None = None
     config_overrides: list[str] = Field(default_factory=list)
     visibility_gaps: list[str] = Field(default_factory=list)
     gap_nodes: list[GapNodes] = Field(default_factory=list)  # every node of a gap that names nodes

@@ -120,7 +120,9 @@ def one_story(result: Result, evidence: Evidence) -> list[str]:
 
 
 def no_node_dropped(result: Result, evidence: Evidence) -> list[str]:
-    """The node list is never smaller than the inventory plus the nodes the cluster's own streams name."""
+    """The node list is never smaller than the inventory plus the nodes the cluster's own streams name, within the
+    audit's scope: an audit narrowed to some nodes (an Xid watch audit, `Evidence.node_scope`) lists every one of
+    those."""
     listed = {n.instance_id for n in result.nodes}
     expected = {n.instance_id for n in evidence.nodes}
     cluster = evidence.cluster
@@ -135,6 +137,9 @@ def no_node_dropped(result: Result, evidence: Evidence) -> list[str]:
             match = None
         if match:
             expected.add(match["iid"])
+    narrowed = evidence.node_scope.narrowed_to if evidence.node_scope else None
+    if narrowed is not None:
+        expected &= set(narrowed)
     missing = sorted(expected - listed)
     return [f"node(s) read but missing from the result: {', '.join(missing)}"] if missing else []
 

@@ -68,7 +68,9 @@ def audit_id(evidence: Evidence, asked: Mapping[str, object] | None = None) -> s
     inputs: dict[str, object] = {
         "log_groups": sorted(g.name for g in evidence.log_groups if NAMED_BY_OPERATOR in g.matched_patterns),
         "file_systems": sorted(evidence.named_file_systems),
-        "onset": iso(evidence.window.onset) if evidence.window.onset else None, **(asked or {})}
+        "onset": iso(evidence.window.onset) if evidence.window.onset else None,
+        # an Xid watch audit narrowed to some nodes judges other nodes than the cluster's whole audit of the window
+        "narrowed_to": evidence.node_scope.narrowed_to if evidence.node_scope else None, **(asked or {})}
     given = {k: v for k, v in sorted(inputs.items()) if v not in (None, [], {}, "")}
     if given:
         parts.append(json.dumps(given, sort_keys=True, default=str))

@@ -197,6 +197,7 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
         checks=checks, findings=findings, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
         timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),
+        narrowed_to=evidence.node_scope.narrowed_to if evidence.node_scope else None,
         visibility_gaps=gaps, gap_nodes=gap_nodes, actions=_unique(actions + branch_actions), action_groups=groups,
         config_overrides=[f"Xid {code} class overridden to {klass} by configuration"
                           for code, klass in sorted(config.xid_overrides.items())],

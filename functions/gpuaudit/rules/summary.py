@@ -48,7 +48,9 @@ def file_system_lines(evidence: Evidence) -> list[str]:
 
 def cluster_state(evidence: Evidence) -> list[str]:
     c = evidence.cluster
-    lines = file_system_lines(evidence)
+    # an Xid watch audit: first, which nodes it judges and why (issue #51), or why it is the whole cluster's
+    lines = [evidence.node_scope.said] if evidence.node_scope else []
+    lines += file_system_lines(evidence)
     for g in c.instance_groups:
         if g.current_count is None:
             continue

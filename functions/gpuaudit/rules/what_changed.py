@@ -118,7 +118,8 @@ def compare(result: Result, previous: dict[str, dict[str, str]]) -> Comparison:
     verdict gone, a node missing from the node list) neither replaces the state nor counts as a loss or a recovery;
     only what it did read (coverage Measured, a verdict at least as severe) replaces it. A result that contradicts
     itself is said first and records nothing but the self-check: the next audit compares with the last trusted
-    state, and the same contradiction again is not said twice."""
+    state, and the same contradiction again is not said twice. An audit narrowed to some nodes (an Xid watch audit,
+    `Result.narrowed_to`) says nothing of the nodes it did not judge: they are neither gone nor re-checked."""
     gaps, rows = read_gaps(result), list[Change]()
     state = _State(result)
     broken = json.dumps(sorted(redact(b, result.account_ids) for b in result.invariants_broken))
@@ -163,6 +164,8 @@ def compare(result: Result, previous: dict[str, dict[str, str]]) -> Comparison:
     listed = {f"NODE#{n.instance_id}" for n in result.nodes}
     for sk, before in previous.items():
         if not sk.startswith("NODE#") or before.get("gone") or (sk in listed and sk not in left):
+            continue
+        if result.narrowed_to is not None and sk not in listed:  # not judged by an audit narrowed to other nodes
             continue
         iid, was = sk.removeprefix("NODE#"), before.get("verdict", "none")
         if sk not in left and not gaps <= _gap_set(before):  # missing from a less complete audit: not evidence
