@@ -324,14 +324,15 @@ def test_ctrl_c_exits_130_with_one_line_and_no_traceback(tmp_path: Path):
     worldgen.write(worldgen.generate(spec), str(world))
     # Interrupted as soon as the progress line shows (its first frame counts AWS calls), with the whole audit ahead.
     # On a loaded machine this test's loop may still run only after the audit ended: no signal was sent then (the
-    # process had exited), and the run is repeated, at most three times.
+    # process had exited), or it reached a process already past its audit and exiting 0 (the signal lost in the
+    # interpreter's shutdown); either way the run is repeated, at most three times.
     for _ in range(3):
         sent = len(INTERRUPTS)
         code, _, stderr = on_terminal(["audit", "--world", str(world), "--cluster", CLUSTER, "--last", "2d",
                                        "--format", "json"], interrupt_when="AWS calls")
-        if len(INTERRUPTS) > sent:
+        if len(INTERRUPTS) > sent and code != 0:
             break
-    assert len(INTERRUPTS) > sent, "the audit always ended before it could be interrupted"
+    assert len(INTERRUPTS) > sent and code != 0, "the audit always ended before the interrupt reached it"
     assert code == 130
     assert "interrupted (Ctrl-C)" in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
 
