@@ -63,8 +63,11 @@ def on_terminal(args: Sequence[str], *, env: dict[str, str] | None = None, stder
     err_master, err_slave = pty.openpty() if stderr_tty else os.pipe()
     full_env = {**os.environ, "PYTHONPATH": FUNCTIONS, "TERM": "xterm-256color", "COLUMNS": "250", **(env or {})}
     full_env.pop("NO_COLOR", None) if "NO_COLOR" not in (env or {}) else None
+    # Ctrl-C's default disposition, as a user's shell gives a foreground command: a suite started in the background
+    # (`make test &` without job control) ignores SIGINT, every child inherits that, and the CLI would never see it.
     proc = subprocess.Popen([sys.executable, "-m", "gpuaudit", *args], stdin=subprocess.DEVNULL, stdout=out_slave,
-                            stderr=err_slave, env=full_env, close_fds=True)
+                            stderr=err_slave, env=full_env, close_fds=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(out_slave)
     os.close(err_slave)
     chunks: dict[int, list[bytes]] = {out_master: [], err_master: []}
@@ -319,22 +322,19 @@ def test_verbose_names_each_aws_call(mixed: Path):
 
 
 def test_ctrl_c_exits_130_with_one_line_and_no_traceback(tmp_path: Path):
-    # Big enough that the audit outlasts a loaded machine's delay in reading the progress line (300 nodes ended
-    # before the signal three times in a row under the full suite once the judge got faster); generating it is ~1 s.
-    spec = worldgen.WorldSpec(kind="parallelcluster", nodes=2000, days=2, xid_rate=0.5, seed=1)
+    spec = worldgen.WorldSpec(kind="parallelcluster", nodes=300, days=2, xid_rate=0.5, seed=1)
     world = tmp_path / "big.world.json"
     worldgen.write(worldgen.generate(spec), str(world))
     # Interrupted as soon as the progress line shows (its first frame counts AWS calls), with the whole audit ahead.
     # On a loaded machine this test's loop may still run only after the audit ended: no signal was sent then (the
-    # process had exited), or it reached a process already past its audit and exiting 0 (the signal lost in the
-    # interpreter's shutdown); either way the run is repeated, at most three times.
+    # process had exited), and the run is repeated, at most three times.
     for _ in range(3):
         sent = len(INTERRUPTS)
         code, _, stderr = on_terminal(["audit", "--world", str(world), "--cluster", CLUSTER, "--last", "2d",
                                        "--format", "json"], interrupt_when="AWS calls")
-        if len(INTERRUPTS) > sent and code != 0:
+        if len(INTERRUPTS) > sent:
             break
-    assert len(INTERRUPTS) > sent and code != 0, "the audit always ended before the interrupt reached it"
+    assert len(INTERRUPTS) > sent, "the audit always ended before it could be interrupted"
     assert code == 130
     assert "interrupted (Ctrl-C)" in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
 
