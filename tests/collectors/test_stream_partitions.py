@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from helpers.worlds import audit, aws_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuaudit.collectors import insights, logs, stream_parts
 from gpuaudit.collectors.cache import FileCache
@@ -594,3 +596,134 @@ def test_boot_lines_past_their_row_limit_are_read_again_for_each_half_of_the_nod
     assert len(boot_reads) > 1 and all(q.reread for q in boot_reads if q.truncated)
     assert _strip(run_audit(aws_for(world), request)) == _strip(as_read)
     assert [n.signals.fabric_manager for n in as_read.nodes].count("Observable") >= 3
+
+
+def _ending(name: str) -> int | None:
+    """The number of the ending of the instance ID in `name`, as the parts count it (16 × last digit + the one
+    before)."""
+    match = INSTANCE_ID.search(name)
+    return 16 * int(match.group(0)[-1], 16) + int(match.group(0)[-2], 16) if match else None
+
+
+def _second_id_across(name: str) -> str:
+    """`name` with a second instance ID (of no node) whose ending lies 128 endings above its own: the name falls in
+    two parts, so a read in parts reads its row twice and must keep it once."""
+    number = ((_ending(name) or 0) + ENDINGS // 2) % ENDINGS
+    return f"{name}.i-{'0' * 15}{'0123456789abcdef'[number % 16]}{'0123456789abcdef'[number // 16]}"
+
+
+def test_groups_in_parts_share_their_last_part_scanning_each_as_often_with_the_uncapped_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a world whose two log groups (the cluster's, ~3 streams a node; the customer kernel group's, 1 a node) are
+    # each past 83 % of a lowered cap, and some of whose kernel streams' names hold a second instance ID 128 endings
+    # above the node's own (#50 item 1: 10,001 kernel streams in each of two groups were 4 queries)
+    spec = WorldSpec(kind="parallelcluster", nodes=30, days=2.0, silent_fraction=0.1, xid_rate=0.1, seed=4)
+    raw = generate(spec)
+    for group in raw["logs"]["groups"]:
+        if group["logGroupName"].endswith("/kernel"):
+            for stream in group["streams"]:  # those whose second ID falls among the top endings, the shared part's
+                if 108 <= (_ending(stream["logStreamName"]) or 0) < 128:
+                    stream["logStreamName"] = _second_id_across(stream["logStreamName"])
+    world = parse_world(raw)
+    uncapped = audit(aws_for(world), spec.cluster_name)
+    _lower_the_cap(monkeypatch, 31)  # the 10,000-node world in small: a cap of kernel streams, three in the cluster's
+
+    def read(sharing: bool) -> tuple[Result, list[Any], list[tuple[str, list[str], str]]]:
+        started.clear()
+        if not sharing:
+            monkeypatch.setattr(stream_parts, "_shared_tail", lambda counts: (0, []))
+        result = audit(aws_for(world), spec.cluster_name)
+        records = collect(aws_for(world), AuditRequest(cluster=spec.cluster_name)).queries
+        return result, records, list(started)[:len(started) // 2]  # the audit's own queries, not collect's again
+
+    started: list[tuple[str, list[str], str]] = []
+    start = insights.InsightsRunner.start
+
+    def recording(runner: insights.InsightsRunner, purpose: QueryPurpose, *args: Any, **kwargs: Any) -> Any:
+        started.append((purpose, list(args[0]), args[3]))
+        return start(runner, purpose, *args, **kwargs)
+
+    monkeypatch.setattr(insights.InsightsRunner, "start", recording)
+    # When it is audited with the groups sharing their last part, and again with each group's parts its own
+    shared, shared_records, shared_queries = read(sharing=True)
+    apart, apart_records, apart_queries = read(sharing=False)
+    for purpose in ("kernel-streams", "stream-summary"):
+        mine = [(groups, q) for p, groups, q in shared_queries if p == purpose]
+        theirs = [(groups, q) for p, groups, q in apart_queries if p == purpose]
+        # Then each read has one query naming both groups, one query fewer than apart, and every group is named by
+        # as many queries as apart: the same scans
+        both = [q for groups, q in mine if len(groups) == 2]
+        assert len(both) == 1 and len(mine) == len(theirs) - 1
+        for group in {g for groups, _ in theirs for g in groups}:
+            assert sum(group in groups for groups, _ in mine) == sum(group in groups for groups, _ in theirs)
+        # and some kernel stream's name fell in the shared part and in an own part (its row read twice)
+        names = [s["logStreamName"] for g in raw["logs"]["groups"] if g["logGroupName"].endswith("/kernel")
+                 for s in g["streams"]]
+        own = [q for groups, q in mine if len(groups) == 1]
+        assert any(_matches(both[0].split(" | ")[0], n) and any(_matches(q.split(" | ")[0], n) for q in own)
+                   for n in names)
+    # and the records scanned are the same, with the same answer as apart and as uncapped, node for node (a row read
+    # twice is kept once: no kernel line counted twice)
+    scanned = {kind: sum(q.records_scanned for q in records if q.purpose in ("kernel-streams", "stream-summary"))
+               for kind, records in (("shared", shared_records), ("apart", apart_records))}
+    assert scanned["shared"] == scanned["apart"] > 0
+    assert _strip(shared) == _strip(apart) == _strip(uncapped)
+    assert not any("maximum of" in g for g in shared.visibility_gaps)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from([f"/g{i}" for i in range(6)]),
+                       st.tuples(st.integers(0, 120_000), st.integers(0, 100)).map(
+                           lambda t: Rows(t[0], t[0] * t[1] // 100)), max_size=6))
+def test_a_shared_part_covers_every_name_once_scans_each_group_as_often_and_saves_queries(
+        rows: dict[str, Rows]) -> None:
+    # Given any batch's per-stream rows by group (some past the cap, some with names without an instance ID)
+    batch = sorted(rows)
+    # When the read is planned in parts, and again with every group's parts its own
+    planned = stream_parts.group_parts(batch, rows)
+    apart = _apart(batch, rows)
+    for group in batch:
+        mine = [part for groups, parts in planned if group in groups for part in parts]
+        # Then no group is scanned by more queries than apart (no more records billed; fewer where a wider shared
+        # part lets its names without an ID ride with its one part left)
+        assert len(mine) <= sum(len(parts) for groups, parts in apart if group in groups)
+        # and every ending of its instance IDs falls in exactly one of its parts, and its names without an ID in
+        # exactly one (riding with a part by ending, or in parts of their own by host digit: test above)
+        endings = sorted(e for part in mine if part.endings for e in range(*part.endings))
+        assert endings == list(range(ENDINGS))
+        assert sum(part.unnamed for part in mine) + any(part.endings is None for part in mine) == 1
+    # and a part shared by several groups holds only their ID-named streams, within 83 % of the cap as estimated
+    for groups, parts in planned:
+        if len(groups) > 1 and parts[0].endings != (0, ENDINGS):
+            (shared,) = parts
+            assert shared.endings and not shared.unnamed
+            named = sum(rows[g].streams - rows[g].unnamed for g in groups)
+            assert named * (shared.endings[1] - shared.endings[0]) * stream_parts.PART_HEADROOM \
+                <= ENDINGS * insights.MAX_ROWS
+    # and there are fewer queries, at least by the groups that share less one
+    sharing = [groups for groups, parts in planned if len(groups) > 1 and parts[0].endings != (0, ENDINGS)]
+    assert sum(map(len, (p for _, p in planned))) <= sum(map(len, (p for _, p in apart))) - sum(
+        len(groups) - 1 for groups in sharing)
+
+
+def _apart(batch: list[str], rows: dict[str, Rows]) -> list[tuple[list[str], list[Part]]]:
+    original = stream_parts._shared_tail
+    try:
+        stream_parts._shared_tail = lambda counts: (0, [])  # type: ignore[assignment]
+        return stream_parts.group_parts(batch, rows)
+    finally:
+        stream_parts._shared_tail = original
+
+
+def test_two_groups_of_a_10000_node_fleet_share_their_last_part() -> None:
+    # Given the counts of the 10,000-node bench world: the cluster group's 30,003 streams and the kernel group's
+    # 10,001 in the summary; 10,001 kernel-carrying streams in each for the kernel look-back
+    summary = {"/c": Rows(30_003), "/k": Rows(10_001)}
+    kernel = {"/c": Rows(10_001), "/k": Rows(10_001)}
+    # When each read is planned in parts
+    # Then the summary is 5 queries, not 6 (3 of the cluster group, 1 of the kernel group, 1 over both), and the
+    # kernel look-back 3, not 4 (#50 item 1: ≤ 10 StartQuery with the count and the GPU lines)
+    assert [(g, len(p)) for g, p in stream_parts.group_parts(["/c", "/k"], summary)] == [
+        (["/c"], 3), (["/k"], 1), (["/c", "/k"], 1)]
+    assert [(g, len(p)) for g, p in stream_parts.group_parts(["/c", "/k"], kernel)] == [
+        (["/c"], 1), (["/k"], 1), (["/c", "/k"], 1)]

@@ -317,7 +317,11 @@ class _BatchRun:
         """Read `kind`'s queries (a capped one read again in parts, or in halves of its range for GPU lines) and
         keep their rows; a read none of whose queries answered is `unanswered`, one left partly unread `truncated`."""
         purpose, runner, gaps, batch = self.plan.reads[kind][0], self.runner, self.gaps, self.read.groups
-        rows, left, answered = [], 0, 0
+        left, answered = 0, 0
+        # Per range, a row per stream: a name with two instance IDs may fall in two parts, of one query or of two
+        # (a part shared by several groups, `group_parts`), and is kept once before the days are summed.
+        spans: dict[tuple[datetime, datetime], dict[StreamKey, dict[str, str]]] = {}
+        lines: list[dict[str, str]] = []
         for start, end, p, query, groups in slices:
             if isinstance(p, _Parts):  # expected past the cap: read in parts from the start
                 parts = p.read()
@@ -336,7 +340,11 @@ class _BatchRun:
                                    capped=p).read()
             answered += parts.answered
             left += parts.left if parts.answered else 0
-            rows += parts.rows
+            if kind == "gpu":
+                lines += parts.rows
+            else:
+                spans.setdefault((start, end), {}).update(
+                    ((r.get("@log", ""), r.get("@logStream", "")), r) for r in parts.rows)
         if not slices:
             return  # asked of no stream (no stream holds a hint): nothing to read
         if not answered:
@@ -344,7 +352,8 @@ class _BatchRun:
             return
         if len(slices) > answered:  # a day of the look-back did not answer: its gap is the failed query's own
             self.truncated.add(kind)
-        if len(slices) > 1 and kind == "kernel":
+        rows = lines if kind == "gpu" else [r for by_stream in spans.values() for r in by_stream.values()]
+        if len(spans) > 1 and kind == "kernel":
             rows = summed_days(rows)
         if left and kind != "gpu":
             self.truncated.add(kind)

@@ -155,18 +155,62 @@ def id_parts(ranges: list[Endings]) -> list[Part]:
     return [Part(span, unnamed=i == 0) for i, span in enumerate(ranges)]
 
 
-def planned_parts(rows: Rows) -> list[Part]:
-    """The parts of a read of `rows` expected past the cap: its ID-named streams by ending; the names without an ID
-    ride with the first part while that part stays within 83 % of the cap, else they are read apart from the start
-    (by the last digit of their EC2 host name when they alone would pass it), not found by the first part's cap."""
+def planned_parts(rows: Rows, ranges: list[Endings] | None = None) -> list[Part]:
+    """The parts of a read of `rows` expected past the cap: its ID-named streams by ending (`ranges`, else as few
+    near-equal ranges as `part_ranges` gives); the names without an ID ride with the first part while that part
+    stays within 83 % of the cap, else they are read apart from the start (by the last digit of their EC2 host name
+    when they alone would pass it), not found by the first part's cap."""
     named = max(rows.streams - rows.unnamed, 0)
-    ranges = part_ranges(named) if in_parts(named) else [(0, ENDINGS)]
-    if not in_parts(named // len(ranges) + rows.unnamed):
+    if ranges is None:
+        ranges = part_ranges(named) if in_parts(named) else [(0, ENDINGS)]
+    widest = max(hi - lo for lo, hi in ranges)
+    if not in_parts(named * widest // ENDINGS + rows.unnamed):
         return id_parts(ranges)
     if not in_parts(rows.unnamed):
         return [*map(Part, ranges), Part()]
     return [*map(Part, ranges),
             *host_parts(min(len(_DIGITS), math.ceil(rows.unnamed * PART_HEADROOM / insights.MAX_ROWS)))]
+
+
+def _fits(streams: int, width: int) -> bool:
+    """Do `width` of the 256 endings of `streams` ID-named streams stay within 83 % of the cap?"""
+    return width * streams * PART_HEADROOM <= ENDINGS * insights.MAX_ROWS
+
+
+def _near_equal(lo: int, hi: int, parts: int) -> list[Endings]:
+    return [(lo + (hi - lo) * i // parts, lo + (hi - lo) * (i + 1) // parts) for i in range(parts)]
+
+
+def _own_ranges(rows: Rows, width: int) -> list[Endings]:
+    """A group's ID ranges below the top `width` endings: one fewer than `part_ranges` gives it alone."""
+    return _near_equal(0, ENDINGS - width, len(part_ranges(max(rows.streams - rows.unnamed, 0))) - 1)
+
+
+def _tail_width(rows: Rows) -> int | None:
+    """The fewest endings at the top of the range a group in parts can leave to a part shared with other groups: its
+    own parts then one fewer than alone (`planned_parts`), each still within 83 % of the cap; None when it cannot."""
+    named, alone = max(rows.streams - rows.unnamed, 0), len(planned_parts(rows))
+    for width in range(1, ENDINGS):
+        ranges = _own_ranges(rows, width)
+        if ranges and _fits(named, max(hi - lo for lo, hi in ranges)) and len(planned_parts(rows, ranges)) == alone - 1:
+            return width
+    return None
+
+
+def _shared_tail(counts: Mapping[str, Rows]) -> tuple[int, list[str]]:
+    """The groups in parts whose last parts become one query over them all, and how many endings that part takes:
+    as many groups as keep it within 83 % of the cap, the smallest first. No group is scanned more often than read
+    alone (its own parts, one fewer, plus the shared one; a wider shared part may even let a group's names without
+    an ID ride with its first part); the queries are fewer by at least the groups joined less one (#50 item 1:
+    10,001 kernel streams in each of two groups, 4 queries → 3)."""
+    widths = {g: w for g, rows in counts.items() if (w := _tail_width(rows))}
+    joined: list[str] = []
+    width = 0
+    for group in sorted(widths, key=lambda g: (counts[g].streams, g)):
+        wider = max(width, widths[group])
+        if _fits(sum(counts[g].streams - counts[g].unnamed for g in [*joined, group]), wider):
+            joined, width = [*joined, group], wider
+    return (width, joined) if len(joined) > 1 else (0, [])
 
 
 def holds_instance_id(stream: str) -> bool:
@@ -216,20 +260,26 @@ def group_parts(batch: list[str], rows: Mapping[str, Rows]) -> list[tuple[list[s
     pass 83 % of the cap in its own parts (`planned_parts`), the others together, as many per query as keep it
     within 83 % of the cap (one part over all their streams, halved if it reaches the cap anyway). A part over both
     groups of a fleet scans both; apart, each part scans only its group (#34 item 7: the summary re-scanned every
-    group per part)."""
+    group per part). Groups in parts share their last part where it fits (`_shared_tail`): the same scans of each
+    group, fewer queries."""
     out: list[tuple[list[str], list[Part]]] = []
     together: list[str] = []
     held = 0
+    big = {g: rows[g] for g in batch if g in rows and in_parts(rows[g].streams)}
+    width, sharing = _shared_tail(big)
     for group in batch:
         count = rows.get(group, Rows(0))
-        if in_parts(count.streams):
-            out.append(([group], planned_parts(count)))
+        if group in big:
+            out.append(([group], planned_parts(count, _own_ranges(count, width)) if group in sharing
+                        else planned_parts(count)))
             continue
         if together and in_parts(held + count.streams):
             out.append((together, [Part((0, ENDINGS), unnamed=True)]))
             together, held = [], 0
         together.append(group)
         held += count.streams
+    if sharing:
+        out.append(([g for g in batch if g in sharing], [Part((ENDINGS - width, ENDINGS))]))
     if together:
         out.append((together, [Part((0, ENDINGS), unnamed=True)]))
     return out
