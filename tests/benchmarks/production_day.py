@@ -30,8 +30,10 @@ What is real and what is modelled:
   reads its log groups (Inventory and CollectLogs at the cluster's size), its locate query (measured per node of the
   cluster at the small size, `measured_watch`) inside Inventory, then reads and judges the located node (Finish and
   Verdict at WATCH_NODES); `model_check.watch` compares that model with the real narrowed run at the small size.
-- **Modelled**: log batches per cluster (one per 2,000 nodes), queries per batch, records scanned per node per
-  hourly audit (docs/BENCHMARKS.md's incremental figures), the cost prices (us-east-1 list prices).
+- **Modelled**: log batches per cluster (one: every simulated cluster has fewer than 50 log groups; before 2026-12-07
+  one per 2,000 nodes, which read a 10,000-node cluster as 5 batches of 7 queries), queries per batch, records
+  scanned per node per hourly audit (docs/BENCHMARKS.md's incremental figures), the cost prices (us-east-1 list
+  prices).
 
 Injected faults (each with the alarms it must raise, EXPECTED_ALARMS): a CollectLogs killed mid-query, the hour's
 execution stopped mid-query, a Lambda timeout (a Verdict, on its attempt and on the definition's Sandbox.Timedout retry,
@@ -80,6 +82,7 @@ from moto import mock_aws  # noqa: E402
 
 from benchmarks import xid_watch_latency as watch  # noqa: E402
 from gpuaudit.collectors.query_budget import LEASE_S  # noqa: E402
+from gpuaudit.collectors.stream_parts import in_parts  # noqa: E402
 from gpuaudit.model.evidence import AuditRequest  # noqa: E402
 
 TABLE = "gpuaudit-findings-sim"
@@ -100,11 +103,20 @@ DOCUMENTED: dict[int, dict[str, tuple[float, float, float]]] = {
     10000: {"Inventory": (82.9, 18.4 + 22.3, 22.3), "CollectLogs": (305.3, 3.9 + 1.5, 1.5),
             "Finish": (242.3, 1.5, 0.0), "Verdict": (312.5, 14.1, 0.0)},
 }
-NODES_PER_BATCH = 2000  # modelled: log batches per cluster
+# A cluster's log groups are read in batches of up to 50 groups (collectors/insights.MAX_GROUPS_PER_QUERY), each one
+# CollectLogs: every simulated cluster has fewer (a ParallelCluster's own group and its kernel group, a HyperPod
+# cluster's one), so one batch of all its nodes, as the documented points were measured.
+LOG_BATCHES_PER_CLUSTER = 1
+SMALL_CLUSTER_NODES = 2000  # time to alert is reported for clusters up to it and past it
+
+
 def queries_per_batch(nodes: int) -> int:
-    """Modelled: an hourly (incremental) audit's StartQuery, 3 up to 2,000 nodes and 7 at 10,000 (docs/BENCHMARKS.md,
-    "One scan of the new hours"), each holding one lease of the query budget while it runs."""
-    return 3 if nodes <= 2000 else 7
+    """An hourly (incremental) audit's StartQuery, each holding one lease of the query budget while it runs: 3 while
+    a stream per node stays within 83 % of the 10,000-row cap (8,333 nodes), 10 at 10,000 nodes (the stream summary
+    in 5 parts, the count, kernel streams and GPU lines; `gpuaudit bench --nodes 10000`, docs/BENCHMARKS.md)."""
+    return 3 if not in_parts(nodes) else 10
+
+
 # records scanned per node by one hourly (incremental) audit: 137,358 at 2,000 nodes, 2,399,848 at 10,000
 RECORDS_PER_NODE = {2000: 137_358 / 2000, 10000: 2_399_848 / 10000}
 BYTES_PER_RECORD = 200  # modelled, for Logs Insights' per-GB price
@@ -471,7 +483,7 @@ class Day:
         inventory_s = self.model_seconds("Inventory", nodes) + (self.locate_seconds(nodes) if watch else 0.0)
         self.invoke("Inventory", inventory_s)
         self.peaks["Inventory"] = max(self.peaks["Inventory"], self.model.at("Inventory", nodes)[0])
-        batches = max(1, math.ceil(nodes / NODES_PER_BATCH))
+        batches = LOG_BATCHES_PER_CLUSTER
         left = {"batches": batches}
 
         def after_batches() -> None:
@@ -527,7 +539,7 @@ class Day:
                 return
             heap, _wall, _backend = self.model.at("CollectLogs", nodes)
             self.peaks["CollectLogs"] = max(self.peaks["CollectLogs"], heap)
-            seconds = self.model_seconds("CollectLogs", min(nodes, NODES_PER_BATCH * (index + 1)) if nodes else 1)
+            seconds = self.model_seconds("CollectLogs", nodes or 1)
             self.records += int(nodes / batches * self._records_per_node(nodes))
             if self.fault_now("insights_throttling", "", execution):  # past every retry: its queries given up
                 self.emit("ThrottledQueries", float(queries))
@@ -664,7 +676,7 @@ def time_to_alert(day: Day) -> dict[str, Any]:
         if not ends:
             unalerted += 1
             continue
-        size = "up_to_2000_nodes" if day.clusters[line.cluster].nodes <= NODES_PER_BATCH else "over_2000_nodes"
+        size = "up_to_2000_nodes" if day.clusters[line.cluster].nodes <= SMALL_CLUSTER_NODES else "over_2000_nodes"
         seconds[size].append(min(ends) + line.publish_s - line.written)
 
     def spread(values: list[float]) -> dict[str, float]:
@@ -686,8 +698,7 @@ def seed_marks(day: Day, clusters: list[Cluster]) -> None:
     when = (DAY_START - timedelta(hours=day.warmup + 1)).isoformat()
     for c in clusters:
         took = day.model_seconds("Inventory", c.nodes) + day.model_seconds("Finish", c.nodes) + \
-            day.model_seconds("Verdict", c.nodes) + day.model_seconds("CollectLogs", min(c.nodes, NODES_PER_BATCH)) * \
-            math.ceil(max(1, math.ceil(c.nodes / NODES_PER_BATCH)) / day.stack.batch_lanes)
+            day.model_seconds("Verdict", c.nodes) + day.model_seconds("CollectLogs", c.nodes)
         day.ddb.put_item(TableName=TABLE, Item={**audited_key(c.name, "coverage"), "audited_at": {"S": when},
                                                 "audit_s": {"N": str(max(1, int(took)))}})
 
@@ -705,8 +716,7 @@ def cold_start(stack: Stack, model: StepModel, clusters: list[Cluster]) -> int:
         kept, _ = fit_period(ordered_by_marks(targets, marks), marks, stack.shape)
         for t in kept:
             n = day.clusters[t.request.cluster].nodes
-            took = sum(day.model_seconds(step, min(n, NODES_PER_BATCH) if step == "CollectLogs" else n)
-                       for step in STEPS)
+            took = sum(day.model_seconds(step, n) for step in STEPS)
             marks[(t.request.cluster, "coverage")] = AuditMark(audited_at=f"{period:06d}", audit_s=max(1, int(took)))
         if len(marks) == len(clusters):
             return period
