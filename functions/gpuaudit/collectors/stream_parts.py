@@ -260,8 +260,8 @@ def group_parts(batch: list[str], rows: Mapping[str, Rows]) -> list[tuple[list[s
     pass 83 % of the cap in its own parts (`planned_parts`), the others together, as many per query as keep it
     within 83 % of the cap (one part over all their streams, halved if it reaches the cap anyway). A part over both
     groups of a fleet scans both; apart, each part scans only its group (#34 item 7: the summary re-scanned every
-    group per part). Groups in parts share their last part where it fits (`_shared_tail`): the same scans of each
-    group, fewer queries."""
+    group per part). Groups in parts share their last part where it fits (`_shared_tail`): no group scanned more
+    often, fewer queries."""
     out: list[tuple[list[str], list[Part]]] = []
     together: list[str] = []
     held = 0
