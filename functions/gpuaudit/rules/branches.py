@@ -596,23 +596,41 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
 
 
 def branch_e(j: Judged) -> Branch:
+    """RULES §8 E: a cluster change shortly before the failure. With an onset known (RULES §0.5), a change made after
+    it (a replacement or update ordered in response) is named but is not evidence for E: it cannot have caused what
+    began before it. With no onset, every change in the window stays a hypothesis (its order is not known)."""
     ev = j.evidence
-    changes = [e for e in relevant_trail(ev) if e.event_name in CHANGE_EVENTS and not e.error_code
-               and ev.window.start - CLOUDTRAIL_LOOKBACK <= e.time <= ev.window.end]
+    read = [e for e in relevant_trail(ev) if e.event_name in CHANGE_EVENTS and not e.error_code
+            and ev.window.start - CLOUDTRAIL_LOOKBACK <= e.time <= ev.window.end]
+    onset = failure_onset(j)
+    changes = [e for e in read if onset is None or e.time <= onset.time]
+    later = [e for e in read if e not in changes]
+    after = ("" if not later or onset is None else
+             "; after " + onset_text(onset) + ", so not its cause: "
+             + "; ".join(f"{e.event_name} at {iso(e.time)} by {e.username}{replaced_nodes(e, ev)}" for e in later))
     image = image_drift(ev)
     updating = [n.instance_id for n in ev.nodes if n.status == "SystemUpdating"]
     if changes or image or updating:
         text = "; ".join([f"{e.event_name} at {iso(e.time)} by {e.username}{replaced_nodes(e, ev)}" for e in changes]
                          + [f"group {g}: CurrentImageId ≠ DesiredImageId" for g in image]
                          + [f"{i} SystemUpdating" for i in updating])
-        return _branch("E", "Contributing", text, "Hypothesis (to validate)",
+        return _branch("E", "Contributing", text + after, "Hypothesis (to validate)",
                        "compare the failure time with the change's completion in the cluster events or CloudTrail")
     if ev.cloudtrail is None or not ev.cloudtrail_complete:
         return _branch("E", "Not assessed", "CloudTrail could not be read for every change event (see visibility "
-                       "gaps): a cluster change cannot be ruled out")
+                       "gaps): a cluster change cannot be ruled out" + after)
+    before = "before the onset" if onset is not None else "in the window"
     return _branch("E", "Ruled out", "CloudTrail read by event name from 6 h before the window: no UpdateCluster, "
-                   "UpdateClusterSoftware, UpdateFileSystem or "
-                   "Batch*ClusterNodes call for this cluster; images current")
+                   f"UpdateClusterSoftware, UpdateFileSystem or Batch*ClusterNodes call for this cluster {before}"
+                   + after + f"; {_images_said(ev)}")
+
+
+def _images_said(ev: Evidence) -> str:
+    """RULES §0.4: images are called current only where both image IDs were read for a group."""
+    read = [g.name for g in ev.cluster.instance_groups if g.current_image_id and g.desired_image_id]
+    if read:
+        return f"images current (CurrentImageId = DesiredImageId on {', '.join(read)})"
+    return "instance group images Not checked (no CurrentImageId/DesiredImageId read)"
 
 
 def image_drift(ev: Evidence) -> list[str]:
