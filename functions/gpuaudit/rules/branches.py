@@ -434,6 +434,13 @@ def branch_d(j: Judged) -> Branch:
         return _branch("D", "Not assessed", "NCCL transport lines read, but their fit could not be told: "
                        + "; ".join(f"{n.instance_id}: {t.transport} — {t.why}" for n, t in unsure)
                        + (f"; {used}" if used else "") + f"; {layer4}")
+    unseen = [n.instance_id for n in nodes if n.signals.nccl != "Observable"]
+    if unseen:  # RULES §8 D layer 1 is per node: a node with no NCCL line read is Not observable, never clean
+        return _branch("D", "Not assessed", "NCCL transport lines read with no socket fallback, SHM on NVSwitch or IB"
+                       + (f" ({used})" if used else "") + f", but layer 1 is Not observable on {len(unseen)} GPU "
+                       f"node(s) ({', '.join(unseen[:NAMED_UP_TO])}{'…' if len(unseen) > NAMED_UP_TO else ''}: no "
+                       f"NCCL INFO/WARN lines in any source), so D cannot be ruled out there; no NVLink Xid; "
+                       f"{efa.text}; {layer4}. Collect with `{NCCL_DEBUG}`")
     return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback, SHM on NVSwitch or IB"
                    + (f" ({used})" if used else "") + f"; no NVLink Xid; {efa.text}; {layer4}")
 
