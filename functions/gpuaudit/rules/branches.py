@@ -691,13 +691,25 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
             text += "; application-class Xids on several nodes, no hardware class anywhere"
         clean = [b for b in others if b.status == "Ruled out"]
         open_ = [b.branch for b in others if b.status != "Ruled out"]
-        text += ". Ruled out with evidence: " + (", ".join(f"{b.branch}" for b in clean) or "none")
-        if not open_:
-            return _branch("F", "Root cause", text, "Proven")
-        return _branch("F", "UNVERIFIED", text + f"; not yet ruled out: {', '.join(open_)}",
-                       "Hypothesis (to validate)",
-                       "the application owner matches the process and PID in the Xid line to the job running at "
-                       "that time (job logs, exit code) and the change that preceded it")
+        # RULES §8 F: list the clean signals, so nobody re-investigates infrastructure
+        text += ". Ruled out with evidence: " + ("; ".join(f"{b.branch} ({BRANCH_NAMES[b.branch]}) — "
+                                                           f"{_cut(b.evidence.split('; ')[0], 200)}" for b in clean)
+                                                 or "none")
+        confirm = ("the application owner matches the process and PID in the Xid line to the job running at "
+                   "that time (job logs, exit code) and the change that preceded it")
+        if open_:
+            return _branch("F", "UNVERIFIED", text + f"; not yet ruled out: {', '.join(open_)}",
+                           "Hypothesis (to validate)", confirm)
+        # RULES §0.5: Proven only on a signal read before the failure's onset (stated, else the first failure
+        # signal read); with no onset, or the first application Xid after it, the order is not shown.
+        onset = failure_onset(j)
+        if onset is not None and app[0][1].time <= onset.time:
+            return _branch("F", "Root cause", text + f"; the first application-class Xid precedes "
+                           f"{onset_text(onset)}", "Proven")
+        when = (f"the first application-class Xid ({iso(app[0][1].time)}) is after {onset_text(onset)}, so it may "
+                "be the failure's effect" if onset is not None else
+                onset_text(None, j.evidence.job_figure_unread_groups) + ", so the Xid is not shown to precede it")
+        return _branch("F", "UNVERIFIED", f"{text}; not Proven: {when}", "Hypothesis (to validate)", confirm)
     if any(n.xid_status == "Not observable" for n in nodes):
         return _branch("F", "Not assessed", "no application-class Xid read, but coverage is Not observable on part "
                        "of the fleet")
