@@ -41,7 +41,7 @@ from gpuaudit.rules.capacity import (
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.efa_counters import Layer3, layer3
-from gpuaudit.rules.fabric import NCCL_COMMAND, placement_step, sg_step
+from gpuaudit.rules.fabric import NCCL_COMMAND, deep_health_step, placement_step, sg_step
 from gpuaudit.rules.fabric_manager import FabricManagerReading, fabric_manager_of
 from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
 from gpuaudit.rules.node_state import deep_health_checks
@@ -420,13 +420,16 @@ def branch_d(j: Judged) -> Branch:
                        "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`")
     if not any(n.signals.nccl == "Observable" for n in nodes):
-        if place.status == "Blocked":  # RULES §8 D: a layer-4 defect read with layers 1–3 Not observable
-            return _branch("D", "UNVERIFIED", f"EFA precondition defect read: {place.evidence}. Layers 1–2 Not "
+        deep = deep_health_step(_fabric_context(j))
+        defects = [f"{x.name}: {x.evidence}" for x in (place, deep) if x.status == "Blocked"]
+        if defects:  # RULES §8 D: a layer-4 defect read (a split, a failed check) with layers 1–3 Not observable
+            return _branch("D", "UNVERIFIED", f"EFA precondition defect read: {'; '.join(defects)}. Layers 1–2 Not "
                            f"observable: no NCCL INFO/WARN lines in any source, no NVLink Xid read; {efa.text}; "
                            f"{layer4}", "Hypothesis (to validate)",
                            f"NCCL's transport on the job's nodes, collected with `{NCCL_DEBUG}`")
+        checks = "" if deep.status == "Not applicable" else f"; {deep.name} — {deep.status}: {deep.evidence}"
         return _branch("D", "Not assessed", "no NCCL INFO/WARN lines in any source (layer 1 Not observable); no NVLink "
-                       f"Xid read; {efa.text}; {layer4}. Collect with `{NCCL_DEBUG}`")
+                       f"Xid read; {efa.text}; {layer4}{checks}. Collect with `{NCCL_DEBUG}`")
     used = "; ".join(f"{n.instance_id}: " + ", ".join(sorted({f"{t.transport} ({t.assessment})"
                                                                for t in n.nccl_transports}))
                      for n in nodes if n.nccl_transports)
