@@ -458,9 +458,7 @@ def _efa_rise_branch(j: Judged, efa: Layer3, nvlink: Sequence[tuple[str, int | N
     """RULES §8 D layer 3: EFA counters rising at or before the hang support D. Proven only when the rise is read on
     the nodes before the hang with nothing competing: no node of the rise with a hardware verdict of its own
     (REPLACE, REBOOT: branch A's signal could be what broke its links); else, or with no hang read, Hypothesis."""
-    risen = {r.instance_id for r in efa.before}
-    competing = [f"{n.instance_id}: {n.verdict}" + (f" ({_cut(n.verdict_evidence, 160)})" if n.verdict_evidence else "")
-                 for n in j.nodes if n.instance_id in risen and n.verdict in ("REPLACE", "REBOOT")]
+    competing = _competing(j, {r.instance_id for r in efa.before})
     text = efa.text + "".join(f"; {i}: Xid {c}" for i, c in nvlink) + "".join(f"; {_bad_line(n, t)}" for n, t in other)
     confirm = (f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`, watching the CWAgent `efa_*` "
                "counters of each node while it runs")
@@ -471,6 +469,13 @@ def _efa_rise_branch(j: Judged, efa: Layer3, nvlink: Sequence[tuple[str, int | N
            "no NCCL hang or failure onset was read, so the rise is not placed before the failure")
     return _branch("D", "Contributing", f"EFA error counters (layer 3) rose: {text}; {why}", "Hypothesis (to validate)",
                    confirm)
+
+
+def _competing(j: Judged, ids: set[str]) -> list[str]:
+    """RULES §0.5 "with nothing competing": a node of D's signal with a hardware verdict of its own (REPLACE, REBOOT:
+    branch A's signal could be what broke its links), said with that verdict's evidence."""
+    return [f"{n.instance_id}: {n.verdict}" + (f" ({_cut(n.verdict_evidence, 160)})" if n.verdict_evidence else "")
+            for n in j.nodes if n.instance_id in ids and n.verdict in ("REPLACE", "REBOOT")]
 
 
 def _fabric_manager_faults(j: Judged, nodes: Sequence[NodeResult]) -> list[tuple[NodeResult, FabricManagerReading]]:
@@ -593,11 +598,13 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     else:
         cause = (" The preconditions AWS shows are met: look at the node's EFA software (aws-ofi-nccl plugin loaded, "
                  "`FI_PROVIDER=efa`, `fi_info -p efa`)." if sg.status == "Cleared" and not unseen else "")
-    if early and hang is not None:
+    competing = _competing(j, {n.instance_id for n, t in socket if t in early})
+    if early and hang is not None and not competing:
         return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA before the hang ({iso(hang[0])}, "
                        f"{hang[1]}): {signal}. {pre}.{checked}{cause}", "Proven")
     unread = j.evidence.job_figure_unread_groups
     when = (f"the failure's onset is not known ({onset_text(None, unread)})" if hang is None else
+            f"a hardware verdict on the same node competes: {'; '.join(competing)}" if early and competing else
             f"the fallback line is after the hang ({iso(hang[0])}, {hang[1]})")
     return _branch("D", "Contributing", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}.{checked}{cause} Not "
                    f"Proven: {when}", "Hypothesis (to validate)",
