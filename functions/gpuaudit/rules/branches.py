@@ -403,6 +403,14 @@ def branch_d(j: Judged) -> Branch:
     if nvlink or other:
         text = "; ".join([f"{i}: Xid {c}" for i, c in nvlink] + [_bad_line(n, t) for n, t in other]
                          + ([efa.text] if efa.observable else []))
+        # RULES §0.5, §8 D: a layer-1 bad transport read on the nodes before the hang, with nothing competing
+        early = {n.instance_id for n, t in other if hang is not None and t.time <= hang[0]}
+        competing = _competing(j, early | {i for i, _ in nvlink})
+        if hang is not None and early and not competing:
+            return _branch("D", "Root cause", f"NCCL used a transport wrong for the node before the hang at "
+                           f"{iso(hang[0])} ({hang[1]}) (layer 1): {text}", "Proven")
+        if early and competing:
+            text += f"; a hardware verdict on the same node competes: {'; '.join(competing)}"
         return _branch("D", "Contributing", text, "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) on the nodes with `{NCCL_DEBUG}`, and EFA counters "
                        "(`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
