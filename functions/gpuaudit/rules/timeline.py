@@ -36,8 +36,10 @@ def last_line(node: NodeResult) -> datetime | None:
 
 def relevant_trail(evidence: Evidence) -> list[CloudTrailEvent]:
     """CloudTrail events about this cluster: by cluster name (or ARN), by its nodes, by its launch templates, or by
-    the file systems it mounts (`UpdateFileSystem` names only the `fileSystemId`, RULES §8 E). An event naming no
-    cluster is never taken for this one (a ParallelCluster or EC2 cluster has no ARN to compare with)."""
+    the file systems it mounts (`UpdateFileSystem` names only the `fileSystemId`, RULES §8 E). A SageMaker call
+    always names its cluster and an FSx call its file system: one naming another, or none, is never this cluster's
+    (a cluster without an ARN took every such call in the account for its own). An EC2 call without a cluster name
+    is kept for a cluster without an ARN, as before (its launches name no cluster)."""
     ids = {n.instance_id for n in evidence.nodes}
     name = evidence.cluster.name
     names = {x for x in (name, evidence.cluster.arn) if x}
@@ -46,7 +48,9 @@ def relevant_trail(evidence: Evidence) -> list[CloudTrailEvent]:
     for e in evidence.cloudtrail or []:
         params = e.request_parameters or {}
         text = str(params) + " " + " ".join(e.resources)
-        if params.get("clusterName") in names or (e.username in ids) or \
+        unnamed_ec2 = (e.event_source == "ec2.amazonaws.com" and evidence.cluster.arn is None
+                       and params.get("clusterName") is None)
+        if params.get("clusterName") in names or unnamed_ec2 or (e.username in ids) or \
                 any(i in text for i in ids) or f"'launchTemplateName': '{name}-" in text \
                 or f"'LaunchTemplateName': '{name}-" in text \
                 or params.get("fileSystemId") in file_systems:  # CreateFleet's request names its template so
