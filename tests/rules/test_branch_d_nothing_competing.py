@@ -26,3 +26,27 @@ def test_a_socket_fallback_before_the_hang_with_a_hardware_xid_on_the_node_is_a_
 def test_the_same_fallback_with_nothing_competing_is_proven() -> None:
     d = branch(run(cluster([SOCKET, P2P])), "D")
     assert (d.status, d.label) == ("Root cause", "Proven")
+
+
+def _fell_off_the_bus(w) -> str:
+    gpu = w.compute[0]
+    w.stream(w.group, w.stream_name(gpu), events=[
+        (at(6), f"{gpu.hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, pid=1, GPU has fallen off the bus.")])
+    return gpu.instance_id
+
+
+def test_a_missing_self_rule_with_a_hardware_xid_before_the_hang_is_named_but_not_proven_the_cause() -> None:
+    # no NCCL transport line: the hang and the security group's missing outbound self rule, and Xid 79 on one node
+    w = cluster([], self_out=False)
+    iid = _fell_off_the_bus(w)
+    d = branch(run(w), "D")
+    assert d.status != "Root cause" and d.label == "Hypothesis (to validate)" and d.confirming_measurement
+    assert "precondition failure" in d.evidence and "competes" in d.evidence and iid in d.evidence
+
+
+def test_a_socket_fallback_with_a_missing_self_rule_and_a_hardware_xid_is_not_proven_the_cause() -> None:
+    w = cluster([SOCKET], self_out=False)
+    iid = _fell_off_the_bus(w)
+    d = branch(run(w), "D")
+    assert d.status != "Root cause" and d.label == "Hypothesis (to validate)" and d.confirming_measurement
+    assert "precondition failure" in d.evidence and "competes" in d.evidence and iid in d.evidence

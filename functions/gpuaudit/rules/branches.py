@@ -417,14 +417,16 @@ def branch_d(j: Judged) -> Branch:
     sg = sg_step(_fabric_context(j))
     place = placement_step(_fabric_context(j))
     layer4 = _layer4(sg, place)
-    if hang is not None and sg.status == "Blocked":
+    rivals = _competing(j, {n.instance_id for n in nodes})  # RULES §0.5: Proven only with nothing competing
+    if hang is not None and sg.status == "Blocked" and not rivals:
         return _branch("D", "Root cause", f"NCCL hang at {iso(hang[0])} ({hang[1]}) on a cluster whose EFA security "
                        f"group rules fail: {sg.evidence}{_split(place)}. A missing self-referencing rule is a proven "
                        "precondition failure (RULES §8 D layer 4)", "Proven")
     if sg.status == "Blocked":
+        why = (f"a hardware verdict on a node of the job competes: {'; '.join(rivals)}" if hang is not None else
+               "no NCCL hang or failure onset was read, so it is not shown to have caused this failure")
         return _branch("D", "Contributing",
-                       f"EFA precondition failure (proven): {sg.evidence}{_split(place)}; no NCCL hang or "
-                       "failure onset was read, so it is not shown to have caused this failure",
+                       f"EFA precondition failure (proven): {sg.evidence}{_split(place)}; {why}",
                        "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`")
     if not any(n.signals.nccl == "Observable" for n in nodes):
@@ -594,10 +596,17 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     pre = ("Preconditions: EFA width — " + "; ".join(short + unseen + full)
            + f"; security group self-referencing all-traffic rules inbound and outbound — {sg.status}: {sg.evidence}"
            + _split(placement_step(_fabric_context(j))))
-    if sg.status == "Blocked":
+    rivals = _competing(j, {n.instance_id for n in _accelerated(j)})
+    if sg.status == "Blocked" and not rivals:
         return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}. The missing "
                        "self-referencing rule is a proven precondition failure (RULES §8 D layer 4): EFA traffic "
                        "between the nodes is dropped", "Proven")
+    if sg.status == "Blocked":  # RULES §0.5: a hardware verdict competes, so the precondition is not proven the cause
+        return _branch("D", "Contributing", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}. The missing "
+                       "self-referencing rule is a proven precondition failure (RULES §8 D layer 4), but a hardware "
+                       f"verdict on a node of the job competes: {'; '.join(rivals)}", "Hypothesis (to validate)",
+                       f"re-run an all_reduce test (nccl-tests) on {', '.join(ids)} with `{NCCL_DEBUG}` once the "
+                       "security group has its self-referencing rules")
     early = [t for _, t in socket if hang is not None and t.time <= hang[0]]
     checked = ("" if sg.status == "Cleared" else
                f" The security group could not be checked ({sg.status}), so it is not cleared.")
