@@ -41,7 +41,7 @@ from gpuaudit.rules.capacity import (
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups
 from gpuaudit.rules.control_plane import deciding_silence, not_observable_headline
 from gpuaudit.rules.efa_counters import Layer3, layer3
-from gpuaudit.rules.fabric import NCCL_COMMAND, placement_step, sg_step
+from gpuaudit.rules.fabric import NCCL_COMMAND, deep_health_step, placement_step, sg_step
 from gpuaudit.rules.fabric_manager import FabricManagerReading, fabric_manager_of
 from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
 from gpuaudit.rules.node_state import deep_health_checks
@@ -403,30 +403,43 @@ def branch_d(j: Judged) -> Branch:
     if nvlink or other:
         text = "; ".join([f"{i}: Xid {c}" for i, c in nvlink] + [_bad_line(n, t) for n, t in other]
                          + ([efa.text] if efa.observable else []))
+        # RULES §0.5, §8 D: a layer-1 bad transport read on the nodes before the hang, with nothing competing
+        early = {n.instance_id for n, t in other if hang is not None and t.time <= hang[0]}
+        competing = _competing(j, early | {i for i, _ in nvlink})
+        if hang is not None and early and not competing:
+            return _branch("D", "Root cause", f"NCCL used a transport wrong for the node before the hang at "
+                           f"{iso(hang[0])} ({hang[1]}) (layer 1): {text}", "Proven")
+        if early and competing:
+            text += f"; a hardware verdict on the same node competes: {'; '.join(competing)}"
         return _branch("D", "Contributing", text, "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) on the nodes with `{NCCL_DEBUG}`, and EFA counters "
                        "(`efa_retrans_pkts`, `efa_unresponsive_remote_events`) before the hang")
     sg = sg_step(_fabric_context(j))
     place = placement_step(_fabric_context(j))
     layer4 = _layer4(sg, place)
-    if hang is not None and sg.status == "Blocked":
+    rivals = _competing(j, {n.instance_id for n in nodes})  # RULES §0.5: Proven only with nothing competing
+    if hang is not None and sg.status == "Blocked" and not rivals:
         return _branch("D", "Root cause", f"NCCL hang at {iso(hang[0])} ({hang[1]}) on a cluster whose EFA security "
                        f"group rules fail: {sg.evidence}{_split(place)}. A missing self-referencing rule is a proven "
                        "precondition failure (RULES §8 D layer 4)", "Proven")
     if sg.status == "Blocked":
+        why = (f"a hardware verdict on a node of the job competes: {'; '.join(rivals)}" if hang is not None else
+               "no NCCL hang or failure onset was read, so it is not shown to have caused this failure")
         return _branch("D", "Contributing",
-                       f"EFA precondition failure (proven): {sg.evidence}{_split(place)}; no NCCL hang or "
-                       "failure onset was read, so it is not shown to have caused this failure",
+                       f"EFA precondition failure (proven): {sg.evidence}{_split(place)}; {why}",
                        "Hypothesis (to validate)",
                        f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`")
     if not any(n.signals.nccl == "Observable" for n in nodes):
-        if place.status == "Blocked":  # RULES §8 D: a layer-4 defect read with layers 1–3 Not observable
-            return _branch("D", "UNVERIFIED", f"EFA precondition defect read: {place.evidence}. Layers 1–2 Not "
+        deep = deep_health_step(_fabric_context(j))
+        defects = [f"{x.name}: {x.evidence}" for x in (place, deep) if x.status == "Blocked"]
+        if defects:  # RULES §8 D: a layer-4 defect read (a split, a failed check) with layers 1–3 Not observable
+            return _branch("D", "UNVERIFIED", f"EFA precondition defect read: {'; '.join(defects)}. Layers 1–2 Not "
                            f"observable: no NCCL INFO/WARN lines in any source, no NVLink Xid read; {efa.text}; "
                            f"{layer4}", "Hypothesis (to validate)",
                            f"NCCL's transport on the job's nodes, collected with `{NCCL_DEBUG}`")
+        checks = "" if deep.status == "Not applicable" else f"; {deep.name} — {deep.status}: {deep.evidence}"
         return _branch("D", "Not assessed", "no NCCL INFO/WARN lines in any source (layer 1 Not observable); no NVLink "
-                       f"Xid read; {efa.text}; {layer4}. Collect with `{NCCL_DEBUG}`")
+                       f"Xid read; {efa.text}; {layer4}{checks}. Collect with `{NCCL_DEBUG}`")
     used = "; ".join(f"{n.instance_id}: " + ", ".join(sorted({f"{t.transport} ({t.assessment})"
                                                                for t in n.nccl_transports}))
                      for n in nodes if n.nccl_transports)
@@ -434,6 +447,13 @@ def branch_d(j: Judged) -> Branch:
         return _branch("D", "Not assessed", "NCCL transport lines read, but their fit could not be told: "
                        + "; ".join(f"{n.instance_id}: {t.transport} — {t.why}" for n, t in unsure)
                        + (f"; {used}" if used else "") + f"; {layer4}")
+    unseen = [n.instance_id for n in nodes if n.signals.nccl != "Observable"]
+    if unseen:  # RULES §8 D layer 1 is per node: a node with no NCCL line read is Not observable, never clean
+        return _branch("D", "Not assessed", "NCCL transport lines read with no socket fallback, SHM on NVSwitch or IB"
+                       + (f" ({used})" if used else "") + f", but layer 1 is Not observable on {len(unseen)} GPU "
+                       f"node(s) ({', '.join(unseen[:NAMED_UP_TO])}{'…' if len(unseen) > NAMED_UP_TO else ''}: no "
+                       f"NCCL INFO/WARN lines in any source), so D cannot be ruled out there; no NVLink Xid; "
+                       f"{efa.text}; {layer4}. Collect with `{NCCL_DEBUG}`")
     return _branch("D", "Ruled out", "NCCL transport lines observable with no socket fallback, SHM on NVSwitch or IB"
                    + (f" ({used})" if used else "") + f"; no NVLink Xid; {efa.text}; {layer4}")
 
@@ -448,9 +468,7 @@ def _efa_rise_branch(j: Judged, efa: Layer3, nvlink: Sequence[tuple[str, int | N
     """RULES §8 D layer 3: EFA counters rising at or before the hang support D. Proven only when the rise is read on
     the nodes before the hang with nothing competing: no node of the rise with a hardware verdict of its own
     (REPLACE, REBOOT: branch A's signal could be what broke its links); else, or with no hang read, Hypothesis."""
-    risen = {r.instance_id for r in efa.before}
-    competing = [f"{n.instance_id}: {n.verdict}" + (f" ({_cut(n.verdict_evidence, 160)})" if n.verdict_evidence else "")
-                 for n in j.nodes if n.instance_id in risen and n.verdict in ("REPLACE", "REBOOT")]
+    competing = _competing(j, {r.instance_id for r in efa.before})
     text = efa.text + "".join(f"; {i}: Xid {c}" for i, c in nvlink) + "".join(f"; {_bad_line(n, t)}" for n, t in other)
     confirm = (f"an all_reduce test (nccl-tests) across the nodes with `{NCCL_DEBUG}`, watching the CWAgent `efa_*` "
                "counters of each node while it runs")
@@ -461,6 +479,13 @@ def _efa_rise_branch(j: Judged, efa: Layer3, nvlink: Sequence[tuple[str, int | N
            "no NCCL hang or failure onset was read, so the rise is not placed before the failure")
     return _branch("D", "Contributing", f"EFA error counters (layer 3) rose: {text}; {why}", "Hypothesis (to validate)",
                    confirm)
+
+
+def _competing(j: Judged, ids: set[str]) -> list[str]:
+    """RULES §0.5 "with nothing competing": a node of D's signal with a hardware verdict of its own (REPLACE, REBOOT:
+    branch A's signal could be what broke its links), said with that verdict's evidence."""
+    return [f"{n.instance_id}: {n.verdict}" + (f" ({_cut(n.verdict_evidence, 160)})" if n.verdict_evidence else "")
+            for n in j.nodes if n.instance_id in ids and n.verdict in ("REPLACE", "REBOOT")]
 
 
 def _fabric_manager_faults(j: Judged, nodes: Sequence[NodeResult]) -> list[tuple[NodeResult, FabricManagerReading]]:
@@ -571,10 +596,17 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     pre = ("Preconditions: EFA width — " + "; ".join(short + unseen + full)
            + f"; security group self-referencing all-traffic rules inbound and outbound — {sg.status}: {sg.evidence}"
            + _split(placement_step(_fabric_context(j))))
-    if sg.status == "Blocked":
+    rivals = _competing(j, {n.instance_id for n in _accelerated(j)})
+    if sg.status == "Blocked" and not rivals:
         return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}. The missing "
                        "self-referencing rule is a proven precondition failure (RULES §8 D layer 4): EFA traffic "
                        "between the nodes is dropped", "Proven")
+    if sg.status == "Blocked":  # RULES §0.5: a hardware verdict competes, so the precondition is not proven the cause
+        return _branch("D", "Contributing", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}. The missing "
+                       "self-referencing rule is a proven precondition failure (RULES §8 D layer 4), but a hardware "
+                       f"verdict on a node of the job competes: {'; '.join(rivals)}", "Hypothesis (to validate)",
+                       f"re-run an all_reduce test (nccl-tests) on {', '.join(ids)} with `{NCCL_DEBUG}` once the "
+                       "security group has its self-referencing rules")
     early = [t for _, t in socket if hang is not None and t.time <= hang[0]]
     checked = ("" if sg.status == "Cleared" else
                f" The security group could not be checked ({sg.status}), so it is not cleared.")
@@ -583,11 +615,13 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
     else:
         cause = (" The preconditions AWS shows are met: look at the node's EFA software (aws-ofi-nccl plugin loaded, "
                  "`FI_PROVIDER=efa`, `fi_info -p efa`)." if sg.status == "Cleared" and not unseen else "")
-    if early and hang is not None:
+    competing = _competing(j, {n.instance_id for n, t in socket if t in early})
+    if early and hang is not None and not competing:
         return _branch("D", "Root cause", f"NCCL fell back to TCP sockets on EFA before the hang ({iso(hang[0])}, "
                        f"{hang[1]}): {signal}. {pre}.{checked}{cause}", "Proven")
     unread = j.evidence.job_figure_unread_groups
     when = (f"the failure's onset is not known ({onset_text(None, unread)})" if hang is None else
+            f"a hardware verdict on the same node competes: {'; '.join(competing)}" if early and competing else
             f"the fallback line is after the hang ({iso(hang[0])}, {hang[1]})")
     return _branch("D", "Contributing", f"NCCL fell back to TCP sockets on EFA: {signal}. {pre}.{checked}{cause} Not "
                    f"Proven: {when}", "Hypothesis (to validate)",
@@ -596,23 +630,41 @@ def _socket_fallback(j: Judged, socket: Sequence[tuple[NodeResult, NcclTransport
 
 
 def branch_e(j: Judged) -> Branch:
+    """RULES §8 E: a cluster change shortly before the failure. With an onset known (RULES §0.5), a change made after
+    it (a replacement or update ordered in response) is named but is not evidence for E: it cannot have caused what
+    began before it. With no onset, every change in the window stays a hypothesis (its order is not known)."""
     ev = j.evidence
-    changes = [e for e in relevant_trail(ev) if e.event_name in CHANGE_EVENTS and not e.error_code
-               and ev.window.start - CLOUDTRAIL_LOOKBACK <= e.time <= ev.window.end]
+    read = [e for e in relevant_trail(ev) if e.event_name in CHANGE_EVENTS and not e.error_code
+            and ev.window.start - CLOUDTRAIL_LOOKBACK <= e.time <= ev.window.end]
+    onset = failure_onset(j)
+    changes = [e for e in read if onset is None or e.time <= onset.time]
+    later = [e for e in read if e not in changes]
+    after = ("" if not later or onset is None else
+             "; after " + onset_text(onset) + ", so not its cause: "
+             + "; ".join(f"{e.event_name} at {iso(e.time)} by {e.username}{replaced_nodes(e, ev)}" for e in later))
     image = image_drift(ev)
     updating = [n.instance_id for n in ev.nodes if n.status == "SystemUpdating"]
     if changes or image or updating:
         text = "; ".join([f"{e.event_name} at {iso(e.time)} by {e.username}{replaced_nodes(e, ev)}" for e in changes]
                          + [f"group {g}: CurrentImageId ≠ DesiredImageId" for g in image]
                          + [f"{i} SystemUpdating" for i in updating])
-        return _branch("E", "Contributing", text, "Hypothesis (to validate)",
+        return _branch("E", "Contributing", text + after, "Hypothesis (to validate)",
                        "compare the failure time with the change's completion in the cluster events or CloudTrail")
     if ev.cloudtrail is None or not ev.cloudtrail_complete:
         return _branch("E", "Not assessed", "CloudTrail could not be read for every change event (see visibility "
-                       "gaps): a cluster change cannot be ruled out")
+                       "gaps): a cluster change cannot be ruled out" + after)
+    before = "before the onset" if onset is not None else "in the window"
     return _branch("E", "Ruled out", "CloudTrail read by event name from 6 h before the window: no UpdateCluster, "
-                   "UpdateClusterSoftware, UpdateFileSystem or "
-                   "Batch*ClusterNodes call for this cluster; images current")
+                   f"UpdateClusterSoftware, UpdateFileSystem or Batch*ClusterNodes call for this cluster {before}"
+                   + after + f"; {_images_said(ev)}")
+
+
+def _images_said(ev: Evidence) -> str:
+    """RULES §0.4: images are called current only where both image IDs were read for a group."""
+    read = [g.name for g in ev.cluster.instance_groups if g.current_image_id and g.desired_image_id]
+    if read:
+        return f"images current (CurrentImageId = DesiredImageId on {', '.join(read)})"
+    return "instance group images Not checked (no CurrentImageId/DesiredImageId read)"
 
 
 def image_drift(ev: Evidence) -> list[str]:
@@ -666,13 +718,25 @@ def branch_f(j: Judged, others: Sequence[Branch]) -> Branch:
             text += "; application-class Xids on several nodes, no hardware class anywhere"
         clean = [b for b in others if b.status == "Ruled out"]
         open_ = [b.branch for b in others if b.status != "Ruled out"]
-        text += ". Ruled out with evidence: " + (", ".join(f"{b.branch}" for b in clean) or "none")
-        if not open_:
-            return _branch("F", "Root cause", text, "Proven")
-        return _branch("F", "UNVERIFIED", text + f"; not yet ruled out: {', '.join(open_)}",
-                       "Hypothesis (to validate)",
-                       "the application owner matches the process and PID in the Xid line to the job running at "
-                       "that time (job logs, exit code) and the change that preceded it")
+        # RULES §8 F: list the clean signals, so nobody re-investigates infrastructure
+        text += ". Ruled out with evidence: " + ("; ".join(f"{b.branch} ({BRANCH_NAMES[b.branch]}) — "
+                                                           f"{_cut(b.evidence.split('; ')[0], 200)}" for b in clean)
+                                                 or "none")
+        confirm = ("the application owner matches the process and PID in the Xid line to the job running at "
+                   "that time (job logs, exit code) and the change that preceded it")
+        if open_:
+            return _branch("F", "UNVERIFIED", text + f"; not yet ruled out: {', '.join(open_)}",
+                           "Hypothesis (to validate)", confirm)
+        # RULES §0.5: Proven only on a signal read before the failure's onset (stated, else the first failure
+        # signal read); with no onset, or the first application Xid after it, the order is not shown.
+        onset = failure_onset(j)
+        if onset is not None and app[0][1].time <= onset.time:
+            return _branch("F", "Root cause", text + f"; the first application-class Xid precedes "
+                           f"{onset_text(onset)}", "Proven")
+        when = (f"the first application-class Xid ({iso(app[0][1].time)}) is after {onset_text(onset)}, so it may "
+                "be the failure's effect" if onset is not None else
+                onset_text(None, j.evidence.job_figure_unread_groups) + ", so the Xid is not shown to precede it")
+        return _branch("F", "UNVERIFIED", f"{text}; not Proven: {when}", "Hypothesis (to validate)", confirm)
     if any(n.xid_status == "Not observable" for n in nodes):
         return _branch("F", "Not assessed", "no application-class Xid read, but coverage is Not observable on part "
                        "of the fleet")

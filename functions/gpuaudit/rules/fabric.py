@@ -4,11 +4,13 @@ pre-flight checks alike. Pure: no AWS, no clock."""
 
 from __future__ import annotations
 
+import re
+
 from gpuaudit.model.planned_reads import SecurityGroupInfo, SgRule
 from gpuaudit.model.result import FindingStep, FindingStepStatus
 from gpuaudit.rules.actions import nodes_phrase
 from gpuaudit.rules.context import Context
-from gpuaudit.rules.steps import merge, step
+from gpuaudit.rules.steps import all_lines, line_at, merge, quote, step
 
 NCCL_COMMAND = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,SHM,NVLS "
                 "NCCL_DEBUG_FILE=/fsx/nccl_%h_%p.log")
@@ -124,3 +126,29 @@ def placement_step(ctx: Context) -> FindingStep:
         else:
             parts.append(("Cleared", f"{g.label}: every node in {places}"))
     return merge(name, parts)
+
+
+DEEP_HEALTH_FAILED = re.compile(r"(?i)error|fail")
+
+
+def deep_health_step(ctx: Context) -> FindingStep:
+    """RULES §8 D layer 4: failed deep health checks (`InstanceStress` includes EFA loopback, `InstanceConnectivity`
+    runs a multi-node NCCL all_reduce), read from the `DeepHealthCheckResults/` streams; the connectivity line first.
+    Read by the hang finding and by branch D (a failed check with layers 1–3 Not observable is D's hypothesis)."""
+    name = "deep health checks (InstanceConnectivity)"
+    if not ctx.hyperpod:
+        return step(name, "Not applicable", "deep health checks are a HyperPod feature")
+    lines = [p for p in all_lines(ctx.j) if p.line.log_stream.startswith("DeepHealthCheckResults/")]
+    failed = [p for p in lines if DEEP_HEALTH_FAILED.search(p.line.message)]
+    if failed:
+        connectivity = [p for p in failed if "InstanceConnectivity" in p.line.message] or failed
+        return step(name, "Blocked", f"{quote(connectivity[0].line.message)} in {line_at(connectivity[0])}")
+    streams = sorted({a.log_stream for a in ctx.ev.stream_activity
+                      if a.log_stream.startswith("DeepHealthCheckResults/")})
+    if streams:
+        return step(name, "Cleared", ", ".join(f"`{s}`" for s in streams) + " read: no FAIL or ERROR line")
+    checks = "; ".join(f"group `{g.name}` OnStartDeepHealthChecks {g.group.on_start_deep_health_checks or '[] (none)'}"
+                       for g in ctx.groups if g.group is not None)
+    return step(name, "Not checked", f"no `DeepHealthCheckResults/<instance-id>` stream in the window ({checks}); "
+                                      "InstanceConnectivity runs a multi-node "
+                                      "NCCL all_reduce — run a deep health check on the nodes of the job")

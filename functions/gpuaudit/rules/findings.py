@@ -20,7 +20,7 @@ from gpuaudit.model.timeutil import iso
 from gpuaudit.rules import actions as action_rules
 from gpuaudit.rules.capacity import affected_groups, capacity_step, subnet_step
 from gpuaudit.rules.context import Context, GpuGroup, Plan, gpu_groups, id_list
-from gpuaudit.rules.fabric import NCCL_COMMAND, sg_step
+from gpuaudit.rules.fabric import NCCL_COMMAND, deep_health_step, sg_step
 from gpuaudit.rules.onset import NCCL_HANG
 from gpuaudit.rules.steps import all_lines, line_at, merge, quote, step
 
@@ -297,7 +297,7 @@ def hang_with_idle_gpus(ctx: Context, branches: Sequence[Branch]) -> Finding | N
     if not timeouts:
         return None
     first = timeouts[0]
-    steps = [_gpu_activity_step(ctx, first), sg_step(ctx), _deep_health_step(ctx), _change_step(branches),
+    steps = [_gpu_activity_step(ctx, first), sg_step(ctx), deep_health_step(ctx), _change_step(branches),
              _nccl_debug_step(ctx)]
     found = [s for s in steps if s.status == "Blocked"]
     label: CauseLabel | None = None
@@ -332,26 +332,6 @@ def _gpu_activity_step(ctx: Context, first: ParsedLine) -> FindingStep:
                                              "(CloudWatch agent `nvidia_gpu`)")
     return step(name, "Measured", "; ".join(f"`{a.instance_id}`: {a.idle_hours} h idle, {a.busy_hours} h busy of "
                                              f"{a.hours_in_span} h (GPUPowerUtilization, percent)" for a in seen))
-
-
-def _deep_health_step(ctx: Context) -> FindingStep:
-    name = "deep health checks (InstanceConnectivity)"
-    if not ctx.hyperpod:
-        return step(name, "Not applicable", "deep health checks are a HyperPod feature")
-    lines = [p for p in all_lines(ctx.j) if p.line.log_stream.startswith("DeepHealthCheckResults/")]
-    failed = [p for p in lines if FAILED_LINE.search(p.line.message)]
-    if failed:
-        connectivity = [p for p in failed if "InstanceConnectivity" in p.line.message] or failed
-        return step(name, "Blocked", f"{quote(connectivity[0].line.message)} in {line_at(connectivity[0])}")
-    streams = sorted({a.log_stream for a in ctx.ev.stream_activity
-                      if a.log_stream.startswith("DeepHealthCheckResults/")})
-    if streams:
-        return step(name, "Cleared", ", ".join(f"`{s}`" for s in streams) + " read: no FAIL or ERROR line")
-    checks = "; ".join(f"group `{g.name}` OnStartDeepHealthChecks {g.group.on_start_deep_health_checks or '[] (none)'}"
-                       for g in ctx.groups if g.group is not None)
-    return step(name, "Not checked", f"no `DeepHealthCheckResults/<instance-id>` stream in the window ({checks}); "
-                                      "InstanceConnectivity runs a multi-node "
-                                      "NCCL all_reduce — run a deep health check on the nodes of the job")
 
 
 def _change_step(branches: Sequence[Branch]) -> FindingStep:

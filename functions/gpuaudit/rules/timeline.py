@@ -17,6 +17,7 @@ from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import NodeResult, TimelineEntry
 from gpuaudit.rules.capacity import call_errors
 from gpuaudit.rules.host_events import health_kind, host_events, on_cluster, timeline_text, timeline_time
+from gpuaudit.rules.storage import file_systems_in_scope
 
 if TYPE_CHECKING:
     from gpuaudit.rules.context import Judged
@@ -34,16 +35,25 @@ def last_line(node: NodeResult) -> datetime | None:
 
 
 def relevant_trail(evidence: Evidence) -> list[CloudTrailEvent]:
-    """CloudTrail events about this cluster: by cluster name, by its nodes, or by its launch templates."""
+    """CloudTrail events about this cluster: by cluster name (or ARN), by its nodes, by its launch templates, or by
+    the file systems it mounts (`UpdateFileSystem` names only the `fileSystemId`, RULES §8 E). A SageMaker call
+    always names its cluster and an FSx call its file system: one naming another, or none, is never this cluster's
+    (a cluster without an ARN took every such call in the account for its own). An EC2 call without a cluster name
+    is kept for a cluster without an ARN, as before (its launches name no cluster)."""
     ids = {n.instance_id for n in evidence.nodes}
     name = evidence.cluster.name
+    names = {x for x in (name, evidence.cluster.arn) if x}
+    file_systems = set(file_systems_in_scope(evidence)[0])
     out = []
     for e in evidence.cloudtrail or []:
         params = e.request_parameters or {}
         text = str(params) + " " + " ".join(e.resources)
-        if params.get("clusterName") in (name, evidence.cluster.arn) or (e.username in ids) or \
+        unnamed_ec2 = (e.event_source == "ec2.amazonaws.com" and evidence.cluster.arn is None
+                       and params.get("clusterName") is None)
+        if params.get("clusterName") in names or unnamed_ec2 or (e.username in ids) or \
                 any(i in text for i in ids) or f"'launchTemplateName': '{name}-" in text \
-                or f"'LaunchTemplateName': '{name}-" in text:  # CreateFleet's request names it so
+                or f"'LaunchTemplateName': '{name}-" in text \
+                or params.get("fileSystemId") in file_systems:  # CreateFleet's request names its template so
             out.append(e)
     return out
 
