@@ -466,3 +466,42 @@ def test_a_current_hour_past_the_grace_without_a_line_is_listed_empty():
     assert iso_list(row.empty_hours) == hours(12)
     assert "possibly late" in (row.note or "")
     assert row.status == "Not observable"
+
+
+def test_node_whose_own_hma_stream_wrote_in_the_padded_window_is_measured_when_the_cluster_group_has_a_gap():
+    # Given a cluster log group whose ClusterMetrics stream stopped before the window (HMA absence proves nothing
+    # there), and one GPU node whose own HMA stream wrote a detection inside the window
+    w = HyperPodWorld(gpu_nodes=2)
+    flagged, quiet = w.gpu
+    w.cluster_metrics(at(-10), at(4))
+    w.hma_detection(flagged, at(8, 3))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then RULES §4: a node's own HMA stream with a line inside the padded window is live (the agent ran on that
+    # node then), so that node's detections are Measured through the stream, named exactly
+    n = node_of(result, flagged.instance_id)
+    (row,) = hma_rows(n)
+    assert (row.log_stream, row.status) == (f"SagemakerHealthMonitoringAgent/gpu-workers/{flagged.instance_id}",
+                                           "Measured")
+    assert n.xid_status == "Measured"
+    assert [e.code for e in n.gpu_errors] == [31]
+    # while the node without a stream is still Not observable: the cluster group's gap leaves its absence unproven
+    other = node_of(result, quiet.instance_id)
+    assert other.xid_status == "Not observable"
+    assert "sagemaker-health-monitoring-agent.service" in (hma_rows(other)[0].note or "")
+
+
+def test_node_whose_own_hma_stream_wrote_only_before_the_padded_window_stays_not_observable_on_a_gap():
+    # Given the same gap, and a node whose HMA stream's only detection is days before the window
+    w = HyperPodWorld(gpu_nodes=1)
+    w.cluster_metrics(at(-10), at(4))
+    w.hma_detection(w.gpu[0], at(-30))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), w.gpu[0].instance_id)
+
+    # Then nothing shows the agent ran on the node in the window: Not observable
+    assert n.xid_status == "Not observable"
+    assert hma_rows(n)[0].status == "Not observable"

@@ -234,6 +234,14 @@ def hma_row(node: NodeInfo, evidence: Evidence, live: tuple[bool, str]) -> Cover
                                 "`sagemaker-health-monitoring-agent.service` runs on the node")
     stream = next((s for s in evidence.hma_streams if s.endswith(f"/{node.instance_id}")), None)
     activity = next((a for a in evidence.stream_activity if a.log_group == group and a.log_stream == stream), None)
+    if not is_live and activity is not None and activity.lines > 0:
+        # RULES §4: a node's own HMA stream with a line inside the padded window is live, whatever the cluster
+        # group's other streams show: the agent ran on this node then, so its detections were read.
+        return CoverageRow(log_group=group, log_stream=stream, status="Measured", source_kind="hma",
+                           live_hours=activity.live_hours, first_event=activity.first_event,
+                           last_event=activity.last_event,
+                           note=f"the node's own HMA stream wrote {activity.lines} line(s) inside the padded window: "
+                                f"the agent ran on the node then ({proof})")
     if not is_live:
         return CoverageRow(log_group=group, log_stream=stream, status="Not observable", source_kind="hma",
                            note=f"{proof}; HMA absence proves nothing. Confirm "
