@@ -505,3 +505,24 @@ def test_node_whose_own_hma_stream_wrote_only_before_the_padded_window_stays_not
     # Then nothing shows the agent ran on the node in the window: Not observable
     assert n.xid_status == "Not observable"
     assert hma_rows(n)[0].status == "Not observable"
+
+
+def test_stream_without_kernel_lines_that_went_silent_lists_its_empty_hours():
+    # Given a node whose only stream never held a `kernel:` line and stopped writing at 07:00
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.other_log(node, "slurmd", at(-10), at(7))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then RULES §4 "every empty hour is listed" holds for this row too: (a) is no, whatever (b) says
+    n = node_of(result, node.instance_id)
+    (row,) = kernel_rows(n)
+    assert (row.log_stream, row.status, row.kernel_lines_ever) == (stream, "Not observable", 0)
+    assert iso_list(row.empty_hours) == hours(7, 8, 9, 10)
+    assert row.live_hours == 2  # 05, 06
+    assert n.xid_status == "Not observable"
+    # and the report does not call the stream live across the window
+    line = next(ln for ln in result.report_markdown.splitlines() if stream in ln and ln.startswith("|"))
+    assert "| yes |" not in line and "4 empty hour(s)" in line

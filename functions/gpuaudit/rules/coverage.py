@@ -75,6 +75,8 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
         empty = [h for h in hours if activity.hour_counts.get(h, 0) == 0]
     elif activity.live_hours >= len(pad.hours):
         empty = []
+    elif (span := _filled_span(activity, pad)) is not None:
+        empty = [h for h in hours if h not in span]
     else:
         return None
     # RULES §4: the current, partial hour counts as live only if it already holds a line; without one it is empty
@@ -84,6 +86,16 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
     if partial is not None and partial in empty and pad.now - partial < PARTIAL_HOUR_GRACE:
         empty = [h for h in empty if h != partial]
     return empty
+
+
+def _filled_span(activity: StreamActivity, pad: Padded) -> set[datetime] | None:
+    """Without per-hour counts, the hours with a line are still known when the summary's live-hour count equals the
+    hours its first and last event (in the padded window) span: every hour between them holds a line, and none
+    outside them can. None when some hour between is empty (which one, only per-hour detail says)."""
+    if activity.first_event is None or activity.last_event is None:
+        return None
+    span = {h for h in pad.hours if floor_hour(activity.first_event) <= h <= floor_hour(activity.last_event)}
+    return span if activity.live_hours == len(span) else None
 
 
 def _possibly_late(empty: list[datetime], hours: list[datetime], pad: Padded) -> bool:
@@ -162,15 +174,22 @@ def _duration(span: timedelta) -> str:
 
 
 def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], since: datetime,
-                    kernel_unread: bool) -> CoverageRow:
+                    kernel_unread: bool, pad: Padded) -> CoverageRow:
     best = sorted(streams, key=lambda a: (not a.log_stream.endswith(KERNEL_HINTS), -a.lines, a.log_stream))[0]
+    # (a) is tested on this stream as on any other: every empty hour is listed, whatever (b) found (RULES §4)
+    hours = expected_hours(node, pad)
+    empty = empty_hours(best, hours, pad)
+    liveness = ("; per-hour detail could not be read (see visibility gaps): liveness not proven" if empty is None else
+                "; the gap runs to the query time: possibly late delivery, not yet lost"
+                if _possibly_late(empty, hours, pad) else "")
+    empty, live = empty or [], _live_hours(best, hours)
     if kernel_unread:  # (b) failed or was cut at the 10,000-row cap: absence from it is not "no kernel lines"
         return CoverageRow(
-            log_group=group, log_stream=best.log_stream, kernel_lines_ever=None, live_hours=best.live_hours,
-            first_event=best.first_event, last_event=best.last_event, status="Not observable",
+            log_group=group, log_stream=best.log_stream, kernel_lines_ever=None, live_hours=live,
+            empty_hours=empty, first_event=best.first_event, last_event=best.last_event, status="Not observable",
             note="the kernel-streams query over this group did not complete (it failed, or stayed at the Logs "
                  "Insights 10,000-row cap), so whether the node's streams carry `kernel:` lines was not read (see "
-                 f"visibility gaps); {COLLECT_ON_NODE}")
+                 f"visibility gaps); {COLLECT_ON_NODE}{liveness}")
     if node.launch_time is not None and node.launch_time < since:
         # (b) is "since launch": older lines were not searched, so "ships no kernel lines" is not shown.
         why = (f"none held a `kernel:` line since {iso(since)}; the node launched {iso(node.launch_time)}, before "
@@ -179,9 +198,9 @@ def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], s
     else:
         why = f"none held a `kernel:` line since {iso(since)}: the pipeline ships other logs, not kernel messages"
     return CoverageRow(
-        log_group=group, log_stream=best.log_stream, kernel_lines_ever=0, live_hours=best.live_hours,
+        log_group=group, log_stream=best.log_stream, kernel_lines_ever=0, live_hours=live, empty_hours=empty,
         first_event=best.first_event, last_event=best.last_event, status="Not observable",
-        note=f"{len(streams)} stream(s) of this group name the node; {why}")
+        note=f"{len(streams)} stream(s) of this group name the node; {why}{liveness}")
 
 
 def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Padded,
@@ -201,7 +220,7 @@ def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Pad
             other[a.log_group].append(a)
     for group, streams in sorted(other.items()):
         if group not in {k.log_group for k in kernel}:
-            rows.append(_other_logs_row(node, group, streams, lifetime_start, group in unread))
+            rows.append(_other_logs_row(node, group, streams, lifetime_start, group in unread, pad))
     return rows
 
 
