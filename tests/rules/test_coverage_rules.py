@@ -526,3 +526,28 @@ def test_stream_without_kernel_lines_that_went_silent_lists_its_empty_hours():
     # and the report does not call the stream live across the window
     line = next(ln for ln in result.report_markdown.splitlines() if stream in ln and ln.startswith("|"))
     assert "| yes |" not in line and "4 empty hour(s)" in line
+
+
+def _coverage_line(result, instance_id, stream_or_group):
+    return next(ln for ln in result.report_markdown.splitlines()
+                if ln.startswith(f"| `{instance_id}`") and f"`{stream_or_group}`" in ln)
+
+
+def test_the_report_never_calls_a_row_live_when_liveness_was_not_tested():
+    # Given one GPU node with no stream at all, and one whose only stream (no `kernel:` line ever) has a hole inside
+    # the window that its per-stream summary alone cannot place (lines at 05–06 and 09–10, none at 07–08)
+    w = PClusterWorld(n_compute=2)
+    blind, holed = w.compute
+    stream = w.other_log(holed, "slurmd", at(-10), at(7))
+    w.other_log(holed, "slurmd", at(9), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then both are Not observable (RULES §4 table), and the report's "Live across window" cell claims liveness for
+    # neither: no stream was tested for the first, and which hours of the second were empty was not read
+    for node in (blind, holed):
+        assert node_of(result, node.instance_id).xid_status == "Not observable"
+    assert "| yes |" not in _coverage_line(result, blind.instance_id, "(none)")
+    assert "| yes |" not in _coverage_line(result, holed.instance_id, stream)
+    assert "not proven" in _coverage_line(result, holed.instance_id, stream)

@@ -128,7 +128,8 @@ def _coverage(r: Result) -> list[str]:
     table = []
     for n, c in rows:
         xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
-        live = _hours(c.empty_hours) if c.source_kind == "kernel" else "n/a (HMA)"
+        live = ("n/a (HMA)" if c.source_kind != "kernel" else "—" if not c.log_stream else
+                _hours(c.empty_hours) if c.liveness_read or c.empty_hours else "not proven")
         stream = md_code(c.log_stream) if c.log_stream else "none"
         table.append(f"| {md_code(n.instance_id)} | {md_code(c.log_group)} | {stream} | {_t(c.first_event)} | "
                      f"{_t(c.last_event)} | {live} | {_cell(c.kernel_lines_ever)} | {xids} | **{c.status}** |")

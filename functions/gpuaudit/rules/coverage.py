@@ -133,7 +133,6 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
     if empty is None:
         notes.append("per-hour detail could not be read (see visibility gaps); liveness not proven")
         status: XidStatus = "Not observable"
-        empty = []
     else:
         status = "Measured" if k.kernel_lines > 0 and not empty else "Not observable"
         if _possibly_late(empty, hours, pad):
@@ -141,7 +140,7 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
     live = _live_hours(activity, hours)
     seen = activity or silent
     return CoverageRow(log_group=k.log_group, log_stream=k.log_stream, kernel_lines_ever=k.kernel_lines,
-                       live_hours=live, empty_hours=empty,
+                       live_hours=live, empty_hours=empty or [], liveness_read=empty is not None,
                        first_event=seen.first_event if seen else None,
                        last_event=seen.last_event if seen else None, status=status,
                        note="; ".join(notes) or None)
@@ -179,14 +178,15 @@ def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], s
     # (a) is tested on this stream as on any other: every empty hour is listed, whatever (b) found (RULES §4)
     hours = expected_hours(node, pad)
     empty = empty_hours(best, hours, pad)
-    liveness = ("; per-hour detail could not be read (see visibility gaps): liveness not proven" if empty is None else
+    liveness = ("; which hours held a line was not read for this stream: liveness not proven" if empty is None else
                 "; the gap runs to the query time: possibly late delivery, not yet lost"
                 if _possibly_late(empty, hours, pad) else "")
-    empty, live = empty or [], _live_hours(best, hours)
+    read, empty, live = empty is not None, empty or [], _live_hours(best, hours)
     if kernel_unread:  # (b) failed or was cut at the 10,000-row cap: absence from it is not "no kernel lines"
         return CoverageRow(
             log_group=group, log_stream=best.log_stream, kernel_lines_ever=None, live_hours=live,
-            empty_hours=empty, first_event=best.first_event, last_event=best.last_event, status="Not observable",
+            empty_hours=empty, liveness_read=read, first_event=best.first_event, last_event=best.last_event,
+            status="Not observable",
             note="the kernel-streams query over this group did not complete (it failed, or stayed at the Logs "
                  "Insights 10,000-row cap), so whether the node's streams carry `kernel:` lines was not read (see "
                  f"visibility gaps); {COLLECT_ON_NODE}{liveness}")
@@ -199,6 +199,7 @@ def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], s
         why = f"none held a `kernel:` line since {iso(since)}: the pipeline ships other logs, not kernel messages"
     return CoverageRow(
         log_group=group, log_stream=best.log_stream, kernel_lines_ever=0, live_hours=live, empty_hours=empty,
+        liveness_read=read,
         first_event=best.first_event, last_event=best.last_event, status="Not observable",
         note=f"{len(streams)} stream(s) of this group name the node; {why}{liveness}")
 
@@ -283,6 +284,7 @@ def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: P
         rows.append(hma_row(node, evidence, hma_live))
     if not rows and not accelerated:
         rows.append(CoverageRow(log_group="(not searched: no GPU)", log_stream=None, status="Not observable",
+                                liveness_read=False,
                                 note=f"{node.instance_type} has no GPU or Trainium device: Xid evidence does not "
                                 f"apply"))
     elif not rows:
@@ -291,7 +293,8 @@ def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: P
         note = f"no stream names this node in the log groups searched: {searched}" if not unread else (
             f"no stream read names this node; the per-stream queries over {', '.join(unread)} did not complete "
             "(see visibility gaps), so its streams may be there")
-        rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable", note=note))
+        rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable", liveness_read=False,
+                                note=note))
     if any(r.status == "Measured" for r in rows):
         status: XidStatus = "Measured"
     elif any(r.status == "No HMA detections" for r in rows):
