@@ -551,3 +551,23 @@ def test_the_report_never_calls_a_row_live_when_liveness_was_not_tested():
     assert "| yes |" not in _coverage_line(result, blind.instance_id, "(none)")
     assert "| yes |" not in _coverage_line(result, holed.instance_id, stream)
     assert "not proven" in _coverage_line(result, holed.instance_id, stream)
+
+
+def test_a_node_whose_stream_wrote_only_before_the_window_is_not_said_to_have_no_stream():
+    # Given a node whose only stream (no `kernel:` line ever) last wrote a day before the window
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.other_log(node, "slurmd", at(-40), at(-20))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id)
+
+    # Then it is Not observable; RULES §4: the window read found nothing and (b), the control, found nothing either,
+    # so the result says the query may be suspect, names the ranges read, and the check on the node, never claiming
+    # that no stream names the node (a stream that wrote only outside both ranges is not seen by either)
+    assert n.xid_status == "Not observable"
+    (row,) = kernel_rows(n)
+    note = row.note or ""
+    assert "no stream names this node" not in note
+    assert w.group in note and "suspect" in note and COLLECT in note
+    assert "2026-10-01T05:00:00Z" in note  # the padded window's start: the range the window read covered

@@ -290,7 +290,12 @@ def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: P
     elif not rows:
         searched = ", ".join(g.name for g in evidence.log_groups) or "none found"
         unread = sorted({*evidence.kernel_unread_groups, *evidence.summary_unread_groups})
-        note = f"no stream names this node in the log groups searched: {searched}" if not unread else (
+        # RULES §4: the window read found no line of the node and (b), the control, no `kernel:` line since its
+        # launch; a stream that wrote only outside both ranges is seen by neither, so "no stream" is not claimed.
+        note = (f"no stream of the log groups searched ({searched}) held a line naming this node in the padded window "
+                f"({iso(pad.start)} → {iso(pad.end)}) or a `kernel:` line since {iso(lifetime_start)}: no source "
+                "carries its kernel messages, or the query is suspect (log group, region, time range); "
+                f"{COLLECT_ON_NODE}") if not unread else (
             f"no stream read names this node; the per-stream queries over {', '.join(unread)} did not complete "
             "(see visibility gaps), so its streams may be there")
         rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable", liveness_read=False,
