@@ -6,6 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from gpuaudit.domain.capability import fabric_class
 from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
 from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, status_line_node_ids, stream_node_ids
 from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
@@ -230,8 +231,7 @@ def bootstrap_verdict(result: NodeResult, node: NodeInfo, boot: BootstrapFailure
 
 
 def fm_expected(evidence: Evidence, node: NodeInfo) -> bool:
-    profile = evidence.profiles.get(node.instance_type or "")
-    return profile is not None and profile.fabric_manager_expected
+    return fabric_class(node.instance_type, evidence.profiles.get(node.instance_type or ""))[1]
 
 
 def boot_signals(node: NodeResult, boot: list[GpuLine]) -> NodeSignals:
