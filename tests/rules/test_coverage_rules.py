@@ -571,3 +571,19 @@ def test_a_node_whose_stream_wrote_only_before_the_window_is_not_said_to_have_no
     assert "no stream names this node" not in note
     assert w.group in note and "suspect" in note and COLLECT in note
     assert "2026-10-01T05:00:00Z" in note  # the padded window's start: the range the window read covered
+
+
+def test_hma_not_observable_asks_to_confirm_the_agent_runs_in_the_actions():
+    # Given a HyperPod cluster log group whose only other stream stopped before the window, and no HMA stream
+    w = HyperPodWorld(gpu_nodes=1)
+    gpu = w.gpu[0]
+    w.cluster_metrics(at(-10), at(4))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then RULES §4: HMA status is Not observable, and the action on that node is to confirm the agent runs there
+    assert node_of(result, gpu.instance_id).xid_status == "Not observable"
+    (action,) = [a for a in result.actions if gpu.instance_id in a]
+    assert "sagemaker-health-monitoring-agent.service" in action
+    assert "sagemaker-health-monitoring-agent.service" in result.report_markdown.split("## Recommended operator")[1]
