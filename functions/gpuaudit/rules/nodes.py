@@ -70,7 +70,7 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
         verdict_evidence=evidence_text, deciding_xid=deciding_xid(routing, verdict),
         xid_status=coverage.xid_status, coverage=coverage.rows,
         gpu_errors=gpu_errors,
-        signals=signals(lines, fabric[1]),
+        signals=signals(lines, fabric[1], accelerated),
         nccl_transports=nccl_transports(lines, profile),
         efa=efa, nvswitch=fabric[0],
         kubernetes=kube_text(kube) if kube else None,
