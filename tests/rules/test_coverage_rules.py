@@ -587,3 +587,26 @@ def test_hma_not_observable_asks_to_confirm_the_agent_runs_in_the_actions():
     (action,) = [a for a in result.actions if gpu.instance_id in a]
     assert "sagemaker-health-monitoring-agent.service" in action
     assert "sagemaker-health-monitoring-agent.service" in result.report_markdown.split("## Recommended operator")[1]
+
+
+def test_cluster_group_silent_through_the_current_hour_past_the_grace_does_not_prove_hma_absence():
+    # Given a window running to now (12:30) and a cluster log group whose ClusterMetrics stream last wrote at 11:55:
+    # the current hour, half an hour old, holds no line
+    w = HyperPodWorld(gpu_nodes=1)
+    gpu = w.gpu[0]
+    w.cluster_metrics(at(-10), at(11, 56))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=at(6)), gpu.instance_id)
+
+    # Then RULES §4: the partial hour counts as live only if it already holds a line, as for a kernel stream; the
+    # group is not live in every hour, so HMA absence proves nothing: Not observable, the hour named
+    assert n.xid_status == "Not observable"
+    (row,) = hma_rows(n)
+    assert row.status == "Not observable" and "2026-10-01T12:00:00Z" in (row.note or "")
+
+
+def test_cluster_group_with_a_line_in_the_current_hour_still_proves_hma_absence():
+    w = HyperPodWorld(gpu_nodes=1)
+    w.cluster_metrics(at(-10), at(12, 25))
+    assert node_of(w.audit(w.cluster, since=at(6)), w.gpu[0].instance_id).xid_status == "No HMA detections"

@@ -237,7 +237,11 @@ def hma_group_live(evidence: Evidence, pad: Padded) -> tuple[bool, str]:
     covered: set[datetime] = set()
     for a in others:
         covered.update(h for h, n in (a.hour_counts or {}).items() if n > 0)
-    missing = [h for h in pad.hours if h not in covered and h != pad.partial_last_hour]
+    # the current, partial hour is judged as a kernel stream's is (empty_hours): live only with a line, once
+    # PARTIAL_HOUR_GRACE of it has passed
+    partial = pad.partial_last_hour
+    young = partial is not None and pad.now - partial < PARTIAL_HOUR_GRACE
+    missing = [h for h in pad.hours if h not in covered and not (young and h == partial)]
     if others and not missing:
         return True, "cluster log group live in every hour across " + ", ".join(sorted(a.log_stream for a in others))
     return False, (f"cluster log group {group} had no line in {len(missing)} hour(s) of the padded window "
