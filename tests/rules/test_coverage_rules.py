@@ -610,3 +610,22 @@ def test_cluster_group_with_a_line_in_the_current_hour_still_proves_hma_absence(
     w = HyperPodWorld(gpu_nodes=1)
     w.cluster_metrics(at(-10), at(12, 25))
     assert node_of(w.audit(w.cluster, since=at(6)), w.gpu[0].instance_id).xid_status == "No HMA detections"
+
+
+def test_the_report_names_every_empty_hour_of_a_long_gap():
+    # Given a window 00:00–10:00 (padded 23:00–11:00) and a kernel stream silent from 01:00 to 09:00, live again after
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(1))
+    w.lines(w.group, stream, at(9), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=at(0), until=UNTIL)
+
+    # Then RULES §4 "every empty hour is listed": the JSON lists the eight, and the report's row names the gap's
+    # bounds so no hour of it is left unsaid (not the first six and a count)
+    (row,) = kernel_rows(node_of(result, node.instance_id))
+    assert iso_list(row.empty_hours) == hours(1, 2, 3, 4, 5, 6, 7, 8)
+    line = _coverage_line(result, node.instance_id, stream)
+    assert "8 empty hour(s)" in line and "2026-10-01T01h" in line and "2026-10-01T08h" in line
+    assert "more)" not in line
