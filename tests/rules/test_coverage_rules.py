@@ -629,3 +629,21 @@ def test_the_report_names_every_empty_hour_of_a_long_gap():
     line = _coverage_line(result, node.instance_id, stream)
     assert "8 empty hour(s)" in line and "2026-10-01T01h" in line and "2026-10-01T08h" in line
     assert "more)" not in line
+
+
+def test_a_node_launched_after_the_padded_window_is_not_measured_on_no_hour():
+    # Given a window 06:00–10:00 (padded to 11:00) and a node launched at 11:40, its kernel stream live since
+    w = PClusterWorld(n_compute=1)
+    late = w.add_instance(launch=at(11, 40))
+    w.healthy(w.compute[0], at(-10), at(12, 25))
+    stream = w.healthy(late, at(11, 40), at(12, 25))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), late.instance_id)
+
+    # Then no hour of the window was proven live for it: RULES §4's Measured (a real zero in the window) does not
+    # hold on no hour read (fail closed), and the row says why
+    (row,) = kernel_rows(n)
+    assert row.log_stream == stream and row.live_hours == 0
+    assert row.status == "Not observable" and n.xid_status == "Not observable"
+    assert "launched 2026-10-01T11:40:00Z, after the padded window ends" in (row.note or "")

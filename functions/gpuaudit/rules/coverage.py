@@ -130,20 +130,31 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
     if activity is None:
         notes.append("kernel lines since launch (query b) but no line at all in the padded window: the stream is "
                      "empty for the window, not a query error" + (_died(silent, pad) if silent else ""))
+    status: XidStatus = "Not observable"
     if empty is None:
         notes.append("per-hour detail could not be read (see visibility gaps); liveness not proven")
-        status: XidStatus = "Not observable"
-    else:
-        status = "Measured" if k.kernel_lines > 0 and not empty else "Not observable"
+    live = _live_hours(activity, hours)
+    if empty is not None:
+        # Measured needs an hour shown live: a node launched after the padded window (or minutes before the query,
+        # its one hour too young to judge) has none, and a real zero is not claimed on no hour read
+        status = "Measured" if k.kernel_lines > 0 and not empty and live > 0 else "Not observable"
+        if not empty and live == 0:
+            notes.append(_no_hour(node, pad))
         if _possibly_late(empty, hours, pad):
             notes.append("the gap runs to the query time: possibly late delivery, not yet lost")
-    live = _live_hours(activity, hours)
     seen = activity or silent
     return CoverageRow(log_group=k.log_group, log_stream=k.log_stream, kernel_lines_ever=k.kernel_lines,
                        live_hours=live, empty_hours=empty or [], liveness_read=empty is not None,
                        first_event=seen.first_event if seen else None,
                        last_event=seen.last_event if seen else None, status=status,
                        note="; ".join(notes) or None)
+
+
+def _no_hour(node: NodeInfo, pad: Padded) -> str:
+    launched = iso(node.launch_time) if node.launch_time else "at an unknown time"
+    where = (f"after the padded window ends ({iso(pad.end)})" if node.launch_time and node.launch_time >= pad.end
+             else "in the current hour, too recently to judge it")
+    return f"the node launched {launched}, {where}: no hour of the window to prove live, nothing measured"
 
 
 def _died(silent: ListedStream, pad: Padded) -> str:
