@@ -75,8 +75,6 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
         empty = [h for h in hours if activity.hour_counts.get(h, 0) == 0]
     elif activity.live_hours >= len(pad.hours):
         empty = []
-    elif (span := _filled_span(activity, pad)) is not None:
-        empty = [h for h in hours if h not in span]
     else:
         return None
     # RULES §4: the current, partial hour counts as live only if it already holds a line; without one it is empty
@@ -188,7 +186,10 @@ def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], s
     best = sorted(streams, key=lambda a: (not a.log_stream.endswith(KERNEL_HINTS), -a.lines, a.log_stream))[0]
     # (a) is tested on this stream as on any other: every empty hour is listed, whatever (b) found (RULES §4)
     hours = expected_hours(node, pad)
-    empty = empty_hours(best, hours, pad)
+    # the read plan bins by hour only the streams that carry kernel lines; this one's summary may still place them
+    span = _filled_span(best, pad) if best.hour_counts is None else None
+    empty = empty_hours(best if span is None else best.model_copy(update={"hour_counts": dict.fromkeys(span, 1)}),
+                        hours, pad)
     liveness = ("; which hours held a line was not read for this stream: liveness not proven" if empty is None else
                 "; the gap runs to the query time: possibly late delivery, not yet lost"
                 if _possibly_late(empty, hours, pad) else "")
