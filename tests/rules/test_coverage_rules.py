@@ -466,3 +466,184 @@ def test_a_current_hour_past_the_grace_without_a_line_is_listed_empty():
     assert iso_list(row.empty_hours) == hours(12)
     assert "possibly late" in (row.note or "")
     assert row.status == "Not observable"
+
+
+def test_node_whose_own_hma_stream_wrote_in_the_padded_window_is_measured_when_the_cluster_group_has_a_gap():
+    # Given a cluster log group whose ClusterMetrics stream stopped before the window (HMA absence proves nothing
+    # there), and one GPU node whose own HMA stream wrote a detection inside the window
+    w = HyperPodWorld(gpu_nodes=2)
+    flagged, quiet = w.gpu
+    w.cluster_metrics(at(-10), at(4))
+    w.hma_detection(flagged, at(8, 3))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then RULES §4: a node's own HMA stream with a line inside the padded window is live (the agent ran on that
+    # node then), so that node's detections are Measured through the stream, named exactly
+    n = node_of(result, flagged.instance_id)
+    (row,) = hma_rows(n)
+    assert (row.log_stream, row.status) == (f"SagemakerHealthMonitoringAgent/gpu-workers/{flagged.instance_id}",
+                                           "Measured")
+    assert n.xid_status == "Measured"
+    assert [e.code for e in n.gpu_errors] == [31]
+    # while the node without a stream is still Not observable: the cluster group's gap leaves its absence unproven
+    other = node_of(result, quiet.instance_id)
+    assert other.xid_status == "Not observable"
+    assert "sagemaker-health-monitoring-agent.service" in (hma_rows(other)[0].note or "")
+
+
+def test_node_whose_own_hma_stream_wrote_only_before_the_padded_window_stays_not_observable_on_a_gap():
+    # Given the same gap, and a node whose HMA stream's only detection is days before the window
+    w = HyperPodWorld(gpu_nodes=1)
+    w.cluster_metrics(at(-10), at(4))
+    w.hma_detection(w.gpu[0], at(-30))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), w.gpu[0].instance_id)
+
+    # Then nothing shows the agent ran on the node in the window: Not observable
+    assert n.xid_status == "Not observable"
+    assert hma_rows(n)[0].status == "Not observable"
+
+
+def test_stream_without_kernel_lines_that_went_silent_lists_its_empty_hours():
+    # Given a node whose only stream never held a `kernel:` line and stopped writing at 07:00
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.other_log(node, "slurmd", at(-10), at(7))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then RULES §4 "every empty hour is listed" holds for this row too: (a) is no, whatever (b) says
+    n = node_of(result, node.instance_id)
+    (row,) = kernel_rows(n)
+    assert (row.log_stream, row.status, row.kernel_lines_ever) == (stream, "Not observable", 0)
+    assert iso_list(row.empty_hours) == hours(7, 8, 9, 10)
+    assert row.live_hours == 2  # 05, 06
+    assert n.xid_status == "Not observable"
+    # and the report does not call the stream live across the window
+    line = next(ln for ln in result.report_markdown.splitlines() if stream in ln and ln.startswith("|"))
+    assert "| yes |" not in line and "4 empty hour(s)" in line
+
+
+def _coverage_line(result, instance_id, stream_or_group):
+    return next(ln for ln in result.report_markdown.splitlines()
+                if ln.startswith(f"| `{instance_id}`") and f"`{stream_or_group}`" in ln)
+
+
+def test_the_report_never_calls_a_row_live_when_liveness_was_not_tested():
+    # Given one GPU node with no stream at all, and one whose only stream (no `kernel:` line ever) has a hole inside
+    # the window that its per-stream summary alone cannot place (lines at 05–06 and 09–10, none at 07–08)
+    w = PClusterWorld(n_compute=2)
+    blind, holed = w.compute
+    stream = w.other_log(holed, "slurmd", at(-10), at(7))
+    w.other_log(holed, "slurmd", at(9), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then both are Not observable (RULES §4 table), and the report's "Live across window" cell claims liveness for
+    # neither: no stream was tested for the first, and which hours of the second were empty was not read
+    for node in (blind, holed):
+        assert node_of(result, node.instance_id).xid_status == "Not observable"
+    assert "| yes |" not in _coverage_line(result, blind.instance_id, "(none)")
+    assert "| yes |" not in _coverage_line(result, holed.instance_id, stream)
+    assert "not proven" in _coverage_line(result, holed.instance_id, stream)
+
+
+def test_a_node_whose_stream_wrote_only_before_the_window_is_not_said_to_have_no_stream():
+    # Given a node whose only stream (no `kernel:` line ever) last wrote a day before the window
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    w.other_log(node, "slurmd", at(-40), at(-20))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), node.instance_id)
+
+    # Then it is Not observable; RULES §4: the window read found nothing and (b), the control, found nothing either,
+    # so the result says the query may be suspect, names the ranges read, and the check on the node, never claiming
+    # that no stream names the node (a stream that wrote only outside both ranges is not seen by either)
+    assert n.xid_status == "Not observable"
+    (row,) = kernel_rows(n)
+    note = row.note or ""
+    assert "no stream names this node" not in note
+    assert w.group in note and "suspect" in note and COLLECT in note
+    assert "2026-10-01T05:00:00Z" in note  # the padded window's start: the range the window read covered
+
+
+def test_hma_not_observable_asks_to_confirm_the_agent_runs_in_the_actions():
+    # Given a HyperPod cluster log group whose only other stream stopped before the window, and no HMA stream
+    w = HyperPodWorld(gpu_nodes=1)
+    gpu = w.gpu[0]
+    w.cluster_metrics(at(-10), at(4))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then RULES §4: HMA status is Not observable, and the action on that node is to confirm the agent runs there
+    assert node_of(result, gpu.instance_id).xid_status == "Not observable"
+    (action,) = [a for a in result.actions if gpu.instance_id in a]
+    assert "sagemaker-health-monitoring-agent.service" in action
+    assert "sagemaker-health-monitoring-agent.service" in result.report_markdown.split("## Recommended operator")[1]
+
+
+def test_cluster_group_silent_through_the_current_hour_past_the_grace_does_not_prove_hma_absence():
+    # Given a window running to now (12:30) and a cluster log group whose ClusterMetrics stream last wrote at 11:55:
+    # the current hour, half an hour old, holds no line
+    w = HyperPodWorld(gpu_nodes=1)
+    gpu = w.gpu[0]
+    w.cluster_metrics(at(-10), at(11, 56))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=at(6)), gpu.instance_id)
+
+    # Then RULES §4: the partial hour counts as live only if it already holds a line, as for a kernel stream; the
+    # group is not live in every hour, so HMA absence proves nothing: Not observable, the hour named
+    assert n.xid_status == "Not observable"
+    (row,) = hma_rows(n)
+    assert row.status == "Not observable" and "2026-10-01T12:00:00Z" in (row.note or "")
+
+
+def test_cluster_group_with_a_line_in_the_current_hour_still_proves_hma_absence():
+    w = HyperPodWorld(gpu_nodes=1)
+    w.cluster_metrics(at(-10), at(12, 25))
+    assert node_of(w.audit(w.cluster, since=at(6)), w.gpu[0].instance_id).xid_status == "No HMA detections"
+
+
+def test_the_report_names_every_empty_hour_of_a_long_gap():
+    # Given a window 00:00–10:00 (padded 23:00–11:00) and a kernel stream silent from 01:00 to 09:00, live again after
+    w = PClusterWorld(n_compute=1)
+    node = w.compute[0]
+    stream = w.healthy(node, at(-10), at(1))
+    w.lines(w.group, stream, at(9), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=at(0), until=UNTIL)
+
+    # Then RULES §4 "every empty hour is listed": the JSON lists the eight, and the report's row names the gap's
+    # bounds so no hour of it is left unsaid (not the first six and a count)
+    (row,) = kernel_rows(node_of(result, node.instance_id))
+    assert iso_list(row.empty_hours) == hours(1, 2, 3, 4, 5, 6, 7, 8)
+    line = _coverage_line(result, node.instance_id, stream)
+    assert "8 empty hour(s)" in line and "2026-10-01T01h" in line and "2026-10-01T08h" in line
+    assert "more)" not in line
+
+
+def test_a_node_launched_after_the_padded_window_is_not_measured_on_no_hour():
+    # Given a window 06:00–10:00 (padded to 11:00) and a node launched at 11:40, its kernel stream live since
+    w = PClusterWorld(n_compute=1)
+    late = w.add_instance(launch=at(11, 40))
+    w.healthy(w.compute[0], at(-10), at(12, 25))
+    stream = w.healthy(late, at(11, 40), at(12, 25))
+
+    # When audited
+    n = node_of(w.audit(w.cluster, since=SINCE, until=UNTIL), late.instance_id)
+
+    # Then no hour of the window was proven live for it: RULES §4's Measured (a real zero in the window) does not
+    # hold on no hour read (fail closed), and the row says why
+    (row,) = kernel_rows(n)
+    assert row.log_stream == stream and row.live_hours == 0
+    assert row.status == "Not observable" and n.xid_status == "Not observable"
+    assert "launched 2026-10-01T11:40:00Z, after the padded window ends" in (row.note or "")

@@ -7,7 +7,7 @@ clean result)."""
 from __future__ import annotations
 
 from gpuaudit.model.result import Finding, Result
-from tests.helpers.worlds import ACCOUNT, REGION, HyperPodWorld, PClusterWorld, at
+from tests.helpers.worlds import ACCOUNT, REGION, HyperPodWorld, PClusterWorld, at, node_of
 
 SINCE, UNTIL = at(4), at(10)  # six whole hours, 04:00 → 10:00 UTC
 BLOCK = "cr-0123abcd4567ef890"
@@ -66,3 +66,17 @@ def test_hyperpod_gpu_activity_is_a_visibility_gap_naming_the_add_on() -> None:
     assert "HyperPod observability add-on" in gaps[0] and "no system metrics" in gaps[0]
     assert all(n.instance_id in gaps[0] for n in w.gpu)
     assert "HyperPod observability add-on" in result.report_markdown.split("isibility gaps")[-1]
+
+
+def test_nccl_transport_on_a_node_without_a_gpu_is_not_applicable_not_a_gap() -> None:
+    # Given a ParallelCluster head node (c5.2xlarge, no GPU) and a GPU compute node, neither with an NCCL line
+    w = PClusterWorld(n_compute=1)
+    w.healthy(w.compute[0], at(-10), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=at(6), until=at(10))
+
+    # Then RULES §4: each signal is Observable, Not observable or Not applicable per node: NCCL does not apply to a
+    # node without a GPU, while the GPU node's missing NCCL lines stay a gap
+    assert node_of(result, w.head.instance_id).signals.nccl == "Not applicable"
+    assert node_of(result, w.compute[0].instance_id).signals.nccl == "Not observable"

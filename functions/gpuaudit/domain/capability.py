@@ -6,7 +6,7 @@ column. Unknown types are unverified, never inferred from the GPU name.
 
 from __future__ import annotations
 
-from gpuaudit.model.evidence import Evidence, NodeInfo
+from gpuaudit.model.evidence import CapabilityProfile, Evidence, NodeInfo
 
 NVSWITCH_TYPES = {
     "p4d.24xlarge": "NVSwitch (600 GB/s)",
@@ -37,6 +37,19 @@ def nvswitch_class(instance_type: str, gpu_count: int | None) -> tuple[str, bool
     if family in UNVERIFIED_FAMILIES:
         return "NVSwitch presence unverified; no Fabric Manager expected", False
     return "unverified (type not in the NVSwitch table)", False
+
+
+UNKNOWN_TYPE = "unverified (type unknown)"
+
+
+def fabric_class(instance_type: str | None, profile: CapabilityProfile | None) -> tuple[str, bool]:
+    """(wording, Fabric Manager expected) of a node's type: its profile's, else the table by the type's name alone
+    (NVSwitch is in no API, RULES §2: DescribeInstanceTypes unread does not make a p5.48xlarge unknown). A type the
+    table places only by its GPU count stays unverified without one."""
+    if profile is not None:
+        return profile.nvswitch, profile.fabric_manager_expected
+    wording, expected = nvswitch_class(instance_type, None) if instance_type else (UNKNOWN_TYPE, False)
+    return (wording, True) if expected else (UNKNOWN_TYPE, False)
 
 
 ULTRASERVER_PREFIXES = ("p6e-gb200", "u-p6e")

@@ -112,6 +112,9 @@ class CoverageRow(Out):
     kernel_lines_ever: int | None = None
     live_hours: int = 0
     empty_hours: list[UtcDatetime] = Field(default_factory=list)
+    # False when whether every expected hour held a line was not determined (no stream, or its per-hour detail not
+    # read): `empty_hours` is then not "none", and no output calls the row live (RULES §4).
+    liveness_read: bool = True
     first_event: UtcDatetime | None = None
     last_event: UtcDatetime | None = None
     status: XidStatus

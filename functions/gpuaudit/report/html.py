@@ -259,7 +259,7 @@ def _coverage_table(r: Result) -> str:
             live = "no stream"
         elif c.source_kind == "kernel":
             live = (f"no — {len(c.empty_hours)} empty hour(s) from {_e(iso(c.empty_hours[0]))}" if c.empty_hours
-                    else f"yes ({c.live_hours} h)")
+                    else f"yes ({c.live_hours} h)" if c.liveness_read else "not proven")
         else:
             live = "n/a (HMA)"
         rows.append((f"<code>{_e(n.instance_id)}</code>", f"<code>{_e(c.log_group)}</code>",

@@ -7,7 +7,7 @@ from datetime import datetime
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.redaction import redact
 from gpuaudit.model.result import BRANCH_NAMES, IDS_AT, NodeResult, Result, check_rank
-from gpuaudit.model.timeutil import iso
+from gpuaudit.model.timeutil import HOUR, iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
 from gpuaudit.report.fleet import (
     EVERY_NODE_UP_TO,
@@ -34,11 +34,23 @@ def _t(value: datetime | None) -> str:
 _cell = md_cell  # every table cell is account text until proven otherwise
 
 
+GAPS_SHOWN = 12  # runs of empty hours a cell names; past that the JSON result lists every hour
+
+
 def _hours(hours: list[datetime]) -> str:
+    """Every empty hour said (RULES §4), as runs of consecutive hours with both ends named, not the first few."""
     if not hours:
         return "yes"
-    shown = ", ".join(iso(h)[:13] + "h" for h in hours[:6])
-    more = f" (+{len(hours) - 6} more)" if len(hours) > 6 else ""
+    runs: list[list[datetime]] = []
+    for h in sorted(hours):
+        if runs and h - runs[-1][-1] == HOUR:
+            runs[-1].append(h)
+        else:
+            runs.append([h])
+    shown = ", ".join(iso(r[0])[:13] + "h" + (f" → {iso(r[-1])[:13]}h" if len(r) > 1 else "")
+                      for r in runs[:GAPS_SHOWN])
+    more = (f" (+{len(runs) - GAPS_SHOWN} more gap(s); every hour in the JSON result)"
+            if len(runs) > GAPS_SHOWN else "")
     return f"no — {len(hours)} empty hour(s): {shown}{more}"
 
 
@@ -128,7 +140,8 @@ def _coverage(r: Result) -> list[str]:
     table = []
     for n, c in rows:
         xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
-        live = _hours(c.empty_hours) if c.source_kind == "kernel" else "n/a (HMA)"
+        live = ("n/a (HMA)" if c.source_kind != "kernel" else "—" if not c.log_stream else
+                _hours(c.empty_hours) if c.liveness_read or c.empty_hours else "not proven")
         stream = md_code(c.log_stream) if c.log_stream else "none"
         table.append(f"| {md_code(n.instance_id)} | {md_code(c.log_group)} | {stream} | {_t(c.first_event)} | "
                      f"{_t(c.last_event)} | {live} | {_cell(c.kernel_lines_ever)} | {xids} | **{c.status}** |")

@@ -97,7 +97,7 @@ def _group_text(evidence: Evidence, verdict: Verdict, template: str, nodes: list
             command = (f"drain them, then `xargs -n {EC2_IDS_PER_CALL} aws ec2 reboot-instances --instance-ids < "
                        f"{IDS_AT}.{file}` ({EC2_IDS_PER_CALL} IDs per call)")
         return f"{verb} {count} ({verdict}): {command} — the IDs file beside the report lists them: {listed}", file
-    if verdict == "NOT OBSERVABLE" and "; meanwhile" not in template:
+    if verdict == "NOT OBSERVABLE" and "; meanwhile" not in template and "; confirm" not in template:
         return (f"On each of {count} (NOT OBSERVABLE): `dmesg -T | grep -i nvrm` and `journalctl -k | grep -i xid`; "
                 f"then fix kernel log shipping for them (IDs in {IDS_AT}.{file}): {listed}"), file
     return f"{count} ({verdict}): " + template.replace(NODE, "each node") + f": {listed}", None

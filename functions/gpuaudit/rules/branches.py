@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from gpuaudit.domain.capability import fabric_class
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
@@ -497,7 +498,7 @@ def _fabric_manager_faults(j: Judged, nodes: Sequence[NodeResult]) -> list[tuple
         profile = j.evidence.profiles.get(n.instance_type or "")
         reading = fabric_manager_of([p.line for p in j.lines_by_node.get(n.instance_id, [])],
                                     j.boot_lines_by_node.get(n.instance_id, []),
-                                    profile is not None and profile.fabric_manager_expected,
+                                    fabric_class(n.instance_type, profile)[1],
                                     j.evidence.window.start - TIMELINE_MARGIN, end, n.coverage)
         if reading is not None and reading.faulty:
             out.append((n, reading))

@@ -86,6 +86,16 @@ def empty_hours(activity: StreamActivity | None, hours: list[datetime], pad: Pad
     return empty
 
 
+def _filled_span(activity: StreamActivity, pad: Padded) -> set[datetime] | None:
+    """Without per-hour counts, the hours with a line are still known when the summary's live-hour count equals the
+    hours its first and last event (in the padded window) span: every hour between them holds a line, and none
+    outside them can. None when some hour between is empty (which one, only per-hour detail says)."""
+    if activity.first_event is None or activity.last_event is None:
+        return None
+    span = {h for h in pad.hours if floor_hour(activity.first_event) <= h <= floor_hour(activity.last_event)}
+    return span if activity.live_hours == len(span) else None
+
+
 def _possibly_late(empty: list[datetime], hours: list[datetime], pad: Padded) -> bool:
     """A gap that reaches the query time (the current, partial hour) or the last whole hour before it, and began at
     most LATE_DELIVERY before the query, may still be filled by late delivery; an older gap is a lost one."""
@@ -118,21 +128,31 @@ def _kernel_row(node: NodeInfo, k: KernelStream, activity: StreamActivity | None
     if activity is None:
         notes.append("kernel lines since launch (query b) but no line at all in the padded window: the stream is "
                      "empty for the window, not a query error" + (_died(silent, pad) if silent else ""))
+    status: XidStatus = "Not observable"
     if empty is None:
         notes.append("per-hour detail could not be read (see visibility gaps); liveness not proven")
-        status: XidStatus = "Not observable"
-        empty = []
-    else:
-        status = "Measured" if k.kernel_lines > 0 and not empty else "Not observable"
+    live = _live_hours(activity, hours)
+    if empty is not None:
+        # Measured needs an hour shown live: a node launched after the padded window (or minutes before the query,
+        # its one hour too young to judge) has none, and a real zero is not claimed on no hour read
+        status = "Measured" if k.kernel_lines > 0 and not empty and live > 0 else "Not observable"
+        if not empty and live == 0:
+            notes.append(_no_hour(node, pad))
         if _possibly_late(empty, hours, pad):
             notes.append("the gap runs to the query time: possibly late delivery, not yet lost")
-    live = _live_hours(activity, hours)
     seen = activity or silent
     return CoverageRow(log_group=k.log_group, log_stream=k.log_stream, kernel_lines_ever=k.kernel_lines,
-                       live_hours=live, empty_hours=empty,
+                       live_hours=live, empty_hours=empty or [], liveness_read=empty is not None,
                        first_event=seen.first_event if seen else None,
                        last_event=seen.last_event if seen else None, status=status,
                        note="; ".join(notes) or None)
+
+
+def _no_hour(node: NodeInfo, pad: Padded) -> str:
+    launched = iso(node.launch_time) if node.launch_time else "at an unknown time"
+    where = (f"after the padded window ends ({iso(pad.end)})" if node.launch_time and node.launch_time >= pad.end
+             else "in the current hour, too recently to judge it")
+    return f"the node launched {launched}, {where}: no hour of the window to prove live, nothing measured"
 
 
 def _died(silent: ListedStream, pad: Padded) -> str:
@@ -162,15 +182,26 @@ def _duration(span: timedelta) -> str:
 
 
 def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], since: datetime,
-                    kernel_unread: bool) -> CoverageRow:
+                    kernel_unread: bool, pad: Padded) -> CoverageRow:
     best = sorted(streams, key=lambda a: (not a.log_stream.endswith(KERNEL_HINTS), -a.lines, a.log_stream))[0]
+    # (a) is tested on this stream as on any other: every empty hour is listed, whatever (b) found (RULES §4)
+    hours = expected_hours(node, pad)
+    # the read plan bins by hour only the streams that carry kernel lines; this one's summary may still place them
+    span = _filled_span(best, pad) if best.hour_counts is None else None
+    empty = empty_hours(best if span is None else best.model_copy(update={"hour_counts": dict.fromkeys(span, 1)}),
+                        hours, pad)
+    liveness = ("; which hours held a line was not read for this stream: liveness not proven" if empty is None else
+                "; the gap runs to the query time: possibly late delivery, not yet lost"
+                if _possibly_late(empty, hours, pad) else "")
+    read, empty, live = empty is not None, empty or [], _live_hours(best, hours)
     if kernel_unread:  # (b) failed or was cut at the 10,000-row cap: absence from it is not "no kernel lines"
         return CoverageRow(
-            log_group=group, log_stream=best.log_stream, kernel_lines_ever=None, live_hours=best.live_hours,
-            first_event=best.first_event, last_event=best.last_event, status="Not observable",
+            log_group=group, log_stream=best.log_stream, kernel_lines_ever=None, live_hours=live,
+            empty_hours=empty, liveness_read=read, first_event=best.first_event, last_event=best.last_event,
+            status="Not observable",
             note="the kernel-streams query over this group did not complete (it failed, or stayed at the Logs "
                  "Insights 10,000-row cap), so whether the node's streams carry `kernel:` lines was not read (see "
-                 f"visibility gaps); {COLLECT_ON_NODE}")
+                 f"visibility gaps); {COLLECT_ON_NODE}{liveness}")
     if node.launch_time is not None and node.launch_time < since:
         # (b) is "since launch": older lines were not searched, so "ships no kernel lines" is not shown.
         why = (f"none held a `kernel:` line since {iso(since)}; the node launched {iso(node.launch_time)}, before "
@@ -179,9 +210,10 @@ def _other_logs_row(node: NodeInfo, group: str, streams: list[StreamActivity], s
     else:
         why = f"none held a `kernel:` line since {iso(since)}: the pipeline ships other logs, not kernel messages"
     return CoverageRow(
-        log_group=group, log_stream=best.log_stream, kernel_lines_ever=0, live_hours=best.live_hours,
+        log_group=group, log_stream=best.log_stream, kernel_lines_ever=0, live_hours=live, empty_hours=empty,
+        liveness_read=read,
         first_event=best.first_event, last_event=best.last_event, status="Not observable",
-        note=f"{len(streams)} stream(s) of this group name the node; {why}")
+        note=f"{len(streams)} stream(s) of this group name the node; {why}{liveness}")
 
 
 def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Padded,
@@ -201,7 +233,7 @@ def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Pad
             other[a.log_group].append(a)
     for group, streams in sorted(other.items()):
         if group not in {k.log_group for k in kernel}:
-            rows.append(_other_logs_row(node, group, streams, lifetime_start, group in unread))
+            rows.append(_other_logs_row(node, group, streams, lifetime_start, group in unread, pad))
     return rows
 
 
@@ -217,7 +249,11 @@ def hma_group_live(evidence: Evidence, pad: Padded) -> tuple[bool, str]:
     covered: set[datetime] = set()
     for a in others:
         covered.update(h for h, n in (a.hour_counts or {}).items() if n > 0)
-    missing = [h for h in pad.hours if h not in covered and h != pad.partial_last_hour]
+    # the current, partial hour is judged as a kernel stream's is (empty_hours): live only with a line, once
+    # PARTIAL_HOUR_GRACE of it has passed
+    partial = pad.partial_last_hour
+    young = partial is not None and pad.now - partial < PARTIAL_HOUR_GRACE
+    missing = [h for h in pad.hours if h not in covered and not (young and h == partial)]
     if others and not missing:
         return True, "cluster log group live in every hour across " + ", ".join(sorted(a.log_stream for a in others))
     return False, (f"cluster log group {group} had no line in {len(missing)} hour(s) of the padded window "
@@ -234,6 +270,14 @@ def hma_row(node: NodeInfo, evidence: Evidence, live: tuple[bool, str]) -> Cover
                                 "`sagemaker-health-monitoring-agent.service` runs on the node")
     stream = next((s for s in evidence.hma_streams if s.endswith(f"/{node.instance_id}")), None)
     activity = next((a for a in evidence.stream_activity if a.log_group == group and a.log_stream == stream), None)
+    if not is_live and activity is not None and activity.lines > 0:
+        # RULES §4: a node's own HMA stream with a line inside the padded window is live, whatever the cluster
+        # group's other streams show: the agent ran on this node then, so its detections were read.
+        return CoverageRow(log_group=group, log_stream=stream, status="Measured", source_kind="hma",
+                           live_hours=activity.live_hours, first_event=activity.first_event,
+                           last_event=activity.last_event,
+                           note=f"the node's own HMA stream wrote {activity.lines} line(s) inside the padded window: "
+                                f"the agent ran on the node then ({proof})")
     if not is_live:
         return CoverageRow(log_group=group, log_stream=stream, status="Not observable", source_kind="hma",
                            note=f"{proof}; HMA absence proves nothing. Confirm "
@@ -256,15 +300,22 @@ def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: P
         rows.append(hma_row(node, evidence, hma_live))
     if not rows and not accelerated:
         rows.append(CoverageRow(log_group="(not searched: no GPU)", log_stream=None, status="Not observable",
+                                liveness_read=False,
                                 note=f"{node.instance_type} has no GPU or Trainium device: Xid evidence does not "
                                 f"apply"))
     elif not rows:
         searched = ", ".join(g.name for g in evidence.log_groups) or "none found"
         unread = sorted({*evidence.kernel_unread_groups, *evidence.summary_unread_groups})
-        note = f"no stream names this node in the log groups searched: {searched}" if not unread else (
+        # RULES §4: the window read found no line of the node and (b), the control, no `kernel:` line since its
+        # launch; a stream that wrote only outside both ranges is seen by neither, so "no stream" is not claimed.
+        note = (f"no stream of the log groups searched ({searched}) held a line naming this node in the padded window "
+                f"({iso(pad.start)} → {iso(pad.end)}) or a `kernel:` line since {iso(lifetime_start)}: no source "
+                "carries its kernel messages, or the query is suspect (log group, region, time range); "
+                f"{COLLECT_ON_NODE}") if not unread else (
             f"no stream read names this node; the per-stream queries over {', '.join(unread)} did not complete "
             "(see visibility gaps), so its streams may be there")
-        rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable", note=note))
+        rows.append(CoverageRow(log_group="(none)", log_stream=None, status="Not observable", liveness_read=False,
+                                note=note))
     if any(r.status == "Measured" for r in rows):
         status: XidStatus = "Measured"
     elif any(r.status == "No HMA detections" for r in rows):

@@ -6,6 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from gpuaudit.domain.capability import fabric_class
 from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
 from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, status_line_node_ids, stream_node_ids
 from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
@@ -230,8 +231,7 @@ def bootstrap_verdict(result: NodeResult, node: NodeInfo, boot: BootstrapFailure
 
 
 def fm_expected(evidence: Evidence, node: NodeInfo) -> bool:
-    profile = evidence.profiles.get(node.instance_type or "")
-    return profile is not None and profile.fabric_manager_expected
+    return fabric_class(node.instance_type, evidence.profiles.get(node.instance_type or ""))[1]
 
 
 def boot_signals(node: NodeResult, boot: list[GpuLine]) -> NodeSignals:
@@ -335,10 +335,16 @@ def node_action_texts(j: Judged) -> list[tuple[NodeResult, str]]:
         elif n.verdict == "NOT OBSERVABLE":
             # RULES §7: the application reading and its hand-off are still stated beside the gap
             app = routing is not None and routing.verdict == "LEAVE ALONE"
+            # RULES §4: HMA Not observable (the cluster log group silent) asks to confirm the agent runs on the node
+            agent = any(c.source_kind == "hma" and c.status == "Not observable" for c in n.coverage)
             actions.append((n, f"On {n.instance_id}: `dmesg -T | grep -i nvrm` and `journalctl -k | grep -i xid`; "
                            "then fix kernel log shipping for this node"
+                           + (f"; confirm `{HMA_SERVICE}` runs on it" if agent else "")
                            + (f"; meanwhile {_hand_off(routing)}" if app and routing is not None else "")))
     return actions
+
+
+HMA_SERVICE = "sagemaker-health-monitoring-agent.service"
 
 
 def _hand_off(routing: NodeRouting) -> str:

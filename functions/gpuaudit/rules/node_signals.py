@@ -15,11 +15,13 @@ from gpuaudit.rules.node_lines import ParsedLine
 NCCL = re.compile(NCCL_MARKER)
 
 
-def signals(lines: Sequence[ParsedLine], fabric_manager_expected: bool) -> NodeSignals:
+def signals(lines: Sequence[ParsedLine], fabric_manager_expected: bool, accelerated: bool = True) -> NodeSignals:
     """NCCL and Fabric Manager from the node's lines; EFA counters and GPU activity need metrics this
-    audit does not read yet, so they stay Not observable (a gap, never a clean result)."""
+    audit does not read yet, so they stay Not observable (a gap, never a clean result). A node without a GPU or
+    Trainium device has no NCCL to miss: Not applicable unless a line shows one (RULES §4)."""
     fm: Signal
-    nccl: Signal = "Observable" if any(NCCL.search(p.line.message) for p in lines) else "Not observable"
+    nccl: Signal = ("Observable" if any(NCCL.search(p.line.message) for p in lines) else
+                    "Not observable" if accelerated else "Not applicable")
     if not fabric_manager_expected:
         fm = "Not applicable"
     else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from gpuaudit.domain.capability import accelerated_by_family, is_accelerated
+from gpuaudit.domain.capability import accelerated_by_family, fabric_class, is_accelerated
 from gpuaudit.model.evidence import Evidence, NodeInfo
 from gpuaudit.model.result import NodeResult
 from gpuaudit.rules.coverage import NodeCoverage
@@ -61,6 +61,7 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
     if (disagreement := kube_disagreement(kube, verdict)) is not None:
         evidence_text = f"{evidence_text}; {disagreement}" if evidence_text else disagreement
     efa = efa_text(node, profile, evidence.cluster.kind.startswith("hyperpod"))
+    fabric = fabric_class(node.instance_type, profile)
     return NodeResult(
         instance_id=node.instance_id, instance_group=node.instance_group, instance_type=node.instance_type,
         status=node.status, role=node.role, discovered_by=node.discovered_by,
@@ -69,8 +70,8 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
         verdict_evidence=evidence_text, deciding_xid=deciding_xid(routing, verdict),
         xid_status=coverage.xid_status, coverage=coverage.rows,
         gpu_errors=gpu_errors,
-        signals=signals(lines, profile.fabric_manager_expected if profile else False),
+        signals=signals(lines, fabric[1], accelerated),
         nccl_transports=nccl_transports(lines, profile),
-        efa=efa, nvswitch=profile.nvswitch if profile else "unverified (type unknown)",
+        efa=efa, nvswitch=fabric[0],
         kubernetes=kube_text(kube) if kube else None,
         history=remembered.note), routing
