@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
+from gpuaudit.domain.streams import INSTANCE_ID
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
@@ -194,8 +195,12 @@ def branch_b(j: Judged) -> Branch:
     if not ends:
         return _capacity_signals(j, errors, inactive) if errors or inactive else _capacity_reads(j)
     parts = []
-    warned = [p for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
-              if "Interruption Warning" in p.line.message]
+    # RULES §5.6: the warning is per instance (detail instance-id); it proves the block ended the nodes it names,
+    # so only a warning naming one of the cluster's nodes counts, wherever it was retained
+    ours = {n.instance_id for n in j.nodes}
+    warned = sorted({i for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
+                     if "Interruption Warning" in p.line.message
+                     for i in INSTANCE_ID.findall(p.line.message) if i in ours})
     for b in ends:
         r = b.reservation
         parts.append(
@@ -216,7 +221,9 @@ def branch_b(j: Judged) -> Branch:
     parts += [reservation_said(r) for r in inactive if r.reservation_id not in ended]
     parts += [e.said() for e in errors if not (e.launch and e.time in launched)][:NAMED_UP_TO]
     if warned:
-        parts.append("per-instance Capacity Reservation Instance Interruption Warning retained")
+        shown = ", ".join(warned[:NAMED_UP_TO]) + (f" and {len(warned) - NAMED_UP_TO} more"
+                                                    if len(warned) > NAMED_UP_TO else "")
+        parts.append(f"per-instance Capacity Reservation Instance Interruption Warning retained for {shown}")
         return _branch("B", "Root cause", "; ".join(parts) + ". Expected lifecycle, not a fault: the finding is the "
                        "missing plan (no extension, no checkpoint before the end, no alarm on the warning)", "Proven")
     parts.append("the per-instance Capacity Reservation Instance Interruption Warning event was not retained, so the "

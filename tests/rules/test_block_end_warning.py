@@ -1,0 +1,52 @@
+"""RULES §5.6 / §8 B: the per-instance `Capacity Reservation Instance Interruption Warning` proves that a node was
+ended by the block — for the instance it names. A warning about an instance that is not one of the cluster's
+nodes proves nothing about them: the expiry stays inferred from the EndDate window, a Hypothesis."""
+
+from __future__ import annotations
+
+import json
+
+from helpers.worlds import ACCOUNT, PClusterWorld, at
+
+
+def block_world(warned: str | None) -> tuple[PClusterWorld, list[str]]:
+    """Two compute nodes whose streams stop at 11:00 when their Capacity Block ends at 11:30; the EventBridge
+    warning (when given, for instance `warned`) retained as JSON in a stream of its own, not a node's."""
+    w = PClusterWorld("blocky", n_compute=0)
+    ids = []
+    for i in range(2):
+        iid, host = f"i-0{i + 1:016x}", f"ip-10-1-0-{i + 1}"
+        w.stream(w.group, f"{host}.{iid}.system-messages",
+                 events=[(at(-20), f"{host} kernel: NVRM: loading NVIDIA UNIX Open Kernel Module")],
+                 periodic=[(at(-20), at(11, 0, 1), 300, f"{host} systemd[1]: Started sysstat-collect.service")])
+        ids.append(iid)
+    if warned is not None:
+        event = {"version": "0", "detail-type": "Capacity Reservation Instance Interruption Warning",
+                 "source": "aws.ec2", "time": at(10, 58),
+                 "detail": {"capacity-reservation-id": "cr-0aaaabbbbccccdddd", "instance-id": warned,
+                            "instance-termination-time": at(11)}}
+        w.stream(w.group, "eventbridge-capacity-events", events=[(at(10, 58), json.dumps(event))])
+    w.section("ec2", "capacity_reservations").append({
+        "CapacityReservationId": "cr-0aaaabbbbccccdddd", "InstanceType": "p5.48xlarge", "State": "expired",
+        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
+        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    return w, ids
+
+
+def branch_b(w: PClusterWorld):
+    result = w.audit("blocky", mode="incident", since=at(10), until=at(12))
+    return next(b for b in result.branches if b.branch == "B")
+
+
+def test_a_warning_retained_for_one_of_the_clusters_instances_proves_the_block_end() -> None:
+    w, ids = block_world(warned=f"i-0{1:016x}")
+    b = branch_b(w)
+    assert (b.status, b.label) == ("Root cause", "Proven")
+    assert f"Interruption Warning retained for {ids[0]}" in b.evidence
+
+
+def test_a_warning_for_an_instance_outside_the_cluster_leaves_the_expiry_a_hypothesis() -> None:
+    w, _ = block_world(warned="i-0fffffffffffffff0")
+    b = branch_b(w)
+    assert (b.status, b.label) == ("UNVERIFIED", "Hypothesis (to validate)")
+    assert "EndDate window" in b.evidence
