@@ -16,7 +16,14 @@ from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import NodeResult, TimelineEntry
 from gpuaudit.rules.capacity import call_errors
-from gpuaudit.rules.host_events import health_kind, host_events, on_cluster, timeline_text, timeline_time
+from gpuaudit.rules.host_events import (
+    health_entry,
+    health_kind,
+    host_events,
+    on_cluster,
+    timeline_text,
+    timeline_time,
+)
 
 if TYPE_CHECKING:
     from gpuaudit.rules.context import Judged
@@ -113,9 +120,11 @@ def timeline(j: Judged) -> list[TimelineEntry]:
             add(t, "CloudWatch Logs", n.instance_id, f"last line from the node ({streams}); instance no longer "
                                                      "returned by DescribeInstances")
     ids = {n.instance_id for n in ev.nodes}
-    for h in ev.health_events or []:  # Health events neither on the cluster nor judged by branch A: at their start
+    for h in ev.health_events or []:  # Health events not judged by A: at their start, or announcement (§5)
         if not (on_cluster(ev, h, ids) and health_kind(h)):
-            add(h.start, "AWS Health", ", ".join(h.entities) or (h.service or ""), f"{h.event_type} ({h.status})")
+            entry = health_entry(h)
+            at = timeline_time(entry, start, end, ev.now)
+            add(at, "AWS Health", entry.resource, timeline_text(entry, at) if at else entry.text)
     for host in host_events(ev, ids):  # status checks, scheduled events, Health events on the nodes (RULES §5.4–5)
         at = timeline_time(host, start, end, ev.now)
         add(at, host.source, host.resource, timeline_text(host, at) if at else host.text)
