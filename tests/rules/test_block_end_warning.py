@@ -50,3 +50,24 @@ def test_a_warning_for_an_instance_outside_the_cluster_leaves_the_expiry_a_hypot
     b = branch_b(w)
     assert (b.status, b.label) == ("UNVERIFIED", "Hypothesis (to validate)")
     assert "EndDate window" in b.evidence
+
+
+def test_an_on_demand_capacity_reservation_ending_in_the_window_is_not_a_capacity_block_end() -> None:
+    # RULES §8 B: the 30/60-min termination before EndDate, the 11:30/11:00 UTC times and the 40-min Expiration
+    # Warning are a Capacity Block's; an On-Demand Capacity Reservation (ReservationType default) ending terminates
+    # nothing. Ending near the window it is still no clean "no reservation ending near the window": B is not ruled out
+    w = PClusterWorld("train", n_compute=2)
+    for n in w.compute:
+        w.healthy(n, at(-48), at(13))
+    w.section("ec2", "capacity_reservations").append({
+        "CapacityReservationId": "cr-0d0c00000000000ab", "InstanceType": "p5.48xlarge", "State": "active",
+        "ReservationType": "default", "EndDateType": "limited", "StartDate": at(-72), "EndDate": at(11, 30),
+        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    result = w.audit("train", mode="incident", since=at(10), until=at(12))
+    b = next(x for x in result.branches if x.branch == "B")
+    assert "Capacity Block" not in b.evidence and "terminated" not in b.evidence
+    assert b.status not in ("Root cause", "Ruled out")
+    assert "cr-0d0c00000000000ab" in b.evidence and "2026-10-01T11:30:00Z" in b.evidence
+    said = [t.event for t in result.timeline if t.resource == "cr-0d0c00000000000ab"]
+    assert said and not any("Capacity Block" in e or "terminated" in e for e in said)
+    assert not any("Capacity Block" in a for a in result.actions)  # no block to extend or checkpoint before

@@ -55,7 +55,7 @@ from gpuaudit.rules.storage_decision import (
     decide,
 )
 from gpuaudit.rules.straggler import stragglers
-from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, relevant_trail
+from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, is_capacity_block, relevant_trail
 from gpuaudit.rules.xid_routing import fleet_pattern
 
 if TYPE_CHECKING:
@@ -300,16 +300,25 @@ def _ending_step(j: Judged) -> FindingStep:
                      f"{iso(r.end_date) if r.end_date else 'none'})" for r in ev.capacity_reservations or [])
     plans = list(ev.training_plans or [])
     ending = [p for p in plans if p.end_time is not None and start <= p.end_time <= end]
+    # a reservation that is not a Capacity Block (block_ends took those) ending near the window terminates nothing,
+    # but it is no clean "no reservation ending near the window" either (RULES §8 B): named, never cleared
+    types = {n.instance_type for n in ev.nodes}
+    reserved = [r for r in ev.capacity_reservations or [] if not is_capacity_block(r) and r.end_date is not None
+                and start <= r.end_date <= end and r.instance_type in types]
     plan_text = "; ".join(f"training plan `{p.name}` Status {p.status}, EndTime "
                           f"{iso(p.end_time) if p.end_time else 'none'} (DescribeTrainingPlan)" for p in plans)
     text = (f"{len(ev.capacity_reservations or [])} capacity reservation(s) read (DescribeCapacityReservations)"
             + (f": {read}" if read else "") + (f"; {plan_text}" if plan_text else "")
             + f" — none holding the cluster's instance types ends between {iso(start)} and {iso(end)}")
-    if ending:
-        return FindingStep(name="reservations ending near the window", status="Blocked", evidence=(
-            "; ".join(f"training plan `{p.name}` ends {iso(p.end_time)} (EndTime, DescribeTrainingPlan), inside "
-                      f"the window ± {int(TIMELINE_MARGIN.total_seconds() // 60)} min" for p in ending
-                      if p.end_time is not None)))
+    if ending or reserved:
+        margin = int(TIMELINE_MARGIN.total_seconds() // 60)
+        return FindingStep(name="reservations ending near the window", status="Blocked", evidence="; ".join(
+            [f"training plan `{p.name}` ends {iso(p.end_time)} (EndTime, DescribeTrainingPlan), inside "
+             f"the window ± {margin} min" for p in ending if p.end_time is not None]
+            + [f"Capacity Reservation `{r.reservation_id}` ({r.instance_type}, type {r.reservation_type}, state "
+               f"{r.state}) ends {iso(r.end_date)} (EndDate, DescribeCapacityReservations), inside the window ± "
+               f"{margin} min: a launch into it after that fails, its running instances are not ended by it"
+               for r in reserved if r.end_date is not None]))
     return FindingStep(name="reservations ending near the window", status="Cleared", evidence=text)
 
 
@@ -696,7 +705,9 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
     by: dict[str, Branch] = {x.branch: x for x in branches}
     root = [x for x in branches if x.status == "Root cause"]
     actions: list[str] = []
-    if by["B"].status in ("Root cause", "UNVERIFIED", "Contributing"):
+    named_blocks = [r for r in j.evidence.capacity_reservations or []
+                    if is_capacity_block(r) and r.reservation_id in by["B"].evidence]
+    if by["B"].status in ("Root cause", "UNVERIFIED", "Contributing") and named_blocks:  # a Capacity Block's plan
         actions += ["Before a Capacity Block ends: checkpoint ahead of the termination time (EndDate − lead time), "
                     "extend the block (`aws ec2 describe-capacity-block-extension-offerings`) or buy the next one, "
                     "and alarm on the `Capacity Block Expiration Warning` EventBridge event",

@@ -64,6 +64,12 @@ class BlockEnd:
     failed_launches: list[CloudTrailEvent]
 
 
+def is_capacity_block(r: CapacityReservation) -> bool:
+    """A Capacity Block's end terminates its instances (RULES §8 B); an On-Demand Capacity Reservation's
+    (ReservationType `default`) does not. A reservation whose type was not returned may be either."""
+    return r.reservation_type in (None, "capacity-block")
+
+
 def block_ends(j: Judged) -> list[BlockEnd]:
     ev = j.evidence
     start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
@@ -71,7 +77,7 @@ def block_ends(j: Judged) -> list[BlockEnd]:
     trail = relevant_trail(ev)
     found = []
     for r in ev.capacity_reservations or []:
-        if r.end_date is None or not (start <= r.end_date <= end + timedelta(hours=1)):
+        if r.end_date is None or not (start <= r.end_date <= end + timedelta(hours=1)) or not is_capacity_block(r):
             continue
         lead = lead_time(r.instance_type)
         termination = r.end_date - lead
@@ -129,6 +135,10 @@ def timeline(j: Judged) -> list[TimelineEntry]:
         at = timeline_time(host, start, end, ev.now)
         add(at, host.source, host.resource, timeline_text(host, at) if at else host.text)
     for r in ev.capacity_reservations or []:
+        if not is_capacity_block(r):
+            add(r.end_date, "EC2 capacity reservation", r.reservation_id,
+                f"Capacity Reservation ends ({r.instance_type}, type {r.reservation_type}, state {r.state})")
+            continue
         add(r.end_date, "EC2 capacity reservation", r.reservation_id,
             f"Capacity Block ends ({r.instance_type}, state {r.state})")
         if r.end_date:
