@@ -15,7 +15,7 @@ def block_world(warned: str | None) -> tuple[PClusterWorld, list[str]]:
     w = PClusterWorld("blocky", n_compute=0)
     ids = []
     for i in range(2):
-        iid, host = f"i-0{i + 1:016x}", f"ip-10-1-0-{i + 1}"
+        iid, host = f"i-0{i + 0x10:016x}", f"ip-10-1-0-{i + 16}"
         w.stream(w.group, f"{host}.{iid}.system-messages",
                  events=[(at(-20), f"{host} kernel: NVRM: loading NVIDIA UNIX Open Kernel Module")],
                  periodic=[(at(-20), at(11, 0, 1), 300, f"{host} systemd[1]: Started sysstat-collect.service")])
@@ -33,13 +33,13 @@ def block_world(warned: str | None) -> tuple[PClusterWorld, list[str]]:
     return w, ids
 
 
-def branch_b(w: PClusterWorld):
-    result = w.audit("blocky", mode="incident", since=at(10), until=at(12))
+def branch_b(w: PClusterWorld, cluster: str = "blocky"):
+    result = w.audit(cluster, mode="incident", since=at(10), until=at(12))
     return next(b for b in result.branches if b.branch == "B")
 
 
 def test_a_warning_retained_for_one_of_the_clusters_instances_proves_the_block_end() -> None:
-    w, ids = block_world(warned=f"i-0{1:016x}")
+    w, ids = block_world(warned=f"i-0{0x10:016x}")
     b = branch_b(w)
     assert (b.status, b.label) == ("Root cause", "Proven")
     assert f"Interruption Warning retained for {ids[0]}" in b.evidence
@@ -71,3 +71,21 @@ def test_an_on_demand_capacity_reservation_ending_in_the_window_is_not_a_capacit
     said = [t.event for t in result.timeline if t.resource == "cr-0d0c00000000000ab"]
     assert said and not any("Capacity Block" in e or "terminated" in e for e in said)
     assert not any("Capacity Block" in a for a in result.actions)  # no block to extend or checkpoint before
+
+
+def test_an_ultraserver_block_ends_its_instances_60_minutes_before_and_says_so() -> None:
+    # RULES §8 B: 30 min before EndDate on instance types, 60 min on UltraServers — an 11:30 end terminates an
+    # UltraServer block's instances from 10:30, and the row must not state the instance types' 11:00
+    w = PClusterWorld("ultra", n_compute=0)
+    for i in range(2):
+        iid, host = f"i-0{i + 0x10:016x}", f"ip-10-1-0-{i + 16}"
+        w.stream(w.group, f"{host}.{iid}.system-messages",
+                 events=[(at(-20), f"{host} kernel: NVRM: loading NVIDIA UNIX Open Kernel Module")],
+                 periodic=[(at(-20), at(10, 30, 1), 300, f"{host} systemd[1]: Started sysstat-collect.service")])
+    w.section("ec2", "capacity_reservations").append({
+        "CapacityReservationId": "cr-0aaaabbbbccccdddd", "InstanceType": "p6e-gb200.36xlarge", "State": "expired",
+        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
+        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    b = branch_b(w, "ultra")
+    assert "60 min" in b.evidence and "2026-10-01T10:30:00Z" in b.evidence
+    assert "11:00" not in b.evidence

@@ -66,6 +66,7 @@ CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
+BLOCK_END_UTC = datetime(2000, 1, 1, 11, 30)  # RULES §8 B: Capacity Blocks end at 11:30 UTC (time of day only)
 
 
 def _branch(letter: BranchLetter, status: BranchStatus, evidence: str, label: CauseLabel | None = None,
@@ -207,8 +208,8 @@ def branch_b(j: Judged) -> Branch:
             f"Capacity Block {r.reservation_id} ({r.instance_type}, state {r.state}) EndDate "
             f"{iso(r.end_date) if r.end_date else '—'}; instances are terminated "
             f"{int(b.lead.total_seconds() // 60)} min before the end (lead time {int(b.lead.total_seconds() // 60)} "
-            f"min), i.e. at {iso(b.termination)} (Capacity Blocks end at 11:30 UTC, "
-            f"termination starts at 11:00 UTC on the last day)")
+            f"min), i.e. at {iso(b.termination)} (Capacity Blocks end at 11:30 UTC, termination starts at "
+            f"{(BLOCK_END_UTC - b.lead):%H:%M} UTC on the last day)")
         if b.nodes:
             parts.append(f"the log lines of {', '.join(b.nodes)} stop within "
                          f"{int(TERMINATION_MATCH.total_seconds() // 60)} min of {iso(b.termination)}")
