@@ -89,3 +89,14 @@ def test_an_ultraserver_block_ends_its_instances_60_minutes_before_and_says_so()
     b = branch_b(w, "ultra")
     assert "60 min" in b.evidence and "2026-10-01T10:30:00Z" in b.evidence
     assert "11:00" not in b.evidence
+
+
+def test_a_spot_interruption_warning_on_a_node_is_not_the_block_ends_warning() -> None:
+    # RULES §5.6 names the `Capacity Reservation Instance Interruption Warning`; EC2's `Spot Instance Interruption
+    # Warning` for the same instance says nothing about the block
+    w, ids = block_world(warned=None)
+    event = {"version": "0", "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+             "time": at(10, 58), "detail": {"instance-id": ids[0], "instance-action": "terminate"}}
+    w.stream(w.group, "eventbridge-spot-events", events=[(at(10, 58), json.dumps(event))])
+    b = branch_b(w)
+    assert (b.status, b.label) == ("UNVERIFIED", "Hypothesis (to validate)")

@@ -66,6 +66,8 @@ CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
+# RULES §5.6's per-instance event (EC2's Spot Instance Interruption Warning is another event, not the block's)
+BLOCK_WARNING = "Capacity Reservation Instance Interruption Warning"
 BLOCK_END_UTC = datetime(2000, 1, 1, 11, 30)  # RULES §8 B: Capacity Blocks end at 11:30 UTC (time of day only)
 
 
@@ -200,7 +202,7 @@ def branch_b(j: Judged) -> Branch:
     # so only a warning naming one of the cluster's nodes counts, wherever it was retained
     ours = {n.instance_id for n in j.nodes}
     warned = sorted({i for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
-                     if "Interruption Warning" in p.line.message
+                     if BLOCK_WARNING in p.line.message
                      for i in INSTANCE_ID.findall(p.line.message) if i in ours})
     for b in ends:
         r = b.reservation
