@@ -102,11 +102,9 @@ def timeline(j: Judged) -> list[TimelineEntry]:
     for iid, lines in j.lines_by_node.items():
         for p in lines:
             where = f"{p.line.log_group} / {p.line.log_stream}"
-            if p.hma and p.hma.reason:
-                add(p.line.time, where, iid, f"HMA detection: reason {p.hma.reason}"
-                    + (f", condition {p.hma.condition}" if p.hma.condition else "")
-                    + (f", RepairAction/Recommendation \"{p.hma.repair_action or p.hma.recommendation}\""
-                       if (p.hma.repair_action or p.hma.recommendation) else "")
+            if p.hma and (p.hma.reason or not p.hma.is_dcgm_echo):  # a reason or a node condition (RULES §5.2)
+                # reason, condition, RepairAction and Recommendation each as the agent wrote them
+                add(p.line.time, where, iid, f"HMA detection: {p.hma.words}"
                     + (f": {p.hma.message[:200]}" if p.hma.message else ""))
             elif p.hma and p.hma.err_num is not None:
                 add(p.line.time, where, iid, f"DCGM policy violation {p.hma.condition or ''} ErrNum {p.hma.err_num}")
