@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from helpers.worlds import HyperPodWorld, at
+from helpers.worlds import HyperPodWorld, PClusterWorld, at
 
 
 def test_an_hma_detection_naming_only_its_node_condition_is_in_the_timeline_with_it() -> None:
@@ -40,3 +40,44 @@ def test_an_hma_detection_quotes_both_its_repair_action_and_its_recommendation()
     assert len(said) == 1
     for word in ('RepairAction "Replace"', 'Recommendation "Replace the node"', "NvidiaErrorTerminate", "Xid"):
         assert word in said[0]
+
+
+def test_an_update_of_the_file_system_is_in_the_timeline_though_it_names_no_cluster() -> None:
+    # RULES §5.7 lists fsx `UpdateFileSystem`; its request names the file system (`fileSystemId`), never a cluster,
+    # so it is kept when it is about a file system of the audit (mounted, named, or — mounts unresolved — read)
+    w = PClusterWorld("train", n_compute=1)
+    w.healthy(w.compute[0], at(-48), at(13))
+    fs = "fs-0123456789abcdef0"
+    w.section("fsx", "file_systems").append({"FileSystemId": fs, "FileSystemType": "LUSTRE", "StorageType": "SSD",
+                                             "LustreConfiguration": {"DeploymentType": "PERSISTENT_2"}})
+    w.section("cloudtrail", "events").append({
+        "EventId": "e1", "EventName": "UpdateFileSystem", "EventTime": at(9, 40), "EventSource": "fsx.amazonaws.com",
+        "Username": "ops", "Resources": [],
+        "CloudTrailEvent": json.dumps({"requestParameters": {
+            "fileSystemId": fs, "lustreConfiguration": {"perUnitStorageThroughput": 250}}})})
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    trail = [t for t in result.timeline if t.source == "CloudTrail" and "UpdateFileSystem" in t.event]
+    assert [t.time.isoformat()[:16] for t in trail] == [at(9, 40)[:16]]
+    assert fs in trail[0].resource or fs in trail[0].event
+
+
+def test_calls_naming_no_cluster_are_kept_only_when_about_this_cluster() -> None:
+    # RULES §5.7: keep events whose `requestParameters.clusterName` is this cluster. A ParallelCluster has no ARN:
+    # a call whose request names no cluster at all (another file system's UpdateFileSystem, another instance's
+    # TerminateInstances) is not about it
+    w = PClusterWorld("train", n_compute=1)
+    w.healthy(w.compute[0], at(-48), at(13))
+    w.section("fsx", "file_systems").append({"FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "LUSTRE",
+                                             "StorageType": "SSD",
+                                             "LustreConfiguration": {"DeploymentType": "PERSISTENT_2"}})
+    for name, source, params in (
+            ("UpdateFileSystem", "fsx.amazonaws.com", {"fileSystemId": "fs-0fedcba98765432100"}),
+            ("TerminateInstances", "ec2.amazonaws.com",
+             {"instancesSet": {"items": [{"instanceId": "i-0fffffffffffffff0"}]}})):
+        w.section("cloudtrail", "events").append({
+            "EventId": name, "EventName": name, "EventTime": at(9, 40), "EventSource": source, "Username": "ops",
+            "Resources": [], "CloudTrailEvent": json.dumps({"requestParameters": params})})
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    assert not [t for t in result.timeline if t.source == "CloudTrail"]
+    e = next(b for b in result.branches if b.branch == "E")
+    assert e.status == "Ruled out"

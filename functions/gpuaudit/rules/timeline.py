@@ -24,6 +24,7 @@ from gpuaudit.rules.host_events import (
     timeline_text,
     timeline_time,
 )
+from gpuaudit.rules.storage import file_systems_in_scope
 
 if TYPE_CHECKING:
     from gpuaudit.rules.context import Judged
@@ -44,11 +45,17 @@ def relevant_trail(evidence: Evidence) -> list[CloudTrailEvent]:
     """CloudTrail events about this cluster: by cluster name, by its nodes, or by its launch templates."""
     ids = {n.instance_id for n in evidence.nodes}
     name = evidence.cluster.name
+    names = {name, evidence.cluster.arn} - {None}  # a ParallelCluster or self-managed cluster has no ARN
+    # fsx UpdateFileSystem names its file system, never a cluster: kept when it is one of the audit's (all of them
+    # when the file systems were not read, as nothing then says it is another's)
+    file_systems = None if evidence.file_systems is None else set(file_systems_in_scope(evidence)[0])
     out = []
     for e in evidence.cloudtrail or []:
         params = e.request_parameters or {}
         text = str(params) + " " + " ".join(e.resources)
-        if params.get("clusterName") in (name, evidence.cluster.arn) or (e.username in ids) or \
+        fs = params.get("fileSystemId")
+        if params.get("clusterName") in names or (e.username in ids) or \
+                (fs is not None and (file_systems is None or fs in file_systems)) or \
                 any(i in text for i in ids) or f"'launchTemplateName': '{name}-" in text \
                 or f"'LaunchTemplateName': '{name}-" in text:  # CreateFleet's request names it so
             out.append(e)
@@ -150,8 +157,10 @@ def timeline(j: Judged) -> list[TimelineEntry]:
         if trail_start <= e.time <= end:
             # the call's own error, and a CreateFleet's launches that failed (rules/capacity.py::call_errors)
             result = "".join(f" → {code}: {message}" for _, code, message in call_errors(e)[:3])
+            fs = (e.request_parameters or {}).get("fileSystemId")
             out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or
-                                     (e.username or ""), event=f"{e.event_name} by {e.username}{result}"))
+                                     (e.username or ""), event=f"{e.event_name} by {e.username}"
+                                     + (f" on {fs}" if fs else "") + result))
     for ce in ev.cluster_events or []:
         add(ce.time, "HyperPod cluster events", ce.instance_id or ce.instance_group or ev.cluster.name,
             ce.description)
