@@ -133,3 +133,16 @@ def test_a_health_event_announced_in_the_window_with_a_later_start_is_listed_at_
     health = [t for t in result.timeline if t.source == "AWS Health"]
     assert [t.time for t in health] == [parse_time(at(7, 40))]
     assert "AWS_SAGEMAKER_OPERATIONAL_NOTIFICATION" in health[0].event and starts[:10] in health[0].event
+
+
+def test_status_checks_not_returned_or_not_conclusive_are_named_never_all_ok() -> None:
+    # RULES §0.4 / §8 A: what cleared A is named; a node DescribeInstanceStatus did not return, or whose check is
+    # `insufficient-data`, was not read clean — the row says so instead of "all ok"
+    w = _world()
+    first, second = (n.instance_id for n in w.compute)
+    _status(w, 0)["SystemStatus"] = {"Status": "insufficient-data", "Details": []}
+    w.section("ec2", "instance_status").remove(_status(w, 1))
+    a = _a(_run(w))
+    assert "all ok" not in a.evidence
+    assert f"not returned for {second}" in a.evidence
+    assert f"{first}: system status check insufficient-data" in a.evidence

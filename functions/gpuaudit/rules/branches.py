@@ -163,8 +163,16 @@ def _host_reads(j: Judged, nodes: Sequence[NodeResult]) -> tuple[list[HostEvent]
         status = "EC2 status checks and scheduled events not read (see visibility gaps)"
     else:
         seen = [s for s in ev.instance_status if s.instance_id in ids]
+        missing = sorted(ids - {s.instance_id for s in seen})
+        # a check neither ok nor impaired (insufficient-data, initializing) is no clean read: named, not "all ok"
+        unsure = [e for e in events if e.kind == "status" and not e.impaired]
         status = (f"EC2 status checks read for {len(seen)} of {len(ids)} GPU node(s) (DescribeInstanceStatus)"
-                  + ("" if any(e.source != "AWS Health" for e in events) else ": all ok, no scheduled event"))
+                  + ("" if any(e.source != "AWS Health" for e in events) or not seen
+                     else ": all ok, no scheduled event")
+                  + (f"; not conclusive: {described(unsure)}" if unsure else "")
+                  + (f"; not returned for {', '.join(missing[:NAMED_UP_TO])}"
+                     + (f" and {len(missing) - NAMED_UP_TO} more" if len(missing) > NAMED_UP_TO else "")
+                     if missing else ""))
     health = ("AWS Health not read (see visibility gaps)" if ev.health_events is None else
               f"AWS Health: {len(ev.health_events)} EC2/SageMaker event(s) read (DescribeEvents)"
               + ("" if any(e.source == "AWS Health" for e in events) else ", none a hardware or maintenance event "
