@@ -100,3 +100,22 @@ def test_a_spot_interruption_warning_on_a_node_is_not_the_block_ends_warning() -
     w.stream(w.group, "eventbridge-spot-events", events=[(at(10, 58), json.dumps(event))])
     b = branch_b(w)
     assert (b.status, b.label) == ("UNVERIFIED", "Hypothesis (to validate)")
+
+
+def test_another_workloads_capacity_error_on_another_instance_type_is_not_this_clusters() -> None:
+    # RULES §8 B reads capacity errors for the cluster's capacity: a RunInstances of c5.large by another workload of
+    # the account failing with InsufficientInstanceCapacity says nothing about the cluster's p5 nodes
+    w = PClusterWorld("train", n_compute=2)
+    for n in w.compute:
+        w.healthy(n, at(-48), at(13))
+    message = "We currently do not have sufficient c5.large capacity in the Availability Zone you requested."
+    w.section("cloudtrail", "events").append({
+        "EventId": "ice", "EventName": "RunInstances", "EventTime": at(10, 20), "EventSource": "ec2.amazonaws.com",
+        "Username": "web-team", "Resources": [], "CloudTrailEvent": json.dumps({
+            "eventName": "RunInstances", "errorCode": "Server.InsufficientInstanceCapacity", "errorMessage": message,
+            "requestParameters": {"instanceType": "c5.large", "instancesSet": {"items": [{"minCount": 1}]}}})})
+    result = w.audit("train", mode="incident", since=at(10), until=at(12))
+    b = next(x for x in result.branches if x.branch == "B")
+    assert "c5.large" not in b.evidence
+    assert b.status not in ("Root cause", "UNVERIFIED", "Contributing")
+    assert not result.headline.startswith("Leading hypothesis: branch B")
