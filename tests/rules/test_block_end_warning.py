@@ -119,3 +119,23 @@ def test_another_workloads_capacity_error_on_another_instance_type_is_not_this_c
     assert "c5.large" not in b.evidence
     assert b.status not in ("Root cause", "UNVERIFIED", "Contributing")
     assert not result.headline.startswith("Leading hypothesis: branch B")
+
+
+def test_a_launch_failing_on_the_network_interface_limit_is_a_capacity_signal() -> None:
+    # RULES §8 B / non-GPU causes: "Subnet IP / ENI exhaustion" — the cluster's launch refused because the Region's
+    # network interfaces are used up keeps B open, named; it is never "no capacity error"
+    from tests.rules.test_createfleet_capacity import _b, _fleet, _world
+    eni = ("NetworkInterfaceLimitExceeded", "The maximum number of network interfaces has been reached.")
+    b = _b(_world(_fleet("fleet-pc", at(9, 40), error=eni)))
+    assert b.status not in ("Ruled out", "Not assessed") and "NetworkInterfaceLimitExceeded" in b.evidence
+
+
+def test_a_clustermgtd_line_naming_the_network_interface_limit_keeps_b_open() -> None:
+    from tests.rules.test_createfleet_capacity import _b, _world
+    w = _world()
+    w.stream(w.group, f"{w.head.hostname}.{w.head.instance_id}.clustermgtd", events=[(
+        at(9, 40), "2026-10-01 09:40:00,000 - [slurm_plugin.instance_manager:_launch_instances] - ERROR - Failed "
+                   "RunInstances request: NetworkInterfaceLimitExceeded: The maximum number of network interfaces "
+                   "has been reached.")])
+    b = _b(w)
+    assert b.status not in ("Ruled out", "Not assessed") and "NetworkInterfaceLimitExceeded" in b.evidence

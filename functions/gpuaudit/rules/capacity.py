@@ -156,10 +156,11 @@ def capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
 
 # RULES §8 B: a capacity-class launch error, in any text the run reads (a CloudTrail call's error, a clustermgtd /
 # slurm_resume / HyperPod lifecycle line, a cluster event, a node's status message): no capacity in the pool or the
-# reservation, no free address in the subnet, or a Capacity Reservation / Block that is not active.
+# reservation, no free address in the subnet, no network interface left in the Region's quota (ENI exhaustion), or a
+# Capacity Reservation / Block that is not active.
 CAPACITY_ERROR = re.compile(
     r"InsufficientInstanceCapacity|InsufficientCapacity\w*|InsufficientReservedInstanceCapacity"
-    r"|ReservationCapacityExceeded|InsufficientFreeAddressesInSubnet"
+    r"|ReservationCapacityExceeded|InsufficientFreeAddressesInSubnet|NetworkInterfaceLimitExceeded"
     r"|(?i:insufficient capacity|(?:do not|don't) have (?:sufficient|enough) [\w.-]+ capacity"
     r"|capacity (?:reservation|block)[^.]{0,80}?\bnot (?:yet )?active)")
 RESERVATION_ID = re.compile(r"(?<![\w-])cr-[0-9a-f]{8,17}(?![\w-])")
