@@ -81,3 +81,33 @@ def test_calls_naming_no_cluster_are_kept_only_when_about_this_cluster() -> None
     assert not [t for t in result.timeline if t.source == "CloudTrail"]
     e = next(b for b in result.branches if b.branch == "E")
     assert e.status == "Ruled out"
+
+
+def _aggregated(host: str) -> tuple[PClusterWorld, str]:
+    """One measured compute node; an Xid 79 line in a stream that names no node (a syslog aggregated from many
+    hosts), its own syslog prefix naming `host` (the node's hostname, or another host's)."""
+    w = PClusterWorld("train", n_compute=1)
+    w.healthy(w.compute[0], at(-48), at(13))
+    w.stream(w.group, "aggregated-syslog", events=[(
+        at(10, 5), f"Oct  1 10:05:00 {host or w.compute[0].hostname} kernel: NVRM: Xid (PCI:0000:53:00): 79, pid=0, "
+                   "GPU has fallen off the bus.")])
+    return w, w.compute[0].instance_id
+
+
+def test_an_xid_line_in_a_stream_naming_no_node_belongs_to_the_host_its_message_names() -> None:
+    # RULES §5.1: Xid lines from every source, "node from the stream or message"
+    w, iid = _aggregated("")
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    node = next(n for n in result.nodes if n.instance_id == iid)
+    assert [e.code for e in node.gpu_errors] == [79]
+    assert any(t.resource == iid and "first Xid 79" in t.event for t in result.timeline)
+    assert next(b for b in result.branches if b.branch == "A").status != "Ruled out"
+
+
+def test_a_hardware_xid_on_a_host_matched_to_no_node_is_in_the_timeline_and_keeps_a_open() -> None:
+    # the line was read: it is listed (§5.1) and A, whose hardware-class Xid it is, cannot be ruled out (§8, §0.4)
+    w, _ = _aggregated("ip-10-9-9-9")
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    assert any("first Xid 79" in t.event and "ip-10-9-9-9" in t.resource for t in result.timeline)
+    a = next(b for b in result.branches if b.branch == "A")
+    assert a.status != "Ruled out" and "ip-10-9-9-9" in a.evidence and "aggregated-syslog" in a.evidence

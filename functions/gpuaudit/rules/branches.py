@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
-from gpuaudit.domain.streams import INSTANCE_ID
+from gpuaudit.domain.streams import INSTANCE_ID, message_host
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
@@ -56,11 +56,13 @@ from gpuaudit.rules.storage_decision import (
 )
 from gpuaudit.rules.straggler import stragglers
 from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, is_capacity_block, relevant_trail
+from gpuaudit.rules.xid_catalog import classify
 from gpuaudit.rules.xid_routing import fleet_pattern
 
 if TYPE_CHECKING:
     from gpuaudit.rules.bootstrap import BootstrapFailure
     from gpuaudit.rules.context import Judged
+    from gpuaudit.rules.node_lines import ParsedLine
 
 CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
@@ -136,6 +138,16 @@ def branch_a(j: Judged) -> Branch:
                        + "; ".join(r.text() for r in overdue), "Hypothesis (to validate)",
                        "the node's `DeepHealthCheckResults/<instance-id>` stream and `aws sagemaker "
                        "describe-cluster-node`: which check runs, and whether it failed")
+    if stray := unmatched_hardware(j):
+        # read, so never cleared: the host may be a node the node list no longer returns (RULES §5.1, §0.4)
+        said = "; ".join(f"Xid {p.xid.code} at {iso(p.line.time)} in {p.line.log_group} / {p.line.log_stream} "
+                         f"(host {message_host(p.line.message) or 'not named'})" for p in stray[:NAMED_UP_TO]
+                         if p.xid is not None)
+        more = f"; and {len(stray) - NAMED_UP_TO} more" if len(stray) > NAMED_UP_TO else ""
+        return _branch("A", "UNVERIFIED", f"Hardware-class Xid read on a host matched to no node of the cluster: "
+                       f"{said}{more}; {host_read}", "Hypothesis (to validate)",
+                       "which instance that host was at the time (its private DNS name in DescribeInstances, the "
+                       "cluster's node list or CloudTrail RunInstances) and that node's kernel log (`dmesg -T`)")
     blind = [n.instance_id for n in nodes if n.xid_status == "Not observable"]
     if blind:
         return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)
@@ -146,6 +158,13 @@ def branch_a(j: Judged) -> Branch:
     clean = ", ".join(f"{n.instance_id} ({n.xid_status}, status {n.status})" for n in nodes)
     return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}; "
                    f"{host_read}")
+
+
+def unmatched_hardware(j: Judged) -> list[ParsedLine]:
+    """Hardware-class Xid lines read in a stream that names no node, whose own host prefix names no node either
+    (classed by the catalog alone: no node verdict weighs them)."""
+    return [p for p in j.unassigned_lines
+            if p.xid is not None and classify(p.xid.code, p.xid.raw).class_ == "hardware"]
 
 
 def _host_reads(j: Judged, nodes: Sequence[NodeResult]) -> tuple[list[HostEvent], str]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import lead_time
 from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
+from gpuaudit.domain.streams import message_host
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
@@ -122,7 +123,14 @@ def timeline(j: Judged) -> list[TimelineEntry]:
             elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
                 add(p.line.time, where, iid, p.line.message[:240])
     for p in j.unassigned_lines:
-        if LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
+        if p.xid is not None:  # a host matched to no node (RULES §5.1: every source), first per host, code and bus
+            stray = message_host(p.line.message) or ev.cluster.name
+            if (stray, p.xid.code, p.xid.pci) not in seen:
+                seen.add((stray, p.xid.code, p.xid.pci))
+                add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", stray,
+                    f"first Xid {p.xid.code} on PCI {p.xid.pci} (host matched to no node of the cluster): "
+                    f"{p.xid.raw[:200]}", kind=f"first Xid {p.xid.code}")
+        elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
             add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", ev.cluster.name, p.line.message[:240])
     for n in j.nodes:
         t = last_line(n)
