@@ -115,3 +115,34 @@ def test_health_not_read_is_said_in_a_row() -> None:
     w.fault("health", "DescribeEvents", "SubscriptionRequiredException")
     a = _a(_run(w))
     assert "AWS Health not read" in a.evidence
+
+
+def test_a_health_event_announced_in_the_window_with_a_later_start_is_listed_at_its_announcement_whatever_it_names(
+) -> None:
+    # RULES §5: "An event announced or updated inside that span whose own date lies later (… a Health event's future
+    # start) belongs in it, listed at its announcement with its date" — source 4 is every EC2/SageMaker Health event
+    # with its affected entities, not only those branch A judges
+    w = _world()
+    starts = at(24 * 5)
+    w.section("health", "events").append({
+        "arn": "arn:aws:health:us-west-2::event/SAGEMAKER/AWS_SAGEMAKER_OPERATIONAL_NOTIFICATION/def",
+        "service": "SAGEMAKER", "eventTypeCode": "AWS_SAGEMAKER_OPERATIONAL_NOTIFICATION",
+        "eventTypeCategory": "accountNotification", "statusCode": "upcoming", "startTime": starts,
+        "lastUpdatedTime": at(7, 40), "AffectedEntities": [{"entityValue": "arn:aws:sagemaker:us-west-2:endpoint/x"}]})
+    result = _run(w)
+    health = [t for t in result.timeline if t.source == "AWS Health"]
+    assert [t.time for t in health] == [parse_time(at(7, 40))]
+    assert "AWS_SAGEMAKER_OPERATIONAL_NOTIFICATION" in health[0].event and starts[:10] in health[0].event
+
+
+def test_status_checks_not_returned_or_not_conclusive_are_named_never_all_ok() -> None:
+    # RULES §0.4 / §8 A: what cleared A is named; a node DescribeInstanceStatus did not return, or whose check is
+    # `insufficient-data`, was not read clean — the row says so instead of "all ok"
+    w = _world()
+    first, second = (n.instance_id for n in w.compute)
+    _status(w, 0)["SystemStatus"] = {"Status": "insufficient-data", "Details": []}
+    w.section("ec2", "instance_status").remove(_status(w, 1))
+    a = _a(_run(w))
+    assert "all ok" not in a.evidence
+    assert f"not returned for {second}" in a.evidence
+    assert f"{first}: system status check insufficient-data" in a.evidence

@@ -30,8 +30,8 @@ BOOT_BANNER = re.compile(BOOT_LINE)
 # Capacity-class launch errors as EC2, ParallelCluster (clustermgtd, slurm_resume) and HyperPod word them (RULES §8 B;
 # rules/capacity.py CAPACITY_ERROR decides which lines are one): plain substrings, so the query can hint them.
 CAPACITY_ERROR_MARKERS = ("InsufficientInstanceCapacity", "InsufficientCapacity", "ReservationCapacityExceeded",
-                          "InsufficientFreeAddressesInSubnet", "Capacity Reservation", "Capacity Block",
-                          "nsufficient capacity")
+                          "InsufficientFreeAddressesInSubnet", "NetworkInterfaceLimitExceeded", "Capacity Reservation",
+                          "Capacity Block", "nsufficient capacity")
 LIFECYCLE_MARKERS = (*CAPACITY_ERROR_MARKERS, "bootstrap failure", "Node bootstrap error", "protected mode",
                      "FaultyInstance", "Interruption Warning", BOOT_LINE)
 # The driver's Xid-less "GPU has fallen off the bus" message, read as Xid 79 (RULES §6).

@@ -73,6 +73,26 @@ def status_line_node_ids(stream: str, message: str, nodes: NodeIndex) -> list[st
     return sorted(i for i in set(INSTANCE_ID.findall(message)) if i in nodes.ids)
 
 
+# A kernel line's own host, as syslog writes it before the program name (`Oct  1 10:05:00 ip-10-1-0-2 kernel: …`).
+SYSLOG_HOST = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9][\w-]*)(?:\.[\w.-]+)? kernel: ")
+
+
+def message_host(message: str) -> str | None:
+    """The host (first DNS label) a kernel line's syslog prefix names, or None."""
+    m = SYSLOG_HOST.search(message)
+    return m["host"] if m else None
+
+
+def message_node_ids(message: str, nodes: NodeIndex) -> list[str]:
+    """The node a kernel line names itself, for a line whose stream names none (RULES §5.1: "node from the stream
+    or message"): the instance IDs of the nodes it names, else the node its syslog host prefix names."""
+    named = sorted(i for i in set(INSTANCE_ID.findall(message)) if i in nodes.ids)
+    if named:
+        return named
+    host = message_host(message)
+    return sorted(nodes.hosts.get(host, [])) if host else []
+
+
 def nccl_host_node_ids(message: str, nodes: NodeIndex) -> list[str]:
     """IDs of the nodes an NCCL line's own `<hostname>:<pid>:<tid>` prefix names: a job's stdout stream may name
     neither the instance nor its host, but every NCCL line names its host."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capability import fabric_class
 from gpuaudit.domain.capacity import DEFAULT_RUN_HOURS
+from gpuaudit.domain.streams import INSTANCE_ID, message_host
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
@@ -55,17 +56,22 @@ from gpuaudit.rules.storage_decision import (
     decide,
 )
 from gpuaudit.rules.straggler import stragglers
-from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, relevant_trail
+from gpuaudit.rules.timeline import TERMINATION_MATCH, block_ends, is_capacity_block, relevant_trail
+from gpuaudit.rules.xid_catalog import classify
 from gpuaudit.rules.xid_routing import fleet_pattern
 
 if TYPE_CHECKING:
     from gpuaudit.rules.bootstrap import BootstrapFailure
     from gpuaudit.rules.context import Judged
+    from gpuaudit.rules.node_lines import ParsedLine
 
 CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
+# RULES §5.6's per-instance event (EC2's Spot Instance Interruption Warning is another event, not the block's)
+BLOCK_WARNING = "Capacity Reservation Instance Interruption Warning"
+BLOCK_END_UTC = datetime(2000, 1, 1, 11, 30)  # RULES §8 B: Capacity Blocks end at 11:30 UTC (time of day only)
 
 
 def _branch(letter: BranchLetter, status: BranchStatus, evidence: str, label: CauseLabel | None = None,
@@ -133,6 +139,16 @@ def branch_a(j: Judged) -> Branch:
                        + "; ".join(r.text() for r in overdue), "Hypothesis (to validate)",
                        "the node's `DeepHealthCheckResults/<instance-id>` stream and `aws sagemaker "
                        "describe-cluster-node`: which check runs, and whether it failed")
+    if stray := unmatched_hardware(j):
+        # read, so never cleared: the host may be a node the node list no longer returns (RULES §5.1, §0.4)
+        said = "; ".join(f"Xid {p.xid.code} at {iso(p.line.time)} in {p.line.log_group} / {p.line.log_stream} "
+                         f"(host {message_host(p.line.message) or 'not named'})" for p in stray[:NAMED_UP_TO]
+                         if p.xid is not None)
+        more = f"; and {len(stray) - NAMED_UP_TO} more" if len(stray) > NAMED_UP_TO else ""
+        return _branch("A", "UNVERIFIED", f"Hardware-class Xid read on a host matched to no node of the cluster: "
+                       f"{said}{more}; {host_read}", "Hypothesis (to validate)",
+                       "which instance that host was at the time (its private DNS name in DescribeInstances, the "
+                       "cluster's node list or CloudTrail RunInstances) and that node's kernel log (`dmesg -T`)")
     blind = [n.instance_id for n in nodes if n.xid_status == "Not observable"]
     if blind:
         return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)
@@ -143,6 +159,13 @@ def branch_a(j: Judged) -> Branch:
     clean = ", ".join(f"{n.instance_id} ({n.xid_status}, status {n.status})" for n in nodes)
     return _branch("A", "Ruled out", f"No hardware-class Xid or HMA hardware detection on proven coverage: {clean}; "
                    f"{host_read}")
+
+
+def unmatched_hardware(j: Judged) -> list[ParsedLine]:
+    """Hardware-class Xid lines read in a stream that names no node, whose own host prefix names no node either
+    (classed by the catalog alone: no node verdict weighs them)."""
+    return [p for p in j.unassigned_lines
+            if p.xid is not None and classify(p.xid.code, p.xid.raw).class_ == "hardware"]
 
 
 def _host_reads(j: Judged, nodes: Sequence[NodeResult]) -> tuple[list[HostEvent], str]:
@@ -160,8 +183,16 @@ def _host_reads(j: Judged, nodes: Sequence[NodeResult]) -> tuple[list[HostEvent]
         status = "EC2 status checks and scheduled events not read (see visibility gaps)"
     else:
         seen = [s for s in ev.instance_status if s.instance_id in ids]
+        missing = sorted(ids - {s.instance_id for s in seen})
+        # a check neither ok nor impaired (insufficient-data, initializing) is no clean read: named, not "all ok"
+        unsure = [e for e in events if e.kind == "status" and not e.impaired]
         status = (f"EC2 status checks read for {len(seen)} of {len(ids)} GPU node(s) (DescribeInstanceStatus)"
-                  + ("" if any(e.source != "AWS Health" for e in events) else ": all ok, no scheduled event"))
+                  + ("" if any(e.source != "AWS Health" for e in events) or not seen
+                     else ": all ok, no scheduled event")
+                  + (f"; not conclusive: {described(unsure)}" if unsure else "")
+                  + (f"; not returned for {', '.join(missing[:NAMED_UP_TO])}"
+                     + (f" and {len(missing) - NAMED_UP_TO} more" if len(missing) > NAMED_UP_TO else "")
+                     if missing else ""))
     health = ("AWS Health not read (see visibility gaps)" if ev.health_events is None else
               f"AWS Health: {len(ev.health_events)} EC2/SageMaker event(s) read (DescribeEvents)"
               + ("" if any(e.source == "AWS Health" for e in events) else ", none a hardware or maintenance event "
@@ -195,16 +226,20 @@ def branch_b(j: Judged) -> Branch:
     if not ends:
         return _capacity_signals(j, errors, inactive) if errors or inactive else _capacity_reads(j)
     parts = []
-    warned = [p for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
-              if "Interruption Warning" in p.line.message]
+    # RULES §5.6: the warning is per instance (detail instance-id); it proves the block ended the nodes it names,
+    # so only a warning naming one of the cluster's nodes counts, wherever it was retained
+    ours = {n.instance_id for n in j.nodes}
+    warned = sorted({i for p in j.unassigned_lines + [x for v in j.lines_by_node.values() for x in v]
+                     if BLOCK_WARNING in p.line.message
+                     for i in INSTANCE_ID.findall(p.line.message) if i in ours})
     for b in ends:
         r = b.reservation
         parts.append(
             f"Capacity Block {r.reservation_id} ({r.instance_type}, state {r.state}) EndDate "
             f"{iso(r.end_date) if r.end_date else '—'}; instances are terminated "
             f"{int(b.lead.total_seconds() // 60)} min before the end (lead time {int(b.lead.total_seconds() // 60)} "
-            f"min), i.e. at {iso(b.termination)} (Capacity Blocks end at 11:30 UTC, "
-            f"termination starts at 11:00 UTC on the last day)")
+            f"min), i.e. at {iso(b.termination)} (Capacity Blocks end at 11:30 UTC, termination starts at "
+            f"{(BLOCK_END_UTC - b.lead):%H:%M} UTC on the last day)")
         if b.nodes:
             parts.append(f"the log lines of {', '.join(b.nodes)} stop within "
                          f"{int(TERMINATION_MATCH.total_seconds() // 60)} min of {iso(b.termination)}")
@@ -217,7 +252,9 @@ def branch_b(j: Judged) -> Branch:
     parts += [reservation_said(r) for r in inactive if r.reservation_id not in ended]
     parts += [e.said() for e in errors if not (e.launch and e.time in launched)][:NAMED_UP_TO]
     if warned:
-        parts.append("per-instance Capacity Reservation Instance Interruption Warning retained")
+        shown = ", ".join(warned[:NAMED_UP_TO]) + (f" and {len(warned) - NAMED_UP_TO} more"
+                                                    if len(warned) > NAMED_UP_TO else "")
+        parts.append(f"per-instance Capacity Reservation Instance Interruption Warning retained for {shown}")
         return _branch("B", "Root cause", "; ".join(parts) + ". Expected lifecycle, not a fault: the finding is the "
                        "missing plan (no extension, no checkpoint before the end, no alarm on the warning)", "Proven")
     parts.append("the per-instance Capacity Reservation Instance Interruption Warning event was not retained, so the "
@@ -294,16 +331,25 @@ def _ending_step(j: Judged) -> FindingStep:
                      f"{iso(r.end_date) if r.end_date else 'none'})" for r in ev.capacity_reservations or [])
     plans = list(ev.training_plans or [])
     ending = [p for p in plans if p.end_time is not None and start <= p.end_time <= end]
+    # a reservation that is not a Capacity Block (block_ends took those) ending near the window terminates nothing,
+    # but it is no clean "no reservation ending near the window" either (RULES §8 B): named, never cleared
+    types = {n.instance_type for n in ev.nodes}
+    reserved = [r for r in ev.capacity_reservations or [] if not is_capacity_block(r) and r.end_date is not None
+                and start <= r.end_date <= end and r.instance_type in types]
     plan_text = "; ".join(f"training plan `{p.name}` Status {p.status}, EndTime "
                           f"{iso(p.end_time) if p.end_time else 'none'} (DescribeTrainingPlan)" for p in plans)
     text = (f"{len(ev.capacity_reservations or [])} capacity reservation(s) read (DescribeCapacityReservations)"
             + (f": {read}" if read else "") + (f"; {plan_text}" if plan_text else "")
             + f" — none holding the cluster's instance types ends between {iso(start)} and {iso(end)}")
-    if ending:
-        return FindingStep(name="reservations ending near the window", status="Blocked", evidence=(
-            "; ".join(f"training plan `{p.name}` ends {iso(p.end_time)} (EndTime, DescribeTrainingPlan), inside "
-                      f"the window ± {int(TIMELINE_MARGIN.total_seconds() // 60)} min" for p in ending
-                      if p.end_time is not None)))
+    if ending or reserved:
+        margin = int(TIMELINE_MARGIN.total_seconds() // 60)
+        return FindingStep(name="reservations ending near the window", status="Blocked", evidence="; ".join(
+            [f"training plan `{p.name}` ends {iso(p.end_time)} (EndTime, DescribeTrainingPlan), inside "
+             f"the window ± {margin} min" for p in ending if p.end_time is not None]
+            + [f"Capacity Reservation `{r.reservation_id}` ({r.instance_type}, type {r.reservation_type}, state "
+               f"{r.state}) ends {iso(r.end_date)} (EndDate, DescribeCapacityReservations), inside the window ± "
+               f"{margin} min: a launch into it after that fails, its running instances are not ended by it"
+               for r in reserved if r.end_date is not None]))
     return FindingStep(name="reservations ending near the window", status="Cleared", evidence=text)
 
 
@@ -754,7 +800,9 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
     by: dict[str, Branch] = {x.branch: x for x in branches}
     root = [x for x in branches if x.status == "Root cause"]
     actions: list[str] = []
-    if by["B"].status in ("Root cause", "UNVERIFIED", "Contributing"):
+    named_blocks = [r for r in j.evidence.capacity_reservations or []
+                    if is_capacity_block(r) and r.reservation_id in by["B"].evidence]
+    if by["B"].status in ("Root cause", "UNVERIFIED", "Contributing") and named_blocks:  # a Capacity Block's plan
         actions += ["Before a Capacity Block ends: checkpoint ahead of the termination time (EndDate − lead time), "
                     "extend the block (`aws ec2 describe-capacity-block-extension-offerings`) or buy the next one, "
                     "and alarm on the `Capacity Block Expiration Warning` EventBridge event",

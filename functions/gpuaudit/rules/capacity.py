@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import cluster_reservations, holding_reservation
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
+from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import FindingStep, FindingStepStatus
 from gpuaudit.model.timeutil import iso
@@ -155,13 +156,17 @@ def capacity_step(ctx: Context, groups: list[GpuGroup]) -> FindingStep:
 
 # RULES §8 B: a capacity-class launch error, in any text the run reads (a CloudTrail call's error, a clustermgtd /
 # slurm_resume / HyperPod lifecycle line, a cluster event, a node's status message): no capacity in the pool or the
-# reservation, no free address in the subnet, or a Capacity Reservation / Block that is not active.
+# reservation, no free address in the subnet, no network interface left in the Region's quota (ENI exhaustion), or a
+# Capacity Reservation / Block that is not active.
 CAPACITY_ERROR = re.compile(
     r"InsufficientInstanceCapacity|InsufficientCapacity\w*|InsufficientReservedInstanceCapacity"
-    r"|ReservationCapacityExceeded|InsufficientFreeAddressesInSubnet"
+    r"|ReservationCapacityExceeded|InsufficientFreeAddressesInSubnet|NetworkInterfaceLimitExceeded"
     r"|(?i:insufficient capacity|(?:do not|don't) have (?:sufficient|enough) [\w.-]+ capacity"
     r"|capacity (?:reservation|block)[^.]{0,80}?\bnot (?:yet )?active)")
 RESERVATION_ID = re.compile(r"(?<![\w-])cr-[0-9a-f]{8,17}(?![\w-])")
+# An EC2 instance type as a request or an error message names it (`p5.48xlarge`, `p6-b200.48xlarge`, `ml.g5.xlarge`).
+INSTANCE_TYPE = re.compile(r"(?<![\w.-])((?:ml\.)?[a-z][a-z0-9-]*\d[a-z0-9-]*\.(?:\d*xlarge|large|medium|small|micro"
+                           r"|nano|metal(?:-\d+xl)?))(?![\w-])")
 LAUNCH_CALLS = ("RunInstances", "CreateFleet")
 # Capacity Block states in which no instance can run on it (RULES §8 B: payment-pending, payment-failed,
 # scheduled, active, expired); what each means for a launch.
@@ -207,13 +212,19 @@ def capacity_errors(j: Judged) -> list[CapacityError]:
         if n.status_message and CAPACITY_ERROR.search(n.status_message):
             out.append(CapacityError(None, f"status of `{n.instance_id}`, DescribeClusterNode", quote(n.status_message),
                                      tuple(RESERVATION_ID.findall(n.status_message)), False))
+    types = cluster_types(ev)
     for t in ev.cloudtrail or []:
         if not start <= t.time <= end:
             continue
         for how, code, message in call_errors(t):
             said = f"{code} {message}".strip()
             named = tuple(RESERVATION_ID.findall(said))
-            if CAPACITY_ERROR.search(said) or (t.event_name in LAUNCH_CALLS and inactive & set(named)):
+            if inactive & set(named):
+                ours = True
+            else:  # a launch of only other instance types is another workload of the account, not the cluster's
+                asked = {m.removeprefix("ml.") for m in INSTANCE_TYPE.findall(f"{t.request_parameters} {said}")}
+                ours = not asked or bool(asked & types)
+            if ours and (CAPACITY_ERROR.search(said) or (t.event_name in LAUNCH_CALLS and inactive & set(named))):
                 out.append(CapacityError(t.time, "CloudTrail", f"{t.event_name} at {iso(t.time)} {how}: "
                                          f"{code}: {quote(message)}", named, t.event_name in LAUNCH_CALLS))
     return sorted(out, key=lambda e: (e.time is None, e.time or ev.window.start))
@@ -242,14 +253,19 @@ def _fleet_errors(node: object) -> list[tuple[str, str]]:
     return [e for x in node.values() for e in _fleet_errors(x)]
 
 
+def cluster_types(ev: Evidence) -> set[str]:
+    """The cluster's instance types, without HyperPod's `ml.` prefix: its nodes' and its groups'."""
+    return {(t or "").removeprefix("ml.") for t in [*(n.instance_type for n in ev.nodes),
+                                                    *(g.instance_type for g in ev.cluster.instance_groups)] if t}
+
+
 def inactive_reservations(j: Judged, errors: Sequence[CapacityError]) -> list[CapacityReservation]:
     """The Capacity Blocks / Reservations no instance of the cluster can run on now (NOT_ACTIVE): those a capacity
     error names, and those of the cluster's instance types — an expired one only when it ended from 6 h before the
     window on (one that ended long before is history, not this incident)."""
     ev = j.evidence
     named = {r for e in errors for r in e.reservations}
-    types = {(t or "").removeprefix("ml.") for t in [*(n.instance_type for n in ev.nodes),
-                                                      *(g.instance_type for g in ev.cluster.instance_groups)] if t}
+    types = cluster_types(ev)
     out = []
     for r in ev.capacity_reservations or []:
         if r.state not in NOT_ACTIVE or not (r.reservation_id in named or r.instance_type in types):

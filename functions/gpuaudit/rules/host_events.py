@@ -81,6 +81,13 @@ def _health_event(h: HealthEvent, kind: Kind) -> HostEvent:
                      f"{h.event_type} ({h.category or 'category unknown'}, {h.status}{when})", h.start, h.last_updated)
 
 
+def health_entry(h: HealthEvent) -> HostEvent:
+    """Any Health event as a timeline entry (RULES §5 source 4), judged by branch A or not: placed by
+    `timeline_time` like the host events, so one announced in the span with a later start stands at its
+    announcement, with its date."""
+    return _health_event(h, health_kind(h) or "maintenance")
+
+
 def on_cluster(ev: Evidence, h: HealthEvent, node_ids: set[str]) -> bool:
     """A Health event names one of `node_ids` or the cluster itself among its affected entities."""
     return bool(set(h.entities) & (node_ids | {ev.cluster.name, ev.cluster.arn or ev.cluster.name}))

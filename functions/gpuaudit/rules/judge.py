@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capability import fabric_class
 from gpuaudit.domain.markers import FABRIC_MANAGER_STARTED
-from gpuaudit.domain.streams import NodeIndex, nccl_host_node_ids, status_line_node_ids, stream_node_ids
+from gpuaudit.domain.streams import (
+    NodeIndex,
+    message_node_ids,
+    nccl_host_node_ids,
+    status_line_node_ids,
+    stream_node_ids,
+)
 from gpuaudit.domain.timing import KERNEL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.domain.window import padded
 from gpuaudit.model.evidence import Evidence, GpuLine, NodeInfo
@@ -117,7 +123,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     for p in parsed:
         # An NCCL line names its own host: a job's stdout gathers every rank's lines in one stream
         owners = (nccl_host_node_ids(p.line.message, node_index) or stream_node_ids(p.line.log_stream, node_index)
-                  or status_line_node_ids(p.line.log_stream, p.line.message, node_index))
+                  or status_line_node_ids(p.line.log_stream, p.line.message, node_index)
+                  or (message_node_ids(p.line.message, node_index) if p.xid is not None else []))
         for iid in owners:
             lines_by_node[iid].append(p)
         if not owners:

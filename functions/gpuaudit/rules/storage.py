@@ -118,6 +118,11 @@ def read_storage(ev: Evidence, onset: datetime | None, file_system_id: str | Non
         # FSx's metrics alone leave a hypothesis (no client latency is published)
         bound, saturated = "metadata-bound", []
         statement = f"metadata-bound, below saturation: {rise}, while {through} and {mds}"
+    elif near := [m for m in peaks if (m.peak or 0.0) >= 90.0]:
+        # at or above 90 % for less than 5 minutes: not flagged, but near saturation, so never "not saturated"
+        bound, saturated = "neither", []
+        statement = (f"neither: near saturation, not for {SUSTAINED_MINUTES}+ min — {_limits(near)} "
+                     f"({', '.join(f'{m.longest_run_at_or_above_90} min' for m in near)} at ≥ 90 %); {through}, {mds}")
     else:
         bound, saturated = "neither", []
         statement = f"neither: storage not saturated — {through}, {mds}"

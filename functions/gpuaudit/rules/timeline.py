@@ -11,12 +11,20 @@ from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import lead_time
 from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
+from gpuaudit.domain.streams import message_host
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import NodeResult, TimelineEntry
 from gpuaudit.rules.capacity import call_errors
-from gpuaudit.rules.host_events import health_kind, host_events, on_cluster, timeline_text, timeline_time
+from gpuaudit.rules.host_events import (
+    health_entry,
+    health_kind,
+    host_events,
+    on_cluster,
+    timeline_text,
+    timeline_time,
+)
 from gpuaudit.rules.storage import file_systems_in_scope
 
 if TYPE_CHECKING:
@@ -36,24 +44,24 @@ def last_line(node: NodeResult) -> datetime | None:
 
 def relevant_trail(evidence: Evidence) -> list[CloudTrailEvent]:
     """CloudTrail events about this cluster: by cluster name (or ARN), by its nodes, by its launch templates, or by
-    the file systems it mounts (`UpdateFileSystem` names only the `fileSystemId`, RULES §8 E). A SageMaker call
-    always names its cluster and an FSx call its file system: one naming another, or none, is never this cluster's
-    (a cluster without an ARN took every such call in the account for its own). An EC2 call without a cluster name
-    is kept for a cluster without an ARN, as before (its launches name no cluster)."""
+    the file systems it mounts (`UpdateFileSystem` names only the `fileSystemId`, RULES §8 E). A call naming none of
+    them is never this cluster's, whatever its service (a cluster without an ARN took every such call in the account
+    for its own: other instances' TerminateInstances, any file system's update)."""
     ids = {n.instance_id for n in evidence.nodes}
     name = evidence.cluster.name
-    names = {x for x in (name, evidence.cluster.arn) if x}
-    file_systems = set(file_systems_in_scope(evidence)[0])
+    names = {name, evidence.cluster.arn} - {None}  # a ParallelCluster or self-managed cluster has no ARN
+    # fsx UpdateFileSystem names its file system, never a cluster: kept when it is one of the audit's (all of them
+    # when the file systems were not read, as nothing then says it is another's)
+    file_systems = None if evidence.file_systems is None else set(file_systems_in_scope(evidence)[0])
     out = []
     for e in evidence.cloudtrail or []:
         params = e.request_parameters or {}
         text = str(params) + " " + " ".join(e.resources)
-        unnamed_ec2 = (e.event_source == "ec2.amazonaws.com" and evidence.cluster.arn is None
-                       and params.get("clusterName") is None)
-        if params.get("clusterName") in names or unnamed_ec2 or (e.username in ids) or \
+        fs = params.get("fileSystemId")
+        if params.get("clusterName") in names or (e.username in ids) or \
+                (fs is not None and (file_systems is None or fs in file_systems)) or \
                 any(i in text for i in ids) or f"'launchTemplateName': '{name}-" in text \
-                or f"'LaunchTemplateName': '{name}-" in text \
-                or params.get("fileSystemId") in file_systems:  # CreateFleet's request names its template so
+                or f"'LaunchTemplateName': '{name}-" in text:  # CreateFleet's request names its template so
             out.append(e)
     return out
 
@@ -67,6 +75,12 @@ class BlockEnd:
     failed_launches: list[CloudTrailEvent]
 
 
+def is_capacity_block(r: CapacityReservation) -> bool:
+    """A Capacity Block's end terminates its instances (RULES §8 B); an On-Demand Capacity Reservation's
+    (ReservationType `default`) does not. A reservation whose type was not returned may be either."""
+    return r.reservation_type in (None, "capacity-block")
+
+
 def block_ends(j: Judged) -> list[BlockEnd]:
     ev = j.evidence
     start, end = ev.window.start - TIMELINE_MARGIN, ev.window.end + TIMELINE_MARGIN
@@ -74,7 +88,7 @@ def block_ends(j: Judged) -> list[BlockEnd]:
     trail = relevant_trail(ev)
     found = []
     for r in ev.capacity_reservations or []:
-        if r.end_date is None or not (start <= r.end_date <= end + timedelta(hours=1)):
+        if r.end_date is None or not (start <= r.end_date <= end + timedelta(hours=1)) or not is_capacity_block(r):
             continue
         lead = lead_time(r.instance_type)
         termination = r.end_date - lead
@@ -99,11 +113,9 @@ def timeline(j: Judged) -> list[TimelineEntry]:
     for iid, lines in j.lines_by_node.items():
         for p in lines:
             where = f"{p.line.log_group} / {p.line.log_stream}"
-            if p.hma and p.hma.reason:
-                add(p.line.time, where, iid, f"HMA detection: reason {p.hma.reason}"
-                    + (f", condition {p.hma.condition}" if p.hma.condition else "")
-                    + (f", RepairAction/Recommendation \"{p.hma.repair_action or p.hma.recommendation}\""
-                       if (p.hma.repair_action or p.hma.recommendation) else "")
+            if p.hma and (p.hma.reason or not p.hma.is_dcgm_echo):  # a reason or a node condition (RULES §5.2)
+                # reason, condition, RepairAction and Recommendation each as the agent wrote them
+                add(p.line.time, where, iid, f"HMA detection: {p.hma.words}"
                     + (f": {p.hma.message[:200]}" if p.hma.message else ""))
             elif p.hma and p.hma.err_num is not None:
                 add(p.line.time, where, iid, f"DCGM policy violation {p.hma.condition or ''} ErrNum {p.hma.err_num}")
@@ -114,7 +126,14 @@ def timeline(j: Judged) -> list[TimelineEntry]:
             elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
                 add(p.line.time, where, iid, p.line.message[:240])
     for p in j.unassigned_lines:
-        if LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
+        if p.xid is not None:  # a host matched to no node (RULES §5.1: every source), first per host, code and bus
+            stray = message_host(p.line.message) or ev.cluster.name
+            if (stray, p.xid.code, p.xid.pci) not in seen:
+                seen.add((stray, p.xid.code, p.xid.pci))
+                add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", stray,
+                    f"first Xid {p.xid.code} on PCI {p.xid.pci} (host matched to no node of the cluster): "
+                    f"{p.xid.raw[:200]}", kind=f"first Xid {p.xid.code}")
+        elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
             add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", ev.cluster.name, p.line.message[:240])
     for n in j.nodes:
         t = last_line(n)
@@ -123,13 +142,19 @@ def timeline(j: Judged) -> list[TimelineEntry]:
             add(t, "CloudWatch Logs", n.instance_id, f"last line from the node ({streams}); instance no longer "
                                                      "returned by DescribeInstances")
     ids = {n.instance_id for n in ev.nodes}
-    for h in ev.health_events or []:  # Health events neither on the cluster nor judged by branch A: at their start
+    for h in ev.health_events or []:  # Health events not judged by A: at their start, or announcement (§5)
         if not (on_cluster(ev, h, ids) and health_kind(h)):
-            add(h.start, "AWS Health", ", ".join(h.entities) or (h.service or ""), f"{h.event_type} ({h.status})")
+            entry = health_entry(h)
+            at = timeline_time(entry, start, end, ev.now)
+            add(at, "AWS Health", entry.resource, timeline_text(entry, at) if at else entry.text)
     for host in host_events(ev, ids):  # status checks, scheduled events, Health events on the nodes (RULES §5.4–5)
         at = timeline_time(host, start, end, ev.now)
         add(at, host.source, host.resource, timeline_text(host, at) if at else host.text)
     for r in ev.capacity_reservations or []:
+        if not is_capacity_block(r):
+            add(r.end_date, "EC2 capacity reservation", r.reservation_id,
+                f"Capacity Reservation ends ({r.instance_type}, type {r.reservation_type}, state {r.state})")
+            continue
         add(r.end_date, "EC2 capacity reservation", r.reservation_id,
             f"Capacity Block ends ({r.instance_type}, state {r.state})")
         if r.end_date:
@@ -143,8 +168,10 @@ def timeline(j: Judged) -> list[TimelineEntry]:
         if trail_start <= e.time <= end:
             # the call's own error, and a CreateFleet's launches that failed (rules/capacity.py::call_errors)
             result = "".join(f" → {code}: {message}" for _, code, message in call_errors(e)[:3])
+            fs = (e.request_parameters or {}).get("fileSystemId")
             out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or
-                                     (e.username or ""), event=f"{e.event_name} by {e.username}{result}"))
+                                     (e.username or ""), event=f"{e.event_name} by {e.username}"
+                                     + (f" on {fs}" if fs else "") + result))
     for ce in ev.cluster_events or []:
         add(ce.time, "HyperPod cluster events", ce.instance_id or ce.instance_group or ev.cluster.name,
             ce.description)
