@@ -1,0 +1,55 @@
+"""RULES §6 rule 154 and §7 across a reboot, each from a world written from the rule:
+
+- Xid 154 states the recovery action another Xid needs ("seen in conjunction with other Xids and summarizes the
+  recovery action required for other Xids", NVIDIA): it is not itself a hardware-class Xid recurring, so a GSP fault
+  and its 154 back after a reboot is the GSP rule (never REPLACE), and a 154 printed before the Xid it summarizes
+  does not take that Xid's place as the cause;
+- a node whose signal came back after a reboot was not "already rebooted after the signal": it is asked again;
+- a reboot HyperPod itself reports (a cluster event naming the node) separates two occurrences like a boot banner:
+  Xid 79 back on the same bus after it is REPLACE.
+"""
+
+from __future__ import annotations
+
+from helpers.worlds import HyperPodWorld, PClusterWorld, at, node_of
+
+from gpuaudit.model.result import NodeResult, Result
+
+BANNER = "Linux version 6.8.0-1024-aws (buildd@lcy02-amd64-059) #25-Ubuntu SMP"
+GSP_119 = ("NVRM: Xid (PCI:0000:53:00): 119, pid=2211, name=python3, Timeout after 6s of waiting for RPC response "
+           "from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).")
+RESET_154 = "NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+
+
+def incident(*events: tuple[str, str]) -> tuple[Result, NodeResult]:
+    """One live p5 (H100) node of a ParallelCluster cluster with `events` in its kernel stream, audited 09:00–11:00."""
+    w = PClusterWorld("train", n_compute=1)
+    gpu = w.compute[0]
+    stream = w.healthy(gpu, at(-48), at(13))
+    w.stream(w.group, stream, events=[(t, f"{gpu.hostname} kernel: {m}") for t, m in events])
+    result = w.audit("train", mode="incident", since=at(9), until=at(11))
+    return result, node_of(result, gpu.instance_id)
+
+
+def test_a_gsp_fault_and_its_154_back_after_a_reboot_is_the_gsp_rule_never_replace() -> None:
+    # Given a GSP timeout and the 154 asking for a GPU reset, a reboot, then both again on the same bus (an H100)
+    _, node = incident((at(9, 10), GSP_119), (at(9, 10, 1), RESET_154), (at(9, 40), BANNER),
+                       (at(10, 20), GSP_119), (at(10, 20, 1), RESET_154))
+    # Then RULES §6 119/120: recurring after reboots is a driver/firmware fault, never REPLACE; before Blackwell,
+    # LEAVE ALONE with GSP deactivated — the 154 only restates the reset the 119 needs
+    assert node.verdict == "LEAVE ALONE", node.verdict_evidence
+    assert node.deciding_xid == 119
+    assert "NVreg_EnableGpuFirmware=0" in (node.verdict_evidence or "")
+
+
+def test_a_154_printed_before_the_nvlink5_xid_it_summarizes_leaves_that_xid_the_cause() -> None:
+    # Given the driver's order in a real capture: the 154 (Drain and Reset), then the NVLink5 fatal it summarizes
+    _, node = incident(
+        (at(9, 10), "NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 "
+                    "(Drain and Reset)"),
+        (at(9, 10, 1), "NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 "
+                       "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)"))
+    # Then REBOOT, resting on the 149, whose rule (NVLink5) reports sub-component, fatal flag and link number
+    assert node.verdict == "REBOOT"
+    assert node.deciding_xid == 149
+    assert "NETIR_LINK_EVT" in (node.verdict_evidence or "") and "link 1" in (node.verdict_evidence or "")
