@@ -53,3 +53,15 @@ def test_a_154_printed_before_the_nvlink5_xid_it_summarizes_leaves_that_xid_the_
     assert node.verdict == "REBOOT"
     assert node.deciding_xid == 149
     assert "NETIR_LINK_EVT" in (node.verdict_evidence or "") and "link 1" in (node.verdict_evidence or "")
+
+
+def test_a_pending_remap_back_after_the_reboot_is_asked_again_not_called_already_rebooted() -> None:
+    remap = ("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to "
+             "activate.")
+    # Given a remap pending activation, a reboot, then a new remap pending activation on the same GPU
+    result, node = incident((at(9, 10), remap), (at(9, 40), BANNER), (at(10, 20), remap))
+    # Then REBOOT, and the reboot at 09:40 is not "after the signal": the 10:20 remap waits for a reset (RULES §7)
+    assert node.verdict == "REBOOT"
+    (action,) = [a for a in result.actions if node.instance_id in a]
+    assert action.startswith(f"Reboot {node.instance_id}"), action
+    assert "already rebooted" not in action

@@ -62,7 +62,8 @@ def already_done(n: NodeResult, evidence: Evidence, replaced: Mapping[str, Repla
     """Replaced (the node is gone, or a replace call named it) or rebooted (a reboot call, a boot banner or a cluster
     event) after the latest signal its verdict rests on — or after `since`, the signal of an action an earlier audit
     asked for (fleet memory), when later; None when nothing shows it was done."""
-    signal = max((*(e.time for e in n.gpu_errors), *((since,) if since else ())), default=None)
+    # A collapsed row's latest occurrence is the signal: one back after a reboot was not cleared by it.
+    signal = max((*(e.last_time or e.time for e in n.gpu_errors), *((since,) if since else ())), default=None)
 
     def after(t: datetime) -> bool:
         return signal is None or t > signal
