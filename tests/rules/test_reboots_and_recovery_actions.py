@@ -65,3 +65,24 @@ def test_a_pending_remap_back_after_the_reboot_is_asked_again_not_called_already
     (action,) = [a for a in result.actions if node.instance_id in a]
     assert action.startswith(f"Reboot {node.instance_id}"), action
     assert "already rebooted" not in action
+
+
+def test_xid_79_back_on_its_bus_after_hyperpod_rebooted_the_node_is_replace() -> None:
+    # Given a HyperPod node whose health agent reports Xid 79, HyperPod's cluster event saying it rebooted the node,
+    # then Xid 79 again on the same bus
+    w = HyperPodWorld("hp", gpu_nodes=1, gpu_type="ml.p5.48xlarge", provisioning_mode="Continuous")
+    w.instance_type("p5.48xlarge")
+    w.cluster_metrics(at(-2), at(13))
+    gpu = w.gpu[0]
+    fell = "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    for t in (at(9, 10), at(10, 20)):
+        w.hma_detection(gpu, t, reason="XidHardwareFailure", condition="NvidiaErrorReboot", message=fell)
+    w.described["Events"] = [{"EventId": "e-1", "ClusterArn": w.described["ClusterArn"], "ClusterName": "hp",
+                              "InstanceGroupName": gpu.group, "InstanceId": gpu.instance_id, "EventTime": at(9, 15),
+                              "ResourceType": "Instance", "Description": f"Instance {gpu.instance_id} rebooted"}]
+    result = w.audit("hp", mode="incident", since=at(9), until=at(11))
+    node = node_of(result, gpu.instance_id)
+    # Then Xid 79 persisted after a reboot: REPLACE (RULES §7), said with the reboot HyperPod reported
+    assert node.verdict == "REPLACE", node.verdict_evidence
+    assert "before the reboot at 2026-10-01T09:15:00Z" in (node.verdict_evidence or "")
+    assert any(a.startswith(f"Replace {gpu.instance_id}") for a in result.actions), result.actions

@@ -15,11 +15,14 @@ from gpuaudit.rules.node_lines import ParsedLine
 
 
 def reboot_times(node: NodeInfo, evidence: Evidence, lines: Sequence[ParsedLine]) -> list[datetime]:
-    """When the node booted again: a kernel banner in its own stream, or a reboot call naming it."""
+    """When the node booted again: a kernel banner in its own stream, a reboot call naming it, or a HyperPod cluster
+    event saying the service rebooted it (HyperPod ships no kernel log: its own event is the reboot it shows)."""
     times = [p.line.time for p in lines if BOOT_BANNER.search(p.line.message)]
     times += [e.time for e in evidence.cloudtrail or []
               if e.event_name == "BatchRebootClusterNodes" and not e.error_code
               and node.instance_id in str(e.request_parameters or {})]
+    times += [ce.time for ce in evidence.cluster_events or []
+              if ce.instance_id == node.instance_id and "reboot" in ce.description.lower()]
     return sorted(times)
 
 
