@@ -86,3 +86,19 @@ def test_xid_79_back_on_its_bus_after_hyperpod_rebooted_the_node_is_replace() ->
     assert node.verdict == "REPLACE", node.verdict_evidence
     assert "before the reboot at 2026-10-01T09:15:00Z" in (node.verdict_evidence or "")
     assert any(a.startswith(f"Replace {gpu.instance_id}") for a in result.actions), result.actions
+
+
+def test_driver_diagnostics_around_an_xid_are_in_the_timeline_never_classified() -> None:
+    # Given the driver's own diagnostics printed with a GSP timeout (a real capture's shape), and one hours away
+    rpc = ("NVRM: GPU0 GSP RPC buffer contains function 76 (GSP_RM_CONTROL) and data 0x000000002080a097 "
+           "0x0000000000000490.")
+    result, node = incident((at(9, 50), "NVRM: GPU0 nvAssertFailedNoLog: Assertion failed: lone line @ mem.c:1312"),
+                            (at(10, 20), GSP_119), (at(10, 20, 1), rpc),
+                            (at(10, 20, 2), "NVRM: GPU0 RPC history (CPU -> GSP):"))
+    # Then RULES §6: the diagnostics clustered around the failure are listed in the timeline, with their source
+    events = [t.event for t in result.timeline if t.resource == node.instance_id]
+    assert any("GSP RPC buffer contains function 76" in e for e in events), events
+    assert any("RPC history (CPU -> GSP)" in e for e in events), events
+    # the lone one far from any failure is not, and none is classified: the only GPU error row is the Xid 119
+    assert not any("lone line" in e for e in events), events
+    assert [e.code for e in node.gpu_errors] == [119]
