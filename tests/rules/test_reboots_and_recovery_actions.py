@@ -67,25 +67,45 @@ def test_a_pending_remap_back_after_the_reboot_is_asked_again_not_called_already
     assert "already rebooted" not in action
 
 
-def test_xid_79_back_on_its_bus_after_hyperpod_rebooted_the_node_is_replace() -> None:
-    # Given a HyperPod node whose health agent reports Xid 79, HyperPod's cluster event saying it rebooted the node,
-    # then Xid 79 again on the same bus
+FELL = "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def hyperpod_rebooted(*xid79_at: str) -> tuple[Result, NodeResult]:
+    """A HyperPod (Continuous) node whose health agent reports Xid 79 at each of `xid79_at`, and HyperPod's cluster
+    event saying it rebooted the node at 09:15."""
     w = HyperPodWorld("hp", gpu_nodes=1, gpu_type="ml.p5.48xlarge", provisioning_mode="Continuous")
     w.instance_type("p5.48xlarge")
     w.cluster_metrics(at(-2), at(13))
     gpu = w.gpu[0]
-    fell = "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-    for t in (at(9, 10), at(10, 20)):
-        w.hma_detection(gpu, t, reason="XidHardwareFailure", condition="NvidiaErrorReboot", message=fell)
+    for t in xid79_at:
+        w.hma_detection(gpu, t, reason="XidHardwareFailure", condition="NvidiaErrorReboot", message=FELL)
     w.described["Events"] = [{"EventId": "e-1", "ClusterArn": w.described["ClusterArn"], "ClusterName": "hp",
                               "InstanceGroupName": gpu.group, "InstanceId": gpu.instance_id, "EventTime": at(9, 15),
                               "ResourceType": "Instance", "Description": f"Instance {gpu.instance_id} rebooted"}]
     result = w.audit("hp", mode="incident", since=at(9), until=at(11))
-    node = node_of(result, gpu.instance_id)
+    return result, node_of(result, gpu.instance_id)
+
+
+def test_a_reboot_hyperpod_reported_that_cleared_the_xid_is_not_asked_again_and_named_as_hyperpods() -> None:
+    # Given Xid 79, then HyperPod's own reboot of the node, and no Xid after it
+    result, node = hyperpod_rebooted(at(9, 10))
+    # Then REBOOT was the bar, already met by the service: no command to run again, and what it did is named as
+    # its event (HyperPod ships no kernel log: no kernel banner was read)
+    assert node.verdict == "REBOOT"
+    (action,) = [a for a in result.actions if node.instance_id in a]
+    assert "already rebooted" in action and "cluster event at 2026-10-01T09:15:00Z" in action, action
+    assert "kernel banner" not in action
+
+
+def test_xid_79_back_on_its_bus_after_hyperpod_rebooted_the_node_is_replace() -> None:
+    # Given a HyperPod node whose health agent reports Xid 79, HyperPod's cluster event saying it rebooted the node,
+    # then Xid 79 again on the same bus
+    result, node = hyperpod_rebooted(at(9, 10), at(10, 20))
+    gpu_id = node.instance_id
     # Then Xid 79 persisted after a reboot: REPLACE (RULES §7), said with the reboot HyperPod reported
     assert node.verdict == "REPLACE", node.verdict_evidence
     assert "before the reboot at 2026-10-01T09:15:00Z" in (node.verdict_evidence or "")
-    assert any(a.startswith(f"Replace {gpu.instance_id}") for a in result.actions), result.actions
+    assert any(a.startswith(f"Replace {gpu_id}") for a in result.actions), result.actions
 
 
 def test_driver_diagnostics_around_an_xid_are_in_the_timeline_never_classified() -> None:
@@ -102,3 +122,31 @@ def test_driver_diagnostics_around_an_xid_are_in_the_timeline_never_classified()
     # the lone one far from any failure is not, and none is classified: the only GPU error row is the Xid 119
     assert not any("lone line" in e for e in events), events
     assert [e.code for e in node.gpu_errors] == [119]
+
+
+def test_xid_79_back_on_its_bus_after_kubelet_reported_the_eks_node_rebooted_is_replace() -> None:
+    # Given a HyperPod EKS node: Xid 79 from its health agent, the kubelet's `Rebooted` event on the node, then Xid 79
+    # again on the same bus (HyperPod ships no kernel log: the node's own Kubernetes event is the reboot read)
+    w = HyperPodWorld("hp-eks", gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    w.instance_type("p5.48xlarge")
+    w.described["Orchestrator"] = {"Eks": {"ClusterArn": "arn:aws:eks:us-west-2:111122223333:cluster/hp-eks-orch"}}
+    for group in w.described["InstanceGroups"]:
+        group.pop("SlurmConfig", None)
+    w.cluster_metrics(at(-2), at(13))
+    gpu = w.gpu[0]
+    name = f"hyperpod-{gpu.instance_id}"
+    for t in (at(9, 10), at(10, 20)):
+        w.hma_detection(gpu, t, reason="XidHardwareFailure", message=FELL)
+    w.raw["eks"] = {"clusters": [{"name": "hp-eks-orch", "endpoint": "https://example.gr7.us-west-2.eks.amazonaws.com",
+                                  "certificateAuthority": {"data": "LS0tLS1CRUdJTg=="}, "kubernetes": {
+        "nodes": [{"metadata": {"name": name, "labels": {"sagemaker.amazonaws.com/compute-type": "hyperpod"}},
+                   "spec": {"providerID": f"aws:///us-west-2a/{gpu.instance_id}", "taints": []},
+                   "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": at(9, 32)}]}}],
+        "events": [{"involvedObject": {"kind": "Node", "name": name}, "reason": "Rebooted", "type": "Warning",
+                    "message": f"Node {name} has been rebooted, boot id: 6c1a3e0e-0a7b-4a4e-9d0f-2f1f0c0b9a11",
+                    "lastTimestamp": at(9, 30)}]}}]}
+    result = w.audit("hp-eks", mode="incident", since=at(9), until=at(11))
+    node = node_of(result, gpu.instance_id)
+    # Then Xid 79 persisted after a reboot: REPLACE (RULES §7), said with the reboot the kubelet reported
+    assert node.verdict == "REPLACE", node.verdict_evidence
+    assert "before the reboot at 2026-10-01T09:30:00Z" in (node.verdict_evidence or "")

@@ -12,6 +12,7 @@ from typing import Literal
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.reboots import kubelet_reboots
 
 GONE = {"terminated", "shutting-down", "shuttingdown", "notfound", "stopped",
         "stopping"}  # instance states: no longer there
@@ -98,7 +99,11 @@ def already_done(n: NodeResult, evidence: Evidence, replaced: Mapping[str, Repla
                 if e.event_name == "BatchRebootClusterNodes"]
     rebooted += [(ce.time, f"cluster event at {iso(ce.time)}: {ce.description}") for ce in evidence.cluster_events or []
                  if ce.instance_id == n.instance_id and after(ce.time) and "reboot" in ce.description.lower()]
-    rebooted += [(t, f"a boot at {iso(t)} (kernel banner in the node's log)") for t in reboots if after(t)]
+    rebooted += [(t, f"the kubelet's `Rebooted` event at {iso(t)} (Kubernetes node events)")
+                 for t in kubelet_reboots(n.instance_id, evidence) if after(t)]
+    named_at = {t for t, _ in rebooted}  # a reboot already named by its call or event is not called a banner too
+    rebooted += [(t, f"a boot at {iso(t)} (kernel banner in the node's log)") for t in reboots
+                 if after(t) and t not in named_at]
     if rebooted:
         _, how = min(rebooted)
         return Done("rebooted", f"already rebooted after the signal{f' at {iso(signal)}' if signal else ''}: {how}",
