@@ -150,3 +150,24 @@ def test_xid_79_back_on_its_bus_after_kubelet_reported_the_eks_node_rebooted_is_
     # Then Xid 79 persisted after a reboot: REPLACE (RULES §7), said with the reboot the kubelet reported
     assert node.verdict == "REPLACE", node.verdict_evidence
     assert "before the reboot at 2026-10-01T09:30:00Z" in (node.verdict_evidence or "")
+
+
+def test_an_xid_nvidia_does_not_list_never_rules_hardware_out() -> None:
+    # Given the node's only GPU signal is a code NVIDIA's catalog does not list
+    result, node = incident((at(9, 10), "NVRM: Xid (PCI:0000:53:00): 173, pid=2211, name=python3, new fault text"))
+    branches = {b.branch: b for b in result.branches}
+    # Then RULES §6 `unverified`: no verdict guessed (MONITOR with the catalog to read), and no claim either way:
+    # hardware is not "Ruled out" on a line whose meaning was not read (RULES §0 fail closed)
+    assert node.verdict == "MONITOR" and node.deciding_xid == 173
+    assert branches["A"].status != "Ruled out", branches["A"].evidence
+    assert "173" in branches["A"].evidence
+
+
+def test_an_unlisted_code_beside_an_application_xid_does_not_outrank_it_in_the_headline() -> None:
+    # Given an application Xid and an unlisted code on the same node
+    result, node = incident((at(9, 10), "NVRM: Xid (PCI:0000:53:00): 31, pid=2211, name=python3, MMU Fault"),
+                            (at(9, 11), "NVRM: Xid (PCI:0000:53:00): 173, pid=2211, name=python3, new fault text"))
+    # Then the application reading stands (RULES §6: unverified never outranks it), and hardware is not ruled out
+    assert node.verdict == "LEAVE ALONE"
+    assert {b.branch: b.status for b in result.branches}["A"] != "Ruled out"
+    assert "branch A" not in result.headline
