@@ -171,3 +171,20 @@ def test_an_unlisted_code_beside_an_application_xid_does_not_outrank_it_in_the_h
     assert node.verdict == "LEAVE ALONE"
     assert {b.branch: b.status for b in result.branches}["A"] != "Ruled out"
     assert "branch A" not in result.headline
+
+
+def test_what_hyperpods_agent_did_names_each_of_its_judgements_not_only_the_first() -> None:
+    # Given a HyperPod node whose health agent first judged an Xid 31 application-caused, then flagged an Xid 79 as a
+    # hardware failure with the condition that makes HyperPod replace the node
+    w = HyperPodWorld("hp", gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    w.instance_type("p5.48xlarge")
+    w.cluster_metrics(at(-2), at(13))
+    gpu = w.gpu[0]
+    w.hma_detection(gpu, at(9, 10), code=31, reason="XidUserAppError")
+    w.hma_detection(gpu, at(10), reason="XidHardwareFailure", condition="NvidiaErrorTerminate", message=FELL)
+    node = node_of(w.audit("hp", mode="incident", since=at(9), until=at(11)), gpu.instance_id)
+    # Then REPLACE (the service's own word), and what the service did says both judgements, the later one included
+    # (RULES §7: the result says what the service itself did, distinct from the operator's action)
+    assert node.verdict == "REPLACE"
+    said = node.service_action or ""
+    assert "XidUserAppError" in said and "XidHardwareFailure" in said and "NvidiaErrorTerminate" in said, said

@@ -79,16 +79,19 @@ def with_replacements(nodes: list[NodeResult], evidence: Evidence) -> list[NodeR
 def service_action(node: NodeInfo, evidence: Evidence,
                    lines: list[ParsedLine]) -> str | None:
     """What HyperPod/ParallelCluster itself did to the node, distinct from the operator's action (RULES §7)."""
-    parts = []
+    parts: list[str] = []
+    # Each distinct judgement of the agent once, at its first detection (a node can be judged application-caused,
+    # then flagged for hardware: the later word is what HyperPod acted on).
     for p in lines:
         if p.hma and p.hma.reason:
             did = {"XidUserAppError": "HMA judged it application-caused and took no node action",
                    "XidHardwareFailure": "HMA flagged hardware failure"}.get(p.hma.reason, "HMA detection")
             extra = f"; RepairAction/Recommendation: {p.hma.repair_action or p.hma.recommendation}" \
                 if (p.hma.repair_action or p.hma.recommendation) else ""
-            parts.append(f"{did} (reason {p.hma.reason}{', condition ' + p.hma.condition if p.hma.condition else ''}"
-                         f"{extra})")
-            break
+            said = (f"{did} (reason {p.hma.reason}{', condition ' + p.hma.condition if p.hma.condition else ''}"
+                    f"{extra})")
+            if not any(x.startswith(said) for x in parts):
+                parts.append(f"{said} at {iso(p.line.time)}")
     for e in evidence.cloudtrail or []:
         if e.event_name.startswith("Batch") and node.instance_id in str(e.request_parameters or {}):
             parts.append(f"{e.event_name} at {iso(e.time)} (CloudTrail)")
