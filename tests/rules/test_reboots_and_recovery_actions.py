@@ -188,3 +188,21 @@ def test_what_hyperpods_agent_did_names_each_of_its_judgements_not_only_the_firs
     assert node.verdict == "REPLACE"
     said = node.service_action or ""
     assert "XidUserAppError" in said and "XidHardwareFailure" in said and "NvidiaErrorTerminate" in said, said
+
+
+ROW_REMAPPER = ("nvidia-smi -q -d ROW_REMAPPER\n==============NVSMI LOG==============\nGPU 00000000:53:00.0\n"
+                "    Remapped Rows\n        Correctable Error                 : 0\n"
+                "        Uncorrectable Error               : 1\n        Pending                           : {pending}\n"
+                "        Remapping Failure Occurred        : No\n        Bank Remap Availability Histogram\n"
+                "            Max                           : 639 bank(s)\n            High                          : "
+                "1 bank(s)\n            Partial                       : 0 bank(s)\n            Low                   "
+                "        : 0 bank(s)\n            None                          : 0 bank(s)\n")
+
+
+def test_nvidia_smis_row_remapper_section_as_it_prints_it_one_field_a_line_is_read() -> None:
+    # Given nvidia-smi's row-remapper section shipped as one message, one field a line, as nvidia-smi prints it
+    _, pending = incident((at(10, 5), ROW_REMAPPER.format(pending="Yes")))
+    _, clean = incident((at(10, 5), ROW_REMAPPER.format(pending="No")))
+    # Then `Remapped Rows … Pending: Yes` is a pending row remap: REBOOT (RULES §6, §7); `Pending: No` is no signal
+    assert pending.verdict == "REBOOT", pending.verdict_evidence
+    assert clean.verdict is None, clean.verdict_evidence
