@@ -206,3 +206,14 @@ def test_nvidia_smis_row_remapper_section_as_it_prints_it_one_field_a_line_is_re
     # Then `Remapped Rows … Pending: Yes` is a pending row remap: REBOOT (RULES §6, §7); `Pending: No` is no signal
     assert pending.verdict == "REBOOT", pending.verdict_evidence
     assert clean.verdict is None, clean.verdict_evidence
+
+
+def test_a_gsp_fault_left_alone_is_a_driver_action_not_a_hand_off_to_the_application_owner() -> None:
+    # Given a GSP fault recurring after a reboot on an H100 node
+    result, node = incident((at(9, 10), GSP_119), (at(9, 40), BANNER), (at(10, 20), GSP_119))
+    # Then LEAVE ALONE with GSP deactivated (RULES §6 119/120): a driver/firmware fault, so its action is the
+    # driver setting, and the process the line names is not handed to the application owner as its cause
+    assert node.verdict == "LEAVE ALONE"
+    (action,) = [a for a in result.actions if node.instance_id in a]
+    assert "NVreg_EnableGpuFirmware=0" in action, action
+    assert "application owner" not in action, action

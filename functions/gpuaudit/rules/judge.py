@@ -325,8 +325,11 @@ def node_action_texts(j: Judged) -> list[tuple[NodeResult, str]]:
             actions.append((n, f"Reboot {n.instance_id}: " + _reboot_step(j.evidence, n)))
         elif n.verdict == "LEAVE ALONE" and routing is not None:
             unproven = "kernel-log coverage not proven" in (n.verdict_evidence or "")
-            actions.append((n, f"Leave {n.instance_id} in service; {_hand_off(routing)}"
-                           + (f"; {routing.action_text}" if routing.action_text else "")
+            # A driver/firmware fault (a GSP fault recurring, UPDATE_SWFW) is the driver's action, not the process's
+            driver = routing.cause_class == "driver-config"
+            actions.append((n, f"Leave {n.instance_id} in service; "
+                           + ("" if driver else _hand_off(routing))
+                           + (f"{'' if driver else '; '}{routing.action_text}" if routing.action_text else "")
                            + (f"; kernel-log coverage not proven: check the node directly ({DIRECT_CHECK})"
                               if unproven else "")))
         elif n.verdict == "MONITOR" and routing is not None and routing.deciding_check:
