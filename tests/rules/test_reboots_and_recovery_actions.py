@@ -217,3 +217,17 @@ def test_a_gsp_fault_left_alone_is_a_driver_action_not_a_hand_off_to_the_applica
     (action,) = [a for a in result.actions if node.instance_id in a]
     assert "NVreg_EnableGpuFirmware=0" in action, action
     assert "application owner" not in action, action
+
+
+def test_a_gsp_fault_hyperpods_agent_flags_as_hardware_is_rebooted_on_its_first_occurrence() -> None:
+    # Given HyperPod's agent reporting a first GSP timeout as XidHardwareFailure, with no recommendation
+    w = HyperPodWorld("hp", gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    w.instance_type("p5.48xlarge")
+    w.cluster_metrics(at(-2), at(13))
+    gpu = w.gpu[0]
+    w.hma_detection(gpu, at(9, 10), reason="XidHardwareFailure", message=GSP_119)
+    node = node_of(w.audit("hp", mode="incident", since=at(9), until=at(11)), gpu.instance_id)
+    # Then RULES §6 119/120 and the §7 REBOOT bar: a first GSP fault is REBOOT (a GPU reset); the agent calling it
+    # hardware and the catalog calling it a driver/firmware fault both ask for the node action, so no verdict is held
+    assert node.verdict == "REBOOT", node.verdict_evidence
+    assert node.deciding_xid == 119

@@ -188,7 +188,9 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
             return _outcome(xid, "REPLACE", said, hardware=True)
         if "reboot" in recommendation:
             return _outcome(xid, "REBOOT", said, hardware=True)
-        if c.class_ != "hardware":  # HMA and the catalog disagree: no verdict guessed, no LEAVE ALONE
+        # HMA and the catalog disagree on a code that asks for no node action: no verdict guessed, no LEAVE ALONE.
+        # A code whose own action is a reset or restart (GSP 119/120, 110, 151, 155…) keeps its rule: both ask for it.
+        if c.class_ != "hardware" and c.verdict not in ("REBOOT", "REPLACE"):
             return _outcome(xid, None, f"{said}, while the catalog class is {c.class_}: the sources differ")
 
     if c.override is not None:
@@ -304,6 +306,8 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
     disagreement = f"; {c.disagreement}" if c.disagreement else ""
     if c.class_ == "hardware" and event.hma_reason == "XidUserAppError":
         disagreement += "; HMA says XidUserAppError, the catalog says hardware: hardware wins"
+    if c.class_ != "hardware" and event.hma_reason == "XidHardwareFailure":
+        disagreement += f"; HMA says XidHardwareFailure, the catalog says {c.class_}: both ask for {c.verdict}"
     finding = FIRST_OCCURRENCE if c.class_ == "hardware" else f"{c.class_} class"
     if c.rule == "GSP":
         finding = "first occurrence of a GSP fault: a GPU reset (reboot) clears it"
