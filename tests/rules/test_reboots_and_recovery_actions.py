@@ -231,3 +231,11 @@ def test_a_gsp_fault_hyperpods_agent_flags_as_hardware_is_rebooted_on_its_first_
     # hardware and the catalog calling it a driver/firmware fault both ask for the node action, so no verdict is held
     assert node.verdict == "REBOOT", node.verdict_evidence
     assert node.deciding_xid == 119
+
+
+def test_a_63_asking_for_a_reboot_to_activate_its_retirement_is_pending_activation() -> None:
+    # Given an Xid 63 whose message asks for a reboot (a GPU reset) to activate what it recorded
+    _, node = incident((at(9, 10), "NVRM: Xid (PCI:0000:3b:00): 63, pid='<unknown>', name=<unknown>, Dynamic Page "
+                                   "Retirement: New page retired, reboot to activate. (0x0000000000123456)"))
+    # Then RULES §6 row 63: pending activation → REBOOT, not the MONITOR of a 63 alone
+    assert node.verdict == "REBOOT", node.verdict_evidence
