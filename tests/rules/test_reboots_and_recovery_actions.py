@@ -239,3 +239,27 @@ def test_a_63_asking_for_a_reboot_to_activate_its_retirement_is_pending_activati
                                    "Retirement: New page retired, reboot to activate. (0x0000000000123456)"))
     # Then RULES §6 row 63: pending activation → REBOOT, not the MONITOR of a 63 alone
     assert node.verdict == "REBOOT", node.verdict_evidence
+
+
+def test_an_eks_label_asking_for_less_than_the_logs_is_said_beside_the_stronger_verdict() -> None:
+    # Given HyperPod's label asking for a reboot while the node's agent reports a row-remap failure (Xid 64)
+    w = HyperPodWorld("hp-eks", gpu_nodes=1, gpu_type="ml.p5.48xlarge")
+    w.instance_type("p5.48xlarge")
+    w.described["Orchestrator"] = {"Eks": {"ClusterArn": "arn:aws:eks:us-west-2:111122223333:cluster/hp-eks-orch"}}
+    for group in w.described["InstanceGroups"]:
+        group.pop("SlurmConfig", None)
+    w.cluster_metrics(at(-2), at(13))
+    gpu = w.gpu[0]
+    name = f"hyperpod-{gpu.instance_id}"
+    w.hma_detection(gpu, at(9, 10), reason="XidHardwareFailure",
+                    message="NVRM: Xid (PCI:0000:53:00): 64, pid='<unknown>', Row Remapper: Failed to remap row")
+    label = "UnschedulablePendingReboot"
+    w.raw["eks"] = {"clusters": [{"name": "hp-eks-orch", "endpoint": "https://example.gr7.us-west-2.eks.amazonaws.com",
+                                  "certificateAuthority": {"data": "LS0tLS1CRUdJTg=="}, "kubernetes": {"nodes": [
+        {"metadata": {"name": name, "labels": {"sagemaker.amazonaws.com/node-health-status": label}},
+         "spec": {"providerID": f"aws:///us-west-2a/{gpu.instance_id}", "taints": []},
+         "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": at(9, 12)}]}}]}}]}
+    node = node_of(w.audit("hp-eks", mode="incident", since=at(9), until=at(11)), gpu.instance_id)
+    # Then REPLACE (Xid 64, RULES §7), and the label's weaker ask is said, never silently dropped
+    assert node.verdict == "REPLACE"
+    assert label in (node.verdict_evidence or ""), node.verdict_evidence
