@@ -263,3 +263,12 @@ def test_an_eks_label_asking_for_less_than_the_logs_is_said_beside_the_stronger_
     # Then REPLACE (Xid 64, RULES §7), and the label's weaker ask is said, never silently dropped
     assert node.verdict == "REPLACE"
     assert label in (node.verdict_evidence or ""), node.verdict_evidence
+
+
+def test_xid_64_is_replace_on_its_own_bar_not_called_a_first_occurrence() -> None:
+    # Given one row-remap failure
+    _, node = incident((at(9, 10), "NVRM: Xid (PCI:0000:65:00): 64, pid='N/A', Row Remapper: Failed to remap row"))
+    # Then REPLACE on RULES §7's first bar (Xid 64), not said as the REBOOT bar's "first occurrence" of an Xid
+    assert node.verdict == "REPLACE"
+    assert "first occurrence" not in (node.verdict_evidence or ""), node.verdict_evidence
+    assert "Xid 64" in (node.verdict_evidence or "")

@@ -309,6 +309,8 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
     if c.class_ != "hardware" and event.hma_reason == "XidHardwareFailure":
         disagreement += f"; HMA says XidHardwareFailure, the catalog says {c.class_}: both ask for {c.verdict}"
     finding = FIRST_OCCURRENCE if c.class_ == "hardware" else f"{c.class_} class"
+    if c.class_ == "hardware" and c.verdict == "REPLACE":  # RULES §7: Xid 64 meets the REPLACE bar on its own
+        finding = f"Xid {event.code} meets the REPLACE bar on its own (RULES §7), whatever came before"
     if c.rule == "GSP":
         finding = "first occurrence of a GSP fault: a GPU reset (reboot) clears it"
     # RULES §6: the row's action is part of the evidence (157: plan a replacement at the next maintenance window).
