@@ -12,6 +12,7 @@ from typing import Literal
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.result import NodeResult
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.reboots import kubelet_reboots
 
 GONE = {"terminated", "shutting-down", "shuttingdown", "notfound", "stopped",
         "stopping"}  # instance states: no longer there
@@ -62,7 +63,8 @@ def already_done(n: NodeResult, evidence: Evidence, replaced: Mapping[str, Repla
     """Replaced (the node is gone, or a replace call named it) or rebooted (a reboot call, a boot banner or a cluster
     event) after the latest signal its verdict rests on — or after `since`, the signal of an action an earlier audit
     asked for (fleet memory), when later; None when nothing shows it was done."""
-    signal = max((*(e.time for e in n.gpu_errors), *((since,) if since else ())), default=None)
+    # A collapsed row's latest occurrence is the signal: one back after a reboot was not cleared by it.
+    signal = max((*(e.last_time or e.time for e in n.gpu_errors), *((since,) if since else ())), default=None)
 
     def after(t: datetime) -> bool:
         return signal is None or t > signal
@@ -97,7 +99,11 @@ def already_done(n: NodeResult, evidence: Evidence, replaced: Mapping[str, Repla
                 if e.event_name == "BatchRebootClusterNodes"]
     rebooted += [(ce.time, f"cluster event at {iso(ce.time)}: {ce.description}") for ce in evidence.cluster_events or []
                  if ce.instance_id == n.instance_id and after(ce.time) and "reboot" in ce.description.lower()]
-    rebooted += [(t, f"a boot at {iso(t)} (kernel banner in the node's log)") for t in reboots if after(t)]
+    rebooted += [(t, f"the kubelet's `Rebooted` event at {iso(t)} (Kubernetes node events)")
+                 for t in kubelet_reboots(n.instance_id, evidence) if after(t)]
+    named_at = {t for t, _ in rebooted}  # a reboot already named by its call or event is not called a banner too
+    rebooted += [(t, f"a boot at {iso(t)} (kernel banner in the node's log)") for t in reboots
+                 if after(t) and t not in named_at]
     if rebooted:
         _, how = min(rebooted)
         return Done("rebooted", f"already rebooted after the signal{f' at {iso(signal)}' if signal else ''}: {how}",

@@ -149,6 +149,17 @@ def branch_a(j: Judged) -> Branch:
                        f"{said}{more}; {host_read}", "Hypothesis (to validate)",
                        "which instance that host was at the time (its private DNS name in DescribeInstances, the "
                        "cluster's node list or CloudTrail RunInstances) and that node's kernel log (`dmesg -T`)")
+    # RULES §6: a code NVIDIA does not list is neither blamed nor cleared (no guess either way, and it never outranks
+    # an application reading): hardware is not ruled out on a line whose meaning was not read.
+    # HMA's XidUserAppError on such a code is the service's own reading (application-caused): it counts as read.
+    unlisted = [(n.instance_id, e.code) for n in nodes for e in n.gpu_errors
+                if e.class_ == "unverified" and e.hma_reason != "XidUserAppError"]
+    if unlisted:
+        named = ", ".join(f"{iid} (Xid {code})" for iid, code in dict.fromkeys(unlisted))
+        return _branch("A", "Not assessed", "Xid not classified (unverified: not in NVIDIA's catalog, or listed there "
+                       f"without an immediate action) on {named}: hardware can be neither blamed nor ruled out from "
+                       "it; look the code up in NVIDIA's catalog (https://docs.nvidia.com/deploy/xid-errors/); "
+                       + host_read)
     blind = [n.instance_id for n in nodes if n.xid_status == "Not observable"]
     if blind:
         return _branch("A", "Not assessed", "GPU error evidence Not observable on " + ", ".join(blind)

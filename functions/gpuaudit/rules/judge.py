@@ -86,16 +86,19 @@ def with_replacements(nodes: list[NodeResult], evidence: Evidence) -> list[NodeR
 def service_action(node: NodeInfo, evidence: Evidence,
                    lines: list[ParsedLine]) -> str | None:
     """What HyperPod/ParallelCluster itself did to the node, distinct from the operator's action (RULES §7)."""
-    parts = []
+    parts: list[str] = []
+    # Each distinct judgement of the agent once, at its first detection (a node can be judged application-caused,
+    # then flagged for hardware: the later word is what HyperPod acted on).
     for p in lines:
         if p.hma and p.hma.reason:
             did = {"XidUserAppError": "HMA judged it application-caused and took no node action",
                    "XidHardwareFailure": "HMA flagged hardware failure"}.get(p.hma.reason, "HMA detection")
             extra = f"; RepairAction/Recommendation: {p.hma.repair_action or p.hma.recommendation}" \
                 if (p.hma.repair_action or p.hma.recommendation) else ""
-            parts.append(f"{did} (reason {p.hma.reason}{', condition ' + p.hma.condition if p.hma.condition else ''}"
-                         f"{extra})")
-            break
+            said = (f"{did} (reason {p.hma.reason}{', condition ' + p.hma.condition if p.hma.condition else ''}"
+                    f"{extra})")
+            if not any(x.startswith(said) for x in parts):
+                parts.append(f"{said} at {iso(p.line.time)}")
     for e in evidence.cloudtrail or []:
         if e.event_name.startswith("Batch") and node.instance_id in str(e.request_parameters or {}):
             parts.append(f"{e.event_name} at {iso(e.time)} (CloudTrail)")
@@ -329,8 +332,11 @@ def node_action_texts(j: Judged) -> list[tuple[NodeResult, str]]:
             actions.append((n, f"Reboot {n.instance_id}: " + _reboot_step(j.evidence, n)))
         elif n.verdict == "LEAVE ALONE" and routing is not None:
             unproven = "kernel-log coverage not proven" in (n.verdict_evidence or "")
-            actions.append((n, f"Leave {n.instance_id} in service; {_hand_off(routing)}"
-                           + (f"; {routing.action_text}" if routing.action_text else "")
+            # A driver/firmware fault (a GSP fault recurring, UPDATE_SWFW) is the driver's action, not the process's
+            driver = routing.cause_class == "driver-config"
+            actions.append((n, f"Leave {n.instance_id} in service; "
+                           + ("" if driver else _hand_off(routing))
+                           + (f"{'' if driver else '; '}{routing.action_text}" if routing.action_text else "")
                            + (f"; kernel-log coverage not proven: check the node directly ({DIRECT_CHECK})"
                               if unproven else "")))
         elif n.verdict == "MONITOR" and routing is not None and routing.deciding_check:

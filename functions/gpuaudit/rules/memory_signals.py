@@ -16,6 +16,9 @@ from gpuaudit.rules.signal_verdict import STRENGTH
 from gpuaudit.rules.xid_catalog import SRAM_THRESHOLD, SramThreshold
 from gpuaudit.rules.xid_routing import NodeRouting
 
+# Characters: the Remapped Rows section's fields and its bank histogram, as nvidia-smi -q prints them.
+SECTION_REACH = 400
+
 
 @dataclass(frozen=True)
 class MemorySignal:
@@ -33,7 +36,10 @@ class MemorySignal:
     @functools.cached_property  # built once per signal, not once per line (10,000 nodes × 9 signals × their lines)
     def pattern(self) -> re.Pattern[str]:
         # nvidia-smi -q pads its fields (`SRAM Threshold Exceeded           : Yes`): any spacing around the colon.
-        tail = rf"\b.*?{self.then}" if self.then else (r"\s*:\s*Yes\b" if self.flag else "")
+        # A section header's field follows on its line, or (nvidia-smi -q shipped as one message, one field a line)
+        # within the section's next lines: a bounded reach, so a field of a later section is never read as its own.
+        tail = (rf"\b(?:.*?|[\s\S]{{0,{SECTION_REACH}}}?){self.then}" if self.then
+                else (r"\s*:\s*Yes\b" if self.flag else ""))
         return re.compile(re.escape(self.marker) + tail, re.IGNORECASE)
 
     def seen_in(self, message: str) -> bool:

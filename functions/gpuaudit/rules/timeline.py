@@ -5,12 +5,14 @@ lines stop with them. Read by the branches (B matches terminations to a block's 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpuaudit.domain.capacity import lead_time
-from gpuaudit.domain.markers import HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
+from gpuaudit.domain.markers import DRIVER_BANNER, HYPERPOD_STATUS_STREAMS, LIFECYCLE_MARKERS
 from gpuaudit.domain.streams import message_host
 from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
@@ -25,6 +27,7 @@ from gpuaudit.rules.host_events import (
     timeline_text,
     timeline_time,
 )
+from gpuaudit.rules.node_lines import ParsedLine
 from gpuaudit.rules.storage import file_systems_in_scope
 
 if TYPE_CHECKING:
@@ -35,6 +38,25 @@ TERMINATION_MATCH = timedelta(minutes=10)
 
 
 LIFECYCLE = re.compile("|".join(LIFECYCLE_MARKERS))
+# RULES §6: the driver's other `NVRM:` lines are diagnostics, listed when they cluster around a failure (an Xid on the
+# same node within DIAGNOSTIC_NEAR), never classified; a GSP fault prints dozens (its RPC history), so a node lists
+# DIAGNOSTICS_PER_NODE of them and counts the rest.
+DIAGNOSTIC_NEAR = timedelta(minutes=5)
+DIAGNOSTICS_PER_NODE = 20
+
+
+def driver_diagnostics(lines: Sequence[ParsedLine]) -> list[ParsedLine]:
+    """The node's non-Xid `NVRM:` lines within DIAGNOSTIC_NEAR of one of its Xid lines, in time order."""
+    xid_times = sorted(p.line.time for p in lines if p.xid is not None)
+    if not xid_times:
+        return []
+
+    def near_an_xid(p: ParsedLine) -> bool:
+        i = bisect_left(xid_times, p.line.time - DIAGNOSTIC_NEAR)
+        return i < len(xid_times) and xid_times[i] <= p.line.time + DIAGNOSTIC_NEAR
+
+    return sorted((p for p in lines if p.xid is None and p.hma is None and "NVRM:" in p.line.message
+                   and DRIVER_BANNER not in p.line.message and near_an_xid(p)), key=lambda p: p.line.time)
 
 
 def last_line(node: NodeResult) -> datetime | None:
@@ -125,6 +147,15 @@ def timeline(j: Judged) -> list[TimelineEntry]:
                     kind=f"first Xid {p.xid.code}")
             elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
                 add(p.line.time, where, iid, p.line.message[:240])
+        diagnostics = driver_diagnostics(lines)
+        for p in diagnostics[:DIAGNOSTICS_PER_NODE]:
+            add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", iid,
+                f"driver diagnostic (not an Xid, not classified): {p.line.message[:200]}", kind="driver diagnostic")
+        if len(diagnostics) > DIAGNOSTICS_PER_NODE:
+            last = diagnostics[-1].line
+            add(last.time, f"{last.log_group} / {last.log_stream}", iid,
+                f"{len(diagnostics) - DIAGNOSTICS_PER_NODE} more driver diagnostic line(s) around its Xids, the last "
+                "here", kind="driver diagnostic")
     for p in j.unassigned_lines:
         if p.xid is not None:  # a host matched to no node (RULES §5.1: every source), first per host, code and bus
             stray = message_host(p.line.message) or ev.cluster.name

@@ -221,8 +221,9 @@ def _override_for(code: int, overrides: Mapping[int, str] | None) -> XidClass | 
 
 
 _NVLINK_FATAL_TEXT = re.compile(r"nvlink.{0,40}\bfatal\b|\bfatal\b.{0,40}nvlink", re.IGNORECASE)
-# Xid 63 asking for the reset that activates a remapped row (`… reset gpu to activate`).
-_REMAP_PENDING = re.compile(r"reset (?:the )?gpu to activate|remap(?:ping)? pending|pending (?:row )?remap",
+# Xid 63 asking for the reset that activates a remapped row (`… reset gpu to activate`), or on page-retirement GPUs
+# for the reboot that activates a retired page (`… reboot to activate`): a reboot resets the GPU.
+_REMAP_PENDING = re.compile(r"(?:reset (?:the )?gpu|reboot) to activate|remap(?:ping)? pending|pending (?:row )?remap",
                             re.IGNORECASE)
 
 

@@ -188,7 +188,9 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
             return _outcome(xid, "REPLACE", said, hardware=True)
         if "reboot" in recommendation:
             return _outcome(xid, "REBOOT", said, hardware=True)
-        if c.class_ != "hardware":  # HMA and the catalog disagree: no verdict guessed, no LEAVE ALONE
+        # HMA and the catalog disagree on a code that asks for no node action: no verdict guessed, no LEAVE ALONE.
+        # A code whose own action is a reset or restart (GSP 119/120, 110, 151, 155…) keeps its rule: both ask for it.
+        if c.class_ != "hardware" and c.verdict not in ("REBOOT", "REPLACE"):
             return _outcome(xid, None, f"{said}, while the catalog class is {c.class_}: the sources differ")
 
     if c.override is not None:
@@ -255,12 +257,16 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
             return _outcome(xid, None, c.unverified_reason or "rule 154: recovery action not readable")
         if c.verdict is None:  # recovery action None: nothing to do
             return _outcome(xid, None, "rule 154: recovery action None, nothing to do", rank=_RANK_NOTHING)
+        # NVIDIA: a 154 "summarizes the recovery action required for other Xids". It asks for its action, but never
+        # takes the place of the Xid it summarizes at the same verdict: that Xid (printed before or after it) is the
+        # cause, and its own rule (GSP, NVLink5, rule 48) and class decide the node.
         return _outcome(
             xid,
             c.verdict,
             f"rule 154: recovery action {c.recovery_action}" + (f" ({c.disagreement})" if c.disagreement else ""),
             hardware=c.verdict == "REBOOT",
             action_text=c.action_text,
+            rank=_RANK_REBOOT - 1 if c.verdict == "REBOOT" else None,
         )
 
     if c.class_ == "unverified":
@@ -300,7 +306,11 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
     disagreement = f"; {c.disagreement}" if c.disagreement else ""
     if c.class_ == "hardware" and event.hma_reason == "XidUserAppError":
         disagreement += "; HMA says XidUserAppError, the catalog says hardware: hardware wins"
+    if c.class_ != "hardware" and event.hma_reason == "XidHardwareFailure":
+        disagreement += f"; HMA says XidHardwareFailure, the catalog says {c.class_}: both ask for {c.verdict}"
     finding = FIRST_OCCURRENCE if c.class_ == "hardware" else f"{c.class_} class"
+    if c.class_ == "hardware" and c.verdict == "REPLACE":  # RULES §7: Xid 64 meets the REPLACE bar on its own
+        finding = f"Xid {event.code} meets the REPLACE bar on its own (RULES §7), whatever came before"
     if c.rule == "GSP":
         finding = "first occurrence of a GSP fault: a GPU reset (reboot) clears it"
     # RULES §6: the row's action is part of the evidence (157: plan a replacement at the next maintenance window).
@@ -312,8 +322,9 @@ def _recurrence(xids: Sequence[_Xid], reboot_times: Sequence[datetime]) -> _Outc
     """RULES §6/§7: the same hardware-class Xid on the same PCI bus before and after a reboot."""
     reboots = sorted(reboot_times)
     for j, later in enumerate(xids):
-        if later.c.class_ != "hardware" or later.event.pci is None or later.c.qualifier_of is not None:
-            continue
+        if (later.c.class_ != "hardware" or later.event.pci is None or later.c.qualifier_of is not None
+                or later.c.rule == "154"):
+            continue  # a 154 restates another Xid's action: that Xid's recurrence is the one that counts
         for first in xids[:j]:
             if first.event.code != later.event.code or bus_key(first.event.pci) != bus_key(later.event.pci):
                 continue
@@ -405,7 +416,9 @@ def route_node(
               is not None]
     gsp = _gsp_recurrence(xids, reboot_times, blackwell)
     if gsp is not None:  # the recurrence, not each first occurrence, speaks for the node's GSP faults
-        judged = [gsp] + [outcome for outcome in judged if outcome.xid.c.rule != "GSP"]
+        # and for the 154s on that GPU restating the reset each fault asked for (RULES §6 119/120: deactivate GSP)
+        judged = [gsp] + [outcome for outcome in judged if outcome.xid.c.rule != "GSP" and not (
+            outcome.xid.c.rule == "154" and _same_gpu(outcome.xid.event, gsp.xid.event))]
     recurring = _recurrence(xids, reboot_times)
     if recurring is not None:
         judged.insert(0, recurring)  # the strongest REPLACE evidence, named first among equals
