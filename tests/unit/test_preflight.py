@@ -370,6 +370,35 @@ def test_p2_without_run_length() -> None:
     assert result(ev.model_copy(update={"capacity_extensions": [ext]}), "P2", run_hours=None).result == "PASS"
 
 
+def test_p2_without_run_length_an_odcr_or_a_training_plan_ending_inside_72_h_needs_input() -> None:
+    """RULES §1: run length unknown → evaluate 24, 48 and 72 h and mark run-length-dependent checks `Needs input`.
+    Whether an On-Demand Capacity Reservation or a training plan must be extended depends on the run length: with
+    one ending 30 h from now, a 24 h run fits and a 48 h run does not, so P2 is `Needs input`, not a RISK."""
+    odcr = hyperpod(capacity_reservations=[reservation(end=NEAR_END, rtype="default")])
+    c = result(odcr, "P2", run_hours=None)
+    assert c.result == "Needs input" and "48 h" in c.evidence and "--run-hours" in (c.action or "")
+    assert result(odcr, "P2", run_hours=48).result == "RISK"  # a given run that does not fit stays a RISK
+    assert result(odcr, "P2", run_hours=24).result == "PASS"
+    arn = "arn:aws:sagemaker:us-west-2:111122223333:training-plan/p5-plan"
+    plan = TrainingPlanInfo(arn=arn, name="p5-plan", status="Active", start_time=NOW - timedelta(days=1),
+                            end_time=NEAR_END, available_spare_instance_count=1, unhealthy_instance_count=0)
+    planned = hyperpod(plan_arn=arn, training_plans=[plan], capacity_reservations=[])
+    assert result(planned, "P2", run_hours=None).result == "Needs input"
+    assert result(planned, "P2", run_hours=24).result == "PASS"
+
+
+def test_p2_is_never_a_pass_when_p1_fails_on_a_training_plan_no_longer_active() -> None:
+    """RULES §10 P2: FAIL when P1 fails and no offering exists. A plan that is Expired fails P1 whatever the run
+    length; its extension offerings are not read, so P2 cannot say no extension is needed."""
+    arn = "arn:aws:sagemaker:us-west-2:111122223333:training-plan/p5-plan"
+    plan = TrainingPlanInfo(arn=arn, name="p5-plan", status="Expired", start_time=NOW - timedelta(days=1),
+                            end_time=NEAR_END, available_spare_instance_count=1, unhealthy_instance_count=0)
+    ev = hyperpod(plan_arn=arn, training_plans=[plan], capacity_reservations=[])
+    assert result(ev, "P1", run_hours=24).result == "FAIL"
+    c = result(ev, "P2", run_hours=24)
+    assert c.result in ("FAIL", "Not checked") and "search-training-plan-offerings" in c.evidence
+
+
 # -- P3: a failed node can be replaced --------------------------------------------------------------------
 def test_p3_spare_in_the_block_passes_none_is_a_risk() -> None:
     assert result(hyperpod(capacity_reservations=[reservation(available=1)]), "P3").result == "PASS"
