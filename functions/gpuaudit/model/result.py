@@ -340,4 +340,5 @@ class Result(Out):
         `cluster.arn` (OUTPUT-CONTRACT privacy)."""
         # ensure_ascii: DEL and C1 controls (e.g. U+009B, a terminal's CSI) are \u-escaped like the C0 ones
         with collection_paused():  # the document's objects all live until it is written (model/gcpause.py)
-            return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True)), indent=2, ensure_ascii=True)
+            return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True), account_ids=self._account_ids),
+                              indent=2, ensure_ascii=True)

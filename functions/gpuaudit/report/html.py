@@ -399,5 +399,6 @@ def render_html(result: Result) -> str:
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(_title(r))}</title><style>{CSS}</style></head><body>{DEFS}{body}</body></html>")
-    # A last pass for an account ID that slipped through; a raw mask would read as a tag, so escape it.
-    return redact(page).replace(MASK, escape(MASK))
+    # A last pass for an account ID that slipped through (the audit's known accounts included, masked even where
+    # one reads as a log group's timestamp); a raw mask would read as a tag, so escape it.
+    return redact(page, result.account_ids).replace(MASK, escape(MASK))
