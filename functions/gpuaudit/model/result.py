@@ -301,6 +301,7 @@ class Result(Out):
     generated_at: UtcDatetime
     headline: str
     confidence: Literal["High", "Medium", "Low"]
+    confidence_basis: str = ""  # RULES §11: the confidence with its basis, in words
     nodes: list[NodeResult] = Field(default_factory=list)
     branches: list[Branch] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)

@@ -170,7 +170,8 @@ def _verdict(r: Result) -> str:
         key = n.verdict or "no verdict"
         verdicts[key] = verdicts.get(key, 0) + 1
     tally = " ".join(f"{_badge(k, VERDICT_BADGE)} ×{v}" for k, v in verdicts.items())
-    out.append(f'<p>Confidence: <span class="badge {confidence}">{_e(r.confidence)}</span> · '
+    basis = f" — {_e(r.confidence_basis)}" if r.confidence_basis else ""  # RULES §11: confidence with its basis
+    out.append(f'<p>Confidence: <span class="badge {confidence}">{_e(r.confidence)}</span>{basis} · '
                f"Node verdicts: {tally}</p>")
     return "".join(out)
 

@@ -199,7 +199,8 @@ def render(result: Result) -> str:
               f"- Orchestrator: {kind}", f"- Generated: {_t(r.generated_at)}", ""]
     if r.mode == "preflight" and r.ready:
         lines += [f"## {ready_line(r)}", ""]
-    lines += ["## Verdict", "", md_inline(r.headline), "", f"Confidence: **{r.confidence}**", ""]
+    lines += ["## Verdict", "", md_inline(r.headline), "", f"Confidence: **{r.confidence}**"
+              + (f" — {md_inline(r.confidence_basis)}" if r.confidence_basis else ""), ""]
     # RULES §11: in incident mode the root cause and the branch table come right after the verdict
     lines += _root_cause(r)
     lines += ["## Node verdicts", ""] + ([_node_line(n) for n in listed] + _healthy_lines(healthy) or ["- none"]) + [""]
