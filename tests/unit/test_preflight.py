@@ -577,6 +577,30 @@ def test_p14_free_ips_boundary_for_one_p5_replacement() -> None:
     assert result(hyperpod(subnets=None), "P14").result == "Not checked"
 
 
+@pytest.mark.parametrize(("kind", "itype", "need"), [
+    ("hyperpod-slurm", "p5e.48xlarge", 32), ("hyperpod-slurm", "p5en.48xlarge", 32),
+    ("hyperpod-eks", "p5.48xlarge", 81), ("hyperpod-eks", "p5en.48xlarge", 81)])
+def test_p14_every_hyperpod_p5_type_needs_the_hyperpod_p5_ips_on_its_orchestrator(kind: str, itype: str,
+                                                                                  need: int) -> None:
+    """RULES §8 (frequent non-GPU causes), used by P14: IPs per node "HyperPod P5: 32 on Slurm, 81 on EKS"; §2 lists
+    p5.48xlarge, p5e.48xlarge and p5en.48xlarge as the one P5 row. One free IP short of that is a RISK."""
+    base = hyperpod()
+    groups = [g.model_copy(update={"instance_type": itype}) if g.name == "gpu-p5" else g
+              for g in base.cluster.instance_groups]
+    cluster = base.cluster.model_copy(update={"kind": kind, "instance_groups": groups})
+    nodes = [n.model_copy(update={"instance_type": itype}) if n.instance_group == "gpu-p5" else n for n in base.nodes]
+    profile = P5.model_copy(update={"instance_type": itype, "max_efa_interfaces": 16 if itype == "p5en.48xlarge"
+                                    else 32})
+
+    def with_ips(n: int) -> Evidence:
+        return base.model_copy(update={"cluster": cluster, "nodes": nodes, "profiles": {itype: profile, "m5.xlarge": M5},
+                                       "subnets": [SubnetInfo(subnet_id=SUBNET, vpc_id=VPC,
+                                                              availability_zone="us-west-2a", available_ips=n)]})
+    c = result(with_ips(need - 1), "P14")
+    assert c.result == "RISK" and f"{need} IPs (HyperPod P5" in c.evidence, c.evidence
+    assert result(with_ips(need), "P14").result == "PASS"
+
+
 def test_p15_outbound_open_instead_of_self_rule_is_a_risk() -> None:
     c = result(hyperpod(security_groups=[sg(egress_self=False, egress_open=True)]), "P15")
     assert c.result == "RISK" and SG in c.evidence and "0.0.0.0/0" in c.evidence
