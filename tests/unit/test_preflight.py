@@ -593,9 +593,9 @@ def test_p14_every_hyperpod_p5_type_needs_the_hyperpod_p5_ips_on_its_orchestrato
                                     else 32})
 
     def with_ips(n: int) -> Evidence:
-        return base.model_copy(update={"cluster": cluster, "nodes": nodes, "profiles": {itype: profile, "m5.xlarge": M5},
-                                       "subnets": [SubnetInfo(subnet_id=SUBNET, vpc_id=VPC,
-                                                              availability_zone="us-west-2a", available_ips=n)]})
+        subnet = SubnetInfo(subnet_id=SUBNET, vpc_id=VPC, availability_zone="us-west-2a", available_ips=n)
+        return base.model_copy(update={"cluster": cluster, "nodes": nodes, "subnets": [subnet],
+                                       "profiles": {itype: profile, "m5.xlarge": M5}})
     c = result(with_ips(need - 1), "P14")
     assert c.result == "RISK" and f"{need} IPs (HyperPod P5" in c.evidence, c.evidence
     assert result(with_ips(need), "P14").result == "PASS"
