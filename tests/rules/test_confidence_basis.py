@@ -41,3 +41,16 @@ def test_a_blind_node_lowers_confidence_and_the_basis_names_the_count() -> None:
     assert result.confidence in ("Medium", "Low")
     line = _confidence_line(render(result))
     assert "Not observable" in line, line
+
+
+def test_an_incident_report_has_its_timeline_section_even_when_no_event_was_read() -> None:
+    """RULES §11: the report contains, in order, … "timeline (UTC)"; §1: incident mode produces a timeline. An
+    incident where nothing timed was read says so under the heading rather than dropping the section."""
+    result = audit(pcluster(mode="incident"))
+    assert result.timeline == []
+    markdown = render(result)
+    section = markdown.split("## Timeline (UTC)", 1)[1].split("\n## ", 1)[0]
+    assert "no timed event" in section
+    assert markdown.index("## Node verdicts") < markdown.index("## Timeline (UTC)") < markdown.index(
+        "## Node capability and fabric")
+    assert "Timeline (UTC)" in render_html(result)

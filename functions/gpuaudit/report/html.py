@@ -34,7 +34,7 @@ from gpuaudit.report.fleet import (
 )
 from gpuaudit.report.heatmap import STATUS_BADGE, heatmap
 from gpuaudit.report.heatmap import html_text as _e
-from gpuaudit.report.markdown import GLOSSARY_LINE, action_lines, ready_line
+from gpuaudit.report.markdown import GLOSSARY_LINE, NO_TIMED_EVENT, action_lines, ready_line
 from gpuaudit.report.order import GAP_RANK, VERDICT_SEVERITY, coverage_gap, worst_first
 
 # The node tables that start open, at any size: what on-call must act on (a new node, a node nothing proves healthy,
@@ -311,8 +311,8 @@ def _errors(r: Result) -> str:
 def _timeline(r: Result) -> str:
     rows = [(_e(_t(t.time)), _e(t.source), f"<code>{_e(t.resource)}</code>", _prose(t.what))
             for t in collapsed_timeline(r.timeline, by_kind=fleet_size(r))]
-    if not rows:
-        return ""
+    if not rows:  # RULES §11: an incident report holds its timeline; an empty one is said, not dropped
+        return f"<h2>Timeline (UTC)</h2><p>{_e(NO_TIMED_EVENT)}</p>" if r.mode == "incident" else ""
     return (f"<h2>Timeline (UTC)</h2><details{' open' if len(rows) <= 30 else ''}><summary>{len(rows)} row(s), "
             f"{len(r.timeline)} event(s)</summary>"
             f"{_table(('Time', 'Source', 'Resource', 'Event'), rows, scroll=len(rows) > 40)}</details>")

@@ -93,11 +93,16 @@ def _root_cause(r: Result) -> list[str]:
     return lines
 
 
+NO_TIMED_EVENT = ("no timed event read over the padded window (no Xid, node status change, NCCL or job line, "
+                  "cluster change or service event): see the branch table for what was read")
+
+
 def _timeline(r: Result) -> list[str]:
     rows = [f"| {_t(e.time)} | {_cell(e.source)} | {_cell(e.resource)} | {_cell(e.what)} |"
             for e in collapsed_timeline(r.timeline, by_kind=fleet_size(r))]
     if not rows:
-        return []
+        # RULES §11: an incident report holds its timeline; an empty one is said, not dropped
+        return ["## Timeline (UTC)", "", f"- {NO_TIMED_EVENT}", ""] if r.mode == "incident" else []
     return ["## Timeline (UTC)", "", *_table("| Time | Source | Resource | Event |", rows), ""]
 
 
