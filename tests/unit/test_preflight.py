@@ -546,6 +546,19 @@ def test_p12_nccl_transport() -> None:
     assert c.result == "UNVERIFIED" and "NCCL_DEBUG=INFO" in (c.action or "")
 
 
+def test_p12_reads_fabric_manager_as_branch_d_layer_2_does() -> None:
+    """RULES §10 P12: FAIL on a Fabric Manager failure; §8 D layer 2 says what one is: "failed" and "restarting" are
+    read (systemd `Failed to start`, `status=…/FAILURE`, repeated starts in one boot). A unit that stopped cleanly
+    (`status=0/SUCCESS`) has not failed; one systemd keeps restarting has."""
+    def with_line(message: str) -> Evidence:
+        return pcluster(gpu_lines=[*pcluster().gpu_lines, gpu_line(GPU2, message, 200)])
+    clean = with_line("systemd[1]: nvidia-fabricmanager.service: Main process exited, code=exited, status=0/SUCCESS")
+    assert result(clean, "P12").result == "PASS"
+    restarting = with_line("systemd[1]: nvidia-fabricmanager.service: Scheduled restart job, restart counter is at 3.")
+    c = result(restarting, "P12")
+    assert c.result == "FAIL" and GPU2 in c.evidence and "restarting" in c.evidence
+
+
 # -- P13–P16 ---------------------------------------------------------------------------------------------------------
 def alarm(name: str, **dims: str) -> AlarmInfo:
     return AlarmInfo(name=name, state_since=NOW - timedelta(hours=3), namespace="ParallelCluster",

@@ -4,21 +4,17 @@ bootstrap route."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
+from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.model.planned_reads import RouteTableInfo
-from gpuaudit.model.result import Check, NcclTransport
+from gpuaudit.model.result import Check, NcclTransport, NodeResult
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.capacity import need_per_node
 from gpuaudit.rules.context import Context, id_list
 from gpuaudit.rules.fabric import NCCL_COMMAND, open_egress, self_rule, sg_names, sg_sets
+from gpuaudit.rules.fabric_manager import Boot, fabric_manager_of
 from gpuaudit.rules.preflight.common import Part, combine, make_check
 
-if TYPE_CHECKING:
-    from gpuaudit.rules.node_lines import ParsedLine
-
-FABRIC_MANAGER_FAILED = re.compile(r"(?i)(fabric ?manager|nvidia-fabricmanager)[^\n]*(fail|error|exited|"
-                                   r"core-dump)|Failed to start[^\n]*fabric ?manager")
 BOOTSTRAP_FAILED = re.compile(r"Found the following bootstrap failure nodes|Node bootstrap error|protected mode|"
                               r"bootstrap failure")
 
@@ -107,10 +103,6 @@ def _efa_width(ctx: Context, efa_types: list[str]) -> list[Part]:
     return parts
 
 
-def _where(p: ParsedLine) -> str:
-    return f"`{p.line.log_group}` / `{p.line.log_stream}` at {iso(p.line.time)}"
-
-
 def p12(ctx: Context) -> Check:
     """RULES §10 P12: branch D layer 1 per node (the one classification, domain/nccl.py, read from each node's
     result) and Fabric Manager."""
@@ -121,13 +113,14 @@ def p12(ctx: Context) -> Check:
     parts: list[Part] = []
     nccl_seen = False
     for n in nodes:
-        lines = ctx.lines([n.instance_id])
         nccl_seen = nccl_seen or n.signals.nccl == "Observable"
-        fm_failed = [p for p in lines if FABRIC_MANAGER_FAILED.search(p.line.message)]
+        fm_failed = _fabric_manager_faults(ctx, n)
         if fm_failed:
-            parts.append(Part("FAIL",
-                              f"`{n.instance_id}`: Fabric Manager failure — \"{fm_failed[0].line.message[:160]}\""
-                                      f" ({_where(fm_failed[0])})",
+            b = fm_failed[-1]
+            where = (f" — \"{b.line.message[:160]}\" (`{b.line.log_group}` / `{b.line.log_stream}` at "
+                     f"{iso(b.line.time)})") if b.line else ""
+            parts.append(Part("FAIL", f"`{n.instance_id}` ({n.instance_type}): Fabric Manager {b.state}{where} "
+                                      "(RULES §8 D layer 2)",
                               f"Reboot `{n.instance_id}` (REPLACE if Fabric Manager fails again)"))
         for t in n.nccl_transports:
             said = (f"`{n.instance_id}` ({n.instance_type}): NCCL used {t.transport} (`{t.marker}`) — {t.why} "
@@ -154,6 +147,18 @@ def p12(ctx: Context) -> Check:
                                                "of the last run is Not observable",
                           f"Run the next job (or an all_reduce test) with `{NCCL_COMMAND}`")
     return combine("P12", parts)
+
+
+def _fabric_manager_faults(ctx: Context, n: NodeResult) -> list[Boot]:
+    """The node's Fabric Manager failed, restarting or absent in a boot read: the one reading of §8 D layer 2
+    (rules/fabric_manager.py), over the lines the node's own verdict read."""
+    ev = ctx.ev
+    profile = ev.profiles.get(n.instance_type or "")
+    reading = fabric_manager_of([p.line for p in ctx.lines([n.instance_id])],
+                                ctx.j.boot_lines_by_node.get(n.instance_id, []),
+                                profile is not None and profile.fabric_manager_expected,
+                                ev.window.start - TIMELINE_MARGIN, min(ev.window.end, ev.now), n.coverage)
+    return reading.faulty if reading is not None else []
 
 
 def _where_t(t: NcclTransport) -> str:
