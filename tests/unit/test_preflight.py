@@ -478,6 +478,16 @@ def test_p7_fewer_efa_interfaces_than_supported_is_a_risk() -> None:
     assert c.result == "RISK" and f"`{GPU1}` 7 of 8" in c.evidence
 
 
+def test_p7_an_efa_attachment_not_read_is_never_a_pass() -> None:
+    """RULES §10 P7 (EFA attached vs max) and §0: PASS only on evidence read. A node whose attached EFA interfaces
+    were not read (DescribeInstances did not describe it) leaves the width UNVERIFIED, naming the node."""
+    ev = pcluster()
+    ev.nodes[1] = ev.nodes[1].model_copy(update={"efa_attached": None})
+    c = result(ev, "P7")
+    assert c.result == "UNVERIFIED" and GPU1 in c.evidence, c.evidence
+    assert "None of" not in c.evidence
+
+
 def test_p7_hyperpod_attachment_is_not_observable() -> None:
     c = result(hyperpod(), "P7")
     assert c.result == "UNVERIFIED" and "service account" in c.evidence

@@ -90,15 +90,22 @@ def _efa_width(ctx: Context, efa_types: list[str]) -> list[Part]:
             continue
         short = [n for n in grp.nodes if n.efa_attached is not None and profile.max_efa_interfaces is not None
                  and n.efa_attached < profile.max_efa_interfaces]
+        unread = [n for n in grp.nodes if n.efa_attached is None or profile.max_efa_interfaces is None]
+        if unread:  # a width not read is never a PASS (RULES §0)
+            parts.append(Part("UNVERIFIED", f"{grp.label}: EFA interfaces attached not read for "
+                              + id_list(n.instance_id for n in unread)
+                              + f" (supported: {profile.max_efa_interfaces or 'unknown'})",
+                              f"`aws ec2 describe-instances --instance-ids {' '.join(n.instance_id for n in unread)} "
+                              "--query 'Reservations[].Instances[].NetworkInterfaces[].InterfaceType'`"))
         if short:
             parts.append(Part("RISK", f"{grp.label}: fewer EFA interfaces than supported — "
                               + ", ".join(f"`{n.instance_id}` {n.efa_attached} of {profile.max_efa_interfaces}"
                                           for n in short) + " (less inter-node bandwidth)",
                               f"Launch {grp.instance_type} with all {profile.max_efa_interfaces} EFA interfaces "
                               "(launch template NetworkInterfaces, InterfaceType efa or efa-only)"))
-        elif grp.nodes:
+        elif read := [n for n in grp.nodes if n not in unread]:
             parts.append(Part("PASS", f"{grp.label}: " + ", ".join(
-                f"`{n.instance_id}` {n.efa_attached} of {profile.max_efa_interfaces}" for n in grp.nodes)
+                f"`{n.instance_id}` {n.efa_attached} of {profile.max_efa_interfaces}" for n in read)
                 + " EFA interfaces attached"))
     return parts
 
