@@ -54,3 +54,13 @@ def test_an_incident_report_has_its_timeline_section_even_when_no_event_was_read
     assert markdown.index("## Node verdicts") < markdown.index("## Timeline (UTC)") < markdown.index(
         "## Node capability and fabric")
     assert "Timeline (UTC)" in render_html(result)
+
+
+def test_ready_yes_with_risks_names_the_checks_that_make_it_even_without_a_risk() -> None:
+    """RULES §10: Ready = `Yes with risks` on any RISK/UNVERIFIED. On ParallelCluster P5 is UNVERIFIED (deep health
+    checks are a HyperPod setting) and every other check passes: the answer names P5, as it names a FAIL or a RISK."""
+    result = audit(pcluster(mode="preflight"), run_hours=48)
+    assert result.ready == "Yes with risks"
+    assert [c.id for c in result.checks if c.result != "PASS"] == ["P5"]
+    assert "UNVERIFIED P5" in result.headline
+    assert "## Ready: Yes with risks — UNVERIFIED P5" in render(result)

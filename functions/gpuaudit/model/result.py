@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -73,6 +74,17 @@ BRANCH_NAMES: dict[BranchLetter, str] = {
 def check_rank(result: CheckResult) -> int:
     """Position of a check result in CHECK_SEVERITY, worst first."""
     return CHECK_SEVERITY.index(result)
+
+
+def readiness_reasons(results: Iterable[tuple[str, CheckResult]]) -> str:
+    """The checks that make the readiness answer, `FAIL P1, P6; RISK P3` (RULES §10: FAILs lead, then RISKs); with
+    neither, the checks short of PASS that make it `Yes with risks` (`UNVERIFIED P5`)."""
+    by_result: dict[CheckResult, list[str]] = {}
+    for cid, result in results:
+        by_result.setdefault(result, []).append(cid)
+    leading: tuple[CheckResult, ...] = ("FAIL", "RISK")
+    kinds = [k for k in leading if k in by_result] or [k for k in CHECK_SEVERITY if k in by_result and k != "PASS"]
+    return "; ".join(f"{k} {', '.join(by_result[k])}" for k in kinds)
 Signal = Literal["Observable", "Not observable", "Not applicable"]
 
 

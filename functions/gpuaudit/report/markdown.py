@@ -6,7 +6,7 @@ from datetime import datetime
 
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.redaction import redact
-from gpuaudit.model.result import BRANCH_NAMES, IDS_AT, NodeResult, Result, check_rank
+from gpuaudit.model.result import BRANCH_NAMES, IDS_AT, NodeResult, Result, check_rank, readiness_reasons
 from gpuaudit.model.timeutil import iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
 from gpuaudit.report.fleet import (
@@ -60,8 +60,7 @@ def _healthy_lines(groups: dict[str, list[NodeResult]]) -> list[str]:
 
 def ready_line(r: Result) -> str:
     """`Ready: No — FAIL P1, P6; RISK P3`: the answer and the checks that make it (RULES §10)."""
-    why = "; ".join(f"{kind} {', '.join(c.id for c in r.checks if c.result == kind)}" for kind in ("FAIL", "RISK")
-                    if any(c.result == kind for c in r.checks))
+    why = readiness_reasons((c.id, c.result) for c in r.checks)
     return f"Ready: {r.ready}" + (f" — {why}" if why else "")
 
 

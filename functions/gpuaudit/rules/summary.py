@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from gpuaudit.model.evidence import Evidence
-from gpuaudit.model.result import Branch, Check, Readiness, Verdict
+from gpuaudit.model.result import Branch, Check, Readiness, Verdict, readiness_reasons
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.context import Judged
 from gpuaudit.rules.node_state import deep_health_checks
@@ -109,8 +109,7 @@ def headline_for(j: Judged, branch_headline: str | None, ready: Readiness | None
         head = branch_headline if branch_headline.rstrip().endswith((".", "!", "?")) else branch_headline.rstrip() + "."
     elif ready is not None:
         # RULES §10: the answer names the checks that make it (`Ready: No — FAIL P1, P6; RISK P3.`)
-        why = "; ".join(f"{kind} {', '.join(c.id for c in checks if c.result == kind)}" for kind in ("FAIL", "RISK")
-                        if any(c.result == kind for c in checks))
+        why = readiness_reasons((c.id, c.result) for c in checks)
         head = f"Ready: {ready}" + (f" — {why}." if why else ".")
     elif verdicts:
         by_verdict = Counter(n.verdict for n in signalled)
