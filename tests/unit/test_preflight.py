@@ -21,6 +21,7 @@ from gpuaudit.model.evidence import (
     AuditRequest,
     CapabilityProfile,
     ClusterInfo,
+    ControlStream,
     Evidence,
     GpuLine,
     InstanceGroup,
@@ -64,6 +65,8 @@ HMA_GROUP = "/aws/sagemaker/Clusters/train-hp/q7w2e9r4t1y6"
 KERNEL_GROUP = "/aws/custom/pc-b200/kernel"
 CTRL, GPU1, GPU2 = "i-0c1d2e3f405162738", "i-0a9b8c7d6e5f40312", "i-0f1e2d3c4b5a69788"
 HEAD = "i-0badc0ffee0ddf00d"
+PC_GROUP = "/aws/parallelcluster/pc-b200-202609010000"
+CLUSTERMGTD = f"ip-10-0-0-9.{HEAD}.clustermgtd"
 WORLD = Path(__file__).resolve().parents[2] / "functions/gpuaudit/worlds/hyperpod-preflight-risks.world.json"
 
 P5 = CapabilityProfile(instance_type="p5.48xlarge", gpu_count=8, gpu_name="NVIDIA H100", efa_supported=True,
@@ -166,8 +169,9 @@ def pcluster(**update: Any) -> Evidence:
                             instance_groups=[InstanceGroup(name="train", node_role="compute")]),
         nodes=nodes, profiles={"p6-b200.48xlarge": B200, "t3.medium": T3},
         kernel_streams=[KernelStream(log_group=KERNEL_GROUP, log_stream=f"{i}.kernel", kernel_lines=900) for i in ids],
-        stream_activity=[StreamActivity(log_group=KERNEL_GROUP, log_stream=f"{i}.kernel", lines=3000, live_hours=48)
-                         for i in ids],
+        stream_activity=[*(StreamActivity(log_group=KERNEL_GROUP, log_stream=f"{i}.kernel", lines=3000, live_hours=48)
+                           for i in ids),
+                         StreamActivity(log_group=PC_GROUP, log_stream=CLUSTERMGTD, lines=1440, live_hours=26)],
         gpu_lines=lines, instance_network=nets,
         capacity_reservations=[reservation(itype="p6-b200.48xlarge")],
         route_tables=[RouteTableInfo(route_table_id="rtb-0123456789abcdef0", vpc_id=VPC, subnet_ids=[SUBNET],
@@ -327,6 +331,7 @@ def test_p1_ultraserver_lead_time_is_60_minutes() -> None:
         nodes=[NodeInfo(instance_id=GPU1, instance_group="train", instance_type="p6e-gb200.36xlarge",
                         status="running", efa_attached=4)],
         profiles={"p6e-gb200.36xlarge": gb},
+        stream_activity=[a for a in pcluster().stream_activity if a.log_stream != CLUSTERMGTD],  # no head node here
         capacity_reservations=[reservation(end=NEAR_END, itype="p6e-gb200.36xlarge")])
     c = result(ev, "P1", run_hours=29.25)
     assert "60 min lead time" in c.evidence and "usable until 2026-10-06T10:30:00Z" in c.evidence
@@ -644,6 +649,22 @@ def test_p16_public_subnet_without_nat_fails_bootstrap_lines_are_a_risk() -> Non
                                                    "nodes: (x2) ['train-st-p6-1']")]
     assert result(pcluster(gpu_lines=lines), "P16").result == "RISK"
     assert result(pcluster(route_tables=None), "P16").result == "Not checked"
+
+
+def test_p16_no_bootstrap_failure_is_a_pass_only_where_the_log_that_records_them_was_read() -> None:
+    """RULES §10 P16: RISK on recent bootstrap failures / protected mode, which ParallelCluster's head-node
+    `clustermgtd` records (HyperPod: the cluster log group's `LifecycleConfig/…` streams); §0.2/§0.3: PASS only on
+    evidence read. With the clustermgtd stream live across the window and no failure line, P16 passes; with it
+    silent (its last line before the window), "no bootstrap failure line" rests on nothing: UNVERIFIED, naming it."""
+    assert result(pcluster(), "P16").result == "PASS"  # its clustermgtd stream is live across the window
+    kernel_only = [a for a in pcluster().stream_activity if a.log_stream != CLUSTERMGTD]
+    silent = pcluster(stream_activity=kernel_only, control_streams=[ControlStream(
+        log_group=PC_GROUP, log_stream=CLUSTERMGTD, role="clustermgtd", instance_id=HEAD,
+        last_event=NOW - timedelta(days=20))])
+    c = result(silent, "P16")
+    assert c.result == "UNVERIFIED" and CLUSTERMGTD in c.evidence and PC_GROUP in c.evidence, c.evidence
+    nowhere = result(pcluster(stream_activity=kernel_only), "P16")  # no clustermgtd stream placed at all
+    assert nowhere.result == "UNVERIFIED" and "clustermgtd" in nowhere.evidence
 
 
 # -- end to end: the world through the collectors, the judge and the report --------------------------------------------

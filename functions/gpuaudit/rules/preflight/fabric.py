@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from gpuaudit.domain.streams import HYPERPOD_CLUSTER_LOG
 from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.model.planned_reads import RouteTableInfo
 from gpuaudit.model.result import Check, NcclTransport, NodeResult
@@ -263,6 +264,8 @@ def p16(ctx: Context) -> Check:
                           "Read the head node's `clustermgtd` and `slurm_resume` logs (HyperPod: the "
                           "`LifecycleConfig/<group>/<instance-id>` streams), fix the cause, then restart the fleet "
                           "(`pcluster update-compute-fleet --status START_REQUESTED`)"))
+    if not failures:
+        parts += _bootstrap_log_unread(ctx)
     if ev.cluster.kind == "parallelcluster":
         parts += _public_subnet_parts(ctx)
     if not parts:
@@ -271,6 +274,29 @@ def p16(ctx: Context) -> Check:
         return make_check("P16", "PASS", "no `bootstrap failure`, `Node bootstrap error` or protected-mode line in the "
                                          f"cluster's log sources over the window{scope}")
     return combine("P16", parts)
+
+
+def _bootstrap_log_unread(ctx: Context) -> list[Part]:
+    """No bootstrap-failure line means none only where the log that records them was read across the window:
+    ParallelCluster's head-node `clustermgtd`, HyperPod's cluster log group (`LifecycleConfig/…`). Self-managed
+    nodes have no such log: nothing to ask of them here."""
+    kind = ctx.ev.cluster.kind
+    if kind == "parallelcluster":
+        role, where = "clustermgtd", "the head node's `clustermgtd` stream"
+        action = ("On the head node: `sudo grep -i 'bootstrap failure\\|protected mode' "
+                  "/var/log/parallelcluster/clustermgtd`, and ship that log to CloudWatch")
+    elif kind.startswith("hyperpod"):
+        role, where = HYPERPOD_CLUSTER_LOG, "the HyperPod cluster log group (`LifecycleConfig/…` streams)"
+        action = (f"Read the `LifecycleConfig/<group>/<instance-id>` streams of cluster `{ctx.ev.cluster.name}` and "
+                  "confirm the nodes ship to the cluster log group")
+    else:
+        return []
+    logs = [c for c in ctx.j.control if c.role == role]
+    if any(c.state in ("live", "gaps") for c in logs):
+        return []
+    said = "; ".join(f"`{c.log_group}` / `{c.log_stream or 'no stream'}` {c.state}" for c in logs) or "not found"
+    return [Part("UNVERIFIED", f"no bootstrap failure or protected-mode line read, but {where} was not read across "
+                               f"the window ({said}): recent bootstrap failures are Not observable", action)]
 
 
 def _public_subnet_parts(ctx: Context) -> list[Part]:
