@@ -64,3 +64,11 @@ def test_ready_yes_with_risks_names_the_checks_that_make_it_even_without_a_risk(
     assert [c.id for c in result.checks if c.result != "PASS"] == ["P5"]
     assert "UNVERIFIED P5" in result.headline
     assert "## Ready: Yes with risks — UNVERIFIED P5" in render(result)
+
+
+def test_the_terminal_summary_gives_the_confidence_basis_too() -> None:
+    from gpuaudit.report.terminal import summary
+
+    result = audit(pcluster(mode="incident"))
+    text = "\n".join(line.plain for line in summary(result))
+    assert f"confidence: {result.confidence} — {result.confidence_basis}" in text
