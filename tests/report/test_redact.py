@@ -170,3 +170,31 @@ def test_redact_trees_redacts_each_document_as_redact_tree_does() -> None:
     assert redact_trees(docs) == [redact_tree(d) for d in docs]
     assert redact_trees(docs, keep=frozenset()) == [redact_tree(d, keep=frozenset()) for d in docs]
     assert redact_trees(docs)[0]["cluster"]["arn"] == arn and ACCOUNT not in json.dumps(redact_trees(docs)[1:])
+
+
+def test_an_account_id_the_audit_knows_is_masked_in_every_output_form_even_where_it_reads_as_a_timestamp() -> None:
+    """RULES §0.7 / §11: an account ID is redacted wherever it stands as its own token, bucket names included
+    (`…-111122223333`), in reports, alerts and logs alike. An account whose ID happens to read as a ParallelCluster
+    log-group timestamp (YYYYMMDDhhmm, here 2026-01-01 12:30) is known to the audit (the cluster ARN's account): the
+    Markdown masks it after a hyphen; the JSON result, the HTML report and the finding records must too."""
+    from datetime import UTC, datetime
+
+    from gpuaudit.model.result import ClusterRef, NodeResult, Result, WindowOut
+    from gpuaudit.report.html import render_html
+    from gpuaudit.report.records import records, to_csv, to_ndjson
+
+    account = "202601011230"
+    t0 = datetime(2026, 9, 27, 10, tzinfo=UTC)
+    bucket = f"s3://sagemaker-us-west-2-{account}/checkpoints"
+    node = NodeResult(instance_id="i-0123456789abcdef0", status="running", gpu_count=8, xid_status="Not observable",
+                      verdict="NOT OBSERVABLE", verdict_evidence=f"no kernel stream; the job wrote to {bucket}")
+    result = Result(audit_id="a1", mode="coverage", generated_at=t0, confidence="Low", headline=f"see {bucket}",
+                    cluster=ClusterRef(name="c1", kind="parallelcluster", region="us-west-2"),
+                    window=WindowOut(start=t0, end=t0, source="user"), nodes=[node],
+                    visibility_gaps=[f"bucket {bucket} not read"]).with_account_ids(frozenset({account}))
+    rows = records(result)
+    for form, text in {"json": result.to_json(), "html": render_html(result), "ndjson": to_ndjson(rows),
+                       "csv": to_csv(rows)}.items():
+        assert account not in text, form
+    # a ParallelCluster log group's own timestamp, not the account, stays intact beside it
+    assert redact("/aws/parallelcluster/x-202608261551", frozenset({account})) == "/aws/parallelcluster/x-202608261551"

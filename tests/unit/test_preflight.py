@@ -21,6 +21,7 @@ from gpuaudit.model.evidence import (
     AuditRequest,
     CapabilityProfile,
     ClusterInfo,
+    ControlStream,
     Evidence,
     GpuLine,
     InstanceGroup,
@@ -64,6 +65,8 @@ HMA_GROUP = "/aws/sagemaker/Clusters/train-hp/q7w2e9r4t1y6"
 KERNEL_GROUP = "/aws/custom/pc-b200/kernel"
 CTRL, GPU1, GPU2 = "i-0c1d2e3f405162738", "i-0a9b8c7d6e5f40312", "i-0f1e2d3c4b5a69788"
 HEAD = "i-0badc0ffee0ddf00d"
+PC_GROUP = "/aws/parallelcluster/pc-b200-202609010000"
+CLUSTERMGTD = f"ip-10-0-0-9.{HEAD}.clustermgtd"
 WORLD = Path(__file__).resolve().parents[2] / "functions/gpuaudit/worlds/hyperpod-preflight-risks.world.json"
 
 P5 = CapabilityProfile(instance_type="p5.48xlarge", gpu_count=8, gpu_name="NVIDIA H100", efa_supported=True,
@@ -166,8 +169,9 @@ def pcluster(**update: Any) -> Evidence:
                             instance_groups=[InstanceGroup(name="train", node_role="compute")]),
         nodes=nodes, profiles={"p6-b200.48xlarge": B200, "t3.medium": T3},
         kernel_streams=[KernelStream(log_group=KERNEL_GROUP, log_stream=f"{i}.kernel", kernel_lines=900) for i in ids],
-        stream_activity=[StreamActivity(log_group=KERNEL_GROUP, log_stream=f"{i}.kernel", lines=3000, live_hours=48)
-                         for i in ids],
+        stream_activity=[*(StreamActivity(log_group=KERNEL_GROUP, log_stream=f"{i}.kernel", lines=3000, live_hours=48)
+                           for i in ids),
+                         StreamActivity(log_group=PC_GROUP, log_stream=CLUSTERMGTD, lines=1440, live_hours=26)],
         gpu_lines=lines, instance_network=nets,
         capacity_reservations=[reservation(itype="p6-b200.48xlarge")],
         route_tables=[RouteTableInfo(route_table_id="rtb-0123456789abcdef0", vpc_id=VPC, subnet_ids=[SUBNET],
@@ -327,6 +331,7 @@ def test_p1_ultraserver_lead_time_is_60_minutes() -> None:
         nodes=[NodeInfo(instance_id=GPU1, instance_group="train", instance_type="p6e-gb200.36xlarge",
                         status="running", efa_attached=4)],
         profiles={"p6e-gb200.36xlarge": gb},
+        stream_activity=[a for a in pcluster().stream_activity if a.log_stream != CLUSTERMGTD],  # no head node here
         capacity_reservations=[reservation(end=NEAR_END, itype="p6e-gb200.36xlarge")])
     c = result(ev, "P1", run_hours=29.25)
     assert "60 min lead time" in c.evidence and "usable until 2026-10-06T10:30:00Z" in c.evidence
@@ -368,6 +373,35 @@ def test_p2_without_run_length() -> None:
     ext = ExtensionOfferings(reservation_id=CR, requested_hours=48,
                              offerings=[offering(NEAR_END + timedelta(hours=48))])
     assert result(ev.model_copy(update={"capacity_extensions": [ext]}), "P2", run_hours=None).result == "PASS"
+
+
+def test_p2_without_run_length_an_odcr_or_a_training_plan_ending_inside_72_h_needs_input() -> None:
+    """RULES §1: run length unknown → evaluate 24, 48 and 72 h and mark run-length-dependent checks `Needs input`.
+    Whether an On-Demand Capacity Reservation or a training plan must be extended depends on the run length: with
+    one ending 30 h from now, a 24 h run fits and a 48 h run does not, so P2 is `Needs input`, not a RISK."""
+    odcr = hyperpod(capacity_reservations=[reservation(end=NEAR_END, rtype="default")])
+    c = result(odcr, "P2", run_hours=None)
+    assert c.result == "Needs input" and "48 h" in c.evidence and "--run-hours" in (c.action or "")
+    assert result(odcr, "P2", run_hours=48).result == "RISK"  # a given run that does not fit stays a RISK
+    assert result(odcr, "P2", run_hours=24).result == "PASS"
+    arn = "arn:aws:sagemaker:us-west-2:111122223333:training-plan/p5-plan"
+    plan = TrainingPlanInfo(arn=arn, name="p5-plan", status="Active", start_time=NOW - timedelta(days=1),
+                            end_time=NEAR_END, available_spare_instance_count=1, unhealthy_instance_count=0)
+    planned = hyperpod(plan_arn=arn, training_plans=[plan], capacity_reservations=[])
+    assert result(planned, "P2", run_hours=None).result == "Needs input"
+    assert result(planned, "P2", run_hours=24).result == "PASS"
+
+
+def test_p2_is_never_a_pass_when_p1_fails_on_a_training_plan_no_longer_active() -> None:
+    """RULES §10 P2: FAIL when P1 fails and no offering exists. A plan that is Expired fails P1 whatever the run
+    length; its extension offerings are not read, so P2 cannot say no extension is needed."""
+    arn = "arn:aws:sagemaker:us-west-2:111122223333:training-plan/p5-plan"
+    plan = TrainingPlanInfo(arn=arn, name="p5-plan", status="Expired", start_time=NOW - timedelta(days=1),
+                            end_time=NEAR_END, available_spare_instance_count=1, unhealthy_instance_count=0)
+    ev = hyperpod(plan_arn=arn, training_plans=[plan], capacity_reservations=[])
+    assert result(ev, "P1", run_hours=24).result == "FAIL"
+    c = result(ev, "P2", run_hours=24)
+    assert c.result in ("FAIL", "Not checked") and "search-training-plan-offerings" in c.evidence
 
 
 # -- P3: a failed node can be replaced --------------------------------------------------------------------
@@ -449,6 +483,16 @@ def test_p7_fewer_efa_interfaces_than_supported_is_a_risk() -> None:
     assert c.result == "RISK" and f"`{GPU1}` 7 of 8" in c.evidence
 
 
+def test_p7_an_efa_attachment_not_read_is_never_a_pass() -> None:
+    """RULES §10 P7 (EFA attached vs max) and §0: PASS only on evidence read. A node whose attached EFA interfaces
+    were not read (DescribeInstances did not describe it) leaves the width UNVERIFIED, naming the node."""
+    ev = pcluster()
+    ev.nodes[1] = ev.nodes[1].model_copy(update={"efa_attached": None})
+    c = result(ev, "P7")
+    assert c.result == "UNVERIFIED" and GPU1 in c.evidence, c.evidence
+    assert "None of" not in c.evidence
+
+
 def test_p7_hyperpod_attachment_is_not_observable() -> None:
     c = result(hyperpod(), "P7")
     assert c.result == "UNVERIFIED" and "service account" in c.evidence
@@ -517,6 +561,19 @@ def test_p12_nccl_transport() -> None:
     assert c.result == "UNVERIFIED" and "NCCL_DEBUG=INFO" in (c.action or "")
 
 
+def test_p12_reads_fabric_manager_as_branch_d_layer_2_does() -> None:
+    """RULES §10 P12: FAIL on a Fabric Manager failure; §8 D layer 2 says what one is: "failed" and "restarting" are
+    read (systemd `Failed to start`, `status=…/FAILURE`, repeated starts in one boot). A unit that stopped cleanly
+    (`status=0/SUCCESS`) has not failed; one systemd keeps restarting has."""
+    def with_line(message: str) -> Evidence:
+        return pcluster(gpu_lines=[*pcluster().gpu_lines, gpu_line(GPU2, message, 200)])
+    clean = with_line("systemd[1]: nvidia-fabricmanager.service: Main process exited, code=exited, status=0/SUCCESS")
+    assert result(clean, "P12").result == "PASS"
+    restarting = with_line("systemd[1]: nvidia-fabricmanager.service: Scheduled restart job, restart counter is at 3.")
+    c = result(restarting, "P12")
+    assert c.result == "FAIL" and GPU2 in c.evidence and "restarting" in c.evidence
+
+
 # -- P13–P16 ---------------------------------------------------------------------------------------------------------
 def alarm(name: str, **dims: str) -> AlarmInfo:
     return AlarmInfo(name=name, state_since=NOW - timedelta(hours=3), namespace="ParallelCluster",
@@ -548,6 +605,30 @@ def test_p14_free_ips_boundary_for_one_p5_replacement() -> None:
     assert result(hyperpod(subnets=None), "P14").result == "Not checked"
 
 
+@pytest.mark.parametrize(("kind", "itype", "need"), [
+    ("hyperpod-slurm", "p5e.48xlarge", 32), ("hyperpod-slurm", "p5en.48xlarge", 32),
+    ("hyperpod-eks", "p5.48xlarge", 81), ("hyperpod-eks", "p5en.48xlarge", 81)])
+def test_p14_every_hyperpod_p5_type_needs_the_hyperpod_p5_ips_on_its_orchestrator(kind: str, itype: str,
+                                                                                  need: int) -> None:
+    """RULES §8 (frequent non-GPU causes), used by P14: IPs per node "HyperPod P5: 32 on Slurm, 81 on EKS"; §2 lists
+    p5.48xlarge, p5e.48xlarge and p5en.48xlarge as the one P5 row. One free IP short of that is a RISK."""
+    base = hyperpod()
+    groups = [g.model_copy(update={"instance_type": itype}) if g.name == "gpu-p5" else g
+              for g in base.cluster.instance_groups]
+    cluster = base.cluster.model_copy(update={"kind": kind, "instance_groups": groups})
+    nodes = [n.model_copy(update={"instance_type": itype}) if n.instance_group == "gpu-p5" else n for n in base.nodes]
+    profile = P5.model_copy(update={"instance_type": itype, "max_efa_interfaces": 16 if itype == "p5en.48xlarge"
+                                    else 32})
+
+    def with_ips(n: int) -> Evidence:
+        subnet = SubnetInfo(subnet_id=SUBNET, vpc_id=VPC, availability_zone="us-west-2a", available_ips=n)
+        return base.model_copy(update={"cluster": cluster, "nodes": nodes, "subnets": [subnet],
+                                       "profiles": {itype: profile, "m5.xlarge": M5}})
+    c = result(with_ips(need - 1), "P14")
+    assert c.result == "RISK" and f"{need} IPs (HyperPod P5" in c.evidence, c.evidence
+    assert result(with_ips(need), "P14").result == "PASS"
+
+
 def test_p15_outbound_open_instead_of_self_rule_is_a_risk() -> None:
     c = result(hyperpod(security_groups=[sg(egress_self=False, egress_open=True)]), "P15")
     assert c.result == "RISK" and SG in c.evidence and "0.0.0.0/0" in c.evidence
@@ -568,6 +649,22 @@ def test_p16_public_subnet_without_nat_fails_bootstrap_lines_are_a_risk() -> Non
                                                    "nodes: (x2) ['train-st-p6-1']")]
     assert result(pcluster(gpu_lines=lines), "P16").result == "RISK"
     assert result(pcluster(route_tables=None), "P16").result == "Not checked"
+
+
+def test_p16_no_bootstrap_failure_is_a_pass_only_where_the_log_that_records_them_was_read() -> None:
+    """RULES §10 P16: RISK on recent bootstrap failures / protected mode, which ParallelCluster's head-node
+    `clustermgtd` records (HyperPod: the cluster log group's `LifecycleConfig/…` streams); §0.2/§0.3: PASS only on
+    evidence read. With the clustermgtd stream live across the window and no failure line, P16 passes; with it
+    silent (its last line before the window), "no bootstrap failure line" rests on nothing: UNVERIFIED, naming it."""
+    assert result(pcluster(), "P16").result == "PASS"  # its clustermgtd stream is live across the window
+    kernel_only = [a for a in pcluster().stream_activity if a.log_stream != CLUSTERMGTD]
+    silent = pcluster(stream_activity=kernel_only, control_streams=[ControlStream(
+        log_group=PC_GROUP, log_stream=CLUSTERMGTD, role="clustermgtd", instance_id=HEAD,
+        last_event=NOW - timedelta(days=20))])
+    c = result(silent, "P16")
+    assert c.result == "UNVERIFIED" and CLUSTERMGTD in c.evidence and PC_GROUP in c.evidence, c.evidence
+    nowhere = result(pcluster(stream_activity=kernel_only), "P16")  # no clustermgtd stream placed at all
+    assert nowhere.result == "UNVERIFIED" and "clustermgtd" in nowhere.evidence
 
 
 # -- end to end: the world through the collectors, the judge and the report --------------------------------------------

@@ -88,17 +88,20 @@ def _quoted_timestamp(text: str, match: re.Match[str], account_ids: set[str] | f
     return start > 0 and text[start - 1] == "-" and _timestamp(match.group(0)) and match.group(0) not in account_ids
 
 
-def redact_tree(value: Any, keep: frozenset[str] = frozenset({"cluster.arn"})) -> Any:
+def redact_tree(value: Any, keep: frozenset[str] = frozenset({"cluster.arn"}),
+                account_ids: frozenset[str] = frozenset()) -> Any:
     """Every string of a JSON document redacted, except the dotted paths in `keep` (OUTPUT-CONTRACT: only
-    `cluster.arn` may keep the account ID)."""
-    return redact_trees([value], keep)[0]
+    `cluster.arn` may keep the account ID); `account_ids` are the audit's known accounts (masked even where one
+    reads as a log group's timestamp)."""
+    return redact_trees([value], keep, account_ids)[0]
 
 
-def redact_trees(values: Iterable[Any], keep: frozenset[str] = frozenset({"cluster.arn"})) -> list[Any]:
+def redact_trees(values: Iterable[Any], keep: frozenset[str] = frozenset({"cluster.arn"}),
+                 account_ids: frozenset[str] = frozenset()) -> list[Any]:
     """`redact_tree` of each value, a string met in several redacted once for all (a grouped action naming every node
     is on each node's record: 10,000 records redacted it 10,000 times)."""
     prefixes = frozenset(".".join(p.split(".")[:depth]) for p in keep for depth in range(1, p.count(".") + 2))
-    redactor = _Redactor(keep, prefixes)
+    redactor = _Redactor(keep, prefixes, account_ids)
     return [redactor.tree(value, "") for value in values]
 
 
@@ -107,14 +110,14 @@ class _Redactor:
     no path is built for the ~100,000 dicts a fleet's result holds); a string met again (a log group on every
     coverage row) is redacted once."""
 
-    def __init__(self, keep: frozenset[str], prefixes: frozenset[str]) -> None:
-        self.keep, self.prefixes = keep, prefixes
+    def __init__(self, keep: frozenset[str], prefixes: frozenset[str], account_ids: frozenset[str]) -> None:
+        self.keep, self.prefixes, self.account_ids = keep, prefixes, account_ids
         self.seen: dict[str, str] = {}
 
     def text(self, value: str) -> str:
         done = self.seen.get(value)
         if done is None:
-            done = self.seen[value] = redact(value)
+            done = self.seen[value] = redact(value, self.account_ids)
         return done
 
     def tree(self, value: Any, path: str | None) -> Any:

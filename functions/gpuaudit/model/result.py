@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -73,6 +74,17 @@ BRANCH_NAMES: dict[BranchLetter, str] = {
 def check_rank(result: CheckResult) -> int:
     """Position of a check result in CHECK_SEVERITY, worst first."""
     return CHECK_SEVERITY.index(result)
+
+
+def readiness_reasons(results: Iterable[tuple[str, CheckResult]]) -> str:
+    """The checks that make the readiness answer, `FAIL P1, P6; RISK P3` (RULES §10: FAILs lead, then RISKs); with
+    neither, the checks short of PASS that make it `Yes with risks` (`UNVERIFIED P5`)."""
+    by_result: dict[CheckResult, list[str]] = {}
+    for cid, result in results:
+        by_result.setdefault(result, []).append(cid)
+    leading: tuple[CheckResult, ...] = ("FAIL", "RISK")
+    kinds = [k for k in leading if k in by_result] or [k for k in CHECK_SEVERITY if k in by_result and k != "PASS"]
+    return "; ".join(f"{k} {', '.join(by_result[k])}" for k in kinds)
 Signal = Literal["Observable", "Not observable", "Not applicable"]
 
 
@@ -304,6 +316,7 @@ class Result(Out):
     generated_at: UtcDatetime
     headline: str
     confidence: Literal["High", "Medium", "Low"]
+    confidence_basis: str = ""  # RULES §11: the confidence with its basis, in words
     nodes: list[NodeResult] = Field(default_factory=list)
     branches: list[Branch] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
@@ -343,4 +356,5 @@ class Result(Out):
         `cluster.arn` (OUTPUT-CONTRACT privacy)."""
         # ensure_ascii: DEL and C1 controls (e.g. U+009B, a terminal's CSI) are \u-escaped like the C0 ones
         with collection_paused():  # the document's objects all live until it is written (model/gcpause.py)
-            return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True)), indent=2, ensure_ascii=True)
+            return json.dumps(redact_tree(self.model_dump(mode="json", by_alias=True), account_ids=self._account_ids),
+                              indent=2, ensure_ascii=True)

@@ -34,7 +34,7 @@ from gpuaudit.report.fleet import (
 )
 from gpuaudit.report.heatmap import STATUS_BADGE, heatmap
 from gpuaudit.report.heatmap import html_text as _e
-from gpuaudit.report.markdown import GLOSSARY_LINE, action_lines, ready_line
+from gpuaudit.report.markdown import GLOSSARY_LINE, NO_TIMED_EVENT, action_lines, ready_line
 from gpuaudit.report.order import GAP_RANK, VERDICT_SEVERITY, coverage_gap, worst_first
 
 # The node tables that start open, at any size: what on-call must act on (a new node, a node nothing proves healthy,
@@ -170,7 +170,8 @@ def _verdict(r: Result) -> str:
         key = n.verdict or "no verdict"
         verdicts[key] = verdicts.get(key, 0) + 1
     tally = " ".join(f"{_badge(k, VERDICT_BADGE)} ×{v}" for k, v in verdicts.items())
-    out.append(f'<p>Confidence: <span class="badge {confidence}">{_e(r.confidence)}</span> · '
+    basis = f" — {_e(r.confidence_basis)}" if r.confidence_basis else ""  # RULES §11: confidence with its basis
+    out.append(f'<p>Confidence: <span class="badge {confidence}">{_e(r.confidence)}</span>{basis} · '
                f"Node verdicts: {tally}</p>")
     return "".join(out)
 
@@ -310,8 +311,8 @@ def _errors(r: Result) -> str:
 def _timeline(r: Result) -> str:
     rows = [(_e(_t(t.time)), _e(t.source), f"<code>{_e(t.resource)}</code>", _prose(t.what))
             for t in collapsed_timeline(r.timeline, by_kind=fleet_size(r))]
-    if not rows:
-        return ""
+    if not rows:  # RULES §11: an incident report holds its timeline; an empty one is said, not dropped
+        return f"<h2>Timeline (UTC)</h2><p>{_e(NO_TIMED_EVENT)}</p>" if r.mode == "incident" else ""
     return (f"<h2>Timeline (UTC)</h2><details{' open' if len(rows) <= 30 else ''}><summary>{len(rows)} row(s), "
             f"{len(r.timeline)} event(s)</summary>"
             f"{_table(('Time', 'Source', 'Resource', 'Event'), rows, scroll=len(rows) > 40)}</details>")
@@ -399,5 +400,6 @@ def render_html(result: Result) -> str:
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(_title(r))}</title><style>{CSS}</style></head><body>{DEFS}{body}</body></html>")
-    # A last pass for an account ID that slipped through; a raw mask would read as a tag, so escape it.
-    return redact(page).replace(MASK, escape(MASK))
+    # A last pass for an account ID that slipped through (the audit's known accounts included, masked even where
+    # one reads as a log group's timestamp); a raw mask would read as a tag, so escape it.
+    return redact(page, result.account_ids).replace(MASK, escape(MASK))

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.redaction import redact
-from gpuaudit.model.result import BRANCH_NAMES, IDS_AT, NodeResult, Result, check_rank
+from gpuaudit.model.result import BRANCH_NAMES, IDS_AT, NodeResult, Result, check_rank, readiness_reasons
 from gpuaudit.model.timeutil import HOUR, iso
 from gpuaudit.report.escape import md_cell, md_code, md_inline, quote
 from gpuaudit.report.fleet import (
@@ -72,8 +72,7 @@ def _healthy_lines(groups: dict[str, list[NodeResult]]) -> list[str]:
 
 def ready_line(r: Result) -> str:
     """`Ready: No — FAIL P1, P6; RISK P3`: the answer and the checks that make it (RULES §10)."""
-    why = "; ".join(f"{kind} {', '.join(c.id for c in r.checks if c.result == kind)}" for kind in ("FAIL", "RISK")
-                    if any(c.result == kind for c in r.checks))
+    why = readiness_reasons((c.id, c.result) for c in r.checks)
     return f"Ready: {r.ready}" + (f" — {why}" if why else "")
 
 
@@ -105,11 +104,16 @@ def _root_cause(r: Result) -> list[str]:
     return lines
 
 
+NO_TIMED_EVENT = ("no timed event read over the padded window (no Xid, node status change, NCCL or job line, "
+                  "cluster change or service event): see the branch table for what was read")
+
+
 def _timeline(r: Result) -> list[str]:
     rows = [f"| {_t(e.time)} | {_cell(e.source)} | {_cell(e.resource)} | {_cell(e.what)} |"
             for e in collapsed_timeline(r.timeline, by_kind=fleet_size(r))]
     if not rows:
-        return []
+        # RULES §11: an incident report holds its timeline; an empty one is said, not dropped
+        return ["## Timeline (UTC)", "", f"- {NO_TIMED_EVENT}", ""] if r.mode == "incident" else []
     return ["## Timeline (UTC)", "", *_table("| Time | Source | Resource | Event |", rows), ""]
 
 
@@ -212,7 +216,8 @@ def render(result: Result) -> str:
               f"- Orchestrator: {kind}", f"- Generated: {_t(r.generated_at)}", ""]
     if r.mode == "preflight" and r.ready:
         lines += [f"## {ready_line(r)}", ""]
-    lines += ["## Verdict", "", md_inline(r.headline), "", f"Confidence: **{r.confidence}**", ""]
+    lines += ["## Verdict", "", md_inline(r.headline), "", f"Confidence: **{r.confidence}**"
+              + (f" — {md_inline(r.confidence_basis)}" if r.confidence_basis else ""), ""]
     # RULES §11: in incident mode the root cause and the branch table come right after the verdict
     lines += _root_cause(r)
     lines += ["## Node verdicts", ""] + ([_node_line(n) for n in listed] + _healthy_lines(healthy) or ["- none"]) + [""]

@@ -102,7 +102,7 @@ def records(result: Result, nodes: Sequence[NodeResult] | None = None) -> list[d
     rows += [{"record": "check", "id": c.id, "result": c.result, "title": c.title, "reason": c.evidence,
               "actions": [c.action] if c.action else []} for c in result.checks]
     empty: dict[str, Any] = {f: ([] if f in LIST_FIELDS else None) for f in FIELDS}
-    return redact_trees({**empty, **common, **row} for row in rows)
+    return redact_trees(({**empty, **common, **row} for row in rows), account_ids=result.account_ids)
 
 
 def to_ndjson(rows: Sequence[dict[str, Any]]) -> str:

@@ -168,7 +168,9 @@ def summary(result: Result, nodes: Sequence[NodeResult] | None = None, report_fi
     elsewhere = f"in the full report: {report_file}" if report_file else "in the full report (--format md)"
     lines = [Text(f"gpuaudit {result.mode} audit: {clean(result.cluster.name)} ({clean(result.cluster.region)}), "
                   f"window {iso(result.window.start)} → {iso(result.window.end)}", style="bold"),
-             clean.prose(result.headline), Text(f"confidence: {result.confidence}")]
+             clean.prose(result.headline),
+             Text(f"confidence: {result.confidence}")
+             + (Text(f" — {clean(result.confidence_basis)}") if result.confidence_basis else Text())]
     if result.ready is not None:
         glyph, style = READY_STYLE[result.ready]
         lines.append(Text("ready: ").append(f"{glyph} {result.ready}", style=style))

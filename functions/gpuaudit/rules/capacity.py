@@ -62,7 +62,7 @@ def holding_for(ctx: Context, grp: GpuGroup) -> tuple[Holding | None, Unread | N
 HYPERPOD_P5_IPS = {"hyperpod-slurm": 32, "hyperpod-eks": 81}
 
 
-HYPERPOD_P5_TYPES = ("p5.48xlarge", "p5e.48xlarge")
+HYPERPOD_P5_TYPES = ("p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge")  # RULES §2: the one P5 row
 
 
 def need_per_node(ctx: Context, grp: GpuGroup) -> tuple[int, int, str]:

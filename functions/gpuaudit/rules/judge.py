@@ -54,7 +54,7 @@ from gpuaudit.rules.nodes import assess_node
 from gpuaudit.rules.onset import failure_onset, unread_signals
 from gpuaudit.rules.reboots import reboot_times, reboots_by_node
 from gpuaudit.rules.straggler import with_stragglers
-from gpuaudit.rules.summary import cluster_state, headline_for
+from gpuaudit.rules.summary import cluster_state, confidence_for, headline_for
 from gpuaudit.rules.xid_routing import NodeRouting
 
 if TYPE_CHECKING:
@@ -190,7 +190,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
     if evidence.mode == "preflight":
         checks, ready = preflight_rules.assess(judged, config)
         actions += [f"{c.id}: {c.action}" for c in checks if c.action and c.result in ("FAIL", "RISK", "UNVERIFIED")]
-    headline, confidence = headline_for(judged, branch_headline, ready, checks)
+    headline, _ = headline_for(judged, branch_headline, ready, checks)
+    confidence, confidence_basis = confidence_for(judged, branches if evidence.mode == "incident" else None)
     onset = failure_onset(judged) if evidence.mode == "incident" else None
     resources = sorted({evidence.cluster.name, *(n.instance_id for n in nodes),
                         *(c.log_group for n in nodes for c in n.coverage if c.log_group.startswith("/")),
@@ -204,7 +205,8 @@ def judge(evidence: Evidence, config: JudgeConfig, generated_at: datetime) -> Re
                          padded_start=pad.start, padded_end=pad.end, onset=onset.time if onset else None,
                          onset_source=onset.source if onset else None,
                          onset_unread=unread_signals(evidence) if evidence.mode == "incident" and not onset else None),
-        generated_at=generated_at, headline=headline, confidence=confidence, nodes=nodes, branches=branches,
+        generated_at=generated_at, headline=headline, confidence=confidence, confidence_basis=confidence_basis,
+        nodes=nodes, branches=branches,
         checks=checks, findings=findings, ready=ready,
         planned_run=planned_run(evidence, config) if evidence.mode == "preflight" else None,
         timeline=timeline, resources=resources, cluster_state=cluster_state(evidence),

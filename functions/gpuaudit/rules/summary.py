@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from gpuaudit.model.evidence import Evidence
-from gpuaudit.model.result import Check, Readiness, Verdict
+from gpuaudit.model.result import Branch, Check, Readiness, Verdict, readiness_reasons
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.context import Judged
 from gpuaudit.rules.node_state import deep_health_checks
@@ -109,8 +109,7 @@ def headline_for(j: Judged, branch_headline: str | None, ready: Readiness | None
         head = branch_headline if branch_headline.rstrip().endswith((".", "!", "?")) else branch_headline.rstrip() + "."
     elif ready is not None:
         # RULES §10: the answer names the checks that make it (`Ready: No — FAIL P1, P6; RISK P3.`)
-        why = "; ".join(f"{kind} {', '.join(c.id for c in checks if c.result == kind)}" for kind in ("FAIL", "RISK")
-                        if any(c.result == kind for c in checks))
+        why = readiness_reasons((c.id, c.result) for c in checks)
         head = f"Ready: {ready}" + (f" — {why}." if why else ".")
     elif verdicts:
         by_verdict = Counter(n.verdict for n in signalled)
@@ -133,13 +132,44 @@ def headline_for(j: Judged, branch_headline: str | None, ready: Readiness | None
         head += " Storage: " + "; ".join(f"{fs} {storage_summary(j.evidence, fs)}" for fs in named_fs) + "."
     if partial and (branch_headline or ready is not None or verdicts or blind):
         head += " The node list is incomplete (see visibility gaps)."
-    confidence: Literal["High", "Medium", "Low"]
+    return head, confidence_for(j)[0]
+
+
+Confidence = Literal["High", "Medium", "Low"]
+
+
+def confidence_for(j: Judged, branches: Sequence[Branch] | None = None) -> tuple[Confidence, str]:
+    """The answer's confidence and its basis in words (RULES §11). From the coverage and the reads; with the branches of
+    an incident, High also needs a Proven root cause with nothing competing (RULES §8)."""
+    accelerated = [n for n in j.nodes if n.gpu_count != 0]
+    blind = sum(1 for n in accelerated if n.xid_status == "Not observable")
+    unread = [g for g in j.evidence.gaps if g.scope != "cache"]  # a cache not kept left nothing unread
+    partial = any(g.scope == "node-list" for g in j.evidence.gaps)
+    by_status = Counter(n.xid_status for n in accelerated)
+    said = [", ".join(f"{count} of {len(accelerated)} GPU node(s) {status}"
+                      for status, count in sorted(by_status.items()))] if accelerated else []
+    said.append(f"{len(unread)} read(s) failed or not made (see visibility gaps)" if unread else "every source read")
+    confidence: Confidence
     if not accelerated or partial:
         confidence = "Low"
-    elif not blind and not [g for g in j.evidence.gaps if g.scope != "cache"]:  # a cache not kept left nothing unread
+        said.insert(0, "no GPU node audited" if not accelerated else "the node list is incomplete")
+    elif not blind and not unread:
         confidence = "High"
-    elif len(blind) < len(accelerated):
+    elif blind < len(accelerated):
         confidence = "Medium"
     else:
         confidence = "Low"
-    return head, confidence
+    if branches is not None:
+        root = [b for b in branches if b.status == "Root cause" and b.label == "Proven"]
+        competing = [b for b in branches if b.status == "Contributing"]
+        if not root:
+            said.append("no Proven root cause (a cause is Proven only on the affected node, before the failure, with "
+                        "nothing competing)")
+        elif competing:
+            said.append(f"root cause branch {root[0].branch} Proven, but branch(es) "
+                        f"{', '.join(b.branch for b in competing)} also hold evidence")
+        else:
+            said.append(f"root cause branch {root[0].branch} Proven, nothing competing")
+        if (not root or competing) and confidence == "High":
+            confidence = "Medium"
+    return confidence, "; ".join(said)

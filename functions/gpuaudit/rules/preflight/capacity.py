@@ -17,6 +17,8 @@ from gpuaudit.rules.capacity import holding_for
 from gpuaudit.rules.context import Context, GpuGroup, Holding
 from gpuaudit.rules.preflight.common import Part, combine
 
+PLAN_IN_FORCE = ("Active", "Scheduled", "Pending")  # DescribeTrainingPlan Status values that still hold capacity
+
 
 def _no_reservation(ctx: Context, grp: GpuGroup) -> str:
     read = len(ctx.ev.capacity_reservations or [])
@@ -51,7 +53,7 @@ def p1_part(ctx: Context, grp: GpuGroup) -> Part:
         return Part("UNVERIFIED", _no_reservation(ctx, grp),
                     f"Confirm how {grp.instance_type} capacity is held (Capacity Block, ODCR or training plan): "
                     f"`aws ec2 describe-capacity-reservations --filters Name=instance-type,Values={grp.instance_type}`")
-    if h.plan is not None and (h.state or "") not in ("Active", "Scheduled", "Pending"):
+    if h.plan is not None and (h.state or "") not in PLAN_IN_FORCE:
         return Part("FAIL", f"{grp.label} on {h.text}: the training plan is not Active, Scheduled or Pending",
                     f"Buy or extend a training plan for {grp.instance_type} before the run")
     if h.end is None:
@@ -111,11 +113,20 @@ def p2_part(ctx: Context, grp: GpuGroup) -> Part:
         return Part("PASS", f"{grp.label} on {h.text}: no end date, no extension needed")
     fits = [_fits(ctx, h, hours) for hours in ctx.plan.lengths]
     short = [f for f in fits if not f.fits]
+    lapsed = h.plan is not None and (h.state or "") not in PLAN_IN_FORCE  # P1 fails on it whatever the run length
+    if short and not ctx.plan.given and not lapsed and (
+            h.plan is not None or (h.reservation is not None and h.reservation.reservation_type != "capacity-block")):
+        # RULES §1: whether an ODCR or a training plan must be extended depends on the run length, not yet given
+        # (a Capacity Block's offerings are read below and may settle it without one).
+        need = ", ".join(f"{f.run_hours:g} h" for f in short)
+        return Part("Needs input", f"{grp.label} on {h.text}: runs that would outlast it: {need}",
+                    "Give the planned run length (`--run-hours N`) to decide whether an extension is needed")
     if h.plan is not None:
-        if not short:
+        if not short and not lapsed:
             return Part("PASS", f"{grp.label} on {h.text}: the run fits, no extension needed")
         call = "`aws sagemaker search-training-plan-offerings` (then `extend-training-plan`)"
-        return Part("Not checked", f"{grp.label} on {h.text}: the run does not fit and training plan extension "
+        why = "the training plan is not Active, Scheduled or Pending" if lapsed else "the run does not fit"
+        return Part("Not checked", f"{grp.label} on {h.text}: {why} and training plan extension "
                                    f"offerings are not read by this audit — {call}",
                     f"Look for an extension of training plan {h.resource}: {call}")
     if h.reservation is None:

@@ -4,21 +4,18 @@ bootstrap route."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
+from gpuaudit.domain.streams import HYPERPOD_CLUSTER_LOG
+from gpuaudit.domain.timing import TIMELINE_MARGIN
 from gpuaudit.model.planned_reads import RouteTableInfo
-from gpuaudit.model.result import Check, NcclTransport
+from gpuaudit.model.result import Check, NcclTransport, NodeResult
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.capacity import need_per_node
 from gpuaudit.rules.context import Context, id_list
 from gpuaudit.rules.fabric import NCCL_COMMAND, open_egress, self_rule, sg_names, sg_sets
+from gpuaudit.rules.fabric_manager import Boot, fabric_manager_of
 from gpuaudit.rules.preflight.common import Part, combine, make_check
 
-if TYPE_CHECKING:
-    from gpuaudit.rules.node_lines import ParsedLine
-
-FABRIC_MANAGER_FAILED = re.compile(r"(?i)(fabric ?manager|nvidia-fabricmanager)[^\n]*(fail|error|exited|"
-                                   r"core-dump)|Failed to start[^\n]*fabric ?manager")
 BOOTSTRAP_FAILED = re.compile(r"Found the following bootstrap failure nodes|Node bootstrap error|protected mode|"
                               r"bootstrap failure")
 
@@ -94,21 +91,24 @@ def _efa_width(ctx: Context, efa_types: list[str]) -> list[Part]:
             continue
         short = [n for n in grp.nodes if n.efa_attached is not None and profile.max_efa_interfaces is not None
                  and n.efa_attached < profile.max_efa_interfaces]
+        unread = [n for n in grp.nodes if n.efa_attached is None or profile.max_efa_interfaces is None]
+        if unread:  # a width not read is never a PASS (RULES §0)
+            parts.append(Part("UNVERIFIED", f"{grp.label}: EFA interfaces attached not read for "
+                              + id_list(n.instance_id for n in unread)
+                              + f" (supported: {profile.max_efa_interfaces or 'unknown'})",
+                              f"`aws ec2 describe-instances --instance-ids {' '.join(n.instance_id for n in unread)} "
+                              "--query 'Reservations[].Instances[].NetworkInterfaces[].InterfaceType'`"))
         if short:
             parts.append(Part("RISK", f"{grp.label}: fewer EFA interfaces than supported — "
                               + ", ".join(f"`{n.instance_id}` {n.efa_attached} of {profile.max_efa_interfaces}"
                                           for n in short) + " (less inter-node bandwidth)",
                               f"Launch {grp.instance_type} with all {profile.max_efa_interfaces} EFA interfaces "
                               "(launch template NetworkInterfaces, InterfaceType efa or efa-only)"))
-        elif grp.nodes:
+        elif read := [n for n in grp.nodes if n not in unread]:
             parts.append(Part("PASS", f"{grp.label}: " + ", ".join(
-                f"`{n.instance_id}` {n.efa_attached} of {profile.max_efa_interfaces}" for n in grp.nodes)
+                f"`{n.instance_id}` {n.efa_attached} of {profile.max_efa_interfaces}" for n in read)
                 + " EFA interfaces attached"))
     return parts
-
-
-def _where(p: ParsedLine) -> str:
-    return f"`{p.line.log_group}` / `{p.line.log_stream}` at {iso(p.line.time)}"
 
 
 def p12(ctx: Context) -> Check:
@@ -121,13 +121,14 @@ def p12(ctx: Context) -> Check:
     parts: list[Part] = []
     nccl_seen = False
     for n in nodes:
-        lines = ctx.lines([n.instance_id])
         nccl_seen = nccl_seen or n.signals.nccl == "Observable"
-        fm_failed = [p for p in lines if FABRIC_MANAGER_FAILED.search(p.line.message)]
+        fm_failed = _fabric_manager_faults(ctx, n)
         if fm_failed:
-            parts.append(Part("FAIL",
-                              f"`{n.instance_id}`: Fabric Manager failure — \"{fm_failed[0].line.message[:160]}\""
-                                      f" ({_where(fm_failed[0])})",
+            b = fm_failed[-1]
+            where = (f" — \"{b.line.message[:160]}\" (`{b.line.log_group}` / `{b.line.log_stream}` at "
+                     f"{iso(b.line.time)})") if b.line else ""
+            parts.append(Part("FAIL", f"`{n.instance_id}` ({n.instance_type}): Fabric Manager {b.state}{where} "
+                                      "(RULES §8 D layer 2)",
                               f"Reboot `{n.instance_id}` (REPLACE if Fabric Manager fails again)"))
         for t in n.nccl_transports:
             said = (f"`{n.instance_id}` ({n.instance_type}): NCCL used {t.transport} (`{t.marker}`) — {t.why} "
@@ -154,6 +155,18 @@ def p12(ctx: Context) -> Check:
                                                "of the last run is Not observable",
                           f"Run the next job (or an all_reduce test) with `{NCCL_COMMAND}`")
     return combine("P12", parts)
+
+
+def _fabric_manager_faults(ctx: Context, n: NodeResult) -> list[Boot]:
+    """The node's Fabric Manager failed, restarting or absent in a boot read: the one reading of §8 D layer 2
+    (rules/fabric_manager.py), over the lines the node's own verdict read."""
+    ev = ctx.ev
+    profile = ev.profiles.get(n.instance_type or "")
+    reading = fabric_manager_of([p.line for p in ctx.lines([n.instance_id])],
+                                ctx.j.boot_lines_by_node.get(n.instance_id, []),
+                                profile is not None and profile.fabric_manager_expected,
+                                ev.window.start - TIMELINE_MARGIN, min(ev.window.end, ev.now), n.coverage)
+    return reading.faulty if reading is not None else []
 
 
 def _where_t(t: NcclTransport) -> str:
@@ -251,6 +264,8 @@ def p16(ctx: Context) -> Check:
                           "Read the head node's `clustermgtd` and `slurm_resume` logs (HyperPod: the "
                           "`LifecycleConfig/<group>/<instance-id>` streams), fix the cause, then restart the fleet "
                           "(`pcluster update-compute-fleet --status START_REQUESTED`)"))
+    if not failures:
+        parts += _bootstrap_log_unread(ctx)
     if ev.cluster.kind == "parallelcluster":
         parts += _public_subnet_parts(ctx)
     if not parts:
@@ -259,6 +274,29 @@ def p16(ctx: Context) -> Check:
         return make_check("P16", "PASS", "no `bootstrap failure`, `Node bootstrap error` or protected-mode line in the "
                                          f"cluster's log sources over the window{scope}")
     return combine("P16", parts)
+
+
+def _bootstrap_log_unread(ctx: Context) -> list[Part]:
+    """No bootstrap-failure line means none only where the log that records them was read across the window:
+    ParallelCluster's head-node `clustermgtd`, HyperPod's cluster log group (`LifecycleConfig/…`). Self-managed
+    nodes have no such log: nothing to ask of them here."""
+    kind = ctx.ev.cluster.kind
+    if kind == "parallelcluster":
+        role, where = "clustermgtd", "the head node's `clustermgtd` stream"
+        action = ("On the head node: `sudo grep -i 'bootstrap failure\\|protected mode' "
+                  "/var/log/parallelcluster/clustermgtd`, and ship that log to CloudWatch")
+    elif kind.startswith("hyperpod"):
+        role, where = HYPERPOD_CLUSTER_LOG, "the HyperPod cluster log group (`LifecycleConfig/…` streams)"
+        action = (f"Read the `LifecycleConfig/<group>/<instance-id>` streams of cluster `{ctx.ev.cluster.name}` and "
+                  "confirm the nodes ship to the cluster log group")
+    else:
+        return []
+    logs = [c for c in ctx.j.control if c.role == role]
+    if any(c.state in ("live", "gaps") for c in logs):
+        return []
+    said = "; ".join(f"`{c.log_group}` / `{c.log_stream or 'no stream'}` {c.state}" for c in logs) or "not found"
+    return [Part("UNVERIFIED", f"no bootstrap failure or protected-mode line read, but {where} was not read across "
+                               f"the window ({said}): recent bootstrap failures are Not observable", action)]
 
 
 def _public_subnet_parts(ctx: Context) -> list[Part]:
