@@ -68,19 +68,30 @@ def kernel_streams_read_from(evidence: Evidence, fallback: datetime) -> datetime
     return min(starts) if starts else fallback
 
 
+NONE_SEEN = "no reboot or replacement of this node seen; "
+
+
 def with_replacements(nodes: list[NodeResult], evidence: Evidence) -> list[NodeResult]:
     """HyperPod gives a replaced node a new instance ID (RULES §5.7): a node found only by its streams (no longer
     listed) is named beside the node of the same group that launched next after its last line, as a likely
     replacement (a hypothesis from group and time, said so); its detections still count for the window."""
     notes: dict[str, str] = {}
-    for old, r in replacements(nodes, evidence).items():
+    replaced = replacements(nodes, evidence)
+    for old, r in replaced.items():
         group = next((n.instance_group for n in nodes if n.instance_id == old), None)
         notes[old] = (f"no longer listed by the cluster; likely replaced by {r.new} (group {group or '—'}, launched "
                       f"{iso(r.launched)}, {r.minutes_after} min after this "
                       f"node's last line; matched by group and time)")
         notes[r.new] = f"likely the replacement of {old}, whose detections still count for the window"
-    return [n.model_copy(update={"service_action": "; ".join(x for x in (notes[n.instance_id], n.service_action) if x)})
-            if n.instance_id in notes else n for n in nodes]
+    return [n.model_copy(update={"service_action": "; ".join(x for x in (
+        notes[n.instance_id], _without_none_seen(n.service_action) if n.instance_id in replaced else n.service_action)
+        if x)}) if n.instance_id in notes else n for n in nodes]
+
+
+def _without_none_seen(action: str | None) -> str | None:
+    """A node matched to its replacement was replaced: "no reboot or replacement seen" would contradict that (only the
+    CloudTrail/cluster-event reads saw none), so the line keeps the NodeRecovery setting alone."""
+    return action.replace(NONE_SEEN, "") if action else action
 
 
 def service_action(node: NodeInfo, evidence: Evidence,
@@ -108,7 +119,7 @@ def service_action(node: NodeInfo, evidence: Evidence,
     if evidence.cluster.kind.startswith("hyperpod"):
         recovery = evidence.cluster.node_recovery or "unknown"
         if not any("Batch" in p or "cluster event" in p for p in parts):
-            parts.append(f"no reboot or replacement of this node seen; NodeRecovery is {recovery}")
+            parts.append(f"{NONE_SEEN}NodeRecovery is {recovery}")
     elif node.discovered_by == "log-streams":
         parts.append("instance no longer returned by DescribeInstances (terminated); found by its log streams")
     return "; ".join(parts) or None

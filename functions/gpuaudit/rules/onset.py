@@ -25,6 +25,7 @@ from gpuaudit.domain.throughput import FORM_BY_MEASURE
 from gpuaudit.domain.timing import FSX_BUCKET, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence, JobFigure
 from gpuaudit.model.timeutil import iso
+from gpuaudit.rules.acted import replacements
 from gpuaudit.rules.storage import client_io_drop, file_systems_in_scope
 
 if TYPE_CHECKING:
@@ -64,7 +65,8 @@ def failure_onset(j: Judged) -> Onset | None:
     ev = j.evidence
     if ev.window.onset is not None:
         return Onset(ev.window.onset, "stated by the operator (--onset)", stated=True)
-    found = [o for o in (_nccl_timeout(j), _job_drop(j), _cluster_event(j), _kube_change(j)) if o is not None]
+    found = [o for o in (_nccl_timeout(j), _job_drop(j), _cluster_event(j), _kube_change(j),
+                                   _replaced_node(j)) if o is not None]
     if not found:
         found = [o for o in (_file_system_drop(j),) if o is not None]
     if not found:
@@ -142,6 +144,17 @@ def _cluster_event(j: Judged) -> Onset | None:
         return None
     return Onset(first.time, f"node status change of {first.instance_id} (ListClusterEvents: "
                              f"\"{first.description[:160]}\")")
+
+
+def _replaced_node(j: Judged) -> Onset | None:
+    """A HyperPod node no longer listed whose group launched a new node after its last line was replaced: a node
+    status change read from ListClusterNodes (RULES §5.7). The replacement's launch is when the change is known to
+    have happened; it may have begun as early as the old node's last line (the resolution)."""
+    changes = [Onset(r.launched, f"node status change: {old} no longer listed by ListClusterNodes; {r.new} launched "
+                                 f"in its group at {iso(r.launched)} (its likely replacement, matched by group and "
+                                 "time)", resolution=timedelta(minutes=r.minutes_after))
+               for old, r in replacements(j.nodes, j.evidence).items() if _in_window(j, r.launched)]
+    return min(changes, key=lambda o: o.time, default=None)
 
 
 def _file_system_drop(j: Judged) -> Onset | None:
