@@ -152,3 +152,23 @@ def test_one_start_shipped_to_two_log_groups_is_one_start_not_a_restart() -> Non
     # Then Fabric Manager started once in that boot: no restart, no verdict from it
     assert "restarting" not in (node.verdict_evidence or "")
     assert node.verdict != "REBOOT"
+
+
+def test_systemd_and_the_daemon_telling_one_start_is_one_start_not_a_restart() -> None:
+    # Given one boot whose syslog stream carries systemd's start line of the unit and, a second later, the daemon's
+    # own `Started "Nvidia Fabric Manager"` (two writers, one start)
+    w, iid = p5_node([*boot(at(9, 30)), (at(9, 31), STARTED),
+                      (at(9, 31, 1), 'nv-fabricmanager[4112]: Started "Nvidia Fabric Manager"')])
+    node, _ = audit(w, iid)
+    # Then Fabric Manager started once in that boot: no restart, no verdict from it
+    assert "restarting" not in (node.verdict_evidence or "")
+    assert node.verdict != "REBOOT"
+
+
+def test_the_daemon_starting_twice_in_one_boot_is_still_a_restart() -> None:
+    # Given one boot whose stream carries the daemon's own start line twice, minutes apart
+    w, iid = p5_node([*boot(at(9, 30)), (at(9, 31), 'nv-fabricmanager[4112]: Started "Nvidia Fabric Manager"'),
+                      (at(9, 40), 'nv-fabricmanager[5120]: Started "Nvidia Fabric Manager"')])
+    node, _ = audit(w, iid)
+    # Then that is a restart: REBOOT
+    assert node.verdict == "REBOOT" and "restarting" in (node.verdict_evidence or "")

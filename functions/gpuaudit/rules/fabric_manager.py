@@ -35,6 +35,8 @@ RESTARTING = re.compile(rf"(?i){_FM}[^\n]*Scheduled restart job")
 # systemd's own start line of the unit: two in one boot are a restart. (The p6-b200/b300 `CX Bridge device … is usable
 # for NVLink subnet management` lines also say Fabric Manager is up, but one is printed per bridge: never counted.)
 STARTED_UNIT = re.compile(rf"(?i)\bStarted\b[^\n]*{_FM}")
+# The daemon's own word for its start (the quoted service name), beside systemd's line for the same start.
+DAEMON_START = re.compile(r'Started "Nvidia Fabric Manager"')
 # The PIDFile= warning systemd prints for the unit is benign (RULES §6): never a failure.
 BENIGN = re.compile(r"PIDFile=")
 # Banners within this span are one boot (the kernel's `Linux version` and the driver's load line come seconds apart).
@@ -170,9 +172,11 @@ def _boot(banner: GpuLine | None, body: list[GpuLine], ends: datetime,
     unit_starts = [x for x in starts if STARTED_UNIT.search(x.message)]
     # Repeated starts are counted in one stream: a node shipping its journal to two log groups shows each start
     # twice, and that is one start (docs/decisions.md).
-    per_stream: dict[tuple[str, str], list[GpuLine]] = {}
+    # Each writer's starts are counted apart: systemd's unit line and the daemon's own `Started "Nvidia Fabric
+    # Manager"` in the same stream are one start told twice (docs/decisions.md).
+    per_stream: dict[tuple[str, str, bool], list[GpuLine]] = {}
     for x in unit_starts:
-        per_stream.setdefault((x.log_group, x.log_stream), []).append(x)
+        per_stream.setdefault((x.log_group, x.log_stream, bool(DAEMON_START.search(x.message))), []).append(x)
     again = next((lines[1] for lines in per_stream.values() if len(lines) > 1), None)
     if restarts or (banner is not None and again is not None):
         return Boot(banner, "restarting", restarts[0] if restarts else again)

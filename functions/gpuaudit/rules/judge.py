@@ -389,19 +389,24 @@ def _detail(routing: NodeRouting | None) -> str:
     return f" ({who})" if who else ""
 
 
+def _slurm_alternative(evidence: Evidence, action: str) -> str:
+    """Slurm's own way to ask HyperPod for the action, said only where Slurm orchestrates (an EKS cluster has none)."""
+    if evidence.cluster.kind != "hyperpod-slurm":
+        return ""
+    return f" (Slurm: `scontrol update node=<node> state=fail reason=\"Action:{action}\"`)"
+
+
 def _replace_step(evidence: Evidence, n: NodeResult) -> str:
     if evidence.cluster.kind.startswith("hyperpod"):
         return (f"`aws sagemaker batch-replace-cluster-nodes --cluster-name {evidence.cluster.name} "
-                f"--node-ids {n.instance_id}` (Slurm: `scontrol update "
-                f"node=<node> state=fail reason=\"Action:Replace\"`)")
+                f"--node-ids {n.instance_id}`" + _slurm_alternative(evidence, "Replace"))
     return f"drain it in Slurm, then stop/start or terminate {n.instance_id} so the scheduler launches a new one"
 
 
 def _reboot_step(evidence: Evidence, n: NodeResult) -> str:
     if evidence.cluster.kind.startswith("hyperpod"):
         return (f"`aws sagemaker batch-reboot-cluster-nodes --cluster-name {evidence.cluster.name} "
-                f"--node-ids {n.instance_id}` (Slurm: `scontrol update "
-                f"node=<node> state=fail reason=\"Action:Reboot\"`)")
+                f"--node-ids {n.instance_id}`" + _slurm_alternative(evidence, "Reboot"))
     return f"drain it, then `aws ec2 reboot-instances --instance-ids {n.instance_id}`"
 
 

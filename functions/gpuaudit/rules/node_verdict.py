@@ -79,6 +79,19 @@ def kernel_gap(coverage: NodeCoverage) -> str | None:
     return "; ".join(f"{r.log_group} / {r.log_stream or 'no stream'}: {r.status}" for r in kernel)
 
 
+def _shipped_kernel_gap(verdict: Verdict, coverage: NodeCoverage, accelerated: bool) -> str:
+    """RULES §7: a hardware bar met on what was read wins over a coverage gap, and the gap is stated beside it — here a
+    kernel-log source that names the node yet did not prove coverage (a stream gone silent, empty hours)."""
+    if verdict not in ("REPLACE", "REBOOT") or not accelerated:
+        return ""
+    shipped = [r for r in coverage.rows if r.source_kind == "kernel" and r.log_group.startswith("/") and r.log_stream]
+    gap = kernel_gap(coverage) if shipped else None
+    if gap is None:
+        return ""
+    return (f"; kernel-log coverage not proven ({gap}): an Xid in its empty hours would not have been seen — check "
+            f"the node directly ({DIRECT_CHECK}) and fix log shipping")
+
+
 def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated: bool,
                 live: str | None = None) -> tuple[Verdict | None, str | None]:
     """The node's one verdict (RULES §7) with its precedence: a hardware bar met on what was read wins over a
@@ -99,7 +112,7 @@ def verdict_for(routing: NodeRouting | None, coverage: NodeCoverage, accelerated
                                    "hardware-class Xid the agent does not report cannot be ruled out — check the node "
                                    f"directly ({DIRECT_CHECK})")
     if routing is not None and routing.verdict is not None:
-        return routing.verdict, routing.verdict_evidence
+        return routing.verdict, routing.verdict_evidence + _shipped_kernel_gap(routing.verdict, coverage, accelerated)
     if routing is not None and routing.hypothesis:
         # A held verdict (rule 48 split UNVERIFIED): watch the node, run the deciding check before acting.
         return "MONITOR", (f"Hypothesis (to validate): {routing.verdict_evidence} Deciding check: "
