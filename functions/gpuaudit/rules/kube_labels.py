@@ -3,6 +3,8 @@ node action, the node's health word, its GPU errors rows, and where the labels a
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from gpuaudit.model.evidence import Evidence, NodeInfo
 from gpuaudit.model.planned_reads import KubeNode
 from gpuaudit.model.result import GpuError, Verdict
@@ -66,13 +68,20 @@ def kube_rows(k: KubeNode | None, evidence: Evidence) -> list[GpuError]:
             for label, _verdict in labels_asking(k)]
 
 
-def kube_disagreement(k: KubeNode | None, verdict: Verdict | None) -> str | None:
-    """The label and the logs tell different stories: said, never silently resolved."""
+def kube_disagreement(k: KubeNode | None, verdict: Verdict | None, signal: datetime | None = None) -> str | None:
+    """The label and the logs tell different stories: said, never silently resolved. A node that turned Ready again
+    after the signal (`signal`: the latest the verdict rests on) shows its state after recovery: a healthy label
+    there is not a disagreement, and is said as such."""
     if k is None:
         return None
     label = k.labels.get(HEALTH_LABEL)
     asked = labels_asking(k)
     labelled = asked[0][1] if asked else None
+    back = max((c.last_transition for c in k.conditions if c.type == "Ready" and c.status == "True"
+                and c.last_transition and signal is not None and c.last_transition > signal), default=None)
+    if verdict in ("REPLACE", "REBOOT") and labelled is None and back is not None and signal is not None:
+        return (f"the EKS node {k.name} is labelled {HEALTH_LABEL}={label or '(absent)'} and Ready since {iso(back)}, "
+                f"after the signal at {iso(signal)}: the label shows the node after its recovery, not a disagreement")
     if verdict in ("REPLACE", "REBOOT") and labelled is None:
         return (f"the EKS node {k.name} is labelled {HEALTH_LABEL}={label or '(absent)'}: the node's own health "
                 "status does not ask for it — the sources disagree")

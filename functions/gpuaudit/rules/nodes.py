@@ -58,7 +58,9 @@ def assess_node(node: NodeInfo, evidence: Evidence, coverage: NodeCoverage, line
                                              key=lambda e: e.time), reboots)
     verdict, evidence_text = verdict_for(routing, coverage, accelerated,
                                          agent_live(node.instance_id, evidence, window_start, window_end, agents))
-    if (disagreement := kube_disagreement(kube, verdict)) is not None:
+    signal = max((e.last_time or e.time for e in gpu_errors if e.class_ == "hardware" and e.code is not None),
+                 default=None)
+    if (disagreement := kube_disagreement(kube, verdict, signal)) is not None:
         evidence_text = f"{evidence_text}; {disagreement}" if evidence_text else disagreement
     efa = efa_text(node, profile, evidence.cluster.kind.startswith("hyperpod"))
     fabric = fabric_class(node.instance_type, profile)
