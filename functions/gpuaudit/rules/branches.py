@@ -33,6 +33,7 @@ from gpuaudit.rules.actions import ACTION_ORDER, NAMED_UP_TO
 from gpuaudit.rules.capacity import (
     CapacityError,
     affected_groups,
+    after_onset,
     capacity_error_step,
     capacity_errors,
     capacity_step,
@@ -232,7 +233,8 @@ def branch_b(j: Judged) -> Branch:
     if ev.capacity_reservations is None:
         return _branch("B", "Not assessed", "capacity reservations could not be read (see visibility gaps)")
     ends = block_ends(j)
-    errors = capacity_errors(j)
+    every = capacity_errors(j)
+    errors = [e for e in every if e not in after_onset(every, _late_capacity_bound(j))]
     inactive = inactive_reservations(j, errors)
     if not ends:
         return _capacity_signals(j, errors, inactive) if errors or inactive else _capacity_reads(j)
@@ -306,6 +308,18 @@ def _capacity_signals(j: Judged, errors: Sequence[CapacityError], inactive: Sequ
                    "State and StartDate of that reservation")
 
 
+def _late_capacity_bound(j: Judged) -> datetime | None:
+    """The onset past which a capacity error is not B's evidence (RULES §0.5, §8: a branch's evidence precedes the
+    failure): a launch that failed after the failure began did not cause it, and is said in the capacity-errors step
+    instead. None — every error counts — while a recovery is under way (a node troubled or vanished, a group below
+    target): there a later capacity error is what blocks the replacement (RULES §8 A, check B)."""
+    onset = failure_onset(j)
+    if onset is None:
+        return None
+    vanished = any(n.discovered_by == "log-streams" and n.role != "head" for n in j.nodes)
+    return None if vanished or affected_groups(_fabric_context(j)) else onset.time
+
+
 def _before_start(error: CapacityError, r: CapacityReservation) -> bool:
     """A `scheduled` block explains a launch error only when the launch came before its StartDate."""
     start = r.start_date
@@ -321,7 +335,7 @@ def _capacity_reads(j: Judged) -> Branch:
     groups = affected_groups(ctx)
     vanished = [n.instance_id for n in j.nodes if n.discovered_by == "log-streams" and n.role != "head"]
     steps = [_ending_step(j), _short_groups_step(ctx, groups, vanished), subnet_step(ctx, groups or list(ctx.groups)),
-             capacity_error_step(ctx)]
+             capacity_error_step(ctx, _late_capacity_bound(j))]
     said = "; ".join(f"{s.name} — {s.status}: {s.evidence}" for s in steps)
     blocked = [s for s in steps if s.status == "Blocked"]
     if blocked:

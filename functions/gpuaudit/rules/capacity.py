@@ -286,24 +286,44 @@ def reservation_said(r: CapacityReservation) -> str:
             f"{NOT_ACTIVE.get(r.state, 'not active')}")
 
 
-def capacity_error_step(ctx: Context) -> FindingStep:
-    """RULES §8 B: every capacity-class error read (capacity_errors) blocks. Cleared only when CloudTrail was read
-    whole: an EC2 launch error lives there, and logs alone cannot clear it."""
+def after_onset(errors: Sequence[CapacityError], onset: datetime | None) -> list[CapacityError]:
+    """The capacity errors read after the failure began (RULES §0.5, §8: a branch's evidence must precede the failure):
+    a launch that failed later cannot have caused it — an effect (a replacement that could not launch) or another
+    queue's workload. An error without a time is never placed after the onset."""
+    return [e for e in errors if onset is not None and e.time is not None and e.time > onset]
+
+
+def late_errors_said(late: Sequence[CapacityError], onset: datetime) -> str:
+    shown = "; ".join(e.said() for e in late[:NAMED_ERRORS])
+    more = f" (+{len(late) - NAMED_ERRORS} more)" if len(late) > NAMED_ERRORS else ""
+    return (f"{len(late)} capacity-class error(s) read after the failure onset at {iso(onset)}, so not its cause "
+            f"(an effect or another workload; each in the timeline): {shown}{more}")
+
+
+def capacity_error_step(ctx: Context, onset: datetime | None = None) -> FindingStep:
+    """RULES §8 B: every capacity-class error read (capacity_errors) blocks, except one read after the failure onset
+    (`after_onset`), which is said and never blocks. Cleared only when CloudTrail was read whole: an EC2 launch error
+    lives there, and logs alone cannot clear it."""
     name = "capacity errors"
     ev = ctx.ev
-    errors = capacity_errors(ctx.j)
+    every = capacity_errors(ctx.j)
+    late = after_onset(every, onset)
+    errors = [e for e in every if e not in late]
+    later = f"; {late_errors_said(late, onset)}" if late and onset is not None else ""
     if errors:
         shown = "; ".join(e.said() for e in errors[:NAMED_ERRORS])
         more = f" (+{len(errors) - NAMED_ERRORS} more)" if len(errors) > NAMED_ERRORS else ""
-        return step(name, "Blocked", f"{len(errors)} capacity-class error(s) read: {shown}{more}")
+        return step(name, "Blocked", f"{len(errors)} capacity-class error(s) read: {shown}{more}{later}")
+    before = " before the failure onset" if later else ""
     if ev.cloudtrail is None or not ev.cloudtrail_complete:
-        return step(name, "Not checked", "no InsufficientInstanceCapacity or other capacity-class error (a "
-                     "reservation not active, no free address) in the log lines read, but "
+        return step(name, "Not checked", f"no InsufficientInstanceCapacity or other capacity-class error (a "
+                     f"reservation not active, no free address) in the log lines read{before}, but "
                      "CloudTrail was not read for every event name (see visibility gaps) — `aws "
-                     "cloudtrail lookup-events --lookup-attributes AttributeKey=EventName,AttributeValue=RunInstances`")
+                     "cloudtrail lookup-events --lookup-attributes AttributeKey=EventName,AttributeValue=RunInstances`"
+                     f"{later}")
     return step(name, "Cleared", f"no InsufficientInstanceCapacity or other capacity-class error (a reservation not "
                  f"active, no free address) in CloudTrail ({len(ev.cloudtrail)} event(s) "
-                 "read by event name), the cluster events or the log lines read")
+                 f"read by event name), the cluster events or the log lines read{before}{later}")
 
 
 NAMED_ERRORS = 5

@@ -471,6 +471,13 @@ def _routing(
     others = sorted({o.xid.event.code for o in judged} - {event.code})
     if others:
         parts.append(f"also on the node: Xid {', '.join(map(str, others))}")
+    # RULES §6 rule 48: a 48 whose DRAM/SRAM split the log does not settle is said so, with the check that settles it,
+    # even when another code decided the verdict (a 64 after it): the operator still reads which memory faulted
+    undecided = next((o.xid.c for o in judged if o.xid.event.code == 48 != event.code and o.xid.c.memory == "UNVERIFIED"
+                      and o.xid.c.deciding_check), None)
+    if undecided is not None:
+        parts.append(f"Xid 48 (rule 48): {undecided.unverified_reason}; the check that settles it: "
+                     f"`{undecided.deciding_check}`; it does not change this verdict")
     if best.verdict != "LEAVE ALONE" and "Running" not in best.finding:
         parts.append(f"node {'Running' if node_running else 'not Running'}")
     conclusion = best.verdict or (
