@@ -76,3 +76,23 @@ def test_the_search_is_bounded_to_the_lookback_and_skipped_when_the_window_holds
     boot = [q for q in old.audit(old.cluster, mode="incident", since=SINCE, until=UNTIL).calls
             if q.operation == "StartQuery"]
     assert boot_queries(with_lines) < sum(c.count for c in boot)
+
+
+def test_fabric_manager_failing_in_the_current_boot_before_the_window_is_read() -> None:
+    # Given a P5 node whose only boot, 4 days before the window, logged Fabric Manager failing to start (no start)
+    w = PClusterWorld(n_compute=1, launch=at(-96))
+    (n,) = w.compute
+    w.healthy(n, at(-96), at(12, 25))
+    boot = iso(parse_time(at(-96)) + timedelta(minutes=1))
+    w.stream(w.group, w.stream_name(n), events=[
+        (boot, f"{n.hostname} systemd[1]: nvidia-fabricmanager.service: Main process exited, code=exited, "
+               "status=1/FAILURE"),
+        (boot, f"{n.hostname} systemd[1]: Failed to start NVIDIA fabric manager service.")])
+
+    # When a pre-flight audits it
+    result = w.audit(w.cluster, mode="preflight")
+
+    # Then the failure is read by the since-launch search: the node is to be rebooted and P12 fails on that line
+    assert node_of(result, n.instance_id).verdict == "REBOOT"
+    (p12,) = [c for c in result.checks if c.id == "P12"]
+    assert p12.result == "FAIL" and "Failed to start NVIDIA fabric manager service" in p12.evidence

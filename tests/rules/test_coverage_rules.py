@@ -647,3 +647,19 @@ def test_a_node_launched_after_the_padded_window_is_not_measured_on_no_hour():
     assert row.log_stream == stream and row.live_hours == 0
     assert row.status == "Not observable" and n.xid_status == "Not observable"
     assert "launched 2026-10-01T11:40:00Z, after the padded window ends" in (row.note or "")
+
+
+def test_cluster_group_hours_before_the_node_launched_do_not_count_against_hma_absence():
+    # Given a HyperPod cluster created inside the padded window: its GPU node launched at 06:31 and ClusterMetrics
+    # writes from 06:40 on, so the padding hour 05:00 (before either existed) holds no line
+    w = HyperPodWorld(gpu_nodes=1, launch=at(6, 31))
+    gpu = w.gpu[0]
+    w.cluster_metrics(at(6, 40), at(12, 25))
+
+    # When audited from 06:00
+    n = node_of(w.audit(w.cluster, since=at(6)), gpu.instance_id)
+
+    # Then the node is held to the hours since its launch (decision 3), as its kernel streams are: the group was live
+    # in each of them, so the absence of its HMA stream reads "No HMA detections", the launch hour named
+    (row,) = hma_rows(n)
+    assert row.status == "No HMA detections" and "from the node's launch hour 2026-10-01T06:00:00Z" in (row.note or "")

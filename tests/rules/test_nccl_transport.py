@@ -107,6 +107,17 @@ def test_each_rules_marker_names_its_transport(line: str, transport: str) -> Non
         ("SHM", "via SHM/direct/direct"), ("IB", "Using network IB")] if t == transport and m in line))
 
 
+def test_the_efa_provider_line_is_read_in_both_spellings_of_aws_ofi_nccl() -> None:
+    # Given the provider line as older and newer aws-ofi-nccl releases print it (`Provider` / `provider, fabric is`)
+    older = "ip-10-1-2-3:31542:31690 [0] NCCL INFO NET/OFI Selected Provider is efa (found 32 nics)"
+    newer = ("ip-10-1-2-3:31542:31690 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct "
+             "(found 32 nics)")
+    # When classified; Then both are RULES' `NET/OFI Selected Provider is efa` marker, and another provider is not
+    assert transport_of(older) == transport_of(newer) == ("EFA/OFI", "NET/OFI Selected Provider is efa")
+    tcp = "ip-10-1-2-3:1:2 [0] NCCL INFO NET/OFI Selected provider is tcp, fabric is tcp (found 1 nics)"
+    assert transport_of(tcp) is None
+
+
 def test_a_line_without_nccl_info_names_no_transport() -> None:
     assert transport_of("sshd: accepted connection via NET/Socket/0") is None  # not an NCCL line
 

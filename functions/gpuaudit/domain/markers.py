@@ -19,9 +19,11 @@ FABRIC_MANAGER_STARTED = ('Started "Nvidia Fabric Manager"', "Started NVIDIA fab
                           "is usable for NVLink subnet management",
                           "Started nvidia-fabricmanager")  # newer systemd: the unit's name before its description
 DRIVER_BANNER = "NVRM: loading NVIDIA UNIX"
-BOOT_LINE_MARKERS = (*FABRIC_MANAGER_STARTED, DRIVER_BANNER)
 # systemd names the unit by its description too (`Failed to start NVIDIA fabric manager service.`): lower case.
 FABRIC_MANAGER_MARKERS = ("Fabric ?Manager", "nvidia-fabricmanager", "fabric manager")
+# Every Fabric Manager line, not its start alone: a failure or restart of the current boot logged before the window is
+# as much a boot-time line as the start, and RULES §10 P12 fails on it (rules/fabric_manager.py reads which it is).
+BOOT_LINE_MARKERS = (*FABRIC_MANAGER_STARTED, *FABRIC_MANAGER_MARKERS, DRIVER_BANNER)
 # ParallelCluster / HyperPod lifecycle strings of RULES §8 that decide between hardware, capacity and bootstrap.
 # The kernel's boot banner in both forms it is shipped in: `kernel: Linux version …` (journald, no uptime) and
 # `kernel: [    0.000000] Linux version …` (syslog, behind the uptime stamp). A regex: the query and the rules match it.

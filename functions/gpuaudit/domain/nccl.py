@@ -75,7 +75,10 @@ def transport_of(message: str) -> tuple[Transport, str] | None:
     """The transport an NCCL line names, by the first marker in MARKERS it holds; None for any other line."""
     if not NCCL_LINE.search(message):
         return None
-    return next(((t, m) for t, m in MARKERS if m in message), None)
+    # Case-blind: aws-ofi-nccl wrote `Selected Provider is efa` and, from its efa-direct releases on, `Selected
+    # provider is efa, fabric is …`; one marker, two spellings.
+    folded = message.casefold()
+    return next(((t, m) for t, m in MARKERS if m.casefold() in folded), None)
 
 
 def line_host(message: str) -> str | None:

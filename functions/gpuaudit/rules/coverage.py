@@ -237,15 +237,42 @@ def kernel_rows(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Pad
     return rows
 
 
-def hma_group_live(evidence: Evidence, pad: Padded) -> tuple[bool, str]:
+@dataclass(frozen=True)
+class HmaGroupLiveness:
+    """RULES §4: whether the HyperPod cluster log group received other streams in every hour of the padded window,
+    kept per hour so a node is held only to the hours since its launch (docs/decisions.md, decision 3): hours before
+    the node (or the cluster) existed cannot carry its agent's lines, so they prove nothing either way."""
+
+    group: str | None
+    proof: str  # the streams that make it live, or why it is not
+    missing: tuple[datetime, ...] = ()  # hours of the padded window with no line of another stream
+    has_streams: bool = False
+
+    def for_node(self, node: NodeInfo) -> tuple[bool, str]:
+        if self.group is None or not self.has_streams:
+            return False, self.proof
+        launched = floor_hour(node.launch_time) if node.launch_time is not None else None
+        missing = [h for h in self.missing if launched is None or h >= launched]
+        if missing:
+            return False, (f"cluster log group {self.group} had no line in {len(missing)} hour(s) of the padded "
+                           f"window (first {iso(missing[0])})")
+        if self.missing and launched is not None:
+            return True, f"{self.proof}, from the node's launch hour {iso(launched)}"
+        return True, self.proof
+
+
+def hma_group_live(evidence: Evidence, pad: Padded) -> HmaGroupLiveness:
     """Is the HyperPod cluster log group receiving other streams in every hour? (and the proof)"""
     group = evidence.hma_log_group
     if group is None:
-        return False, "no HyperPod cluster log group /aws/sagemaker/Clusters/<name>/<id> was found"
+        return HmaGroupLiveness(None, "no HyperPod cluster log group /aws/sagemaker/Clusters/<name>/<id> was found")
     others = [a for a in evidence.stream_activity if a.log_group == group and not a.log_stream.startswith(HMA_PREFIX)]
+    if not others:
+        return HmaGroupLiveness(group, f"cluster log group {group} holds no live stream")
     for a in sorted(others, key=lambda a: -a.live_hours):
         if a.live_hours >= len(pad.hours):
-            return True, f"cluster log group live in every hour through {a.log_stream}"
+            return HmaGroupLiveness(group, f"cluster log group live in every hour through {a.log_stream}",
+                                    has_streams=True)
     covered: set[datetime] = set()
     for a in others:
         covered.update(h for h, n in (a.hour_counts or {}).items() if n > 0)
@@ -253,11 +280,9 @@ def hma_group_live(evidence: Evidence, pad: Padded) -> tuple[bool, str]:
     # PARTIAL_HOUR_GRACE of it has passed
     partial = pad.partial_last_hour
     young = partial is not None and pad.now - partial < PARTIAL_HOUR_GRACE
-    missing = [h for h in pad.hours if h not in covered and not (young and h == partial)]
-    if others and not missing:
-        return True, "cluster log group live in every hour across " + ", ".join(sorted(a.log_stream for a in others))
-    return False, (f"cluster log group {group} had no line in {len(missing)} hour(s) of the padded window "
-                   f"(first {iso(missing[0])})" if missing else f"cluster log group {group} holds no live stream")
+    missing = tuple(h for h in pad.hours if h not in covered and not (young and h == partial))
+    return HmaGroupLiveness(group, "cluster log group live in every hour across "
+                            + ", ".join(sorted(a.log_stream for a in others)), missing, has_streams=True)
 
 
 def hma_row(node: NodeInfo, evidence: Evidence, live: tuple[bool, str]) -> CoverageRow:
@@ -293,11 +318,11 @@ def hma_row(node: NodeInfo, evidence: Evidence, live: tuple[bool, str]) -> Cover
 
 
 def node_coverage(node: NodeInfo, evidence: Evidence, index: StreamIndex, pad: Padded, lifetime_start: datetime,
-                  hma_live: tuple[bool, str] | None) -> NodeCoverage:
+                  hma_live: HmaGroupLiveness | None) -> NodeCoverage:
     rows = kernel_rows(node, evidence, index, pad, lifetime_start)
     accelerated = is_accelerated(node, evidence)
     if evidence.cluster.kind.startswith("hyperpod") and accelerated and hma_live is not None:
-        rows.append(hma_row(node, evidence, hma_live))
+        rows.append(hma_row(node, evidence, hma_live.for_node(node)))
     if not rows and not accelerated:
         rows.append(CoverageRow(log_group="(not searched: no GPU)", log_stream=None, status="Not observable",
                                 liveness_read=False,
