@@ -108,7 +108,10 @@ def branch_a(j: Judged) -> Branch:
         text = _per_node(hardware, lambda n: f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}")
         text += f". Also read: {described(host)}" if host else ""
         onset = failure_onset(j)
-        firsts = [min(times) for n in hardware if (times := [e.time for e in n.gpu_errors if e.class_ == "hardware"])]
+        # the routed cause counts with the hardware-class rows: a first GSP fault (119/120) is routed on hardware
+        # grounds (RULES §7) though its catalog row is driver-config, and its time decides Proven as any other's
+        firsts = [min(times) for n in hardware if (times := [
+            e.time for e in n.gpu_errors if e.class_ == "hardware" or e.code == j.routings[n.instance_id].cause_code])]
         if onset is not None and firsts and min(firsts) > onset.time:
             # RULES §0.5: Proven only before the failure; a hardware signal after it may be its effect
             return _branch("A", "Contributing", f"Hardware-class GPU signal on the node: {text}. Not Proven: the "
