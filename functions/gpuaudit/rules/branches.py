@@ -822,6 +822,8 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
                     "and alarm on the `Capacity Block Expiration Warning` EventBridge event",
                     "Keep `Capacity Reservation Instance Interruption Warning` events (an EventBridge rule to a log "
                     "group or archive) so the next expiry is proven per instance"]
+    if by["D"].status in ("Root cause", "Contributing", "UNVERIFIED"):
+        actions += _transport_actions(j)
     boot = j.bootstrap
     if boot is not None:
         actions.append(_bootstrap_action(j, boot))
@@ -848,6 +850,32 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
         else:
             headline = "Root cause: Not observable — the deciding evidence is missing (see visibility gaps)"
     return branches, headline, actions
+
+
+# RULES §8 D layer 1: what to fix for each bad transport (the steps preflight P12 names), and the good marker the
+# confirming run must then print on every node
+TRANSPORT_FIX: dict[str, tuple[str, str]] = {
+    "Socket": ("fix the EFA path NCCL fell back from (the aws-ofi-nccl plugin found by NCCL, `FI_PROVIDER=efa`, "
+               "`fi_info -p efa` on the node, the security group's self rule)", "Selected Provider is efa"),
+    "SHM": ("check `NCCL_P2P_DISABLE` and the container's IPC settings (peer access unused on an NVSwitch node)",
+            "via P2P"),
+    "IB": ("install and select the aws-ofi-nccl plugin (NCCL chose `IB` on EC2)", "Selected Provider is efa"),
+}
+
+
+def _transport_actions(j: Judged) -> list[str]:
+    """A bad NCCL transport behind branch D is a fault no node verdict carries (the node is not the cause): its fix
+    is the operator's action, one per transport with the nodes it was read on, then the run that confirms it."""
+    by_transport: dict[str, list[str]] = {}
+    for n in _accelerated(j):
+        for t in n.nccl_transports:
+            ids = by_transport.setdefault(t.transport, []) if t.assessment == "bad" and t.transport in TRANSPORT_FIX \
+                else None
+            if ids is not None and n.instance_id not in ids:
+                ids.append(n.instance_id)
+    return [f"On {', '.join(ids)}: {TRANSPORT_FIX[transport][0]}; then re-run an all_reduce test with "
+            f"`{NCCL_COMMAND}` and check every node's NCCL lines for `{TRANSPORT_FIX[transport][1]}`"
+            for transport, ids in by_transport.items()]
 
 
 def _bootstrap_action(j: Judged, boot: BootstrapFailure) -> str:

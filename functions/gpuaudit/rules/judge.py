@@ -304,6 +304,8 @@ def coverage_gaps(j: Judged) -> tuple[list[str], list[GapNodes]]:
         gap_nodes.append(GapNodes(gap=gap, nodes=unseen_fm))
     searched = {g.name for g in j.evidence.log_groups}
     used = {r.log_group for n in j.nodes for r in n.coverage}
+    # a group whose lines name a node by their own host prefix (a job's NCCL stdout) is a live source, not a dead one
+    used |= {p.line.log_group for lines in j.lines_by_node.values() for p in lines}
     dead = sorted(searched - used)
     if dead:
         gaps.append("Candidate log sources with no stream for any audited node in the window (dead or unrelated): "
