@@ -176,10 +176,11 @@ def timeline(j: Judged) -> list[TimelineEntry]:
         add(hang.line.time, f"{hang.line.log_group} / {hang.line.log_stream}", owner,
             f"first NCCL timeout line: {hang.line.message[:200]}", kind="NCCL timeout")
     for n in j.nodes:
-        for t in n.nccl_transports:
-            if t.assessment == "bad":
-                add(t.time, f"{t.log_group} / {t.log_stream}", n.instance_id,
-                    f"NCCL used {t.transport} (`{t.marker}`), {t.why}: {t.message[:200]}", kind="NCCL transport")
+        for used in n.nccl_transports:
+            if used.assessment == "bad":
+                add(used.time, f"{used.log_group} / {used.log_stream}", n.instance_id,
+                    f"NCCL used {used.transport} (`{used.marker}`), {used.why}: {used.message[:200]}",
+                    kind="NCCL transport")
     for n in j.nodes:
         t = last_line(n)
         if n.discovered_by == "log-streams" and t is not None:
