@@ -25,6 +25,7 @@ from gpuaudit.model.result import (
     BranchStatus,
     CauseLabel,
     FindingStep,
+    GpuError,
     NcclTransport,
     NodeResult,
 )
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
+RECOVERY_ACTION_XID = 154  # RULES §6 rule 154: states the recovery action other Xids need
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
 # RULES §5.6's per-instance event (EC2's Spot Instance Interruption Warning is another event, not the block's)
 BLOCK_WARNING = "Capacity Reservation Instance Interruption Warning"
@@ -99,6 +101,14 @@ def unread_fleet(j: Judged) -> str | None:
     return None
 
 
+def _hardware_rows(n: NodeResult) -> list[GpuError]:
+    """The node's hardware-class rows. A 154 restates the action of the Xid it summarizes (RULES §6 rule 154,
+    decision 43): beside another Xid, that Xid's class decides (a GSP fault recurring is driver/firmware, not the
+    GPU); alone, the 154 is the signal. rules/consistency.py::_hardware_signal reads the same."""
+    others = any(e.code != RECOVERY_ACTION_XID for e in n.gpu_errors)
+    return [e for e in n.gpu_errors if e.class_ == "hardware" and (e.code != RECOVERY_ACTION_XID or not others)]
+
+
 def branch_a(j: Judged) -> Branch:
     nodes = _accelerated(j)
     hardware = [n for n in nodes if (r := j.routings.get(n.instance_id)) and r.hardware]
@@ -121,10 +131,10 @@ def branch_a(j: Judged) -> Branch:
         return _branch("A", "Root cause", f"Hardware-class GPU signal on the node: {text}", "Proven")
     # The GPU errors table is the branch's source: a hardware-class row from any source (kernel line or HMA
     # detection) that did not meet a verdict's bar is a hypothesis, never a clean node.
-    signalled = [n for n in nodes if any(e.class_ == "hardware" for e in n.gpu_errors)]
+    signalled = [n for n in nodes if _hardware_rows(n)]
     if signalled:
         text = _per_node(signalled, lambda n: f"{n.instance_id}: " + ", ".join(
-            f"Xid {e.code} ({e.source})" for e in n.gpu_errors if e.class_ == "hardware")
+            f"Xid {e.code} ({e.source})" for e in _hardware_rows(n))
             + f" — {n.verdict or 'no verdict'}: {n.verdict_evidence or 'bar not met'}")
         return _branch("A", "UNVERIFIED", f"Hardware-class GPU signal below the bar for a verdict: {text}",
                        "Hypothesis (to validate)", "the deciding check named in each node's verdict evidence")
