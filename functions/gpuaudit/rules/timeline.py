@@ -215,7 +215,10 @@ def timeline(j: Judged) -> list[TimelineEntry]:
             # the call's own error, and a CreateFleet's launches that failed (rules/capacity.py::call_errors)
             result = "".join(f" → {code}: {message}" for _, code, message in call_errors(e)[:3])
             fs = (e.request_parameters or {}).get("fileSystemId")
-            out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or
+            # a Batch*ClusterNodes call names its nodes only in its request (RULES §0.4: every claim by ID)
+            named = (e.request_parameters or {}).get("nodeIds")
+            nodes = ", ".join(str(i) for i in named) if isinstance(named, list) else ""
+            out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or nodes or
                                      (e.username or ""), event=f"{e.event_name} by {e.username}"
                                      + (f" on {fs}" if fs else "") + result))
     for ce in ev.cluster_events or []:
