@@ -399,6 +399,24 @@ def test_cluster_group_with_no_stream_at_all_makes_hma_not_observable():
     assert "sagemaker-health-monitoring-agent.service" in row.note
 
 
+def test_pending_gpu_node_without_hma_stream_is_not_observable_not_clean():
+    # Given a HyperPod GPU node still Pending (the agent has never run on it) beside a Running one, no HMA stream for
+    # either, and ClusterMetrics/slurm live in every hour
+    w = HyperPodWorld(gpu_nodes=2, statuses=["Running", "Pending"])
+    running, pending = w.gpu
+    w.cluster_metrics(at(-10), at(12, 25))
+
+    # When audited
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+
+    # Then only the Running node reads "No HMA detections"; the Pending node's missing stream proves nothing
+    assert node_of(result, running.instance_id).xid_status == "No HMA detections"
+    n = node_of(result, pending.instance_id)
+    assert n.xid_status == "Not observable"
+    (row,) = hma_rows(n)
+    assert row.status == "Not observable" and "Pending" in (row.note or "")
+
+
 def test_node_with_hma_stream_is_measured_and_the_stream_named_exactly():
     # Given one GPU node with an HMA detection stream, one without, and a live cluster group
     w = HyperPodWorld(gpu_nodes=2)

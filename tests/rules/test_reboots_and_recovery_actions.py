@@ -42,6 +42,17 @@ def test_a_gsp_fault_and_its_154_back_after_a_reboot_is_the_gsp_rule_never_repla
     assert "NVreg_EnableGpuFirmware=0" in (node.verdict_evidence or "")
 
 
+def test_a_recurring_gsp_fault_and_its_154_are_not_a_gpu_hardware_hypothesis() -> None:
+    # Given the same recurring GSP fault with its 154s (an H100)
+    result, node = incident((at(9, 10), GSP_119), (at(9, 10, 1), RESET_154), (at(9, 40), BANNER),
+                            (at(10, 20), GSP_119), (at(10, 20, 1), RESET_154))
+    # Then RULES §6: "a driver/firmware fault, not the GPU" — the 154s restating its reset are no hardware signal for
+    # branch A (it led as "hardware-class signal below the bar" on the 154 alone), and the result is self-consistent
+    a = next(b for b in result.branches if b.branch == "A")
+    assert node.verdict == "LEAVE ALONE" and a.status == "Ruled out", a.evidence
+    assert not result.invariants_broken
+
+
 def test_a_154_printed_before_the_nvlink5_xid_it_summarizes_leaves_that_xid_the_cause() -> None:
     # Given the driver's order in a real capture: the 154 (Drain and Reset), then the NVLink5 fatal it summarizes
     _, node = incident(

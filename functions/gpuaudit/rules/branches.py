@@ -25,6 +25,7 @@ from gpuaudit.model.result import (
     BranchStatus,
     CauseLabel,
     FindingStep,
+    GpuError,
     NcclTransport,
     NodeResult,
 )
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 CHANGE_EVENTS = {"UpdateCluster", "UpdateClusterSoftware", "UpdateFileSystem", "BatchReplaceClusterNodes",
                  "BatchRebootClusterNodes", "BatchDeleteClusterNodes"}
 NVLINK_CODES = {71, 74, 155, 156, *range(144, 151)}
+RECOVERY_ACTION_XID = 154  # RULES §6 rule 154: states the recovery action other Xids need
 HEADLINE_ORDER = ("A", "B", "E", "D", "C", "F")
 # RULES §5.6's per-instance event (EC2's Spot Instance Interruption Warning is another event, not the block's)
 BLOCK_WARNING = "Capacity Reservation Instance Interruption Warning"
@@ -100,6 +102,14 @@ def unread_fleet(j: Judged) -> str | None:
     return None
 
 
+def _hardware_rows(n: NodeResult) -> list[GpuError]:
+    """The node's hardware-class rows. A 154 restates the action of the Xid it summarizes (RULES §6 rule 154,
+    decision 43): beside another Xid, that Xid's class decides (a GSP fault recurring is driver/firmware, not the
+    GPU); alone, the 154 is the signal. rules/consistency.py::_hardware_signal reads the same."""
+    others = any(e.code != RECOVERY_ACTION_XID for e in n.gpu_errors)
+    return [e for e in n.gpu_errors if e.class_ == "hardware" and (e.code != RECOVERY_ACTION_XID or not others)]
+
+
 def branch_a(j: Judged) -> Branch:
     nodes = _accelerated(j)
     hardware = [n for n in nodes if (r := j.routings.get(n.instance_id)) and r.hardware]
@@ -109,7 +119,10 @@ def branch_a(j: Judged) -> Branch:
         text = _per_node(hardware, lambda n: f"{n.instance_id}: {n.verdict} — {n.verdict_evidence}")
         text += f". Also read: {described(host)}" if host else ""
         onset = failure_onset(j)
-        firsts = [min(times) for n in hardware if (times := [e.time for e in n.gpu_errors if e.class_ == "hardware"])]
+        # the routed cause counts with the hardware-class rows: a first GSP fault (119/120) is routed on hardware
+        # grounds (RULES §7) though its catalog row is driver-config, and its time decides Proven as any other's
+        firsts = [min(times) for n in hardware if (times := [
+            e.time for e in n.gpu_errors if e.class_ == "hardware" or e.code == j.routings[n.instance_id].cause_code])]
         if onset is not None and firsts and min(firsts) > onset.time:
             # RULES §0.5: Proven only before the failure; a hardware signal after it may be its effect
             return _branch("A", "Contributing", f"Hardware-class GPU signal on the node: {text}. Not Proven: the "
@@ -119,10 +132,10 @@ def branch_a(j: Judged) -> Branch:
         return _branch("A", "Root cause", f"Hardware-class GPU signal on the node: {text}", "Proven")
     # The GPU errors table is the branch's source: a hardware-class row from any source (kernel line or HMA
     # detection) that did not meet a verdict's bar is a hypothesis, never a clean node.
-    signalled = [n for n in nodes if any(e.class_ == "hardware" for e in n.gpu_errors)]
+    signalled = [n for n in nodes if _hardware_rows(n)]
     if signalled:
         text = _per_node(signalled, lambda n: f"{n.instance_id}: " + ", ".join(
-            f"Xid {e.code} ({e.source})" for e in n.gpu_errors if e.class_ == "hardware")
+            f"Xid {e.code} ({e.source})" for e in _hardware_rows(n))
             + f" — {n.verdict or 'no verdict'}: {n.verdict_evidence or 'bar not met'}")
         return _branch("A", "UNVERIFIED", f"Hardware-class GPU signal below the bar for a verdict: {text}",
                        "Hypothesis (to validate)", "the deciding check named in each node's verdict evidence")
@@ -833,6 +846,8 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
                     "and alarm on the `Capacity Block Expiration Warning` EventBridge event",
                     "Keep `Capacity Reservation Instance Interruption Warning` events (an EventBridge rule to a log "
                     "group or archive) so the next expiry is proven per instance"]
+    if by["D"].status in ("Root cause", "Contributing", "UNVERIFIED"):
+        actions += _transport_actions(j)
     boot = j.bootstrap
     if boot is not None:
         actions.append(_bootstrap_action(j, boot))
@@ -859,6 +874,32 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
         else:
             headline = "Root cause: Not observable — the deciding evidence is missing (see visibility gaps)"
     return branches, headline, actions
+
+
+# RULES §8 D layer 1: what to fix for each bad transport (the steps preflight P12 names), and the good marker the
+# confirming run must then print on every node
+TRANSPORT_FIX: dict[str, tuple[str, str]] = {
+    "Socket": ("fix the EFA path NCCL fell back from (the aws-ofi-nccl plugin found by NCCL, `FI_PROVIDER=efa`, "
+               "`fi_info -p efa` on the node, the security group's self rule)", "Selected Provider is efa"),
+    "SHM": ("check `NCCL_P2P_DISABLE` and the container's IPC settings (peer access unused on an NVSwitch node)",
+            "via P2P"),
+    "IB": ("install and select the aws-ofi-nccl plugin (NCCL chose `IB` on EC2)", "Selected Provider is efa"),
+}
+
+
+def _transport_actions(j: Judged) -> list[str]:
+    """A bad NCCL transport behind branch D is a fault no node verdict carries (the node is not the cause): its fix
+    is the operator's action, one per transport with the nodes it was read on, then the run that confirms it."""
+    by_transport: dict[str, list[str]] = {}
+    for n in _accelerated(j):
+        for t in n.nccl_transports:
+            ids = by_transport.setdefault(t.transport, []) if t.assessment == "bad" and t.transport in TRANSPORT_FIX \
+                else None
+            if ids is not None and n.instance_id not in ids:
+                ids.append(n.instance_id)
+    return [f"On {', '.join(ids)}: {TRANSPORT_FIX[transport][0]}; then re-run an all_reduce test with "
+            f"`{NCCL_COMMAND}` and check every node's NCCL lines for `{TRANSPORT_FIX[transport][1]}`"
+            for transport, ids in by_transport.items()]
 
 
 def _bootstrap_action(j: Judged, boot: BootstrapFailure) -> str:

@@ -68,13 +68,21 @@ def claims_rest_on_reads(result: Result, evidence: Evidence) -> list[str]:
     return broken
 
 
+def _hardware_signal(n: NodeResult) -> bool:
+    """A hardware-class row of the node's GPU errors. A 154 restates the action of the Xid it summarizes (RULES §6
+    rule 154): beside another Xid, that Xid's class says whether the grounds are hardware (a GSP fault recurring is
+    driver/firmware); alone, the 154 is the signal."""
+    others = any(e.code != 154 for e in n.gpu_errors)
+    return any(e.class_ == "hardware" and (e.code != 154 or not others) for e in n.gpu_errors)
+
+
 def no_ruled_out_beside_a_signal(result: Result, evidence: Evidence) -> list[str]:
     """A branch is never Ruled out while a node carries a signal of that branch's class, from any source."""
     by = {b.branch: b.status for b in result.branches}
     broken = []
     gpu = _gpu_nodes(result)
     if by.get("A") == "Ruled out":
-        hardware = [n.instance_id for n in gpu if any(e.class_ == "hardware" for e in n.gpu_errors)]
+        hardware = [n.instance_id for n in gpu if _hardware_signal(n)]
         failed = [n.instance_id for n in gpu if n.status == "Failure"]
         impaired = [s.instance_id for s in evidence.instance_status or []
                     if "impaired" in (s.system_status, s.instance_status)]
@@ -105,8 +113,7 @@ def one_story(result: Result, evidence: Evidence) -> list[str]:
                 n.verdict == "REBOOT" and n.instance_id in straggling):
             broken.append(f"{n.instance_id} {n.verdict} with no row in the GPU errors table")
     # REPLACE/REBOOT on hardware grounds; a driver-config code (e.g. Xid 151) reboots without being hardware
-    hard = [n for n in result.nodes if n.verdict in ("REPLACE", "REBOOT")
-            and any(e.class_ == "hardware" for e in n.gpu_errors)]
+    hard = [n for n in result.nodes if n.verdict in ("REPLACE", "REBOOT") and _hardware_signal(n)]
     by = {b.branch: b for b in result.branches}
     if "A" in by and by["A"].status == "Root cause" and not any(n.verdict in ("REPLACE", "REBOOT")
                                                                   for n in result.nodes):

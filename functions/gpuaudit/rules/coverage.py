@@ -307,6 +307,12 @@ def hma_row(node: NodeInfo, evidence: Evidence, live: tuple[bool, str]) -> Cover
         return CoverageRow(log_group=group, log_stream=stream, status="Not observable", source_kind="hma",
                            note=f"{proof}; HMA absence proves nothing. Confirm "
                                 "`sagemaker-health-monitoring-agent.service` runs on the node")
+    if stream is None and node.status == "Pending":
+        # RULES §0.2: "No HMA detections" is a clean claim on an agent that ran; a node still being provisioned has
+        # not run it, so the absence of its stream proves nothing yet (a live cluster group speaks for other nodes)
+        return CoverageRow(log_group=group, log_stream=None, status="Not observable", source_kind="hma",
+                           note=f"no {expected} stream, but the node is Pending (not yet running): the health agent "
+                                f"has not run on it, so HMA absence proves nothing; {proof}")
     if stream is None:
         return CoverageRow(log_group=group, log_stream=None, status="No HMA detections", source_kind="hma",
                            note=f"no {expected} stream (HMA creates it only at a node's first detection); {proof}")

@@ -28,6 +28,7 @@ from gpuaudit.rules.host_events import (
     timeline_time,
 )
 from gpuaudit.rules.node_lines import ParsedLine
+from gpuaudit.rules.onset import NCCL_HANG
 from gpuaudit.rules.storage import file_systems_in_scope
 
 if TYPE_CHECKING:
@@ -166,6 +167,20 @@ def timeline(j: Judged) -> list[TimelineEntry]:
                     f"{p.xid.raw[:200]}", kind=f"first Xid {p.xid.code}")
         elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
             add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", ev.cluster.name, p.line.message[:240])
+    # the hang as the job saw it (the onset RULES §0.5 measures "before" from) and the bad NCCL transports read
+    # before it (RULES §8 D layer 1): without them a timeline of a hang holds none of the lines that decide it
+    hang = min((p for p in [*(p for v in j.lines_by_node.values() for p in v), *j.unassigned_lines]
+                if NCCL_HANG.search(p.line.message)), key=lambda p: p.line.time, default=None)
+    if hang is not None:
+        owner = next((iid for iid, lines in j.lines_by_node.items() if hang in lines), ev.cluster.name)
+        add(hang.line.time, f"{hang.line.log_group} / {hang.line.log_stream}", owner,
+            f"first NCCL timeout line: {hang.line.message[:200]}", kind="NCCL timeout")
+    for n in j.nodes:
+        for used in n.nccl_transports:
+            if used.assessment == "bad":
+                add(used.time, f"{used.log_group} / {used.log_stream}", n.instance_id,
+                    f"NCCL used {used.transport} (`{used.marker}`), {used.why}: {used.message[:200]}",
+                    kind="NCCL transport")
     for n in j.nodes:
         t = last_line(n)
         if n.discovered_by == "log-streams" and t is not None:
@@ -200,7 +215,10 @@ def timeline(j: Judged) -> list[TimelineEntry]:
             # the call's own error, and a CreateFleet's launches that failed (rules/capacity.py::call_errors)
             result = "".join(f" → {code}: {message}" for _, code, message in call_errors(e)[:3])
             fs = (e.request_parameters or {}).get("fileSystemId")
-            out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or
+            # a Batch*ClusterNodes call names its nodes only in its request (RULES §0.4: every claim by ID)
+            named = (e.request_parameters or {}).get("nodeIds")
+            nodes = ", ".join(str(i) for i in named) if isinstance(named, list) else ""
+            out.append(TimelineEntry(time=e.time, source="CloudTrail", resource=", ".join(e.resources) or nodes or
                                      (e.username or ""), event=f"{e.event_name} by {e.username}"
                                      + (f" on {fs}" if fs else "") + result))
     for ce in ev.cluster_events or []:

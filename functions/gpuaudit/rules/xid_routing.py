@@ -302,7 +302,10 @@ def _judge(i: int, xids: Sequence[_Xid], node_running: bool, sram: SramThreshold
             )
         return _outcome(xid, "LEAVE ALONE", f"driver configuration: {c.action_text}", action_text=c.action_text)
 
-    hardware = c.class_ == "hardware" and c.verdict in ("REPLACE", "REBOOT")
+    # RULES §7 names 119/120 among the hardware-class Xids whose first occurrence meets the REBOOT bar; only their
+    # recurrence after a reboot is read as a driver/firmware fault (`_gsp_recurrence`), so the catalog's
+    # driver-config class speaks for the recurrence, not for a first GSP fault.
+    hardware = (c.class_ == "hardware" or c.rule == "GSP") and c.verdict in ("REPLACE", "REBOOT")
     disagreement = f"; {c.disagreement}" if c.disagreement else ""
     if c.class_ == "hardware" and event.hma_reason == "XidUserAppError":
         disagreement += "; HMA says XidUserAppError, the catalog says hardware: hardware wins"
