@@ -146,3 +146,22 @@ def test_status_checks_not_returned_or_not_conclusive_are_named_never_all_ok() -
     assert "all ok" not in a.evidence
     assert f"not returned for {second}" in a.evidence
     assert f"{first}: system status check insufficient-data" in a.evidence
+
+
+def test_a_retiring_or_impaired_host_gets_a_stop_and_start_action_and_maintenance_does_not() -> None:
+    # Given one node whose host AWS retires in two weeks, the other with a completed maintenance reboot
+    w = _world()
+    retiring, maintained = w.compute[0].instance_id, w.compute[1].instance_id
+    retire_on = at(24 * 14)
+    _status(w, 0)["Events"] = [{"Code": "instance-retirement", "NotBefore": retire_on,
+                                "Description": "The instance is running on degraded hardware"}]
+    _status(w, 1)["Events"] = [{"Code": "system-reboot", "NotBefore": at(8), "NotAfter": at(9),
+                                "Description": "[Completed] scheduled reboot"}]
+    # When the incident is audited
+    actions = _run(w).actions
+    # Then the retiring node is to be stopped and started before the retirement date, with the exact commands
+    stop = [a for a in actions if a.startswith("Stop and start")]
+    assert len(stop) == 1 and retiring in stop[0] and retire_on[:16] in stop[0]
+    assert f"aws ec2 stop-instances --instance-ids {retiring}" in stop[0]
+    # And a maintenance reboot (not failing hardware) asks for none
+    assert not [a for a in actions if "stop-instances" in a and maintained in a]

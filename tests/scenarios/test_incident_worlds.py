@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scenarios.test_scenarios import build_args, misses
 from typer.testing import CliRunner
 
 from gpuaudit.cli import app
-from scenarios.test_scenarios import build_args, misses
 
 INCIDENTS = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
 NAMES = sorted(p.name.removesuffix(".expect.json") for p in INCIDENTS.glob("*.expect.json"))

@@ -35,8 +35,9 @@ def test_every_line_the_kernel_query_matches_holds_a_kernel_hint(line: str) -> N
     assert "kernel:" in line or '"kernel"' in line, line
 
 
-def test_the_kernel_filter_has_both_its_forms() -> None:
-    assert len(KERNEL_REGEXES) == 2 and KERNEL_REGEXES[1].search('{"_TRANSPORT" : "kernel", "MESSAGE": "x"}')
+def test_the_kernel_filter_has_each_of_its_forms() -> None:
+    assert len(KERNEL_REGEXES) == 3 and KERNEL_REGEXES[1].search('{"_TRANSPORT" : "kernel", "MESSAGE": "x"}')
+    assert KERNEL_REGEXES[2].search('{"host":"ip-10-0-0-1","ident":"kernel","message":"NVRM: loading"}')
 
 
 def test_hints_are_plain_text() -> None:

@@ -518,3 +518,18 @@ def test_parse_query_accepts_every_supported_form() -> None:
         "| sort live desc, @logStream asc | limit 100"
     )
     assert MAX_LOG_GROUPS == 50
+
+
+def test_the_kernel_query_counts_the_syslog_marker_in_each_shipped_form() -> None:
+    # Given kernel lines as rsyslog, the journal's JSON and Container Insights' Fluent Bit syslog parser ship them,
+    # and a systemd line in that parser's form
+    from gpuaudit.collectors.log_queries import KERNEL_QUERY
+    records = [
+        rec(at(0), "Dec  7 06:01:19 ip-10-0-0-1 kernel: NVRM: loading NVIDIA UNIX Open Kernel Module", "plain"),
+        rec(at(0, 1), '{"_TRANSPORT":"kernel","MESSAGE":"NVRM: loading"}', "journal"),
+        rec(at(0, 2), '{"host":"ip-10-0-0-1","ident":"kernel","message":"NVRM: loading","az":"us-west-2b"}', "ci"),
+        rec(at(0, 3), '{"host":"ip-10-0-0-1","ident":"systemd","pid":"1","message":"Started kernel-install"}', "ci"),
+    ]
+    # Then each form counts once per kernel line, the systemd line not at all
+    rows = {dict(r)["@logStream"]: dict(r)["kernel_lines"] for r in cells(run(KERNEL_QUERY, records))}
+    assert rows == {"plain": "1", "journal": "1", "ci": "1"}

@@ -25,7 +25,11 @@ def _quoted_insights(text: str) -> str:
     return f"'{text}'" if '"' in text and "'" not in text else json.dumps(text)
 
 
-KERNEL_FILTER = 'filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/'
+# The kernel's lines in the three forms they are shipped in (RULES §4 (b)): the syslog marker `kernel:`; the journal's
+# JSON kernel transport field; and the syslog marker as a parser records it in JSON, the program name in `ident`
+# (Container Insights' Fluent Bit `syslog` parser on /var/log/messages: `{"host":…,"ident":"kernel","message":…}`).
+KERNEL_FILTER = ('filter @message like /kernel:/ or @message like /"_TRANSPORT"\\s*:\\s*"kernel"/ '
+                 'or @message like /"ident"\\s*:\\s*"kernel"/')
 KERNEL_QUERY = (f"{KERNEL_FILTER} | stats count(*) as kernel_lines, max(@timestamp) as last_kernel_line "
                 "by @log, @logStream")
 # The kernel lines themselves, oldest first (a lagging stream's, by name: collectors/lagging.py counts those that
@@ -59,7 +63,7 @@ SUMMARY_QUERY = (
 # only; a count is only a size, and a part it makes too big is read again in halves (`_Parts`).
 # `id_streams` / `kernel_id_streams`: those whose name holds "i-" (an instance ID, as a substring test sees it), so
 # the names without one, which ride with the first part, can be given parts of their own from the start.
-KERNEL_MARKERS = ("kernel:", '"_TRANSPORT":"kernel"', '"_TRANSPORT": "kernel"')
+KERNEL_MARKERS = ("kernel:", '"_TRANSPORT":"kernel"', '"_TRANSPORT": "kernel"', '"ident":"kernel"', '"ident": "kernel"')
 _KERNEL_LINE = f"greatest({', '.join(f'strcontains(@message, {_quoted_insights(m)})' for m in KERNEL_MARKERS)})"
 _NAMED = 'strcontains(@logStream, "i-")'
 STREAM_COUNTS = (

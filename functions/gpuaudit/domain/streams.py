@@ -103,7 +103,11 @@ def nccl_host_node_ids(message: str, nodes: NodeIndex) -> list[str]:
 
 
 def _names_host(stream: str, dns: str) -> bool:
-    return re.search(rf"(?<![\w-]){re.escape(dns)}(?![\w-])", stream) is not None
+    # A full DNS name ends in its domain: nothing after it extends it into another node's name, so a `-` may join it
+    # to a suffix (Container Insights' dataplane streams, `<node DNS>-dataplane.systemd.kubelet.service`). A bare host
+    # label keeps the hyphen as a boundary, so `ip-10-0-0-1` never matches `ip-10-0-0-1-…`.
+    after = r"(?!\w)" if "." in dns else r"(?![\w-])"
+    return re.search(rf"(?<![\w-]){re.escape(dns)}{after}", stream) is not None
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of its two names, asked once per stream line at fleet size

@@ -25,7 +25,10 @@ from gpuaudit.model.redaction import redact
 from gpuaudit.model.text import CONTROL
 
 QUOTE_LIMIT = 300  # characters of one log line quoted in any output
-MD_SPECIAL = re.compile(r"([\\`\[\]<>|*_~#!])")
+# `_` between two letters or digits is left as written: CommonMark never opens or closes emphasis on an intraword
+# underscore, so escaping it changes nothing rendered and only breaks the raw text (an event type
+# AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED or a stream name must stay searchable as the service spells it).
+MD_SPECIAL = re.compile(r"([\\`\[\]<>|*~#!]|(?<![^\W_])_|_(?![^\W_]))")
 
 
 def _show(match: re.Match[str]) -> str:

@@ -194,6 +194,14 @@ def coverage_split(r: Result) -> tuple[list[tuple[NodeResult, CoverageRow]], lis
     return listed, sorted(counted.values(), key=lambda k: (k.group, k.log_group))
 
 
+def xids_in_row(n: NodeResult, c: CoverageRow) -> int:
+    """The coverage table's `Xids in window` for one row (RULES §11: one row per node, log group and exact stream):
+    the node's Xid entries read from that very stream, so a stream that carries no kernel lines never shows the
+    Xids another stream of the node carried."""
+    return len([e for e in n.gpu_errors if e.code is not None and e.source != "history"
+                and e.log_group == c.log_group and e.log_stream == c.log_stream])
+
+
 def counted_rows_text(k: CountedRows) -> str:
     """The sentence for counted rows (account text: escape per output)."""
     statuses = ", ".join(f"{v:,} {s}" for s, v in sorted(k.statuses.items()))

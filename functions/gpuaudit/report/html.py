@@ -31,6 +31,7 @@ from gpuaudit.report.fleet import (
     onset_sentence,
     some_ids,
     split_healthy,
+    xids_in_row,
 )
 from gpuaudit.report.heatmap import STATUS_BADGE, heatmap
 from gpuaudit.report.heatmap import html_text as _e
@@ -255,7 +256,7 @@ def _coverage_table(r: Result) -> str:
     rows = []
     listed, counted = coverage_split(r)
     for n, c in listed:
-        xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
+        xids = xids_in_row(n, c)
         if not c.log_stream:
             live = "no stream"
         elif c.source_kind == "kernel":

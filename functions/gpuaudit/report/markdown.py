@@ -23,6 +23,7 @@ from gpuaudit.report.fleet import (
     onset_sentence,
     some_ids,
     split_healthy,
+    xids_in_row,
 )
 from gpuaudit.report.order import worst_first
 
@@ -143,7 +144,7 @@ def _coverage(r: Result) -> list[str]:
     rows, counted = coverage_split(r)
     table = []
     for n, c in rows:
-        xids = len([e for e in n.gpu_errors if e.code is not None and e.source != "history"])
+        xids = xids_in_row(n, c)
         live = ("n/a (HMA)" if c.source_kind != "kernel" else "—" if not c.log_stream else
                 _hours(c.empty_hours) if c.liveness_read or c.empty_hours else "not proven")
         stream = md_code(c.log_stream) if c.log_stream else "none"

@@ -47,7 +47,7 @@ from gpuaudit.rules.control_plane import deciding_silence, not_observable_headli
 from gpuaudit.rules.efa_counters import Layer3, layer3
 from gpuaudit.rules.fabric import NCCL_COMMAND, deep_health_step, placement_step, sg_step
 from gpuaudit.rules.fabric_manager import FabricManagerReading, fabric_manager_of
-from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_events
+from gpuaudit.rules.host_events import HostEvent, a_signals, described, host_actions, host_events
 from gpuaudit.rules.node_state import deep_health_checks
 from gpuaudit.rules.onset import failure_onset, onset_text
 from gpuaudit.rules.storage import file_systems_in_scope
@@ -848,6 +848,8 @@ def assess(j: Judged) -> tuple[list[Branch], str, list[str]]:
                     "group or archive) so the next expiry is proven per instance"]
     if by["D"].status in ("Root cause", "Contributing", "UNVERIFIED"):
         actions += _transport_actions(j)
+    if not j.evidence.cluster.kind.startswith("hyperpod"):  # HyperPod hosts are the service's, not the account's
+        actions += host_actions(host_events(j.evidence, {n.instance_id for n in j.nodes}))
     boot = j.bootstrap
     if boot is not None:
         actions.append(_bootstrap_action(j, boot))

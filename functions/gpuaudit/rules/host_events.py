@@ -144,3 +144,21 @@ def a_signals(events: list[HostEvent], start: datetime, end: datetime) -> list[H
 
 def described(events: list[HostEvent]) -> str:
     return "; ".join(f"{e.resource}: {e.text} ({e.source})" for e in events)
+
+
+def host_actions(events: list[HostEvent]) -> list[str]:
+    """The operator's step for each node whose host AWS reports failing (RULES §8 A, §11 actions): an impaired status
+    check or a retirement. AWS's documented remedy for both is a stop and start, which moves an EBS-backed instance to
+    other hardware (a reboot keeps the host); before a retirement's date, or it stops or terminates the node itself."""
+    by_node: dict[str, list[HostEvent]] = {}
+    for e in events:
+        if not e.canceled and (e.kind == "hardware" or e.impaired) and e.resource.startswith("i-"):
+            by_node.setdefault(e.resource, []).append(e)
+    out = []
+    for node, seen in sorted(by_node.items()):
+        dates = [e.date for e in seen if e.kind == "hardware" and e.date is not None]
+        by = f" before {iso(min(dates))}" if dates else ""
+        out.append(f"Stop and start {node}{by} so it moves to healthy hardware (`aws ec2 stop-instances --instance-ids "
+                   f"{node}`, then `aws ec2 start-instances --instance-ids {node}`; EBS-backed instances only: "
+                   f"data on instance-store volumes is lost) — AWS reports its host failing: {described(seen)}")
+    return out
