@@ -32,3 +32,8 @@ def test_incident_world_meets_every_expectation(name: str) -> None:
     result = json.loads(outcome.stdout) if outcome.stdout.strip().startswith("{") else {}
     # Then every expectation is met
     assert misses(exp["expect"], result, outcome.exit_code, outcome.stderr) == []
+
+
+def test_the_incident_worlds_are_present() -> None:
+    # The test above is parametrized from the folder: an emptied folder must not pass silently
+    assert len(NAMES) >= 10, f"incident worlds missing from {INCIDENTS}"
