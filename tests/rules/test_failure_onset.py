@@ -119,3 +119,30 @@ def test_the_cli_onset_reaches_the_result(tmp_path: Path) -> None:
     result = Result.model_validate_json(out)
     assert branch(result, "C").status == "Root cause"
     assert result.window.onset is not None
+
+
+def _impaired(w: PClusterWorld, since: str | None) -> PClusterWorld:
+    """The node's EC2 system status check read impaired (DescribeInstanceStatus), failing since `since` when given."""
+    detail = {"Name": "reachability", "Status": "failed", **({"ImpairedSince": since} if since else {})}
+    w.section("ec2", "instance_status").append(
+        {"InstanceId": w.compute[0].instance_id, "InstanceState": {"Code": 16, "Name": "running"},
+         "SystemStatus": {"Status": "impaired", "Details": [detail]},
+         "InstanceStatus": {"Status": "ok", "Details": [{"Name": "reachability", "Status": "passed"}]}})
+    return w
+
+
+def test_a_status_check_turning_impaired_on_the_node_is_a_node_status_change_and_the_onset() -> None:
+    # RULES §0.5: a node status change is a failure signal; a failed EC2 status check is one, dated by ImpairedSince
+    result = incident(_impaired(world(xid_at=at(9)), since=at(9, 20)))
+    assert result.window.onset is not None and result.window.onset.isoformat().startswith("2026-10-01T09:20")
+    assert "DescribeInstanceStatus" in (result.window.onset_source or "")
+    assert "Failure onset: not known" not in result.report_markdown
+    a = branch(result, "A")
+    assert (a.status, a.label) == ("Root cause", "Proven")  # the Xid 79 at 09:00 precedes the onset
+
+
+def test_a_status_check_read_impaired_with_no_date_gives_no_onset() -> None:
+    # fail closed: a check with no ImpairedSince says nothing of when the node changed, so the onset stays unknown
+    result = incident(_impaired(world(xid_at=at(9)), since=None))
+    assert result.window.onset is None
+    assert "Failure onset: not known" in result.report_markdown

@@ -3,7 +3,7 @@
 The operator's stated onset (`--onset`) wins. Without one, it is the first failure signal read on the affected
 nodes inside the impact window: an NCCL timeout line, a sustained throughput or step-time drop in a job log read
 (`sustained_drop`), a node status change (a HyperPod cluster event naming a node failure, a Kubernetes node turning
-NotReady, a HyperPod node replaced under a new instance ID); and where none of those was read, a drop of an in-scope
+NotReady, a HyperPod node replaced under a new instance ID, an EC2 status check turning impaired); and where none of those was read, a drop of an in-scope
 file system's own client I/O (RULES §8 C). The
 window's start is a search bound and is never the onset: with no stated onset and no signal read,
 the onset is unknown and no cause can be shown to precede it. A job log whose figures could not be read gives no
@@ -67,7 +67,7 @@ def failure_onset(j: Judged) -> Onset | None:
     if ev.window.onset is not None:
         return Onset(ev.window.onset, "stated by the operator (--onset)", stated=True)
     found = [o for o in (_nccl_timeout(j), _job_drop(j), _cluster_event(j), _kube_change(j),
-                                   _replaced_node(j)) if o is not None]
+                                   _replaced_node(j), _status_check(j)) if o is not None]
     if not found:
         found = [o for o in (_file_system_drop(j),) if o is not None]
     if not found:
@@ -145,6 +145,21 @@ def _cluster_event(j: Judged) -> Onset | None:
         return None
     return Onset(first.time, f"node status change of {first.instance_id} (ListClusterEvents: "
                              f"\"{first.description[:160]}\")")
+
+
+def _status_check(j: Judged) -> Onset | None:
+    """An EC2 status check of an affected node turning impaired (DescribeInstanceStatus): a node status change.
+    Its time is the check's own `ImpairedSince`; a check read impaired with no such date gives no time, so no onset."""
+    nodes = {n.instance_id for n in j.nodes}
+    first = min((s for s in j.evidence.instance_status or [] if s.instance_id in nodes
+                 and "impaired" in (s.system_status, s.instance_status) and s.impaired_since is not None
+                 and _in_window(j, s.impaired_since)), key=lambda s: s.impaired_since or j.evidence.window.end,
+                default=None)
+    if first is None or first.impaired_since is None:
+        return None
+    return Onset(first.impaired_since, f"node status change of {first.instance_id} (DescribeInstanceStatus: system "
+                                       f"status check {first.system_status}, instance status check "
+                                       f"{first.instance_status}, impaired since {iso(first.impaired_since)})")
 
 
 def _replaced_node(j: Judged) -> Onset | None:
