@@ -234,3 +234,20 @@ def test_an_app_xid_with_nothing_live_from_the_node_is_not_observable_and_still_
     (line,) = [a for a in result.actions if node.instance_id in a]
     assert "dmesg -T | grep -i nvrm" in line
     assert "process python3, PID 4242" in line and "application owner" in line
+
+
+def test_an_operators_batch_reboot_is_not_what_the_service_itself_did() -> None:
+    # RULES §7: the result says what the service itself did to the node, distinct from the operator's action; a
+    # BatchRebootClusterNodes call made by a user (CloudTrail Username) is the operator's act
+    w = hyperpod(gpu_nodes=1)
+    sick = w.gpu[0]
+    w.hma_detection(sick, at(7, 3), code=79, reason="XidHardwareFailure", condition="NvidiaErrorReboot")
+    w.section("cloudtrail", "events").append({
+        "EventId": "e1", "EventName": "BatchRebootClusterNodes", "EventTime": at(7, 20),
+        "EventSource": "sagemaker.amazonaws.com", "Username": "ops", "Resources": [],
+        "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": w.cluster,
+                                                             "nodeIds": [sick.instance_id]}})})
+    said = node_of(audited(w), sick.instance_id).service_action or ""
+    assert "HMA flagged hardware failure" in said  # the service's own act stays
+    assert "BatchRebootClusterNodes" not in said
+    assert "no reboot or replacement of this node seen" not in said  # the operator's reboot was seen

@@ -110,16 +110,23 @@ def service_action(node: NodeInfo, evidence: Evidence,
                     f"{extra})")
             if not any(x.startswith(said) for x in parts):
                 parts.append(f"{said} at {iso(p.line.time)}")
+    # A Batch*ClusterNodes call is an API caller's act: the service's own only when an AWS service made it; a user's
+    # or a role's call is the operator's (the timeline names it), never what the service itself did.
+    operator_calls = False
     for e in evidence.cloudtrail or []:
         if e.event_name.startswith("Batch") and node.instance_id in str(e.request_parameters or {}):
-            parts.append(f"{e.event_name} at {iso(e.time)} (CloudTrail)")
+            if (e.username or "").endswith(".amazonaws.com"):
+                parts.append(f"{e.event_name} at {iso(e.time)} (CloudTrail, by {e.username})")
+            else:
+                operator_calls = True
     for ce in evidence.cluster_events or []:
         if ce.instance_id == node.instance_id:
             parts.append(f"cluster event at {iso(ce.time)}: {ce.description}")
     if evidence.cluster.kind.startswith("hyperpod"):
         recovery = evidence.cluster.node_recovery or "unknown"
         if not any("Batch" in p or "cluster event" in p for p in parts):
-            parts.append(f"{NONE_SEEN}NodeRecovery is {recovery}")
+            # an operator's reboot was seen, so "no reboot seen" would be false: NodeRecovery alone is said
+            parts.append(f"{'' if operator_calls else NONE_SEEN}NodeRecovery is {recovery}")
     elif node.discovered_by == "log-streams":
         parts.append("instance no longer returned by DescribeInstances (terminated); found by its log streams")
     return "; ".join(parts) or None
