@@ -3,8 +3,8 @@
 The operator's stated onset (`--onset`) wins. Without one, it is the first failure signal read on the affected
 nodes inside the impact window: an NCCL timeout line, a sustained throughput or step-time drop in a job log read
 (`sustained_drop`), a node status change (a HyperPod cluster event naming a node failure, a Kubernetes node turning
-NotReady, a HyperPod node replaced under a new instance ID, an EC2 status check turning impaired); and where none of those
-was read, a drop of an in-scope file system's own client I/O (RULES §8 C). The
+NotReady, a HyperPod node replaced under a new instance ID, an EC2 status check turning impaired); and where none of
+those was read, a drop of an in-scope file system's own client I/O (RULES §8 C). The
 window's start is a search bound and is never the onset: with no stated onset and no signal read,
 the onset is unknown and no cause can be shown to precede it. A job log whose figures could not be read gives no
 onset and is said beside whatever onset was found (an earlier drop there is not excluded), never "no drop". Pure:
