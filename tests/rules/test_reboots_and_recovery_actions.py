@@ -283,3 +283,15 @@ def test_xid_64_is_replace_on_its_own_bar_not_called_a_first_occurrence() -> Non
     assert node.verdict == "REPLACE"
     assert "first occurrence" not in (node.verdict_evidence or ""), node.verdict_evidence
     assert "Xid 64" in (node.verdict_evidence or "")
+
+
+def test_an_xid_back_on_its_bus_after_a_reboot_is_in_the_timeline_once_per_boot() -> None:
+    # Given Xid 79 on a bus, a reboot, then Xid 79 twice more on the same bus
+    fell = "NVRM: Xid (PCI:0000:53:00): 79, pid=0, GPU has fallen off the bus."
+    result, node = incident((at(9, 10), fell), (at(9, 12), fell), (at(9, 40), BANNER), (at(10, 20), fell),
+                            (at(10, 25), fell))
+    # Then RULES §5.1 lists the first occurrence, and the recurrence the verdict rests on (§7: REPLACE if it recurs)
+    # is listed too, at its first line after the reboot; the repeats within one boot are not
+    xid_rows = [t for t in result.timeline if t.resource == node.instance_id and "Xid 79" in t.event]
+    assert [t.time.strftime("%H:%M") for t in xid_rows] == ["09:10", "10:20"]
+    assert "after the reboot" in xid_rows[1].event and node.verdict == "REPLACE"

@@ -18,6 +18,7 @@ from gpuaudit.domain.timing import CLOUDTRAIL_LOOKBACK, TIMELINE_MARGIN
 from gpuaudit.model.evidence import Evidence
 from gpuaudit.model.planned_reads import CapacityReservation, CloudTrailEvent
 from gpuaudit.model.result import NodeResult, TimelineEntry
+from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.capacity import call_errors
 from gpuaudit.rules.host_events import (
     health_entry,
@@ -29,6 +30,7 @@ from gpuaudit.rules.host_events import (
 )
 from gpuaudit.rules.node_lines import ParsedLine
 from gpuaudit.rules.onset import NCCL_HANG
+from gpuaudit.rules.reboots import reboots_by_node
 from gpuaudit.rules.storage import file_systems_in_scope
 
 if TYPE_CHECKING:
@@ -132,7 +134,10 @@ def timeline(j: Judged) -> list[TimelineEntry]:
         if time is not None and start <= time <= end:
             out.append(TimelineEntry(time=time, source=source, resource=resource, event=event, kind=kind))
 
-    seen: set[tuple[str, int, str | None]] = set()
+    seen: set[tuple[str, int, str | None, int]] = set()
+    # RULES §5.1 lists the first occurrence of each Xid; an Xid returning on the same bus after a reboot decides the
+    # verdict (§6/§7: REPLACE if it recurs), so the first occurrence after each of the node's reboots is listed too.
+    reboots = reboots_by_node(ev)
     for iid, lines in j.lines_by_node.items():
         for p in lines:
             where = f"{p.line.log_group} / {p.line.log_stream}"
@@ -142,10 +147,14 @@ def timeline(j: Judged) -> list[TimelineEntry]:
                     + (f": {p.hma.message[:200]}" if p.hma.message else ""))
             elif p.hma and p.hma.err_num is not None:
                 add(p.line.time, where, iid, f"DCGM policy violation {p.hma.condition or ''} ErrNum {p.hma.err_num}")
-            elif p.xid is not None and (iid, p.xid.code, p.xid.pci) not in seen:
-                seen.add((iid, p.xid.code, p.xid.pci))
-                add(p.line.time, where, iid, f"first Xid {p.xid.code} on PCI {p.xid.pci}: {p.xid.raw[:200]}",
-                    kind=f"first Xid {p.xid.code}")
+            elif p.xid is not None and (iid, p.xid.code, p.xid.pci, boots := bisect_left(
+                    reboots.get(iid, []), p.line.time)) not in seen:
+                again = any(k[:3] == (iid, p.xid.code, p.xid.pci) for k in seen)  # listed before a reboot
+                seen.add((iid, p.xid.code, p.xid.pci, boots))
+                said = (f"Xid {p.xid.code} again on PCI {p.xid.pci} after the reboot at "
+                        f"{iso(reboots[iid][boots - 1])}" if again else f"first Xid {p.xid.code} on PCI {p.xid.pci}")
+                add(p.line.time, where, iid, f"{said}: {p.xid.raw[:200]}",
+                    kind=f"{'recurring' if again else 'first'} Xid {p.xid.code}")
             elif LIFECYCLE.search(p.line.message) or p.line.log_stream.startswith(HYPERPOD_STATUS_STREAMS):
                 add(p.line.time, where, iid, p.line.message[:240])
         diagnostics = driver_diagnostics(lines)
@@ -160,8 +169,8 @@ def timeline(j: Judged) -> list[TimelineEntry]:
     for p in j.unassigned_lines:
         if p.xid is not None:  # a host matched to no node (RULES §5.1: every source), first per host, code and bus
             stray = message_host(p.line.message) or ev.cluster.name
-            if (stray, p.xid.code, p.xid.pci) not in seen:
-                seen.add((stray, p.xid.code, p.xid.pci))
+            if (stray, p.xid.code, p.xid.pci, 0) not in seen:
+                seen.add((stray, p.xid.code, p.xid.pci, 0))
                 add(p.line.time, f"{p.line.log_group} / {p.line.log_stream}", stray,
                     f"first Xid {p.xid.code} on PCI {p.xid.pci} (host matched to no node of the cluster): "
                     f"{p.xid.raw[:200]}", kind=f"first Xid {p.xid.code}")
