@@ -239,3 +239,24 @@ def test_a_replaced_hyperpod_node_is_matched_to_its_replacement_and_explains_pen
     assert e.status == "UNVERIFIED"  # the only branch with evidence: the leading hypothesis (RULES §8)
     assert "i-0old0000000000001 replaced by i-0new0000000000001" in e.evidence
     assert "not hardware, explains it being Pending" in e.evidence
+
+
+def test_block_whose_termination_the_nodes_outlived_does_not_lead_b() -> None:
+    # Given a Capacity Block of the nodes' type ending at 11:30 (termination 11:00), while both nodes' kernel streams
+    # keep a line every 10 min until 13:00 (RULES §8 B, §0.5: evidence read contradicts the block ending them)
+    w = PClusterWorld("outlive", n_compute=2)
+    for gpu in w.compute:
+        w.healthy(gpu, at(-48), at(13))
+    w.section("ec2", "capacity_reservations").append({
+        "CapacityReservationId": "cr-0eeeeffff00001111", "InstanceType": "p5.48xlarge", "State": "expired",
+        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
+        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    # When the incident is audited
+    result = w.audit("outlive", mode="incident", since=at(10), until=at(12))
+    b = branches(result)["B"]
+    # Then B does not lead on that block, and the block is named as one whose end the nodes outlived
+    assert not result.headline.startswith("Leading hypothesis: branch B")
+    assert b.status not in ("Root cause", "UNVERIFIED")
+    assert "cr-0eeeeffff00001111" in b.evidence and "outlived" in b.evidence
+    for gpu in w.compute:
+        assert gpu.instance_id in b.evidence
