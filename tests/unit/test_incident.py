@@ -8,6 +8,10 @@ import re
 import pytest
 from helpers.worlds import ACCOUNT, PClusterWorld, at
 
+from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import run_audit
+
 HARDWARE_HEADLINE = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
 
 
@@ -260,3 +264,17 @@ def test_block_whose_termination_the_nodes_outlived_does_not_lead_b() -> None:
     assert "cr-0eeeeffff00001111" in b.evidence and "outlived" in b.evidence
     for gpu in w.compute:
         assert gpu.instance_id in b.evidence
+
+
+def test_short_storage_peak_at_90_is_near_saturation_in_the_headline_too() -> None:
+    # Given a named file system whose network throughput is ≥ 90 % for 3 minutes only (RULES §8 C: saturated is
+    # ≥ 90 % for 5+ min, so this is a peak near saturation, neither saturated nor "not saturated")
+    w = fsx_world([40.0, 92.0, 95.0, 93.0, 40.0, 40.0])
+    request = AuditRequest(cluster="train", mode="incident", since=parse_time(at(9)), until=parse_time(at(11)),
+                           file_system_ids=["fs-0123456789abcdef0"])
+    result = run_audit(w.aws(), request)
+    # Then the headline's storage words agree with branch C's row: near saturation, never "not saturated"
+    assert "near saturation" in branches(result)["C"].evidence
+    storage = result.headline.split("Storage: ", 1)[1]
+    assert "fs-0123456789abcdef0" in storage and "near saturation" in storage
+    assert "not saturated" not in storage
