@@ -104,3 +104,24 @@ def test_hyperpod_cluster_log_live_needs_no_lookup() -> None:
     result = w.audit(w.cluster, since=SINCE, until=UNTIL)
     assert not _gaps(result, "Control-plane log")
     assert calls(result, "logs", "DescribeLogStreams") == 1  # the HMA stream listing only (RULES §4)
+
+
+def test_hyperpod_cluster_log_hours_before_the_cluster_existed_are_not_expected() -> None:
+    # Given a HyperPod cluster created at 07:30 (DescribeCluster CreationTime), inside the padded window 05:00–11:00,
+    # whose nodes launched and cluster log wrote from then on: the hours before it existed are not expected (RULES §4)
+    w = HyperPodWorld(gpu_nodes=1, launch=at(7, 30))
+    w.described["CreationTime"] = at(7, 30)
+    w.cluster_metrics(at(7, 40), at(12, 25))
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+    # Then no control-plane gap is listed for 05:00–06:00
+    assert not _gaps(result, "Control-plane log")
+
+
+def test_hyperpod_cluster_log_empty_hours_after_creation_are_still_listed() -> None:
+    w = HyperPodWorld(gpu_nodes=1, launch=at(6, 30))
+    w.described["CreationTime"] = at(6, 30)
+    w.cluster_metrics(at(6, 40), at(7, 50))
+    w.cluster_metrics(at(9, 10), at(12, 25))  # nothing in 08:00
+    result = w.audit(w.cluster, since=SINCE, until=UNTIL)
+    (gap,) = _gaps(result, "Control-plane log `")
+    assert "no line in 1 hour(s)" in gap and at(8) in gap and at(5) not in gap

@@ -8,6 +8,10 @@ import re
 import pytest
 from helpers.worlds import ACCOUNT, PClusterWorld, at
 
+from gpuaudit.model.evidence import AuditRequest
+from gpuaudit.model.timeutil import parse_time
+from gpuaudit.pipeline import run_audit
+
 HARDWARE_HEADLINE = re.compile(r"(?i)(?<!no )(?<!not a )hardware (error|fault|failure)")
 
 
@@ -239,3 +243,38 @@ def test_a_replaced_hyperpod_node_is_matched_to_its_replacement_and_explains_pen
     assert e.status == "UNVERIFIED"  # the only branch with evidence: the leading hypothesis (RULES §8)
     assert "i-0old0000000000001 replaced by i-0new0000000000001" in e.evidence
     assert "not hardware, explains it being Pending" in e.evidence
+
+
+def test_block_whose_termination_the_nodes_outlived_does_not_lead_b() -> None:
+    # Given a Capacity Block of the nodes' type ending at 11:30 (termination 11:00), while both nodes' kernel streams
+    # keep a line every 10 min until 13:00 (RULES §8 B, §0.5: evidence read contradicts the block ending them)
+    w = PClusterWorld("outlive", n_compute=2)
+    for gpu in w.compute:
+        w.healthy(gpu, at(-48), at(13))
+    w.section("ec2", "capacity_reservations").append({
+        "CapacityReservationId": "cr-0eeeeffff00001111", "InstanceType": "p5.48xlarge", "State": "expired",
+        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
+        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    # When the incident is audited
+    result = w.audit("outlive", mode="incident", since=at(10), until=at(12))
+    b = branches(result)["B"]
+    # Then B does not lead on that block, and the block is named as one whose end the nodes outlived
+    assert not result.headline.startswith("Leading hypothesis: branch B")
+    assert b.status not in ("Root cause", "UNVERIFIED")
+    assert "cr-0eeeeffff00001111" in b.evidence and "outlived" in b.evidence
+    for gpu in w.compute:
+        assert gpu.instance_id in b.evidence
+
+
+def test_short_storage_peak_at_90_is_near_saturation_in_the_headline_too() -> None:
+    # Given a named file system whose network throughput is ≥ 90 % for 3 minutes only (RULES §8 C: saturated is
+    # ≥ 90 % for 5+ min, so this is a peak near saturation, neither saturated nor "not saturated")
+    w = fsx_world([40.0, 92.0, 95.0, 93.0, 40.0, 40.0])
+    request = AuditRequest(cluster="train", mode="incident", since=parse_time(at(9)), until=parse_time(at(11)),
+                           file_system_ids=["fs-0123456789abcdef0"])
+    result = run_audit(w.aws(), request)
+    # Then the headline's storage words agree with branch C's row: near saturation, never "not saturated"
+    assert "near saturation" in branches(result)["C"].evidence
+    storage = result.headline.split("Storage: ", 1)[1]
+    assert "fs-0123456789abcdef0" in storage and "near saturation" in storage
+    assert "not saturated" not in storage

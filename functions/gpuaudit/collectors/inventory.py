@@ -114,7 +114,8 @@ def _hyperpod(aws: Aws, described: dict[str, Any], gaps: list[Gap]) -> tuple[Clu
     cluster = ClusterInfo(
         name=name, kind=kind, region=aws.region, arn=arn,
         cluster_id=arn.rsplit("/", 1)[-1] if arn else None,
-        status=described.get("ClusterStatus"), node_recovery=described.get("NodeRecovery"),
+        status=described.get("ClusterStatus"), creation_time=described.get("CreationTime"),
+        node_recovery=described.get("NodeRecovery"),
         node_provisioning_mode=described.get("NodeProvisioningMode"), instance_groups=groups,
         security_group_ids=list(vpc.get("SecurityGroupIds", [])), subnet_ids=list(vpc.get("Subnets", [])),
         eks_cluster=((orchestrator.get("Eks") or {}).get("ClusterArn") or "").rsplit("/", 1)[-1] or None)

@@ -221,6 +221,7 @@ class ClusterInfo(Frozen):
     subnet_ids: list[str] = Field(default_factory=list)
     labelled_fleet: bool = False  # no cluster named: the instances and file systems the operator gave
     eks_cluster: str | None = None  # HyperPod EKS: the orchestrating EKS cluster's name (Orchestrator.Eks.ClusterArn)
+    creation_time: UtcDatetime | None = None  # HyperPod DescribeCluster CreationTime: no log is expected before it
 
 
 NodeSource = Literal["api", "log-streams", "cloudtrail", "user"]

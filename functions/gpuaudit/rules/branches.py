@@ -245,10 +245,15 @@ def branch_b(j: Judged) -> Branch:
     ev = j.evidence
     if ev.capacity_reservations is None:
         return _branch("B", "Not assessed", "capacity reservations could not be read (see visibility gaps)")
-    ends = block_ends(j)
+    # a block of the cluster's type whose termination its nodes were read outliving ended none of them (RULES §0.5):
+    # it cannot lead B, and is named in the reservations step instead
+    ends = [b for b in block_ends(j) if not b.outlived]
     every = capacity_errors(j)
     errors = [e for e in every if e not in after_onset(every, _late_capacity_bound(j))]
-    inactive = inactive_reservations(j, errors)
+    # nor does its ended state, unless a capacity error names it
+    outlived = {b.reservation.reservation_id for b in block_ends(j) if b.outlived}
+    named = {r for e in errors for r in e.reservations}
+    inactive = [r for r in inactive_reservations(j, errors) if r.reservation_id not in outlived - named]
     if not ends:
         return _capacity_signals(j, errors, inactive) if errors or inactive else _capacity_reads(j)
     parts = []
@@ -379,6 +384,16 @@ def _ending_step(j: Judged) -> FindingStep:
     text = (f"{len(ev.capacity_reservations or [])} capacity reservation(s) read (DescribeCapacityReservations)"
             + (f": {read}" if read else "") + (f"; {plan_text}" if plan_text else "")
             + f" — none holding the cluster's instance types ends between {iso(start)} and {iso(end)}")
+    outlived = [b for b in block_ends(j) if b.outlived]
+    if outlived:
+        text = text.replace(" — none holding the cluster's instance types ends", " — none the cluster's nodes were "
+                            "on ends")
+    text += "".join(
+        f"; Capacity Block `{b.reservation.reservation_id}` ({b.reservation.instance_type}, state {b.reservation.state}"
+        f") ends {iso(b.reservation.end_date) if b.reservation.end_date else '—'}, termination at {iso(b.termination)}"
+        f", but its end was outlived by the nodes of that type — "
+        + ", ".join(f"{iid} (last kernel line {iso(t)})" for iid, t in b.outlived)
+        + " — so they were not on it" for b in outlived)
     if ending or reserved:
         margin = int(TIMELINE_MARGIN.total_seconds() // 60)
         return FindingStep(name="reservations ending near the window", status="Blocked", evidence="; ".join(

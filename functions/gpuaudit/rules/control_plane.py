@@ -14,7 +14,7 @@ from typing import Literal
 from gpuaudit.domain.streams import HMA_PREFIX, HYPERPOD_CLUSTER_LOG, PCLUSTER_STREAM, pcluster_control_log
 from gpuaudit.domain.window import Padded
 from gpuaudit.model.evidence import Evidence, StreamActivity
-from gpuaudit.model.timeutil import iso
+from gpuaudit.model.timeutil import floor_hour, iso
 from gpuaudit.rules.coverage import empty_hours
 
 ControlState = Literal["live", "gaps", "silent", "missing", "unread"]
@@ -70,7 +70,8 @@ def control_logs(evidence: Evidence, pad: Padded) -> list[ControlLog]:
         others = [a for a in evidence.stream_activity
                   if a.log_group == group and not a.log_stream.startswith(HMA_PREFIX)]
         if others:
-            out.append(_binned(group, None, HYPERPOD_CLUSTER_LOG, None, others, pad))
+            # RULES §4: hours before the cluster existed are not expected, as hours before a node's launch are not
+            out.append(_binned(group, None, HYPERPOD_CLUSTER_LOG, None, others, pad, evidence.cluster.creation_time))
     for c in evidence.control_streams or []:
         out.append(ControlLog(log_group=c.log_group, log_stream=c.log_stream, role=c.role, instance_id=c.instance_id,
                               state="silent" if c.listed and c.log_stream else "missing", last_event=c.last_event))
@@ -78,9 +79,11 @@ def control_logs(evidence: Evidence, pad: Padded) -> list[ControlLog]:
 
 
 def _binned(group: str, stream: str | None, role: str, instance_id: str | None, activity: list[StreamActivity],
-            pad: Padded) -> ControlLog:
-    """One stream, or (HyperPod) the union of a group's streams: live in an hour if any of them wrote in it."""
-    empties = [empty_hours(a, pad.hours, pad) for a in activity]
+            pad: Padded, since: datetime | None = None) -> ControlLog:
+    """One stream, or (HyperPod) the union of a group's streams: live in an hour if any of them wrote in it; only
+    the hours from `since` (the cluster's creation) on are expected to hold a line."""
+    hours = pad.hours if since is None else [h for h in pad.hours if h >= floor_hour(since)]
+    empties = [empty_hours(a, hours, pad) for a in activity]
     last = max((a.last_event for a in activity if a.last_event), default=None)
     if any(e == [] for e in empties):
         return ControlLog(group, stream, role, "live", instance_id, last)

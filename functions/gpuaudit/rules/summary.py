@@ -13,6 +13,7 @@ from gpuaudit.model.result import Branch, Check, Readiness, Verdict, readiness_r
 from gpuaudit.model.timeutil import iso
 from gpuaudit.rules.context import Judged
 from gpuaudit.rules.node_state import deep_health_checks
+from gpuaudit.rules.storage import SUSTAINED_MINUTES
 from gpuaudit.rules.storage_decision import maintenance_in_window
 
 
@@ -23,9 +24,13 @@ def storage_summary(evidence: Evidence, fs_id: str) -> str:
     peaks = [m for m in evidence.fsx_metrics if m.file_system_id == fs_id and m.datapoints]
     if not peaks:
         return "no AWS/FSx saturation datapoints in the window"
-    saturated = [m for m in peaks if m.minutes_at_or_above_90 >= 5]
-    shown = saturated or [max(peaks, key=lambda m: m.peak or 0.0)]
-    words = "saturated" if saturated else "not saturated, highest"
+    saturated = [m for m in peaks if m.minutes_at_or_above_90 >= SUSTAINED_MINUTES]
+    near = [m for m in peaks if (m.peak or 0.0) >= 90.0]  # RULES §8 C's bar, as rules/storage.py
+    shown = saturated or near or [max(peaks, key=lambda m: m.peak or 0.0)]
+    # a peak at or above 90 % for less than 5 minutes is not flagged but is no "not saturated" either: the same words
+    # as branch C's row (RULES §8 C)
+    words = ("saturated" if saturated else f"near saturation, not for {SUSTAINED_MINUTES}+ min" if near
+             else "not saturated, highest")
     return f"{words}: " + "; ".join(f"{m.metric} {m.dimensions} Maximum {m.peak} % ({m.minutes_at_or_above_90} min "
                                     "≥ 90 %)" for m in shown)
 

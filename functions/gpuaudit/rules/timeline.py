@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -98,6 +98,9 @@ class BlockEnd:
     lead: timedelta
     nodes: list[str]  # nodes whose lines stop at the termination time
     failed_launches: list[CloudTrailEvent]
+    # compute nodes of the block's type that kept writing past its termination time (with their last line), when
+    # every one did and nothing else ties the block to the cluster: read evidence that it ended none of them
+    outlived: list[tuple[str, datetime]] = field(default_factory=list)
 
 
 def is_capacity_block(r: CapacityReservation) -> bool:
@@ -121,8 +124,23 @@ def block_ends(j: Judged) -> list[BlockEnd]:
                    and n.role == "compute"]
         failed = [e for e in trail if e.error_message and r.reservation_id in e.error_message]
         if r.instance_type in types or stopped or failed:
-            found.append(BlockEnd(r, termination, lead, stopped, failed))
+            found.append(BlockEnd(r, termination, lead, stopped, failed,
+                                  [] if stopped or failed else _outlived(j, r.instance_type, termination)))
     return found
+
+
+def _outlived(j: Judged, instance_type: str | None, termination: datetime) -> list[tuple[str, datetime]]:
+    """The block's termination kills its instances (RULES §8 B): a compute node of its type whose kernel lines go on
+    past that time (beyond the match tolerance) was not on it. Only when every such node was read doing so; one
+    whose last line is unknown may have been on the block, so then none is said outlived (fail closed)."""
+    same = [n for n in j.nodes if n.role == "compute" and _bare(n.instance_type) == _bare(instance_type)]
+    last = [(n.instance_id, last_line(n)) for n in same]
+    past = [(iid, t) for iid, t in last if t is not None and t > termination + TERMINATION_MATCH]
+    return past if same and len(past) == len(same) else []
+
+
+def _bare(instance_type: str | None) -> str | None:
+    return instance_type.removeprefix("ml.") if instance_type else instance_type
 
 
 def timeline(j: Judged) -> list[TimelineEntry]:
