@@ -93,15 +93,15 @@ INTERPRETER_MB = 53.3  # a fresh interpreter with the handlers imported (docs/BE
 STEPS = ("Inventory", "CollectLogs", "Finish", "Verdict")
 # Per step (peak heap MB, seconds, backend s), "seconds" being the step's own CPU plus the backend's answering (AWS's
 # side of the calls, kept as it is: the backend's wall seconds on a loaded machine, an upper bound of AWS's latency):
-# own CPU and backend from `step_memory.py --no-trace` (10,000 nodes: 30b4db7, docs/BENCHMARKS.md "10,000 nodes in 10
+# own CPU and backend from `step_memory.py --no-trace` (10,000 nodes: 7424856, docs/BENCHMARKS.md "10,000 nodes in 10
 # queries"; 2,000 nodes: 9e75209, "A production day, simulated"), the heap from
 # the traced runs ("The deployed steps through wire parsing", f3c669b, and "At 10,000 nodes", 2c4d794). CollectLogs is
 # one batch. Traced seconds are not used: tracemalloc slows allocation 2-4x.
 DOCUMENTED: dict[int, dict[str, tuple[float, float, float]]] = {
     2000: {"Inventory": (69.2, 2.9 + 13.6, 13.6), "CollectLogs": (61.3, 0.6 + 1.9, 1.9), "Finish": (53.3, 0.3, 0.0),
            "Verdict": (77.9, 5.1 + 0.1, 0.1)},
-    10000: {"Inventory": (82.9, 17.2 + 21.1, 21.1), "CollectLogs": (305.3, 4.3 + 1.4, 1.4),
-            "Finish": (242.3, 1.5, 0.0), "Verdict": (312.5, 12.0, 0.0)},
+    10000: {"Inventory": (82.9, 15.4 + 18.1, 18.1), "CollectLogs": (305.3, 3.8 + 1.3, 1.3),
+            "Finish": (242.3, 1.3, 0.0), "Verdict": (312.5, 12.1, 0.0)},
 }
 # A cluster's log groups are read in batches of up to 50 groups (collectors/insights.MAX_GROUPS_PER_QUERY), each one
 # CollectLogs: every simulated cluster has fewer (a ParallelCluster's own group and its kernel group, a HyperPod
