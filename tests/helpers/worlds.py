@@ -85,6 +85,28 @@ class WorldBuilder:
     def section(self, service: str, key: str) -> list[Any]:
         return self.raw.setdefault(service, {}).setdefault(key, [])  # type: ignore[no-any-return]
 
+    def lustre(self, fs_id: str, cluster: str | None = None) -> None:
+        """An FSx for Lustre file system (PERSISTENT_2, SSD) tagged to `cluster` as ParallelCluster tags it."""
+        self.section("fsx", "file_systems").append({
+            "FileSystemId": fs_id, "FileSystemType": "LUSTRE", "StorageType": "SSD",
+            "LustreConfiguration": {"DeploymentType": "PERSISTENT_2"},
+            "Tags": [{"Key": PCLUSTER_TAG, "Value": cluster or self.cluster}]})
+
+    def fsx_metric(self, fs_id: str, name: str, datapoints: list[list[Any]], server: str = "FS-0") -> None:
+        """An AWS/FSx metric of one file server of `fs_id`: [time, value] datapoints."""
+        self.section("cloudwatch", "metrics").append({
+            "Namespace": "AWS/FSx", "MetricName": name,
+            "Dimensions": [{"Name": "FileSystemId", "Value": fs_id}, {"Name": "FileServer", "Value": server}],
+            "Datapoints": datapoints})
+
+    def capacity_reservation(self, reservation_id: str, instance_type: str, end: str, *, state: str = "expired",
+                             reservation_type: str = "capacity-block", count: int = 2, **extra: Any) -> None:
+        """A capacity reservation of this account (DescribeCapacityReservations' fields), from 72 h before the day."""
+        self.section("ec2", "capacity_reservations").append({
+            "CapacityReservationId": reservation_id, "InstanceType": instance_type, "State": state,
+            "ReservationType": reservation_type, "StartDate": at(-72), "EndDate": end, "TotalInstanceCount": count,
+            "AvailableInstanceCount": 0, "OwnerId": ACCOUNT, **extra})
+
     def instance_type(self, instance_type: str) -> None:
         known = {t["InstanceType"] for t in self.section("ec2", "instance_types")}
         if instance_type in INSTANCE_TYPES and instance_type not in known:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from helpers.worlds import ACCOUNT, PClusterWorld, at
+from helpers.worlds import PClusterWorld, at
 
 
 def block_world(warned: str | None) -> tuple[PClusterWorld, list[str]]:
@@ -26,10 +26,7 @@ def block_world(warned: str | None) -> tuple[PClusterWorld, list[str]]:
                  "detail": {"capacity-reservation-id": "cr-0aaaabbbbccccdddd", "instance-id": warned,
                             "instance-termination-time": at(11)}}
         w.stream(w.group, "eventbridge-capacity-events", events=[(at(10, 58), json.dumps(event))])
-    w.section("ec2", "capacity_reservations").append({
-        "CapacityReservationId": "cr-0aaaabbbbccccdddd", "InstanceType": "p5.48xlarge", "State": "expired",
-        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
-        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    w.capacity_reservation("cr-0aaaabbbbccccdddd", "p5.48xlarge", at(11, 30))
     return w, ids
 
 
@@ -59,10 +56,8 @@ def test_an_on_demand_capacity_reservation_ending_in_the_window_is_not_a_capacit
     w = PClusterWorld("train", n_compute=2)
     for n in w.compute:
         w.healthy(n, at(-48), at(13))
-    w.section("ec2", "capacity_reservations").append({
-        "CapacityReservationId": "cr-0d0c00000000000ab", "InstanceType": "p5.48xlarge", "State": "active",
-        "ReservationType": "default", "EndDateType": "limited", "StartDate": at(-72), "EndDate": at(11, 30),
-        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    w.capacity_reservation("cr-0d0c00000000000ab", "p5.48xlarge", at(11, 30), state="active",
+                           reservation_type="default", EndDateType="limited")
     result = w.audit("train", mode="incident", since=at(10), until=at(12))
     b = next(x for x in result.branches if x.branch == "B")
     assert "Capacity Block" not in b.evidence and "terminated" not in b.evidence
@@ -82,10 +77,7 @@ def test_an_ultraserver_block_ends_its_instances_60_minutes_before_and_says_so()
         w.stream(w.group, f"{host}.{iid}.system-messages",
                  events=[(at(-20), f"{host} kernel: NVRM: loading NVIDIA UNIX Open Kernel Module")],
                  periodic=[(at(-20), at(10, 30, 1), 300, f"{host} systemd[1]: Started sysstat-collect.service")])
-    w.section("ec2", "capacity_reservations").append({
-        "CapacityReservationId": "cr-0aaaabbbbccccdddd", "InstanceType": "p6e-gb200.36xlarge", "State": "expired",
-        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
-        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    w.capacity_reservation("cr-0aaaabbbbccccdddd", "p6e-gb200.36xlarge", at(11, 30))
     b = branch_b(w, "ultra")
     assert "60 min" in b.evidence and "2026-10-01T10:30:00Z" in b.evidence
     assert "11:00" not in b.evidence

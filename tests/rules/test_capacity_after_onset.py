@@ -8,7 +8,7 @@ replacement, check B), the same error stays B's evidence."""
 from __future__ import annotations
 
 from gpuaudit.model.result import Branch, Result
-from tests.helpers.worlds import PCLUSTER_TAG, PClusterWorld, at
+from tests.helpers.worlds import PClusterWorld, at
 
 FS = "fs-0123456789abcdef0"
 ONSET = at(9)  # the slowdown, as the operator states it
@@ -29,13 +29,9 @@ def _world(ice_at: str, *, vanished: bool = False) -> PClusterWorld:
     if vanished:
         w.kernel_stream(w.group, "ip-10-0-77-7.i-0abcdef0123456789.system-messages", at(-48), at(9, 5), 600,
                         "ip-10-0-77-7")
-    w.section("fsx", "file_systems").append({"FileSystemId": FS, "FileSystemType": "LUSTRE", "StorageType": "SSD",
-                                             "LustreConfiguration": {"DeploymentType": "PERSISTENT_2"},
-                                             "Tags": [{"Key": PCLUSTER_TAG, "Value": w.cluster}]})
-    w.section("cloudwatch", "metrics").append({
-        "Namespace": "AWS/FSx", "MetricName": "NetworkThroughputUtilization",
-        "Dimensions": [{"Name": "FileSystemId", "Value": FS}, {"Name": "FileServer", "Value": "FS-0"}],
-        "Datapoints": [[at(8, 50 + i) if i < 10 else at(9, i - 10), 97.0] for i in range(40)]})
+    w.lustre(FS)
+    w.fsx_metric(FS, "NetworkThroughputUtilization",
+                 [[at(8, 50 + i) if i < 10 else at(9, i - 10), 97.0] for i in range(40)])
     return w
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from gpuaudit.model.result import Branch, Result
 from gpuaudit.report.html import render_html
-from tests.helpers.worlds import PCLUSTER_TAG, PClusterWorld, at, cli_audit, one_node_world
+from tests.helpers.worlds import PClusterWorld, at, cli_audit, one_node_world
 
 FS = "fs-0aa11bb22cc33dd44"
 SINCE, UNTIL = at(8), at(11)
@@ -26,13 +26,8 @@ TIMEOUT = ("[rank0]:[E1001 09:30:00.000 ProcessGroupNCCL.cpp:616] [Rank 0] Watch
 
 def world(*, nccl_timeout: str | None = None, xid_at: str | None = None) -> PClusterWorld:
     w = one_node_world(xid_at)
-    w.section("fsx", "file_systems").append({"FileSystemId": FS, "FileSystemType": "LUSTRE", "StorageType": "SSD",
-                                             "LustreConfiguration": {"DeploymentType": "PERSISTENT_2"},
-                                             "Tags": [{"Key": PCLUSTER_TAG, "Value": w.cluster}]})
-    w.section("cloudwatch", "metrics").append({
-        "Namespace": "AWS/FSx", "MetricName": "NetworkThroughputUtilization",
-        "Dimensions": [{"Name": "FileSystemId", "Value": FS}, {"Name": "FileServer", "Value": "FS-0"}],
-        "Datapoints": [[at(8, 50 + i), 97.0] for i in range(40)]})
+    w.lustre(FS)
+    w.fsx_metric(FS, "NetworkThroughputUtilization", [[at(8, 50 + i), 97.0] for i in range(40)])
     if nccl_timeout is not None:  # the job's stdout in a group whose name holds the cluster's (found by substring)
         w.stream(f"/aws/batch/{w.cluster}-jobs", "train/run-7", events=[(nccl_timeout, TIMEOUT)])
     return w

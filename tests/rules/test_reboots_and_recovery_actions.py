@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from helpers.worlds import HyperPodWorld, PClusterWorld, at, node_of
+from helpers.worlds import HyperPodWorld, Node, PClusterWorld, at, node_of
 
 from gpuaudit.model.result import NodeResult, Result
 
@@ -135,16 +135,21 @@ def test_driver_diagnostics_around_an_xid_are_in_the_timeline_never_classified()
     assert [e.code for e in node.gpu_errors] == [119]
 
 
-def test_xid_79_back_on_its_bus_after_kubelet_reported_the_eks_node_rebooted_is_replace() -> None:
-    # Given a HyperPod EKS node: Xid 79 from its health agent, the kubelet's `Rebooted` event on the node, then Xid 79
-    # again on the same bus (HyperPod ships no kernel log: the node's own Kubernetes event is the reboot read)
+
+def _hyperpod_eks_p5() -> tuple[HyperPodWorld, Node]:
+    """A HyperPod cluster orchestrated by EKS (`hp-eks-orch`), one p5 GPU node, its cluster log live throughout."""
     w = HyperPodWorld("hp-eks", gpu_nodes=1, gpu_type="ml.p5.48xlarge")
     w.instance_type("p5.48xlarge")
     w.described["Orchestrator"] = {"Eks": {"ClusterArn": "arn:aws:eks:us-west-2:111122223333:cluster/hp-eks-orch"}}
     for group in w.described["InstanceGroups"]:
         group.pop("SlurmConfig", None)
     w.cluster_metrics(at(-2), at(13))
-    gpu = w.gpu[0]
+    return w, w.gpu[0]
+
+def test_xid_79_back_on_its_bus_after_kubelet_reported_the_eks_node_rebooted_is_replace() -> None:
+    # Given a HyperPod EKS node: Xid 79 from its health agent, the kubelet's `Rebooted` event on the node, then Xid 79
+    # again on the same bus (HyperPod ships no kernel log: the node's own Kubernetes event is the reboot read)
+    w, gpu = _hyperpod_eks_p5()
     name = f"hyperpod-{gpu.instance_id}"
     for t in (at(9, 10), at(10, 20)):
         w.hma_detection(gpu, t, reason="XidHardwareFailure", message=FELL)
@@ -254,13 +259,7 @@ def test_a_63_asking_for_a_reboot_to_activate_its_retirement_is_pending_activati
 
 def test_an_eks_label_asking_for_less_than_the_logs_is_said_beside_the_stronger_verdict() -> None:
     # Given HyperPod's label asking for a reboot while the node's agent reports a row-remap failure (Xid 64)
-    w = HyperPodWorld("hp-eks", gpu_nodes=1, gpu_type="ml.p5.48xlarge")
-    w.instance_type("p5.48xlarge")
-    w.described["Orchestrator"] = {"Eks": {"ClusterArn": "arn:aws:eks:us-west-2:111122223333:cluster/hp-eks-orch"}}
-    for group in w.described["InstanceGroups"]:
-        group.pop("SlurmConfig", None)
-    w.cluster_metrics(at(-2), at(13))
-    gpu = w.gpu[0]
+    w, gpu = _hyperpod_eks_p5()
     name = f"hyperpod-{gpu.instance_id}"
     w.hma_detection(gpu, at(9, 10), reason="XidHardwareFailure",
                     message="NVRM: Xid (PCI:0000:53:00): 64, pid='<unknown>', Row Remapper: Failed to remap row")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from gpuaudit.model.result import Result
-from tests.helpers.worlds import ACCOUNT, REGION, HyperPodWorld, PClusterWorld, at, node_of
+from tests.helpers.worlds import ACCOUNT, REGION, HyperPodWorld, Node, PClusterWorld, at, node_of
 
 SINCE, UNTIL = at(6), at(10)
 COMMANDS = ("batch-replace-cluster-nodes", "batch-reboot-cluster-nodes", "reboot-instances", "scontrol update")
@@ -156,7 +156,9 @@ def test_a_node_hyperpod_already_replaced_gets_what_it_did_and_what_to_check_nev
     assert f"LifecycleConfig/gpu-workers/{new.instance_id}" in line and "deep health check" in line  # what to check
 
 
-def test_a_node_already_rebooted_after_its_xid_gets_no_reboot_command() -> None:
+def _rebooted_by_the_operator_after_an_xid_79() -> tuple[HyperPodWorld, Node]:
+    """One HyperPod GPU node: HMA's Xid 79 (NvidiaErrorReboot) at 07:03, then a user's (`ops`)
+    BatchRebootClusterNodes of it at 07:20."""
     w = hyperpod(gpu_nodes=1)
     sick = w.gpu[0]
     w.hma_detection(sick, at(7, 3), code=79, reason="XidHardwareFailure", condition="NvidiaErrorReboot")
@@ -165,6 +167,11 @@ def test_a_node_already_rebooted_after_its_xid_gets_no_reboot_command() -> None:
         "EventSource": "sagemaker.amazonaws.com", "Username": "ops", "Resources": [],
         "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": w.cluster,
                                                              "nodeIds": [sick.instance_id]}})})
+    return w, sick
+
+
+def test_a_node_already_rebooted_after_its_xid_gets_no_reboot_command() -> None:
+    w, sick = _rebooted_by_the_operator_after_an_xid_79()
     result = audited(w)
     n = node_of(result, sick.instance_id)
     assert n.verdict == "REBOOT"
@@ -239,14 +246,7 @@ def test_an_app_xid_with_nothing_live_from_the_node_is_not_observable_and_still_
 def test_an_operators_batch_reboot_is_not_what_the_service_itself_did() -> None:
     # RULES §7: the result says what the service itself did to the node, distinct from the operator's action; a
     # BatchRebootClusterNodes call made by a user (CloudTrail Username) is the operator's act
-    w = hyperpod(gpu_nodes=1)
-    sick = w.gpu[0]
-    w.hma_detection(sick, at(7, 3), code=79, reason="XidHardwareFailure", condition="NvidiaErrorReboot")
-    w.section("cloudtrail", "events").append({
-        "EventId": "e1", "EventName": "BatchRebootClusterNodes", "EventTime": at(7, 20),
-        "EventSource": "sagemaker.amazonaws.com", "Username": "ops", "Resources": [],
-        "CloudTrailEvent": json.dumps({"requestParameters": {"clusterName": w.cluster,
-                                                             "nodeIds": [sick.instance_id]}})})
+    w, sick = _rebooted_by_the_operator_after_an_xid_79()
     said = node_of(audited(w), sick.instance_id).service_action or ""
     assert "HMA flagged hardware failure" in said  # the service's own act stays
     assert "BatchRebootClusterNodes" not in said

@@ -88,10 +88,7 @@ def capacity_block_world(*, warning: bool) -> tuple[PClusterWorld, list[str]]:
             w.stream(w.group, stream, events=[(at(10, 58), f"{host} Capacity Reservation Instance Interruption "
                                                          f"Warning: instance-id {iid}")])
         ids.append(iid)
-    w.section("ec2", "capacity_reservations").append({
-        "CapacityReservationId": "cr-0aaaabbbbccccdddd", "InstanceType": "p5.48xlarge", "State": "expired",
-        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
-        "TotalInstanceCount": 3, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    w.capacity_reservation("cr-0aaaabbbbccccdddd", "p5.48xlarge", at(11, 30), count=3)
     return w, ids
 
 
@@ -251,10 +248,7 @@ def test_block_whose_termination_the_nodes_outlived_does_not_lead_b() -> None:
     w = PClusterWorld("outlive", n_compute=2)
     for gpu in w.compute:
         w.healthy(gpu, at(-48), at(13))
-    w.section("ec2", "capacity_reservations").append({
-        "CapacityReservationId": "cr-0eeeeffff00001111", "InstanceType": "p5.48xlarge", "State": "expired",
-        "ReservationType": "capacity-block", "StartDate": at(-72), "EndDate": at(11, 30),
-        "TotalInstanceCount": 2, "AvailableInstanceCount": 0, "OwnerId": ACCOUNT})
+    w.capacity_reservation("cr-0eeeeffff00001111", "p5.48xlarge", at(11, 30))
     # When the incident is audited
     result = w.audit("outlive", mode="incident", since=at(10), until=at(12))
     b = branches(result)["B"]
